@@ -1,0 +1,70 @@
+// Service descriptors: the data the code generator emits and the runtime reads. They are plain
+// JSON-compatible objects so that another language's generator can produce the same thing.
+
+/** Element types a tensor can hold. */
+export type DType =
+  | 'bool' | 'u8' | 'i8' | 'i16' | 'u16' | 'i32' | 'u32' | 'i64' | 'u64' | 'f16' | 'bf16' | 'f32' | 'f64';
+
+/** Scalar types of the schema language (64-bit integers are bigint in TypeScript). */
+export type ScalarName =
+  | 'bool' | 'i8' | 'i16' | 'i32' | 'i64' | 'u8' | 'u16' | 'u32' | 'u64' | 'f32' | 'f64' | 'string' | 'bytes';
+
+/** One dimension of a declared tensor shape. */
+export type Dim =
+  | { kind: 'fixed'; size: number }
+  | { kind: 'symbol'; name: string }
+  | { kind: 'any' };
+
+/** Where the receiving side wants a tensor. `remote` hands the receiver a handle to pull later. */
+export type Placement =
+  | { kind: 'host' }
+  | { kind: 'cuda'; device?: number }
+  | { kind: 'remote' };
+
+export type TypeRef =
+  | { kind: 'scalar'; name: ScalarName }
+  | { kind: 'list'; element: TypeRef }
+  | { kind: 'map'; value: TypeRef }
+  | { kind: 'optional'; inner: TypeRef }
+  | { kind: 'struct'; name: string }
+  | { kind: 'enum'; name: string }
+  | { kind: 'tensor'; dtype: DType; shape: Dim[]; placement: Placement };
+
+export interface FieldDescriptor {
+  name: string;
+  type: TypeRef;
+}
+
+export interface StructDescriptor {
+  kind: 'struct';
+  /** Fully qualified, e.g. "llm.tp.v1.Block". */
+  name: string;
+  fields: FieldDescriptor[];
+}
+
+export interface EnumDescriptor {
+  kind: 'enum';
+  name: string;
+  values: Array<{ name: string; value: number }>;
+}
+
+export interface MethodDescriptor {
+  /** Method name as declared, e.g. "forward". */
+  name: string;
+  /** Fully qualified service name, e.g. "llm.tp.v1.ShardWorker"; the pair routes a call. */
+  service: string;
+  args: FieldDescriptor[];
+  results: FieldDescriptor[];
+  /** Arguments arrive as a stream of argument objects. */
+  clientStreaming: boolean;
+  /** Results leave as a stream of result objects. */
+  serverStreaming: boolean;
+}
+
+export interface ServiceDescriptor {
+  /** Fully qualified, e.g. "llm.tp.v1.ShardWorker". */
+  name: string;
+  methods: Record<string, MethodDescriptor>;
+  /** Every struct and enum the methods reach, by fully qualified name (imports included). */
+  types: Record<string, StructDescriptor | EnumDescriptor>;
+}
