@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Packs what a GPU run needs into .gpu-pack/ (git-ignored, at most 64 MiB), for a machine that
+# has a GPU but no Node.js and no network: the node binary, the UCX runtime from the wheel, the
+# built addon and the runtime node_modules. scripts/gpu-run.sh unpacks it there.
+# Usage: bash scripts/gpu-pack.sh   (after npm install)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+pack=.gpu-pack
+ucx=.deps/python
+[ -f build/Release/gdrpc.node ] || { echo "gpu-pack: build/Release/gdrpc.node missing: run npm install first" >&2; exit 1; }
+[ -d "$ucx/libucx/lib" ] || { echo "gpu-pack: $ucx/libucx missing: this pack carries the bundled wheel (unset GDRPC_UCX_HOME and run npm install)" >&2; exit 1; }
+rm -rf "$pack"; mkdir -p "$pack"
+
+echo "gpu-pack: node $(node -v)"
+xz -T2 -6 -c "$(command -v node)" > "$pack/node.xz"
+
+echo "gpu-pack: UCX runtime"
+# Only what runs: shared objects (not the static archives), modules, the two tools and headers-free.
+( cd "$ucx" && tar -cf - \
+    libucx/lib/*.so* libucx/lib/ucx/*.so* libucx/bin/ucx_info libucx/bin/ucx_perftest \
+    libucx/share/ucx/perftest libucx/etc libucx_cu13.libs ) | xz -T2 -6 > "$pack/ucx.tar.xz"
+
+echo "gpu-pack: addon and runtime node_modules"
+cp build/Release/gdrpc.node build/gdrpc-build.json "$pack/"
+tar -cf - --exclude='node_modules/@typescript' --exclude='node_modules/typescript' \
+  --exclude='node_modules/@types' --exclude='node_modules/cmake-js' --exclude='node_modules/node-api-headers' \
+  --exclude='node_modules/node-addon-api' --exclude='node_modules/@grpc' --exclude='node_modules/@ts-morph' --exclude='node_modules/ts-morph' --exclude='node_modules/protobufjs' \
+  node_modules | xz -T2 -6 > "$pack/node_modules.tar.xz"
+
+du -sh "$pack"/*
+total=$(du -sk "$pack" | cut -f1)
+[ "$total" -le $((64 * 1024 - 4096)) ] || { echo "gpu-pack: $pack is ${total} KiB, over the 60 MiB budget (64 MiB with the tree)" >&2; exit 1; }
+echo "gpu-pack: ${total} KiB in $pack"

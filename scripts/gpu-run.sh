@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (no Node.js, no network): unpacks .gpu-pack/ made by gpu-pack.sh, then
+# runs the GPU test suite and the GPU benchmarks, writing results into the folder given.
+# Usage: bash scripts/gpu-run.sh <results-dir> [tests|bench|all] [extra vitest args...]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:?usage: gpu-run.sh <results-dir> [tests|bench|all]}
+what=${2:-all}
+shift $(( $# >= 2 ? 2 : 1 ))
+mkdir -p "$out"
+pack=.gpu-pack
+[ -d "$pack" ] || { echo "gpu-run: $pack missing (run scripts/gpu-pack.sh where Node.js is, and carry it)" >&2; exit 1; }
+
+# Unpack once per machine.
+if [ ! -x /tmp/gdrpc-node/node ]; then
+  mkdir -p /tmp/gdrpc-node && xz -dc "$pack/node.xz" > /tmp/gdrpc-node/node && chmod +x /tmp/gdrpc-node/node
+  mkdir -p .deps/python && xz -dc "$pack/ucx.tar.xz" | tar -xf - -C .deps/python
+  mkdir -p build/Release && cp "$pack/gdrpc.node" build/Release/ && cp "$pack/gdrpc-build.json" build/
+  xz -dc "$pack/node_modules.tar.xz" | tar -xf -
+fi
+export PATH=/tmp/gdrpc-node:$PATH
+# NVLink multicast stays off on shared machines.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv > "$out/gpus.csv" 2>&1 || true
+node bin/gdrpc.js info --json > "$out/info.json" 2> "$out/info.err"; cat "$out/info.json" "$out/info.err"
+node bin/gdrpc.js doctor > "$out/doctor.txt" 2>&1; cat "$out/doctor.txt"
+
+status=0
+if [ "$what" = tests ] || [ "$what" = all ]; then
+  node node_modules/vitest/vitest.mjs run test/gpu test/native test/tensor --reporter=default \
+    --reporter=json --outputFile.json="$out/tests.json" "$@" 2>&1 | tee "$out/tests.log"
+  status=${PIPESTATUS[0]}
+fi
+if [ "$what" = bench ] || [ "$what" = all ]; then
+  node --import tsx bench/main.ts gpu --json "$out/bench-gpu.json" 2>&1 | tee "$out/bench.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+exit $status
