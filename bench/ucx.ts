@@ -1,0 +1,176 @@
+// Tag ping-pong latency and tag bandwidth between two Node processes through the binding, side by
+// side with ucx_perftest (shipped with the UCX install) on the same transport, so the cost of the
+// binding is visible as a ratio.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Context, Worker, Endpoint, MemoryRegion } from '../core/ucx/index.ts';
+import { describeMachine, percentile, type BenchResult } from './machine.ts';
+
+const TAG_DATA = 1n;
+const TAG_REPLY = 2n;
+const FULL_MASK = 0xffff_ffff_ffff_ffffn;
+const root = fileURLToPath(new URL('..', import.meta.url));
+
+/** UCX_TLS per transport: shm lets UCX pick posix/sysv/cma; self is needed by every context. */
+const TRANSPORTS: Record<string, string> = { tcp: 'tcp,self', shm: 'posix,sysv,cma,self' };
+
+interface Peer { child: ChildProcess; port: number }
+
+function startPeer(script: string, args: string[], env: NodeJS.ProcessEnv): Promise<Peer> {
+  const child = spawn(process.execPath, ['--import', 'tsx', script, ...args], { env, stdio: ['ignore', 'pipe', 'inherit'] });
+  return new Promise((resolve, reject) => {
+    let seen = '';
+    child.stdout!.on('data', (chunk: Buffer) => {
+      seen += chunk.toString();
+      const m = /PORT (\d+)/.exec(seen);
+      if (m) resolve({ child, port: Number(m[1]) });
+    });
+    child.once('exit', (code) => reject(new Error(`peer exited (${code}) before listening`)));
+  });
+}
+
+function waitExit(child: ChildProcess): Promise<void> {
+  return child.exitCode !== null ? Promise.resolve() : new Promise((r) => child.once('exit', () => r()));
+}
+
+async function nodePingPong(tls: string, size: number, iters: number): Promise<number[]> {
+  const env = { ...process.env, UCX_TLS: tls };
+  const peer = await startPeer(join(root, 'bench/ucx-peer.ts'), ['pingpong', String(size), String(iters)], env);
+  const context = Context.create({ config: { TLS: tls } });
+  const worker = Worker.create(context);
+  const region = MemoryRegion.map(context, new ArrayBuffer(Math.max(size, 8)));
+  const span = region.span(0, size);
+  const ep = Endpoint.connect(worker, { host: '127.0.0.1', port: peer.port });
+  const samples: number[] = [];
+  try {
+    for (let i = 0; i < iters; i++) {
+      const t0 = process.hrtime.bigint();
+      const reply = worker.tagRecv(span, TAG_REPLY, FULL_MASK);
+      await ep.tagSend(TAG_DATA, span);
+      await reply;
+      samples.push(Number(process.hrtime.bigint() - t0) / 1000);
+    }
+  } finally {
+    await ep.close();
+    region.close();
+    await worker.close();
+    context.close();
+    await waitExit(peer.child);
+  }
+  return samples;
+}
+
+async function nodeStream(tls: string, size: number, iters: number): Promise<number> {
+  const env = { ...process.env, UCX_TLS: tls };
+  const peer = await startPeer(join(root, 'bench/ucx-peer.ts'), ['stream', String(size), String(iters)], env);
+  const context = Context.create({ config: { TLS: tls } });
+  const worker = Worker.create(context);
+  const region = MemoryRegion.map(context, new ArrayBuffer(size));
+  const span = region.span(0, size);
+  const ep = Endpoint.connect(worker, { host: '127.0.0.1', port: peer.port });
+  try {
+    // One round first so that connection set-up stays out of the timing.
+    const ack = new Uint8Array(8);
+    const done = worker.tagRecv(ack, TAG_REPLY, FULL_MASK);
+    const t0 = process.hrtime.bigint();
+    const window = 32;
+    const inflight: Promise<void>[] = [];
+    for (let i = 0; i < iters; i++) {
+      inflight.push(ep.tagSend(TAG_DATA, span));
+      if (inflight.length >= window) await inflight.shift();
+    }
+    await Promise.all(inflight);
+    await done;
+    return Number(process.hrtime.bigint() - t0) / 1e9;
+  } finally {
+    await ep.close();
+    region.close();
+    await worker.close();
+    context.close();
+    await waitExit(peer.child);
+  }
+}
+
+function ucxHome(): string | undefined {
+  try {
+    const build = JSON.parse(readFileSync(join(root, 'build/gdrpc-build.json'), 'utf8')) as { ucxHome?: string };
+    if (build.ucxHome && existsSync(join(build.ucxHome, 'bin/ucx_perftest'))) return build.ucxHome;
+  } catch { /* fall through */ }
+  const local = join(root, '.deps/python/libucx');
+  return existsSync(join(local, 'bin/ucx_perftest')) ? local : undefined;
+}
+
+let nextPort = 20000 + (process.pid % 20000);
+
+/** Runs ucx_perftest server and client; returns the numbers of its "Final:" line. */
+async function perftest(home: string, tls: string, test: string, size: number, iters: number, rank: number): Promise<number[]> {
+  const bin = join(home, 'bin/ucx_perftest');
+  const env = { ...process.env, UCX_TLS: tls, LD_LIBRARY_PATH: join(home, 'lib') };
+  const port = String(nextPort++);
+  const server = spawn(bin, ['-p', port], { env, stdio: 'ignore' });
+  await new Promise((r) => setTimeout(r, 500));
+  const client = spawn(bin, ['127.0.0.1', '-p', port, '-t', test, '-s', String(size), '-n', String(iters), '-R', String(rank), '-f'],
+    { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  client.stdout!.on('data', (c: Buffer) => (out += c.toString()));
+  client.stderr!.on('data', (c: Buffer) => (out += c.toString()));
+  await waitExit(client);
+  server.kill();
+  await waitExit(server);
+  const line = out.split('\n').find((l) => l.startsWith('Final:'));
+  if (!line) throw new Error(`ucx_perftest ${test} gave no Final line:\n${out}`);
+  return line.replace('Final:', '').trim().split(/\s+/).map(Number);
+}
+
+function row(system: string, workload: string, bytes: number, fields: Partial<BenchResult>): BenchResult {
+  return { system, workload, bytes, p50_us: null, p99_us: null, ops_per_s: null, gbps: null, ...fields };
+}
+
+const LAT_SIZE = 8;
+const LAT_ITERS = 20_000;
+const BW_SIZES = [64 * 1024, 1 << 20, 64 << 20];
+
+function bwIters(size: number): number {
+  return Math.max(20, Math.min(20_000, Math.floor((4 << 30) / size / 4)));
+}
+
+/** `npm run bench -- ucx`: binding vs ucx_perftest, per transport. */
+export async function runUcxBench(_opts: { json?: string }): Promise<object> {
+  const home = ucxHome();
+  const results: BenchResult[] = [];
+  const ratios: Array<Record<string, unknown>> = [];
+  for (const [transport, tls] of Object.entries(TRANSPORTS)) {
+    const lat = (await nodePingPong(tls, LAT_SIZE, LAT_ITERS)).slice(1000).sort((a, b) => a - b);
+    const node = row('gdrpc-binding', `tag_pingpong_rtt/${transport}`, LAT_SIZE,
+      { p50_us: percentile(lat, 50), p99_us: percentile(lat, 99), ops_per_s: 1e6 / (lat.reduce((a, b) => a + b, 0) / lat.length) });
+    results.push(node);
+    if (home) {
+      // tag_lat reports half a round trip: double it to compare round trips.
+      const p50 = (await perftest(home, tls, 'tag_lat', LAT_SIZE, LAT_ITERS, 50))[1]! * 2;
+      const p99 = (await perftest(home, tls, 'tag_lat', LAT_SIZE, LAT_ITERS, 99))[1]! * 2;
+      results.push(row('ucx_perftest', `tag_pingpong_rtt/${transport}`, LAT_SIZE, { p50_us: p50, p99_us: p99, ops_per_s: 1e6 / p50 }));
+      ratios.push({ workload: `tag_pingpong_rtt/${transport}`, binding_over_perftest_p50: node.p50_us! / p50 });
+    }
+    for (const size of BW_SIZES) {
+      const iters = bwIters(size);
+      await nodeStream(tls, size, Math.min(iters, 10)); // warm-up run
+      const seconds = await nodeStream(tls, size, iters);
+      const gbps = (size * iters) / seconds / 1e9;
+      results.push(row('gdrpc-binding', `tag_bw/${transport}`, size, { gbps, ops_per_s: iters / seconds }));
+      if (home) {
+        const f = await perftest(home, tls, 'tag_bw', size, iters, 50);
+        const perfGbps = f[5]! * 2 ** 20 / 1e9; // MB/s in ucx_perftest is MiB/s
+        results.push(row('ucx_perftest', `tag_bw/${transport}`, size, { gbps: perfGbps, ops_per_s: f[7]! }));
+        ratios.push({ workload: `tag_bw/${transport}`, bytes: size, binding_over_perftest_gbps: gbps / perfGbps });
+      }
+    }
+  }
+  for (const r of results) {
+    console.log(`${r.system.padEnd(14)} ${r.workload.padEnd(24)} ${String(r.bytes).padStart(9)}  ` +
+      (r.p50_us !== null ? `p50 ${r.p50_us.toFixed(2)} us  p99 ${r.p99_us!.toFixed(2)} us` : `${r.gbps!.toFixed(2)} GB/s`));
+  }
+  for (const r of ratios) console.log(JSON.stringify(r));
+  return { machine: describeMachine(), perftest: home ? join(home, 'bin/ucx_perftest') : null, results, ratios };
+}
