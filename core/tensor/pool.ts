@@ -1,0 +1,149 @@
+// A TensorPool is one device allocation, mapped with UCX once, that tensors are carved from and
+// returned to. Registration is the expensive part of a zero-copy transfer; paying it once per
+// pool instead of once per call is the point. When the pool is full, a pool that allows it
+// registers a one-off allocation instead: counted, and warned about once, never silent.
+import { Code, GdrpcError } from '../errors.ts';
+import type { Context } from '../ucx/index.ts';
+import { Arena } from './arena.ts';
+import { parseDevice, type Device, type DeviceKind } from './device.ts';
+import { checkDType, type DType } from './dtype.ts';
+import { mapMemory, type MappedMemory } from './mapped-memory.ts';
+import { checkShape } from './shape.ts';
+import { Storage } from './storage.ts';
+import { Tensor } from './tensor.ts';
+
+/** Options of TensorPool.create. */
+export interface TensorPoolOptions {
+  device: Device;
+  /** Arena size; rounded up to 256 bytes. */
+  bytes: number;
+  /** When full, register a one-off allocation instead of failing (counted in stats). */
+  allowOverflow?: boolean;
+}
+
+/** What a pool holds now. `used` counts arena bytes in live blocks (256-byte granules), not overflow. */
+export interface TensorPoolStats {
+  device: Device;
+  capacity: number;
+  used: number;
+  liveTensors: number;
+  overflowRegistrations: number;
+}
+
+/** A per-device arena mapped with UCX once; tensors are carved from it and returned on release. */
+export class TensorPool {
+  readonly context: Context;
+  readonly device: Device;
+  readonly allowOverflow: boolean;
+  readonly #where: DeviceKind;
+  readonly #arena: Arena;
+  readonly #memory: MappedMemory;
+  readonly #live = new Set<Storage>();
+  #overflowRegistrations = 0;
+  #closed = false;
+
+  private constructor(context: Context, device: Device, where: DeviceKind, arena: Arena, memory: MappedMemory, allowOverflow: boolean) {
+    this.context = context;
+    this.device = device;
+    this.#where = where;
+    this.#arena = arena;
+    this.#memory = memory;
+    this.allowOverflow = allowOverflow;
+  }
+
+  /** Allocates `bytes` on `device` and maps all of it with UCX. */
+  static create(context: Context, options: TensorPoolOptions): TensorPool {
+    if (typeof options !== 'object' || options === null) {
+      throw new GdrpcError(Code.INVALID_ARGUMENT, 'TensorPool.create: options { device, bytes } are required');
+    }
+    const where = parseDevice(options.device, 'pool device');
+    const bytes: unknown = options.bytes;
+    if (typeof bytes !== 'number' || !Number.isSafeInteger(bytes) || bytes <= 0) {
+      throw new GdrpcError(Code.INVALID_ARGUMENT, `pool bytes must be a positive safe integer, got ${String(bytes)}`);
+    }
+    const arena = new Arena(bytes);
+    const memory = mapMemory(context, where, arena.capacity);
+    return new TensorPool(context, options.device, where, arena, memory, options.allowOverflow === true);
+  }
+
+  /** The UCX region mapping the whole arena; undefined when the pool is staged. */
+  get region() { return this.#memory.region; }
+  /** True when UCX could not map this pool's memory as its own type: movers must stage it through host memory. */
+  get staged(): boolean { return this.#memory.stagingReason !== undefined; }
+  /** Why the pool is staged. */
+  get stagingReason(): string | undefined { return this.#memory.stagingReason; }
+  get closed(): boolean { return this.#closed; }
+
+  /** A tensor from the arena; RESOURCE_EXHAUSTED when no free block fits (unless allowOverflow). */
+  allocate(shape: number[], dtype: DType): Tensor {
+    if (this.#closed) throw new GdrpcError(Code.FAILED_PRECONDITION, `tensor pool on ${this.device} is closed`);
+    const info = checkShape(shape, checkDType(dtype));
+    const storage = info.byteLength === 0
+      ? this.#storageAt(this.#memory, 0, 0, () => {})  // takes no arena space; any aligned address will do
+      : this.#carve(info.byteLength) ?? this.#overflow(info.byteLength);
+    return new Tensor(dtype, info, storage);
+  }
+
+  #carve(byteLength: number): Storage | undefined {
+    const offset = this.#arena.allocate(byteLength);
+    if (offset === undefined) return undefined;
+    return this.#storageAt(this.#memory, offset, byteLength, () => this.#arena.free(offset));
+  }
+
+  #overflow(byteLength: number): Storage {
+    if (!this.allowOverflow) {
+      const { capacity, used, largestFree } = this.#arena;
+      throw new GdrpcError(Code.RESOURCE_EXHAUSTED,
+        `tensor pool on ${this.device} is exhausted: ${byteLength} bytes requested, ${capacity - used} of ${capacity} free, largest free block ${largestFree}`,
+        { details: { device: this.device, requested: byteLength, capacity, used, largestFree } });
+    }
+    const memory = mapMemory(this.context, this.#where, byteLength);
+    this.#overflowRegistrations++;
+    if (this.#overflowRegistrations === 1) {
+      process.emitWarning(`tensor pool on ${this.device} (${this.#arena.capacity} bytes) overflowed: ` +
+        `registering ${byteLength} bytes per allocation; make the pool larger`, { code: 'GDRPC_POOL_OVERFLOW' });
+    }
+    return this.#storageAt(memory, 0, byteLength, () => memory.close());
+  }
+
+  #storageAt(memory: MappedMemory, offset: number, byteLength: number, giveBack: () => void): Storage {
+    const region = memory.region;
+    const storage: Storage = new Storage({
+      device: this.device,
+      byteLength,
+      pool: this,
+      host: memory.host?.subarray(offset, offset + byteLength),
+      address: memory.address + BigInt(offset),
+      span: region === undefined ? undefined : () => region.span(memory.regionOffset + offset, byteLength),
+      free: () => {
+        this.#live.delete(storage);
+        giveBack();
+      },
+    });
+    this.#live.add(storage);
+    return storage;
+  }
+
+  stats(): TensorPoolStats {
+    return {
+      device: this.device,
+      capacity: this.#arena.capacity,
+      used: this.#arena.used,
+      liveTensors: this.#live.size,
+      overflowRegistrations: this.#overflowRegistrations,
+    };
+  }
+
+  /** Unmaps and frees the arena; FAILED_PRECONDITION while tensors are live unless `force` (they become released). */
+  close(options: { force?: boolean } = {}): void {
+    if (this.#closed) return;
+    if (this.#live.size > 0 && options.force !== true) {
+      throw new GdrpcError(Code.FAILED_PRECONDITION,
+        `tensor pool on ${this.device} still has ${this.#live.size} live tensor(s); release them or close({ force: true })`);
+    }
+    // The arena first: if UCX refuses (a request still uses the region), nothing has changed yet.
+    this.#memory.close();
+    this.#closed = true;
+    for (const storage of [...this.#live]) storage.release();  // overflow tensors unmap their own memory
+  }
+}

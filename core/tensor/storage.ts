@@ -1,0 +1,119 @@
+// The bytes behind a tensor: a host view or a device pointer, the mapped span they sit in (if
+// any) and how to give them back. Pooled and unpooled tensors differ only in what `free` does.
+import { Code, GdrpcError } from '../errors.ts';
+import { cuda } from '../cuda.ts';
+import { addressOf, type MemorySpan } from '../ucx/index.ts';
+import { parseDevice, requireCudaDevice, type Device } from './device.ts';
+import type { TensorPool } from './pool.ts';
+
+/** What a storage is made of; exactly one of `host` (cpu) and `address` (cuda) describes the bytes. */
+export interface StorageInit {
+  device: Device;
+  byteLength: number;
+  /** The bytes of a cpu storage. */
+  host?: Uint8Array;
+  /** Device pointer of a cuda storage, or the already known address of `host`. */
+  address?: bigint;
+  /** The mapped span holding the bytes, made on demand. */
+  span?: () => MemorySpan | undefined;
+  /** Gives the bytes back (pool free, cuMemFree); called once. */
+  free?: () => void;
+  pool?: TensorPool;
+}
+
+/** The memory of one tensor; released once, after which every access fails. */
+export class Storage {
+  readonly device: Device;
+  readonly byteLength: number;
+  readonly pool: TensorPool | undefined;
+  readonly #host: Uint8Array | undefined;
+  #address: bigint | undefined;
+  readonly #span: (() => MemorySpan | undefined) | undefined;
+  #free: (() => void) | undefined;
+  #released = false;
+
+  constructor(init: StorageInit) {
+    this.device = init.device;
+    this.byteLength = init.byteLength;
+    this.pool = init.pool;
+    this.#host = init.host;
+    this.#address = init.address;
+    this.#span = init.span;
+    this.#free = init.free;
+  }
+
+  get released(): boolean { return this.#released; }
+
+  /** First byte: a device pointer, or the host view's address (looked up once, lazily). */
+  get address(): bigint {
+    this.assertLive();
+    let address = this.#address;
+    if (address === undefined) {
+      const host = this.#host!;
+      address = host.byteLength === 0 ? 0n : addressOf(host);
+      this.#address = address;
+    }
+    return address;
+  }
+
+  /** The host bytes; FAILED_PRECONDITION for device memory. */
+  hostBytes(): Uint8Array {
+    this.assertLive();
+    if (this.#host === undefined) {
+      throw new GdrpcError(Code.FAILED_PRECONDITION, `tensor lives on ${this.device}: copy it to 'cpu' with to('cpu') first`);
+    }
+    return this.#host;
+  }
+
+  /** Host view, or undefined for device memory (no liveness check: copy code has checked already). */
+  get host(): Uint8Array | undefined { return this.#host; }
+
+  span(): MemorySpan | undefined {
+    this.assertLive();
+    return this.#span?.();
+  }
+
+  /** Gives the memory back once; later calls do nothing. */
+  release(): void {
+    if (this.#released) return;
+    this.#released = true;
+    const free = this.#free;
+    this.#free = undefined;
+    free?.();
+  }
+
+  assertLive(): void {
+    if (this.#released) throw new GdrpcError(Code.FAILED_PRECONDITION, 'tensor was released');
+  }
+}
+
+/** Unpooled memory for `byteLength` bytes on `device`: a fresh (zeroed) ArrayBuffer, or cuMemAlloc. */
+export function allocateStorage(device: Device, byteLength: number): Storage {
+  const where = parseDevice(device);
+  if (where.kind === 'cpu') return new Storage({ device, byteLength, host: new Uint8Array(hostBuffer(byteLength)) });
+  requireCudaDevice(where.index);
+  if (byteLength === 0) return new Storage({ device, byteLength, address: 0n });
+  const pointer = cudaAlloc(where.index, byteLength);
+  return new Storage({ device, byteLength, address: pointer, free: () => cuda.free(pointer) });
+}
+
+/** A new ArrayBuffer, with V8's allocation failure turned into RESOURCE_EXHAUSTED. */
+export function hostBuffer(byteLength: number): ArrayBuffer {
+  try {
+    return new ArrayBuffer(byteLength);
+  } catch (cause) {
+    throw new GdrpcError(Code.RESOURCE_EXHAUSTED, `cannot allocate ${byteLength} bytes of host memory`, { cause });
+  }
+}
+
+/** cuMemAlloc with a failure reported as RESOURCE_EXHAUSTED naming the device and size. */
+export function cudaAlloc(index: number, byteLength: number): bigint {
+  try {
+    return cuda.alloc(index, byteLength);
+  } catch (cause) {
+    // The shim's own code wins (it knows an out-of-memory from a bad argument); bare errors are most likely OOM.
+    const code = cause instanceof GdrpcError ? cause.code : Code.RESOURCE_EXHAUSTED;
+    const detail = cause instanceof GdrpcError ? cause.rawMessage : String((cause as Error)?.message ?? cause);
+    throw new GdrpcError(code, `cannot allocate ${byteLength} bytes on cuda:${index}: ${detail}`, { cause });
+  }
+}

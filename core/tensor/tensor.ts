@@ -1,0 +1,126 @@
+// A dense, contiguous, row-major tensor on the host or on a CUDA device. The bytes sit in a
+// Storage: unpooled (a plain ArrayBuffer or cuMemAlloc) or carved from a TensorPool whose whole
+// allocation is mapped with UCX, which is what lets movers send it without registering per call.
+import { Code, GdrpcError } from '../errors.ts';
+import { cuda } from '../cuda.ts';
+import type { MemorySpan } from '../ucx/index.ts';
+import { copyStorage, sameBytes } from './copy.ts';
+import { parseDevice, type Device } from './device.ts';
+import { checkDType, dtypeOfArray, elementSize, viewOf, type DType, type TypedArray } from './dtype.ts';
+import type { TensorPool } from './pool.ts';
+import { checkShape, type ShapeInfo } from './shape.ts';
+import { allocateStorage, Storage } from './storage.ts';
+
+/** Where to allocate: a device (default 'cpu') or a pool (whose device it must match). */
+export interface AllocateOptions {
+  device?: Device;
+  pool?: TensorPool;
+}
+
+/** A dense row-major tensor: dtype, shape and the storage holding its bytes. */
+export class Tensor {
+  readonly dtype: DType;
+  readonly shape: readonly number[];
+  readonly numel: number;
+  readonly byteLength: number;
+  readonly #storage: Storage;
+
+  /** Internal: use fromArray/empty/zeros or TensorPool.allocate; `info` must come from checkShape. */
+  constructor(dtype: DType, info: ShapeInfo, storage: Storage) {
+    this.dtype = dtype;
+    this.shape = info.shape;
+    this.numel = info.numel;
+    this.byteLength = info.byteLength;
+    this.#storage = storage;
+  }
+
+  /** A host tensor viewing `data` (no copy, unless `data` is misaligned for `dtype`); shape defaults to 1-D. */
+  static fromArray(data: TypedArray, options: { shape?: number[]; dtype?: DType } = {}): Tensor {
+    const natural = dtypeOfArray(data);  // also rejects anything that is not a typed array
+    const dtype = options.dtype === undefined ? natural : checkDType(options.dtype);
+    const size = elementSize(dtype);
+    let info: ShapeInfo;
+    if (options.shape !== undefined) {
+      info = checkShape(options.shape, dtype);
+      if (info.byteLength !== data.byteLength) {
+        throw new GdrpcError(Code.INVALID_ARGUMENT, `shape [${info.shape.join(', ')}] of ${dtype} needs ${info.byteLength} bytes, the array has ${data.byteLength}`);
+      }
+    } else {
+      if (data.byteLength % size !== 0) {
+        throw new GdrpcError(Code.INVALID_ARGUMENT, `${data.byteLength} bytes is not a whole number of ${dtype} elements (${size} bytes each)`);
+      }
+      info = checkShape([data.byteLength / size], dtype);
+    }
+    let bytes = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+    // toArray() must be able to view the bytes as `dtype`; reinterpreting a byte buffer at an odd offset needs a copy.
+    if (data.byteOffset % size !== 0) bytes = bytes.slice();
+    return new Tensor(dtype, info, new Storage({ device: 'cpu', byteLength: info.byteLength, host: bytes }));
+  }
+
+  /** An uninitialised tensor (unpooled host memory happens to be zeroed; pools and GPUs are not). */
+  static empty(shape: number[], dtype: DType, options: AllocateOptions = {}): Tensor {
+    const info = checkShape(shape, checkDType(dtype));
+    if (options.pool !== undefined) {
+      if (options.device !== undefined && options.device !== options.pool.device) {
+        throw new GdrpcError(Code.INVALID_ARGUMENT, `device ${options.device} does not match the pool's device ${options.pool.device}`);
+      }
+      return options.pool.allocate(shape, dtype);
+    }
+    return new Tensor(dtype, info, allocateStorage(options.device ?? 'cpu', info.byteLength));
+  }
+
+  /** A tensor filled with zero bytes. */
+  static zeros(shape: number[], dtype: DType, options: AllocateOptions = {}): Tensor {
+    const tensor = Tensor.empty(shape, dtype, options);
+    const fresh = options.pool === undefined && tensor.device === 'cpu';  // a new ArrayBuffer is already zero
+    if (!fresh && tensor.byteLength > 0) {
+      if (tensor.device === 'cpu') tensor.bytes().fill(0);
+      else cuda.memset(tensor.address, 0, tensor.byteLength);
+    }
+    return tensor;
+  }
+
+  get device(): Device { return this.#storage.device; }
+  /** First byte (host or device pointer). */
+  get address(): bigint { return this.#storage.address; }
+  /** The pool this tensor was carved from (or overflowed from), if any. */
+  get pool(): TensorPool | undefined { return this.#storage.pool; }
+  /** True once release() ran (or its pool was force-closed). */
+  get released(): boolean { return this.#storage.released; }
+
+  /** The mapped span holding this tensor, when it lives in a UCX-mapped pool/region. */
+  span(): MemorySpan | undefined { return this.#storage.span(); }
+
+  /** A typed-array view of a host tensor (f16/bf16 as Uint16Array, bool as Uint8Array). */
+  toArray(): TypedArray {
+    const bytes = this.#storage.hostBytes();
+    return viewOf(this.dtype, bytes.buffer, bytes.byteOffset, this.numel);
+  }
+
+  /** The bytes of a host tensor, as a view. */
+  bytes(): Uint8Array { return this.#storage.hostBytes(); }
+
+  /** A copy on `device` (from `options.pool` when given); host<->GPU and GPU<->GPU through cuMemcpy. */
+  to(device: Device, options: { pool?: TensorPool } = {}): Tensor {
+    this.#storage.assertLive();
+    parseDevice(device);
+    const copy = Tensor.empty([...this.shape], this.dtype, { device, ...(options.pool ? { pool: options.pool } : {}) });
+    try {
+      copyStorage(copy.#storage, this.#storage);
+    } catch (error) {
+      copy.release();
+      throw error;
+    }
+    return copy;
+  }
+
+  /** Same dtype, shape and bytes (device data is copied to the host in pieces to compare). */
+  equals(other: Tensor): boolean {
+    if (this.dtype !== other.dtype || this.shape.length !== other.shape.length) return false;
+    if (this.shape.some((dim, i) => dim !== other.shape[i])) return false;
+    return sameBytes(this.#storage, other.#storage);
+  }
+
+  /** Returns the memory to its pool, or frees it; idempotent. */
+  release(): void { this.#storage.release(); }
+}

@@ -1,0 +1,183 @@
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { Context, nativeStats } from '../../core/ucx/index.ts';
+import { Tensor, TensorPool } from '../../core/tensor/index.ts';
+import { expectCode } from './expect-error.ts';
+
+let context: Context;
+const pools: TensorPool[] = [];
+
+/** A host pool that is force-closed after the test, whatever happened. */
+function hostPool(bytes: number, allowOverflow = false): TensorPool {
+  const pool = TensorPool.create(context, { device: 'cpu', bytes, allowOverflow });
+  pools.push(pool);
+  return pool;
+}
+
+beforeAll(() => {
+  context = Context.create();
+});
+afterEach(() => {
+  for (const pool of pools.splice(0)) pool.close({ force: true });
+});
+afterAll(() => {
+  context.close();
+});
+
+describe('TensorPool (host)', () => {
+  it('maps its whole arena once as host memory and carves tensors inside it', () => {
+    const regionsBefore = nativeStats().regions;
+    const pool = hostPool(4096);
+    expect(nativeStats().regions).toBe(regionsBefore + 1);
+    const region = pool.region!;
+    expect(region.memoryType).toBe('host');
+    expect(region.length).toBeGreaterThanOrEqual(4096);
+    expect(pool.staged).toBe(false);
+
+    const t = pool.allocate([3, 4], 'f32');
+    expect(t.pool).toBe(pool);
+    const span = t.span()!;
+    expect(span.region).toBe(region);
+    expect(span.length).toBe(48);
+    expect(span.offset + span.length).toBeLessThanOrEqual(region.length);
+    expect(region.address + BigInt(span.offset)).toBe(t.address);
+    expect(t.address % 256n).toBe(0n);
+    // The tensor's bytes are the region's bytes, not a copy.
+    (t.toArray() as Float32Array).set([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
+    const inRegion = new Float32Array(region.buffer!, span.offset, 12);
+    expect(Array.from(inRegion)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
+    expect(nativeStats().regions).toBe(regionsBefore + 1);  // carving registers nothing
+    t.release();
+  });
+
+  it('counts use, returns blocks on release, and release is idempotent', () => {
+    const pool = hostPool(1024);
+    expect(pool.stats()).toEqual({ device: 'cpu', capacity: 1024, used: 0, liveTensors: 0, overflowRegistrations: 0 });
+    const a = pool.allocate([10], 'u8');
+    const b = pool.allocate([300], 'u8');
+    expect(pool.stats()).toMatchObject({ used: 768, liveTensors: 2 });
+    const aOffset = a.span()!.offset;
+    a.release();
+    a.release();
+    expect(pool.stats()).toMatchObject({ used: 512, liveTensors: 1 });
+    const c = pool.allocate([256], 'u8');
+    expect(c.span()!.offset).toBe(aOffset);  // first fit reuses a's block
+    b.release();
+    c.release();
+    expect(pool.stats()).toMatchObject({ used: 0, liveTensors: 0 });
+    expectCode(() => a.span(), 'FAILED_PRECONDITION', /released/);
+  });
+
+  it('coalesces freed neighbours so a larger tensor fits again', () => {
+    const pool = hostPool(1024);
+    const blocks = [0, 1, 2, 3].map(() => pool.allocate([64], 'f32'));  // 256 bytes each
+    expectCode(() => pool.allocate([1], 'u8'), 'RESOURCE_EXHAUSTED');
+    blocks[2]!.release();
+    blocks[1]!.release();
+    const big = pool.allocate([128], 'f32');  // 512 bytes: only fits in the merged range
+    expect(big.span()!.offset).toBe(blocks[0]!.span()!.offset + 256);
+    big.release();
+    blocks[0]!.release();
+    blocks[3]!.release();
+    const all = pool.allocate([256], 'f32');
+    expect(all.byteLength).toBe(1024);
+    all.release();
+  });
+
+  it('throws RESOURCE_EXHAUSTED with the numbers when full', () => {
+    const pool = hostPool(512);
+    const t = pool.allocate([300], 'u8');
+    const error = expectCode(() => pool.allocate([300], 'u8'), 'RESOURCE_EXHAUSTED', /300 bytes requested, 0 of 512 free/);
+    expect(error.details).toMatchObject({ device: 'cpu', requested: 300, capacity: 512, used: 512 });
+    expect(pool.stats()).toMatchObject({ liveTensors: 1, overflowRegistrations: 0 });
+    t.release();
+  });
+
+  it('with allowOverflow registers a one-off region, counts it and warns once', async () => {
+    const warnings: Error[] = [];
+    const onWarning = (w: Error) => warnings.push(w);
+    process.on('warning', onWarning);
+    try {
+      const pool = hostPool(256, true);
+      const inPool = pool.allocate([256], 'u8');
+      const regionsBefore = nativeStats().regions;
+      const extra = pool.allocate([100], 'u8');
+      const extra2 = pool.allocate([3], 'f64');
+      expect(pool.stats()).toMatchObject({ used: 256, liveTensors: 3, overflowRegistrations: 2 });
+      expect(nativeStats().regions).toBe(regionsBefore + 2);
+      const span = extra.span()!;
+      expect(span.region).not.toBe(pool.region);
+      expect(span.region.memoryType).toBe('host');
+      expect(span.length).toBe(100);
+      expect(extra.pool).toBe(pool);
+      extra.bytes().fill(7);
+      expect(new Uint8Array(span.region.buffer!, span.offset, 100).every((b) => b === 7)).toBe(true);
+      extra.release();
+      extra2.release();
+      extra.release();
+      expect(nativeStats().regions).toBe(regionsBefore);
+      expect(pool.stats()).toMatchObject({ liveTensors: 1, overflowRegistrations: 2 });
+      inPool.release();
+      await new Promise((resolve) => setImmediate(resolve));
+      const ours = warnings.filter((w) => (w as any).code === 'GDRPC_POOL_OVERFLOW');
+      expect(ours).toHaveLength(1);
+      expect(ours[0]!.message).toMatch(/overflowed/);
+    } finally {
+      process.off('warning', onWarning);
+    }
+  });
+
+  it('gives zero-sized tensors without using arena space', () => {
+    const pool = hostPool(256);
+    const full = pool.allocate([256], 'u8');
+    const empty = pool.allocate([4, 0], 'f32');
+    expect(empty.byteLength).toBe(0);
+    expect(pool.stats()).toMatchObject({ used: 256, liveTensors: 2 });
+    empty.release();
+    full.release();
+    expect(pool.stats().liveTensors).toBe(0);
+  });
+
+  it('zeros() from a pool clears reused bytes; empty()/to() use the pool', () => {
+    const pool = hostPool(1024);
+    const dirty = pool.allocate([64], 'u32');
+    dirty.bytes().fill(0xff);
+    const dirtyOffset = dirty.span()!.offset;
+    dirty.release();
+    const z = Tensor.zeros([64], 'u32', { pool });
+    expect(z.span()!.offset).toBe(dirtyOffset);  // same bytes, so zeros() really had to clear them
+    expect(z.bytes().every((b) => b === 0)).toBe(true);
+    const source = Tensor.fromArray(new Float64Array([1, 2, 3]));
+    const copy = source.to('cpu', { pool });
+    expect(copy.pool).toBe(pool);
+    expect(copy.equals(source)).toBe(true);
+    expect(pool.stats().liveTensors).toBe(2);
+    expectCode(() => Tensor.empty([1], 'u8', { pool, device: 'cuda:0' }), 'INVALID_ARGUMENT', /does not match the pool/);
+    z.release();
+    copy.release();
+  });
+
+  it('close() refuses while tensors are live; force releases them; all regions go', () => {
+    const regionsBefore = nativeStats().regions;
+    const pool = TensorPool.create(context, { device: 'cpu', bytes: 4096, allowOverflow: true });
+    const a = pool.allocate([16], 'u8');
+    const b = pool.allocate([8192], 'u8');  // overflow
+    expect(nativeStats().regions).toBe(regionsBefore + 2);
+    expectCode(() => pool.close(), 'FAILED_PRECONDITION', /2 live tensor/);
+    expect(pool.closed).toBe(false);
+    pool.close({ force: true });
+    expect(pool.closed).toBe(true);
+    expect(a.released && b.released).toBe(true);
+    expectCode(() => a.bytes(), 'FAILED_PRECONDITION', /released/);
+    expect(nativeStats().regions).toBe(regionsBefore);
+    a.release();
+    pool.close();
+    expectCode(() => pool.allocate([1], 'u8'), 'FAILED_PRECONDITION', /closed/);
+  });
+
+  it('rejects bad options', () => {
+    expectCode(() => TensorPool.create(context, { device: 'cpu', bytes: 0 }), 'INVALID_ARGUMENT', /positive safe integer/);
+    expectCode(() => TensorPool.create(context, { device: 'cpu', bytes: -5 }), 'INVALID_ARGUMENT');
+    expectCode(() => TensorPool.create(context, { device: 'gpu' as any, bytes: 256 }), 'INVALID_ARGUMENT', /pool device/);
+    expectCode(() => TensorPool.create(context, undefined as any), 'INVALID_ARGUMENT');
+  });
+});
