@@ -1,0 +1,109 @@
+// Maps model types to TypeScript type text. A tensor with @remote placement is a `Tensor` on the
+// sending side and a `RemoteTensor` (a handle to pull) on the receiving side, so every type that
+// reaches one has two views.
+import type { ScalarName, TypeRef } from '../../core/rpc/descriptor.ts';
+import type { IrField, IrStruct } from '../model.ts';
+import type { ModuleSymbols } from './symbols.ts';
+
+const SCALAR_TS: Record<ScalarName, string> = {
+  bool: 'boolean',
+  i8: 'number', i16: 'number', i32: 'number', u8: 'number', u16: 'number', u32: 'number', f32: 'number', f64: 'number',
+  i64: 'bigint', u64: 'bigint',
+  string: 'string',
+  bytes: 'Uint8Array',
+};
+
+/** Answers whether a type reaches a @remote tensor (through structs, lists, maps, optionals). */
+export class RemoteIndex {
+  private readonly memo = new Map<string, boolean>();
+
+  constructor(private readonly structs: ReadonlyMap<string, IrStruct>) {}
+
+  has(t: TypeRef): boolean {
+    switch (t.kind) {
+      case 'tensor':
+        return t.placement.kind === 'remote';
+      case 'list':
+        return this.has(t.element);
+      case 'map':
+        return this.has(t.value);
+      case 'optional':
+        return this.has(t.inner);
+      case 'struct':
+        return this.struct(t.name);
+      default:
+        return false;
+    }
+  }
+
+  /** True when a struct has a different receiving-side view. */
+  struct(fullName: string): boolean {
+    const known = this.memo.get(fullName);
+    if (known !== undefined) return known;
+    this.memo.set(fullName, false); // a struct reached again while being computed adds nothing new
+    const result = (this.structs.get(fullName)?.fields ?? []).some((f) => this.has(f.type));
+    this.memo.set(fullName, result);
+    return result;
+  }
+
+  fields(fields: IrField[]): boolean {
+    return fields.some((f) => this.has(f.type));
+  }
+}
+
+/** Writes TypeScript type text for model types, importing what they reference. */
+export class TypeMapper {
+  constructor(
+    private readonly symbols: ModuleSymbols,
+    private readonly remote: RemoteIndex,
+  ) {}
+
+  /** The TypeScript type of `t` as the sender (`received` false) or the receiver sees it. */
+  type(t: TypeRef, received: boolean): string {
+    switch (t.kind) {
+      case 'scalar':
+        return SCALAR_TS[t.name];
+      case 'list': {
+        const element = this.type(t.element, received);
+        return /^[A-Za-z0-9_]+$/.test(element) ? `${element}[]` : `Array<${element}>`;
+      }
+      case 'map':
+        return `Record<string, ${this.type(t.value, received)}>`;
+      case 'optional':
+        return `${this.type(t.inner, received)} | undefined`;
+      case 'struct':
+        return this.symbols.type(t.name, received && this.remote.struct(t.name));
+      case 'enum':
+        return this.symbols.type(t.name);
+      case 'tensor':
+        if (t.placement.kind !== 'remote') return this.symbols.runtime('Tensor');
+        // A sender may pass on a handle it received instead of a tensor it owns.
+        if (received) return this.symbols.runtime('RemoteTensor');
+        return `${this.symbols.runtime('Tensor')} | ${this.symbols.runtime('RemoteTensor')}`;
+    }
+  }
+
+  /** An object type literal with one property per field; optional fields may be left out. */
+  object(fields: IrField[], received: boolean): string {
+    if (fields.length === 0) return 'Record<string, never>';
+    const lines = fields.map((f) => {
+      const doc = f.doc.length > 0 ? `${docComment(f.doc, '  ')}\n` : '';
+      const optional = f.type.kind === 'optional' ? '?' : '';
+      return `${doc}  ${propertyName(f.name)}${optional}: ${this.type(f.type, received)};`;
+    });
+    return `{\n${lines.join('\n')}\n}`;
+  }
+}
+
+function propertyName(name: string): string {
+  return /^[A-Za-z_$][A-Za-z0-9_$]*$/.test(name) ? name : `'${name}'`;
+}
+
+/** A JSDoc block for doc lines written inside type text (ts-morph writes the top-level ones). */
+export function docComment(lines: string[], indent: string): string {
+  if (lines.length === 1) return `${indent}/** ${escapeDoc(lines[0]!)} */`;
+  return [`${indent}/**`, ...lines.map((l) => `${indent} * ${escapeDoc(l)}`.trimEnd()), `${indent} */`].join('\n');
+}
+
+/** Keeps a doc line from closing the comment it is written into. */
+export const escapeDoc = (line: string): string => line.replace(/\*\//g, '*\\/');
