@@ -1,10 +1,39 @@
+// Registers the binding's classes and functions; each concept lives in its own file.
 #include <napi.h>
-#include <ucp/api/ucp.h>
+#include "context.h"
+#include "cuda.h"
+#include "endpoint.h"
+#include "listener.h"
+#include "memory.h"
+#include "rkey.h"
+#include "state.h"
+#include "status.h"
+#include "worker.h"
+
+using namespace gdrpc;
 
 static Napi::Object Init(Napi::Env env, Napi::Object exports) {
-  unsigned major, minor, release;
-  ucp_get_version(&major, &minor, &release);
-  exports.Set("ucxVersion", Napi::String::New(env, std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(release)));
+  State* state = new State();
+  env.SetInstanceData<State>(state);
+  // Runs before the instance data is freed: every live UCX object is closed, children first.
+  env.AddCleanupHook([state] { CloseAll(state); });
+
+  Napi::Function endpoint = Endpoint::Define(env);
+  Napi::Function region = MemoryRegion::Define(env);
+  state->endpointClass = Napi::Persistent(endpoint);
+  state->regionClass = Napi::Persistent(region);
+  exports.Set("Context", Context::Define(env));
+  exports.Set("Worker", Worker::Define(env));
+  exports.Set("Listener", Listener::Define(env));
+  exports.Set("Endpoint", endpoint);
+  exports.Set("MemoryRegion", region);
+  exports.Set("RemoteKey", RemoteKey::Define(env));
+  exports.Set("ucxVersion", Napi::Function::New(env, UcxVersion));
+  exports.Set("nativeStats", Napi::Function::New(env, NativeStats));
+  exports.Set("addressOf", Napi::Function::New(env, AddressOf));
+  exports.Set("setErrorClass", Napi::Function::New(env, SetErrorClass));
+  exports.Set("cuda", cuda::Define(env));
   return exports;
 }
+
 NODE_API_MODULE(gdrpc, Init)

@@ -1,0 +1,127 @@
+#include "listener.h"
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <cstring>
+#include "state.h"
+#include "status.h"
+#include "worker.h"
+
+namespace gdrpc {
+
+Napi::Function Listener::Define(Napi::Env env) {
+  return DefineClass(env, "Listener", {
+    InstanceAccessor<&Listener::GetHost>("host"),
+    InstanceAccessor<&Listener::GetPort>("port"),
+    InstanceMethod<&Listener::Close>("close"),
+  });
+}
+
+/** "address" and port of a socket address. */
+static std::pair<std::string, unsigned> Describe(const sockaddr_storage& address) {
+  char host[NI_MAXHOST] = "";
+  char service[NI_MAXSERV] = "";
+  getnameinfo(reinterpret_cast<const sockaddr*>(&address), sizeof(address), host, sizeof(host), service,
+              sizeof(service), NI_NUMERICHOST | NI_NUMERICSERV);
+  return {host, static_cast<unsigned>(std::strtoul(service, nullptr, 10))};
+}
+
+Listener::Listener(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Listener>(info) {
+  Napi::Env env = info.Env();
+  worker_ = Worker::Unwrap(info[0].As<Napi::Object>());
+  worker_->CheckOpen(env);
+  std::string host = info[1].As<Napi::String>().Utf8Value();
+  uint32_t port = info[2].As<Napi::Number>().Uint32Value();
+  sockaddr_storage address{};
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&address);
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&address);
+  if (inet_pton(AF_INET, host.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(static_cast<uint16_t>(port));
+  } else if (inet_pton(AF_INET6, host.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(static_cast<uint16_t>(port));
+  } else {
+    Throw(env, "INVALID_ARGUMENT", "listener host must be a numeric IPv4 or IPv6 address, got " + host);
+  }
+  ucp_listener_params_t params{};
+  params.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+  params.sockaddr.addr = reinterpret_cast<const sockaddr*>(&address);
+  params.sockaddr.addrlen = sizeof(address);
+  params.conn_handler.cb = OnConnection;
+  params.conn_handler.arg = this;
+  ucs_status_t status = ucp_listener_create(worker_->handle(), &params, &listener_);
+  if (status != UCS_OK) {
+    listener_ = nullptr;
+    ThrowStatus(env, status, "ucp_listener_create on " + host + ":" + std::to_string(port));
+  }
+  ucp_listener_attr_t attr{};
+  attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
+  status = ucp_listener_query(listener_, &attr);
+  if (status != UCS_OK) {
+    ucp_listener_destroy(listener_);
+    listener_ = nullptr;
+    ThrowStatus(env, status, "ucp_listener_query");
+  }
+  std::tie(host_, port_) = Describe(attr.sockaddr);
+  workerRef_ = Napi::Persistent(info[0].As<Napi::Object>());
+  handler_ = Napi::Persistent(info[3].As<Napi::Function>());
+  State::Of(env)->counters.listeners++;
+  worker_->AddListener(this);
+}
+
+Listener::~Listener() { Destroy(false); }
+
+void Listener::OnConnection(ucp_conn_request_h request, void* arg) {
+  Listener* self = static_cast<Listener*>(arg);
+  Event event{Event::ConnectionRequest};
+  event.listener = self;
+  event.connRequest = request;
+  self->worker_->Queue(event);
+}
+
+void Listener::OnConnectionRequest(Napi::Env env, ucp_conn_request_h request) {
+  if (listener_ == nullptr) return;
+  ucp_conn_request_attr_t attr{};
+  attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
+  std::pair<std::string, unsigned> client{"", 0};
+  if (ucp_conn_request_query(request, &attr) == UCS_OK) client = Describe(attr.client_address);
+  Napi::Value accepted;
+  try {
+    accepted = handler_.Call({Napi::String::New(env, "request"), Napi::String::New(env, client.first),
+                              Napi::Number::New(env, client.second)});
+  } catch (const Napi::Error& error) {
+    ucp_listener_reject(listener_, request);
+    handler_.Call({Napi::String::New(env, "error"), error.Value()});
+    return;
+  }
+  if (!accepted.ToBoolean()) {
+    ucp_listener_reject(listener_, request);
+    return;
+  }
+  Napi::Object endpoint;
+  try {
+    endpoint = State::Of(env)->endpointClass.New({workerRef_.Value(), Napi::External<ucp_conn_request>::New(env, request),
+                                                   Napi::String::New(env, client.first + ":" + std::to_string(client.second))});
+  } catch (const Napi::Error& error) {
+    handler_.Call({Napi::String::New(env, "error"), error.Value()});
+    return;
+  }
+  handler_.Call({Napi::String::New(env, "connection"), endpoint});
+}
+
+Napi::Value Listener::Close(const Napi::CallbackInfo& info) {
+  Destroy(true);
+  return info.Env().Undefined();
+}
+
+void Listener::Destroy(bool fromJs) {
+  if (listener_ == nullptr) return;
+  for (ucp_conn_request_h request : worker_->Forget(nullptr, this)) ucp_listener_reject(listener_, request);
+  ucp_listener_destroy(listener_);
+  listener_ = nullptr;
+  worker_->RemoveListener(this);
+  State::Of(Env())->counters.listeners--;
+  handler_.Reset();
+}
+
+}  // namespace gdrpc

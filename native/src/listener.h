@@ -1,0 +1,36 @@
+// A UCP listener on a socket address. Connection requests are queued by the UCX callback; on the
+// main thread JS decides (accept -> a server-side Endpoint, or ucp_listener_reject).
+#pragma once
+#include <napi.h>
+#include <ucp/api/ucp.h>
+#include <string>
+
+namespace gdrpc {
+
+class Worker;
+
+class Listener : public Napi::ObjectWrap<Listener> {
+ public:
+  static Napi::Function Define(Napi::Env env);
+  /** new Listener(worker, host, port, handler(kind, ...)): kinds 'request' (-> boolean), 'connection', 'error'. */
+  explicit Listener(const Napi::CallbackInfo& info);
+  ~Listener() override;
+
+  void OnConnectionRequest(Napi::Env env, ucp_conn_request_h request);
+  void Destroy(bool fromJs);
+
+ private:
+  Napi::Value GetHost(const Napi::CallbackInfo& info) { return Napi::String::New(info.Env(), host_); }
+  Napi::Value GetPort(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), port_); }
+  Napi::Value Close(const Napi::CallbackInfo& info);
+  static void OnConnection(ucp_conn_request_h request, void* arg);
+
+  Worker* worker_ = nullptr;
+  Napi::ObjectReference workerRef_;
+  Napi::FunctionReference handler_;
+  ucp_listener_h listener_ = nullptr;
+  std::string host_;
+  unsigned port_ = 0;
+};
+
+}  // namespace gdrpc

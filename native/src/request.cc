@@ -1,0 +1,155 @@
+#include "request.h"
+#include "endpoint.h"
+#include "memory.h"
+#include "state.h"
+#include "status.h"
+#include "worker.h"
+
+namespace gdrpc {
+
+Span ResolveSpan(Napi::Env env, Napi::Value target, Napi::Value offsetValue, Napi::Value lengthValue) {
+  Span span;
+  size_t offset = static_cast<size_t>(offsetValue.As<Napi::Number>().Int64Value());
+  size_t length = static_cast<size_t>(lengthValue.As<Napi::Number>().Int64Value());
+  uint8_t* base = nullptr;
+  size_t size = 0;
+  if (target.IsTypedArray()) {
+    Napi::TypedArray view = target.As<Napi::TypedArray>();
+    base = static_cast<uint8_t*>(view.ArrayBuffer().Data()) + view.ByteOffset();
+    size = view.ByteLength();
+  } else if (target.IsDataView()) {
+    Napi::DataView view = target.As<Napi::DataView>();
+    base = static_cast<uint8_t*>(view.ArrayBuffer().Data()) + view.ByteOffset();
+    size = view.ByteLength();
+  } else if (target.IsArrayBuffer()) {
+    Napi::ArrayBuffer buffer = target.As<Napi::ArrayBuffer>();
+    base = static_cast<uint8_t*>(buffer.Data());
+    size = buffer.ByteLength();
+  } else if (MemoryRegion* region = MemoryRegion::From(env, target)) {
+    region->CheckOpen(env);
+    base = static_cast<uint8_t*>(region->address());
+    size = region->length();
+    span.memh = region->memh();
+    span.memoryType = region->memoryType();
+    span.region = region;
+  } else {
+    Throw(env, "INVALID_ARGUMENT", "expected an ArrayBufferView, an ArrayBuffer or a MemoryRegion");
+  }
+  // The TypeScript layer checks ranges; this check only keeps a bad call from touching wild memory.
+  if (offset > size || length > size - offset) Throw(env, "INVALID_ARGUMENT", "range outside the buffer");
+  span.address = base + offset;
+  span.length = length;
+  span.holder = target;
+  return span;
+}
+
+static void OnSendDone(void* request, ucs_status_t status, void* user) {
+  Request* r = static_cast<Request*>(user);
+  r->status = status;
+  r->worker->Queue(r);
+}
+
+static void OnRecvDone(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user) {
+  Request* r = static_cast<Request*>(user);
+  r->status = status;
+  if (info != nullptr) r->recvInfo = *info;
+  r->worker->Queue(r);
+}
+
+Request::Request(Worker* worker, Endpoint* endpoint, RequestKind kind, uint32_t id, Napi::Env env)
+    : worker(worker), endpoint(endpoint), kind(kind), id(id), deferred(Napi::Promise::Deferred::New(env)) {
+  State::Of(env)->counters.requests++;
+}
+
+Request::~Request() {
+  if (region != nullptr) region->Release();
+  State::Of(deferred.Env())->counters.requests--;
+}
+
+void Request::Prepare(ucp_request_param_t& param, const Span* span) {
+  param.op_attr_mask |= UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  param.user_data = this;
+  if (kind == RequestKind::Recv) {
+    param.cb.recv = OnRecvDone;
+    param.op_attr_mask |= UCP_OP_ATTR_FIELD_RECV_INFO;
+    param.recv_info.tag_info = &recvInfo;
+  } else {
+    param.cb.send = OnSendDone;
+  }
+  if (span == nullptr) return;
+  param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+  param.memory_type = span->memoryType;
+  if (span->memh != nullptr) {
+    param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+    param.memh = span->memh;
+  }
+  if (span->region != nullptr) {
+    region = span->region;
+    region->Acquire();
+  }
+  holder = Napi::Persistent(span->holder);
+}
+
+Napi::Value Request::Start(ucs_status_ptr_t result, const char* name) {
+  what = name;
+  Napi::Env env = deferred.Env();
+  Napi::Promise promise = deferred.Promise();
+  if (result == nullptr || UCS_PTR_IS_ERR(result)) {
+    status = result == nullptr ? UCS_OK : UCS_PTR_STATUS(result);
+    Finish(env);
+    return promise;
+  }
+  ucxRequest = result;
+  pending = true;
+  worker->AddRequest(this);
+  if (endpoint != nullptr && kind != RequestKind::Close) endpoint->AddRequest(this);
+  worker->Kick();
+  return promise;
+}
+
+void Request::Detach(Napi::Env env, const char* code, const std::string& message, ucs_status_t cause) {
+  if (settled) return;
+  settled = true;
+  deferred.Reject(MakeError(env, code, message, StatusName(cause)).Value());
+}
+
+void Request::Settle(Napi::Env env) {
+  if (settled) return;
+  settled = true;
+  if (status == UCS_OK || kind == RequestKind::Close) {  // a forced close reports the failure it ended
+    if (kind == RequestKind::Recv) {
+      Napi::Object result = Napi::Object::New(env);
+      result.Set("senderTag", Napi::BigInt::New(env, static_cast<uint64_t>(recvInfo.sender_tag)));
+      result.Set("length", Napi::Number::New(env, static_cast<double>(recvInfo.length)));
+      deferred.Resolve(result);
+    } else {
+      deferred.Resolve(env.Undefined());
+    }
+    return;
+  }
+  std::string name = std::string(what);
+  if (endpoint != nullptr && endpoint->failed()) {
+    deferred.Reject(MakeError(env, "UNAVAILABLE", name + ": endpoint to " + endpoint->peer() + " failed: " +
+                              ucs_status_string(endpoint->failure()), StatusName(endpoint->failure())).Value());
+  } else if (status == UCS_ERR_MESSAGE_TRUNCATED) {
+    deferred.Reject(MakeError(env, "INVALID_ARGUMENT", name + ": message truncated (the receive buffer is smaller "
+                              "than the message)", StatusName(status)).Value());
+  } else if (status == UCS_ERR_CANCELED) {
+    deferred.Reject(MakeError(env, "CANCELLED", name + ": cancelled", StatusName(status)).Value());
+  } else {
+    deferred.Reject(StatusError(env, status, name).Value());
+  }
+}
+
+void Request::Finish(Napi::Env env) {
+  Settle(env);
+  if (ucxRequest != nullptr) ucp_request_free(ucxRequest);
+  if (pending) worker->RemoveRequest(this);
+  if (endpoint != nullptr) {
+    endpoint->RemoveRequest(this);
+    if (kind == RequestKind::Close) endpoint->OnClosed(env);
+  }
+  delete this;
+}
+
+}  // namespace gdrpc

@@ -1,0 +1,62 @@
+// One in-flight UCX operation and the completion queue that settles it. UCX callbacks only record
+// the outcome and queue the request; the worker settles the queue (resolves or rejects the JS
+// promise, frees the UCX request) on the main thread after ucp_worker_progress has returned.
+#pragma once
+#include <napi.h>
+#include <ucp/api/ucp.h>
+#include <cstdint>
+#include <string>
+
+namespace gdrpc {
+
+class Worker;
+class Endpoint;
+class MemoryRegion;
+
+/** A memory range an operation reads or writes, resolved from a JS view or a MemoryRegion. */
+struct Span {
+  void* address = nullptr;
+  size_t length = 0;
+  ucp_mem_h memh = nullptr;                        // set for MemoryRegion spans
+  ucs_memory_type_t memoryType = UCS_MEMORY_TYPE_HOST;
+  MemoryRegion* region = nullptr;
+  Napi::Value holder;                              // the JS object that owns the memory
+};
+
+/** Resolves (target, offset, length): target is an ArrayBufferView, an ArrayBuffer or a MemoryRegion. */
+Span ResolveSpan(Napi::Env env, Napi::Value target, Napi::Value offset, Napi::Value length);
+
+enum class RequestKind { Send, Recv, Put, Get, Flush, Close };
+
+struct Request {
+  Request(Worker* worker, Endpoint* endpoint, RequestKind kind, uint32_t id, Napi::Env env);
+  ~Request();
+
+  /** Adds the UCX callback + user data + memory fields for `span` to `param`. */
+  void Prepare(ucp_request_param_t& param, const Span* span);
+  /** Handles the return value of a *_nbx call: settles now, fails now, or registers as pending. */
+  Napi::Value Start(ucs_status_ptr_t result, const char* what);
+  /** Rejects the JS promise now (if not yet settled); the native request stays until UCX completes it. */
+  void Detach(Napi::Env env, const char* code, const std::string& message, ucs_status_t status);
+  /** Called by the worker when it drains the queue: settle JS, free the UCX request, delete. */
+  void Finish(Napi::Env env);
+
+  Worker* worker;
+  Endpoint* endpoint;
+  RequestKind kind;
+  uint32_t id;
+  const char* what = "";
+  Napi::Promise::Deferred deferred;
+  Napi::Reference<Napi::Value> holder;             // keeps the JS memory alive until completion
+  MemoryRegion* region = nullptr;
+  void* ucxRequest = nullptr;
+  ucs_status_t status = UCS_INPROGRESS;
+  ucp_tag_recv_info_t recvInfo{};
+  bool settled = false;                            // the JS promise was resolved or rejected
+  bool pending = false;                            // registered with the worker, completion awaited
+
+ private:
+  void Settle(Napi::Env env);
+};
+
+}  // namespace gdrpc

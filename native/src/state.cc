@@ -1,0 +1,25 @@
+#include "state.h"
+#include "context.h"
+
+namespace gdrpc {
+
+Napi::Value NativeStats(const Napi::CallbackInfo& info) {
+  const Counters& c = State::Of(info.Env())->counters;
+  Napi::Object stats = Napi::Object::New(info.Env());
+  stats.Set("contexts", static_cast<double>(c.contexts));
+  stats.Set("workers", static_cast<double>(c.workers));
+  stats.Set("endpoints", static_cast<double>(c.endpoints));
+  stats.Set("listeners", static_cast<double>(c.listeners));
+  stats.Set("regions", static_cast<double>(c.regions));
+  stats.Set("rkeys", static_cast<double>(c.rkeys));
+  stats.Set("requests", static_cast<double>(c.requests));
+  return stats;
+}
+
+void CloseAll(State* state) {
+  state->exiting = true;
+  std::set<Context*> contexts = state->contexts;
+  for (Context* context : contexts) context->Destroy();
+}
+
+}  // namespace gdrpc

@@ -1,0 +1,32 @@
+// Per-environment state of the addon: the registered error class, the constructors native code
+// needs, the live-object counters behind nativeStats(), and the roots the exit hook closes.
+#pragma once
+#include <napi.h>
+#include <set>
+
+namespace gdrpc {
+
+class Context;
+
+/** Live native objects of each kind (nativeStats()). */
+struct Counters {
+  int64_t contexts = 0, workers = 0, endpoints = 0, listeners = 0, regions = 0, rkeys = 0, requests = 0;
+};
+
+struct State {
+  Napi::FunctionReference errorClass;
+  Napi::FunctionReference endpointClass;  // the listener builds server-side endpoints with it
+  Napi::FunctionReference regionClass;    // to recognise MemoryRegion arguments
+  Counters counters;
+  std::set<Context*> contexts;            // closed (children first) by the env cleanup hook
+  bool exiting = false;                   // set in the cleanup hook: no JS calls from there on
+
+  static State* Of(Napi::Env env) { return env.GetInstanceData<State>(); }
+};
+
+/** nativeStats(): the live counters as a plain object. */
+Napi::Value NativeStats(const Napi::CallbackInfo& info);
+/** Closes every live object (children first); runs at environment teardown. */
+void CloseAll(State* state);
+
+}  // namespace gdrpc

@@ -1,0 +1,31 @@
+// How the Node event loop wakes a worker up: the worker's event fd is watched by the loop, a
+// watchdog timer covers missed wake-ups, and a "kick" runs the worker on the next loop turn (after
+// an operation was posted, or repeatedly during a busy-poll window).
+#pragma once
+#include <napi.h>
+#include <functional>
+
+namespace gdrpc {
+
+class Wakeup {
+ public:
+  using Callback = std::function<void()>;
+  /** Watches `fd` for readability and starts the watchdog; `onWake` runs on the main thread. */
+  Wakeup(Napi::Env env, int fd, unsigned watchdogMs, Callback onWake);
+  ~Wakeup();
+  /** Keeps the process alive (ref) only while the worker has live work. */
+  void SetRef(bool ref);
+  /** Runs onWake on the next loop iteration. */
+  void Kick();
+  /** Keeps running onWake on every loop iteration (busy poll) until set false. */
+  void SetSpin(bool spin);
+  /** Stops watching (before the fd is closed); the handles are released asynchronously. */
+  void Stop();
+
+  struct Handles;
+
+ private:
+  Handles* handles_;
+};
+
+}  // namespace gdrpc

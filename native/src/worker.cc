@@ -1,0 +1,276 @@
+#include "worker.h"
+#include <chrono>
+#include "context.h"
+#include "endpoint.h"
+#include "listener.h"
+#include "request.h"
+#include "state.h"
+#include "status.h"
+
+namespace gdrpc {
+
+static uint64_t NowNs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+Napi::Function Worker::Define(Napi::Env env) {
+  return DefineClass(env, "Worker", {
+    InstanceMethod<&Worker::TagRecv>("tagRecv"),
+    InstanceMethod<&Worker::TagProbe>("tagProbe"),
+    InstanceMethod<&Worker::Progress>("progress"),
+    InstanceMethod<&Worker::Cancel>("cancel"),
+    InstanceMethod<&Worker::Stats>("stats"),
+    InstanceMethod<&Worker::Close>("close"),
+  });
+}
+
+// new Worker(context, busyPollUs, watchdogMs)
+Worker::Worker(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Worker>(info) {
+  Napi::Env env = info.Env();
+  context_ = Context::Unwrap(info[0].As<Napi::Object>());
+  context_->CheckOpen(env);
+  busyPollNs_ = static_cast<uint64_t>(info[1].As<Napi::Number>().Int64Value()) * 1000;
+  unsigned watchdogMs = info[2].As<Napi::Number>().Uint32Value();
+
+  ucp_worker_params_t params{};
+  params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  // Only the Node main thread touches the worker, so UCX needs no locks.
+  params.thread_mode = UCS_THREAD_MODE_SINGLE;
+  ucs_status_t status = ucp_worker_create(context_->handle(), &params, &worker_);
+  if (status != UCS_OK) ThrowStatus(env, status, "ucp_worker_create");
+  int fd = -1;
+  status = ucp_worker_get_efd(worker_, &fd);
+  if (status != UCS_OK) {
+    ucp_worker_destroy(worker_);
+    worker_ = nullptr;
+    ThrowStatus(env, status, "ucp_worker_get_efd");
+  }
+  contextRef_ = Napi::Persistent(info[0].As<Napi::Object>());
+  asyncContext_ = std::make_unique<Napi::AsyncContext>(env, "gdrpc.Worker");
+  wakeup_ = std::make_unique<Wakeup>(env, fd, watchdogMs, [this] { OnWake(); });
+  context_->AddWorker(this);
+  State::Of(env)->counters.workers++;
+  Kick();
+}
+
+Worker::~Worker() { Destroy(false); }
+
+void Worker::CheckOpen(Napi::Env env) const {
+  if (worker_ == nullptr) Throw(env, "FAILED_PRECONDITION", "the worker is closed");
+}
+
+void Worker::AddRequest(Request* request) {
+  if (request->id == 0) request->id = internalId_--;
+  requests_[request->id] = request;
+  UpdateRef();
+}
+
+void Worker::RemoveRequest(Request* request) {
+  auto it = requests_.find(request->id);
+  if (it != requests_.end() && it->second == request) requests_.erase(it);
+  UpdateRef();
+}
+
+void Worker::RemoveEndpoint(Endpoint* endpoint) {
+  endpoints_.erase(endpoint);
+  UpdateRef();
+}
+
+void Worker::RemoveListener(Listener* listener) {
+  listeners_.erase(listener);
+  UpdateRef();
+}
+
+void Worker::DisownEndpoint(Endpoint* endpoint) {
+  for (auto& entry : requests_) {
+    if (entry.second->endpoint == endpoint) entry.second->endpoint = nullptr;
+  }
+}
+
+std::vector<ucp_conn_request_h> Worker::Forget(Endpoint* endpoint, Listener* listener) {
+  std::vector<ucp_conn_request_h> dropped;
+  for (Event& event : events_) {
+    if (endpoint != nullptr && event.kind == Event::EndpointFailed && event.endpoint == endpoint) event.endpoint = nullptr;
+    if (listener != nullptr && event.kind == Event::ConnectionRequest && event.listener == listener) {
+      event.listener = nullptr;
+      dropped.push_back(event.connRequest);
+    }
+  }
+  return dropped;
+}
+
+void Worker::UpdateRef() {
+  if (!wakeup_) return;
+  bool live = !requests_.empty() || !listeners_.empty();
+  for (Endpoint* endpoint : endpoints_) live = live || endpoint->connected();
+  wakeup_->SetRef(live);
+}
+
+bool Worker::ProgressUntilIdle() {
+  bool any = false;
+  while (ucp_worker_progress(worker_) != 0) any = true;
+  return any;
+}
+
+void Worker::Settle(Napi::Env env) {
+  // Index loop: settling may cancel requests, whose callbacks append to events_.
+  for (size_t i = 0; i < events_.size(); ++i) {
+    Event event = events_[i];
+    switch (event.kind) {
+      case Event::RequestDone: event.request->Finish(env); break;
+      case Event::EndpointFailed: if (event.endpoint) event.endpoint->OnFailed(env); break;
+      case Event::ConnectionRequest:
+        if (event.listener) event.listener->OnConnectionRequest(env, event.connRequest);
+        break;
+    }
+  }
+  events_.clear();
+}
+
+void Worker::OnWake() {
+  if (worker_ == nullptr || driving_) return;
+  Napi::Env env = Env();
+  Napi::HandleScope scope(env);
+  driving_ = true;
+  try {
+    // The callback scope runs the microtasks of the promises settled here when it closes.
+    Napi::CallbackScope callbackScope(env, *asyncContext_);
+    for (;;) {
+      bool active = ProgressUntilIdle();
+      if (!events_.empty()) {
+        Settle(env);
+        active = true;
+      }
+      if (worker_ == nullptr) break;  // closed from JS while settling
+      uint64_t now = NowNs();
+      if (active) lastActivityNs_ = now;
+      if (busyPollNs_ > 0) {
+        bool spin = now - lastActivityNs_ < busyPollNs_;
+        wakeup_->SetSpin(spin);
+        if (spin) break;
+      }
+      if (active) continue;
+      if (ucp_worker_arm(worker_) != UCS_ERR_BUSY) break;
+    }
+  } catch (const Napi::Error& error) {
+    napi_fatal_exception(env, error.Value());
+  }
+  driving_ = false;
+}
+
+void Worker::Flush(Napi::Env env) {
+  if (worker_ == nullptr) return;
+  bool wasDriving = driving_;
+  driving_ = true;
+  ProgressUntilIdle();
+  Settle(env);
+  driving_ = wasDriving;
+}
+
+// tagRecv(target, offset, length, tag: bigint, mask: bigint, id) -> Promise<{senderTag, length}>
+Napi::Value Worker::TagRecv(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  CheckOpen(env);
+  Span span = ResolveSpan(env, info[0], info[1], info[2]);
+  bool lossless = true;
+  uint64_t tag = info[3].As<Napi::BigInt>().Uint64Value(&lossless);
+  uint64_t mask = info[4].As<Napi::BigInt>().Uint64Value(&lossless);
+  Request* request = new Request(this, nullptr, RequestKind::Recv, info[5].As<Napi::Number>().Uint32Value(), env);
+  ucp_request_param_t param{};
+  request->Prepare(param, &span);
+  return request->Start(ucp_tag_recv_nbx(worker_, span.address, span.length, tag, mask, &param), "tag receive");
+}
+
+// tagProbe(tag, mask) -> {senderTag, length} | null
+Napi::Value Worker::TagProbe(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  CheckOpen(env);
+  bool lossless = true;
+  uint64_t tag = info[0].As<Napi::BigInt>().Uint64Value(&lossless);
+  uint64_t mask = info[1].As<Napi::BigInt>().Uint64Value(&lossless);
+  ucp_tag_recv_info_t probe{};
+  if (ucp_tag_probe_nb(worker_, tag, mask, 0, &probe) == nullptr) {
+    ucp_worker_progress(worker_);  // a probe alone does not move messages in; one pass may
+    if (ucp_tag_probe_nb(worker_, tag, mask, 0, &probe) == nullptr) return env.Null();
+  }
+  Napi::Object result = Napi::Object::New(env);
+  result.Set("senderTag", Napi::BigInt::New(env, static_cast<uint64_t>(probe.sender_tag)));
+  result.Set("length", Napi::Number::New(env, static_cast<double>(probe.length)));
+  return result;
+}
+
+Napi::Value Worker::Progress(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  CheckOpen(env);
+  if (driving_) return Napi::Boolean::New(env, false);
+  driving_ = true;
+  bool any = ProgressUntilIdle();
+  any = any || !events_.empty();
+  Settle(env);
+  driving_ = false;
+  Kick();  // arm again from the loop, not from inside a JS call
+  return Napi::Boolean::New(env, any);
+}
+
+// cancel(id): rejects the request's promise with CANCELLED now and asks UCX to cancel it; the
+// native request (and the memory it holds) lives until UCX reports completion.
+Napi::Value Worker::Cancel(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (worker_ == nullptr) return env.Undefined();
+  auto it = requests_.find(info[0].As<Napi::Number>().Uint32Value());
+  if (it == requests_.end()) return env.Undefined();
+  Request* request = it->second;
+  request->Detach(env, "CANCELLED", std::string(request->what) + ": cancelled", UCS_ERR_CANCELED);
+  ucp_request_cancel(worker_, request->ucxRequest);
+  Kick();
+  return env.Undefined();
+}
+
+Napi::Value Worker::Stats(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Object stats = Napi::Object::New(env);
+  stats.Set("liveRequests", static_cast<double>(requests_.size()));
+  stats.Set("liveEndpoints", static_cast<double>(endpoints_.size()));
+  stats.Set("liveListeners", static_cast<double>(listeners_.size()));
+  stats.Set("liveRegions", static_cast<double>(context_ != nullptr ? context_->regionCount() : 0));
+  return stats;
+}
+
+Napi::Value Worker::Close(const Napi::CallbackInfo& info) {
+  Destroy(true);
+  return info.Env().Undefined();
+}
+
+void Worker::Destroy(bool fromJs) {
+  if (worker_ == nullptr) return;
+  Napi::Env env = Env();
+  std::set<Listener*> listeners = listeners_;
+  for (Listener* listener : listeners) listener->Destroy(fromJs);
+  std::set<Endpoint*> endpoints = endpoints_;
+  for (Endpoint* endpoint : endpoints) endpoint->Destroy(fromJs);
+  std::unordered_map<uint32_t, Request*> requests = requests_;
+  for (auto& entry : requests) {
+    Request* request = entry.second;
+    if (fromJs) request->Detach(env, "CANCELLED", std::string(request->what) + ": the worker was closed", UCS_ERR_CANCELED);
+    else request->settled = true;  // no JS from finalizers and exit hooks
+    ucp_request_cancel(worker_, request->ucxRequest);
+  }
+  for (int i = 0; i < 100 && !requests_.empty(); ++i) Flush(env);
+  // What UCX has not completed by now is freed with the worker; drop our side without ucp_request_free.
+  requests = requests_;
+  for (auto& entry : requests) {
+    entry.second->ucxRequest = nullptr;
+    entry.second->Finish(env);
+  }
+  events_.clear();
+  wakeup_->Stop();
+  wakeup_.reset();
+  ucp_worker_destroy(worker_);
+  worker_ = nullptr;
+  context_->RemoveWorker(this);
+  State::Of(env)->counters.workers--;
+  if (fromJs) contextRef_.Reset();
+}
+
+}  // namespace gdrpc

@@ -1,0 +1,90 @@
+// A UCP worker driven from the Node event loop (see wakeup.h), with the completion queue that
+// UCX callbacks fill and the main thread drains after progress returns.
+#pragma once
+#include <napi.h>
+#include <ucp/api/ucp.h>
+#include <memory>
+#include <set>
+#include <unordered_map>
+#include <vector>
+#include "wakeup.h"
+
+namespace gdrpc {
+
+class Context;
+class Endpoint;
+class Listener;
+struct Request;
+
+/** Something a UCX callback recorded for the main thread. */
+struct Event {
+  enum Kind { RequestDone, EndpointFailed, ConnectionRequest } kind;
+  Request* request = nullptr;
+  Endpoint* endpoint = nullptr;
+  Listener* listener = nullptr;
+  ucp_conn_request_h connRequest = nullptr;
+};
+
+class Worker : public Napi::ObjectWrap<Worker> {
+ public:
+  static Napi::Function Define(Napi::Env env);
+  explicit Worker(const Napi::CallbackInfo& info);
+  ~Worker() override;
+
+  ucp_worker_h handle() const { return worker_; }
+  Context* context() const { return context_; }
+  bool closed() const { return worker_ == nullptr; }
+  void CheckOpen(Napi::Env env) const;
+
+  // Called from UCX callbacks (inside progress): record only, never call UCX or JS.
+  void Queue(Request* request) { events_.push_back({Event::RequestDone, request}); }
+  void Queue(Event event) { events_.push_back(event); }
+
+  void AddRequest(Request* request);
+  void RemoveRequest(Request* request);
+  void AddEndpoint(Endpoint* endpoint) { endpoints_.insert(endpoint); UpdateRef(); }
+  void RemoveEndpoint(Endpoint* endpoint);
+  void AddListener(Listener* listener) { listeners_.insert(listener); UpdateRef(); }
+  void RemoveListener(Listener* listener);
+  /** Detaches every request from an endpoint that goes away before UCX finished with them. */
+  void DisownEndpoint(Endpoint* endpoint);
+  /** Drops queued events of an object that is going away; returns the dropped connection requests. */
+  std::vector<ucp_conn_request_h> Forget(Endpoint* endpoint, Listener* listener);
+  /** Runs the worker on the next loop iteration. */
+  void Kick() { if (wakeup_) wakeup_->Kick(); }
+  /** Recomputes whether the loop handle keeps the process alive. */
+  void UpdateRef();
+  /** Progress until idle and settle, without arming (used while closing). */
+  void Flush(Napi::Env env);
+  /** Closes everything below the worker and destroys it; `fromJs` false skips JS settling. */
+  void Destroy(bool fromJs);
+
+ private:
+  Napi::Value TagRecv(const Napi::CallbackInfo& info);
+  Napi::Value TagProbe(const Napi::CallbackInfo& info);
+  Napi::Value Progress(const Napi::CallbackInfo& info);
+  Napi::Value Cancel(const Napi::CallbackInfo& info);
+  Napi::Value Stats(const Napi::CallbackInfo& info);
+  Napi::Value Close(const Napi::CallbackInfo& info);
+
+  /** The loop's wake-up: progress until idle, settle, arm (again on BUSY), or keep spinning. */
+  void OnWake();
+  bool ProgressUntilIdle();
+  void Settle(Napi::Env env);
+
+  Context* context_ = nullptr;
+  Napi::ObjectReference contextRef_;
+  ucp_worker_h worker_ = nullptr;
+  std::unique_ptr<Wakeup> wakeup_;
+  std::unique_ptr<Napi::AsyncContext> asyncContext_;
+  std::vector<Event> events_;
+  std::unordered_map<uint32_t, Request*> requests_;
+  std::set<Endpoint*> endpoints_;
+  std::set<Listener*> listeners_;
+  uint64_t busyPollNs_ = 0;
+  uint64_t lastActivityNs_ = 0;
+  bool driving_ = false;
+  uint32_t internalId_ = 0xffffffffu;  // ids for requests JS cannot cancel (JS ids count up from 1)
+};
+
+}  // namespace gdrpc
