@@ -51,6 +51,9 @@ export function checkNames(files: LoadedFile[], diags: DiagnosticBag): void {
           if (n.text === 'then') diags.error(n.pos, "'then' is reserved as a method name: it would make the client a thenable");
         });
         for (const m of decl.methods) {
+          if (m.clientStreaming && m.serverStreaming) {
+            diags.error(m.name.pos, `'${m.name.text}' streams both ways; the runtime has unary, server-streaming and client-streaming calls only`);
+          }
           checkFields(m.args, 'argument', diags);
           checkFields(m.results, 'result', diags);
         }
@@ -68,8 +71,9 @@ function checkDeclName(name: NameNode, diags: DiagnosticBag): void {
 }
 
 function checkMemberName(name: NameNode, what: string, diags: DiagnosticBag): void {
-  if (KEYWORDS.has(name.text)) diags.error(name.pos, `'${name.text}' is a reserved word of the schema language and cannot name a ${what}`);
-  else if (MEMBER_RESERVED.has(name.text)) diags.error(name.pos, `'${name.text}' is reserved: it cannot name a ${what}`);
+  const a = /^[aeiou]/.test(what) ? 'an' : 'a';
+  if (KEYWORDS.has(name.text)) diags.error(name.pos, `'${name.text}' is a reserved word of the schema language and cannot name ${a} ${what}`);
+  else if (MEMBER_RESERVED.has(name.text)) diags.error(name.pos, `'${name.text}' is reserved: it cannot name ${a} ${what}`);
 }
 
 function checkFields(fields: FieldNode[], what: string, diags: DiagnosticBag): void {
