@@ -1,0 +1,312 @@
+// The caller's side: Client.connect, unary / server-streaming / client-streaming calls, deadlines,
+// cancellation, reconnection on the next call after the connection is lost.
+import { EventEmitter } from 'eventemitter3';
+import { cuda } from '../cuda.ts';
+import { Code, GdrpcError } from '../errors.ts';
+import { Tensor, TensorPool, type Device } from '../tensor/index.ts';
+import { FrameKind } from '../wire/frames.ts';
+import { attachCallInfo, type CallInfo } from './call-info.ts';
+import { ClientSession } from './client-session.ts';
+import { absoluteDeadline, CallScope, raceSignal } from './deadline.ts';
+import type { MethodDescriptor, Placement } from './descriptor.ts';
+import { connectAndAdmit } from './handshake.ts';
+import { DEFAULT_LIVENESS_MS } from './liveness.ts';
+import type { MoverName, TransferInfo } from './movers/mover.ts';
+import { typesOf } from './registry.ts';
+import { Runtime } from './runtime.ts';
+import { ItemQueue } from './stream.ts';
+import { IncomingTensors, OutgoingTensors, PendingTensor, type Allocate } from './transfer.ts';
+import { validateFields } from './validate.ts';
+import { decodeFields, encodeFields, replaceDeep } from './values.ts';
+
+/** Internal call option: where result tensors go (RemoteTensor.pull uses it). */
+export const ALLOCATE: unique symbol = Symbol('gdrpc.allocate');
+
+export interface CallOptions {
+  /** Milliseconds from now, or an absolute Date. Covers transfers as well as the handler. */
+  deadline?: number | Date;
+  signal?: AbortSignal;
+  metadata?: Record<string, string>;
+  /** Force a tensor mover; default 'auto' (the measured best per memory type and size). */
+  mover?: 'auto' | MoverName;
+  /** Fail with FAILED_PRECONDITION instead of staging tensor bytes through host memory. */
+  noStaging?: boolean;
+  [ALLOCATE]?: Allocate | undefined;
+}
+
+export interface ClientOptions {
+  /** Shared token for servers that require admission (never sent: HMAC challenge-response). */
+  token?: string;
+  /** A silent server is declared gone after this long (default 2000 ms). */
+  livenessMs?: number;
+  /** Handshake time limit (default 5000 ms). */
+  connectTimeoutMs?: number;
+  /** Host pool for result tensors, mapped once (default 64 MiB; 0: plain allocations). */
+  poolBytes?: number;
+}
+
+type Row = Record<string, unknown>;
+
+/** A connection to one gdrpc server, re-established on the next call after it is lost. */
+export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [GdrpcError] }> {
+  readonly #runtime: Runtime;
+  readonly #host: string;
+  readonly #port: number;
+  readonly #options: Required<Omit<ClientOptions, 'token'>> & { token?: string };
+  #session: ClientSession | undefined;
+  #connecting: Promise<ClientSession> | undefined;
+  #pools = new Map<Device, TensorPool>();
+  #closed = false;
+
+  private constructor(runtime: Runtime, host: string, port: number, options: ClientOptions) {
+    super();
+    this.#runtime = runtime;
+    this.#host = host;
+    this.#port = port;
+    this.#options = { livenessMs: DEFAULT_LIVENESS_MS, connectTimeoutMs: 5000, poolBytes: 64 << 20, ...options };
+  }
+
+  /** Connects to a server ("host:port" or {host, port}) and completes the handshake. */
+  static async connect(address: string | { host: string; port: number }, options: ClientOptions = {}): Promise<Client> {
+    const { host, port } = parseAddress(address);
+    const client = new Client(Runtime.acquire(), host, port, options);
+    try {
+      await client.#connection();
+    } catch (error) {
+      await client.close();
+      throw error;
+    }
+    return client;
+  }
+
+  /** "host:port" of the server. */
+  get address(): string { return `${this.#host}:${this.#port}`; }
+
+  /** One request, one response. */
+  async unary(method: MethodDescriptor, args: Row, options: CallOptions = {}): Promise<Row> {
+    const started = performance.now();
+    const types = typesOf(method.service);
+    validateFields(method.args, args, types, 'arguments');
+    const scope = new CallScope(absoluteDeadline(options.deadline), options.signal);
+    try {
+      const session = await raceSignal(this.#connection(), scope.signal);
+      const final = this.#open(session, scope);
+      const sent = await this.#send(session, final.id, FrameKind.Request, method, args, options, scope, true)
+        .catch((error: unknown) => { cancel(session, final.id); throw error; });
+      const result = await final.result;
+      if (result.kind !== FrameKind.Response) throw protocolError(session, 'expected RESPONSE');
+      const received = await this.#receive(session, final.id, method, result.body.r as Row, scope, options);
+      return attachCallInfo(received.values, info(sent, received.transfers, started));
+    } finally {
+      scope.dispose();
+    }
+  }
+
+  /** One request, a stream of responses (an async iterable; breaking out of it cancels the call). */
+  serverStream(method: MethodDescriptor, args: Row, options: CallOptions = {}): AsyncIterable<Row> {
+    return { [Symbol.asyncIterator]: () => this.#serverStream(method, args, options)[Symbol.asyncIterator]() };
+  }
+
+  async *#serverStream(method: MethodDescriptor, args: Row, options: CallOptions): AsyncGenerator<Row> {
+    validateFields(method.args, args, typesOf(method.service), 'arguments');
+    const scope = new CallScope(absoluteDeadline(options.deadline), options.signal);
+    let session: ClientSession | undefined;
+    let id = 0;
+    let ended = false;
+    const queue = new ItemQueue<Row>(() => {
+      if (!ended && session !== undefined) cancel(session, id);
+    });
+    try {
+      session = await raceSignal(this.#connection(), scope.signal);
+      const s = session;
+      id = s.open({
+        item: (body) => queue.push(this.#receive(s, id, method, body.a as Row, scope, options).then((r) => r.values)),
+        final: (result) => {
+          ended = true;
+          if (result instanceof GdrpcError) queue.fail(result);
+          else queue.close();
+        },
+      });
+      scope.signal.addEventListener('abort', () => {
+        if (!ended) cancel(s, id);
+        ended = true;
+        queue.fail(GdrpcError.from(scope.signal.reason));
+      }, { once: true });
+      await this.#send(s, id, FrameKind.Request, method, args, options, scope, false);
+      yield* queue;
+    } finally {
+      scope.dispose();
+    }
+  }
+
+  /** A stream of requests, one response. */
+  async clientStream(method: MethodDescriptor, args: AsyncIterable<Row> | Iterable<Row>, options: CallOptions = {}): Promise<Row> {
+    const started = performance.now();
+    const types = typesOf(method.service);
+    const scope = new CallScope(absoluteDeadline(options.deadline), options.signal);
+    try {
+      const session = await raceSignal(this.#connection(), scope.signal);
+      const final = this.#open(session, scope);
+      const frame: Row = { svc: method.service, m: method.name };
+      const remaining = scope.remainingMs();
+      if (remaining !== undefined) frame.to = remaining;
+      if (options.metadata !== undefined) frame.md = options.metadata;
+      await raceSignal(session.connection.send(FrameKind.Request, final.id, frame), scope.signal);
+      const transfers: TransferInfo[] = [];
+      let seq = 0;
+      let finished = false;
+      final.result.then(() => { finished = true; }, () => { finished = true; });
+      for await (const item of args) {
+        if (finished || scope.aborted) break;
+        validateFields(method.args, item, types, `arguments[${seq}]`);
+        transfers.push(...await this.#send(session, final.id, FrameKind.StreamItem, method, item, options, scope, true, seq));
+        seq += 1;
+      }
+      if (!finished && !scope.aborted) await raceSignal(session.connection.send(FrameKind.StreamEnd, final.id, { seq }), scope.signal);
+      const result = await final.result;
+      if (result.kind !== FrameKind.Response) throw protocolError(session, 'expected RESPONSE');
+      const received = await this.#receive(session, final.id, method, result.body.r as Row, scope, options);
+      return attachCallInfo(received.values, info(transfers, received.transfers, started));
+    } finally {
+      scope.dispose();
+    }
+  }
+
+  /** Cancels calls in flight, closes the connection and the pools. */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    const session = this.#session ?? await this.#connecting?.catch(() => undefined);
+    session?.connection.close(new GdrpcError(Code.CANCELLED, 'client closed'), { graceful: true });
+    for (const pool of this.#pools.values()) pool.close({ force: true });
+    this.#pools.clear();
+    await this.#runtime.release();
+  }
+
+  /** The ready session, connecting (again) when there is none. */
+  #connection(): Promise<ClientSession> {
+    if (this.#closed) return Promise.reject(new GdrpcError(Code.FAILED_PRECONDITION, 'client is closed'));
+    if (this.#session?.usable) return Promise.resolve(this.#session);
+    this.#connecting ??= connectAndAdmit(this.#runtime, this.#host, this.#port, {
+      livenessMs: this.#options.livenessMs, timeoutMs: this.#options.connectTimeoutMs,
+      ...(this.#options.token !== undefined ? { token: this.#options.token } : {}),
+    }).then((connection) => {
+      const session = new ClientSession(connection, (error) => {
+        if (this.#session === session) this.#session = undefined;
+        if (!this.#closed) this.emit('disconnect', error);
+      });
+      this.#session = session;
+      return session;
+    }).finally(() => { this.#connecting = undefined; });
+    return this.#connecting;
+  }
+
+  /** Registers a call whose end is a RESPONSE (or ERROR); the abort of `scope` cancels it. */
+  #open(session: ClientSession, scope: CallScope): { id: number; result: Promise<{ kind: FrameKind; body: Row }> } {
+    let id = 0;
+    const result = new Promise<{ kind: FrameKind; body: Row }>((resolve, reject) => {
+      id = session.open({ final: (r) => (r instanceof GdrpcError ? reject(r) : resolve(r)) });
+      if (scope.aborted) {
+        cancel(session, id);
+        reject(scope.reason!);
+        return;
+      }
+      scope.signal.addEventListener('abort', () => {
+        cancel(session, id);
+        reject(GdrpcError.from(scope.signal.reason));
+      }, { once: true });
+    });
+    result.catch(() => {}).finally(() => session.connection.exposures.releaseCall(id));
+    return { id, result };
+  }
+
+  /** Encodes and sends a REQUEST or STREAM_ITEM with its tensors; returns the transfers. */
+  async #send(session: ClientSession, id: number, kind: FrameKind, method: MethodDescriptor, values: Row, options: CallOptions, scope: CallScope, awaitTransfers: boolean, seq = 0): Promise<TransferInfo[]> {
+    const out = new OutgoingTensors({ connection: session.connection, call: id }, { mover: options.mover ?? 'auto', noStaging: options.noStaging ?? false });
+    const encoded = encodeFields(method.args, values, typesOf(method.service), out.encode, '');
+    let frame: Row;
+    if (kind === FrameKind.Request) {
+      frame = { svc: method.service, m: method.name, a: encoded };
+      const remaining = scope.remainingMs();
+      if (remaining !== undefined) frame.to = remaining;
+      if (options.metadata !== undefined) frame.md = options.metadata;
+    } else {
+      frame = { seq, a: encoded };
+    }
+    scope.throwIfAborted();
+    await raceSignal(session.connection.send(kind, id, frame), scope.signal);
+    const moving = out.start();
+    moving.catch(() => { /* surfaced through the call's own failure */ });
+    // Tag sends complete when the server has the bytes; RMA exposures when it sent FIN. The
+    // response can only follow either, so waiting here adds no latency and keeps errors ordered.
+    if (awaitTransfers && out.transfers.some((t) => t.mover === 'tag')) await raceSignal(moving, scope.signal);
+    return out.transfers;
+  }
+
+  /** Decodes a result object, validates it, receives its tensors. */
+  async #receive(session: ClientSession, id: number, method: MethodDescriptor, wire: Row, scope: CallScope, options: CallOptions): Promise<{ values: Row; transfers: TransferInfo[] }> {
+    const incoming = new IncomingTensors({ connection: session.connection, call: id }, { maxTensor: Number.MAX_SAFE_INTEGER });
+    const types = typesOf(method.service);
+    let values: Row;
+    try {
+      values = decodeFields(method.results, wire, types, incoming.decode, '');
+      validateFields(method.results, values, types, 'results');
+    } catch (error) {
+      await incoming.refuseAll();
+      throw new GdrpcError(Code.INTERNAL, `server ${session.connection.peer} sent bad results: ${GdrpcError.from(error).rawMessage}`, { cause: error });
+    }
+    const allocate = options[ALLOCATE] ?? ((shape, dtype, placement) => this.#allocate(shape, dtype, placement));
+    const receiving = incoming.receive(allocate);
+    let received: Map<PendingTensor, Tensor>;
+    try {
+      received = await raceSignal(receiving, scope.signal);
+    } catch (error) {
+      // The bytes keep arriving after an abort: give their memory back once they have.
+      receiving.then(() => incoming.releaseAll(), () => {});
+      throw error;
+    }
+    replaceDeep(values, (item) => (item instanceof PendingTensor ? received.get(item) ?? item : item));
+    return { values, transfers: incoming.transfers };
+  }
+
+  #allocate(shape: number[], dtype: Parameters<Allocate>[1], placement: Placement): Tensor {
+    const device: Device = placement.kind === 'cuda' && cudaUsable() ? `cuda:${placement.device ?? 0}` : 'cpu';
+    if (this.#options.poolBytes === 0) return Tensor.empty(shape, dtype, { device });
+    let pool = this.#pools.get(device);
+    if (pool === undefined) {
+      pool = TensorPool.create(this.#runtime.context, { device, bytes: this.#options.poolBytes, allowOverflow: true });
+      this.#pools.set(device, pool);
+    }
+    return pool.allocate(shape, dtype);
+  }
+}
+
+function cancel(session: ClientSession, id: number): void {
+  session.forget(id);
+  session.connection.exposures.releaseCall(id);
+  if (session.connection.isOpen) session.connection.send(FrameKind.Cancel, id, {}).catch(() => {});
+}
+
+function info(sent: TransferInfo[], received: TransferInfo[], started: number): CallInfo {
+  return { transfers: [...sent, ...received], durationMs: performance.now() - started };
+}
+
+function protocolError(session: ClientSession, what: string): GdrpcError {
+  return new GdrpcError(Code.INTERNAL, `protocol error from ${session.connection.peer}: ${what}`);
+}
+
+function cudaUsable(): boolean {
+  return cuda.available();
+}
+
+/** Splits "host:port" (or passes {host, port} through), checking the port. */
+export function parseAddress(address: string | { host: string; port: number }): { host: string; port: number } {
+  const parsed = typeof address === 'string'
+    ? { host: address.slice(0, address.lastIndexOf(':')), port: Number(address.slice(address.lastIndexOf(':') + 1)) }
+    : address;
+  if (!parsed.host || !Number.isInteger(parsed.port) || parsed.port <= 0 || parsed.port > 65535) {
+    throw new GdrpcError(Code.INVALID_ARGUMENT, `bad address ${JSON.stringify(address)}: expected "host:port"`);
+  }
+  return parsed;
+}
+

@@ -1,0 +1,124 @@
+// One gdrpc connection (one UCX endpoint), either side: framing, liveness, exposures, teardown.
+// The client and server add their call handling on top through a FrameHandler.
+import type { Endpoint } from '../ucx/index.ts';
+import { Code, GdrpcError } from '../errors.ts';
+import { decodeFrame, encodeFrame } from '../wire/codec.ts';
+import { FrameKind } from '../wire/frames.ts';
+import { controlTag, dataTag, IdSequence } from '../wire/tag.ts';
+import type { FrameSink } from './dispatcher.ts';
+import { Exposures } from './exposures.ts';
+import { Liveness } from './liveness.ts';
+import type { Runtime } from './runtime.ts';
+
+/** What the side that owns a connection does with its frames. */
+export interface FrameHandler {
+  frame(kind: FrameKind, call: number, body: Record<string, unknown>): void;
+  /** A frame that failed decoding or was too long for the receive buffer. */
+  malformed(kind: number, call: number, error: GdrpcError): void;
+  /** The connection is gone (closed here, peer gone, liveness); `error` says why. */
+  closed(error: GdrpcError): void;
+}
+
+/** Limits and settings the peer announced in the handshake. */
+export interface PeerLimits { maxFrame: number; maxTensor: number; inline: number }
+
+/** A connection: frames out, frames in (via the dispatcher), liveness, exposures, close. */
+export class Connection implements FrameSink {
+  readonly localId: number;
+  remoteId = 0;
+  peerLimits: PeerLimits = { maxFrame: Number.MAX_SAFE_INTEGER, maxTensor: Number.MAX_SAFE_INTEGER, inline: 0 };
+  /** Largest frame this side accepts on this connection (the worker's buffer may be larger). */
+  frameLimit = Number.MAX_SAFE_INTEGER;
+  readonly exposures = new Exposures();
+  readonly transfers = new IdSequence();
+  readonly liveness: Liveness;
+  readonly #abort = new AbortController();
+  #error: GdrpcError | undefined;
+  #handler: FrameHandler | undefined;
+
+  constructor(readonly runtime: Runtime, readonly endpoint: Endpoint, livenessMs: number) {
+    this.localId = runtime.dispatcher.register(this);
+    this.liveness = new Liveness(livenessMs, () => this.#keepalive(), (silentMs) => {
+      this.close(new GdrpcError(Code.UNAVAILABLE, `peer ${this.peer} silent for ${silentMs} ms (liveness ${this.liveness.timeoutMs} ms)`));
+    });
+    endpoint.on('error', (error) => this.close(new GdrpcError(Code.UNAVAILABLE, `connection to ${this.peer} failed: ${error.rawMessage}`, { cause: error, ucsStatus: error.ucsStatus })));
+  }
+
+  get peer(): string { return this.endpoint.peer; }
+  /** Aborts when the connection closes; every wait tied to the connection listens to it. */
+  get signal(): AbortSignal { return this.#abort.signal; }
+  get closedError(): GdrpcError | undefined { return this.#error; }
+  get isOpen(): boolean { return this.#error === undefined; }
+
+  setHandler(handler: FrameHandler): void { this.#handler = handler; }
+
+  /** Sends a control frame to the peer (tag carries the peer's id for this connection). */
+  send(kind: FrameKind, call: number, body: Record<string, unknown>): Promise<void> {
+    if (this.#error !== undefined) return Promise.reject(this.#error);
+    const bytes = encodeFrame(body);
+    if (bytes.length > this.peerLimits.maxFrame) {
+      return Promise.reject(new GdrpcError(Code.RESOURCE_EXHAUSTED, `frame of ${bytes.length} bytes exceeds the peer's ${this.peerLimits.maxFrame}-byte frame limit`));
+    }
+    return this.sendRaw(controlTag(kind, this.remoteId, call), bytes);
+  }
+
+  /** Sends a frame whose tag and bytes the caller built (handshake, tests of malformed input). */
+  sendRaw(tag: bigint, bytes: Uint8Array): Promise<void> {
+    this.liveness.sent();
+    return this.endpoint.tagSend(tag, bytes).catch((error: unknown) => {
+      throw this.#error ?? GdrpcError.from(error, Code.UNAVAILABLE);
+    });
+  }
+
+  /** Tag of tensor bytes this side sends on this connection. */
+  outgoingDataTag(transfer: number): bigint { return dataTag(this.remoteId, transfer); }
+  /** Tag of tensor bytes this side receives on this connection. */
+  incomingDataTag(transfer: number): bigint { return dataTag(this.localId, transfer); }
+
+  onFrame(kind: number, call: number, bytes: Uint8Array): void {
+    this.liveness.received();
+    if (this.#error !== undefined) return;
+    if (bytes.length > this.frameLimit) {
+      this.#handler?.malformed(kind, call, new GdrpcError(Code.RESOURCE_EXHAUSTED, `frame of ${bytes.length} bytes exceeds the ${this.frameLimit}-byte frame limit`));
+      return;
+    }
+    let body: Record<string, unknown>;
+    try {
+      body = decodeFrame(kind, bytes);
+    } catch (error) {
+      this.#handler?.malformed(kind, call, GdrpcError.from(error));
+      return;
+    }
+    if (kind === FrameKind.Keepalive) return;
+    if (kind === FrameKind.Fin) {
+      this.exposures.release(body.x as number);
+      return;
+    }
+    this.#handler?.frame(kind, call, body);
+  }
+
+  onOversized(kind: number, call: number, length: number): void {
+    this.liveness.received();
+    const error = new GdrpcError(Code.RESOURCE_EXHAUSTED, `frame of ${length} bytes exceeds the ${this.runtime.dispatcher.frameBytes}-byte frame limit`);
+    this.#handler?.malformed(kind, call, error);
+  }
+
+  /** Closes the connection (idempotent): releases exposures, stops liveness, closes the endpoint
+   *  (force when the peer is gone) and tells the handler. */
+  close(error: GdrpcError = new GdrpcError(Code.UNAVAILABLE, 'connection closed'), options: { graceful?: boolean } = {}): void {
+    if (this.#error !== undefined) return;
+    this.#error = error;
+    this.liveness.stop();
+    this.exposures.releaseAll();
+    this.runtime.dispatcher.unregister(this.localId);
+    this.#abort.abort(error);
+    const force = !options.graceful || this.endpoint.failed;
+    void this.endpoint.close({ force }).catch(() => { /* already failed: nothing left to release */ });
+    this.#handler?.closed(error);
+  }
+
+  #keepalive(): void {
+    if (this.remoteId === 0) return;
+    this.send(FrameKind.Keepalive, 0, {}).catch(() => { /* the liveness timer or error event reports it */ });
+  }
+}

@@ -1,0 +1,48 @@
+// Keepalive and dead-peer detection (docs/wire.md "Liveness"). UCX's own error callback catches a
+// peer whose socket resets; a peer that hangs, or a network that drops packets silently, only
+// shows as silence, hence the timer.
+
+/** Default time without any frame from the peer after which it is declared gone. */
+export const DEFAULT_LIVENESS_MS = 2000;
+
+/** Tracks traffic in both directions; calls `ping` when quiet and `dead` when the peer is silent. */
+export class Liveness {
+  #lastReceived = Date.now();
+  #lastSent = Date.now();
+  #timer: NodeJS.Timeout | undefined;
+  #timeoutMs: number;
+
+  constructor(timeoutMs: number, private readonly ping: () => void, private readonly dead: (silentMs: number) => void) {
+    this.#timeoutMs = timeoutMs;
+  }
+
+  /** Starts (or restarts with a new timeout, e.g. the smaller of both sides' values). */
+  start(timeoutMs = this.#timeoutMs): void {
+    this.stop();
+    this.#timeoutMs = timeoutMs;
+    this.#lastReceived = Date.now();
+    const period = Math.max(10, Math.floor(timeoutMs / 8));
+    this.#timer = setInterval(() => this.#tick(), period);
+    this.#timer.unref();
+  }
+
+  get timeoutMs(): number { return this.#timeoutMs; }
+  received(): void { this.#lastReceived = Date.now(); }
+  sent(): void { this.#lastSent = Date.now(); }
+
+  stop(): void {
+    if (this.#timer !== undefined) clearInterval(this.#timer);
+    this.#timer = undefined;
+  }
+
+  #tick(): void {
+    const now = Date.now();
+    const silent = now - this.#lastReceived;
+    if (silent > this.#timeoutMs) {
+      this.stop();
+      this.dead(silent);
+      return;
+    }
+    if (now - this.#lastSent >= this.#timeoutMs / 4) this.ping();
+  }
+}

@@ -1,0 +1,35 @@
+// Memory a mover can hand to UCX: a tensor's mapped span when it has one (pool tensors), a
+// one-off registration otherwise (counted, so the cost of missing pools shows), or for host tag
+// operations simply the bytes (UCX registers or copies them itself).
+import { MemoryRegion, type Context, type MemorySpan, type TagBuffer } from '../../ucx/index.ts';
+import type { Tensor } from '../../tensor/index.ts';
+
+let oneOffRegistrations = 0;
+
+/** Counters of memory registered per transfer because the tensor was not in a mapped pool. */
+export function moverStats(): { oneOffRegistrations: number } {
+  return { oneOffRegistrations };
+}
+
+/** 'host' or 'cuda', as the wire says it. */
+export function memoryTypeOf(tensor: Tensor): 'host' | 'cuda' {
+  return tensor.device === 'cpu' ? 'host' : 'cuda';
+}
+
+/** A span covering `tensor`, and how to give it back. */
+export function mappedSpan(tensor: Tensor, context: Context): { span: MemorySpan; release: () => void } {
+  const span = tensor.span();
+  if (span !== undefined) return { span, release: () => {} };
+  oneOffRegistrations += 1;
+  const region = MemoryRegion.map(context, { address: tensor.address, length: tensor.byteLength, memoryType: memoryTypeOf(tensor) });
+  return { span: region.span(0, tensor.byteLength), release: () => region.close() };
+}
+
+/** What a tag send or receive of `tensor` takes: the mapped span, or the host bytes. */
+export function tagBuffer(tensor: Tensor, context: Context): { buffer: TagBuffer; release: () => void } {
+  const span = tensor.span();
+  if (span !== undefined) return { buffer: span, release: () => {} };
+  if (tensor.device === 'cpu') return { buffer: tensor.bytes(), release: () => {} };
+  const mapped = mappedSpan(tensor, context);
+  return { buffer: mapped.span, release: mapped.release };
+}

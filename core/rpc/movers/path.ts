@@ -1,0 +1,34 @@
+// Which physical path a transfer takes, derived from the transports of the endpoint's lanes and
+// the memory types at both ends. UCX decides per message; this names the class of path it can
+// take, so that a call can report it and refuse staging through host memory.
+import type { Endpoint } from '../../ucx/index.ts';
+import type { MoverName, TransferPath } from './mover.ts';
+
+const SHM = new Set(['posix', 'sysv', 'xpmem', 'cma', 'knem']);
+const RDMA = /^(rc|dc|ud|rc_mlx5|rc_verbs|dc_mlx5|ud_mlx5|ud_verbs|srd)/;
+
+// An endpoint's lanes do not change after the handshake: ask UCX once.
+const cache = new WeakMap<Endpoint, Set<string>>();
+function transportsOf(endpoint: Endpoint): Set<string> {
+  let names = cache.get(endpoint);
+  if (names === undefined) {
+    names = new Set(endpoint.transports().map((lane) => lane.transport));
+    cache.set(endpoint, names);
+  }
+  return names;
+}
+
+/** The path of a transfer of `mover` over `endpoint` between memory types `from` and `to`. */
+export function transferPath(mover: MoverName, endpoint: Endpoint, from: 'host' | 'cuda', to: 'host' | 'cuda'): TransferPath {
+  if (mover === 'inline') return from === 'cuda' || to === 'cuda' ? 'staged' : 'inline';
+  const names = transportsOf(endpoint);
+  const rdma = [...names].some((name) => RDMA.test(name));
+  if (from === 'cuda' || to === 'cuda') {
+    if (names.has('cuda_ipc')) return 'cuda_ipc';
+    if (rdma) return 'rdma';
+    return 'staged';
+  }
+  if ([...names].some((name) => SHM.has(name))) return 'shm';
+  if (rdma) return 'rdma';
+  return 'tcp';
+}

@@ -1,0 +1,60 @@
+// RMA pull mover: the sender exposes {address, rkey} of memory it keeps unchanged; the receiver
+// reads it with ucp_get into its own buffer and sends FIN; the sender then releases it. This is
+// the mover behind remote tensor handles, where the reader decides when (and whether) to read.
+import { RemoteKey } from '../../ucx/index.ts';
+import { Code, GdrpcError } from '../../errors.ts';
+import type { Tensor } from '../../tensor/index.ts';
+import { FrameKind, type TensorWire } from '../../wire/frames.ts';
+import type { Mover, Outgoing, TransferScope } from './mover.ts';
+import { mappedSpan, memoryTypeOf } from './memory.ts';
+
+export const rmaMover: Mover = {
+  name: 'rma',
+
+  prepare(tensor: Tensor, { connection, call }: TransferScope): Outgoing {
+    const { span, release } = mappedSpan(tensor, connection.runtime.context);
+    let done!: () => void;
+    const released = new Promise<void>((resolve) => { done = resolve; });
+    const x = connection.exposures.add(call, () => { release(); done(); });
+    const wire: TensorWire = {
+      dt: tensor.dtype, sh: [...tensor.shape], n: tensor.byteLength, mt: memoryTypeOf(tensor), m: 'r', x,
+      a: span.region.address + BigInt(span.offset), k: packedRkey(span.region),
+    };
+    return { wire, start: () => released };
+  },
+
+  async receive(wire: TensorWire, dest: Tensor, { connection, call }: TransferScope): Promise<void> {
+    const { span, release } = mappedSpan(dest, connection.runtime.context);
+    let rkey: RemoteKey | undefined;
+    try {
+      rkey = RemoteKey.unpack(connection.endpoint, wire.k!);
+      await connection.endpoint.get(span, wire.a!, rkey);
+    } catch (error) {
+      throw connection.closedError ?? GdrpcError.from(error, Code.UNAVAILABLE);
+    } finally {
+      rkey?.close();
+      release();
+      sendFin(wire, connection, call);
+    }
+  },
+
+  async refuse(wire: TensorWire, { connection, call }: TransferScope): Promise<void> {
+    sendFin(wire, connection, call);
+  },
+};
+
+function sendFin(wire: TensorWire, connection: TransferScope['connection'], call: number): void {
+  if (!connection.isOpen) return;
+  connection.send(FrameKind.Fin, call, { x: wire.x! }).catch(() => { /* peer gone: it releases on its own */ });
+}
+
+// Packing an rkey costs a native call and an allocation; pool regions are packed once.
+const packed = new WeakMap<object, Uint8Array>();
+function packedRkey(region: { packRkey(): Uint8Array }): Uint8Array {
+  let bytes = packed.get(region);
+  if (bytes === undefined) {
+    bytes = region.packRkey();
+    packed.set(region, bytes);
+  }
+  return bytes;
+}

@@ -1,0 +1,54 @@
+// Tag rendezvous mover: the sender tag-sends the bytes right after the frame; the receiver, having
+// allocated its destination, posts a receive with the exact payload tag. UCX picks the transport
+// (shared memory, cuda_ipc, RDMA or TCP) and the protocol (eager or rendezvous) by size.
+import { Code, GdrpcError } from '../../errors.ts';
+import type { Tensor } from '../../tensor/index.ts';
+import type { TensorWire } from '../../wire/frames.ts';
+import { EXACT_MASK } from '../../wire/tag.ts';
+import type { Mover, Outgoing, TransferScope } from './mover.ts';
+import { memoryTypeOf, tagBuffer } from './memory.ts';
+
+export const tagMover: Mover = {
+  name: 'tag',
+
+  prepare(tensor: Tensor, { connection }: TransferScope): Outgoing {
+    const x = connection.transfers.next();
+    const wire: TensorWire = { dt: tensor.dtype, sh: [...tensor.shape], n: tensor.byteLength, mt: memoryTypeOf(tensor), m: 't', x };
+    return {
+      wire,
+      async start() {
+        const { buffer, release } = tagBuffer(tensor, connection.runtime.context);
+        try {
+          await connection.endpoint.tagSend(connection.outgoingDataTag(x), buffer);
+        } catch (error) {
+          throw connection.closedError ?? GdrpcError.from(error, Code.UNAVAILABLE);
+        } finally {
+          release();
+        }
+      },
+    };
+  },
+
+  async receive(wire: TensorWire, dest: Tensor, { connection }: TransferScope): Promise<void> {
+    const { buffer, release } = tagBuffer(dest, connection.runtime.context);
+    try {
+      // Only the connection's end cancels this receive: cancelling it while the bytes are on the
+      // way would leave them unmatched in UCX (docs/wire.md "Tag rendezvous").
+      const result = await connection.runtime.worker.tagRecv(buffer, connection.incomingDataTag(wire.x!), EXACT_MASK, { signal: connection.signal });
+      if (result.length !== wire.n) {
+        throw new GdrpcError(Code.INVALID_ARGUMENT, `tensor payload of ${result.length} bytes, descriptor said ${wire.n}`);
+      }
+    } catch (error) {
+      throw connection.closedError ?? GdrpcError.from(error);
+    } finally {
+      release();
+    }
+  },
+
+  async refuse(wire: TensorWire, { connection }: TransferScope): Promise<void> {
+    // Match the payload into one byte: UCX completes the sender and reports truncation here.
+    const sink = new Uint8Array(1);
+    await connection.runtime.worker.tagRecv(sink, connection.incomingDataTag(wire.x!), EXACT_MASK, { signal: connection.signal })
+      .catch(() => { /* truncation is the expected outcome */ });
+  },
+};

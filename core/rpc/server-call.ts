@@ -1,0 +1,186 @@
+// One call on the server: receive the arguments (checked before anything is allocated), run the
+// handler under the call's signal, send the results or the stream, release the arguments once
+// the results' bytes have left. Nothing is sent for a call the client cancelled.
+import { Code, GdrpcError } from '../errors.ts';
+import { FrameKind } from '../wire/frames.ts';
+import type { Connection } from './connection.ts';
+import type { CallScope } from './deadline.ts';
+import { raceSignal } from './deadline.ts';
+import type { MethodDescriptor, ServiceDescriptor } from './descriptor.ts';
+import { errorFrame } from './status.ts';
+import { ItemQueue } from './stream.ts';
+import { IncomingTensors, OutgoingTensors, PendingTensor, refuseRaw, type Allocate } from './transfer.ts';
+import { validateFields } from './validate.ts';
+import { decodeFields, encodeFields, replaceDeep } from './values.ts';
+
+type Row = Record<string, unknown>;
+
+/** Internal: lets a built-in handler run code once its results' bytes have left (remote pulls). */
+export const AFTER_SEND: unique symbol = Symbol('gdrpc.afterSend');
+
+export interface CallContext {
+  /** Aborts on client cancel, deadline, disconnect, shutdown. */
+  signal: AbortSignal;
+  /** Epoch ms. */
+  deadline: number | undefined;
+  metadata: Record<string, string>;
+  peer: string;
+  [AFTER_SEND]?: (fn: () => void) => void;
+}
+export type UnaryHandler = (args: any, ctx: CallContext) => Promise<Row> | Row;
+export type ServerStreamHandler = (args: any, ctx: CallContext) => AsyncIterable<Row>;
+export type ClientStreamHandler = (args: AsyncIterable<any>, ctx: CallContext) => Promise<Row>;
+export type Handler = UnaryHandler | ServerStreamHandler | ClientStreamHandler;
+
+/** A registered method and what it needs at run time. */
+export interface MethodEntry {
+  method: MethodDescriptor;
+  handler: Handler;
+  types: ServiceDescriptor['types'];
+  /** Results fields computed per call (the built-in pull answers with the handle's shape). */
+  resultsOf?: (result: Row) => MethodDescriptor['results'];
+}
+
+/** What a call needs from its server. */
+export interface CallEnvironment {
+  allocate: Allocate;
+  maxTensor: number;
+  exposureHoldMs: number;
+}
+
+/** A call in progress on the server. */
+export class ServerCall {
+  /** Set when the client cancelled: nothing more is sent. */
+  cancelledByPeer = false;
+  readonly #incoming: IncomingTensors[] = [];
+  /** Receives still running (an abort does not stop bytes already on their way). */
+  readonly #receiving: Array<Promise<unknown>> = [];
+  readonly #afterSend: Array<() => void> = [];
+  #items: ItemQueue<Row> | undefined;
+
+  constructor(readonly id: number, readonly connection: Connection, readonly entry: MethodEntry, readonly scope: CallScope,
+    readonly metadata: Record<string, string>, private readonly env: CallEnvironment) {}
+
+  /** Runs the call to its end; never rejects (failures become ERROR frames). */
+  async run(args: Row | undefined): Promise<void> {
+    const { method, handler } = this.entry;
+    const ctx: CallContext = {
+      signal: this.scope.signal, deadline: this.scope.deadline, metadata: this.metadata, peer: this.connection.peer,
+      [AFTER_SEND]: (fn) => this.#afterSend.push(fn),
+    };
+    let sent: Promise<void> = Promise.resolve();
+    try {
+      if (method.clientStreaming) {
+        this.#items = new ItemQueue<Row>();
+        this.scope.signal.addEventListener('abort', () => this.#items?.fail(GdrpcError.from(this.scope.signal.reason)), { once: true });
+        const result = await raceSignal(Promise.resolve((handler as ClientStreamHandler)(this.#items, ctx)), this.scope.signal);
+        sent = (await this.#respond(result)).moving;
+      } else {
+        const values = await this.#receive(args ?? {});
+        if (method.serverStreaming) await this.#stream((handler as ServerStreamHandler)(values, ctx));
+        else sent = (await this.#respond(await raceSignal(Promise.resolve((handler as UnaryHandler)(values, ctx)), this.scope.signal))).moving;
+      }
+    } catch (error) {
+      this.#fail(error);
+    } finally {
+      this.scope.dispose();
+      this.#items?.close();
+      // Argument tensors go back to the pool once nothing reads them: after the results' bytes left.
+      void Promise.allSettled([sent, ...this.#receiving]).then(() => {
+        for (const incoming of this.#incoming) incoming.releaseAll();
+        for (const fn of this.#afterSend) fn();
+      });
+    }
+  }
+
+  /** A STREAM_ITEM of a client-streaming call. */
+  item(body: Row): void {
+    if (this.#items === undefined) {
+      void refuseRaw({ connection: this.connection, call: this.id }, body.a);
+      return;
+    }
+    this.#items.push(this.#receive(body.a as Row, `arguments[${body.seq as number}].`));
+  }
+
+  /** STREAM_END of a client-streaming call. */
+  end(): void {
+    this.#items?.close();
+  }
+
+  /** Decodes, validates, then allocates and receives one argument object. */
+  async #receive(wire: Row, what = ''): Promise<Row> {
+    const scope = { connection: this.connection, call: this.id };
+    const incoming = new IncomingTensors(scope, { maxTensor: this.env.maxTensor });
+    this.#incoming.push(incoming);
+    const { method, types } = this.entry;
+    let values: Row;
+    try {
+      values = decodeFields(method.args, wire, types, incoming.decode, what);
+      validateFields(method.args, values, types, what === '' ? 'arguments' : what.slice(0, -1));
+    } catch (error) {
+      await refuseRaw(scope, wire);
+      throw error;
+    }
+    const receiving = incoming.receive(this.env.allocate);
+    this.#receiving.push(receiving);
+    const received = await raceSignal(receiving, this.scope.signal);
+    replaceDeep(values, (item) => (item instanceof PendingTensor ? received.get(item) ?? item : item));
+    return values;
+  }
+
+  /** Sends RESPONSE; resolves (once the frame is out) to the promise of its transfers. */
+  async #respond(result: Row): Promise<{ moving: Promise<void> }> {
+    this.scope.throwIfAborted();
+    const out = this.#encode(FrameKind.Response, result);
+    await this.connection.send(FrameKind.Response, this.id, { r: out.encoded });
+    return { moving: this.#startTransfers(out.tensors) };
+  }
+
+  async #stream(items: AsyncIterable<Row>): Promise<void> {
+    let seq = 0;
+    const iterator = items[Symbol.asyncIterator]();
+    const stop = (): void => { void iterator.return?.(); };
+    this.scope.signal.addEventListener('abort', stop, { once: true });
+    try {
+      for (;;) {
+        const next = await raceSignal(iterator.next(), this.scope.signal);
+        if (next.done) break;
+        const out = this.#encode(FrameKind.StreamItem, next.value);
+        await this.connection.send(FrameKind.StreamItem, this.id, { seq, a: out.encoded });
+        seq += 1;
+        // One item's bytes at a time: a slow reader slows the producer instead of filling memory.
+        await raceSignal(this.#startTransfers(out.tensors), this.scope.signal);
+      }
+    } finally {
+      this.scope.signal.removeEventListener('abort', stop);
+    }
+    this.scope.throwIfAborted();
+    await this.connection.send(FrameKind.StreamEnd, this.id, { seq });
+  }
+
+  #encode(kind: FrameKind, result: Row): { encoded: Row; tensors: OutgoingTensors } {
+    const fields = this.entry.resultsOf?.(result) ?? this.entry.method.results;
+    try {
+      validateFields(fields, result, this.entry.types, kind === FrameKind.Response ? 'results' : 'stream item');
+    } catch (error) {
+      throw new GdrpcError(Code.INTERNAL, `handler of ${this.entry.method.service}/${this.entry.method.name} returned bad results: ${GdrpcError.from(error).rawMessage}`);
+    }
+    const tensors = new OutgoingTensors({ connection: this.connection, call: this.id }, { mover: 'auto', noStaging: false });
+    return { encoded: encodeFields(fields, result, this.entry.types, tensors.encode, ''), tensors };
+  }
+
+  #startTransfers(tensors: OutgoingTensors): Promise<void> {
+    const moving = tensors.start();
+    moving.catch(() => {});
+    if (tensors.transfers.some((t) => t.mover === 'rma')) {
+      // The reader may never send FIN: release after a while regardless.
+      setTimeout(() => this.connection.exposures.releaseCall(this.id), this.env.exposureHoldMs).unref();
+    }
+    return moving;
+  }
+
+  #fail(error: unknown): void {
+    if (this.cancelledByPeer || !this.connection.isOpen) return;
+    this.connection.send(FrameKind.Error, this.id, errorFrame(error)).catch(() => {});
+  }
+}

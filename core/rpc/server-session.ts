@@ -1,0 +1,143 @@
+// One connection from the server's side: admission (HELLO, AUTH, READY), then routing of call
+// frames to ServerCalls, limits, and the teardown of its calls when the connection goes.
+import { Code, GdrpcError } from '../errors.ts';
+import { encodeFrame } from '../wire/codec.ts';
+import { FrameKind } from '../wire/frames.ts';
+import { controlTag } from '../wire/tag.ts';
+import { newChallenge, verifyProof } from './auth.ts';
+import type { Connection } from './connection.ts';
+import { CallScope } from './deadline.ts';
+import { ServerCall, type CallEnvironment, type MethodEntry } from './server-call.ts';
+import { errorFrame } from './status.ts';
+import { refuseRaw } from './transfer.ts';
+
+/** What a session needs from its server. */
+export interface SessionHost {
+  readonly token: string | undefined;
+  readonly livenessMs: number;
+  readonly limits: { maxFrame: number; maxTensor: number; inline: number; perConnection: number };
+  readonly env: CallEnvironment;
+  readonly shuttingDown: boolean;
+  lookup(service: string, method: string): MethodEntry | undefined;
+  /** Takes a slot of the global concurrency limit; false when none is free. */
+  acquireCall(): boolean;
+  releaseCall(): void;
+  ready(session: ServerSession): void;
+  closed(session: ServerSession, error: GdrpcError): void;
+  error(error: GdrpcError): void;
+}
+
+export class ServerSession {
+  readonly calls = new Map<number, ServerCall>();
+  #admitted = false;
+  readonly #challenge: Uint8Array | undefined;
+
+  constructor(readonly connection: Connection, private readonly host: SessionHost) {
+    this.#challenge = host.token !== undefined ? newChallenge() : undefined;
+    connection.frameLimit = host.limits.maxFrame;
+    connection.setHandler({
+      frame: (kind, call, body) => this.#frame(kind, call, body),
+      malformed: (kind, call, error) => this.#malformed(kind, call, error),
+      closed: (error) => {
+        for (const call of this.calls.values()) call.scope.abort(error);
+        host.closed(this, error);
+      },
+    });
+    // Admission has to finish within the liveness time, like any other silence.
+    connection.liveness.start(host.livenessMs);
+    const hello: Record<string, unknown> = { conn: connection.localId, maxFrame: host.limits.maxFrame, maxTensor: host.limits.maxTensor, inline: host.limits.inline, live: host.livenessMs };
+    if (this.#challenge !== undefined) hello.chal = this.#challenge;
+    connection.sendRaw(controlTag(FrameKind.Hello, 0, 0), encodeFrame(hello)).catch(() => connection.close());
+  }
+
+  get admitted(): boolean { return this.#admitted; }
+  get peer(): string { return this.connection.peer; }
+
+  /** Tells the client to start no new calls here (shutdown). */
+  goAway(): void {
+    if (this.#admitted && this.connection.isOpen) this.connection.send(FrameKind.GoAway, 0, {}).catch(() => {});
+  }
+
+  #frame(kind: FrameKind, call: number, body: Record<string, unknown>): void {
+    if (!this.#admitted) {
+      if (kind === FrameKind.Auth) this.#auth(body);
+      else this.connection.close(new GdrpcError(Code.UNAUTHENTICATED, `frame ${FrameKind[kind]} before admission`));
+      return;
+    }
+    switch (kind) {
+      case FrameKind.Request: return this.#request(call, body);
+      case FrameKind.Cancel: {
+        const existing = this.calls.get(call);
+        if (existing !== undefined) {
+          existing.cancelledByPeer = true;
+          existing.scope.abort(new GdrpcError(Code.CANCELLED, 'cancelled by the client'));
+        }
+        return;
+      }
+      case FrameKind.StreamItem: {
+        const existing = this.calls.get(call);
+        if (existing !== undefined) existing.item(body);
+        else void refuseRaw({ connection: this.connection, call }, body.a);
+        return;
+      }
+      case FrameKind.StreamEnd: return this.calls.get(call)?.end();
+      default:
+        this.#malformed(kind, call, new GdrpcError(Code.INVALID_ARGUMENT, `unexpected ${FrameKind[kind]} frame from a client`));
+    }
+  }
+
+  #auth(body: Record<string, unknown>): void {
+    const clientConn = body.conn as number;
+    this.connection.remoteId = clientConn;
+    if (this.host.token !== undefined && !verifyProof(this.host.token, this.#challenge!, this.connection.localId, clientConn, body.proof as Uint8Array | undefined)) {
+      const error = new GdrpcError(Code.UNAUTHENTICATED, body.proof === undefined ? 'this server requires a token' : 'wrong token');
+      this.host.error(new GdrpcError(Code.UNAUTHENTICATED, `${this.peer}: ${error.rawMessage}`));
+      this.connection.send(FrameKind.Error, 0, errorFrame(error)).catch(() => {}).finally(() => this.connection.close(error, { graceful: true }));
+      return;
+    }
+    this.#admitted = true;
+    const peerLive = typeof body.live === 'number' && body.live > 0 ? body.live : this.host.livenessMs;
+    this.connection.liveness.start(Math.min(this.host.livenessMs, peerLive));
+    this.connection.send(FrameKind.Ready, 0, {}).then(() => this.host.ready(this), () => {});
+  }
+
+  #request(id: number, body: Record<string, unknown>): void {
+    const scope = { connection: this.connection, call: id };
+    const refuse = (error: GdrpcError): void => {
+      void refuseRaw(scope, body.a);
+      this.connection.send(FrameKind.Error, id, errorFrame(error)).catch(() => {});
+    };
+    if (id === 0 || this.calls.has(id)) return refuse(new GdrpcError(Code.INVALID_ARGUMENT, `call id ${id} is ${id === 0 ? 'reserved' : 'already in use'}`));
+    if (this.host.shuttingDown) return refuse(new GdrpcError(Code.UNAVAILABLE, 'server is shutting down'));
+    const entry = this.host.lookup(body.svc as string, body.m as string);
+    if (entry === undefined) return refuse(new GdrpcError(Code.NOT_FOUND, `unknown method ${String(body.svc)}/${String(body.m)}`));
+    if (entry.method.clientStreaming !== (body.a === undefined)) {
+      return refuse(new GdrpcError(Code.INVALID_ARGUMENT, `${entry.method.name} is ${entry.method.clientStreaming ? '' : 'not '}client-streaming`));
+    }
+    if (this.calls.size >= this.host.limits.perConnection) return refuse(new GdrpcError(Code.RESOURCE_EXHAUSTED, `more than ${this.host.limits.perConnection} calls in flight on this connection`));
+    if (!this.host.acquireCall()) return refuse(new GdrpcError(Code.RESOURCE_EXHAUSTED, 'server is at its concurrent call limit'));
+    const deadline = typeof body.to === 'number' ? Date.now() + body.to : undefined;
+    const callScope = new CallScope(deadline, this.connection.signal);
+    const call = new ServerCall(id, this.connection, entry, callScope, (body.md as Record<string, string> | undefined) ?? {}, this.host.env);
+    this.calls.set(id, call);
+    void call.run(body.a as Record<string, unknown> | undefined).finally(() => {
+      this.calls.delete(id);
+      this.host.releaseCall();
+    });
+  }
+
+  #malformed(kind: number, call: number, error: GdrpcError): void {
+    this.host.error(new GdrpcError(error.code, `${this.peer}: ${error.rawMessage}`, { cause: error }));
+    if (!this.#admitted || call === 0) {
+      // Nothing to tie the frame to: tell the peer if we can, then drop the connection.
+      const notify = this.connection.remoteId !== 0 ? this.connection.send(FrameKind.Error, 0, errorFrame(error)) : Promise.resolve();
+      notify.catch(() => {}).finally(() => this.connection.close(error, { graceful: true }));
+      return;
+    }
+    const existing = this.calls.get(call);
+    existing?.scope.abort(error);
+    if (existing !== undefined) existing.cancelledByPeer = true;
+    this.connection.send(FrameKind.Error, call, errorFrame(error)).catch(() => {});
+    void kind;
+  }
+}

@@ -1,0 +1,222 @@
+// The serving side: Server.create, register, listen, graceful shutdown, events.
+import { EventEmitter } from 'eventemitter3';
+import { cuda } from '../cuda.ts';
+import { Code, GdrpcError } from '../errors.ts';
+import { Tensor, TensorPool, type Device } from '../tensor/index.ts';
+import { Listener } from '../ucx/index.ts';
+import { Connection } from './connection.ts';
+import type { DType, Placement, ServiceDescriptor } from './descriptor.ts';
+import { DEFAULT_LIVENESS_MS } from './liveness.ts';
+import { DEFAULT_INLINE_BYTES } from './movers/choose.ts';
+import { registerService } from './registry.ts';
+import { lookupRemote, OWNER_SERVICE, pullResultFields, setOwnerListener } from './remote.ts';
+import { Runtime } from './runtime.ts';
+import { AFTER_SEND, type CallContext, type CallEnvironment, type Handler, type MethodEntry } from './server-call.ts';
+import { ServerSession, type SessionHost } from './server-session.ts';
+
+export interface ServerOptions {
+  /** Calls in flight per connection (default 256); more get RESOURCE_EXHAUSTED. */
+  maxCallsPerConnection?: number;
+  /** Calls in flight over all connections (default 4096). */
+  maxCalls?: number;
+  /** Largest control frame accepted (default 4 MiB, inline tensors included). */
+  maxFrameBytes?: number;
+  /** Largest single tensor accepted, checked before allocation (default 1 GiB). */
+  maxTensorBytes?: number;
+  /** Receiving pool per device, mapped once (default 128 MiB; 0: plain allocations). */
+  poolBytes?: number;
+  /** When the pool is full, register a one-off allocation instead of RESOURCE_EXHAUSTED (default false). */
+  allowPoolOverflow?: boolean;
+  /** Shared token clients must prove (HMAC challenge-response) before any call. */
+  token?: string;
+  /** A silent client is declared gone after this long (default 2000 ms). */
+  livenessMs?: number;
+  /** Largest host tensor the server sends inline (default 8 KiB). */
+  inlineBytes?: number;
+  /** How long results exposed for RMA wait for the client's FIN (default 30 s). */
+  exposureHoldMs?: number;
+}
+
+type Handlers = Record<string, Handler>;
+
+/** A gdrpc server: services, a listener, the connections and their calls. */
+export class Server extends EventEmitter<{ connection: [{ peer: string }]; disconnect: [{ peer: string }]; error: [GdrpcError] }> {
+  readonly #options: Required<Omit<ServerOptions, 'token'>> & { token?: string };
+  readonly #methods = new Map<string, MethodEntry>();
+  readonly #sessions = new Set<ServerSession>();
+  readonly #pools = new Map<Device, TensorPool>();
+  #runtime: Runtime | undefined;
+  #listener: Listener | undefined;
+  #address: { host: string; port: number } | undefined;
+  #activeCalls = 0;
+  #drained: (() => void) | undefined;
+  #shuttingDown = false;
+
+  private constructor(options: ServerOptions) {
+    super();
+    this.#options = {
+      maxCallsPerConnection: 256, maxCalls: 4096, maxFrameBytes: 4 << 20, maxTensorBytes: 1 << 30, poolBytes: 128 << 20,
+      allowPoolOverflow: false, livenessMs: DEFAULT_LIVENESS_MS, inlineBytes: DEFAULT_INLINE_BYTES, exposureHoldMs: 30_000, ...options,
+    };
+    this.#methods.set(`${OWNER_SERVICE}/pull`, ownerPullEntry());
+  }
+
+  /** A server with these limits; nothing is opened until listen(). */
+  static create(options: ServerOptions = {}): Server {
+    return new Server(options);
+  }
+
+  /** Serves `service` with `handlers` (one per method name). */
+  register(service: ServiceDescriptor, handlers: Handlers): this {
+    for (const [name, method] of Object.entries(service.methods)) {
+      const handler = handlers[name];
+      if (typeof handler !== 'function') throw new GdrpcError(Code.INVALID_ARGUMENT, `no handler for ${service.name}/${name}`);
+      this.#methods.set(`${service.name}/${method.name}`, { method, handler, types: service.types });
+    }
+    for (const name of Object.keys(handlers)) {
+      if (service.methods[name] === undefined) throw new GdrpcError(Code.INVALID_ARGUMENT, `${service.name} has no method ${name}`);
+    }
+    registerService(service);
+    return this;
+  }
+
+  /** Starts listening (port 0: any free port); resolves to the bound address. */
+  async listen(options: { host?: string; port?: number } = {}): Promise<{ host: string; port: number }> {
+    return this.bind(options);
+  }
+
+  /** listen(), synchronously (the owner of remote tensors needs an address at once). */
+  bind(options: { host?: string; port?: number } = {}): { host: string; port: number } {
+    if (this.#listener !== undefined) throw new GdrpcError(Code.FAILED_PRECONDITION, 'server is already listening');
+    if (this.#shuttingDown) throw new GdrpcError(Code.FAILED_PRECONDITION, 'server has been shut down');
+    const runtime = Runtime.acquire();
+    this.#runtime = runtime;
+    runtime.dispatcher.ensureFrameBytes(this.#options.maxFrameBytes);
+    const listener = Listener.create(runtime.worker, { host: options.host ?? '0.0.0.0', port: options.port ?? 0 });
+    listener.on('connection', (endpoint) => this.#accept(runtime, endpoint));
+    listener.on('error', (error) => this.emit('error', error));
+    this.#listener = listener;
+    this.#address = { host: listener.host, port: listener.port };
+    listening.add(this);
+    return this.#address;
+  }
+
+  /** The bound address, once listening. */
+  get address(): { host: string; port: number } | undefined { return this.#address; }
+  /** Calls in flight. */
+  get activeCalls(): number { return this.#activeCalls; }
+  /** Pool statistics per device (for leak checks). */
+  poolStats(): Array<ReturnType<TensorPool['stats']>> { return [...this.#pools.values()].map((pool) => pool.stats()); }
+
+  /** Stops accepting, lets calls in flight finish for up to graceMs (default 5000), aborts the
+   *  rest (UNAVAILABLE), closes connections, pools and the listener. */
+  async shutdown(options: { graceMs?: number } = {}): Promise<void> {
+    if (this.#shuttingDown) return;
+    this.#shuttingDown = true;
+    listening.delete(this);
+    this.#listener?.close();
+    for (const session of this.#sessions) session.goAway();
+    const graceMs = options.graceMs ?? 5000;
+    if (this.#activeCalls > 0) {
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, graceMs);
+        this.#drained = () => { clearTimeout(timer); resolve(); };
+      });
+    }
+    const stop = new GdrpcError(Code.UNAVAILABLE, 'server shut down');
+    for (const session of this.#sessions) for (const call of session.calls.values()) call.scope.abort(stop);
+    // Give aborted calls a moment to send their ERROR before the connections go.
+    if (this.#activeCalls > 0) await new Promise((resolve) => setTimeout(resolve, 50));
+    for (const session of [...this.#sessions]) session.connection.close(stop, { graceful: true });
+    for (const pool of this.#pools.values()) pool.close({ force: true });
+    this.#pools.clear();
+    await this.#runtime?.release();
+    this.#runtime = undefined;
+  }
+
+  #accept(runtime: Runtime, endpoint: ConstructorParameters<typeof Connection>[1]): void {
+    if (this.#shuttingDown) {
+      void endpoint.close({ force: true });
+      return;
+    }
+    const session = new ServerSession(new Connection(runtime, endpoint, this.#options.livenessMs), this.#host);
+    this.#sessions.add(session);
+  }
+
+  readonly #host: SessionHost = (() => {
+    const server = this;
+    const env: CallEnvironment = {
+      allocate: (shape, dtype, placement) => server.#allocate(shape, dtype, placement),
+      maxTensor: this.#options.maxTensorBytes,
+      exposureHoldMs: this.#options.exposureHoldMs,
+    };
+    return {
+      get token() { return server.#options.token; },
+      get livenessMs() { return server.#options.livenessMs; },
+      get shuttingDown() { return server.#shuttingDown; },
+      limits: { maxFrame: this.#options.maxFrameBytes, maxTensor: this.#options.maxTensorBytes, inline: this.#options.inlineBytes, perConnection: this.#options.maxCallsPerConnection },
+      env,
+      lookup: (service, method) => server.#methods.get(`${service}/${method}`),
+      acquireCall: () => {
+        if (server.#activeCalls >= server.#options.maxCalls) return false;
+        server.#activeCalls += 1;
+        return true;
+      },
+      releaseCall: () => {
+        server.#activeCalls -= 1;
+        if (server.#activeCalls === 0) server.#drained?.();
+      },
+      ready: (session) => server.emit('connection', { peer: session.peer }),
+      closed: (session, _error) => {
+        server.#sessions.delete(session);
+        if (session.admitted) server.emit('disconnect', { peer: session.peer });
+      },
+      error: (error) => server.emit('error', error),
+    };
+  })();
+
+  #allocate(shape: number[], dtype: DType, placement: Placement): Tensor {
+    const device: Device = placement.kind === 'cuda' && cuda.available() ? `cuda:${placement.device ?? 0}` : 'cpu';
+    if (this.#options.poolBytes === 0) return Tensor.empty(shape, dtype, { device });
+    let pool = this.#pools.get(device);
+    if (pool === undefined) {
+      pool = TensorPool.create(this.#runtime!.context, { device, bytes: this.#options.poolBytes, allowOverflow: this.#options.allowPoolOverflow });
+      this.#pools.set(device, pool);
+    }
+    return pool.allocate(shape, dtype);
+  }
+}
+
+// Servers of this process that listen: the first one also answers pulls of remote tensors.
+const listening = new Set<Server>();
+let ownerServer: Server | undefined;
+setOwnerListener(() => {
+  const first = listening.values().next().value as Server | undefined;
+  if (first?.address !== undefined) return first.address;
+  ownerServer ??= Server.create({ poolBytes: 0 });
+  return ownerServer.address ?? ownerServer.bind();
+});
+
+/** Stops the server this process started only to own remote tensors (tests, clean exit). */
+export async function shutdownOwner(): Promise<void> {
+  const server = ownerServer;
+  ownerServer = undefined;
+  await server?.shutdown({ graceMs: 0 });
+}
+
+function ownerPullEntry(): MethodEntry {
+  return {
+    method: {
+      name: 'pull', service: OWNER_SERVICE, clientStreaming: false, serverStreaming: false,
+      args: [{ name: 'x', type: { kind: 'scalar', name: 'u32' } }, { name: 's', type: { kind: 'scalar', name: 'bytes' } }],
+      results: [],
+    },
+    types: {},
+    handler: (args: { x: number; s: Uint8Array }, ctx: CallContext) => {
+      const { tensor, pulled } = lookupRemote(args.x, args.s);
+      ctx[AFTER_SEND]?.(pulled);
+      return { t: tensor };
+    },
+    resultsOf: (result) => pullResultFields(result.t as Tensor),
+  };
+}

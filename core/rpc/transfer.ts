@@ -1,0 +1,151 @@
+// The tensors of one frame: on the way out, a mover and a descriptor per tensor and the sends
+// that follow the frame; on the way in, placeholders checked against limits and the descriptor,
+// then allocation and receipt. Every transfer records its mover and path for callInfo().
+import { Code, GdrpcError } from '../errors.ts';
+import { elementSize, isDType, Tensor } from '../tensor/index.ts';
+import { checkTensorWire } from '../wire/codec.ts';
+import type { TensorWire } from '../wire/frames.ts';
+import type { DType, Placement } from './descriptor.ts';
+import { chooseMover, moverByName } from './movers/choose.ts';
+import { memoryTypeOf } from './movers/memory.ts';
+import type { MoverName, Outgoing, TransferInfo, TransferScope } from './movers/mover.ts';
+import { transferPath } from './movers/path.ts';
+import { RemoteTensor, exposeRemote } from './remote.ts';
+
+/** How the sending side wants its tensors moved. */
+export interface SendPolicy { mover: 'auto' | MoverName; noStaging: boolean }
+
+const MOVER_OF = { i: 'inline', t: 'tag', r: 'rma' } as const;
+
+/** Tensors leaving in one frame. */
+export class OutgoingTensors {
+  readonly transfers: TransferInfo[] = [];
+  readonly #outgoing: Outgoing[] = [];
+
+  constructor(private readonly scope: TransferScope, private readonly policy: SendPolicy) {}
+
+  /** The EncodeTensor callback of encodeFields. */
+  readonly encode = (value: unknown, where: string, placement: Placement): unknown => {
+    if (value instanceof RemoteTensor) return value.wire;
+    if (!(value instanceof Tensor)) throw new GdrpcError(Code.INVALID_ARGUMENT, `${where}: expected a Tensor`);
+    if (placement.kind === 'remote') return exposeRemote(value, this.scope);
+    const { connection } = this.scope;
+    const from = memoryTypeOf(value);
+    const to = placement.kind === 'cuda' ? 'cuda' : 'host';
+    const mover = chooseMover(this.policy.mover, value.byteLength, from, { inline: connection.peerLimits.inline, maxFrame: connection.peerLimits.maxFrame });
+    const path = transferPath(mover.name, connection.endpoint, from, to);
+    if (this.policy.noStaging && path === 'staged') {
+      throw new GdrpcError(Code.FAILED_PRECONDITION, `${where}: ${from} -> ${to} over ${connection.peer} would stage through host memory (noStaging)`, { path });
+    }
+    if (value.byteLength > connection.peerLimits.maxTensor) {
+      throw new GdrpcError(Code.RESOURCE_EXHAUSTED, `${where}: ${value.byteLength} bytes exceed the peer's tensor limit of ${connection.peerLimits.maxTensor}`);
+    }
+    const outgoing = mover.prepare(value, this.scope);
+    this.#outgoing.push(outgoing);
+    this.transfers.push({ argument: where, bytes: value.byteLength, mover: mover.name, path });
+    return outgoing.wire;
+  };
+
+  /** Starts every transfer (after the frame went out); resolves when the memory may be reused. */
+  start(): Promise<void> {
+    if (this.#outgoing.length === 0) return Promise.resolve();
+    return Promise.all(this.#outgoing.map((outgoing) => outgoing.start())).then(() => undefined);
+  }
+}
+
+/** A tensor announced in a received frame, not yet received. */
+export class PendingTensor {
+  constructor(readonly wire: TensorWire, readonly where: string, readonly placement: Placement) {}
+  get dtype(): string { return this.wire.dt; }
+  get shape(): readonly number[] { return this.wire.sh; }
+}
+
+/** Allocates the destination of an incoming tensor. */
+export type Allocate = (shape: number[], dtype: DType, placement: Placement) => Tensor;
+
+/** Tensors arriving in one frame. */
+export class IncomingTensors {
+  readonly transfers: TransferInfo[] = [];
+  readonly pending: PendingTensor[] = [];
+  /** Tensors allocated here; the side that owns the call releases them. */
+  readonly allocated: Tensor[] = [];
+
+  constructor(private readonly scope: TransferScope, private readonly limits: { maxTensor: number }) {}
+
+  /** The DecodeTensor callback of decodeFields: checks the descriptor before anything is allocated. */
+  readonly decode = (value: unknown, where: string, placement: Placement): unknown => {
+    const wire = checkTensorWire(value, where);
+    if (!isDType(wire.dt)) throw new GdrpcError(Code.INVALID_ARGUMENT, `${where}: unknown dtype ${wire.dt}`);
+    const numel = wire.sh.reduce((product, size) => product * size, 1);
+    if (numel * elementSize(wire.dt) !== wire.n) {
+      throw new GdrpcError(Code.INVALID_ARGUMENT, `${where}: ${wire.n} bytes do not match shape [${wire.sh.join(', ')}] of ${wire.dt}`);
+    }
+    const pending = new PendingTensor(wire, where, placement);
+    this.pending.push(pending);
+    if (wire.m === 'h') return new RemoteTensor(wire);
+    if (wire.n > this.limits.maxTensor) {
+      throw new GdrpcError(Code.RESOURCE_EXHAUSTED, `${where}: tensor of ${wire.n} bytes exceeds the limit of ${this.limits.maxTensor}`);
+    }
+    return pending;
+  };
+
+  /** Allocates and receives every pending tensor, replacing placeholders in `values`. On failure
+   *  everything allocated is released and what was not received is refused. */
+  async receive(allocate: Allocate): Promise<Map<PendingTensor, Tensor>> {
+    const received = new Map<PendingTensor, Tensor>();
+    const work = this.pending.filter((pending) => pending.wire.m !== 'h');
+    let failure: unknown;
+    await Promise.all(work.map(async (pending) => {
+      const mover = moverByName(MOVER_OF[pending.wire.m as 'i' | 't' | 'r']);
+      let dest: Tensor;
+      try {
+        if (failure !== undefined) throw failure;
+        dest = allocate([...pending.wire.sh], pending.wire.dt as DType, pending.placement);
+      } catch (error) {
+        failure ??= error;
+        await mover.refuse(pending.wire, this.scope);
+        return;
+      }
+      this.allocated.push(dest);
+      try {
+        await mover.receive(pending.wire, dest, this.scope);
+        received.set(pending, dest);
+        const from = pending.wire.mt === 'cuda' ? 'cuda' : 'host';
+        this.transfers.push({ argument: pending.where, bytes: pending.wire.n, mover: mover.name, path: transferPath(mover.name, this.scope.connection.endpoint, from, memoryTypeOf(dest)) });
+      } catch (error) {
+        failure ??= error;
+      }
+    }));
+    if (failure !== undefined) {
+      this.releaseAll();
+      throw GdrpcError.from(failure);
+    }
+    return received;
+  }
+
+  /** Declines every pending transfer (the frame was rejected before allocation). */
+  async refuseAll(): Promise<void> {
+    await Promise.all(this.pending.filter((p) => p.wire.m !== 'h').map((p) => moverByName(MOVER_OF[p.wire.m as 'i' | 't' | 'r']).refuse(p.wire, this.scope)));
+  }
+
+  releaseAll(): void {
+    for (const tensor of this.allocated.splice(0)) tensor.release();
+  }
+}
+
+/** The placeholders of a decoded frame whose descriptors arrived, even if decoding failed midway. */
+export function refuseRaw(scope: TransferScope, wireObject: unknown): Promise<void> {
+  // A frame rejected before decoding still announced tag payloads and exposures: settle them so
+  // that the sender completes. Walk generically for anything shaped like a descriptor.
+  const found: TensorWire[] = [];
+  const walk = (value: unknown): void => {
+    if (Array.isArray(value)) value.forEach(walk);
+    else if (typeof value === 'object' && value !== null && !(value instanceof Uint8Array)) {
+      const record = value as Record<string, unknown>;
+      if ((record.m === 't' || record.m === 'r') && typeof record.x === 'number') found.push(record as unknown as TensorWire);
+      else Object.values(record).forEach(walk);
+    }
+  };
+  walk(wireObject);
+  return Promise.all(found.map((wire) => moverByName(wire.m === 't' ? 'tag' : 'rma').refuse(wire, scope))).then(() => undefined);
+}
