@@ -48,6 +48,6 @@ export function generatedNames(services: IrService[]): string[] {
 
 /** Names the generated module imports from the runtime or uses from the TypeScript library. */
 export const RUNTIME_NAMES: ReadonlySet<string> = new Set([
-  'Tensor', 'RemoteTensor', 'Client', 'Server', 'CallOptions', 'CallContext', 'validateFields', 'GdrpcError', 'Code',
+  'Tensor', 'RemoteTensor', 'Client', 'Server', 'CallOptions', 'CallContext', 'ServiceDescriptor', 'validateFields', 'registerService',
   'Promise', 'AsyncIterable', 'Iterable', 'Record', 'Uint8Array', 'Array', 'Map', 'Object', 'Error',
 ]);

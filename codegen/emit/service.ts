@@ -1,31 +1,13 @@
 // The typed client class, the handler interface a server implements, and the service object that
-// ties them to the descriptor. Every stub validates, then hands the call to the runtime.
+// ties them to the descriptor. The runtime validates arguments before it sends a request and
+// before it calls a handler (and results on both sides) with this descriptor, so the stubs only
+// delegate: validating here as well would pay for the same checks twice on every call.
 import { StructureKind, VariableDeclarationKind, type MethodDeclarationStructure, type MethodSignatureStructure, type OptionalKind, type StatementStructures } from 'ts-morph';
 import type { IrMethod, IrService } from '../model.ts';
 import { docs } from './messages.ts';
 import { methodNames, serviceNames } from './naming.ts';
 import type { ModuleSymbols } from './symbols.ts';
 import type { RemoteIndex } from './ts-types.ts';
-
-/** The local helper that validates each message of a client stream as it passes. */
-export const VALIDATED_STREAM = 'validatedStream';
-
-export function validatedStreamStatement(): StatementStructures {
-  return {
-    kind: StructureKind.Function,
-    name: VALIDATED_STREAM,
-    isAsync: true,
-    isGenerator: true,
-    typeParameters: [{ name: 'T', constraint: 'Record<string, unknown>' }],
-    parameters: [
-      { name: 'messages', type: 'AsyncIterable<T> | Iterable<T>' },
-      { name: 'validate', type: '(message: T) => void' },
-    ],
-    returnType: 'AsyncIterable<T>',
-    statements: ['for await (const message of messages) {\n  validate(message);\n  yield message;\n}'],
-    docs: ['Validates each message of a client stream before it is sent or handed to a handler.'],
-  };
-}
 
 /** The message type names a method uses on each side. */
 function messageTypes(service: IrService, m: IrMethod, remote: RemoteIndex) {
@@ -40,76 +22,28 @@ function messageTypes(service: IrService, m: IrMethod, remote: RemoteIndex) {
 export function serviceStatements(service: IrService, symbols: ModuleSymbols, remote: RemoteIndex): StatementStructures[] {
   const names = serviceNames(service);
   const client = symbols.runtime('Client');
-  const callOptions = symbols.runtime('CallOptions');
   const ctx = symbols.runtime('CallContext');
   const server = symbols.runtime('Server');
-  const d = names.descriptor;
-
-  const clientMethods: OptionalKind<MethodDeclarationStructure>[] = service.methods.map((m) => {
-    const t = messageTypes(service, m, remote);
-    const method = `${d}.methods.${m.name}`;
-    const options = { name: 'options', type: callOptions, hasQuestionToken: true };
-    const base = { name: m.name, ...docs(m.doc, `Calls ${service.name}.${m.name}.`) };
-    if (m.clientStreaming) {
-      return {
-        ...base, isAsync: true,
-        parameters: [{ name: 'messages', type: `AsyncIterable<${t.args}> | Iterable<${t.args}>` }, options],
-        returnType: `Promise<${t.resultsIn}>`,
-        statements: [`return this.#client.clientStream(${method}, ${VALIDATED_STREAM}(messages, ${t.validateArgs}), options) as Promise<${t.resultsIn}>;`],
-      };
-    }
-    const args = { name: 'args', type: t.args, ...(m.args.length === 0 ? { initializer: '{}' } : {}) };
-    if (m.serverStreaming) {
-      return {
-        ...base, isAsync: true, isGenerator: true,
-        parameters: [args, options],
-        returnType: `AsyncIterable<${t.resultsIn}>`,
-        statements: [`${t.validateArgs}(args);`, `yield* this.#client.serverStream(${method}, args, options) as AsyncIterable<${t.resultsIn}>;`],
-      };
-    }
-    return {
-      ...base, isAsync: true,
-      parameters: [args, options],
-      returnType: `Promise<${t.resultsIn}>`,
-      statements: [`${t.validateArgs}(args);`, `return this.#client.unary(${method}, args, options) as Promise<${t.resultsIn}>;`],
-    };
-  });
-
-  const handlerMethods: OptionalKind<MethodSignatureStructure>[] = service.methods.map((m) => {
-    const t = messageTypes(service, m, remote);
-    const base = { name: m.name, ...docs(m.doc) };
-    const ctxParam = { name: 'ctx', type: ctx };
-    if (m.clientStreaming) {
-      return { ...base, parameters: [{ name: 'messages', type: `AsyncIterable<${t.argsIn}>` }, ctxParam], returnType: `Promise<${t.results}> | ${t.results}` };
-    }
-    if (m.serverStreaming) return { ...base, parameters: [{ name: 'args', type: t.argsIn }, ctxParam], returnType: `AsyncIterable<${t.results}>` };
-    return { ...base, parameters: [{ name: 'args', type: t.argsIn }, ctxParam], returnType: `Promise<${t.results}> | ${t.results}` };
-  });
-
-  const registrations = service.methods.map((m) => {
-    const t = messageTypes(service, m, remote);
-    if (m.clientStreaming) {
-      return `    ${m.name}: async (messages: AsyncIterable<${t.argsIn}>, ctx: ${ctx}) => handlers.${m.name}(${VALIDATED_STREAM}(messages, ${t.validateArgs}), ctx),`;
-    }
-    return `    ${m.name}: (args: ${t.argsIn}, ctx: ${ctx}) => {\n      ${t.validateArgs}(args);\n      return handlers.${m.name}(args, ctx);\n    },`;
-  });
-
   return [
     {
       kind: StructureKind.Class,
       isExported: true,
       name: names.client,
-      docs: [`Typed client of ${service.fullName}: each method validates its arguments, then calls through the runtime.`],
+      docs: [`Typed client of ${service.fullName}. The runtime validates arguments before sending and results on arrival.`],
       properties: [{ name: '#client', isReadonly: true, type: client }],
-      ctors: [{ parameters: [{ name: 'client', type: client }], statements: ['this.#client = client;'] }],
-      methods: clientMethods,
+      ctors: [{
+        parameters: [{ name: 'client', type: client }],
+        // The runtime finds the struct and enum declarations of a call by service name.
+        statements: [`${symbols.runtime('registerService', true)}(${names.descriptor});`, 'this.#client = client;'],
+      }],
+      methods: service.methods.map((m) => clientMethod(service, m, symbols, remote)),
     },
     {
       kind: StructureKind.Interface,
       isExported: true,
       name: names.handlers,
-      docs: [`What a server of ${service.fullName} implements; arguments are validated before a handler is called.`],
-      methods: handlerMethods,
+      docs: [`What a server of ${service.fullName} implements; the runtime validates arguments before a handler is called.`],
+      methods: service.methods.map((m) => handlerMethod(service, m, ctx, remote)),
     },
     {
       kind: StructureKind.VariableStatement,
@@ -121,15 +55,21 @@ export function serviceStatements(service: IrService, symbols: ModuleSymbols, re
         initializer: [
           '{',
           `  /** The data-only descriptor. */`,
-          `  descriptor: ${d},`,
+          `  descriptor: ${names.descriptor},`,
           `  /** A typed client over a connected runtime client. */`,
           `  client(client: ${client}): ${names.client} {`,
           `    return new ${names.client}(client);`,
           '  },',
-          `  /** Registers \`handlers\` on \`server\`, validating each call's arguments before its handler runs. */`,
+          `  /** Registers \`handlers\` on \`server\` (methods are called on \`handlers\`, so classes work). */`,
           `  register(server: ${server}, handlers: ${names.handlers}): ${server} {`,
-          `    return server.register(${d}, {`,
-          ...registrations.map((r) => `  ${r.replace(/\n/g, '\n  ')}`),
+          `    return server.register(${names.descriptor}, {`,
+          ...service.methods.map((m) => {
+            const t = messageTypes(service, m, remote);
+            const args = m.clientStreaming ? `messages: AsyncIterable<${t.argsIn}>` : `args: ${t.argsIn}`;
+            // The runtime wants a promise from a client-streaming handler; an async arrow makes one.
+            const arrow = m.clientStreaming ? 'async ' : '';
+            return `      ${m.name}: ${arrow}(${args}, ctx: ${ctx}) => handlers.${m.name}(${m.clientStreaming ? 'messages' : 'args'}, ctx),`;
+          }),
           '    });',
           '  },',
           '}',
@@ -137,4 +77,45 @@ export function serviceStatements(service: IrService, symbols: ModuleSymbols, re
       }],
     },
   ];
+}
+
+function clientMethod(service: IrService, m: IrMethod, symbols: ModuleSymbols, remote: RemoteIndex): OptionalKind<MethodDeclarationStructure> {
+  const t = messageTypes(service, m, remote);
+  const method = `${serviceNames(service).descriptor}.methods.${m.name}`;
+  const options = { name: 'options', type: symbols.runtime('CallOptions'), hasQuestionToken: true };
+  const base = { name: m.name, ...docs(m.doc, `Calls ${service.name}.${m.name}.`) };
+  if (m.clientStreaming) {
+    return {
+      ...base,
+      parameters: [{ name: 'messages', type: `AsyncIterable<${t.args}> | Iterable<${t.args}>` }, options],
+      returnType: `Promise<${t.resultsIn}>`,
+      statements: [`return this.#client.clientStream(${method}, messages, options) as Promise<${t.resultsIn}>;`],
+    };
+  }
+  const args = { name: 'args', type: t.args, ...(m.args.length === 0 ? { initializer: '{}' } : {}) };
+  if (m.serverStreaming) {
+    return {
+      ...base,
+      parameters: [args, options],
+      returnType: `AsyncIterable<${t.resultsIn}>`,
+      statements: [`return this.#client.serverStream(${method}, args, options) as AsyncIterable<${t.resultsIn}>;`],
+    };
+  }
+  return {
+    ...base,
+    parameters: [args, options],
+    returnType: `Promise<${t.resultsIn}>`,
+    statements: [`return this.#client.unary(${method}, args, options) as Promise<${t.resultsIn}>;`],
+  };
+}
+
+function handlerMethod(service: IrService, m: IrMethod, ctx: string, remote: RemoteIndex): OptionalKind<MethodSignatureStructure> {
+  const t = messageTypes(service, m, remote);
+  const base = { name: m.name, ...docs(m.doc) };
+  const ctxParam = { name: 'ctx', type: ctx };
+  if (m.clientStreaming) {
+    return { ...base, parameters: [{ name: 'messages', type: `AsyncIterable<${t.argsIn}>` }, ctxParam], returnType: `Promise<${t.results}> | ${t.results}` };
+  }
+  if (m.serverStreaming) return { ...base, parameters: [{ name: 'args', type: t.argsIn }, ctxParam], returnType: `AsyncIterable<${t.results}>` };
+  return { ...base, parameters: [{ name: 'args', type: t.argsIn }, ctxParam], returnType: `Promise<${t.results}> | ${t.results}` };
 }

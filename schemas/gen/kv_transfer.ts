@@ -2,7 +2,7 @@
 // Disaggregated inference: a prefill worker computes the KV cache of a prompt and hands it to a
 // decode worker as remote tensors, which the decode worker pulls straight into its own pool.
 
-import { type CallContext, type CallOptions, type Client, type RemoteTensor, type Server, type ServiceDescriptor, type Tensor, validateFields } from 'gdrpc';
+import { type CallContext, type CallOptions, type Client, registerService, type RemoteTensor, type Server, type ServiceDescriptor, type Tensor, validateFields } from 'gdrpc';
 import type { Precision } from './tensor_parallel.ts';
 
 /** Where a request is in its life. */
@@ -164,28 +164,27 @@ export function validatePrefillWorkerReleaseResults(values: Record<string, unkno
   validateFields(PrefillWorkerDescriptor.methods.release.results, values, PrefillWorkerDescriptor.types, 'PrefillWorker.release results');
 }
 
-/** Typed client of gdrpc.kv.v1.PrefillWorker: each method validates its arguments, then calls through the runtime. */
+/** Typed client of gdrpc.kv.v1.PrefillWorker. The runtime validates arguments before sending and results on arrival. */
 export class PrefillWorkerClient {
   readonly #client: Client;
 
   constructor(client: Client) {
+    registerService(PrefillWorkerDescriptor);
     this.#client = client;
   }
 
   /** Computes the KV cache of a prompt; returns the blocks as handles to pull. */
-  async prefill(args: PrefillWorkerPrefillArgs, options?: CallOptions): Promise<PrefillWorkerPrefillResultsReceived> {
-    validatePrefillWorkerPrefillArgs(args);
+  prefill(args: PrefillWorkerPrefillArgs, options?: CallOptions): Promise<PrefillWorkerPrefillResultsReceived> {
     return this.#client.unary(PrefillWorkerDescriptor.methods.prefill, args, options) as Promise<PrefillWorkerPrefillResultsReceived>;
   }
 
   /** Frees the blocks of a request once its decode worker has pulled them. */
-  async release(args: PrefillWorkerReleaseArgs, options?: CallOptions): Promise<PrefillWorkerReleaseResults> {
-    validatePrefillWorkerReleaseArgs(args);
+  release(args: PrefillWorkerReleaseArgs, options?: CallOptions): Promise<PrefillWorkerReleaseResults> {
     return this.#client.unary(PrefillWorkerDescriptor.methods.release, args, options) as Promise<PrefillWorkerReleaseResults>;
   }
 }
 
-/** What a server of gdrpc.kv.v1.PrefillWorker implements; arguments are validated before a handler is called. */
+/** What a server of gdrpc.kv.v1.PrefillWorker implements; the runtime validates arguments before a handler is called. */
 export interface PrefillWorkerHandlers {
   /** Computes the KV cache of a prompt; returns the blocks as handles to pull. */
   prefill(args: PrefillWorkerPrefillArgs, ctx: CallContext): Promise<PrefillWorkerPrefillResults> | PrefillWorkerPrefillResults;
@@ -201,17 +200,11 @@ export const PrefillWorker = {
   client(client: Client): PrefillWorkerClient {
     return new PrefillWorkerClient(client);
   },
-  /** Registers `handlers` on `server`, validating each call's arguments before its handler runs. */
+  /** Registers `handlers` on `server` (methods are called on `handlers`, so classes work). */
   register(server: Server, handlers: PrefillWorkerHandlers): Server {
     return server.register(PrefillWorkerDescriptor, {
-      prefill: (args: PrefillWorkerPrefillArgs, ctx: CallContext) => {
-        validatePrefillWorkerPrefillArgs(args);
-        return handlers.prefill(args, ctx);
-      },
-      release: (args: PrefillWorkerReleaseArgs, ctx: CallContext) => {
-        validatePrefillWorkerReleaseArgs(args);
-        return handlers.release(args, ctx);
-      },
+      prefill: (args: PrefillWorkerPrefillArgs, ctx: CallContext) => handlers.prefill(args, ctx),
+      release: (args: PrefillWorkerReleaseArgs, ctx: CallContext) => handlers.release(args, ctx),
     });
   },
 };
@@ -349,28 +342,27 @@ export function validateDecodeWorkerGenerateResults(values: Record<string, unkno
   validateFields(DecodeWorkerDescriptor.methods.generate.results, values, DecodeWorkerDescriptor.types, 'DecodeWorker.generate results');
 }
 
-/** Typed client of gdrpc.kv.v1.DecodeWorker: each method validates its arguments, then calls through the runtime. */
+/** Typed client of gdrpc.kv.v1.DecodeWorker. The runtime validates arguments before sending and results on arrival. */
 export class DecodeWorkerClient {
   readonly #client: Client;
 
   constructor(client: Client) {
+    registerService(DecodeWorkerDescriptor);
     this.#client = client;
   }
 
   /** Takes over a request: pulls its blocks from the prefill worker onto this worker's GPU. */
-  async accept(args: DecodeWorkerAcceptArgs, options?: CallOptions): Promise<DecodeWorkerAcceptResults> {
-    validateDecodeWorkerAcceptArgs(args);
+  accept(args: DecodeWorkerAcceptArgs, options?: CallOptions): Promise<DecodeWorkerAcceptResults> {
     return this.#client.unary(DecodeWorkerDescriptor.methods.accept, args, options) as Promise<DecodeWorkerAcceptResults>;
   }
 
   /** Streams generated tokens until `maxTokens` or end of sequence. */
-  async *generate(args: DecodeWorkerGenerateArgs, options?: CallOptions): AsyncIterable<DecodeWorkerGenerateResults> {
-    validateDecodeWorkerGenerateArgs(args);
-    yield* this.#client.serverStream(DecodeWorkerDescriptor.methods.generate, args, options) as AsyncIterable<DecodeWorkerGenerateResults>;
+  generate(args: DecodeWorkerGenerateArgs, options?: CallOptions): AsyncIterable<DecodeWorkerGenerateResults> {
+    return this.#client.serverStream(DecodeWorkerDescriptor.methods.generate, args, options) as AsyncIterable<DecodeWorkerGenerateResults>;
   }
 }
 
-/** What a server of gdrpc.kv.v1.DecodeWorker implements; arguments are validated before a handler is called. */
+/** What a server of gdrpc.kv.v1.DecodeWorker implements; the runtime validates arguments before a handler is called. */
 export interface DecodeWorkerHandlers {
   /** Takes over a request: pulls its blocks from the prefill worker onto this worker's GPU. */
   accept(args: DecodeWorkerAcceptArgsReceived, ctx: CallContext): Promise<DecodeWorkerAcceptResults> | DecodeWorkerAcceptResults;
@@ -386,17 +378,11 @@ export const DecodeWorker = {
   client(client: Client): DecodeWorkerClient {
     return new DecodeWorkerClient(client);
   },
-  /** Registers `handlers` on `server`, validating each call's arguments before its handler runs. */
+  /** Registers `handlers` on `server` (methods are called on `handlers`, so classes work). */
   register(server: Server, handlers: DecodeWorkerHandlers): Server {
     return server.register(DecodeWorkerDescriptor, {
-      accept: (args: DecodeWorkerAcceptArgsReceived, ctx: CallContext) => {
-        validateDecodeWorkerAcceptArgs(args);
-        return handlers.accept(args, ctx);
-      },
-      generate: (args: DecodeWorkerGenerateArgs, ctx: CallContext) => {
-        validateDecodeWorkerGenerateArgs(args);
-        return handlers.generate(args, ctx);
-      },
+      accept: (args: DecodeWorkerAcceptArgsReceived, ctx: CallContext) => handlers.accept(args, ctx),
+      generate: (args: DecodeWorkerGenerateArgs, ctx: CallContext) => handlers.generate(args, ctx),
     });
   },
 };

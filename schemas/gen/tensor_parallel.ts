@@ -2,7 +2,7 @@
 // Tensor-parallel MLP: each shard worker owns a column slice of the up projection and a row
 // slice of the down projection; the coordinator all-reduces the partial activations.
 
-import { type CallContext, type CallOptions, type Client, type Server, type ServiceDescriptor, type Tensor, validateFields } from 'gdrpc';
+import { type CallContext, type CallOptions, type Client, registerService, type Server, type ServiceDescriptor, type Tensor, validateFields } from 'gdrpc';
 
 /** Element types the shard workers compute in. */
 export const Precision = {
@@ -229,40 +229,37 @@ export function validateShardWorkerReduceResults(values: Record<string, unknown>
   validateFields(ShardWorkerDescriptor.methods.reduce.results, values, ShardWorkerDescriptor.types, 'ShardWorker.reduce results');
 }
 
-/** Typed client of gdrpc.tp.v1.ShardWorker: each method validates its arguments, then calls through the runtime. */
+/** Typed client of gdrpc.tp.v1.ShardWorker. The runtime validates arguments before sending and results on arrival. */
 export class ShardWorkerClient {
   readonly #client: Client;
 
   constructor(client: Client) {
+    registerService(ShardWorkerDescriptor);
     this.#client = client;
   }
 
   /** Describes this shard. */
-  async info(args: ShardWorkerInfoArgs = {}, options?: CallOptions): Promise<ShardWorkerInfoResults> {
-    validateShardWorkerInfoArgs(args);
+  info(args: ShardWorkerInfoArgs = {}, options?: CallOptions): Promise<ShardWorkerInfoResults> {
     return this.#client.unary(ShardWorkerDescriptor.methods.info, args, options) as Promise<ShardWorkerInfoResults>;
   }
 
   /** Loads this shard's slices of the weights of one layer onto its GPU. */
-  async loadWeights(args: ShardWorkerLoadWeightsArgs, options?: CallOptions): Promise<ShardWorkerLoadWeightsResults> {
-    validateShardWorkerLoadWeightsArgs(args);
+  loadWeights(args: ShardWorkerLoadWeightsArgs, options?: CallOptions): Promise<ShardWorkerLoadWeightsResults> {
     return this.#client.unary(ShardWorkerDescriptor.methods.loadWeights, args, options) as Promise<ShardWorkerLoadWeightsResults>;
   }
 
   /** Runs the shard's slice of layer `layer` on x; returns its partial activation. */
-  async forward(args: ShardWorkerForwardArgs, options?: CallOptions): Promise<ShardWorkerForwardResults> {
-    validateShardWorkerForwardArgs(args);
+  forward(args: ShardWorkerForwardArgs, options?: CallOptions): Promise<ShardWorkerForwardResults> {
     return this.#client.unary(ShardWorkerDescriptor.methods.forward, args, options) as Promise<ShardWorkerForwardResults>;
   }
 
   /** Adds the partial activations of the other shards into this shard's output (all-reduce step). */
-  async reduce(args: ShardWorkerReduceArgs, options?: CallOptions): Promise<ShardWorkerReduceResults> {
-    validateShardWorkerReduceArgs(args);
+  reduce(args: ShardWorkerReduceArgs, options?: CallOptions): Promise<ShardWorkerReduceResults> {
     return this.#client.unary(ShardWorkerDescriptor.methods.reduce, args, options) as Promise<ShardWorkerReduceResults>;
   }
 }
 
-/** What a server of gdrpc.tp.v1.ShardWorker implements; arguments are validated before a handler is called. */
+/** What a server of gdrpc.tp.v1.ShardWorker implements; the runtime validates arguments before a handler is called. */
 export interface ShardWorkerHandlers {
   /** Describes this shard. */
   info(args: ShardWorkerInfoArgs, ctx: CallContext): Promise<ShardWorkerInfoResults> | ShardWorkerInfoResults;
@@ -282,25 +279,13 @@ export const ShardWorker = {
   client(client: Client): ShardWorkerClient {
     return new ShardWorkerClient(client);
   },
-  /** Registers `handlers` on `server`, validating each call's arguments before its handler runs. */
+  /** Registers `handlers` on `server` (methods are called on `handlers`, so classes work). */
   register(server: Server, handlers: ShardWorkerHandlers): Server {
     return server.register(ShardWorkerDescriptor, {
-      info: (args: ShardWorkerInfoArgs, ctx: CallContext) => {
-        validateShardWorkerInfoArgs(args);
-        return handlers.info(args, ctx);
-      },
-      loadWeights: (args: ShardWorkerLoadWeightsArgs, ctx: CallContext) => {
-        validateShardWorkerLoadWeightsArgs(args);
-        return handlers.loadWeights(args, ctx);
-      },
-      forward: (args: ShardWorkerForwardArgs, ctx: CallContext) => {
-        validateShardWorkerForwardArgs(args);
-        return handlers.forward(args, ctx);
-      },
-      reduce: (args: ShardWorkerReduceArgs, ctx: CallContext) => {
-        validateShardWorkerReduceArgs(args);
-        return handlers.reduce(args, ctx);
-      },
+      info: (args: ShardWorkerInfoArgs, ctx: CallContext) => handlers.info(args, ctx),
+      loadWeights: (args: ShardWorkerLoadWeightsArgs, ctx: CallContext) => handlers.loadWeights(args, ctx),
+      forward: (args: ShardWorkerForwardArgs, ctx: CallContext) => handlers.forward(args, ctx),
+      reduce: (args: ShardWorkerReduceArgs, ctx: CallContext) => handlers.reduce(args, ctx),
     });
   },
 };
