@@ -1,0 +1,55 @@
+// Loads the native addon (build/Release/gdrpc.node) once, after putting the project's UCX
+// defaults into the environment, and registers GdrpcError so native code throws that class.
+import { existsSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { fileURLToPath } from 'node:url';
+import { Code, GdrpcError } from './errors.ts';
+import type { NativeBinding } from './ucx/native-types.ts';
+
+/**
+ * UCX settings gdrpc relies on, applied to process.env only where the user has not set the
+ * variable. They are (re)applied before every ucp_config_read (Context.create), so code that adds
+ * entries before creating its context gets them; variables UCX reads at library load (logging)
+ * take effect only if added before the first use of the addon.
+ */
+export const UCX_DEFAULTS: Record<string, string> = {
+  // PEER error mode (on every endpoint) otherwise turns off pipelined rendezvous, which staged
+  // GPU transfers need.
+  UCX_RNDV_PIPELINE_ERROR_HANDLING: 'y',
+  // PEER error mode otherwise excludes the shared-memory transports (posix, sysv) from every
+  // endpoint: two processes on one node would talk over TCP loopback.
+  UCX_MM_ERROR_HANDLING: 'y',
+  // Our own config keys and other tools' UCX_* variables are not errors worth a warning per process.
+  UCX_WARN_UNUSED_ENV_VARS: 'n',
+  // Keepalive detects a dead peer on transports without a connection of their own (shared
+  // memory): UCX's 20 s default becomes ~1 s so pending operations fail fast (docs/binding.md).
+  UCX_KEEPALIVE_INTERVAL: '500ms',
+};
+
+/** Copies UCX_DEFAULTS into process.env where a variable is not already set. */
+export function applyUcxDefaults(): void {
+  for (const [name, value] of Object.entries(UCX_DEFAULTS)) {
+    if (process.env[name] === undefined) process.env[name] = value;
+  }
+}
+
+const addonPath = fileURLToPath(new URL('../build/Release/gdrpc.node', import.meta.url));
+let binding: NativeBinding | undefined;
+
+/** The native addon; throws FAILED_PRECONDITION (run `npm install`) when it has not been built. */
+export function native(): NativeBinding {
+  if (binding) return binding;
+  if (!existsSync(addonPath)) {
+    throw new GdrpcError(Code.FAILED_PRECONDITION,
+      `the native addon is not built (${addonPath} is missing): run \`npm install\` in the gdrpc package`);
+  }
+  applyUcxDefaults();
+  try {
+    binding = createRequire(import.meta.url)(addonPath) as NativeBinding;
+  } catch (cause) {
+    throw new GdrpcError(Code.FAILED_PRECONDITION,
+      `cannot load the native addon ${addonPath}: ${(cause as Error).message}; run \`npm install\` to rebuild it`, { cause });
+  }
+  binding.setErrorClass(GdrpcError);
+  return binding;
+}

@@ -1,0 +1,132 @@
+// A connection to one peer (PEER error mode): tag send, RMA, flush, close.
+import { EventEmitter } from 'eventemitter3';
+import { Code, GdrpcError } from '../errors.ts';
+import { native } from '../native.ts';
+import { checkObject, checkPort, checkSignal, checkString, checkU64, describe, invalid, rejecting } from './check.ts';
+import { spanTarget, tagTarget, type MemorySpan, type TagBuffer } from './memory.ts';
+import type { NativeEndpoint, NativeRemoteKey } from './native-types.ts';
+import { RemoteKey } from './rkey.ts';
+import { Worker } from './worker.ts';
+
+/** A UCP endpoint. Emits 'error' (UNAVAILABLE) when the peer fails, then 'close'. */
+export class Endpoint extends EventEmitter<{ error: [GdrpcError]; close: [] }> {
+  readonly worker: Worker;
+  /** "host:port" of the other side. */
+  readonly peer: string;
+  readonly #native: NativeEndpoint;
+  #closing: Promise<void> | undefined;
+  #ended = false;
+
+  /** @internal Wraps a native endpoint (client side: connect(); server side: Listener). */
+  constructor(worker: Worker, handle: NativeEndpoint) {
+    super();
+    this.worker = worker;
+    this.#native = handle;
+    this.peer = handle.peer;
+    handle.setHandler((kind, value) => {
+      if (kind === 'error') {
+        this.emit('error', GdrpcError.from(value, Code.UNAVAILABLE));
+      } else {
+        this.#ended = true;
+        Worker.release(worker, this);
+        this.emit('close');
+      }
+    });
+    Worker.adopt(worker, this);
+  }
+
+  /** Client side: ucp_ep_create with a sockaddr; PEER error mode. Connection failures surface as
+   *  UNAVAILABLE on operations and as an 'error' event. */
+  static connect(worker: Worker, options: { host: string; port: number; name?: string }): Endpoint {
+    const nativeWorker = Worker.nativeOf(worker);
+    checkObject(options, 'options');
+    const host = checkString(options.host, 'options.host');
+    const port = checkPort(options.port, 'options.port');
+    if (port === 0) throw invalid('options.port must not be 0');
+    const name = options.name === undefined ? undefined : checkString(options.name, 'options.name');
+    return new Endpoint(worker, new (native().Endpoint)(nativeWorker, host, port, name));
+  }
+
+  /** The error callback fired (the peer is gone or the transport failed). */
+  get failed(): boolean {
+    return this.#native.failed;
+  }
+
+  /** close() was called, or the endpoint closed itself after failing. */
+  get closed(): boolean {
+    return this.#closing !== undefined || this.#ended;
+  }
+
+  tagSend(tag: bigint, src: TagBuffer, options: { signal?: AbortSignal } = {}): Promise<void> {
+    return rejecting(() => {
+      this.#checkUsable();
+      checkU64(tag, 'tag');
+      const { target, offset, length } = tagTarget(src, 'src');
+      const signal = checkSignal(checkObject(options, 'options').signal, 'options.signal');
+      return this.worker.track(signal, (id) => this.#native.tagSend(tag, target, offset, length, id));
+    });
+  }
+
+  /** RMA write of `src` to the peer's `remoteAddress` (inside the region `rkey` was packed from). */
+  put(src: MemorySpan, remoteAddress: bigint, rkey: RemoteKey): Promise<void> {
+    return this.#rma('put', src, remoteAddress, rkey);
+  }
+
+  /** RMA read from the peer's `remoteAddress` into `dst`. */
+  get(dst: MemorySpan, remoteAddress: bigint, rkey: RemoteKey): Promise<void> {
+    return this.#rma('get', dst, remoteAddress, rkey);
+  }
+
+  /** Completes when every operation issued before it has completed at the peer. */
+  flush(): Promise<void> {
+    return rejecting(() => {
+      this.#checkUsable();
+      return this.worker.track(undefined, (id) => this.#native.flush(id));
+    });
+  }
+
+  /** Transports of this endpoint's lanes (ucp_ep_query UCP_EP_ATTR_FIELD_TRANSPORTS). */
+  transports(): Array<{ transport: string; device: string }> {
+    this.#checkUsable();
+    return this.#native.transports();
+  }
+
+  /** Graceful close (flush) unless the endpoint failed or force is set; pending requests reject
+   *  with CANCELLED (or UNAVAILABLE if the endpoint failed). Safe to call twice. */
+  close(options: { force?: boolean } = {}): Promise<void> {
+    if (this.#closing) return this.#closing;
+    return rejecting(() => {
+      const force = checkObject(options, 'options').force ?? false;
+      if (typeof force !== 'boolean') throw invalid(`options.force must be a boolean, got ${describe(force)}`);
+      this.#closing = this.#native.close(force).then(() => {
+        this.#ended = true;
+        Worker.release(this.worker, this);
+      });
+      return this.#closing;
+    });
+  }
+
+  #rma(op: 'put' | 'get', span: MemorySpan, remoteAddress: bigint, rkey: RemoteKey): Promise<void> {
+    return rejecting(() => {
+      this.#checkUsable();
+      const { target, offset, length } = spanTarget(span, op === 'put' ? 'src' : 'dst');
+      checkU64(remoteAddress, 'remoteAddress');
+      const nativeKey: NativeRemoteKey = RemoteKey.nativeOf(rkey, this);
+      return this.worker.track(undefined, (id) => this.#native[op](target, offset, length, remoteAddress, nativeKey, id));
+    });
+  }
+
+  #checkUsable(): void {
+    if (this.#closing) throw new GdrpcError(Code.FAILED_PRECONDITION, `the endpoint to ${this.peer} is closed`);
+    if (this.#native.failed || this.#ended) {
+      throw new GdrpcError(Code.UNAVAILABLE, `the endpoint to ${this.peer} failed`);
+    }
+  }
+
+  /** @internal The native endpoint of a usable Endpoint (for RemoteKey.unpack). */
+  static nativeOf(endpoint: unknown, name = 'endpoint'): NativeEndpoint {
+    if (!(endpoint instanceof Endpoint)) throw invalid(`${name} must be an Endpoint, got ${describe(endpoint)}`);
+    endpoint.#checkUsable();
+    return endpoint.#native;
+  }
+}

@@ -1,0 +1,23 @@
+// The typed UCX binding (contract: docs/binding.md).
+import { native } from '../native.ts';
+import { invalid } from './check.ts';
+import type { NativeStats } from './native-types.ts';
+
+export { Context, type ContextOptions, type MemoryType, type Feature } from './context.ts';
+export { Worker, type WorkerOptions, type TagRecvResult, type WorkerStats } from './worker.ts';
+export { Listener, type ListenerOptions } from './listener.ts';
+export { Endpoint } from './endpoint.ts';
+export { MemoryRegion, isMemorySpan, type MemorySpan, type TagBuffer } from './memory.ts';
+export { RemoteKey } from './rkey.ts';
+export { UCX_DEFAULTS } from '../native.ts';
+
+/** Process-wide counters (for leak tests): live native objects of each kind. */
+export function nativeStats(): NativeStats {
+  return native().nativeStats();
+}
+
+/** Address of the first byte of a host view (for descriptors and CUDA copies). */
+export function addressOf(view: ArrayBufferView | ArrayBuffer): bigint {
+  if (!ArrayBuffer.isView(view) && !(view instanceof ArrayBuffer)) throw invalid('addressOf expects an ArrayBufferView or an ArrayBuffer');
+  return native().addressOf(view);
+}

@@ -1,0 +1,81 @@
+// The shape of the native addon as the TypeScript layer sees it. The addon trusts its arguments:
+// every call here is made by core/ucx after validation.
+import type { GdrpcError } from '../errors.ts';
+
+export type NativeTarget = ArrayBufferView | ArrayBuffer | NativeMemoryRegion;
+export interface NativeTransport { transport: string; device: string }
+export interface NativeRecvResult { senderTag: bigint; length: number }
+
+export interface NativeContext {
+  libraryPath(): string | undefined;
+  transports(): NativeTransport[];
+  memoryTypes(): string[];
+  close(): void;
+}
+export interface NativeWorker {
+  tagRecv(target: NativeTarget, offset: number, length: number, tag: bigint, mask: bigint, id: number): Promise<NativeRecvResult>;
+  tagProbe(tag: bigint, mask: bigint): NativeRecvResult | null;
+  progress(): boolean;
+  cancel(id: number): void;
+  stats(): { liveRequests: number; liveEndpoints: number; liveListeners: number; liveRegions: number };
+  close(): void;
+}
+export type ListenerEvent = 'request' | 'connection' | 'error';
+export interface NativeListener { readonly host: string; readonly port: number; close(): void }
+export interface NativeEndpoint {
+  readonly peer: string;
+  readonly failed: boolean;
+  setHandler(handler: (kind: 'error' | 'close', value: GdrpcError | undefined) => void): void;
+  tagSend(tag: bigint, target: NativeTarget, offset: number, length: number, id: number): Promise<void>;
+  put(target: NativeMemoryRegion, offset: number, length: number, remote: bigint, rkey: NativeRemoteKey, id: number): Promise<void>;
+  get(target: NativeMemoryRegion, offset: number, length: number, remote: bigint, rkey: NativeRemoteKey, id: number): Promise<void>;
+  flush(id: number): Promise<void>;
+  transports(): NativeTransport[];
+  close(force: boolean): Promise<void>;
+}
+export interface NativeMemoryRegion {
+  readonly address: bigint;
+  readonly length: number;
+  readonly memoryType: string;
+  packRkey(): Uint8Array;
+  close(): void;
+}
+export interface NativeRemoteKey { close(): void }
+
+export interface NativeCuda {
+  available(): boolean;
+  unavailableReason(): string | undefined;
+  driverVersion(): number;
+  deviceCount(): number;
+  device(index: number): { index: number; name: string; totalMemory: number; pciBusId: string; computeCapability: string; uuid: string };
+  canAccessPeer(a: number, b: number): boolean;
+  memInfo(device: number): { free: number; total: number };
+  alloc(device: number, bytes: number): bigint;
+  free(ptr: bigint): void;
+  allocHost(bytes: number): ArrayBuffer;
+  copy(dst: bigint | ArrayBufferView, src: bigint | ArrayBufferView, bytes: number): void;
+  memset(ptr: bigint, byte: number, bytes: number): void;
+  pointerInfo(ptr: bigint): { memoryType: 'host' | 'cuda' | 'unregistered'; device: number };
+  synchronize(device: number): void;
+}
+
+export interface NativeStats { contexts: number; workers: number; endpoints: number; listeners: number;
+  regions: number; rkeys: number; requests: number }
+
+export interface NativeBinding {
+  Context: new (features: string[], config: Record<string, string>) => NativeContext;
+  Worker: new (context: NativeContext, busyPollUs: number, watchdogMs: number) => NativeWorker;
+  Listener: new (worker: NativeWorker, host: string, port: number,
+    handler: (kind: ListenerEvent, a: unknown, b: unknown) => boolean | void) => NativeListener;
+  Endpoint: new (worker: NativeWorker, host: string, port: number, name: string | undefined) => NativeEndpoint;
+  MemoryRegion: {
+    new (context: NativeContext, buffer: ArrayBuffer): NativeMemoryRegion;
+    new (context: NativeContext, address: bigint, length: number, memoryType: 'host' | 'cuda'): NativeMemoryRegion;
+  };
+  RemoteKey: new (endpoint: NativeEndpoint, packed: Uint8Array) => NativeRemoteKey;
+  ucxVersion(): string;
+  nativeStats(): NativeStats;
+  addressOf(view: ArrayBufferView | ArrayBuffer): bigint;
+  setErrorClass(errorClass: typeof GdrpcError): void;
+  cuda: NativeCuda;
+}

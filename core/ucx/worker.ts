@@ -1,0 +1,124 @@
+// The UCP worker: one per process, progressed from the Node event loop by the addon.
+import { Code, GdrpcError } from '../errors.ts';
+import { native } from '../native.ts';
+import { checkObject, checkSignal, checkSize, checkU64, invalid, rejecting } from './check.ts';
+import { Context } from './context.ts';
+import { tagTarget, type TagBuffer } from './memory.ts';
+import type { NativeWorker } from './native-types.ts';
+
+export interface WorkerOptions {
+  /** After an event, keep calling progress for this many microseconds before arming (0 = off). */
+  busyPollUs?: number;
+  /** Period of the watchdog timer that progresses even without an event (missed wake-ups). */
+  watchdogMs?: number;
+}
+export interface TagRecvResult { senderTag: bigint; length: number }
+export interface WorkerStats { liveRequests: number; liveEndpoints: number; liveListeners: number; liveRegions: number }
+
+/** What a worker closes when it closes: its endpoints and listeners. */
+interface Child { close(options?: { force?: boolean }): unknown }
+
+const MAX_REQUEST_ID = 0x7fffffff;  // ids above are the addon's own
+
+/** A UCP worker driven by the Node event loop (event fd + watchdog timer). */
+export class Worker {
+  readonly context: Context;
+  readonly #native: NativeWorker;
+  readonly #children = new Set<Child>();
+  #nextId = 1;
+  #closing: Promise<void> | undefined;
+
+  private constructor(context: Context, handle: NativeWorker) {
+    this.context = context;
+    this.#native = handle;
+  }
+
+  static create(context: Context, options: WorkerOptions = {}): Worker {
+    checkObject(options, 'options');
+    const busyPollUs = checkSize(options.busyPollUs ?? 0, 'options.busyPollUs');
+    const watchdogMs = checkSize(options.watchdogMs ?? 100, 'options.watchdogMs');
+    if (busyPollUs > 10_000_000) throw invalid('options.busyPollUs must be at most 10 s');
+    if (watchdogMs > 0xffffffff) throw invalid('options.watchdogMs is too large');
+    const nativeContext = Context.nativeOf(context);
+    return new Worker(context, new (native().Worker)(nativeContext, busyPollUs, watchdogMs));
+  }
+
+  /** Posts a tag receive into `dest`. Rejects with INVALID_ARGUMENT (message says "truncated") when the
+   *  message is longer than dest, CANCELLED when cancelled by signal or close. */
+  tagRecv(dest: TagBuffer, tag: bigint, mask: bigint, options: { signal?: AbortSignal } = {}): Promise<TagRecvResult> {
+    return rejecting(() => {
+      this.#checkOpen();
+      const { target, offset, length } = tagTarget(dest, 'dest');
+      checkU64(tag, 'tag');
+      checkU64(mask, 'mask');
+      const signal = checkSignal(checkObject(options, 'options').signal, 'options.signal');
+      return this.track(signal, (id) => this.#native.tagRecv(target, offset, length, tag, mask, id));
+    });
+  }
+
+  /** Non-blocking probe without removing: the matched message's tag and length, or null. */
+  tagProbe(tag: bigint, mask: bigint): TagRecvResult | null {
+    this.#checkOpen();
+    return this.#native.tagProbe(checkU64(tag, 'tag'), checkU64(mask, 'mask'));
+  }
+
+  /** Runs ucp_worker_progress until idle (tests and busy loops). Returns whether anything progressed. */
+  progress(): boolean {
+    this.#checkOpen();
+    return this.#native.progress();
+  }
+
+  stats(): WorkerStats {
+    this.#checkOpen();
+    return this.#native.stats();
+  }
+
+  /** Cancels all pending requests (they reject with CANCELLED), closes endpoints (force) and listeners. */
+  close(): Promise<void> {
+    this.#closing ??= (async () => {
+      const children = [...this.#children];
+      await Promise.all(children.map((child) => child.close({ force: true })));
+      this.#native.close();
+    })();
+    return this.#closing;
+  }
+
+  get closed(): boolean {
+    return this.#closing !== undefined;
+  }
+
+  #checkOpen(): void {
+    if (this.#closing) throw new GdrpcError(Code.FAILED_PRECONDITION, 'the worker is closed');
+  }
+
+  /** @internal Starts a native operation with a request id, wiring `signal` to cancel it. */
+  track<T>(signal: AbortSignal | undefined, start: (id: number) => Promise<T>): Promise<T> {
+    if (signal?.aborted) return Promise.reject(new GdrpcError(Code.CANCELLED, 'the operation was aborted before it started'));
+    const id = this.#nextId;
+    this.#nextId = id === MAX_REQUEST_ID ? 1 : id + 1;
+    const promise = start(id);
+    if (!signal) return promise;
+    const onAbort = (): void => this.#native.cancel(id);
+    signal.addEventListener('abort', onAbort, { once: true });
+    const detach = (): void => signal.removeEventListener('abort', onAbort);
+    promise.then(detach, detach);
+    return promise;
+  }
+
+  /** @internal The native worker of an open Worker (for endpoints and listeners). */
+  static nativeOf(worker: unknown, name = 'worker'): NativeWorker {
+    if (!(worker instanceof Worker)) throw invalid(`${name} must be a Worker`);
+    worker.#checkOpen();
+    return worker.#native;
+  }
+
+  /** @internal Registers an endpoint or listener that closes with the worker. */
+  static adopt(worker: Worker, child: Child): void {
+    worker.#children.add(child);
+  }
+
+  /** @internal Forgets a child that closed. */
+  static release(worker: Worker, child: Child): void {
+    worker.#children.delete(child);
+  }
+}

@@ -1,0 +1,77 @@
+// Tag send/recv between two processes over TCP and shared memory, sizes around the eager and
+// rendezvous thresholds, contents verified; mask matching; truncation.
+import { describe, expect, it } from 'vitest';
+import { GdrpcError } from '../../core/errors.ts';
+import { cleanupPeers, Peer } from './fixture.ts';
+import { connect, EXACT, localSide, TRANSPORTS, type TransportName } from './local.ts';
+import { digest, pattern } from './pattern.ts';
+
+cleanupPeers();
+const SIZES = [0, 1, 8191, 8193, 1 << 20, 64 << 20];
+
+describe.each(Object.keys(TRANSPORTS) as TransportName[])('tag send/recv over %s', (transport) => {
+  const config = TRANSPORTS[transport];
+  const local = localSide(config);
+
+  it('connects over the configured transport', async () => {
+    const peer = await Peer.start(config);
+    const ep = await connect(local.worker, peer.port);
+    const names = ep.transports().map((t) => t.transport);
+    if (transport === 'tcp') expect(names.every((n) => n === 'tcp' || n === '')).toBe(true);
+    else expect(names.some((n) => ['posix', 'sysv', 'cma'].includes(n))).toBe(true);
+    await ep.close();
+  });
+
+  it.each(SIZES)('echoes %i bytes with contents intact', async (size) => {
+    const peer = await Peer.start(config);
+    const ep = await connect(local.worker, peer.port);
+    const tag = 0x1000n + BigInt(size);
+    const src = pattern(size, size + 1);
+    const dst = Buffer.alloc(size);
+    const echoed = peer.call<{ senderTag: string; length: number }>('echo', { tag: String(tag), size });
+    await peer.event('posted');
+    const back = local.worker.tagRecv(dst, tag + 1n, EXACT);
+    await ep.tagSend(tag, src);
+    const info = await back;
+    expect(await echoed).toEqual({ senderTag: String(tag), length: size });
+    expect(info).toEqual({ senderTag: tag + 1n, length: size });
+    expect(digest(dst)).toBe(digest(src));
+    expect(Buffer.compare(dst, src)).toBe(0);
+    await ep.close();
+  }, 120_000);
+
+  it('matches receives by tag under a mask and reports the sender tag', async () => {
+    const peer = await Peer.start(config);
+    const ep = await connect(local.worker, peer.port);
+    // The peer accepts any tag whose high 32 bits are 0xABCD, whatever the low bits.
+    const received = peer.call<{ senderTag: string; length: number; digest: string }>('recv', {
+      tag: String(0xabcd_0000_0000n), mask: String(0xffff_ffff_0000_0000n), size: 64 });
+    await peer.event('posted');
+    // A message outside the mask must not match: it stays unexpected while the matching one lands.
+    await ep.tagSend(0x1234_0000_0007n, pattern(16, 1));
+    const payload = pattern(64, 9);
+    await ep.tagSend(0xabcd_0000_1234n, payload);
+    const info = await received;
+    expect(info).toEqual({ senderTag: String(0xabcd_0000_1234n), length: 64, digest: digest(payload) });
+    // The non-matching message is still there for an exact receive on this side's peer.
+    const rest = await peer.call<{ senderTag: string; length: number }>('recv', {
+      tag: String(0x1234_0000_0007n), mask: String(EXACT), size: 16 });
+    expect(rest.senderTag).toBe(String(0x1234_0000_0007n));
+    expect(rest.length).toBe(16);
+    await ep.close();
+  });
+
+  it('rejects a receive into a smaller buffer with INVALID_ARGUMENT "truncated"', async () => {
+    const peer = await Peer.start(config);
+    await connect(local.worker, peer.port);
+    await peer.call('waitConnections', { count: 1 });
+    const small = Buffer.alloc(100);
+    const received = local.worker.tagRecv(small, 77n, EXACT).then(() => undefined, (e: unknown) => e);
+    await peer.call('send', { tag: '77', size: 1000, seed: 3 });
+    const error = await received;
+    expect(error).toBeInstanceOf(GdrpcError);
+    expect((error as GdrpcError).code).toBe('INVALID_ARGUMENT');
+    expect((error as GdrpcError).message).toMatch(/truncated/);
+    expect(local.worker.stats().liveRequests).toBe(0);
+  });
+});
