@@ -49,9 +49,9 @@ export type ShardWorkerLoadWeightsResults = Record<string, never>;
 /** Arguments of ShardWorker.forward. */
 export type ShardWorkerForwardArgs = {
   x: Tensor;
+  residual: Tensor;
   layer: number;
-  scale?: number | undefined;
-  tag?: string | undefined;
+  scale: number;
 };
 
 /** Results of ShardWorker.forward. */
@@ -122,9 +122,17 @@ export const ShardWorkerDescriptor = {
             placement: { kind: 'cuda' },
           },
         },
+        {
+          name: 'residual',
+          type: {
+            kind: 'tensor',
+            dtype: 'f16',
+            shape: [{ kind: 'symbol', name: 'batch' }, { kind: 'fixed', size: 4096 }],
+            placement: { kind: 'cuda' },
+          },
+        },
         { name: 'layer', type: { kind: 'scalar', name: 'u32' } },
-        { name: 'scale', type: { kind: 'optional', inner: { kind: 'scalar', name: 'f32' } } },
-        { name: 'tag', type: { kind: 'optional', inner: { kind: 'scalar', name: 'string' } } },
+        { name: 'scale', type: { kind: 'scalar', name: 'f32' } },
       ],
       results: [{ name: 'partial', type: { kind: 'struct', name: 'gdrpc.tp.v1.PartialActivation' } }],
       clientStreaming: false,
@@ -248,7 +256,10 @@ export class ShardWorkerClient {
     return this.#client.unary(ShardWorkerDescriptor.methods.loadWeights, args, options) as Promise<ShardWorkerLoadWeightsResults>;
   }
 
-  /** Runs the shard's slice of layer `layer` on x; returns its partial activation. */
+  /**
+   * Runs the shard's slice of layer `layer` on x (plus the residual, scaled); returns its
+   * partial activation.
+   */
   forward(args: ShardWorkerForwardArgs, options?: CallOptions): Promise<ShardWorkerForwardResults> {
     return this.#client.unary(ShardWorkerDescriptor.methods.forward, args, options) as Promise<ShardWorkerForwardResults>;
   }
@@ -265,7 +276,10 @@ export interface ShardWorkerHandlers {
   info(args: ShardWorkerInfoArgs, ctx: CallContext): Promise<ShardWorkerInfoResults> | ShardWorkerInfoResults;
   /** Loads this shard's slices of the weights of one layer onto its GPU. */
   loadWeights(args: ShardWorkerLoadWeightsArgs, ctx: CallContext): Promise<ShardWorkerLoadWeightsResults> | ShardWorkerLoadWeightsResults;
-  /** Runs the shard's slice of layer `layer` on x; returns its partial activation. */
+  /**
+   * Runs the shard's slice of layer `layer` on x (plus the residual, scaled); returns its
+   * partial activation.
+   */
   forward(args: ShardWorkerForwardArgs, ctx: CallContext): Promise<ShardWorkerForwardResults> | ShardWorkerForwardResults;
   /** Adds the partial activations of the other shards into this shard's output (all-reduce step). */
   reduce(args: ShardWorkerReduceArgs, ctx: CallContext): Promise<ShardWorkerReduceResults> | ShardWorkerReduceResults;

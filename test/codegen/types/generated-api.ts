@@ -38,12 +38,14 @@ export async function clients(): Promise<void> {
   await echo.collect({ chunk: tensor });
 
   const shard = ShardWorker.client(client);
-  const { partial } = await shard.forward({ x: tensor, layer: 0 });
+  const { partial } = await shard.forward({ x: tensor, residual: tensor, layer: 0, scale: 1 });
   const y: Tensor = partial.y;
   // @ts-expect-error a tensor argument needs a Tensor
-  await shard.forward({ x: new Float32Array(4), layer: 0 });
+  await shard.forward({ x: new Float32Array(4), residual: tensor, layer: 0, scale: 1 });
+  // @ts-expect-error the residual tensor is required
+  await shard.forward({ x: tensor, layer: 0, scale: 1 });
   // @ts-expect-error layer is a u32 (number)
-  await shard.forward({ x: tensor, layer: 0n });
+  await shard.forward({ x: tensor, residual: tensor, layer: 0n, scale: 1 });
   const info = await shard.info();
   const precision: Precision = info.shard.precision;
   // @ts-expect-error an enum field takes one of its values
