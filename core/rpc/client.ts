@@ -11,6 +11,7 @@ import { absoluteDeadline, CallScope, raceSignal } from './deadline.ts';
 import type { MethodDescriptor, Placement } from './descriptor.ts';
 import { connectAndAdmit } from './handshake.ts';
 import { DEFAULT_LIVENESS_MS } from './liveness.ts';
+import { DEFAULT_INLINE_BYTES } from './movers/choose.ts';
 import type { MoverName, TransferInfo } from './movers/mover.ts';
 import { typesOf } from './registry.ts';
 import { Runtime } from './runtime.ts';
@@ -41,6 +42,8 @@ export interface ClientOptions {
   livenessMs?: number;
   /** Handshake time limit (default 5000 ms). */
   connectTimeoutMs?: number;
+  /** Largest host tensor sent inline (default 8 KiB). */
+  inlineBytes?: number;
   /** Host pool for result tensors, mapped once (default 64 MiB; 0: plain allocations). */
   poolBytes?: number;
 }
@@ -63,7 +66,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
     this.#runtime = runtime;
     this.#host = host;
     this.#port = port;
-    this.#options = { livenessMs: DEFAULT_LIVENESS_MS, connectTimeoutMs: 5000, poolBytes: 64 << 20, ...options };
+    this.#options = { livenessMs: DEFAULT_LIVENESS_MS, connectTimeoutMs: 5000, poolBytes: 64 << 20, inlineBytes: DEFAULT_INLINE_BYTES, ...options };
   }
 
   /** Connects to a server ("host:port" or {host, port}) and completes the handshake. */
@@ -191,6 +194,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
       livenessMs: this.#options.livenessMs, timeoutMs: this.#options.connectTimeoutMs,
       ...(this.#options.token !== undefined ? { token: this.#options.token } : {}),
     }).then((connection) => {
+      connection.inlineBytes = this.#options.inlineBytes;
       const session = new ClientSession(connection, (error) => {
         if (this.#session === session) this.#session = undefined;
         if (!this.#closed) this.emit('disconnect', error);

@@ -8,6 +8,7 @@ import { controlTag, dataTag, IdSequence } from '../wire/tag.ts';
 import type { FrameSink } from './dispatcher.ts';
 import { Exposures } from './exposures.ts';
 import { Liveness } from './liveness.ts';
+import { DEFAULT_INLINE_BYTES } from './movers/choose.ts';
 import type { Runtime } from './runtime.ts';
 
 /** What the side that owns a connection does with its frames. */
@@ -27,6 +28,8 @@ export class Connection implements FrameSink {
   readonly localId: number;
   remoteId = 0;
   peerLimits: PeerLimits = { maxFrame: Number.MAX_SAFE_INTEGER, maxTensor: Number.MAX_SAFE_INTEGER, inline: 0 };
+  /** Largest host tensor this side sends inline. */
+  inlineBytes = DEFAULT_INLINE_BYTES;
   /** Largest frame this side accepts on this connection (the worker's buffer may be larger). */
   frameLimit = Number.MAX_SAFE_INTEGER;
   readonly exposures = new Exposures();

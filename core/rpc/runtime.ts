@@ -19,7 +19,7 @@ export class Runtime {
     let runtime = Runtime.#shared;
     if (runtime === undefined) {
       const context = Context.create();
-      const worker = Worker.create(context);
+      const worker = Worker.create(context, { busyPollUs: Number(process.env.GDRPC_BUSY_POLL_US ?? 0) });
       runtime = new Runtime(context, worker, new Dispatcher(worker, DEFAULT_FRAME_BYTES));
       Runtime.#shared = runtime;
     }

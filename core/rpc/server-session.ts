@@ -35,6 +35,7 @@ export class ServerSession {
   constructor(readonly connection: Connection, private readonly host: SessionHost) {
     this.#challenge = host.token !== undefined ? newChallenge() : undefined;
     connection.frameLimit = host.limits.maxFrame;
+    connection.inlineBytes = host.limits.inline;
     connection.setHandler({
       frame: (kind, call, body) => this.#frame(kind, call, body),
       malformed: (kind, call, error) => this.#malformed(kind, call, error),

@@ -51,6 +51,7 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
   #activeCalls = 0;
   #drained: (() => void) | undefined;
   #shuttingDown = false;
+  readonly #host: SessionHost;
 
   private constructor(options: ServerOptions) {
     super();
@@ -59,6 +60,7 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
       allowPoolOverflow: false, livenessMs: DEFAULT_LIVENESS_MS, inlineBytes: DEFAULT_INLINE_BYTES, exposureHoldMs: 30_000, ...options,
     };
     this.#methods.set(`${OWNER_SERVICE}/pull`, ownerPullEntry());
+    this.#host = this.#makeHost();
   }
 
   /** A server with these limits; nothing is opened until listen(). */
@@ -143,7 +145,7 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
     this.#sessions.add(session);
   }
 
-  readonly #host: SessionHost = (() => {
+  #makeHost(): SessionHost {
     const server = this;
     const env: CallEnvironment = {
       allocate: (shape, dtype, placement) => server.#allocate(shape, dtype, placement),
@@ -173,7 +175,7 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
       },
       error: (error) => server.emit('error', error),
     };
-  })();
+  }
 
   #allocate(shape: number[], dtype: DType, placement: Placement): Tensor {
     const device: Device = placement.kind === 'cuda' && cuda.available() ? `cuda:${placement.device ?? 0}` : 'cpu';

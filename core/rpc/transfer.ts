@@ -32,7 +32,7 @@ export class OutgoingTensors {
     const { connection } = this.scope;
     const from = memoryTypeOf(value);
     const to = placement.kind === 'cuda' ? 'cuda' : 'host';
-    const mover = chooseMover(this.policy.mover, value.byteLength, from, { inline: connection.peerLimits.inline, maxFrame: connection.peerLimits.maxFrame });
+    const mover = chooseMover(this.policy.mover, value.byteLength, from, { inline: connection.inlineBytes, maxFrame: connection.peerLimits.maxFrame });
     const path = transferPath(mover.name, connection.endpoint, from, to);
     if (this.policy.noStaging && path === 'staged') {
       throw new GdrpcError(Code.FAILED_PRECONDITION, `${where}: ${from} -> ${to} over ${connection.peer} would stage through host memory (noStaging)`, { path });
