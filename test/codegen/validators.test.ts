@@ -1,0 +1,83 @@
+// The generated validators, run against real tensors: they accept what the schema declares and
+// reject wrong dtypes, ranks, fixed sizes, symbolic dimensions that disagree, missing fields,
+// bad enum values and bad scalars with INVALID_ARGUMENT naming the field.
+import { Code, GdrpcError, Tensor, type DType } from 'gdrpc';
+import { describe, expect, it } from 'vitest';
+import { RequestState, validateDecodeWorkerAcceptArgs, validateDecodeWorkerGenerateResults, validatePrefillWorkerPrefillArgs } from '../../schemas/gen/kv_transfer.ts';
+import { Precision, validateShardWorkerForwardArgs, validateShardWorkerReduceArgs } from '../../schemas/gen/tensor_parallel.ts';
+import { validateEchoEchoArgs } from '../../schemas/gen/echo.ts';
+
+const t = (shape: number[], dtype: DType = 'f16'): Tensor => Tensor.zeros(shape, dtype);
+
+/** The error a validator throws for `values`, or undefined when it accepts them. */
+function rejection(validate: (v: Record<string, unknown>) => void, values: Record<string, unknown>): GdrpcError | undefined {
+  try {
+    validate(values);
+    return undefined;
+  } catch (e) {
+    return e as GdrpcError;
+  }
+}
+
+function expectInvalid(validate: (v: Record<string, unknown>) => void, values: Record<string, unknown>, mentions: RegExp): void {
+  const error = rejection(validate, values);
+  expect(error, 'expected a rejection').toBeInstanceOf(GdrpcError);
+  expect(error!.code).toBe(Code.INVALID_ARGUMENT);
+  expect(error!.message).toMatch(mentions);
+}
+
+// ShardWorker.forward(x: f16[batch, model = 4096] @cuda, residual: f16[batch, model] @cuda, layer: u32, scale: f32)
+const forward = { x: t([2, 4096]), residual: t([2, 4096]), layer: 3, scale: 0.5 };
+
+describe('ShardWorker.forward arguments (4 arguments, 2 tensors)', () => {
+  it('accepts what the schema declares, for any batch', () => {
+    expect(rejection(validateShardWorkerForwardArgs, forward)).toBeUndefined();
+    expect(rejection(validateShardWorkerForwardArgs, { ...forward, x: t([1, 4096]), residual: t([1, 4096]) })).toBeUndefined();
+  });
+
+  it.each([
+    ['a wrong dtype', { x: t([2, 4096], 'f32') }, /ShardWorker\.forward arguments\.x: dtype f32, declared f16/],
+    ['a wrong rank', { residual: t([2, 4096, 1]) }, /\.residual: rank 3 .*declared rank 2/],
+    ['a wrong fixed size (model = 4096)', { x: t([2, 1024]), residual: t([2, 1024]) }, /\.x: dimension 1 is 1024, declared 4096/],
+    ['symbolic dimensions that disagree (batch)', { residual: t([3, 4096]) }, /\.residual: dimension 0 \(batch\) is 3, but .*x dimension 0 bound batch = 2/],
+    ['a missing tensor', { residual: undefined }, /\.residual is missing/],
+    ['a missing scalar', { layer: undefined }, /\.layer is missing/],
+    ['a scalar out of range (u32)', { layer: -1 }, /\.layer: expected u32/],
+    ['a non-tensor for a tensor', { x: new Uint16Array(8) }, /\.x: expected a tensor<f16>/],
+  ])('rejects %s with INVALID_ARGUMENT', (_, change, mentions) => {
+    expectInvalid(validateShardWorkerForwardArgs, { ...forward, ...change }, mentions);
+  });
+});
+
+describe('structs, lists and enums', () => {
+  const partial = (batch: number, model = 4096) => ({ rank: 0, y: t([batch, model]) });
+
+  it('checks tensors inside structs inside lists, binding a dimension across elements', () => {
+    expect(rejection(validateShardWorkerReduceArgs, { partials: [partial(2), partial(2)] })).toBeUndefined();
+    expectInvalid(validateShardWorkerReduceArgs, { partials: [partial(2), partial(5)] }, /partials\[1\]\.y: dimension 0 \(batch\) is 5/);
+    expectInvalid(validateShardWorkerReduceArgs, { partials: [partial(2, 8)] }, /partials\[0\]\.y: dimension 1 is 8, declared 4096/);
+    expectInvalid(validateShardWorkerReduceArgs, { partials: [{ y: t([2, 4096]) }] }, /partials\[0\]\.rank is missing/);
+  });
+
+  it('checks enum values', () => {
+    const args = { requestId: 'r', tokens: t([7], 'i32'), precision: Precision.BF16 };
+    expect(rejection(validatePrefillWorkerPrefillArgs, args)).toBeUndefined();
+    expectInvalid(validatePrefillWorkerPrefillArgs, { ...args, precision: 9 }, /precision: number 9 is not a value of enum gdrpc\.tp\.v1\.Precision/);
+    expectInvalid(validateDecodeWorkerGenerateResults, { token: 1, state: 42 }, /state: number 42 is not a value of enum gdrpc\.kv\.v1\.RequestState/);
+    expect(rejection(validateDecodeWorkerGenerateResults, { token: 1, state: RequestState.DONE })).toBeUndefined();
+  });
+
+  it('checks the sized dimensions of a KV block (blockSize = 16, headDim = 128) and the heads binding', () => {
+    const block = (heads: number, blockSize = 16) => ({ layer: 0, index: 0, keys: t([heads, blockSize, 128], 'bf16'), values: t([heads, blockSize, 128], 'bf16') });
+    expect(rejection(validateDecodeWorkerAcceptArgs, { requestId: 'r', blocks: [block(8)], firstToken: 1 })).toBeUndefined();
+    expectInvalid(validateDecodeWorkerAcceptArgs, { requestId: 'r', blocks: [block(8, 32)], firstToken: 1 }, /blocks\[0\]\.keys: dimension 1 is 32, declared 16/);
+    expectInvalid(validateDecodeWorkerAcceptArgs, { requestId: 'r', blocks: [block(8), block(4)], firstToken: 1 }, /blocks\[1\]\.keys: dimension 0 \(heads\) is 4/);
+  });
+
+  it('lets optional fields be left out, but checks them when present', () => {
+    expect(rejection(validateEchoEchoArgs, { text: 'hi' })).toBeUndefined();
+    expect(rejection(validateEchoEchoArgs, { text: 'hi', payload: t([5], 'u8') })).toBeUndefined();
+    expectInvalid(validateEchoEchoArgs, { text: 'hi', payload: t([5], 'i8') }, /payload: dtype i8, declared u8/);
+    expectInvalid(validateEchoEchoArgs, { payload: t([5], 'u8') }, /\.text is missing/);
+  });
+});
