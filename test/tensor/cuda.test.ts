@@ -117,6 +117,29 @@ describe.skipIf(skipReason !== undefined)('CUDA tensors', () => {
     expect(nativeStats().regions).toBe(regionsBefore);
   });
 
+  it('a pool on a context whose UCX cannot register CUDA memory is staged, and still works', () => {
+    // Without CUDA transports, UCX 1.22 reports only 'host' memory (measured on the H200).
+    const hostOnly = Context.create({ config: { TLS: 'tcp,self' } });
+    const pool = TensorPool.create(hostOnly, { device: 'cuda:0', bytes: MiB, allowOverflow: true });
+    try {
+      expect(hostOnly.memoryTypes()).not.toContain('cuda');
+      expect(pool.staged).toBe(true);
+      expect(pool.stagingReason).toMatch(/cannot register CUDA memory/);
+      expect(pool.region).toBeUndefined();
+      const host = randomHost(4097);
+      const t = host.to('cuda:0', { pool });
+      expect(t.span()).toBeUndefined();
+      expect(cuda.pointerInfo(t.address).memoryType).toBe('cuda');
+      expect(t.to('cpu').equals(host)).toBe(true);
+      const overflow = pool.allocate([2 * MiB], 'u8');
+      expect(overflow.span()).toBeUndefined();
+      expect(pool.stats()).toMatchObject({ liveTensors: 2, overflowRegistrations: 1 });
+    } finally {
+      pool.close({ force: true });
+      hostOnly.close();
+    }
+  });
+
   it('a CUDA pool with allowOverflow registers CUDA memory for the overflow', () => {
     const pool = TensorPool.create(context, { device: 'cuda:0', bytes: MiB, allowOverflow: true });
     try {

@@ -1,4 +1,5 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { cuda } from '../../core/cuda.ts';
 import { Context, nativeStats } from '../../core/ucx/index.ts';
 import { Tensor, TensorPool } from '../../core/tensor/index.ts';
 import { expectCode } from './expect-error.ts';
@@ -172,6 +173,10 @@ describe('TensorPool (host)', () => {
     a.release();
     pool.close();
     expectCode(() => pool.allocate([1], 'u8'), 'FAILED_PRECONDITION', /closed/);
+  });
+
+  it.skipIf(cuda.available())('refuses a CUDA pool without CUDA, saying why', () => {
+    expectCode(() => TensorPool.create(context, { device: 'cuda:0', bytes: 4096 }), 'FAILED_PRECONDITION', /CUDA is unavailable/);
   });
 
   it('rejects bad options', () => {
