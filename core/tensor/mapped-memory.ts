@@ -25,9 +25,9 @@ export interface MappedMemory {
   close(): void;
 }
 
-/** Allocates `length` bytes on `where` and maps them with UCX. */
-export function mapMemory(context: Context, where: DeviceKind, length: number): MappedMemory {
-  return where.kind === 'cpu' ? mapHost(context, length) : mapCuda(context, where.index, length);
+/** Allocates `length` bytes on `where` (page-locked host memory when `pinned`) and maps them with UCX. */
+export function mapMemory(context: Context, where: DeviceKind, length: number, pinned = false): MappedMemory {
+  return where.kind === 'cpu' ? mapHost(context, length, pinned) : mapCuda(context, where.index, length);
 }
 
 // Padding by ALIGNMENT - 1 lets the usable range start on a boundary whatever the allocator returned.
@@ -36,8 +36,9 @@ function alignmentOffset(address: bigint): number {
   return rest === 0 ? 0 : ARENA_ALIGNMENT - rest;
 }
 
-function mapHost(context: Context, length: number): MappedMemory {
-  const buffer = hostBuffer(length + ARENA_ALIGNMENT - 1);
+function mapHost(context: Context, length: number, pinned: boolean): MappedMemory {
+  // Pinned memory lets cuMemcpy and UCX's cuda_copy stage host<->GPU at full speed without bounce buffers.
+  const buffer = pinned ? cuda.allocHost(length + ARENA_ALIGNMENT - 1) : hostBuffer(length + ARENA_ALIGNMENT - 1);
   const start = addressOf(buffer);
   const offset = alignmentOffset(start);
   const region = MemoryRegion.map(context, buffer);

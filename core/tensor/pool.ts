@@ -19,6 +19,8 @@ export interface TensorPoolOptions {
   bytes: number;
   /** When full, register a one-off allocation instead of failing (counted in stats). */
   allowOverflow?: boolean;
+  /** 'cpu' pools only: page-locked memory (cuMemHostAlloc), for staging to and from GPUs; needs CUDA. */
+  pinned?: boolean;
 }
 
 /** What a pool holds now. `used` counts arena bytes in live blocks (256-byte granules), not overflow. */
@@ -35,6 +37,7 @@ export class TensorPool {
   readonly context: Context;
   readonly device: Device;
   readonly allowOverflow: boolean;
+  readonly pinned: boolean;
   readonly #where: DeviceKind;
   readonly #arena: Arena;
   readonly #memory: MappedMemory;
@@ -42,13 +45,15 @@ export class TensorPool {
   #overflowRegistrations = 0;
   #closed = false;
 
-  private constructor(context: Context, device: Device, where: DeviceKind, arena: Arena, memory: MappedMemory, allowOverflow: boolean) {
+  private constructor(context: Context, device: Device, where: DeviceKind, arena: Arena, memory: MappedMemory,
+    options: TensorPoolOptions) {
     this.context = context;
     this.device = device;
     this.#where = where;
     this.#arena = arena;
     this.#memory = memory;
-    this.allowOverflow = allowOverflow;
+    this.allowOverflow = options.allowOverflow === true;
+    this.pinned = options.pinned === true;
   }
 
   /** Allocates `bytes` on `device` and maps all of it with UCX. */
@@ -61,9 +66,12 @@ export class TensorPool {
     if (typeof bytes !== 'number' || !Number.isSafeInteger(bytes) || bytes <= 0) {
       throw new GdrpcError(Code.INVALID_ARGUMENT, `pool bytes must be a positive safe integer, got ${String(bytes)}`);
     }
+    if (options.pinned === true && where.kind !== 'cpu') {
+      throw new GdrpcError(Code.INVALID_ARGUMENT, `pinned applies to 'cpu' pools, not ${options.device}`);
+    }
     const arena = new Arena(bytes);
-    const memory = mapMemory(context, where, arena.capacity);
-    return new TensorPool(context, options.device, where, arena, memory, options.allowOverflow === true);
+    const memory = mapMemory(context, where, arena.capacity, options.pinned === true);
+    return new TensorPool(context, options.device, where, arena, memory, options);
   }
 
   /** The UCX region mapping the whole arena; undefined when the pool is staged. */
@@ -97,7 +105,7 @@ export class TensorPool {
         `tensor pool on ${this.device} is exhausted: ${byteLength} bytes requested, ${capacity - used} of ${capacity} free, largest free block ${largestFree}`,
         { details: { device: this.device, requested: byteLength, capacity, used, largestFree } });
     }
-    const memory = mapMemory(this.context, this.#where, byteLength);
+    const memory = mapMemory(this.context, this.#where, byteLength, this.pinned);
     this.#overflowRegistrations++;
     if (this.#overflowRegistrations === 1) {
       process.emitWarning(`tensor pool on ${this.device} (${this.#arena.capacity} bytes) overflowed: ` +

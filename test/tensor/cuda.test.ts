@@ -140,6 +140,26 @@ describe.skipIf(skipReason !== undefined)('CUDA tensors', () => {
     }
   });
 
+  it('a pinned host pool is page-locked, mapped by UCX as host memory, and stages to the GPU', () => {
+    const pool = TensorPool.create(context, { device: 'cpu', bytes: 2 * MiB, pinned: true, allowOverflow: true });
+    try {
+      expect(pool.pinned).toBe(true);
+      expect(pool.region!.memoryType).toBe('host');
+      const pageable = randomHost(MiB);
+      expect(cuda.pointerInfo(pageable.address).memoryType).toBe('unregistered');
+      const staging = pageable.to('cpu', { pool });
+      expect(cuda.pointerInfo(staging.address).memoryType).toBe('host');  // known to the driver: page-locked
+      expect(staging.span()!.region).toBe(pool.region);
+      const onGpu = staging.to('cuda:0');
+      expect(onGpu.to('cpu', { pool }).equals(pageable)).toBe(true);
+      const overflow = pool.allocate([3 * MiB], 'u8');
+      expect(cuda.pointerInfo(overflow.address).memoryType).toBe('host');
+      onGpu.release();
+    } finally {
+      pool.close({ force: true });
+    }
+  });
+
   it('a CUDA pool with allowOverflow registers CUDA memory for the overflow', () => {
     const pool = TensorPool.create(context, { device: 'cuda:0', bytes: MiB, allowOverflow: true });
     try {

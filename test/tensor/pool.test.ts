@@ -175,8 +175,9 @@ describe('TensorPool (host)', () => {
     expectCode(() => pool.allocate([1], 'u8'), 'FAILED_PRECONDITION', /closed/);
   });
 
-  it.skipIf(cuda.available())('refuses a CUDA pool without CUDA, saying why', () => {
+  it.skipIf(cuda.available())('refuses a CUDA pool or a pinned host pool without CUDA, saying why', () => {
     expectCode(() => TensorPool.create(context, { device: 'cuda:0', bytes: 4096 }), 'FAILED_PRECONDITION', /CUDA is unavailable/);
+    expectCode(() => TensorPool.create(context, { device: 'cpu', bytes: 4096, pinned: true }), 'FAILED_PRECONDITION', /CUDA is unavailable/);
   });
 
   it('rejects bad options', () => {
@@ -184,5 +185,6 @@ describe('TensorPool (host)', () => {
     expectCode(() => TensorPool.create(context, { device: 'cpu', bytes: -5 }), 'INVALID_ARGUMENT');
     expectCode(() => TensorPool.create(context, { device: 'gpu' as any, bytes: 256 }), 'INVALID_ARGUMENT', /pool device/);
     expectCode(() => TensorPool.create(context, undefined as any), 'INVALID_ARGUMENT');
+    expectCode(() => TensorPool.create(context, { device: 'cuda:0', bytes: 256, pinned: true }), 'INVALID_ARGUMENT', /pinned applies to 'cpu'/);
   });
 });
