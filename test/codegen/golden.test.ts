@@ -1,7 +1,7 @@
 // Golden files: every fixture under fixtures/ is regenerated and compared byte for byte with its
 // committed expected/ output; the project's own schemas/gen is checked for staleness through the
 // `gen --check` command itself.
-import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { emitModules } from '../../codegen/emit/module.ts';
@@ -21,9 +21,13 @@ describe.each(folders(fixturesDir))('fixture %s', (name) => {
   const dir = path.join(fixturesDir, name);
   const expectedDir = path.join(dir, 'expected');
 
-  it('compiles without diagnostics', () => {
+  it('compiles without errors, with exactly the warnings in warnings.txt (none when absent)', () => {
     const result = compileFixture(dir);
-    expect(result.diags.format(result.sources)).toBe('');
+    expect(result.diags.hasErrors, result.diags.format(result.sources)).toBe(false);
+    const warnings = result.diags.format(result.sources);
+    const file = path.join(dir, 'warnings.txt');
+    if (updateGolden && warnings !== '') writeFileSync(file, warnings + '\n');
+    expect(warnings === '' ? '' : warnings + '\n').toBe(existsSync(file) ? readFileSync(file, 'utf8') : '');
   });
 
   it('generates exactly the committed expected output', () => {

@@ -60,7 +60,7 @@ describe('structs, lists and enums', () => {
   });
 
   it('checks enum values', () => {
-    const args = { requestId: 'r', tokens: t([7], 'i32'), precision: Precision.BF16 };
+    const args = { requestId: 'r', tokens: t([7], 'i32'), precision: Precision.BF16, decodeWorker: '127.0.0.1:1' };
     expect(rejection(validatePrefillWorkerPrefillArgs, args)).toBeUndefined();
     expectInvalid(validatePrefillWorkerPrefillArgs, { ...args, precision: 9 }, /precision: number 9 is not a value of enum gdrpc\.tp\.v1\.Precision/);
     expectInvalid(validateDecodeWorkerGenerateResults, { token: 1, state: 42 }, /state: number 42 is not a value of enum gdrpc\.kv\.v1\.RequestState/);

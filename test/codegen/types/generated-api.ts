@@ -51,15 +51,13 @@ export async function clients(): Promise<void> {
   // @ts-expect-error an enum field takes one of its values
   const badPrecision: Precision = 7;
 
-  // Remote tensors: the client receives handles and may pass them on to another service.
+  // Remote tensors: a sender passes Tensors (or handles it received) for @remote fields.
   const prefill = PrefillWorker.client(client);
-  const out = await prefill.prefill({ requestId: 'r', tokens: tensor, precision: Precision.BF16 });
-  const handle: RemoteTensor = out.blocks[0]!.keys;
-  // @ts-expect-error a received remote tensor is a handle, not a Tensor
-  const owned: Tensor = out.blocks[0]!.keys;
-  const accepted = await DecodeWorker.client(client).accept({ requestId: 'r', blocks: out.blocks, firstToken: out.firstToken });
-  const state: RequestState = accepted.state;
-  void [text, wrong, bytes, asNumber, y, precision, badPrecision, handle, owned, state];
+  const out = await prefill.prefill({ requestId: 'r', tokens: tensor, precision: Precision.BF16, decodeWorker: '127.0.0.1:1' });
+  const state: RequestState = out.state;
+  // @ts-expect-error a string is not a tensor
+  await DecodeWorker.client(client).accept({ requestId: 'r', blocks: [{ layer: 0, index: 0, keys: 'k', values: tensor }], firstToken: 1 });
+  void [text, wrong, bytes, asNumber, y, precision, badPrecision, state];
 }
 
 export function servers(): void {
@@ -88,12 +86,17 @@ export function servers(): void {
 
   const decode: Pick<DecodeWorkerHandlers, 'accept'> = {
     async accept(args) {
-      // The server receives handles for @remote tensors and pulls them when it wants.
+      // The server receives handles for @remote tensors and pulls them when it wants ...
       const keys: Tensor = await args.blocks[0]!.keys.pull();
-      // @ts-expect-error a handle has no host view
+      // @ts-expect-error ... a handle has no host view
       args.blocks[0]!.values.toArray();
-      void keys;
-      return { state: RequestState.READY };
+      // ... or passes them on to another service as they are.
+      const next = await DecodeWorker.client(client).accept({ requestId: args.requestId, blocks: args.blocks, firstToken: args.firstToken });
+      const handle: RemoteTensor = args.blocks[0]!.keys;
+      // @ts-expect-error a received remote tensor is a handle, not a Tensor
+      const owned: Tensor = args.blocks[0]!.keys;
+      void [keys, handle, owned];
+      return next;
     },
   };
 

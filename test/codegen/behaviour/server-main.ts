@@ -1,0 +1,99 @@
+// A server process serving the project's generated services (schemas/gen) with small handlers.
+// Prints "LISTENING <port>" when ready; the behaviour test calls it through generated clients.
+import { Client, Server, Tensor, type CallContext } from 'gdrpc';
+import { Echo } from '../../../schemas/gen/echo.ts';
+import { DecodeWorker, PrefillWorker, RequestState, type DecodeWorkerAcceptArgsReceived } from '../../../schemas/gen/kv_transfer.ts';
+import { Precision, ShardWorker, type ShardWorkerForwardArgs, type ShardWorkerHandlers, type ShardWorkerReduceArgs } from '../../../schemas/gen/tensor_parallel.ts';
+
+/** A class-based handler set: register must call its methods with `this` bound. */
+class Shard implements ShardWorkerHandlers {
+  readonly rank = 1;
+  loaded = 0;
+
+  info() {
+    return { shard: { rank: this.rank, worldSize: 2, precision: Precision.F16, hiddenShard: 128 } };
+  }
+
+  loadWeights() {
+    this.loaded++;
+    return {};
+  }
+
+  /** Passes x through as this shard's partial (the arithmetic is not what is under test). */
+  forward(args: ShardWorkerForwardArgs) {
+    return { partial: { rank: this.rank, y: args.x } };
+  }
+
+  reduce(args: ShardWorkerReduceArgs) {
+    return { y: args.partials[0]!.y };
+  }
+}
+
+/** Blocks whose bytes encode (layer, index), so the puller can check it got the right ones. */
+function kvBlocks(n: number) {
+  return Array.from({ length: n }, (_, index) => {
+    const keys = new Uint16Array(2 * 16 * 128).fill(0x100 + index);
+    const values = new Uint16Array(2 * 16 * 128).fill(0x200 + index);
+    return {
+      layer: 0,
+      index,
+      keys: Tensor.fromArray(keys, { shape: [2, 16, 128], dtype: 'bf16' }),
+      values: Tensor.fromArray(values, { shape: [2, 16, 128], dtype: 'bf16' }),
+    };
+  });
+}
+
+const server = Server.create();
+Echo.register(server, {
+  echo: (args) => ({ text: args.text, ...(args.payload ? { payload: args.payload } : {}) }),
+  ping: () => ({}),
+  async *repeat(args) {
+    for (let index = 0; index < args.count; index++) yield { text: args.text, index };
+  },
+  async collect(messages) {
+    let bytes = 0n;
+    let chunks = 0;
+    for await (const m of messages) {
+      bytes += BigInt(m.chunk.byteLength);
+      chunks++;
+    }
+    return { bytes, chunks };
+  },
+});
+ShardWorker.register(server, new Shard());
+PrefillWorker.register(server, {
+  /** Hands the blocks to the decode worker as remote tensors; they stay valid while accept runs. */
+  async prefill(args) {
+    const blocks = kvBlocks(Math.ceil(args.tokens.shape[0]! / 16));
+    const client = await Client.connect(args.decodeWorker);
+    try {
+      const { state } = await DecodeWorker.client(client).accept({ requestId: args.requestId, blocks, firstToken: 42 });
+      return { firstToken: 42, blocks: blocks.length, state };
+    } finally {
+      await client.close();
+    }
+  },
+});
+DecodeWorker.register(server, {
+  /** Pulls every handed-over block and checks its bytes; READY only when all are right. */
+  async accept(args: DecodeWorkerAcceptArgsReceived, _ctx: CallContext) {
+    for (const block of args.blocks) {
+      // Pulled into tensors this handler owns (a pull without `into` hands back a tensor of the
+      // pull's own connection, which is closed by the time pull() returns).
+      const keys = (await block.keys.pull({ into: Tensor.empty([...block.keys.shape], block.keys.dtype) })).toArray() as Uint16Array;
+      const values = (await block.values.pull({ into: Tensor.empty([...block.values.shape], block.values.dtype) })).toArray() as Uint16Array;
+      if (!keys.every((v) => v === 0x100 + block.index) || !values.every((v) => v === 0x200 + block.index)) {
+        return { state: RequestState.PREFILLING };
+      }
+    }
+    return { state: RequestState.READY };
+  },
+  async *generate(args) {
+    for (let i = 0; i < args.maxTokens; i++) yield { token: 1000 + i, state: i + 1 === args.maxTokens ? RequestState.DONE : RequestState.DECODING };
+  },
+});
+
+const { port } = await server.listen({ host: '127.0.0.1', port: 0 });
+console.log(`LISTENING ${port}`);
+process.stdin.resume();
+process.stdin.on('end', () => void server.shutdown({ graceMs: 100 }).then(() => process.exit(0)));
