@@ -71,9 +71,13 @@ function checkDeclName(name: NameNode, diags: DiagnosticBag): void {
   else if (RUNTIME_NAMES.has(n)) diags.error(name.pos, `'${n}' is reserved: the generated module uses that name from the runtime`);
 }
 
+/** Words that a member (field, argument, result, method, enum value) may not be called: `stream`
+ * would read as a streaming marker in an argument list. Other keywords are unambiguous there. */
+const MEMBER_KEYWORDS = new Set(['stream']);
+
 function checkMemberName(name: NameNode, what: string, diags: DiagnosticBag): void {
   const a = /^[aeiou]/.test(what) ? 'an' : 'a';
-  if (KEYWORDS.has(name.text)) diags.error(name.pos, `'${name.text}' is a reserved word of the schema language and cannot name ${a} ${what}`);
+  if (MEMBER_KEYWORDS.has(name.text)) diags.error(name.pos, `'${name.text}' is a reserved word of the schema language and cannot name ${a} ${what}`);
   else if (MEMBER_RESERVED.has(name.text)) diags.error(name.pos, `'${name.text}' is reserved: it cannot name ${a} ${what}`);
 }
 

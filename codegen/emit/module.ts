@@ -63,12 +63,29 @@ function emitModule(
       ...body,
     ],
   }, { overwrite: true });
-  // The writer indents continuation lines of multi-line type and initializer text; the formatter
-  // puts them back where a person would.
-  source.formatText({ indentSize: 2, convertTabsToSpaces: true, ensureNewLineAtEndOfFile: true });
-  const text = spaceDeclarations(source.getFullText());
+  const text = spaceDeclarations(undoHangingIndent(source.getFullText()));
   project.removeSourceFile(source);
   return text;
+}
+
+/**
+ * ts-morph's writer indents the continuation lines of a multi-line type or initializer by one
+ * level (a hanging indent). The text written there is already laid out, so that level is taken
+ * back here; this is much cheaper than running the TypeScript formatter over every module.
+ */
+function undoHangingIndent(text: string): string {
+  let inBlock = false;
+  return text
+    .split('\n')
+    .map((line) => {
+      if (!inBlock) {
+        inBlock = /^\S.*= \{$/.test(line);
+        return line;
+      }
+      if (/^ {2}\}( as const| satisfies \w+)?;$/.test(line)) inBlock = false;
+      return line.startsWith('  ') ? line.slice(2) : line;
+    })
+    .join('\n');
 }
 
 /** Puts a blank line between top-level declarations (and after the header), which ts-morph does
