@@ -23,9 +23,9 @@ export class Peer {
       env: { ...process.env, ...env },
     });
     live.add(this);
-    this.exited = new Promise((resolve) => this.child.once('exit', (code) => {
+    this.exited = new Promise((resolve) => this.child.once('exit', (code, signal) => {
       live.delete(this);
-      for (const { reject } of this.#pending.values()) reject(new Error(`peer exited (${code})`));
+      for (const { reject } of this.#pending.values()) reject(new Error(`peer exited (${signal ?? code})`));
       this.#pending.clear();
       resolve(code);
     }));

@@ -80,6 +80,18 @@ const commands: Record<string, (args: Args) => unknown> = {
     region.close();
     return result;
   },
+  /** Receives `count` messages on `tag` and sends each back on tag + 1 (the leak test's partner). */
+  async reflect(args) {
+    const ep = await waitForConnection();
+    const tag = BigInt(args.tag as string);
+    const buffer = Buffer.alloc(args.size as number);
+    process.send!({ event: 'posted', tag: args.tag });
+    for (let i = 0; i < (args.count as number); i++) {
+      const info = await worker!.tagRecv(buffer, tag, (1n << 64n) - 1n);
+      await ep.tagSend(tag + 1n, buffer.subarray(0, info.length));
+    }
+    return nativeStats();
+  },
   async waitConnections(args) {
     while (accepted.length < (args.count as number)) await new Promise((r) => listener!.once('connection', r));
     return accepted.length;
