@@ -4,7 +4,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Client, Code, GdrpcError, Tensor } from 'gdrpc';
+import { Client, Code, GdrpcError, Tensor, type MethodDescriptor } from 'gdrpc';
 import { Echo } from '../../schemas/gen/echo.ts';
 import { DecodeWorker, PrefillWorker, RequestState } from '../../schemas/gen/kv_transfer.ts';
 import { Precision, ShardWorker, ShardWorkerDescriptor } from '../../schemas/gen/tensor_parallel.ts';
@@ -104,7 +104,7 @@ describe('generated ShardWorker client', () => {
 
   it('the server validates before its handler runs, even when the caller did not', async () => {
     // A caller with a looser descriptor (any shape) gets past its own check; the server's is the real one.
-    const loose = structuredClone(ShardWorkerDescriptor.methods.forward);
+    const loose: MethodDescriptor = structuredClone(ShardWorkerDescriptor.methods.forward);
     for (const field of loose.args) if (field.type.kind === 'tensor') field.type.shape = [{ kind: 'any' }, { kind: 'any' }];
     const call = prefillClient.unary(loose, { x: f16([2, 8], 0), residual: f16([2, 8], 0), layer: 0, scale: 1 });
     await expect(call).rejects.toMatchObject({ code: Code.INVALID_ARGUMENT, message: expect.stringMatching(/x: dimension 1 is 8, declared 4096/) });
