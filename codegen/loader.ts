@@ -53,8 +53,15 @@ export function loadSchemas(entries: string[], root: string, diags: DiagnosticBa
     for (const imp of file.ast.imports) {
       const target = path.resolve(path.dirname(abs), imp.text);
       const loaded = load(target);
-      if (loaded) file.imports.push(loaded);
-      else diags.error(imp.pos, `cannot read imported file "${imp.text}" (${path.relative(process.cwd(), target)})`);
+      if (!loaded) {
+        diags.error(imp.pos, `cannot read imported file "${imp.text}" (${path.relative(process.cwd(), target)})`);
+        continue;
+      }
+      file.imports.push(loaded);
+      // Its module would be written outside the output directory.
+      if (loaded.rel.startsWith('../') || path.isAbsolute(loaded.rel)) {
+        diags.error(imp.pos, `imported file "${imp.text}" is outside the input directories (${path.relative(process.cwd(), root) || '.'}); pass its directory to gen as well`);
+      }
     }
     return file;
   };

@@ -67,6 +67,16 @@ describe('gdrpc gen', () => {
     expect(existsSync(at('gen'))).toBe(false);
   });
 
+  it('rejects an import from outside the input directories, and accepts it once that directory is an input', async () => {
+    schema('app/a.gdrpc', 'package t.app.v1;\nimport "../lib/b.gdrpc";\nstruct A { b: B; }\n');
+    schema('lib/b.gdrpc', 'package t.app.v1;\nstruct B { x: u32; }\n');
+    expect(await runGen([at('schemas/app'), '--out', at('gen')])).toBe(2);
+    expect(stderr).toMatch(/a\.gdrpc:2:8: error: imported file "\.\.\/lib\/b\.gdrpc" is outside the input directories/);
+    expect(await runGen([at('schemas/app'), at('schemas/lib'), '--out', at('gen')])).toBe(0);
+    expect(readFileSync(at('gen/app/a.ts'), 'utf8')).toContain("import type { B } from '../lib/b.ts';");
+    expect(existsSync(at('gen/lib/b.ts'))).toBe(true);
+  });
+
   it('--ir prints the model as JSON and writes no code', async () => {
     schema('a.gdrpc', GOOD);
     expect(await runGen([at('schemas/a.gdrpc'), '--ir'])).toBe(0);
