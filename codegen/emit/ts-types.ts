@@ -1,7 +1,7 @@
 // Maps model types to TypeScript type text. A tensor with @remote placement is a `Tensor` on the
 // sending side and a `RemoteTensor` (a handle to pull) on the receiving side, so every type that
 // reaches one has two views.
-import type { ScalarName, TypeRef } from '../../core/rpc/descriptor.ts';
+import type { Placement, ScalarName, TypeRef } from '../../core/rpc/descriptor.ts';
 import type { IrField, IrStruct } from '../model.ts';
 import type { ModuleSymbols } from './symbols.ts';
 
@@ -87,7 +87,9 @@ export class TypeMapper {
   object(fields: IrField[], received: boolean): string {
     if (fields.length === 0) return 'Record<string, never>';
     const lines = fields.map((f) => {
-      const doc = f.doc.length > 0 ? `${docComment(f.doc, '  ')}\n` : '';
+      // A tensor's dtype and shape are not in its TypeScript type: the schema type says them.
+      const docLines = reachesTensor(f.type) ? [...f.doc, `Schema: \`${schemaType(f.type)}\``] : f.doc;
+      const doc = docLines.length > 0 ? `${docComment(docLines, '  ')}\n` : '';
       const optional = f.type.kind === 'optional' ? '?' : '';
       return `${doc}  ${propertyName(f.name)}${optional}: ${this.type(f.type, received)};`;
     });
@@ -107,3 +109,40 @@ export function docComment(lines: string[], indent: string): string {
 
 /** Keeps a doc line from closing the comment it is written into. */
 export const escapeDoc = (line: string): string => line.replace(/\*\//g, '*\\/');
+
+function reachesTensor(t: TypeRef): boolean {
+  if (t.kind === 'tensor') return true;
+  if (t.kind === 'list') return reachesTensor(t.element);
+  if (t.kind === 'map') return reachesTensor(t.value);
+  if (t.kind === 'optional') return reachesTensor(t.inner);
+  return false;
+}
+
+/** A type in schema syntax (sized dimension names are gone by now: they print as numbers). */
+export function schemaType(t: TypeRef): string {
+  switch (t.kind) {
+    case 'scalar':
+    case 'struct':
+    case 'enum':
+      return t.name;
+    case 'list':
+      return `list<${schemaType(t.element)}>`;
+    case 'map':
+      return `map<string, ${schemaType(t.value)}>`;
+    case 'optional':
+      // The placement follows the `?`: `tensor<f16, [n]>? @cuda`.
+      return t.inner.kind === 'tensor' ? `${tensorCore(t.inner)}?${placementText(t.inner.placement)}` : `${schemaType(t.inner)}?`;
+    case 'tensor':
+      return `${tensorCore(t)}${placementText(t.placement)}`;
+  }
+}
+
+function tensorCore(t: Extract<TypeRef, { kind: 'tensor' }>): string {
+  const dims = t.shape.map((d) => (d.kind === 'fixed' ? String(d.size) : d.kind === 'symbol' ? d.name : '*'));
+  return `tensor<${t.dtype}, [${dims.join(', ')}]>`;
+}
+
+function placementText(p: Placement): string {
+  if (p.kind === 'cuda') return p.device === undefined ? ' @cuda' : ` @cuda(${p.device})`;
+  return ` @${p.kind}`;
+}

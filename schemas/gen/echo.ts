@@ -6,12 +6,14 @@ import { type CallContext, type CallOptions, type Client, registerService, type 
 /** Arguments of Echo.echo. */
 export type EchoEchoArgs = {
   text: string;
+  /** Schema: `tensor<u8, [n]>? @host` */
   payload?: Tensor | undefined;
 };
 
 /** Results of Echo.echo. */
 export type EchoEchoResults = {
   text: string;
+  /** Schema: `tensor<u8, [n]>? @host` */
   payload?: Tensor | undefined;
 };
 
@@ -35,6 +37,7 @@ export type EchoRepeatResults = {
 
 /** Arguments of Echo.collect (one message of the stream). */
 export type EchoCollectArgs = {
+  /** Schema: `tensor<u8, [*]> @host` */
   chunk: Tensor;
 };
 

@@ -20,8 +20,12 @@ export type KvBlock = {
   layer: number;
   /** Index of the block in the sequence. */
   index: number;
-  /** Stays in the prefill worker's memory until the decode worker pulls it. */
+  /**
+   * Stays in the prefill worker's memory until the decode worker pulls it.
+   * Schema: `tensor<bf16, [heads, 16, 128]> @remote`
+   */
   keys: Tensor | RemoteTensor;
+  /** Schema: `tensor<bf16, [heads, 16, 128]> @remote` */
   values: Tensor | RemoteTensor;
 };
 
@@ -30,14 +34,19 @@ export type KvBlockReceived = {
   layer: number;
   /** Index of the block in the sequence. */
   index: number;
-  /** Stays in the prefill worker's memory until the decode worker pulls it. */
+  /**
+   * Stays in the prefill worker's memory until the decode worker pulls it.
+   * Schema: `tensor<bf16, [heads, 16, 128]> @remote`
+   */
   keys: RemoteTensor;
+  /** Schema: `tensor<bf16, [heads, 16, 128]> @remote` */
   values: RemoteTensor;
 };
 
 /** Arguments of PrefillWorker.prefill. */
 export type PrefillWorkerPrefillArgs = {
   requestId: string;
+  /** Schema: `tensor<i32, [promptLength]> @host` */
   tokens: Tensor;
   precision: Precision;
   decodeWorker: string;

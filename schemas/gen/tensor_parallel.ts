@@ -25,6 +25,7 @@ export type ShardInfo = {
 /** A partial result of one shard: the down projection of its slice, to be summed with the others. */
 export type PartialActivation = {
   rank: number;
+  /** Schema: `tensor<f16, [batch, 4096]> @cuda` */
   y: Tensor;
 };
 
@@ -39,7 +40,9 @@ export type ShardWorkerInfoResults = {
 /** Arguments of ShardWorker.loadWeights. */
 export type ShardWorkerLoadWeightsArgs = {
   layer: number;
+  /** Schema: `tensor<f16, [4096, hidden]> @cuda` */
   up: Tensor;
+  /** Schema: `tensor<f16, [hidden, 4096]> @cuda` */
   down: Tensor;
 };
 
@@ -48,7 +51,9 @@ export type ShardWorkerLoadWeightsResults = Record<string, never>;
 
 /** Arguments of ShardWorker.forward. */
 export type ShardWorkerForwardArgs = {
+  /** Schema: `tensor<f16, [batch, 4096]> @cuda` */
   x: Tensor;
+  /** Schema: `tensor<f16, [batch, 4096]> @cuda` */
   residual: Tensor;
   layer: number;
   scale: number;
@@ -66,6 +71,7 @@ export type ShardWorkerReduceArgs = {
 
 /** Results of ShardWorker.reduce. */
 export type ShardWorkerReduceResults = {
+  /** Schema: `tensor<f16, [batch, 4096]> @host` */
   y: Tensor;
 };
 
