@@ -5,6 +5,7 @@ import { FrameKind } from '../wire/frames.ts';
 import { MAX_CALL_ID } from '../wire/tag.ts';
 import type { Connection } from './connection.ts';
 import { errorFromFrame } from './status.ts';
+import { refuseRaw } from './transfer.ts';
 
 /** What a call in flight listens to. */
 export interface CallListener {
@@ -60,7 +61,12 @@ export class ClientSession {
       return;
     }
     const listener = this.#calls.get(call);
-    if (listener === undefined) return;
+    if (listener === undefined) {
+      // A late answer to a call given up on: its tensor bytes are on their way all the same, and
+      // the server holds them until they are taken (wire.md "Tag rendezvous").
+      if (kind === FrameKind.Response || kind === FrameKind.StreamItem) void refuseRaw({ connection: this.connection, call }, body.r ?? body.a);
+      return;
+    }
     if (kind === FrameKind.StreamItem) listener.item?.(body);
     else if (kind === FrameKind.Response || kind === FrameKind.StreamEnd) this.#finish(call, { kind, body });
     else if (kind === FrameKind.Error) this.#finish(call, errorFromFrame(body, this.connection.peer));

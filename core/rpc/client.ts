@@ -131,7 +131,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
         },
       });
       scope.signal.addEventListener('abort', () => {
-        if (!ended) cancel(s, id);
+        if (!ended) cancel(s, id, scope.signal.reason);
         ended = true;
         queue.fail(GdrpcError.from(scope.signal.reason));
       }, { once: true });
@@ -216,7 +216,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
         return;
       }
       scope.signal.addEventListener('abort', () => {
-        cancel(session, id);
+        cancel(session, id, scope.signal.reason);
         reject(GdrpcError.from(scope.signal.reason));
       }, { once: true });
     });
@@ -238,9 +238,11 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
       frame = { seq, a: encoded };
     }
     scope.throwIfAborted();
-    await raceSignal(session.connection.send(kind, id, frame), scope.signal);
-    const moving = out.start();
+    // Once the frame is on its way the server expects the bytes it announces, abort or not.
+    const frameSent = session.connection.send(kind, id, frame);
+    const moving = frameSent.then(() => out.start());
     moving.catch(() => { /* surfaced through the call's own failure */ });
+    await raceSignal(frameSent, scope.signal);
     // Tag sends complete when the server has the bytes; RMA exposures when it sent FIN. The
     // response can only follow either, so waiting here adds no latency and keeps errors ordered.
     if (awaitTransfers && out.transfers.some((t) => t.mover === 'tag')) await raceSignal(moving, scope.signal);
@@ -285,10 +287,11 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
   }
 }
 
-function cancel(session: ClientSession, id: number): void {
+function cancel(session: ClientSession, id: number, reason?: unknown): void {
   session.forget(id);
   session.connection.exposures.releaseCall(id);
-  if (session.connection.isOpen) session.connection.send(FrameKind.Cancel, id, {}).catch(() => {});
+  const code = reason instanceof GdrpcError && reason.code === Code.DEADLINE_EXCEEDED ? Code.DEADLINE_EXCEEDED : Code.CANCELLED;
+  if (session.connection.isOpen) session.connection.send(FrameKind.Cancel, id, { code }).catch(() => {});
 }
 
 function info(sent: TransferInfo[], received: TransferInfo[], started: number): CallInfo {

@@ -71,7 +71,9 @@ export class ServerSession {
         const existing = this.calls.get(call);
         if (existing !== undefined) {
           existing.cancelledByPeer = true;
-          existing.scope.abort(new GdrpcError(Code.CANCELLED, 'cancelled by the client'));
+          existing.scope.abort(body.code === Code.DEADLINE_EXCEEDED
+            ? new GdrpcError(Code.DEADLINE_EXCEEDED, 'deadline exceeded (client)')
+            : new GdrpcError(Code.CANCELLED, 'cancelled by the client'));
         }
         return;
       }

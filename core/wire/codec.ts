@@ -29,7 +29,7 @@ const SCHEMAS: Record<FrameKind, Record<string, Check>> = {
   [FrameKind.Request]: { svc: isString, m: isString, 'a?': isMap, 'to?': isUint, 'md?': isStringMap },
   [FrameKind.Response]: { r: isMap },
   [FrameKind.Error]: { code: isString, msg: isString, 'det?': isMap },
-  [FrameKind.Cancel]: {},
+  [FrameKind.Cancel]: { 'code?': isString },
   [FrameKind.StreamItem]: { seq: isUint, a: isMap },
   [FrameKind.StreamEnd]: { seq: isUint },
   [FrameKind.Keepalive]: {},

@@ -67,7 +67,7 @@ export interface RequestFrame {
 }
 export interface ResponseFrame { v: number; r: Record<string, unknown> }
 export interface ErrorFrame { v: number; code: string; msg: string; det?: Record<string, unknown> }
-export interface CancelFrame { v: number }
+export interface CancelFrame { v: number; /** why: CANCELLED (default) or DEADLINE_EXCEEDED */ code?: string }
 export interface StreamItemFrame { v: number; seq: number; a: Record<string, unknown> }
 export interface StreamEndFrame { v: number; seq: number }
 export interface KeepaliveFrame { v: number }

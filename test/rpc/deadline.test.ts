@@ -1,0 +1,85 @@
+// Deadlines before, during and after a 64 MiB transfer and during a handler; cancellation by
+// the caller mid-handler and mid-transfer. The server must see each (ctx.signal) and give back
+// every buffer.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Client, Code, type Tensor } from '../../core/index.ts';
+import { Echo } from './fixtures/services.ts';
+import { killAll, startServer, type Peer } from './fixtures/peers.ts';
+import { codeOf, expectPoolsEmpty, serverStats } from './fixtures/stats.ts';
+import { patterned } from './fixtures/tensors.ts';
+
+const MiB = 1 << 20;
+let server: Peer;
+let client: Client;
+let big: Tensor;
+
+beforeAll(async () => {
+  server = await startServer({ poolBytes: 200 * MiB, maxTensorBytes: 128 * MiB });
+  client = await Client.connect(server.address, { poolBytes: 80 * MiB });
+  big = patterned(64 * MiB, 5);
+});
+afterAll(async () => {
+  await client?.close();
+  await killAll();
+});
+
+describe('deadlines', () => {
+  it('a deadline already past fails DEADLINE_EXCEEDED and never reaches the handler', async () => {
+    const before = (await serverStats(client)).runs.sleep ?? 0;
+    expect(await codeOf(client.unary(Echo.methods.sleep!, { ms: 10 }, { deadline: new Date(Date.now() - 1) }))).toBe(Code.DEADLINE_EXCEEDED);
+    expect(await codeOf(client.unary(Echo.methods.echo!, { x: big, tag: 'd' }, { deadline: 0 }))).toBe(Code.DEADLINE_EXCEEDED);
+    expect((await serverStats(client)).runs.sleep ?? 0).toBe(before);
+  });
+
+  it('a deadline during the handler fails the call on time and aborts ctx.signal on the server', async () => {
+    const started = Date.now();
+    expect(await codeOf(client.unary(Echo.methods.sleep!, { ms: 5000 }, { deadline: 300 }))).toBe(Code.DEADLINE_EXCEEDED);
+    expect(Date.now() - started).toBeLessThan(1500);
+    await expect.poll(async () => (await serverStats(client)).aborted.some((a) => /sleep:.*deadline/.test(a)), { timeout: 5000 }).toBe(true);
+  });
+
+  for (const mover of ['tag', 'rma'] as const) {
+    it(`a deadline during a 64 MiB ${mover} transfer fails the call; buffers come back`, async () => {
+      const started = Date.now();
+      expect(await codeOf(client.unary(Echo.methods.echo!, { x: big, tag: 'mid' }, { deadline: 15, mover }))).toBe(Code.DEADLINE_EXCEEDED);
+      expect(Date.now() - started).toBeLessThan(1000);
+      expect((await client.unary(Echo.methods.ping!, { n: 9 })).n).toBe(9);
+      await expectPoolsEmpty(client);
+    });
+  }
+
+  it('a deadline after the transfer lets the call complete', async () => {
+    const result = await client.unary(Echo.methods.echo!, { x: big, tag: 'late' }, { deadline: 60_000 });
+    const y = result.y as Tensor;
+    expect(y.equals(big)).toBe(true);
+    y.release();
+  });
+});
+
+describe('cancellation', () => {
+  it('aborting mid-handler fails CANCELLED at once and aborts the handler', async () => {
+    const controller = new AbortController();
+    const before = (await serverStats(client)).aborted.length;
+    setTimeout(() => controller.abort(), 200);
+    const started = Date.now();
+    expect(await codeOf(client.unary(Echo.methods.sleep!, { ms: 5000 }, { signal: controller.signal }))).toBe(Code.CANCELLED);
+    expect(Date.now() - started).toBeLessThan(1000);
+    await expect.poll(async () => (await serverStats(client)).aborted.slice(before).some((a) => /^sleep:.*cancel/i.test(a)), { timeout: 5000 }).toBe(true);
+  });
+
+  for (const mover of ['tag', 'rma'] as const) {
+    it(`aborting mid-transfer (${mover}) fails CANCELLED and leaves nothing behind`, async () => {
+      const controller = new AbortController();
+      setTimeout(() => controller.abort(), 10);
+      expect(await codeOf(client.unary(Echo.methods.echo!, { x: big, tag: 'c' }, { signal: controller.signal, mover }))).toBe(Code.CANCELLED);
+      expect((await client.unary(Echo.methods.ping!, { n: 10 })).n).toBe(10);
+      await expectPoolsEmpty(client);
+    });
+  }
+
+  it('an already aborted signal never sends the call', async () => {
+    const before = (await serverStats(client)).runs.sleep ?? 0;
+    expect(await codeOf(client.unary(Echo.methods.sleep!, { ms: 1 }, { signal: AbortSignal.abort() }))).toBe(Code.CANCELLED);
+    expect((await serverStats(client)).runs.sleep ?? 0).toBe(before);
+  });
+});
