@@ -53,11 +53,14 @@ describe.each(folders(fixturesDir))('fixture %s', (name) => {
 });
 
 describe('schemas/gen', () => {
-  it('is up to date with schemas/*.gdrpc (gdrpc gen --check)', async () => {
+  it('is up to date with schemas/*.gdrpc (gdrpc gen --check) and compatible with schemas/deployed.ir.json', async () => {
     const cwd = process.cwd();
     process.chdir(repoRoot);
     try {
       expect(await runGen(['schemas', '--out', 'schemas/gen', '--check'])).toBe(0);
+      // And compatible with what is deployed (evolution rules, docs/schema.md): after a deliberate
+      // breaking change, refresh it with `npx gdrpc gen schemas --ir > schemas/deployed.ir.json`.
+      expect(await runGen(['schemas', '--out', 'schemas/gen', '--check', '--baseline', 'schemas/deployed.ir.json'])).toBe(0);
     } finally {
       process.chdir(cwd);
     }
