@@ -1,0 +1,111 @@
+// CUDA tensor arguments and results between two processes through both movers, at sizes from
+// empty to 1 GiB, contents verified byte for byte, and the path every transfer reports.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { callInfo, type Client, type Tensor, type TransferInfo } from '../../core/index.ts';
+import { openClientSide, type ClientSide } from './fixtures/client-side.ts';
+import { DEFAULT_INLINE_BYTES } from '../../core/rpc/movers/choose.ts';
+import { announce, DRY_RUN, EXPECTED_PATH, MAX_BYTES, MiB, skipReason, topologies } from './fixtures/env.ts';
+import { firstMismatch, fillTensor, patternDigest } from './fixtures/pattern.ts';
+import { killAll, startGpuServer, type GpuPeer } from './fixtures/peer.ts';
+
+announce('test/gpu/transfer.test.ts');
+
+const SIZES = [0, 1, 4096, MiB, 64 * MiB, 1024 * MiB].filter((size) => size <= MAX_BYTES);
+const MOVERS = ['tag', 'rma'] as const;
+const POOL = MAX_BYTES + MiB;
+
+/** An empty tensor moves nothing: inline, never staged. Anything else between two processes: EXPECTED_PATH.
+ *  Results have no mover forced (`mover` undefined): in the host dry run small ones go inline. */
+function expectTransfer(info: TransferInfo | undefined, bytes: number, mover?: string): void {
+  expect(info).toBeDefined();
+  expect(info!.bytes).toBe(bytes);
+  if (bytes === 0 || (DRY_RUN && mover === undefined && bytes <= DEFAULT_INLINE_BYTES)) {
+    expect(info).toMatchObject({ mover: 'inline', path: 'inline' });
+    return;
+  }
+  if (mover !== undefined) expect(info!.mover).toBe(mover);
+  expect(info!.path).toBe(EXPECTED_PATH);
+}
+
+afterAll(killAll);
+
+describe.skipIf(skipReason !== undefined)('CUDA tensors between two processes', () => {
+  for (const topology of topologies) {
+    describe(topology.name, () => {
+      let server: GpuPeer;
+      let side: ClientSide;
+      let client: Client;
+
+      beforeAll(async () => {
+        server = await startGpuServer({ device: topology.server, poolBytes: POOL, ownPoolBytes: POOL });
+        side = openClientSide(topology.client, POOL);
+        client = await side.connect(server.address, { poolBytes: POOL });
+      }, 120_000);
+      afterAll(async () => {
+        await side?.close();
+        server?.kill();
+      });
+
+      for (const mover of MOVERS) {
+        for (const size of SIZES) {
+          it(`echoes ${size} bytes (argument and result) with mover ${mover}`, async () => {
+            const seed = (size % 251) + (mover === 'tag' ? 1 : 2);
+            const x = side.pool.allocate([size], 'u8');
+            try {
+              fillTensor(x, seed);
+              const result = await client.unary(side.service.methods.echo!, { x }, { mover });
+              const y = result.y as Tensor;
+              try {
+                expect(y.device).toBe(topology.client);
+                expect(y.shape).toEqual([size]);
+                expect(firstMismatch(y, seed)).toBe(-1);
+                const transfers = callInfo(result)!.transfers;
+                expectTransfer(transfers.find((t) => t.argument === 'x'), size, mover);
+                expectTransfer(transfers.find((t) => t.argument === 'y'), size);
+              } finally {
+                y.release();
+              }
+            } finally {
+              x.release();
+            }
+          }, 120_000);
+
+          it(`delivers a ${size}-byte argument intact to the server with mover ${mover}`, async () => {
+            const seed = (size % 241) + (mover === 'tag' ? 3 : 4);
+            const x = side.pool.allocate([size], 'u8');
+            try {
+              fillTensor(x, seed);
+              const result = await client.unary(side.service.methods.digest!, { x }, { mover });
+              expect(result.n).toBe(size);
+              expect(result.sha).toBe(patternDigest(size, seed));
+              expectTransfer(callInfo(result)!.transfers.find((t) => t.argument === 'x'), size, mover);
+            } finally {
+              x.release();
+            }
+          }, 120_000);
+        }
+      }
+
+      for (const size of SIZES) {
+        it(`returns a ${size}-byte result made on the server`, async () => {
+          const seed = (size % 239) + 5;
+          const result = await client.unary(side.service.methods.fill!, { n: size, seed });
+          const y = result.y as Tensor;
+          try {
+            expect(y.device).toBe(topology.client);
+            expect(firstMismatch(y, seed)).toBe(-1);
+            expectTransfer(callInfo(result)!.transfers.find((t) => t.argument === 'y'), size);
+          } finally {
+            y.release();
+          }
+        }, 120_000);
+      }
+
+      it('left nothing allocated on the server after the calls', async () => {
+        const stats = await side.stats(server.address);
+        expect(stats.pools.every((pool) => pool.used === 0 && pool.liveTensors === 0)).toBe(true);
+        expect(stats.own).toEqual({ used: 0, liveTensors: 0 });
+      });
+    });
+  }
+});
