@@ -47,11 +47,13 @@ export function checkCallDims(files: LoadedFile[], scope: Scope, diags: Diagnost
               if (name === undefined) continue;
               const size = d.kind === 'fixed' ? d.size : sizesOf(owner).get(name);
               if (size === undefined) continue;
+              // A bare name sized elsewhere in its file says so, or the message would puzzle.
+              const at = d.kind === 'fixed' ? where : `${where}, sized in ${owner.rel}`;
               const previous = uses.get(name);
               if (previous && previous.size !== size) {
-                diags.error(method.name.pos, `dimension '${name}' must be ${previous.size} (${previous.where}) and ${size} (${where}) in the same call`);
+                diags.error(method.name.pos, `dimension '${name}' must be ${previous.size} (${previous.where}) and ${size} (${at}) in the same call`);
               } else if (!previous) {
-                uses.set(name, { size, where });
+                uses.set(name, { size, where: at });
               }
             }
           }
