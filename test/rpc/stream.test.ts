@@ -1,0 +1,114 @@
+// Streaming both ways: order, tensors in items, and early ends from either side.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Client, Code, type Tensor } from '../../core/index.ts';
+import { Echo } from './fixtures/services.ts';
+import { killAll, startServer, type Peer } from './fixtures/peers.ts';
+import { codeOf, expectPoolsEmpty, serverStats } from './fixtures/stats.ts';
+import { byteSum, patterned } from './fixtures/tensors.ts';
+
+let server: Peer;
+let client: Client;
+
+beforeAll(async () => {
+  server = await startServer({ poolBytes: 32 << 20 });
+  client = await Client.connect(server.address);
+});
+afterAll(async () => {
+  await client?.close();
+  await killAll();
+});
+
+async function collect(iterable: AsyncIterable<Record<string, unknown>>): Promise<number[]> {
+  const out: number[] = [];
+  for await (const item of iterable) out.push(item.i as number);
+  return out;
+}
+
+describe('server streaming', () => {
+  it('delivers every item in order, then ends', async () => {
+    expect(await collect(client.serverStream(Echo.methods.count!, { upTo: 50, delayMs: 0 }))).toEqual([...Array(50).keys()]);
+    expect(await collect(client.serverStream(Echo.methods.count!, { upTo: 0, delayMs: 0 }))).toEqual([]);
+  });
+
+  it('breaking out of the loop cancels the handler on the server', async () => {
+    const before = (await serverStats(client)).aborted.filter((a) => a === 'count').length;
+    const seen: number[] = [];
+    for await (const item of client.serverStream(Echo.methods.count!, { upTo: 100_000, delayMs: 5 })) {
+      seen.push(item.i as number);
+      if (seen.length === 3) break;
+    }
+    expect(seen).toEqual([0, 1, 2]);
+    await expect.poll(async () => (await serverStats(client)).aborted.filter((a) => a === 'count').length, { timeout: 5000 }).toBe(before + 1);
+  });
+
+  it('aborting the signal mid-stream ends the iteration with CANCELLED', async () => {
+    const controller = new AbortController();
+    const seen: number[] = [];
+    const run = (async () => {
+      for await (const item of client.serverStream(Echo.methods.count!, { upTo: 100_000, delayMs: 5 }, { signal: controller.signal })) {
+        seen.push(item.i as number);
+        if (seen.length === 2) controller.abort();
+      }
+    })();
+    expect(await codeOf(run)).toBe(Code.CANCELLED);
+    expect(seen.length).toBeGreaterThanOrEqual(2);
+  });
+
+  it('a deadline mid-stream ends the iteration with DEADLINE_EXCEEDED', async () => {
+    const seen: number[] = [];
+    const run = (async () => {
+      for await (const item of client.serverStream(Echo.methods.count!, { upTo: 100_000, delayMs: 10 }, { deadline: 150 })) seen.push(item.i as number);
+    })();
+    expect(await codeOf(run)).toBe(Code.DEADLINE_EXCEEDED);
+    expect(seen.length).toBeGreaterThan(0);
+  });
+});
+
+describe('client streaming', () => {
+  it('sends items with tensors of several sizes; the server sees all of them', async () => {
+    const sizes = [0, 1, 100, 8192, 9000, 300_000, 1 << 20];
+    const tensors = sizes.map((size, i) => patterned(size, i));
+    const result = await client.clientStream(Echo.methods.sum!, tensors.map((x) => ({ x })));
+    expect(result.items).toBe(sizes.length);
+    expect(result.total).toBe(tensors.reduce((sum, t) => sum + byteSum(t), 0));
+    await expectPoolsEmpty(client);
+  });
+
+  it('takes an async generator', async () => {
+    async function* items(): AsyncGenerator<{ x: Tensor }> {
+      for (let i = 0; i < 20; i += 1) yield { x: patterned(20_000, i) };
+    }
+    const result = await client.clientStream(Echo.methods.sum!, items());
+    expect(result.items).toBe(20);
+  });
+
+  it('the caller cancelling mid-stream fails CANCELLED and leaves the server clean', async () => {
+    const controller = new AbortController();
+    async function* items(): AsyncGenerator<{ x: Tensor }> {
+      for (let i = 0; ; i += 1) {
+        if (i === 3) controller.abort();
+        yield { x: patterned(50_000, i) };
+        await new Promise((resolve) => setTimeout(resolve, 5));
+      }
+    }
+    expect(await codeOf(client.clientStream(Echo.methods.sum!, items(), { signal: controller.signal }))).toBe(Code.CANCELLED);
+    expect((await client.unary(Echo.methods.ping!, { n: 1 })).n).toBe(1);
+    await expectPoolsEmpty(client);
+  });
+
+  it('the server answering early stops the caller from sending', async () => {
+    let produced = 0;
+    async function* endless(): AsyncGenerator<{ x: Tensor }> {
+      for (;;) {
+        produced += 1;
+        yield { x: patterned(10_000, produced) };
+        await new Promise((resolve) => setTimeout(resolve, 2));
+      }
+    }
+    const result = await client.clientStream(Echo.methods.first!, endless(), { deadline: 20_000 });
+    expect(result.items).toBe(1);
+    expect(result.total).toBe(byteSum(patterned(10_000, 1)));
+    expect(produced).toBeLessThan(1000);
+    await expectPoolsEmpty(client);
+  });
+});
