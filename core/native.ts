@@ -33,7 +33,9 @@ export function applyUcxDefaults(): void {
   }
 }
 
-const addonPath = fileURLToPath(new URL('../build/Release/gdrpc.node', import.meta.url));
+// GDRPC_ADDON_PATH loads another build of the addon (e.g. the libuv-free wake-up variant, built
+// with -DGDRPC_WAKEUP=thread, in tests).
+const addonPath = process.env.GDRPC_ADDON_PATH ?? fileURLToPath(new URL('../build/Release/gdrpc.node', import.meta.url));
 let binding: NativeBinding | undefined;
 
 /** The native addon; throws FAILED_PRECONDITION (run `npm install`) when it has not been built. */

@@ -2,6 +2,7 @@
 // commands sent by the test process over the IPC channel ({id, cmd, args} -> {id, result|error}).
 import { Context, Endpoint, Listener, MemoryRegion, RemoteKey, Worker, nativeStats } from '../../core/ucx/index.ts';
 import { GdrpcError } from '../../core/errors.ts';
+import { cuda } from '../../core/cuda.ts';
 import { digest, fillPattern, pattern } from './pattern.ts';
 
 type Args = Record<string, unknown>;
@@ -67,7 +68,34 @@ const commands: Record<string, (args: Args) => unknown> = {
   },
   digestRegion(args) {
     const region = regions[args.index as number]!;
-    return digest(new Uint8Array(region.buffer!));
+    if (region.buffer) return digest(new Uint8Array(region.buffer));
+    const host = Buffer.alloc(region.length);
+    cuda.copy(host, region.address, region.length);
+    return digest(host);
+  },
+  /** Like expose, in device memory of GPU 0 (filled by a copy from host). */
+  exposeCuda(args) {
+    const size = args.size as number;
+    const ptr = cuda.alloc(0, size);
+    cuda.copy(ptr, pattern(size, args.seed as number), size);
+    const region = MemoryRegion.map(context!, { address: ptr, length: size, memoryType: 'cuda' });
+    regions.push(region);
+    return { address: String(region.address), length: size, rkey: Buffer.from(region.packRkey()).toString('base64'),
+      memoryType: region.memoryType };
+  },
+  /** Like echo, through device memory: receive into GPU 0, send back from there. */
+  async echoCuda(args) {
+    const size = args.size as number;
+    const ptr = cuda.alloc(0, size);
+    const region = MemoryRegion.map(context!, { address: ptr, length: size, memoryType: 'cuda' });
+    const received = worker!.tagRecv(region.span(), BigInt(args.tag as string), (1n << 64n) - 1n);
+    process.send!({ event: 'posted', tag: args.tag });
+    const info = await received;
+    const ep = await waitForConnection();
+    await ep.tagSend(BigInt(args.tag as string) + 1n, region.span(0, info.length));
+    region.close();
+    cuda.free(ptr);
+    return { senderTag: String(info.senderTag), length: info.length, memoryType: region.memoryType };
   },
   /** RMA from this side: get the peer's region into a local one and report its digest. */
   async getRemote(args) {
@@ -100,7 +128,10 @@ const commands: Record<string, (args: Args) => unknown> = {
     return nativeStats();
   },
   async shutdown() {
-    for (const region of regions) region.close();
+    for (const region of regions) {
+      region.close();
+      if (!region.buffer) cuda.free(region.address);
+    }
     await worker?.close();
     context?.close();
     return nativeStats();
