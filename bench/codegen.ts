@@ -21,18 +21,21 @@ import { describeMachine, percentile, type BenchResult } from './machine.ts';
 const BATCHES = 25;
 const CALLS = 20_000;
 
-/** ns per call of `fn`, one sample per batch, after warm-up batches. */
-async function perCall(fn: () => unknown): Promise<number[]> {
-  const samples: number[] = [];
+/** ns per call of each function, one sample per batch; the functions take turns batch by batch
+ *  so that drift on a shared machine (other processes, GC, frequency) hits them alike. */
+async function perCall(fns: Array<() => unknown>): Promise<number[][]> {
+  const samples: number[][] = fns.map(() => []);
   for (let b = -3; b < BATCHES; b++) {
-    let last: unknown;
-    const start = process.hrtime.bigint();
-    for (let i = 0; i < CALLS; i++) last = fn();
-    const ns = Number(process.hrtime.bigint() - start) / CALLS;
-    await last;
-    if (b >= 0) samples.push(ns);
+    for (const [k, fn] of fns.entries()) {
+      let last: unknown;
+      const start = process.hrtime.bigint();
+      for (let i = 0; i < CALLS; i++) last = fn();
+      const ns = Number(process.hrtime.bigint() - start) / CALLS;
+      await last;
+      if (b >= 0) samples[k]!.push(ns);
+    }
   }
-  return samples.sort((a, b) => a - b);
+  return samples.map((s) => s.sort((a, b) => a - b));
 }
 
 function row(workload: string, samplesNs: number[], what: string): BenchResult {
@@ -58,9 +61,11 @@ async function stubCost(): Promise<BenchResult[]> {
   const stub = ShardWorker.client(fake);
   const method = ShardWorkerDescriptor.methods.forward;
 
-  const validators = await perCall(() => validateShardWorkerForwardArgs(args));
-  const direct = await perCall(() => fake.unary(method, args));
-  const viaStub = await perCall(() => stub.forward(args));
+  const [validators, direct, viaStub] = (await perCall([
+    () => validateShardWorkerForwardArgs(args),
+    () => fake.unary(method, args),
+    () => stub.forward(args),
+  ])) as [number[], number[], number[]];
   // Differences of medians; they can be slightly negative, which means "within the noise".
   const p50 = (s: number[]) => percentile(s, 50) / 1000;
   const overhead = p50(viaStub) - p50(direct);
