@@ -1,14 +1,16 @@
 // `gdrpc gen <files or dirs> --out <dir> [--check] [--ir] [--baseline <ir.json>]`: compiles schema
 // files and writes (or, with --check, compares) one TypeScript module per schema file.
-import { mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { readdirSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { compile } from './compile.ts';
 import { emitModules } from './emit/module.ts';
 import type { IrSchemaSet } from './model.ts';
+import { checkOutput, writeOutput } from './output.ts';
 
 const USAGE = `usage: gdrpc gen <files or dirs> --out <dir> [--check] [--ir] [--baseline <ir.json>]
   --out <dir>        where generated modules go (paths mirror the schema files)
-  --check            write nothing; exit 1 when the output in --out is missing or stale
+  --check            write nothing; exit 1 when the output in --out is missing, stale, or
+                     left over from a schema file that no longer exists
   --ir               print the model (IR) as JSON on stdout instead of generating code
   --baseline <file>  an IR saved earlier with --ir: report changes that break deployed peers`;
 
@@ -56,12 +58,8 @@ export async function runGen(argv: string[]): Promise<number> {
     return 0;
   }
   const files = emitModules(result.ir);
-  if (args.check) return checkOutput(files, outDir!);
-  for (const f of files) {
-    const target = path.join(outDir!, f.path);
-    mkdirSync(path.dirname(target), { recursive: true });
-    if (readOrUndefined(target) !== f.text) writeFileSync(target, f.text);
-  }
+  if (args.check) return checkOutput(files, outDir!, root);
+  writeOutput(files, outDir!, root);
   return 0;
 }
 
@@ -115,22 +113,4 @@ function commonRoot(inputs: string[]): string {
   let root = dirs[0]!;
   while (!dirs.every((d) => d === root || d.startsWith(root + path.sep))) root = path.dirname(root);
   return root;
-}
-
-function checkOutput(files: Array<{ path: string; text: string }>, outDir: string): number {
-  const stale = files.filter((f) => readOrUndefined(path.join(outDir, f.path)) !== f.text);
-  for (const f of stale) process.stderr.write(`stale: ${path.relative(process.cwd(), path.join(outDir, f.path))}\n`);
-  if (stale.length > 0) {
-    process.stderr.write(`gdrpc gen --check: ${stale.length} generated file(s) out of date; run gdrpc gen without --check\n`);
-    return 1;
-  }
-  return 0;
-}
-
-function readOrUndefined(file: string): string | undefined {
-  try {
-    return readFileSync(file, 'utf8');
-  } catch {
-    return undefined;
-  }
 }

@@ -58,6 +58,24 @@ describe('gdrpc gen', () => {
     expect(existsSync(at('gen/c.ts'))).toBe(false);
   });
 
+  it('treats a module whose schema file is gone as stale, and removes it when generating', async () => {
+    schema('a.gdrpc', GOOD);
+    schema('b.gdrpc', 'package t.b.v1;\nstruct B { x: u32; }\n');
+    const gone = schema('gone.gdrpc', 'package t.gone.v1;\nstruct G { x: u32; }\n');
+    expect(await runGen([at('schemas'), '--out', at('gen')])).toBe(0);
+    rmSync(gone);
+    expect(await runGen([at('schemas'), '--out', at('gen'), '--check'])).toBe(1);
+    expect(stderr).toMatch(/orphaned \(its schema is gone\): .*gen\/gone\.ts/);
+    // A module of a schema that exists but is not an input this time is left alone.
+    expect(await runGen([at('schemas/a.gdrpc'), '--out', at('gen')])).toBe(0);
+    expect(existsSync(at('gen/gone.ts'))).toBe(false);
+    expect(existsSync(at('gen/b.ts'))).toBe(true);
+    expect(await runGen([at('schemas'), '--out', at('gen'), '--check'])).toBe(0);
+    writeFileSync(at('gen/handwritten.ts'), 'export const x = 1;\n');
+    expect(await runGen([at('schemas'), '--out', at('gen')])).toBe(0);
+    expect(existsSync(at('gen/handwritten.ts'))).toBe(true);
+  });
+
   it('exits non-zero on a bad schema with every error, a caret, and a count', async () => {
     schema('bad.gdrpc', 'package t.v1;\nstruct A {\n  x: Missing;\n  y: u32 @cuda;\n}\n');
     expect(await runGen([at('schemas'), '--out', at('gen')])).toBe(2);
