@@ -86,7 +86,7 @@ class Parser {
       const name = this.name();
       this.expect('=');
       const value = this.expectKind('int', 'an enum value number');
-      node.values.push({ name, value: Number(value.text), doc: valueDoc });
+      node.values.push({ name, value: this.intValue(value), doc: valueDoc });
       this.expect(';');
     });
     return node;
@@ -194,11 +194,11 @@ class Parser {
 
   private dim(): DimNode {
     const t = this.next();
-    if (t.kind === 'int') return { kind: 'fixed', size: Number(t.text), pos: t.pos };
+    if (t.kind === 'int') return { kind: 'fixed', size: this.intValue(t), pos: t.pos };
     if (t.kind === 'ident' && this.isPunct('=')) {
       this.next();
       const size = this.expectKind('int', 'a dimension size');
-      return { kind: 'fixed', size: Number(size.text), name: t.text, pos: t.pos };
+      return { kind: 'fixed', size: this.intValue(size), name: t.text, pos: t.pos };
     }
     if (t.kind === 'ident') return { kind: 'symbol', name: t.text, pos: t.pos };
     if (t.text === '*') return { kind: 'any', pos: t.pos };
@@ -214,7 +214,7 @@ class Parser {
     this.next();
     const device = this.expectKind('int', 'a device number');
     this.expect(')');
-    return { kind: 'cuda', device: Number(device.text), pos: at.pos };
+    return { kind: 'cuda', device: this.intValue(device), pos: at.pos };
   }
 
   /** `{ member* }` where each member is parsed by `member`; errors skip to the next `;`. */
@@ -245,6 +245,13 @@ class Parser {
         this.next();
       }
     }
+  }
+
+  /** The value of an int token; one past 2^53 would silently lose digits, so it is an error. */
+  private intValue(t: Token): number {
+    const n = Number(t.text);
+    if (!Number.isSafeInteger(n)) this.diags.error(t.pos, `number ${t.text} is too large`);
+    return n;
   }
 
   private qualifiedName(): NameNode {
