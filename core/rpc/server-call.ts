@@ -118,7 +118,9 @@ export class ServerCall {
       values = decodeFields(method.args, wire, types, incoming.decode, what);
       validateFields(method.args, values, types, what === '' ? 'arguments' : what.slice(0, -1));
     } catch (error) {
-      await refuseRaw(scope, wire);
+      // Settle the announced bytes in the background: the ERROR must not wait for a sender that
+      // may never send them.
+      void refuseRaw(scope, wire);
       throw error;
     }
     const receiving = incoming.receive(this.env.allocate);

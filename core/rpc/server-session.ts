@@ -27,9 +27,14 @@ export interface SessionHost {
   error(error: GdrpcError): void;
 }
 
+/** How long a refused connection stays open for its ERROR frame to be read. */
+const REFUSAL_LINGER_MS = 200;
+
 export class ServerSession {
   readonly calls = new Map<number, ServerCall>();
   #admitted = false;
+  /** Refused: ignore everything until the connection closes. */
+  #closing = false;
   readonly #challenge: Uint8Array | undefined;
 
   constructor(readonly connection: Connection, private readonly host: SessionHost) {
@@ -60,6 +65,7 @@ export class ServerSession {
   }
 
   #frame(kind: FrameKind, call: number, body: Record<string, unknown>): void {
+    if (this.#closing) return;
     if (!this.#admitted) {
       if (kind === FrameKind.Auth) this.#auth(body);
       else this.connection.close(new GdrpcError(Code.UNAUTHENTICATED, `frame ${FrameKind[kind]} before admission`));
@@ -95,13 +101,21 @@ export class ServerSession {
     if (this.host.token !== undefined && !verifyProof(this.host.token, this.#challenge!, this.connection.localId, clientConn, body.proof as Uint8Array | undefined)) {
       const error = new GdrpcError(Code.UNAUTHENTICATED, body.proof === undefined ? 'this server requires a token' : 'wrong token');
       this.host.error(new GdrpcError(Code.UNAUTHENTICATED, `${this.peer}: ${error.rawMessage}`));
-      this.connection.send(FrameKind.Error, 0, errorFrame(error)).catch(() => {}).finally(() => this.connection.close(error, { graceful: true }));
+      this.#refuseAndClose(error);
       return;
     }
     this.#admitted = true;
     const peerLive = typeof body.live === 'number' && body.live > 0 ? body.live : this.host.livenessMs;
     this.connection.liveness.start(Math.min(this.host.livenessMs, peerLive));
     this.connection.send(FrameKind.Ready, 0, {}).then(() => this.host.ready(this), () => {});
+  }
+
+  /** ERROR (call 0), then a close a little later: closing at once could make the client see the
+   *  disconnect before it has read why. */
+  #refuseAndClose(error: GdrpcError): void {
+    this.#closing = true;
+    this.connection.send(FrameKind.Error, 0, errorFrame(error)).catch(() => {});
+    setTimeout(() => this.connection.close(error, { graceful: true }), REFUSAL_LINGER_MS).unref();
   }
 
   #request(id: number, body: Record<string, unknown>): void {
@@ -133,8 +147,8 @@ export class ServerSession {
     this.host.error(new GdrpcError(error.code, `${this.peer}: ${error.rawMessage}`, { cause: error }));
     if (!this.#admitted || call === 0) {
       // Nothing to tie the frame to: tell the peer if we can, then drop the connection.
-      const notify = this.connection.remoteId !== 0 ? this.connection.send(FrameKind.Error, 0, errorFrame(error)) : Promise.resolve();
-      notify.catch(() => {}).finally(() => this.connection.close(error, { graceful: true }));
+      if (this.connection.remoteId !== 0) this.#refuseAndClose(error);
+      else this.connection.close(error);
       return;
     }
     const existing = this.calls.get(call);

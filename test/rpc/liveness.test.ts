@@ -1,0 +1,88 @@
+// Dead and hung peers: in-flight calls fail UNAVAILABLE within the liveness time, nothing hangs,
+// the server lets go of a vanished client's calls, and a restarted server is reached again.
+import { fileURLToPath } from 'node:url';
+import { afterEach, describe, expect, it } from 'vitest';
+import { Client, Code, GdrpcError, type ClientOptions } from '../../core/index.ts';
+import { Echo } from './fixtures/services.ts';
+import { killAll, startPeer, startServer } from './fixtures/peers.ts';
+import { codeOf, serverStats } from './fixtures/stats.ts';
+
+const clients: Client[] = [];
+afterEach(async () => {
+  await Promise.all(clients.splice(0).map((client) => client.close()));
+  await killAll();
+});
+
+async function connect(address: string, options: ClientOptions = {}): Promise<Client> {
+  const client = await Client.connect(address, options);
+  clients.push(client);
+  return client;
+}
+
+describe('liveness', () => {
+  it('a server killed mid-call fails the call UNAVAILABLE within the liveness time', async () => {
+    const server = await startServer();
+    const client = await connect(server.address);
+    const disconnected = new Promise<GdrpcError>((resolve) => client.once('disconnect', resolve));
+    const call = client.unary(Echo.methods.sleep!, { ms: 60_000 });
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const killedAt = Date.now();
+    server.kill('SIGKILL');
+    expect(await codeOf(call)).toBe(Code.UNAVAILABLE);
+    expect(Date.now() - killedAt).toBeLessThan(2500);
+    expect((await disconnected).code).toBe(Code.UNAVAILABLE);
+  });
+
+  it('a hung server (stopped, socket open) is detected by keepalive silence', async () => {
+    const server = await startServer({ livenessMs: 5000 });
+    const client = await connect(server.address, { livenessMs: 800 });
+    const call = client.unary(Echo.methods.sleep!, { ms: 60_000 });
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const stoppedAt = Date.now();
+    server.kill('SIGSTOP');
+    const error = await call.then(() => undefined, (e: GdrpcError) => e);
+    const elapsed = Date.now() - stoppedAt;
+    server.kill('SIGKILL');
+    expect(error?.code).toBe(Code.UNAVAILABLE);
+    expect(error?.message).toMatch(/silent/);
+    expect(elapsed).toBeGreaterThanOrEqual(700);
+    expect(elapsed).toBeLessThan(1500);
+  });
+
+  it('the server aborts the calls of a client that died', async () => {
+    const server = await startServer();
+    const observer = await connect(server.address);
+    const peer = await startPeer(fileURLToPath(new URL('./fixtures/client-main.ts', import.meta.url)), {
+      GDRPC_TEST_CLIENT: JSON.stringify({ address: server.address, scenario: 'sleep' }),
+    });
+    await expect.poll(async () => (await serverStats(observer)).runs.sleep ?? 0, { timeout: 5000 }).toBe(1);
+    const killedAt = Date.now();
+    peer.kill('SIGKILL');
+    await expect.poll(async () => (await serverStats(observer)).aborted.some((a) => /^sleep:.*UNAVAILABLE/.test(a)), { timeout: 4000, interval: 50 }).toBe(true);
+    expect(Date.now() - killedAt).toBeLessThan(2500);
+    expect((await serverStats(observer)).activeCalls).toBe(1); // only the stats call itself
+  });
+
+  it('reconnects on the next call after the server restarts on the same port', async () => {
+    const first = await startServer();
+    const client = await connect(first.address);
+    expect((await client.unary(Echo.methods.ping!, { n: 1 })).n).toBe(1);
+    const disconnected = new Promise((resolve) => client.once('disconnect', resolve));
+    first.kill('SIGKILL');
+    await disconnected;
+    const second = await startServer({ port: first.port });
+    expect((await client.unary(Echo.methods.ping!, { n: 2 })).n).toBe(2);
+    expect((await serverStats(client)).runs.ping).toBe(1); // served by the new process
+    second.kill();
+  });
+
+  it('connecting to nothing fails UNAVAILABLE', async () => {
+    const server = await startServer();
+    const port = server.port;
+    server.kill('SIGKILL');
+    await server.exited;
+    const error = await Client.connect(`127.0.0.1:${port}`, { connectTimeoutMs: 3000 }).then(() => undefined, (e: unknown) => e);
+    expect(error).toBeInstanceOf(GdrpcError);
+    expect((error as GdrpcError).code).toBe(Code.UNAVAILABLE);
+  });
+});

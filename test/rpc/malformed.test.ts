@@ -1,0 +1,98 @@
+// Frames no well-behaved client sends, from a raw peer: each gets an error or a disconnect, and
+// the server keeps serving its other clients throughout.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Packr } from 'msgpackr';
+import { Client, Code } from '../../core/index.ts';
+import { FrameKind } from '../../core/wire/frames.ts';
+import { dataTag } from '../../core/wire/tag.ts';
+import { Echo } from './fixtures/services.ts';
+import { killAll, startServer, type Peer } from './fixtures/peers.ts';
+import { RawPeer } from './fixtures/raw-peer.ts';
+import { expectPoolsEmpty, serverStats } from './fixtures/stats.ts';
+
+let server: Peer;
+let good: Client;
+const packr = new Packr({ useRecords: false });
+const echoRequest = (x: Record<string, unknown>) => ({ svc: Echo.name, m: 'echo', a: { x, tag: 'raw' } });
+
+beforeAll(async () => {
+  server = await startServer({ maxFrameBytes: 64 * 1024, maxTensorBytes: 1 << 20, poolBytes: 4 << 20 });
+  good = await Client.connect(server.address);
+});
+afterAll(async () => {
+  await good?.close();
+  await killAll();
+});
+
+async function admittedRaw(): Promise<RawPeer> {
+  const raw = await RawPeer.connect(server.port);
+  await raw.auth();
+  const ready = await raw.receive();
+  expect(ready?.kind).toBe(FrameKind.Ready);
+  return raw;
+}
+
+async function stillServing(): Promise<void> {
+  expect((await good.unary(Echo.methods.ping!, { n: 5 })).n).toBe(5);
+}
+
+describe('malformed input', () => {
+  const callErrors: Array<[string, (raw: RawPeer) => Promise<void>, string]> = [
+    ['bytes that are not msgpack', (raw) => raw.sendBytes(FrameKind.Request, 3, new Uint8Array([0xc1, 0xff, 0x00])), Code.INVALID_ARGUMENT],
+    ['a map without the method', (raw) => raw.sendBody(FrameKind.Request, 3, { a: {} }), Code.INVALID_ARGUMENT],
+    ['another wire version', (raw) => raw.sendBytes(FrameKind.Request, 3, packr.pack({ v: 99, svc: Echo.name, m: 'ping', a: { n: 1 } })), Code.INVALID_ARGUMENT],
+    ['a tensor whose bytes do not match its shape', (raw) => raw.sendBody(FrameKind.Request, 3, echoRequest({ dt: 'u8', sh: [8], n: 4, mt: 'host', m: 'i', b: new Uint8Array(4) })), Code.INVALID_ARGUMENT],
+    ['an unknown dtype', (raw) => raw.sendBody(FrameKind.Request, 3, echoRequest({ dt: 'q7', sh: [4], n: 4, mt: 'host', m: 'i', b: new Uint8Array(4) })), Code.INVALID_ARGUMENT],
+    ['a scalar of the wrong type', (raw) => raw.sendBody(FrameKind.Request, 3, { svc: Echo.name, m: 'ping', a: { n: 'seven' } }), Code.INVALID_ARGUMENT],
+    ['a huge tag tensor (limit before allocation)', (raw) => raw.sendBody(FrameKind.Request, 3, echoRequest({ dt: 'u8', sh: [2 ** 40], n: 2 ** 40, mt: 'host', m: 't', x: 5 })), Code.RESOURCE_EXHAUSTED],
+    ['a frame over the frame limit', (raw) => raw.sendBody(FrameKind.Request, 3, { svc: Echo.name, m: 'ping', a: { n: 1 }, pad: new Uint8Array(100 * 1024) }), Code.RESOURCE_EXHAUSTED],
+  ];
+  for (const [name, send, code] of callErrors) {
+    it(`${name}: ERROR ${code} for the call`, async () => {
+      const raw = await admittedRaw();
+      try {
+        await send(raw);
+        const frame = await raw.receive();
+        expect(frame?.kind).toBe(FrameKind.Error);
+        expect(frame?.call).toBe(3);
+        expect(frame?.body.code).toBe(code);
+        await stillServing();
+      } finally {
+        await raw.close();
+      }
+    });
+  }
+
+  it('an unknown frame kind gets ERROR and a disconnect', async () => {
+    const raw = await admittedRaw();
+    try {
+      await raw.sendBody(99, 0, {});
+      const frames = await raw.drain(500);
+      expect(frames[0]?.kind).toBe(FrameKind.Error);
+      await stillServing();
+    } finally {
+      await raw.close();
+    }
+  });
+
+  it('tensor bytes nobody asked for, and frames for other connections, change nothing', async () => {
+    const raw = await admittedRaw();
+    try {
+      await raw.endpoint.tagSend(dataTag(raw.serverId, 12345), new Uint8Array(1000));
+      await raw.endpoint.tagSend(dataTag(0xabcdef, 1), new Uint8Array(10));
+      await stillServing();
+      await raw.sendBody(FrameKind.Request, 4, { svc: Echo.name, m: 'ping', a: { n: 8 } });
+      const frame = await raw.receive();
+      expect(frame?.kind).toBe(FrameKind.Response);
+      expect(frame?.body.r).toEqual({ n: 8 });
+    } finally {
+      await raw.close();
+    }
+  });
+
+  it('after all of it the server has nothing allocated and still serves', async () => {
+    await stillServing();
+    await expectPoolsEmpty(good);
+    expect((await serverStats(good)).activeCalls).toBe(1);
+  });
+});
