@@ -10,6 +10,7 @@ import { lower, type PositionTable } from './lower.ts';
 import type { IrSchemaSet } from './model.ts';
 import { Scope } from './scope.ts';
 
+/** How to compile: the root output paths are relative to, where sources come from, a baseline. */
 export interface CompileOptions {
   /** Directory that output paths (and IR paths) are relative to. */
   root: string;

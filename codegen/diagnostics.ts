@@ -10,6 +10,7 @@ export interface SourcePos {
   offset: number;
 }
 
+/** Errors stop generation; warnings are printed only. */
 export type Severity = 'error' | 'warning';
 
 /** One problem found in a schema, pointing at the place that caused it. */

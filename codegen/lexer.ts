@@ -2,6 +2,7 @@
 // next declaration); other comments and whitespace are dropped.
 import type { DiagnosticBag, SourcePos } from './diagnostics.ts';
 
+/** Kinds of token; keywords are identifiers that the parser recognises by text. */
 export type TokenKind = 'ident' | 'int' | 'string' | 'doc' | 'punct' | 'eof';
 
 /** One token with the position of its first character. */

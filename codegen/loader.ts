@@ -25,6 +25,7 @@ export interface SourceHost {
   readFile(abs: string): string | undefined;
 }
 
+/** Reads schema files from disk. */
 export const diskHost: SourceHost = {
   readFile(abs) {
     try {

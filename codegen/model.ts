@@ -6,12 +6,14 @@ import type { TypeRef } from '../core/rpc/descriptor.ts';
 /** Version of the IR JSON layout; bumped on incompatible changes. */
 export const IR_VERSION = 1;
 
+/** A field of a struct, or an argument or result of a method. */
 export interface IrField {
   name: string;
   type: TypeRef;
   doc: string[];
 }
 
+/** A struct declaration. */
 export interface IrStruct {
   name: string;
   /** package + '.' + name. */
@@ -20,6 +22,7 @@ export interface IrStruct {
   doc: string[];
 }
 
+/** An enum declaration with its explicit numbers. */
 export interface IrEnum {
   name: string;
   fullName: string;
@@ -27,6 +30,7 @@ export interface IrEnum {
   doc: string[];
 }
 
+/** One rpc of a service. */
 export interface IrMethod {
   name: string;
   args: IrField[];
@@ -36,6 +40,7 @@ export interface IrMethod {
   doc: string[];
 }
 
+/** A service declaration. */
 export interface IrService {
   name: string;
   fullName: string;
@@ -61,6 +66,7 @@ export interface IrSchemaSet {
   files: IrFile[];
 }
 
+/** A declaration that names a type. */
 export type IrDecl = IrStruct | IrEnum;
 
 /** Finds a struct or enum by fully qualified name across the set. */

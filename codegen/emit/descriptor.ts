@@ -43,6 +43,7 @@ export function serviceDescriptor(service: IrService, decls: ReadonlyMap<string,
   return { name: service.fullName, methods, types };
 }
 
+/** The descriptor constant and the validators of one service. */
 export function descriptorStatements(
   service: IrService, decls: ReadonlyMap<string, IrStruct | IrEnum>, symbols: ModuleSymbols,
 ): StatementStructures[] {

@@ -11,6 +11,7 @@ export function docs(lines: string[], fallback?: string): { docs?: string[] } {
   return text === undefined ? {} : { docs: [text] };
 }
 
+/** A struct's type, and its receiving-side view when it reaches a remote tensor. */
 export function structStatements(s: IrStruct, types: TypeMapper, remote: RemoteIndex): StatementStructures[] {
   const out: StatementStructures[] = [
     { kind: StructureKind.TypeAlias, isExported: true, name: s.name, type: types.object(s.fields, false), ...docs(s.doc) },
@@ -27,6 +28,7 @@ export function structStatements(s: IrStruct, types: TypeMapper, remote: RemoteI
   return out;
 }
 
+/** An enum as a const object of its numbers plus the union type of those numbers. */
 export function enumStatements(e: IrEnum): StatementStructures[] {
   const members = e.values.map((v) => {
     const doc = v.doc.length > 0 ? `  /** ${v.doc.map(escapeDoc).join(' ')} */\n` : '';

@@ -19,6 +19,7 @@ function messageTypes(service: IrService, m: IrMethod, remote: RemoteIndex) {
   };
 }
 
+/** The client class, the handler interface and the service object of one service. */
 export function serviceStatements(service: IrService, symbols: ModuleSymbols, remote: RemoteIndex): StatementStructures[] {
   const names = serviceNames(service);
   const client = symbols.runtime('Client');

@@ -16,6 +16,7 @@ export function outputPath(schemaPath: string): string {
   return schemaPath.replace(/\.gdrpc$/, '') + '.ts';
 }
 
+/** Local names and imports of one generated module. */
 export class ModuleSymbols {
   private readonly taken = new Set<string>();
   /** module specifier -> exported name -> { local name, used as a value somewhere }. */
