@@ -81,7 +81,8 @@ export class RemoteTensor {
     }
     const allocate = into !== undefined ? () => into
       : options.pool !== undefined ? (shape: number[], dtype: DType) => options.pool!.allocate(shape, dtype) : undefined;
-    const client = await Client.connect(this.owner);
+    // No pool: the client is closed right after, and a pool would take the pulled tensor with it.
+    const client = await Client.connect(this.owner, { poolBytes: 0 });
     try {
       const result = await client.unary(method, { x: this.wire.x!, s: this.wire.s! }, { [ALLOCATE]: allocate });
       return result.t as Tensor;
