@@ -62,21 +62,35 @@ export function serviceStatements(service: IrService, symbols: ModuleSymbols, re
           `    return new ${names.client}(client);`,
           '  },',
           `  /** Registers \`handlers\` on \`server\` (methods are called on \`handlers\`, so classes work). */`,
-          `  register(server: ${server}, handlers: ${names.handlers}): ${server} {`,
-          `    return server.register(${names.descriptor}, {`,
-          ...service.methods.map((m) => {
-            const t = messageTypes(service, m, remote);
-            const args = m.clientStreaming ? `messages: AsyncIterable<${t.argsIn}>` : `args: ${t.argsIn}`;
-            // The runtime wants a promise from a client-streaming handler; an async arrow makes one.
-            const arrow = m.clientStreaming ? 'async ' : '';
-            return `      ${m.name}: ${arrow}(${args}, ctx: ${ctx}) => handlers.${m.name}(${m.clientStreaming ? 'messages' : 'args'}, ctx),`;
-          }),
-          '    });',
-          '  },',
+          ...registerLines(service, names, server, ctx, remote),
           '}',
         ].join('\n'),
       }],
     },
+  ];
+}
+
+/** The body of `register`: one delegating arrow per method (none for a service without methods). */
+function registerLines(service: IrService, names: ReturnType<typeof serviceNames>, server: string, ctx: string, remote: RemoteIndex): string[] {
+  if (service.methods.length === 0) {
+    return [
+      `  register(server: ${server}, _handlers: ${names.handlers}): ${server} {`,
+      `    return server.register(${names.descriptor}, {});`,
+      '  },',
+    ];
+  }
+  return [
+    `  register(server: ${server}, handlers: ${names.handlers}): ${server} {`,
+    `    return server.register(${names.descriptor}, {`,
+    ...service.methods.map((m) => {
+      const t = messageTypes(service, m, remote);
+      const args = m.clientStreaming ? `messages: AsyncIterable<${t.argsIn}>` : `args: ${t.argsIn}`;
+      // The runtime wants a promise from a client-streaming handler; an async arrow makes one.
+      const arrow = m.clientStreaming ? 'async ' : '';
+      return `      ${m.name}: ${arrow}(${args}, ctx: ${ctx}) => handlers.${m.name}(${m.clientStreaming ? 'messages' : 'args'}, ctx),`;
+    }),
+    '    });',
+    '  },',
   ];
 }
 
