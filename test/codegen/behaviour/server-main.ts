@@ -78,9 +78,8 @@ DecodeWorker.register(server, {
   /** Pulls every handed-over block and checks its bytes; READY only when all are right. */
   async accept(args: DecodeWorkerAcceptArgsReceived, _ctx: CallContext) {
     for (const block of args.blocks) {
-      // Pulled into tensors this handler owns (a pull without `into` hands back a tensor of the
-      // pull's own connection, which is closed by the time pull() returns).
-      const keys = (await block.keys.pull({ into: Tensor.empty([...block.keys.shape], block.keys.dtype) })).toArray() as Uint16Array;
+      // Both ways of pulling: into a new tensor, and into one this handler allocated.
+      const keys = (await block.keys.pull()).toArray() as Uint16Array;
       const values = (await block.values.pull({ into: Tensor.empty([...block.values.shape], block.values.dtype) })).toArray() as Uint16Array;
       if (!keys.every((v) => v === 0x100 + block.index) || !values.every((v) => v === 0x200 + block.index)) {
         return { state: RequestState.PREFILLING };
