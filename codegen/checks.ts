@@ -101,7 +101,7 @@ function checkGeneratedCollisions(file: LoadedFile, diags: DiagnosticBag): void 
   const services = file.ast.decls.filter((d) => d.kind === 'service');
   const generated = new Map<string, string>();
   for (const s of services) {
-    const names = generatedNames([{ name: s.name.text, fullName: '', doc: [], methods: s.methods.map((m) => ({ name: m.name.text, args: [], results: [], clientStreaming: false, serverStreaming: false, doc: [] })) }]);
+    const names = generatedNames([{ name: s.name.text, methods: s.methods.map((m) => ({ name: m.name.text })) }]);
     for (const n of names) {
       if (n === s.name.text) continue;
       const owner = generated.get(n);

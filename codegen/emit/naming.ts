@@ -37,7 +37,7 @@ export function methodNames(service: Pick<IrService, 'name'>, method: Pick<IrMet
 export const receivedName = (struct: string): string => `${struct}Received`;
 
 /** Every name a file's generated module declares besides the schema's own struct and enum names. */
-export function generatedNames(services: IrService[]): string[] {
+export function generatedNames(services: Array<{ name: string; methods: Array<{ name: string }> }>): string[] {
   const out: string[] = [];
   for (const s of services) {
     out.push(...Object.values(serviceNames(s)));
