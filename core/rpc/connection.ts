@@ -1,5 +1,6 @@
 // One gdrpc connection (one UCX endpoint), either side: framing, liveness, exposures, teardown.
 // The client and server add their call handling on top through a FrameHandler.
+import { setMaxListeners } from 'node:events';
 import type { Endpoint } from '../ucx/index.ts';
 import { Code, GdrpcError } from '../errors.ts';
 import { decodeFrame, encodeFrame } from '../wire/codec.ts';
@@ -40,6 +41,8 @@ export class Connection implements FrameSink {
   #handler: FrameHandler | undefined;
 
   constructor(readonly runtime: Runtime, readonly endpoint: Endpoint, livenessMs: number) {
+    // Every receive tied to the connection listens to this signal: many at once is normal.
+    setMaxListeners(0, this.#abort.signal);
     this.localId = runtime.dispatcher.register(this);
     this.liveness = new Liveness(livenessMs, () => this.#keepalive(), (silentMs) => {
       this.close(new GdrpcError(Code.UNAVAILABLE, `peer ${this.peer} silent for ${silentMs} ms (liveness ${this.liveness.timeoutMs} ms)`));
