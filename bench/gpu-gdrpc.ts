@@ -1,0 +1,101 @@
+// gdrpc between two processes on the GPU: small-call round trip, and the per-call time of a
+// CUDA tensor argument from 4 KiB to 1 GiB through each mover (one call in flight, so the
+// numbers are latencies; throughput is size / per-call time).
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { callInfo, Client, TensorPool, type Device, type Tensor } from '../core/index.ts';
+import { Runtime } from '../core/rpc/runtime.ts';
+import { cuda } from '../core/cuda.ts';
+import { benchService } from './gpu-service.ts';
+import { percentile, type BenchResult } from './machine.ts';
+
+export interface GdrpcOptions { client: Device; server: Device; sizes: number[]; system: string; smallCalls: number }
+
+function row(system: string, workload: string, bytes: number, samples: number[], extra: Record<string, unknown> = {}): BenchResult {
+  const sorted = [...samples].sort((a, b) => a - b);
+  const mean = sorted.reduce((a, b) => a + b, 0) / sorted.length;
+  const p50 = percentile(sorted, 50);
+  return {
+    system, workload, bytes, p50_us: p50, p99_us: percentile(sorted, 99), ops_per_s: 1e6 / mean,
+    gbps: bytes > 0 ? bytes / p50 / 1e3 : null, iterations: sorted.length, ...extra,
+  };
+}
+
+/** Iterations per size: about 16 GiB moved, between 20 and 3000 calls. */
+export function itersFor(size: number): number {
+  return Math.max(20, Math.min(3000, Math.round((16 * 2 ** 30) / Math.max(size, 1))));
+}
+
+async function startPeer(device: Device, poolBytes: number): Promise<{ port: number; stop: () => void }> {
+  const file = fileURLToPath(new URL('./gpu-peer.ts', import.meta.url));
+  const child = spawn(process.execPath, ['--import', 'tsx', file, device, String(poolBytes)], { stdio: ['pipe', 'pipe', 'inherit'] });
+  const stop = (): void => { if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL'); };
+  process.once('exit', stop);
+  let out = '';
+  const port = await new Promise<number>((resolve, reject) => {
+    const timer = setTimeout(() => { stop(); reject(new Error('bench peer did not listen within 60 s')); }, 60_000);
+    child.stdout!.setEncoding('utf8').on('data', (chunk: string) => {
+      out += chunk;
+      const match = /LISTENING (\d+)/.exec(out);
+      if (match) { clearTimeout(timer); resolve(Number(match[1])); }
+    });
+    child.once('exit', (code) => { clearTimeout(timer); reject(new Error(`bench peer exited (${code}) before listening`)); });
+  });
+  return { port, stop };
+}
+
+async function timeCalls(iters: number, call: () => Promise<unknown>): Promise<number[]> {
+  const samples: number[] = [];
+  for (let i = 0; i < iters; i += 1) {
+    const started = process.hrtime.bigint();
+    await call();
+    samples.push(Number(process.hrtime.bigint() - started) / 1e3);
+  }
+  return samples;
+}
+
+/** Runs the gdrpc workloads; the peer and the pools are gone when it returns, whatever happened. */
+export async function runGdrpc(options: GdrpcOptions, log: (line: string) => void): Promise<BenchResult[]> {
+  const maxSize = Math.max(...options.sizes);
+  const poolBytes = maxSize + (1 << 20);
+  const peer = await startPeer(options.server, poolBytes);
+  const runtime = Runtime.acquire();
+  const pool = TensorPool.create(runtime.context, { device: options.client, bytes: poolBytes });
+  const service = benchService(options.client);
+  const results: BenchResult[] = [];
+  let client: Client | undefined;
+  try {
+    client = await Client.connect({ host: '127.0.0.1', port: peer.port }, { poolBytes: 0 });
+    const c = client;
+    const ping = (): Promise<unknown> => c.unary(service.methods.ping!, { n: 1 });
+    await timeCalls(Math.min(1000, options.smallCalls), ping);
+    results.push(row(options.system, 'small_call_rtt', 0, await timeCalls(options.smallCalls, ping)));
+    log(`${options.system}: small call p50 ${results.at(-1)!.p50_us!.toFixed(1)} us`);
+    for (const mover of ['tag', 'rma'] as const) {
+      for (const size of options.sizes) {
+        const x: Tensor = pool.allocate([size], 'u8');
+        try {
+          if (options.client !== 'cpu') {
+            cuda.memset(x.address, 0x5a, size);  // synchronous: contents in place before any send
+          }
+          const sink = (): Promise<Record<string, unknown>> => c.unary(service.methods.sink!, { x }, { mover });
+          const iters = itersFor(size);
+          await timeCalls(Math.max(3, Math.round(iters / 10)), sink);
+          const path = callInfo(await sink())?.transfers[0]?.path ?? 'unknown';
+          const samples = await timeCalls(iters, sink);
+          results.push(row(options.system, `tensor_arg/${mover}`, size, samples, { mover, path, client: options.client, server: options.server }));
+          const r = results.at(-1)!;
+          log(`${options.system}: ${mover} ${size} B p50 ${r.p50_us!.toFixed(1)} us ${r.gbps!.toFixed(1)} GB/s via ${path}`);
+        } finally {
+          x.release();
+        }
+      }
+    }
+  } finally {
+    await client?.close();
+    pool.close({ force: true });
+    await runtime.release();
+    peer.stop();
+  }
+  return results;
+}

@@ -1,0 +1,68 @@
+// The GPU issue's goals, checked against one run's rows, each with the measured value and, where
+// it is missed, what the time goes to (the part of a call that is not the wire at ucx_perftest's
+// bandwidth, i.e. the framework's own cost per call).
+import type { BenchResult } from './machine.ts';
+
+export interface Goal { goal: string; target: string; measured: string; met: boolean | null; note: string }
+
+const MiB = 2 ** 20;
+
+function best(rows: BenchResult[], system: string, bytes: number): BenchResult | undefined {
+  return rows.filter((r) => r.system === system && r.workload.startsWith('tensor_arg/') && r.bytes === bytes && r.p50_us !== null)
+    .sort((a, b) => a.p50_us! - b.p50_us!)[0];
+}
+
+/** Goals of issue 5 for the rows of `system` (gdrpc on one GPU). */
+export function checkGoals(rows: BenchResult[], system: string): Goal[] {
+  const goals: Goal[] = [];
+  const perf = (bytes: number): BenchResult | undefined => rows.find((r) => r.system === 'ucx_perftest' && r.workload === 'tag_bw' && r.bytes === bytes);
+  const perfRtt = rows.find((r) => r.system === 'ucx_perftest' && r.workload === 'tag_rtt');
+
+  const small = rows.find((r) => r.system === system && r.workload === 'small_call_rtt');
+  goals.push({
+    goal: 'small call round trip p50', target: '<= 20 us',
+    measured: small ? `${small.p50_us!.toFixed(1)} us` : 'not measured',
+    met: small ? small.p50_us! <= 20 : null,
+    note: small && perfRtt ? `ucx_perftest tag round trip (8 B) is ${perfRtt.p50_us!.toFixed(1)} us; gdrpc adds ${(small.p50_us! - perfRtt.p50_us!).toFixed(1)} us ` +
+      '(msgpack frames both ways, dispatch, handler, event-loop wake-ups)' : 'no ucx_perftest latency to compare',
+  });
+
+  const mid = best(rows, system, 16 * MiB);
+  const midPerf = perf(16 * MiB);
+  goals.push({
+    goal: 'per-call time with a 16 MiB CUDA argument (best mover), p50', target: '<= 50 us',
+    measured: mid ? `${mid.p50_us!.toFixed(1)} us (${mid.mover as string})` : 'not measured',
+    met: mid ? mid.p50_us! <= 50 : null,
+    note: mid && midPerf?.gbps ? overhead(mid, midPerf.gbps) : 'no ucx_perftest bandwidth at 16 MiB to compare',
+  });
+
+  const big = best(rows, system, 1024 * MiB);
+  goals.push({
+    goal: '1 GiB CUDA argument throughput (best mover)', target: '>= 1500 GB/s (bytes moved / p50 time)',
+    measured: big ? `${big.gbps!.toFixed(1)} GB/s (${big.mover as string})` : 'not measured',
+    met: big ? big.gbps! >= 1500 : null,
+    note: big && perf(1024 * MiB)?.gbps ? overhead(big, perf(1024 * MiB)!.gbps!) : 'no ucx_perftest bandwidth at 1 GiB to compare',
+  });
+
+  const sizes = [...new Set(rows.filter((r) => r.system === system && r.bytes >= 16 * MiB).map((r) => r.bytes))].sort((a, b) => a - b);
+  const ratios = sizes.flatMap((bytes) => {
+    const ours = best(rows, system, bytes);
+    const theirs = perf(bytes);
+    return ours?.gbps && theirs?.gbps ? [{ bytes, ratio: ours.gbps / theirs.gbps }] : [];
+  });
+  goals.push({
+    goal: 'throughput vs ucx_perftest tag_bw from 16 MiB up', target: '>= 90% at every size',
+    measured: ratios.length ? ratios.map((r) => `${r.bytes / MiB} MiB: ${(r.ratio * 100).toFixed(0)}%`).join(', ') : 'not measured',
+    met: ratios.length ? ratios.every((r) => r.ratio >= 0.9) : null,
+    note: 'gdrpc is measured one call at a time (latency-bound); ucx_perftest tag_bw streams many messages in flight',
+  });
+  return goals;
+}
+
+function overhead(row: BenchResult, perfGbps: number): string {
+  const wireUs = row.bytes / perfGbps / 1e3;
+  const rest = row.p50_us! - wireUs;
+  if (rest <= 0) return `faster than the bytes take at ucx_perftest's streaming ${perfGbps.toFixed(1)} GB/s (${wireUs.toFixed(1)} us)`;
+  return `at ucx_perftest's ${perfGbps.toFixed(1)} GB/s the bytes need ${wireUs.toFixed(1)} us; the remaining ` +
+    `${rest.toFixed(1)} us per call are the request/response frames, rendezvous handshake and handler dispatch`;
+}

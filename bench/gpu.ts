@@ -1,0 +1,93 @@
+// `npm run bench -- gpu --json <file>`: CUDA tensors through gdrpc between two processes, beside
+// ucx_perftest with CUDA memory, PyTorch RPC (TensorPipe) and a raw device-to-device copy, with
+// the issue's goals checked. GDRPC_GPU_DRYRUN=1 runs the same harness on host memory.
+import { cuda } from '../core/cuda.ts';
+import { UCX_DEFAULTS } from '../core/native.ts';
+import type { Device } from '../core/tensor/index.ts';
+import { runPerftest, runPython, type Skipped } from './gpu-external.ts';
+import { checkGoals } from './gpu-goals.ts';
+import { itersFor, runGdrpc } from './gpu-gdrpc.ts';
+import { describeMachine, type BenchResult } from './machine.ts';
+
+const KiB = 1024;
+const MiB = 1024 * KiB;
+const GiB = 1024 * MiB;
+/** Powers of 4 from 4 KiB to 1 GiB (16 MiB falls on it). */
+const SIZES = [4 * KiB, 16 * KiB, 64 * KiB, 256 * KiB, MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, GiB];
+
+function gpus(): number {
+  try {
+    return cuda.available() ? cuda.deviceCount() : 0;
+  } catch {
+    return 0;
+  }
+}
+
+/** Runs every GPU workload; baselines that cannot run are listed under `skipped` with the reason. */
+export async function runGpuBench(_opts: { json?: string }): Promise<object> {
+  const dryRun = process.env.GDRPC_GPU_DRYRUN === '1';
+  const maxBytes = Number(process.env.GDRPC_GPU_MAX_BYTES ?? (dryRun ? 64 * MiB : GiB));
+  const sizes = SIZES.filter((size) => size <= maxBytes);
+  const count = dryRun ? 0 : gpus();
+  const log = (line: string): void => console.log(line);
+  const results: BenchResult[] = [];
+  const skipped: Skipped[] = [];
+  if (!dryRun && count === 0) {
+    skipped.push({ system: 'all', reason: `no CUDA device (${cuda.available() ? 'deviceCount() is 0' : cuda.unavailableReason()}); set GDRPC_GPU_DRYRUN=1 for a host-memory dry run` });
+    return { machine: describeMachine(), results, goals: [], skipped };
+  }
+  const device: Device = dryRun ? 'cpu' : 'cuda:0';
+  const system = dryRun ? 'gdrpc (host dry run)' : 'gdrpc';
+  const smallCalls = Number(process.env.GDRPC_BENCH_SMALL_CALLS ?? 5000);
+
+  const step = async (name: string, fn: () => Promise<void>): Promise<void> => {
+    const started = Date.now();
+    try {
+      await fn();
+    } catch (error) {
+      skipped.push({ system: name, reason: `failed: ${(error as Error).stack ?? String(error)}`.slice(0, 1500) });
+    }
+    log(`-- ${name}: ${((Date.now() - started) / 1000).toFixed(1)} s`);
+  };
+
+  await step(system, async () => { results.push(...await runGdrpc({ client: device, server: device, sizes, system, smallCalls }, log)); });
+  if (count >= 2) {
+    await step('gdrpc cuda:0->cuda:1', async () => {
+      results.push(...await runGdrpc({ client: 'cuda:0', server: 'cuda:1', sizes, system: 'gdrpc (cuda:0 -> cuda:1)', smallCalls: 1000 }, log));
+    });
+  }
+  await step('ucx_perftest', async () => {
+    const perf = await runPerftest(dryRun ? 'host' : 'cuda', sizes, itersFor, log);
+    results.push(...perf.results);
+    skipped.push(...perf.skipped);
+  });
+  const torchSizes = [16 * MiB, GiB].filter((size) => size <= maxBytes).join(',');
+  await step('pytorch-rpc', async () => {
+    const torch = await runPython('torch_rpc_bench.py', ['--device', dryRun ? 'cpu' : 'cuda', '--sizes', torchSizes], 'pytorch-rpc-tensorpipe', 300_000, log);
+    results.push(...torch.results);
+    skipped.push(...torch.skipped);
+  });
+  if (!dryRun) {
+    await step('cuda-copy', async () => {
+      const copy = await runPython('gpu_copy_bench.py', ['--sizes', [16 * MiB, 256 * MiB, GiB].join(','), ...(count >= 2 ? ['--peer'] : [])], 'cuda-copy', 120_000, log);
+      results.push(...copy.results);
+      skipped.push(...copy.skipped);
+    });
+  } else {
+    skipped.push({ system: 'cuda-copy', reason: 'host dry run' });
+  }
+
+  const goals = checkGoals(results, system);
+  for (const goal of goals) log(`goal ${goal.met === null ? '?' : goal.met ? 'met ' : 'MISSED'}: ${goal.goal}: ${goal.measured} (target ${goal.target}); ${goal.note}`);
+  for (const s of skipped) log(`skipped ${s.system}: ${s.reason.split('\n')[0]}`);
+  return {
+    machine: { ...describeMachine(), cudaDevices: count },
+    config: { dryRun, sizes, ucxDefaults: UCX_DEFAULTS, ucxEnv: Object.fromEntries(Object.entries(process.env).filter(([k]) => k.startsWith('UCX_'))) },
+    results, goals, skipped,
+    notes: [
+      'gdrpc rows: one call in flight; p50/p99 are per-call times; gbps = bytes / p50 (payload bytes, counted once).',
+      'ucx_perftest rows: tag_rtt doubles tag_lat (half round trip); tag_bw streams messages (window of outstanding sends); -e (PEER error mode) like gdrpc; same UCX_* environment.',
+      'cuda-copy gbps counts bytes copied (size / time); read_plus_write_gbps counts read and write (2x).',
+    ],
+  };
+}
