@@ -25,14 +25,19 @@ nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv > "$o
 node bin/gdrpc.js info --json > "$out/info.json" 2> "$out/info.err"; cat "$out/info.json" "$out/info.err"
 node bin/gdrpc.js doctor > "$out/doctor.txt" 2>&1; cat "$out/doctor.txt"
 
+# Every phase is bounded (the device allows 10 minutes per command): a hung peer ends the phase,
+# and `timeout` kills the whole process group it started.
+tests_limit=${GDRPC_GPU_TESTS_TIMEOUT:-540}
+bench_limit=${GDRPC_GPU_BENCH_TIMEOUT:-540}
 status=0
 if [ "$what" = tests ] || [ "$what" = all ]; then
-  node node_modules/vitest/vitest.mjs run test/gpu test/native test/tensor --reporter=default \
+  timeout -k 10 "$tests_limit" node node_modules/vitest/vitest.mjs run test/gpu test/native test/tensor --reporter=default \
     --reporter=json --outputFile.json="$out/tests.json" "$@" 2>&1 | tee "$out/tests.log"
   status=${PIPESTATUS[0]}
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
-  node --import tsx bench/main.ts gpu --json "$out/bench-gpu.json" 2>&1 | tee "$out/bench.log"
+  timeout -k 10 "$bench_limit" node --import tsx bench/main.ts gpu --json "$out/bench-gpu.json" 2>&1 | tee "$out/bench.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  [ -f "$out/bench-gpu.json" ] && timeout 60 node --import tsx bench/chart.ts "$out/bench-gpu.json" "$out/bench-gpu.svg"
 fi
 exit $status
