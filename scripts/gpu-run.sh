@@ -22,8 +22,8 @@ export PATH=/tmp/gdrpc-node:$PATH
 # NVLink multicast stays off on shared machines.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv > "$out/gpus.csv" 2>&1 || true
-node bin/gdrpc.js info --json > "$out/info.json" 2> "$out/info.err"; cat "$out/info.json" "$out/info.err"
-node bin/gdrpc.js doctor > "$out/doctor.txt" 2>&1; cat "$out/doctor.txt"
+timeout 60 node bin/gdrpc.js info --json > "$out/info.json" 2> "$out/info.err"; cat "$out/info.json" "$out/info.err"
+timeout 120 node bin/gdrpc.js doctor > "$out/doctor.txt" 2>&1; cat "$out/doctor.txt"
 
 # Every phase is bounded (the device allows 10 minutes per command): a hung peer ends the phase,
 # and `timeout` kills the whole process group it started.
