@@ -7,7 +7,7 @@ import { Tensor, TensorPool, type Device } from '../tensor/index.ts';
 import { FrameKind } from '../wire/frames.ts';
 import { attachCallInfo, type CallInfo } from './call-info.ts';
 import { ClientSession } from './client-session.ts';
-import { absoluteDeadline, CallScope, raceSignal } from './deadline.ts';
+import { absoluteDeadline, CallScope } from './deadline.ts';
 import type { MethodDescriptor, Placement } from './descriptor.ts';
 import { connectAndAdmit } from './handshake.ts';
 import { DEFAULT_LIVENESS_MS } from './liveness.ts';
@@ -92,7 +92,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
     validateFields(method.args, args, types, 'arguments');
     const scope = new CallScope(absoluteDeadline(options.deadline), options.signal);
     try {
-      const session = await raceSignal(this.#connection(), scope.signal);
+      const session = await scope.race(this.#connection());
       const final = this.#open(session, scope);
       const sent = await this.#send(session, final.id, FrameKind.Request, method, args, options, scope, true)
         .catch((error: unknown) => { cancel(session, final.id); throw error; });
@@ -120,7 +120,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
       if (!ended && session !== undefined) cancel(session, id);
     });
     try {
-      session = await raceSignal(this.#connection(), scope.signal);
+      session = await scope.race(this.#connection());
       const s = session;
       id = s.open({
         item: (body) => queue.push(this.#receive(s, id, method, body.a as Row, scope, options).then((r) => r.values)),
@@ -130,11 +130,11 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
           else queue.close();
         },
       });
-      scope.signal.addEventListener('abort', () => {
-        if (!ended) cancel(s, id, scope.signal.reason);
+      scope.onAbort((reason) => {
+        if (!ended) cancel(s, id, reason);
         ended = true;
-        queue.fail(GdrpcError.from(scope.signal.reason));
-      }, { once: true });
+        queue.fail(reason);
+      });
       await this.#send(s, id, FrameKind.Request, method, args, options, scope, false);
       yield* queue;
     } finally {
@@ -148,13 +148,13 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
     const types = typesOf(method.service);
     const scope = new CallScope(absoluteDeadline(options.deadline), options.signal);
     try {
-      const session = await raceSignal(this.#connection(), scope.signal);
+      const session = await scope.race(this.#connection());
       const final = this.#open(session, scope);
       const frame: Row = { svc: method.service, m: method.name };
       const remaining = scope.remainingMs();
       if (remaining !== undefined) frame.to = remaining;
       if (options.metadata !== undefined) frame.md = options.metadata;
-      await raceSignal(session.connection.send(FrameKind.Request, final.id, frame), scope.signal);
+      await scope.race(session.connection.send(FrameKind.Request, final.id, frame));
       const transfers: TransferInfo[] = [];
       let seq = 0;
       let finished = false;
@@ -165,7 +165,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
         transfers.push(...await this.#send(session, final.id, FrameKind.StreamItem, method, item, options, scope, true, seq));
         seq += 1;
       }
-      if (!finished && !scope.aborted) await raceSignal(session.connection.send(FrameKind.StreamEnd, final.id, { seq }), scope.signal);
+      if (!finished && !scope.aborted) await scope.race(session.connection.send(FrameKind.StreamEnd, final.id, { seq }));
       const result = await final.result;
       if (result.kind !== FrameKind.Response) throw protocolError(session, 'expected RESPONSE');
       const received = await this.#receive(session, final.id, method, result.body.r as Row, scope, options);
@@ -210,15 +210,10 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
     let id = 0;
     const result = new Promise<{ kind: FrameKind; body: Row }>((resolve, reject) => {
       id = session.open({ final: (r) => (r instanceof GdrpcError ? reject(r) : resolve(r)) });
-      if (scope.aborted) {
-        cancel(session, id);
-        reject(scope.reason!);
-        return;
-      }
-      scope.signal.addEventListener('abort', () => {
-        cancel(session, id, scope.signal.reason);
-        reject(GdrpcError.from(scope.signal.reason));
-      }, { once: true });
+      scope.onAbort((reason) => {
+        cancel(session, id, reason);
+        reject(reason);
+      });
     });
     result.catch(() => {}).finally(() => session.connection.exposures.releaseCall(id));
     return { id, result };
@@ -242,10 +237,13 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
     const frameSent = session.connection.send(kind, id, frame);
     const moving = frameSent.then(() => out.start());
     moving.catch(() => { /* surfaced through the call's own failure */ });
-    await raceSignal(frameSent, scope.signal);
+    // A frame without tensors is not waited for: the answer cannot come before it left, and a
+    // failed send fails the connection, hence the call.
+    if (out.transfers.length === 0) frameSent.catch(() => {});
+    else await scope.race(frameSent);
     // Tag sends complete when the server has the bytes; RMA exposures when it sent FIN. The
     // response can only follow either, so waiting here adds no latency and keeps errors ordered.
-    if (awaitTransfers && out.transfers.some((t) => t.mover === 'tag')) await raceSignal(moving, scope.signal);
+    if (awaitTransfers && out.transfers.some((t) => t.mover === 'tag')) await scope.race(moving);
     return out.transfers;
   }
 
@@ -265,7 +263,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
     const receiving = incoming.receive(allocate);
     let received: Map<PendingTensor, Tensor>;
     try {
-      received = await raceSignal(receiving, scope.signal);
+      received = await scope.race(receiving);
     } catch (error) {
       // The bytes keep arriving after an abort: give their memory back once they have.
       receiving.then(() => incoming.releaseAll(), () => {});

@@ -12,9 +12,13 @@ export function absoluteDeadline(deadline: number | Date | undefined): number | 
   return Date.now() + deadline;
 }
 
-/** One call's abort source: fires on the caller's signal, the deadline, or an explicit abort. */
+/** One call's abort source: fires on the caller's signal, the deadline, or an explicit abort.
+ *  Callbacks rather than an AbortController on the hot path: an AbortSignal (and its listeners)
+ *  costs microseconds per call, so one is made only when someone asks for `signal`. */
 export class CallScope {
-  readonly controller = new AbortController();
+  #reason: GdrpcError | undefined;
+  #callbacks: Array<(error: GdrpcError) => void> = [];
+  #controller: AbortController | undefined;
   #timer: NodeJS.Timeout | undefined;
   #unlink: (() => void) | undefined;
 
@@ -34,25 +38,56 @@ export class CallScope {
     }
   }
 
-  get signal(): AbortSignal { return this.controller.signal; }
-  get aborted(): boolean { return this.controller.signal.aborted; }
-  /** The GdrpcError that ended the scope (undefined while live). */
-  get reason(): GdrpcError | undefined {
-    return this.aborted ? GdrpcError.from(this.controller.signal.reason) : undefined;
+  /** An AbortSignal that aborts with the scope (made on first use). */
+  get signal(): AbortSignal {
+    if (this.#controller === undefined) {
+      this.#controller = new AbortController();
+      if (this.#reason !== undefined) this.#controller.abort(this.#reason);
+    }
+    return this.#controller.signal;
   }
+  get aborted(): boolean { return this.#reason !== undefined; }
+  /** The GdrpcError that ended the scope (undefined while live). */
+  get reason(): GdrpcError | undefined { return this.#reason; }
   /** Milliseconds left, for the wire (`to`); undefined without a deadline. */
   remainingMs(): number | undefined {
     return this.deadline === undefined ? undefined : Math.max(0, Math.ceil(this.deadline - Date.now()));
   }
 
+  /** Runs `fn` when the scope aborts (at once if it has); returns the unsubscriber. */
+  onAbort(fn: (error: GdrpcError) => void): () => void {
+    if (this.#reason !== undefined) {
+      fn(this.#reason);
+      return () => {};
+    }
+    this.#callbacks.push(fn);
+    return () => {
+      const at = this.#callbacks.indexOf(fn);
+      if (at >= 0) this.#callbacks.splice(at, 1);
+    };
+  }
+
+  /** `promise`, or the scope's error if the scope aborts first. */
+  race<T>(promise: Promise<T>): Promise<T> {
+    if (this.#reason !== undefined) return Promise.reject(this.#reason);
+    return new Promise<T>((resolve, reject) => {
+      const off = this.onAbort(reject);
+      promise.then((value) => { off(); resolve(value); }, (error) => { off(); reject(error); });
+    });
+  }
+
   abort(error: GdrpcError): void {
-    if (!this.aborted) this.controller.abort(error);
+    if (this.#reason === undefined) {
+      this.#reason = error;
+      this.#controller?.abort(error);
+      for (const fn of this.#callbacks.splice(0)) fn(error);
+    }
     this.dispose();
   }
 
   /** Throws the scope's error if it has ended. */
   throwIfAborted(): void {
-    if (this.aborted) throw this.reason!;
+    if (this.#reason !== undefined) throw this.#reason;
   }
 
   /** Stops the timer and detaches from the parent signal. */

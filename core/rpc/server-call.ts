@@ -5,7 +5,6 @@ import { Code, GdrpcError } from '../errors.ts';
 import { FrameKind } from '../wire/frames.ts';
 import type { Connection } from './connection.ts';
 import type { CallScope } from './deadline.ts';
-import { raceSignal } from './deadline.ts';
 import type { MethodDescriptor, ServiceDescriptor } from './descriptor.ts';
 import { errorFrame } from './status.ts';
 import { ItemQueue } from './stream.ts';
@@ -64,21 +63,24 @@ export class ServerCall {
   /** Runs the call to its end; never rejects (failures become ERROR frames). */
   async run(args: Row | undefined): Promise<void> {
     const { method, handler } = this.entry;
+    const scope = this.scope;
     const ctx: CallContext = {
-      signal: this.scope.signal, deadline: this.scope.deadline, metadata: this.metadata, peer: this.connection.peer,
+      // Made on first use: most handlers never look at it.
+      get signal() { return scope.signal; },
+      deadline: scope.deadline, metadata: this.metadata, peer: this.connection.peer,
       [AFTER_SEND]: (fn) => this.#afterSend.push(fn),
     };
     let sent: Promise<void> = Promise.resolve();
     try {
       if (method.clientStreaming) {
         this.#items = new ItemQueue<Row>();
-        this.scope.signal.addEventListener('abort', () => this.#items?.fail(GdrpcError.from(this.scope.signal.reason)), { once: true });
-        const result = await raceSignal(Promise.resolve((handler as ClientStreamHandler)(this.#items, ctx)), this.scope.signal);
+        this.scope.onAbort((reason) => this.#items?.fail(reason));
+        const result = await this.scope.race(Promise.resolve((handler as ClientStreamHandler)(this.#items, ctx)));
         sent = (await this.#respond(result)).moving;
       } else {
         const values = await this.#receive(args ?? {});
         if (method.serverStreaming) await this.#stream((handler as ServerStreamHandler)(values, ctx));
-        else sent = (await this.#respond(await raceSignal(Promise.resolve((handler as UnaryHandler)(values, ctx)), this.scope.signal))).moving;
+        else sent = (await this.#respond(await this.#settle((handler as UnaryHandler)(values, ctx)))).moving;
       }
     } catch (error) {
       this.#fail(error);
@@ -125,36 +127,47 @@ export class ServerCall {
     }
     const receiving = incoming.receive(this.env.allocate);
     this.#receiving.push(receiving);
-    const received = await raceSignal(receiving, this.scope.signal);
+    const received = incoming.pending.length === 0 ? new Map<PendingTensor, never>() : await this.scope.race(receiving);
     replaceDeep(values, (item) => (item instanceof PendingTensor ? received.get(item) ?? item : item));
     return values;
+  }
+
+  /** The handler's result, or the scope's error if the call ends first (a plain object is used
+   *  as it is: no promise, no race). */
+  #settle(result: Row | Promise<Row>): Row | Promise<Row> {
+    this.scope.throwIfAborted();
+    return result instanceof Promise ? this.scope.race(result) : result;
   }
 
   /** Sends RESPONSE; resolves (once the frame is out) to the promise of its transfers. */
   async #respond(result: Row): Promise<{ moving: Promise<void> }> {
     this.scope.throwIfAborted();
     const out = this.#encode(FrameKind.Response, result);
-    await this.connection.send(FrameKind.Response, this.id, { r: out.encoded });
+    const frameSent = this.connection.send(FrameKind.Response, this.id, { r: out.encoded });
+    if (out.tensors.transfers.length === 0) {
+      frameSent.catch(() => {});
+      return { moving: frameSent.then(() => {}, () => {}) };
+    }
+    await frameSent;
     return { moving: this.#startTransfers(out.tensors) };
   }
 
   async #stream(items: AsyncIterable<Row>): Promise<void> {
     let seq = 0;
     const iterator = items[Symbol.asyncIterator]();
-    const stop = (): void => { void iterator.return?.(); };
-    this.scope.signal.addEventListener('abort', stop, { once: true });
+    const off = this.scope.onAbort(() => { void iterator.return?.(); });
     try {
       for (;;) {
-        const next = await raceSignal(iterator.next(), this.scope.signal);
+        const next = await this.scope.race(iterator.next());
         if (next.done) break;
         const out = this.#encode(FrameKind.StreamItem, next.value);
         await this.connection.send(FrameKind.StreamItem, this.id, { seq, a: out.encoded });
         seq += 1;
         // One item's bytes at a time: a slow reader slows the producer instead of filling memory.
-        await raceSignal(this.#startTransfers(out.tensors), this.scope.signal);
+        await this.scope.race(this.#startTransfers(out.tensors));
       }
     } finally {
-      this.scope.signal.removeEventListener('abort', stop);
+      off();
     }
     this.scope.throwIfAborted();
     await this.connection.send(FrameKind.StreamEnd, this.id, { seq });

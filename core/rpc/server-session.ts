@@ -134,7 +134,8 @@ export class ServerSession {
     if (this.calls.size >= this.host.limits.perConnection) return refuse(new GdrpcError(Code.RESOURCE_EXHAUSTED, `more than ${this.host.limits.perConnection} calls in flight on this connection`));
     if (!this.host.acquireCall()) return refuse(new GdrpcError(Code.RESOURCE_EXHAUSTED, 'server is at its concurrent call limit'));
     const deadline = typeof body.to === 'number' ? Date.now() + body.to : undefined;
-    const callScope = new CallScope(deadline, this.connection.signal);
+    // No parent signal: the session aborts its calls itself when the connection goes.
+    const callScope = new CallScope(deadline);
     const call = new ServerCall(id, this.connection, entry, callScope, (body.md as Record<string, string> | undefined) ?? {}, this.host.env);
     this.calls.set(id, call);
     void call.run(body.a as Record<string, unknown> | undefined).finally(() => {

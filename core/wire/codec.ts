@@ -37,10 +37,15 @@ const SCHEMAS: Record<FrameKind, Record<string, Check>> = {
   [FrameKind.GoAway]: {},
 };
 
+// The schemas as [name, optional, check] rows, parsed once: this runs for every frame.
+const ROWS = new Map<number, Array<[string, boolean, Check]>>(Object.entries(SCHEMAS).map(([kind, schema]) => [
+  Number(kind), Object.entries(schema).map(([key, check]): [string, boolean, Check] => [key.replace('?', ''), key.endsWith('?'), check]),
+]));
+
 /** Decodes and checks a frame body of `kind`; INVALID_ARGUMENT for anything malformed. */
 export function decodeFrame(kind: number, bytes: Uint8Array): Record<string, unknown> {
-  const schema = SCHEMAS[kind as FrameKind];
-  if (schema === undefined) throw malformed(`unknown frame kind ${kind}`);
+  const rows = ROWS.get(kind);
+  if (rows === undefined) throw malformed(`unknown frame kind ${kind}`);
   let body: unknown;
   try {
     body = packr.unpack(bytes);
@@ -50,9 +55,7 @@ export function decodeFrame(kind: number, bytes: Uint8Array): Record<string, unk
   if (!isMap(body)) throw malformed(`frame of kind ${FrameKind[kind]} is not a map`);
   const frame = body as Record<string, unknown>;
   if (frame.v !== WIRE_VERSION) throw malformed(`wire version ${String(frame.v)} (this peer speaks ${WIRE_VERSION})`);
-  for (const [key, check] of Object.entries(schema)) {
-    const optional = key.endsWith('?');
-    const name = optional ? key.slice(0, -1) : key;
+  for (const [name, optional, check] of rows) {
     const value = frame[name];
     if (value === undefined || value === null) {
       if (optional) continue;
