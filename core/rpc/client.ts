@@ -42,7 +42,7 @@ export interface ClientOptions {
   livenessMs?: number;
   /** Handshake time limit (default 5000 ms). */
   connectTimeoutMs?: number;
-  /** Largest host tensor sent inline (default 8 KiB). */
+  /** Largest host tensor sent inline (default 4 KiB). */
   inlineBytes?: number;
   /** Host pool for result tensors, mapped once (default 64 MiB; 0: plain allocations). */
   poolBytes?: number;
@@ -175,6 +175,18 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
     }
   }
 
+  /** This client's mapped pool on `device` (created on first use): tensors allocated from it are
+   *  sent without a registration per call and can be exposed for RMA as they are. */
+  pool(device: Device = 'cpu'): TensorPool {
+    if (this.#closed) throw new GdrpcError(Code.FAILED_PRECONDITION, 'client is closed');
+    let pool = this.#pools.get(device);
+    if (pool === undefined) {
+      pool = TensorPool.create(this.#runtime.context, { device, bytes: this.#options.poolBytes || (64 << 20), allowOverflow: true });
+      this.#pools.set(device, pool);
+    }
+    return pool;
+  }
+
   /** Cancels calls in flight, closes the connection and the pools. */
   async close(): Promise<void> {
     if (this.#closed) return;
@@ -276,12 +288,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
   #allocate(shape: number[], dtype: Parameters<Allocate>[1], placement: Placement): Tensor {
     const device: Device = placement.kind === 'cuda' && cudaUsable() ? `cuda:${placement.device ?? 0}` : 'cpu';
     if (this.#options.poolBytes === 0) return Tensor.empty(shape, dtype, { device });
-    let pool = this.#pools.get(device);
-    if (pool === undefined) {
-      pool = TensorPool.create(this.#runtime.context, { device, bytes: this.#options.poolBytes, allowOverflow: true });
-      this.#pools.set(device, pool);
-    }
-    return pool.allocate(shape, dtype);
+    return this.pool(device).allocate(shape, dtype);
   }
 }
 

@@ -31,7 +31,7 @@ export interface ServerOptions {
   token?: string;
   /** A silent client is declared gone after this long (default 2000 ms). */
   livenessMs?: number;
-  /** Largest host tensor the server sends inline (default 8 KiB). */
+  /** Largest host tensor the server sends inline (default 4 KiB). */
   inlineBytes?: number;
   /** How long results exposed for RMA wait for the client's FIN (default 30 s). */
   exposureHoldMs?: number;

@@ -7,7 +7,7 @@ import { killAll, startServer, type Peer } from './fixtures/peers.ts';
 import { patterned } from './fixtures/tensors.ts';
 
 const MiB = 1 << 20;
-const SIZES = [0, 1, 8191, 8192, 8193, MiB, 64 * MiB];
+const SIZES = [0, 1, 4095, 4096, 4097, MiB, 64 * MiB];
 const MOVERS = ['auto', 'inline', 'tag', 'rma'] as const;
 
 let server: Peer;
@@ -47,7 +47,7 @@ describe('unary', () => {
         expect(y.shape).toEqual([size]);
         expect(y.equals(x)).toBe(true);
         const sent = callInfo(result)!.transfers.find((t) => t.argument === 'x')!;
-        const expected = size === 0 ? 'inline' : mover === 'auto' ? (size <= 8192 ? 'inline' : 'tag') : mover;
+        const expected = size === 0 ? 'inline' : mover === 'auto' ? (size <= 4096 ? 'inline' : 'tag') : mover;
         expect(sent).toMatchObject({ bytes: size, mover: expected });
         expect(sent.path).toBe(expected === 'inline' ? 'inline' : 'shm');
         y.release();

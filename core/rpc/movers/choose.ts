@@ -1,6 +1,17 @@
 // Picks the mover for one tensor: the caller's forced choice, or the measured best ('auto').
-// The table comes from bench/movers.ts on host memory (see the numbers beside it); GPU rows are
-// to be filled from the GPU runs.
+// The table comes from `npm run bench -- rpc` (rows mover_*_host, bench/results/rpc.json), host
+// memory between two processes on the 2-core CI machine, p50 of one call carrying the tensor:
+//
+//   bytes    inline   tag     rma          UCX picked sysv/posix shared memory for tag and RMA
+//   256      77 us    79 us   139 us       (cma is not reachable in that container), so both
+//   4 KiB    77       75      120          copy through bounce buffers; RMA pays one more
+//   16 KiB   89       74      122          round trip (FIN) and a rkey unpack per transfer.
+//   64 KiB   170      87      128
+//   1 MiB    4156     353     422
+//
+// Inline only wins by skipping a UCX message, which is lost in the noise below 4 KiB and costs a
+// copy and a bigger frame above it. GPU rows are to be filled from the GPU runs (until then CUDA
+// memory takes the tag path, where UCX chooses cuda_ipc or RDMA itself).
 import { Code, GdrpcError } from '../../errors.ts';
 import type { Mover, MoverName } from './mover.ts';
 import { inlineMover } from './inline.ts';
@@ -8,7 +19,7 @@ import { rmaMover } from './rma.ts';
 import { tagMover } from './tag.ts';
 
 /** Largest host tensor sent inline by default (bytes). */
-export const DEFAULT_INLINE_BYTES = 8192;
+export const DEFAULT_INLINE_BYTES = 4096;
 
 const MOVERS: Record<MoverName, Mover> = { inline: inlineMover, tag: tagMover, rma: rmaMover };
 

@@ -1,0 +1,36 @@
+// The serving side of bench/rpc.ts, in its own process: `gdrpc` or `grpc` as argv[2]. Prints
+// "PORT <n>" when ready; exits when stdin closes.
+import * as grpc from '@grpc/grpc-js';
+import { Server, type Tensor } from '../core/index.ts';
+import { BenchService } from './rpc-service.ts';
+
+const mode = process.argv[2];
+if (mode === 'gdrpc') {
+  const server = Server.create({ poolBytes: 600 << 20, maxTensorBytes: 512 << 20, maxCallsPerConnection: 1024 });
+  server.register(BenchService, {
+    ping: () => ({}),
+    sink: (args: { x: Tensor }) => ({ n: args.x.byteLength }),
+  });
+  const { port } = await server.listen({ host: '127.0.0.1', port: 0 });
+  process.stdout.write(`PORT ${port}\n`);
+  process.stdin.on('end', () => void server.shutdown({ graceMs: 0 }).then(() => process.exit(0)));
+  process.stdin.resume();
+} else {
+  const server = new grpc.Server({ 'grpc.max_receive_message_length': -1, 'grpc.max_send_message_length': -1 });
+  const identity = (b: Buffer): Buffer => b;
+  const method = (path: string) => ({ path, requestStream: false, responseStream: false, requestSerialize: identity, requestDeserialize: identity, responseSerialize: identity, responseDeserialize: identity });
+  const reply = Buffer.alloc(8);
+  server.addService({ ping: method('/bench.Bench/ping'), sink: method('/bench.Bench/sink') }, {
+    ping: (_call: grpc.ServerUnaryCall<Buffer, Buffer>, done: grpc.sendUnaryData<Buffer>) => done(null, reply),
+    sink: (call: grpc.ServerUnaryCall<Buffer, Buffer>, done: grpc.sendUnaryData<Buffer>) => {
+      reply.writeUInt32LE(call.request.length >>> 0, 0);
+      done(null, reply);
+    },
+  });
+  server.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (error, port) => {
+    if (error) throw error;
+    process.stdout.write(`PORT ${port}\n`);
+  });
+  process.stdin.on('end', () => server.tryShutdown(() => process.exit(0)));
+  process.stdin.resume();
+}

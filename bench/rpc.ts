@@ -1,0 +1,175 @@
+// gdrpc against @grpc/grpc-js on the same workloads, between two processes: small-call round
+// trip, calls/s with 64 in flight, tensor (bytes) throughput from 4 KiB to 256 MiB, and, for
+// gdrpc only, each mover per size (the table behind the 'auto' choice in core/rpc/movers).
+import { spawn, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import * as grpc from '@grpc/grpc-js';
+import { Client, type Tensor } from '../core/index.ts';
+import { describeMachine, percentile, type BenchResult } from './machine.ts';
+import { BenchService } from './rpc-service.ts';
+
+const KiB = 1024;
+const MiB = 1024 * KiB;
+const TENSOR_SIZES = [4 * KiB, 64 * KiB, MiB, 16 * MiB, 64 * MiB, 256 * MiB];
+const MOVER_SIZES = [256, 4 * KiB, 8 * KiB, 16 * KiB, 64 * KiB, 256 * KiB, MiB, 4 * MiB];
+const LATENCY_CALLS = 20_000;
+const IN_FLIGHT = 64;
+const RATE_SECONDS = 2;
+
+/** A system under test: one call without a body, one call that carries `bytes`. */
+interface System {
+  name: string;
+  ping(): Promise<void>;
+  sink(bytes: number, mover?: 'inline' | 'tag' | 'rma'): Promise<void>;
+  close(): Promise<void>;
+}
+
+function startPeer(mode: string): Promise<{ child: ChildProcess; port: number }> {
+  const file = fileURLToPath(new URL('./rpc-peer.ts', import.meta.url));
+  const child = spawn(process.execPath, ['--import', 'tsx', file, mode], { stdio: ['pipe', 'pipe', 'inherit'] });
+  return new Promise((resolve, reject) => {
+    let seen = '';
+    child.stdout!.on('data', (chunk: Buffer) => {
+      seen += chunk.toString();
+      const match = /PORT (\d+)/.exec(seen);
+      if (match) resolve({ child, port: Number(match[1]) });
+    });
+    child.once('exit', (code) => reject(new Error(`${mode} peer exited (${code}) before listening`)));
+  });
+}
+
+function stopPeer(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null) return Promise.resolve();
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  child.stdin!.end();
+  const timer = setTimeout(() => child.kill('SIGKILL'), 5000);
+  return exited.finally(() => clearTimeout(timer));
+}
+
+async function gdrpcSystem(): Promise<System> {
+  const peer = await startPeer('gdrpc');
+  const client = await Client.connect(`127.0.0.1:${peer.port}`, { poolBytes: 300 * MiB });
+  // Sources come from the client's mapped pool: registration paid once, as the design intends.
+  const sources = new Map<number, Tensor>();
+  const source = (bytes: number): Tensor => {
+    let tensor = sources.get(bytes);
+    if (tensor === undefined) {
+      // The largest tensors leave room in the pool for one source only.
+      if (bytes >= 64 * MiB) for (const [size, t] of sources) { t.release(); sources.delete(size); }
+      tensor = client.pool().allocate([bytes], 'u8');
+      tensor.bytes().fill(7);
+      sources.set(bytes, tensor);
+    }
+    return tensor;
+  };
+  return {
+    name: 'gdrpc',
+    ping: async () => { await client.unary(BenchService.methods.ping!, {}); },
+    sink: async (bytes, mover) => {
+      const x = source(bytes);
+      await client.unary(BenchService.methods.sink!, { x }, mover === undefined ? {} : { mover });
+    },
+    close: async () => {
+      for (const tensor of sources.values()) tensor.release();
+      await client.close();
+      await stopPeer(peer.child);
+    },
+  };
+}
+
+async function grpcSystem(): Promise<System> {
+  const peer = await startPeer('grpc');
+  const client = new grpc.Client(`127.0.0.1:${peer.port}`, grpc.credentials.createInsecure(),
+    { 'grpc.max_receive_message_length': -1, 'grpc.max_send_message_length': -1 });
+  const identity = (b: Buffer): Buffer => b;
+  const call = (path: string, body: Buffer): Promise<void> => new Promise((resolve, reject) => {
+    client.makeUnaryRequest(path, identity, identity, body, (error) => (error ? reject(error) : resolve()));
+  });
+  const empty = Buffer.alloc(0);
+  const bodies = new Map<number, Buffer>();
+  return {
+    name: 'grpc-js',
+    ping: () => call('/bench.Bench/ping', empty),
+    sink: (bytes) => {
+      let body = bodies.get(bytes);
+      if (body === undefined) { body = Buffer.alloc(bytes, 7); bodies.clear(); bodies.set(bytes, body); }
+      return call('/bench.Bench/sink', body);
+    },
+    close: async () => { client.close(); await stopPeer(peer.child); },
+  };
+}
+
+function row(system: string, workload: string, bytes: number, fields: Partial<BenchResult>): BenchResult {
+  return { system, workload, bytes, p50_us: null, p99_us: null, ops_per_s: null, gbps: null, ...fields };
+}
+
+async function latency(system: System, calls: number): Promise<BenchResult> {
+  for (let i = 0; i < Math.min(2000, calls); i += 1) await system.ping();
+  const samples: number[] = [];
+  for (let i = 0; i < calls; i += 1) {
+    const t0 = process.hrtime.bigint();
+    await system.ping();
+    samples.push(Number(process.hrtime.bigint() - t0) / 1000);
+  }
+  samples.sort((a, b) => a - b);
+  return row(system.name, 'unary_small_rtt', 0, { p50_us: percentile(samples, 50), p99_us: percentile(samples, 99), ops_per_s: 1e6 / percentile(samples, 50) });
+}
+
+async function rate(system: System): Promise<BenchResult> {
+  let done = 0;
+  const until = performance.now() + RATE_SECONDS * 1000;
+  const t0 = performance.now();
+  await Promise.all(Array.from({ length: IN_FLIGHT }, async () => {
+    while (performance.now() < until) { await system.ping(); done += 1; }
+  }));
+  return row(system.name, `unary_calls_per_s_${IN_FLIGHT}_in_flight`, 0, { ops_per_s: done / ((performance.now() - t0) / 1000) });
+}
+
+async function throughput(system: System, bytes: number, mover?: 'inline' | 'tag' | 'rma'): Promise<BenchResult> {
+  await system.sink(bytes, mover);
+  const samples: number[] = [];
+  const budgetMs = bytes >= 64 * MiB ? 2500 : 800;
+  const started = performance.now();
+  while (samples.length < 3 || (performance.now() - started < budgetMs && samples.length < 2000)) {
+    const t0 = process.hrtime.bigint();
+    await system.sink(bytes, mover);
+    samples.push(Number(process.hrtime.bigint() - t0) / 1000);
+  }
+  samples.sort((a, b) => a - b);
+  const p50 = percentile(samples, 50);
+  const workload = mover === undefined ? 'tensor_arg_host' : `mover_${mover}_host`;
+  return row(system.name, workload, bytes, { p50_us: p50, p99_us: percentile(samples, 99), ops_per_s: 1e6 / p50, gbps: bytes / (p50 * 1000) });
+}
+
+/** Runs every workload on gdrpc and grpc-js; rows of gdrpc carry their ratio to grpc-js. */
+export async function runRpcBench(_opts: { json?: string } = {}): Promise<object> {
+  const results: BenchResult[] = [];
+  for (const make of [gdrpcSystem, grpcSystem]) {
+    const system = await make();
+    try {
+      results.push(await latency(system, system.name === 'gdrpc' ? LATENCY_CALLS : LATENCY_CALLS / 4));
+      results.push(await rate(system));
+      for (const bytes of TENSOR_SIZES) results.push(await throughput(system, bytes));
+      if (system.name === 'gdrpc') {
+        for (const mover of ['inline', 'tag', 'rma'] as const) {
+          for (const bytes of MOVER_SIZES) if (mover !== 'inline' || bytes <= MiB) results.push(await throughput(system, bytes, mover));
+        }
+      }
+    } finally {
+      await system.close();
+    }
+  }
+  for (const result of results) {
+    if (result.system !== 'gdrpc') continue;
+    const peer = results.find((r) => r.system === 'grpc-js' && r.workload === result.workload && r.bytes === result.bytes);
+    if (peer === undefined) continue;
+    const ratio = (a: number | null, b: number | null): number | null => (a === null || b === null || b === 0 ? null : a / b);
+    result.ratio_to_grpc_js = { p50_us: ratio(result.p50_us, peer.p50_us), p99_us: ratio(result.p99_us, peer.p99_us), ops_per_s: ratio(result.ops_per_s, peer.ops_per_s), gbps: ratio(result.gbps, peer.gbps) };
+  }
+  for (const r of results) {
+    const figures = [r.p50_us !== null ? `p50 ${r.p50_us.toFixed(1)} us` : '', r.p99_us !== null ? `p99 ${r.p99_us.toFixed(1)} us` : '',
+      r.ops_per_s !== null ? `${Math.round(r.ops_per_s)} /s` : '', r.gbps !== null ? `${r.gbps.toFixed(2)} GB/s` : ''].filter(Boolean).join('  ');
+    console.log(`${r.system.padEnd(8)} ${r.workload.padEnd(34)} ${String(r.bytes).padStart(10)}  ${figures}`);
+  }
+  return { machine: describeMachine(), results };
+}
