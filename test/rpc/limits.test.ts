@@ -1,0 +1,37 @@
+// Concurrency limits: per connection and over all connections, refused with RESOURCE_EXHAUSTED
+// and recovered from as soon as calls finish.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Client, Code, GdrpcError } from '../../core/index.ts';
+import { Echo } from './fixtures/services.ts';
+import { killAll, startServer, type Peer } from './fixtures/peers.ts';
+
+let server: Peer;
+let a: Client;
+let b: Client;
+
+beforeAll(async () => {
+  server = await startServer({ maxCallsPerConnection: 2, maxCalls: 3 });
+  [a, b] = await Promise.all([Client.connect(server.address), Client.connect(server.address)]);
+});
+afterAll(async () => {
+  await a?.close();
+  await b?.close();
+  await killAll();
+});
+
+const outcomes = async (calls: Array<Promise<unknown>>): Promise<string[]> =>
+  (await Promise.allSettled(calls)).map((s) => (s.status === 'fulfilled' ? 'OK' : (s.reason as GdrpcError).code)).sort();
+
+describe('concurrency limits', () => {
+  it('refuses the call over the per-connection limit', async () => {
+    const calls = [0, 1, 2].map(() => a.unary(Echo.methods.sleep!, { ms: 300 }));
+    expect(await outcomes(calls)).toEqual(['OK', 'OK', Code.RESOURCE_EXHAUSTED].sort());
+  });
+
+  it('refuses the call over the global limit, whichever connection it comes on', async () => {
+    const calls = [a, a, b, b].map((client) => client.unary(Echo.methods.sleep!, { ms: 300 }));
+    expect(await outcomes(calls)).toEqual(['OK', 'OK', 'OK', Code.RESOURCE_EXHAUSTED].sort());
+    // Capacity is back once they finished.
+    expect(await outcomes([a.unary(Echo.methods.ping!, { n: 1 }), b.unary(Echo.methods.ping!, { n: 2 })])).toEqual(['OK', 'OK']);
+  });
+});

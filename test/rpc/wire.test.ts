@@ -1,0 +1,118 @@
+// The wire format and validation as pure functions: tag layout, frame checks, descriptor checks,
+// mover choice and path classes (including the staging refusal, which needs no GPU to decide).
+import { describe, expect, it } from 'vitest';
+import { Code, GdrpcError, Tensor, validateFields, type FieldDescriptor, type ServiceDescriptor } from '../../core/index.ts';
+import { decodeFrame, encodeFrame, checkTensorWire } from '../../core/wire/codec.ts';
+import { FrameKind, WIRE_VERSION } from '../../core/wire/frames.ts';
+import { CONTROL_MASK, controlTag, dataTag, parseTag } from '../../core/wire/tag.ts';
+import { chooseMover } from '../../core/rpc/movers/choose.ts';
+import { transferPath } from '../../core/rpc/movers/path.ts';
+import type { Endpoint } from '../../core/ucx/index.ts';
+
+function codeOf(fn: () => unknown): string | undefined {
+  try { fn(); } catch (error) { return (error as GdrpcError).code; }
+  return undefined;
+}
+
+describe('tag layout', () => {
+  it('puts class/kind, connection and call in their bytes and parses them back', () => {
+    const tag = controlTag(FrameKind.Request, 0xabcdef, 0xdeadbeef);
+    expect(tag).toBe(0x84abcdefdeadbeefn);
+    expect(parseTag(tag)).toEqual({ control: true, kind: FrameKind.Request, connection: 0xabcdef, id: 0xdeadbeef });
+    expect(dataTag(7, 9)).toBe(0x0100000700000009n);
+    expect(parseTag(dataTag(7, 9))).toEqual({ control: false, kind: 0, connection: 7, id: 9 });
+  });
+
+  it('the control mask matches every control frame and no payload', () => {
+    for (const kind of [FrameKind.Hello, FrameKind.GoAway]) expect(controlTag(kind, 1, 1) & CONTROL_MASK).toBe(CONTROL_MASK);
+    expect(dataTag(1, 1) & CONTROL_MASK).toBe(0n);
+    expect(codeOf(() => parseTag(0x0200000000000000n))).toBe(Code.INVALID_ARGUMENT);
+  });
+});
+
+describe('frames', () => {
+  it('round-trips a request with version, bigint and bytes', () => {
+    const bytes = encodeFrame({ svc: 's', m: 'm', a: { big: 1n << 60n, b: new Uint8Array([1, 2]) }, to: 5, md: { k: 'v' } });
+    const frame = decodeFrame(FrameKind.Request, bytes);
+    expect(frame.v).toBe(WIRE_VERSION);
+    expect((frame.a as Record<string, unknown>).big).toBe(1n << 60n);
+    expect([...((frame.a as Record<string, Uint8Array>).b)]).toEqual([1, 2]);
+  });
+
+  it('rejects unknown kinds, other versions, missing and mistyped fields', () => {
+    expect(codeOf(() => decodeFrame(99, encodeFrame({})))).toBe(Code.INVALID_ARGUMENT);
+    expect(codeOf(() => decodeFrame(FrameKind.Fin, encodeFrame({})))).toBe(Code.INVALID_ARGUMENT);
+    expect(codeOf(() => decodeFrame(FrameKind.Fin, encodeFrame({ x: -1 })))).toBe(Code.INVALID_ARGUMENT);
+    expect(codeOf(() => decodeFrame(FrameKind.Request, encodeFrame({ svc: 's', m: 'm', md: { k: 1 } })))).toBe(Code.INVALID_ARGUMENT);
+    expect(codeOf(() => decodeFrame(FrameKind.Keepalive, new Uint8Array([0xc1])))).toBe(Code.INVALID_ARGUMENT);
+    expect(codeOf(() => checkTensorWire({ dt: 'u8', sh: [2], n: 2, mt: 'host', m: 'i', b: new Uint8Array(3) }, 'x'))).toBe(Code.INVALID_ARGUMENT);
+    expect(codeOf(() => checkTensorWire({ dt: 'u8', sh: [2], n: 2, mt: 'host', m: 'r', x: 1 }, 'x'))).toBe(Code.INVALID_ARGUMENT);
+  });
+});
+
+describe('validateFields', () => {
+  const tensor = (dtype: 'f32' | 'u8', dims: FieldDescriptor['type']): FieldDescriptor['type'] => dims;
+  const types: ServiceDescriptor['types'] = {
+    'p.Block': { kind: 'struct', name: 'p.Block', fields: [{ name: 'k', type: { kind: 'tensor', dtype: 'f32', shape: [{ kind: 'symbol', name: 'n' }, { kind: 'fixed', size: 2 }], placement: { kind: 'host' } } }] },
+    'p.Mode': { kind: 'enum', name: 'p.Mode', values: [{ name: 'A', value: 0 }, { name: 'B', value: 3 }] },
+  };
+  const fields: FieldDescriptor[] = [
+    { name: 'x', type: tensor('f32', { kind: 'tensor', dtype: 'f32', shape: [{ kind: 'symbol', name: 'n' }, { kind: 'any' }], placement: { kind: 'host' } }) },
+    { name: 'blocks', type: { kind: 'list', element: { kind: 'struct', name: 'p.Block' } } },
+    { name: 'mode', type: { kind: 'enum', name: 'p.Mode' } },
+    { name: 'count', type: { kind: 'scalar', name: 'u64' } },
+    { name: 'note', type: { kind: 'optional', inner: { kind: 'scalar', name: 'string' } } },
+  ];
+  const f32 = (...shape: number[]) => Tensor.fromArray(new Float32Array(shape.reduce((a, b) => a * b, 1)), { shape });
+
+  it('accepts values that match, with symbols bound consistently across fields', () => {
+    validateFields(fields, { x: f32(3, 5), blocks: [{ k: f32(3, 2) }], mode: 3, count: 2n ** 63n }, types, 'args');
+  });
+
+  it('names the field for each kind of mismatch', () => {
+    const ok = { x: f32(3, 5), blocks: [{ k: f32(3, 2) }], mode: 'B', count: 1n };
+    const cases: Array<[Record<string, unknown>, RegExp]> = [
+      [{ ...ok, x: Tensor.fromArray(new Uint8Array(15), { shape: [3, 5] }) }, /args\.x: dtype u8, declared f32/],
+      [{ ...ok, x: f32(15) }, /args\.x: rank 1/],
+      [{ ...ok, blocks: [{ k: f32(4, 2) }] }, /args\.blocks\[0\]\.k: dimension 0 \(n\) is 4, but args\.x dimension 0 bound n = 3/],
+      [{ ...ok, blocks: [{ k: f32(3, 3) }] }, /dimension 1 is 3, declared 2/],
+      [{ ...ok, mode: 2 }, /args\.mode: .* is not a value of enum p\.Mode/],
+      [{ ...ok, count: -1n }, /args\.count: expected u64/],
+      [{ ...ok, count: 2n ** 64n }, /args\.count: expected u64/],
+      [{ ...ok, note: 5 }, /args\.note: expected string/],
+      [{ x: ok.x, blocks: ok.blocks, count: 1n }, /args\.mode is missing/],
+    ];
+    for (const [values, message] of cases) {
+      let error: unknown;
+      try { validateFields(fields, values, types, 'args'); } catch (e) { error = e; }
+      expect(error).toBeInstanceOf(GdrpcError);
+      expect((error as GdrpcError).code).toBe(Code.INVALID_ARGUMENT);
+      expect((error as GdrpcError).message).toMatch(message);
+    }
+  });
+});
+
+describe('movers and paths', () => {
+  const endpoint = (...transports: string[]): Endpoint => ({ transports: () => transports.map((transport) => ({ transport, device: 'x' })) }) as unknown as Endpoint;
+  const limits = { inline: 4096, maxFrame: 1 << 20 };
+
+  it("'auto' inlines small host tensors and zero bytes, tags the rest", () => {
+    expect(chooseMover('auto', 0, 'cuda', limits).name).toBe('inline');
+    expect(chooseMover('auto', 4096, 'host', limits).name).toBe('inline');
+    expect(chooseMover('auto', 4097, 'host', limits).name).toBe('tag');
+    expect(chooseMover('auto', 100, 'cuda', limits).name).toBe('tag');
+    expect(chooseMover('rma', 100, 'host', limits).name).toBe('rma');
+    expect(codeOf(() => chooseMover('inline', 2 << 20, 'host', limits))).toBe(Code.RESOURCE_EXHAUSTED);
+  });
+
+  it('names the path from the lanes and the memory types', () => {
+    expect(transferPath('tag', endpoint('tcp', 'sysv'), 'host', 'host')).toBe('shm');
+    expect(transferPath('tag', endpoint('tcp'), 'host', 'host')).toBe('tcp');
+    expect(transferPath('rma', endpoint('rc_mlx5', 'tcp'), 'host', 'host')).toBe('rdma');
+    expect(transferPath('tag', endpoint('cuda_ipc', 'sysv'), 'cuda', 'cuda')).toBe('cuda_ipc');
+    expect(transferPath('tag', endpoint('rc_mlx5'), 'cuda', 'host')).toBe('rdma');
+    expect(transferPath('tag', endpoint('tcp', 'sysv'), 'cuda', 'cuda')).toBe('staged');
+    expect(transferPath('inline', endpoint('cuda_ipc'), 'cuda', 'host')).toBe('staged');
+    expect(transferPath('inline', endpoint('tcp'), 'host', 'host')).toBe('inline');
+  });
+});
