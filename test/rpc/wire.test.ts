@@ -36,7 +36,7 @@ describe('frames', () => {
     const frame = decodeFrame(FrameKind.Request, bytes);
     expect(frame.v).toBe(WIRE_VERSION);
     expect((frame.a as Record<string, unknown>).big).toBe(1n << 60n);
-    expect([...((frame.a as Record<string, Uint8Array>).b)]).toEqual([1, 2]);
+    expect([...(frame.a as { b: Uint8Array }).b]).toEqual([1, 2]);
   });
 
   it('rejects unknown kinds, other versions, missing and mistyped fields', () => {
