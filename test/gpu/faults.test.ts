@@ -26,7 +26,8 @@ afterAll(async () => {
 });
 
 async function startServer(topology: Topology): Promise<GpuPeer> {
-  return startGpuServer({ device: topology.server, poolBytes: K_MAX * LONG + MiB, ownPoolBytes: LONG + MiB });
+  // Room for two result tensors: the next call may arrive before the last one's send completion released it.
+  return startGpuServer({ device: topology.server, poolBytes: K_MAX * LONG + MiB, ownPoolBytes: 2 * LONG + MiB });
 }
 
 async function connect(server: GpuPeer, options: ClientOptions = {}): Promise<Client> {
@@ -94,7 +95,8 @@ describe.skipIf(skipReason !== undefined)('faults during GPU transfers', () => {
             // shared memory is copied by the CPU inside progress, which delays timers: no timing there.)
             if (!DRY_RUN) expect(elapsed).toBeLessThan(ms * 0.9 + 5);
             expect(await drained(server)).toBe(true);
-            expect((await side.stats(server.address)).runs.sinkMany ?? 0).toBe(ranBefore);
+            // The server's own deadline stopped the call before its handler (host dry run: see above).
+            if (!DRY_RUN) expect((await side.stats(server.address)).runs.sinkMany ?? 0).toBe(ranBefore);
             // The connection and both pools still work, contents exact.
             const digest = await client.unary(side.service.methods.digest!, { x }, { mover });
             expect(digest.sha).toBe(patternDigest(LONG, SEED));

@@ -56,6 +56,20 @@ describe.skipIf(skipReason !== undefined)(`no leaks after ${CALLS} calls`, () =>
         return { clientFree: freeBytes(topology.client), server: await side.stats(server.address), native: nativeStats(), oneOff: moverStats().oneOffRegistrations };
       }
 
+      /** A snapshot once closing endpoints and releases have finished: two in a row agree on every
+       *  count and the server's receiving pools are empty (at most ~5 s). */
+      async function settled(): Promise<Snapshot> {
+        const key = (s: Snapshot): string => JSON.stringify([s.native, s.server.native, s.server.pools, s.server.own, s.clientFree, s.server.freeBytes]);
+        let last = await snapshot();
+        for (let i = 0; i < 50; i += 1) {
+          await new Promise((resolve) => setTimeout(resolve, 100));
+          const next = await snapshot();
+          if (key(next) === key(last) && next.server.pools.every((pool) => pool.used === 0)) return next;
+          last = next;
+        }
+        return last;
+      }
+
       it(`device memory, registrations and handles are back after ${CALLS} calls (${describeTopology(topology)})`, async () => {
         const seed = 41;
         const x = side.pool.allocate([SIZE], 'u8');
@@ -64,18 +78,14 @@ describe.skipIf(skipReason !== undefined)(`no leaks after ${CALLS} calls`, () =>
         const warm = await side.connect(server.address, { poolBytes: 8 * MiB });
         await work(side, warm, 40, x, seed);
         await warm.close();
-        const before = await snapshot();
+        const before = await settled();
 
         const client = await side.connect(server.address, { poolBytes: 8 * MiB });
         await work(side, client, CALLS, x, seed);
         await client.close();
         x.release();
-        // Arguments are released once results have left; give the server a moment to get there.
-        let after = await snapshot();
-        for (let i = 0; i < 50 && after.server.pools.some((pool) => pool.used > 0); i += 1) {
-          await new Promise((resolve) => setTimeout(resolve, 100));
-          after = await snapshot();
-        }
+        // Arguments are released once results have left, endpoints close asynchronously.
+        const after = await settled();
         console.log(`${topology.name}: free bytes client ${before.clientFree} -> ${after.clientFree}, ` +
           `server ${before.server.freeBytes} -> ${after.server.freeBytes}; server native ${JSON.stringify(after.server.native)}`);
 

@@ -37,7 +37,8 @@ describe.skipIf(skipReason !== undefined)('CUDA tensors between two processes', 
       let client: Client;
 
       beforeAll(async () => {
-        server = await startGpuServer({ device: topology.server, poolBytes: POOL, ownPoolBytes: POOL });
+        // Results are released when their send completes, which may be after the next call arrived: room for two.
+        server = await startGpuServer({ device: topology.server, poolBytes: POOL, ownPoolBytes: 2 * POOL });
         side = openClientSide(topology.client, POOL);
         client = await side.connect(server.address, { poolBytes: POOL });
       }, 120_000);
