@@ -1,7 +1,6 @@
 // The caller's side: Client.connect, unary / server-streaming / client-streaming calls, deadlines,
 // cancellation, reconnection on the next call after the connection is lost.
 import { EventEmitter } from 'eventemitter3';
-import { cuda } from '../cuda.ts';
 import { Code, GdrpcError } from '../errors.ts';
 import { Tensor, TensorPool, type Device } from '../tensor/index.ts';
 import { FrameKind } from '../wire/frames.ts';
@@ -12,6 +11,7 @@ import type { MethodDescriptor, Placement } from './descriptor.ts';
 import { connectAndAdmit } from './handshake.ts';
 import { DEFAULT_LIVENESS_MS } from './liveness.ts';
 import { DEFAULT_INLINE_BYTES } from './movers/choose.ts';
+import { cudaReceives } from './movers/memory.ts';
 import type { MoverName, TransferInfo } from './movers/mover.ts';
 import { typesOf } from './registry.ts';
 import { Runtime } from './runtime.ts';
@@ -286,7 +286,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
   }
 
   #allocate(shape: number[], dtype: Parameters<Allocate>[1], placement: Placement): Tensor {
-    const device: Device = placement.kind === 'cuda' && cudaUsable() ? `cuda:${placement.device ?? 0}` : 'cpu';
+    const device: Device = placement.kind === 'cuda' && cudaReceives() ? `cuda:${placement.device ?? 0}` : 'cpu';
     if (this.#options.poolBytes === 0) return Tensor.empty(shape, dtype, { device });
     return this.pool(device).allocate(shape, dtype);
   }
@@ -307,9 +307,6 @@ function protocolError(session: ClientSession, what: string): GdrpcError {
   return new GdrpcError(Code.INTERNAL, `protocol error from ${session.connection.peer}: ${what}`);
 }
 
-function cudaUsable(): boolean {
-  return cuda.available();
-}
 
 /** Splits "host:port" (or passes {host, port} through), checking the port. */
 export function parseAddress(address: string | { host: string; port: number }): { host: string; port: number } {

@@ -22,13 +22,13 @@ export interface FrameHandler {
 }
 
 /** Limits and settings the peer announced in the handshake. */
-export interface PeerLimits { maxFrame: number; maxTensor: number; inline: number }
+export interface PeerLimits { maxFrame: number; maxTensor: number; inline: number; /** receives @cuda tensors into GPU memory */ gpu: boolean }
 
 /** A connection: frames out, frames in (via the dispatcher), liveness, exposures, close. */
 export class Connection implements FrameSink {
   readonly localId: number;
   remoteId = 0;
-  peerLimits: PeerLimits = { maxFrame: Number.MAX_SAFE_INTEGER, maxTensor: Number.MAX_SAFE_INTEGER, inline: 0 };
+  peerLimits: PeerLimits = { maxFrame: Number.MAX_SAFE_INTEGER, maxTensor: Number.MAX_SAFE_INTEGER, inline: 0, gpu: false };
   /** Largest host tensor this side sends inline. */
   inlineBytes = DEFAULT_INLINE_BYTES;
   /** Largest frame this side accepts on this connection (the worker's buffer may be larger). */

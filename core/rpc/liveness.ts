@@ -11,6 +11,8 @@ export class Liveness {
   #lastSent = Date.now();
   #timer: NodeJS.Timeout | undefined;
   #timeoutMs: number;
+  #period = 0;
+  #lastTick = 0;
 
   constructor(timeoutMs: number, private readonly ping: () => void, private readonly dead: (silentMs: number) => void) {
     this.#timeoutMs = timeoutMs;
@@ -22,6 +24,8 @@ export class Liveness {
     this.#timeoutMs = timeoutMs;
     this.#lastReceived = Date.now();
     const period = Math.max(10, Math.floor(timeoutMs / 8));
+    this.#period = period;
+    this.#lastTick = Date.now();
     this.#timer = setInterval(() => this.#tick(), period);
     this.#timer.unref();
   }
@@ -37,6 +41,11 @@ export class Liveness {
 
   #tick(): void {
     const now = Date.now();
+    // A tick that comes late means this process's event loop was blocked (a long synchronous
+    // handler, a GC pause): frames may be waiting unread, so the stall is not the peer's silence.
+    const late = now - this.#lastTick - this.#period;
+    this.#lastTick = now;
+    if (late > this.#period) this.#lastReceived += late;
     const silent = now - this.#lastReceived;
     if (silent > this.#timeoutMs) {
       this.stop();

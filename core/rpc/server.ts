@@ -1,6 +1,5 @@
 // The serving side: Server.create, register, listen, graceful shutdown, events.
 import { EventEmitter } from 'eventemitter3';
-import { cuda } from '../cuda.ts';
 import { Code, GdrpcError } from '../errors.ts';
 import { Tensor, TensorPool, type Device } from '../tensor/index.ts';
 import { Listener } from '../ucx/index.ts';
@@ -8,6 +7,7 @@ import { Connection } from './connection.ts';
 import type { DType, Placement, ServiceDescriptor } from './descriptor.ts';
 import { DEFAULT_LIVENESS_MS } from './liveness.ts';
 import { DEFAULT_INLINE_BYTES } from './movers/choose.ts';
+import { cudaReceives } from './movers/memory.ts';
 import { registerService } from './registry.ts';
 import { lookupRemote, OWNER_SERVICE, pullResultFields, setOwnerListener } from './remote.ts';
 import { Runtime } from './runtime.ts';
@@ -178,7 +178,7 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
   }
 
   #allocate(shape: number[], dtype: DType, placement: Placement): Tensor {
-    const device: Device = placement.kind === 'cuda' && cuda.available() ? `cuda:${placement.device ?? 0}` : 'cpu';
+    const device: Device = placement.kind === 'cuda' && cudaReceives() ? `cuda:${placement.device ?? 0}` : 'cpu';
     if (this.#options.poolBytes === 0) return Tensor.empty(shape, dtype, { device });
     let pool = this.#pools.get(device);
     if (pool === undefined) {

@@ -31,7 +31,8 @@ export class OutgoingTensors {
     if (placement.kind === 'remote') return exposeRemote(value, this.scope);
     const { connection } = this.scope;
     const from = memoryTypeOf(value);
-    const to = placement.kind === 'cuda' ? 'cuda' : 'host';
+    // Where the bytes land: a receiver without CUDA takes @cuda tensors into host memory.
+    const to = placement.kind === 'cuda' && connection.peerLimits.gpu ? 'cuda' : 'host';
     const mover = chooseMover(this.policy.mover, value.byteLength, from, { inline: connection.inlineBytes, maxFrame: connection.peerLimits.maxFrame });
     const path = transferPath(mover.name, connection.endpoint, from, to);
     if (this.policy.noStaging && path === 'staged') {

@@ -17,14 +17,15 @@ export function encodeFrame(body: Record<string, unknown>): Buffer {
 type Check = (value: unknown) => boolean;
 const isUint = (value: unknown): boolean => typeof value === 'number' && Number.isSafeInteger(value) && value >= 0;
 const isString = (value: unknown): boolean => typeof value === 'string';
+const isBool = (value: unknown): boolean => typeof value === 'boolean';
 const isBytes = (value: unknown): boolean => value instanceof Uint8Array;
 const isMap = (value: unknown): boolean => typeof value === 'object' && value !== null && !Array.isArray(value) && !(value instanceof Uint8Array);
 const isStringMap = (value: unknown): boolean => isMap(value) && Object.values(value as object).every(isString);
 
 // Required fields per kind; `?` marks optional ones.
 const SCHEMAS: Record<FrameKind, Record<string, Check>> = {
-  [FrameKind.Hello]: { conn: isUint, 'chal?': isBytes, maxFrame: isUint, maxTensor: isUint, inline: isUint, live: isUint },
-  [FrameKind.Auth]: { conn: isUint, 'proof?': isBytes, 'live?': isUint },
+  [FrameKind.Hello]: { conn: isUint, 'chal?': isBytes, maxFrame: isUint, maxTensor: isUint, inline: isUint, live: isUint, 'gpu?': isBool },
+  [FrameKind.Auth]: { conn: isUint, 'proof?': isBytes, 'live?': isUint, 'gpu?': isBool },
   [FrameKind.Ready]: {},
   [FrameKind.Request]: { svc: isString, m: isString, 'a?': isMap, 'to?': isUint, 'md?': isStringMap },
   [FrameKind.Response]: { r: isMap },

@@ -52,8 +52,8 @@ export interface TensorWire {
   s?: Uint8Array;
 }
 
-export interface HelloFrame { v: number; conn: number; chal?: Uint8Array; maxFrame: number; maxTensor: number; inline: number; live: number }
-export interface AuthFrame { v: number; conn: number; proof?: Uint8Array; live?: number }
+export interface HelloFrame { v: number; conn: number; chal?: Uint8Array; maxFrame: number; maxTensor: number; inline: number; live: number; /** the server can receive into CUDA memory */ gpu?: boolean }
+export interface AuthFrame { v: number; conn: number; proof?: Uint8Array; live?: number; /** the client can receive into CUDA memory */ gpu?: boolean }
 export interface ReadyFrame { v: number }
 export interface RequestFrame {
   v: number;

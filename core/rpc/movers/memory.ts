@@ -3,12 +3,18 @@
 // operations simply the bytes (UCX registers or copies them itself).
 import { MemoryRegion, type Context, type MemorySpan, type TagBuffer } from '../../ucx/index.ts';
 import type { Tensor } from '../../tensor/index.ts';
+import { cuda } from '../../cuda.ts';
 
 let oneOffRegistrations = 0;
 
 /** Counters of memory registered per transfer because the tensor was not in a mapped pool. */
 export function moverStats(): { oneOffRegistrations: number } {
   return { oneOffRegistrations };
+}
+
+/** Whether this process receives `@cuda` tensors into GPU memory (else into host memory). */
+export function cudaReceives(): boolean {
+  return cuda.available() && cuda.deviceCount() > 0;
 }
 
 /** 'host' or 'cuda', as the wire says it. */
