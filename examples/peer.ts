@@ -22,8 +22,12 @@ export function startRole(file: string, name: string, args: string[] = []): Prom
       seen += chunk.toString();
       const match = /LISTENING (\d+)/.exec(seen);
       if (match) resolve(`127.0.0.1:${match[1]}`);
+      // What the role prints besides its port shows up in the example's output.
+      const lines = seen.split('\n');
+      seen = lines.pop()!;
+      for (const line of lines) if (!line.startsWith('LISTENING ')) process.stdout.write(`[${name}] ${line}\n`);
     });
-    child.once('exit', (code) => reject(new Error(`${name} exited (${code}) before listening`)));
+    child.once('exit', (code, signal) => reject(new Error(`${name} exited (${code ?? signal}) before listening`)));
   });
 }
 

@@ -5,61 +5,10 @@
 // are allocated on cuda:0 and travel GPU to GPU (the transfer paths are printed).
 //   node --import tsx examples/tensor-parallel.ts [shards=2]
 import { fileURLToPath } from 'node:url';
-import { Client, Server, Tensor, callInfo, type TransferInfo } from '../core/index.ts';
-import { Precision, ShardWorker, type PartialActivation } from '../schemas/gen/tensor_parallel.ts';
-import { fromHalf, toHalf } from './half.ts';
-import { announce, exampleDevice, role, startRole } from './peer.ts';
-
-const MODEL = 4096;
-const HIDDEN = 512;
-const BATCH = 2;
-
-/** f16 tensor of `shape` from numbers. */
-function half(shape: number[], values: ArrayLike<number>): Tensor {
-  const bits = new Uint16Array(values.length);
-  for (let i = 0; i < values.length; i += 1) bits[i] = toHalf(values[i]!);
-  return Tensor.fromArray(bits, { shape, dtype: 'f16' });
-}
-/** Numbers of an f16 tensor (copied to the host first if it lives on a GPU). */
-function numbers(tensor: Tensor): Float64Array {
-  const bits = (tensor.device === 'cpu' ? tensor : tensor.to('cpu')).toArray() as Uint16Array;
-  return Float64Array.from(bits, fromHalf);
-}
-/** out[b, n] = sum_k a[b, k] * w[k, n] */
-function matmul(a: Float64Array, w: Float64Array, rows: number, inner: number, cols: number): Float64Array {
-  const out = new Float64Array(rows * cols);
-  for (let r = 0; r < rows; r += 1) for (let k = 0; k < inner; k += 1) {
-    const x = a[r * inner + k]!;
-    if (x !== 0) for (let c = 0; c < cols; c += 1) out[r * cols + c]! += x * w[k * cols + c]!;
-  }
-  return out;
-}
-
-async function shard(rank: number, world: number): Promise<void> {
-  const weights = new Map<number, { up: Float64Array; down: Float64Array; hidden: number }>();
-  const server = Server.create({ poolBytes: 64 << 20 });
-  ShardWorker.register(server, {
-    info: () => ({ shard: { rank, worldSize: world, precision: Precision.F16, hiddenShard: HIDDEN / world } }),
-    loadWeights: ({ layer, up, down }) => {
-      weights.set(layer, { up: numbers(up), down: numbers(down), hidden: up.shape[1]! });
-      return {};
-    },
-    forward: ({ x, residual, layer, scale }) => {
-      const w = weights.get(layer)!;
-      const batch = x.shape[0]!;
-      const h = matmul(numbers(x), w.up, batch, MODEL, w.hidden).map((v) => Math.max(0, v));
-      const y = matmul(h, w.down, batch, w.hidden, MODEL);
-      if (rank === 0) numbers(residual).forEach((v, i) => { y[i]! += scale * v; });
-      return { partial: { rank, y: half([batch, MODEL], y) } };
-    },
-    reduce: ({ partials }) => {
-      const sum = new Float64Array(partials[0]!.y.numel);
-      for (const p of partials) numbers(p.y).forEach((v, i) => { sum[i]! += v; });
-      return { y: half([...partials[0]!.y.shape], sum) };
-    },
-  });
-  announce((await server.listen({ host: '127.0.0.1' })).port);
-}
+import { Client, callInfo, type TransferInfo } from '../core/index.ts';
+import { ShardWorker, type PartialActivation } from '../schemas/gen/tensor_parallel.ts';
+import { exampleDevice, role, startRole } from './peer.ts';
+import { BATCH, HIDDEN, MODEL, half, matmul, numbers, serveShard } from './shard-worker.ts';
 
 async function coordinator(world: number): Promise<void> {
   const file = fileURLToPath(import.meta.url);
@@ -90,7 +39,8 @@ async function coordinator(world: number): Promise<void> {
   // Check against the same MLP computed here in one piece.
   const xs = numbers(x);
   const hidden = matmul(xs, numbers(half([MODEL, HIDDEN], up)), BATCH, MODEL, HIDDEN).map((v) => Math.max(0, v));
-  const expected = matmul(hidden, numbers(half([HIDDEN, MODEL], down)), BATCH, HIDDEN, MODEL).map((v, i) => v + numbers(residual)[i]!);
+  const residualValues = numbers(residual);
+  const expected = matmul(hidden, numbers(half([HIDDEN, MODEL], down)), BATCH, HIDDEN, MODEL).map((v, i) => v + residualValues[i]!);
   const got = numbers(reduced.y);
   const maxError = got.reduce((m, v, i) => Math.max(m, Math.abs(v - expected[i]!)), 0);
   console.log(`${world} shards, batch ${BATCH}, model ${MODEL}, hidden ${HIDDEN}: forward + reduce in ${elapsed.toFixed(1)} ms, max |error| ${maxError.toFixed(4)} (f16)`);
@@ -103,7 +53,7 @@ async function coordinator(world: number): Promise<void> {
   if (maxError > 0.05) throw new Error('the sharded result does not match');
 }
 
-if (role() === 'shard') await shard(Number(process.argv.at(-2)), Number(process.argv.at(-1)));
+if (role() === 'shard') await serveShard(Number(process.argv.at(-2)), Number(process.argv.at(-1)));
 else {
   await coordinator(Number(process.argv[2] ?? 2));
   process.exit(0);

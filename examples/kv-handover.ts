@@ -1,0 +1,99 @@
+// KV-cache hand-over between a prefill worker and a decode worker (disaggregated inference).
+// The prefill worker computes the cache blocks of a prompt and calls the decode worker's
+// `accept` with them as @remote tensors: only handles travel in the call; the decode worker
+// pulls each block straight from the prefill worker's memory into its own (GPU memory where
+// there is one), then streams tokens generated from it.
+//   node --import tsx examples/kv-handover.ts
+import { fileURLToPath } from 'node:url';
+import { Client, Server, Tensor, type RemoteTensor } from '../core/index.ts';
+import { DecodeWorker, PrefillWorker, RequestState, type KvBlock } from '../schemas/gen/kv_transfer.ts';
+import { Precision } from '../schemas/gen/tensor_parallel.ts';
+import { announce, exampleDevice, role, startRole } from './peer.ts';
+
+const LAYERS = 2;
+const HEADS = 4;
+const BLOCK = 16;
+const HEAD_DIM = 128;
+
+/** A deterministic stand-in for attention keys/values: bf16 bits derived from position. */
+function cacheBlock(requestId: string, layer: number, index: number, kind: number): Tensor {
+  const bits = new Uint16Array(HEADS * BLOCK * HEAD_DIM);
+  const seed = requestId.length * 131 + layer * 31 + index * 7 + kind;
+  for (let i = 0; i < bits.length; i += 1) bits[i] = (seed * 2654435761 + i * 40503) >>> 16;
+  return Tensor.fromArray(bits, { shape: [HEADS, BLOCK, HEAD_DIM], dtype: 'bf16' });
+}
+
+async function prefillWorker(): Promise<void> {
+  const server = Server.create();
+  PrefillWorker.register(server, {
+    async prefill({ requestId, tokens, decodeWorker }) {
+      const blocksPerLayer = Math.ceil(tokens.numel / BLOCK);
+      const blocks: KvBlock[] = [];
+      for (let layer = 0; layer < LAYERS; layer += 1) {
+        for (let index = 0; index < blocksPerLayer; index += 1) {
+          blocks.push({ layer, index, keys: cacheBlock(requestId, layer, index, 0), values: cacheBlock(requestId, layer, index, 1) });
+        }
+      }
+      const firstToken = (tokens.toArray() as Int32Array).reduce((a, b) => a + b, 0) % 32000;
+      // The blocks stay here; `accept` returns once the decode worker has pulled them all.
+      const client = await Client.connect(decodeWorker);
+      try {
+        const { state } = await DecodeWorker.client(client).accept({ requestId, blocks, firstToken });
+        return { firstToken, blocks: blocks.length, state };
+      } finally {
+        await client.close();
+      }
+    },
+  });
+  announce((await server.listen({ host: '127.0.0.1' })).port);
+}
+
+async function decodeWorker(): Promise<void> {
+  const caches = new Map<string, { blocks: Tensor[]; next: number }>();
+  const server = Server.create();
+  DecodeWorker.register(server, {
+    async accept({ requestId, blocks, firstToken }) {
+      const device = exampleDevice();
+      // Pull every handle while the call lasts: the prefill worker lets go when it ends.
+      const pulled = await Promise.all(blocks.flatMap((b) => [b.keys, b.values]).map((h: RemoteTensor) => h.pull({ device })));
+      const expected = blocks.flatMap((b) => [cacheBlock(requestId, b.layer, b.index, 0), cacheBlock(requestId, b.layer, b.index, 1)]);
+      if (!pulled.every((t, i) => t.equals(expected[i]!))) throw new Error('a pulled block differs from what the prefill worker computed');
+      caches.set(requestId, { blocks: pulled, next: firstToken });
+      console.log(`decode: pulled ${pulled.length} blocks (${pulled.reduce((n, t) => n + t.byteLength, 0)} bytes) of ${requestId} into ${device}`);
+      return { state: RequestState.READY };
+    },
+    async *generate({ requestId, maxTokens }) {
+      const cache = caches.get(requestId);
+      if (cache === undefined) throw new Error(`unknown request ${requestId}`);
+      for (let i = 0; i < maxTokens; i += 1) {
+        cache.next = (cache.next * 1103515245 + 12345) % 32000;
+        yield { token: cache.next, state: i + 1 === maxTokens ? RequestState.DONE : RequestState.DECODING };
+      }
+      for (const t of cache.blocks) t.release();
+      caches.delete(requestId);
+    },
+  });
+  announce((await server.listen({ host: '127.0.0.1' })).port);
+}
+
+async function main(): Promise<void> {
+  const file = fileURLToPath(import.meta.url);
+  const [prefillAt, decodeAt] = await Promise.all([startRole(file, 'prefill'), startRole(file, 'decode')]);
+  const [prefillClient, decodeClient] = await Promise.all([Client.connect(prefillAt), Client.connect(decodeAt)]);
+  const tokens = Tensor.fromArray(Int32Array.from({ length: 40 }, (_, i) => 100 + i));
+  const started = performance.now();
+  const result = await PrefillWorker.client(prefillClient).prefill({ requestId: 'req-1', tokens, precision: Precision.BF16, decodeWorker: decodeAt });
+  console.log(`prefill: ${result.blocks} blocks handed over in ${(performance.now() - started).toFixed(1)} ms, state ${result.state}, first token ${result.firstToken}`);
+  const generated: number[] = [];
+  for await (const { token } of DecodeWorker.client(decodeClient).generate({ requestId: 'req-1', maxTokens: 8 })) generated.push(token);
+  console.log(`generate: ${generated.join(' ')}`);
+  await Promise.all([prefillClient.close(), decodeClient.close()]);
+}
+
+const which = role();
+if (which === 'prefill') await prefillWorker();
+else if (which === 'decode') await decodeWorker();
+else {
+  await main();
+  process.exit(0);
+}

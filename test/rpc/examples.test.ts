@@ -1,0 +1,39 @@
+// The examples run end to end (each starts its own peer processes) and print what they promise.
+import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+
+const root = fileURLToPath(new URL('../../', import.meta.url));
+
+function run(example: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    execFile(process.execPath, ['--import', 'tsx', `examples/${example}.ts`], { cwd: root, timeout: 90_000 }, (error, stdout, stderr) => {
+      if (error) reject(new Error(`${example} failed: ${error.message}\n${stdout}\n${stderr}`));
+      else resolve(stdout);
+    });
+  });
+}
+
+describe('examples', () => {
+  it('echo', async () => {
+    const out = await run('echo');
+    expect(out).toMatch(/echo: "hello", 1048576 bytes back, equal: true/);
+    expect(out).toMatch(/repeat: 0:hi 1:hi 2:hi/);
+    expect(out).toMatch(/collect: 3 chunks, 60000 bytes/);
+  });
+
+  it('tensor-parallel', async () => {
+    expect(await run('tensor-parallel')).toMatch(/2 shards, .* max \|error\| 0\.0[0-4]/);
+  });
+
+  it('kv-handover', async () => {
+    const out = await run('kv-handover');
+    expect(out).toMatch(/\[decode\] decode: pulled 12 blocks \(196608 bytes\)/);
+    expect(out).toMatch(/prefill: 6 blocks handed over/);
+    expect(out).toMatch(/generate: (\d+ ){7}\d+/);
+  });
+
+  it('gdr-rpc', async () => {
+    expect(await run('gdr-rpc')).toMatch(/forward: [\d.]+ ms per call \(20 calls, noStaging\)|refused as asked/);
+  });
+});
