@@ -70,7 +70,15 @@ describe('liveness', () => {
     const disconnected = new Promise((resolve) => client.once('disconnect', resolve));
     first.kill('SIGKILL');
     await disconnected;
-    const second = await startServer({ port: first.port });
+    await first.exited;
+    // The old listening socket can linger for a moment after the process is gone.
+    let second: Awaited<ReturnType<typeof startServer>> | undefined;
+    for (let attempt = 0; second === undefined; attempt += 1) {
+      second = await startServer({ port: first.port }).catch((error: unknown) => {
+        if (attempt >= 10) throw error;
+        return new Promise<undefined>((resolve) => setTimeout(() => resolve(undefined), 300));
+      });
+    }
     expect((await client.unary(Echo.methods.ping!, { n: 2 })).n).toBe(2);
     expect((await serverStats(client)).runs.ping).toBe(1); // served by the new process
     second.kill();
