@@ -13,8 +13,9 @@ const TAG_REPLY = 2n;
 const FULL_MASK = 0xffff_ffff_ffff_ffffn;
 const root = fileURLToPath(new URL('..', import.meta.url));
 
-/** UCX_TLS per transport: shm lets UCX pick posix/sysv/cma; self is needed by every context. */
-const TRANSPORTS: Record<string, string> = { tcp: 'tcp,self', shm: 'posix,sysv,cma,self' };
+/** UCX_TLS per transport. Client-server wire-up needs tcp beside the shared-memory transports;
+ *  UCX then puts the data lanes on posix/sysv/cma (the lanes are recorded in the results). */
+const TRANSPORTS: Record<string, string> = { tcp: 'tcp,self', shm: 'posix,sysv,cma,self,tcp' };
 
 interface Peer { child: ChildProcess; port: number }
 
@@ -35,7 +36,7 @@ function waitExit(child: ChildProcess): Promise<void> {
   return child.exitCode !== null ? Promise.resolve() : new Promise((r) => child.once('exit', () => r()));
 }
 
-async function nodePingPong(tls: string, size: number, iters: number): Promise<number[]> {
+export async function nodePingPong(tls: string, size: number, iters: number): Promise<number[]> {
   const env = { ...process.env, UCX_TLS: tls };
   const peer = await startPeer(join(root, 'bench/ucx-peer.ts'), ['pingpong', String(size), String(iters)], env);
   const context = Context.create({ config: { TLS: tls } });
@@ -48,21 +49,21 @@ async function nodePingPong(tls: string, size: number, iters: number): Promise<n
     for (let i = 0; i < iters; i++) {
       const t0 = process.hrtime.bigint();
       const reply = worker.tagRecv(span, TAG_REPLY, FULL_MASK);
-      await ep.tagSend(TAG_DATA, span);
-      await reply;
+      await Promise.all([ep.tagSend(TAG_DATA, span), reply]);
       samples.push(Number(process.hrtime.bigint() - t0) / 1000);
     }
   } finally {
+    // Closing the worker cancels what is still posted; only then may the region go.
     await ep.close();
-    region.close();
     await worker.close();
+    region.close();
     context.close();
     await waitExit(peer.child);
   }
   return samples;
 }
 
-async function nodeStream(tls: string, size: number, iters: number): Promise<number> {
+export async function nodeStream(tls: string, size: number, iters: number): Promise<number> {
   const env = { ...process.env, UCX_TLS: tls };
   const peer = await startPeer(join(root, 'bench/ucx-peer.ts'), ['stream', String(size), String(iters)], env);
   const context = Context.create({ config: { TLS: tls } });
@@ -85,9 +86,10 @@ async function nodeStream(tls: string, size: number, iters: number): Promise<num
     await done;
     return Number(process.hrtime.bigint() - t0) / 1e9;
   } finally {
+    // Closing the worker cancels what is still posted; only then may the region go.
     await ep.close();
-    region.close();
     await worker.close();
+    region.close();
     context.close();
     await waitExit(peer.child);
   }
@@ -104,7 +106,8 @@ function ucxHome(): string | undefined {
 
 let nextPort = 20000 + (process.pid % 20000);
 
-/** Runs ucx_perftest server and client; returns the numbers of its "Final:" line. */
+/** Runs ucx_perftest server and client; returns its final numbers: iterations, latency p, avg,
+ *  overall (us), bandwidth avg, overall (MiB/s), message rate avg, overall. */
 async function perftest(home: string, tls: string, test: string, size: number, iters: number, rank: number): Promise<number[]> {
   const bin = join(home, 'bin/ucx_perftest');
   const env = { ...process.env, UCX_TLS: tls, LD_LIBRARY_PATH: join(home, 'lib') };
@@ -116,11 +119,15 @@ async function perftest(home: string, tls: string, test: string, size: number, i
   let out = '';
   client.stdout!.on('data', (c: Buffer) => (out += c.toString()));
   client.stderr!.on('data', (c: Buffer) => (out += c.toString()));
+  // Nothing may hang a benchmark run: a stuck pair is killed and reported.
+  const timer = setTimeout(() => client.kill('SIGKILL'), 120_000);
   await waitExit(client);
-  server.kill();
+  clearTimeout(timer);
+  server.kill('SIGKILL');
   await waitExit(server);
-  const line = out.split('\n').find((l) => l.startsWith('Final:'));
-  if (!line) throw new Error(`ucx_perftest ${test} gave no Final line:\n${out}`);
+  // With -f the final numbers are the last line made only of numbers.
+  const line = out.split('\n').reverse().find((l) => /^\s*(Final:)?\s*\d+(\s+[\d.]+){7}\s*$/.test(l));
+  if (!line) throw new Error(`ucx_perftest ${test} gave no final line:\n${out}`);
   return line.replace('Final:', '').trim().split(/\s+/).map(Number);
 }
 
