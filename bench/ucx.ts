@@ -36,7 +36,7 @@ function waitExit(child: ChildProcess): Promise<void> {
   return child.exitCode !== null ? Promise.resolve() : new Promise((r) => child.once('exit', () => r()));
 }
 
-export async function nodePingPong(tls: string, size: number, iters: number): Promise<number[]> {
+export async function nodePingPong(tls: string, size: number, iters: number): Promise<{ samples: number[]; lanes: string[] }> {
   const env = { ...process.env, UCX_TLS: tls };
   const peer = await startPeer(join(root, 'bench/ucx-peer.ts'), ['pingpong', String(size), String(iters)], env);
   const context = Context.create({ config: { TLS: tls } });
@@ -45,8 +45,10 @@ export async function nodePingPong(tls: string, size: number, iters: number): Pr
   const span = region.span(0, size);
   const ep = Endpoint.connect(worker, { host: '127.0.0.1', port: peer.port });
   const samples: number[] = [];
+  let lanes: string[] = [];
   try {
     for (let i = 0; i < iters; i++) {
+      if (i === 1) lanes = [...new Set(ep.transports().map((t) => t.transport))];
       const t0 = process.hrtime.bigint();
       const reply = worker.tagRecv(span, TAG_REPLY, FULL_MASK);
       await Promise.all([ep.tagSend(TAG_DATA, span), reply]);
@@ -60,7 +62,7 @@ export async function nodePingPong(tls: string, size: number, iters: number): Pr
     context.close();
     await waitExit(peer.child);
   }
-  return samples;
+  return { samples, lanes };
 }
 
 export async function nodeStream(tls: string, size: number, iters: number): Promise<number> {
@@ -149,9 +151,10 @@ export async function runUcxBench(_opts: { json?: string }): Promise<object> {
   const results: BenchResult[] = [];
   const ratios: Array<Record<string, unknown>> = [];
   for (const [transport, tls] of Object.entries(TRANSPORTS)) {
-    const lat = (await nodePingPong(tls, LAT_SIZE, LAT_ITERS)).slice(1000).sort((a, b) => a - b);
+    const pingpong = await nodePingPong(tls, LAT_SIZE, LAT_ITERS);
+    const lat = pingpong.samples.slice(1000).sort((a, b) => a - b);
     const node = row('gdrpc-binding', `tag_pingpong_rtt/${transport}`, LAT_SIZE,
-      { p50_us: percentile(lat, 50), p99_us: percentile(lat, 99), ops_per_s: 1e6 / (lat.reduce((a, b) => a + b, 0) / lat.length) });
+      { lanes: pingpong.lanes, p50_us: percentile(lat, 50), p99_us: percentile(lat, 99), ops_per_s: 1e6 / (lat.reduce((a, b) => a + b, 0) / lat.length) });
     results.push(node);
     if (home) {
       // tag_lat reports half a round trip: double it to compare round trips.
