@@ -32,7 +32,8 @@ function tryRun(cmd: string, args: string[]): string | undefined {
 function gpuChecks(info: InfoReport): Check[] {
   if (!info.cuda.available) {
     return [{ name: 'GPUs and driver', status: 'fail', detail: `no CUDA driver: ${info.cuda.reason ?? 'unknown'}`,
-      fix: 'install the NVIDIA driver (libcuda.so.1 must be loadable); host tensors still work' }];
+      fix: 'install the NVIDIA driver (libcuda.so.1 must be loadable); host tensors still work' },
+    { name: 'peer access', status: 'info', detail: 'no CUDA driver: no GPU pairs to check' }];
   }
   const n = info.cuda.devices.length;
   const checks: Check[] = [{
