@@ -71,7 +71,10 @@ export class Connection implements FrameSink {
   /** Sends a frame whose tag and bytes the caller built (handshake, tests of malformed input). */
   sendRaw(tag: bigint, bytes: Uint8Array): Promise<void> {
     this.liveness.sent();
-    return this.endpoint.tagSend(tag, bytes).catch((error: unknown) => {
+    const slot = this.runtime.sendSlots.take(bytes);
+    const sent = this.endpoint.tagSend(tag, slot?.view ?? bytes);
+    if (slot !== undefined) sent.then(slot.release, slot.release);
+    return sent.catch((error: unknown) => {
       throw this.#error ?? GdrpcError.from(error, Code.UNAVAILABLE);
     });
   }

@@ -2,6 +2,7 @@
 // process: DESIGN.md "Progress model"), reference-counted so that the last user closes them.
 import { Context, Worker } from '../ucx/index.ts';
 import { Dispatcher } from './dispatcher.ts';
+import { SendSlots } from './send-slots.ts';
 
 /** Largest control frame any connection in this process accepts (the receive buffer size). */
 export const DEFAULT_FRAME_BYTES = 4 << 20;
@@ -10,6 +11,8 @@ export const DEFAULT_FRAME_BYTES = 4 << 20;
 export class Runtime {
   static #shared: Runtime | undefined;
   #users = 0;
+  /** Where small control frames are sent from. */
+  readonly sendSlots = new SendSlots();
   #closing: Promise<void> | undefined;
 
   private constructor(readonly context: Context, readonly worker: Worker, readonly dispatcher: Dispatcher) {}
