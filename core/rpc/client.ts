@@ -16,7 +16,7 @@ import type { MoverName, TransferInfo } from './movers/mover.ts';
 import { typesOf } from './registry.ts';
 import { Runtime } from './runtime.ts';
 import { ItemQueue } from './stream.ts';
-import { IncomingTensors, OutgoingTensors, PendingTensor, type Allocate } from './transfer.ts';
+import { IncomingTensors, OutgoingTensors, PendingTensor, refuseRaw, type Allocate } from './transfer.ts';
 import { validateFields } from './validate.ts';
 import { decodeFields, encodeFields, replaceDeep } from './values.ts';
 
@@ -261,14 +261,15 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
 
   /** Decodes a result object, validates it, receives its tensors. */
   async #receive(session: ClientSession, id: number, method: MethodDescriptor, wire: Row, scope: CallScope, options: CallOptions): Promise<{ values: Row; transfers: TransferInfo[] }> {
-    const incoming = new IncomingTensors({ connection: session.connection, call: id }, { maxTensor: Number.MAX_SAFE_INTEGER });
+    const incoming = new IncomingTensors({ connection: session.connection, call: id }, { maxTensor: Number.MAX_SAFE_INTEGER, noStaging: options.noStaging ?? false });
     const types = typesOf(method.service);
     let values: Row;
     try {
       values = decodeFields(method.results, wire, types, incoming.decode, '');
       validateFields(method.results, values, types, 'results');
     } catch (error) {
-      await incoming.refuseAll();
+      await refuseRaw({ connection: session.connection, call: id }, wire);
+      if (error instanceof GdrpcError && error.code === Code.FAILED_PRECONDITION) throw error;
       throw new GdrpcError(Code.INTERNAL, `server ${session.connection.peer} sent bad results: ${GdrpcError.from(error).rawMessage}`, { cause: error });
     }
     const allocate = options[ALLOCATE] ?? ((shape, dtype, placement) => this.#allocate(shape, dtype, placement));

@@ -7,7 +7,7 @@ import { checkTensorWire } from '../wire/codec.ts';
 import type { TensorWire } from '../wire/frames.ts';
 import type { DType, Placement } from './descriptor.ts';
 import { chooseMover, moverByName } from './movers/choose.ts';
-import { memoryTypeOf } from './movers/memory.ts';
+import { cudaReceives, memoryTypeOf } from './movers/memory.ts';
 import type { MoverName, Outgoing, TransferInfo, TransferScope } from './movers/mover.ts';
 import { transferPath } from './movers/path.ts';
 import { RemoteTensor, exposeRemote } from './remote.ts';
@@ -71,7 +71,7 @@ export class IncomingTensors {
   /** Tensors allocated here; the side that owns the call releases them. */
   readonly allocated: Tensor[] = [];
 
-  constructor(private readonly scope: TransferScope, private readonly limits: { maxTensor: number }) {}
+  constructor(private readonly scope: TransferScope, private readonly limits: { maxTensor: number; noStaging?: boolean }) {}
 
   /** The DecodeTensor callback of decodeFields: checks the descriptor before anything is allocated. */
   readonly decode = (value: unknown, where: string, placement: Placement): unknown => {
@@ -84,6 +84,13 @@ export class IncomingTensors {
     const pending = new PendingTensor(wire, where, placement);
     this.pending.push(pending);
     if (wire.m === 'h') return new RemoteTensor(wire);
+    if (this.limits.noStaging) {
+      const to = placement.kind === 'cuda' && cudaReceives() ? 'cuda' : 'host';
+      const path = transferPath(MOVER_OF[wire.m], this.scope.connection.endpoint, wire.mt === 'cuda' ? 'cuda' : 'host', to);
+      if (path === 'staged') {
+        throw new GdrpcError(Code.FAILED_PRECONDITION, `${where}: ${wire.mt} -> ${to} from ${this.scope.connection.peer} would stage through host memory (noStaging)`, { path });
+      }
+    }
     if (wire.n > this.limits.maxTensor) {
       throw new GdrpcError(Code.RESOURCE_EXHAUSTED, `${where}: tensor of ${wire.n} bytes exceeds the limit of ${this.limits.maxTensor}`);
     }
@@ -122,11 +129,6 @@ export class IncomingTensors {
       throw GdrpcError.from(failure);
     }
     return received;
-  }
-
-  /** Declines every pending transfer (the frame was rejected before allocation). */
-  async refuseAll(): Promise<void> {
-    await Promise.all(this.pending.filter((p) => p.wire.m !== 'h').map((p) => moverByName(MOVER_OF[p.wire.m as 'i' | 't' | 'r']).refuse(p.wire, this.scope)));
   }
 
   releaseAll(): void {

@@ -1,0 +1,42 @@
+// Server events, with the server in this process and its client in another: connection on
+// admission, disconnect when the client dies, error when admission fails.
+import { fileURLToPath } from 'node:url';
+import { afterAll, describe, expect, it } from 'vitest';
+import { Code, GdrpcError, Server } from '../../core/index.ts';
+import { Echo } from './fixtures/services.ts';
+import { killAll, startPeer } from './fixtures/peers.ts';
+
+const clientMain = fileURLToPath(new URL('./fixtures/client-main.ts', import.meta.url));
+const server = Server.create({ token: 'events-token' });
+server.register(Echo, Object.fromEntries(Object.keys(Echo.methods).map((name) => [name, name === 'sleep'
+  ? async (_args: unknown, ctx: { signal: AbortSignal }) => new Promise((resolve) => ctx.signal.addEventListener('abort', () => resolve({ aborted: true })))
+  : () => { throw new GdrpcError(Code.UNIMPLEMENTED, name); }])));
+
+afterAll(async () => {
+  await killAll();
+  await server.shutdown({ graceMs: 0 });
+});
+
+describe('server events', () => {
+  it('connection, disconnect and error', async () => {
+    const { port } = await server.listen({ host: '127.0.0.1', port: 0 });
+    const connections: string[] = [];
+    const disconnects: string[] = [];
+    const errors: GdrpcError[] = [];
+    server.on('connection', ({ peer }) => connections.push(peer));
+    server.on('disconnect', ({ peer }) => disconnects.push(peer));
+    server.on('error', (error) => errors.push(error));
+
+    const good = await startPeer(clientMain, { GDRPC_TEST_CLIENT: JSON.stringify({ address: `127.0.0.1:${port}`, scenario: 'sleep', token: 'events-token' }) });
+    await expect.poll(() => server.activeCalls, { timeout: 5000 }).toBe(1);
+    expect(connections).toHaveLength(1);
+    good.kill('SIGKILL');
+    await expect.poll(() => disconnects, { timeout: 4000 }).toEqual(connections);
+    await expect.poll(() => server.activeCalls, { timeout: 4000 }).toBe(0);
+
+    const bad = await startPeer(clientMain, { GDRPC_TEST_CLIENT: JSON.stringify({ address: `127.0.0.1:${port}`, scenario: 'sleep', token: 'wrong' }) }).catch((e: unknown) => e);
+    expect(bad).toBeInstanceOf(Error); // the client process fails to connect and exits
+    await expect.poll(() => errors.map((e) => e.code), { timeout: 4000 }).toContain(Code.UNAUTHENTICATED);
+    expect(connections).toHaveLength(1);
+  });
+});
