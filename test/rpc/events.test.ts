@@ -2,15 +2,16 @@
 // admission, disconnect when the client dies, error when admission fails.
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
-import { Code, GdrpcError, Server } from '../../core/index.ts';
+import { Code, GdrpcError, Server, type UnaryHandler } from '../../core/index.ts';
 import { Echo } from './fixtures/services.ts';
 import { killAll, startPeer } from './fixtures/peers.ts';
 
 const clientMain = fileURLToPath(new URL('./fixtures/client-main.ts', import.meta.url));
 const server = Server.create({ token: 'events-token' });
-server.register(Echo, Object.fromEntries(Object.keys(Echo.methods).map((name) => [name, name === 'sleep'
-  ? async (_args: unknown, ctx: { signal: AbortSignal }) => new Promise((resolve) => ctx.signal.addEventListener('abort', () => resolve({ aborted: true })))
-  : () => { throw new GdrpcError(Code.UNIMPLEMENTED, name); }])));
+const unimplemented = (name: string): UnaryHandler => () => { throw new GdrpcError(Code.UNIMPLEMENTED, name); };
+const handlers: Record<string, UnaryHandler> = Object.fromEntries(Object.keys(Echo.methods).map((name) => [name, unimplemented(name)]));
+handlers.sleep = (_args, ctx) => new Promise((resolve) => ctx.signal.addEventListener('abort', () => resolve({ aborted: true })));
+server.register(Echo, handlers);
 
 afterAll(async () => {
   await killAll();
