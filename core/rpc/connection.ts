@@ -22,13 +22,36 @@ export interface FrameHandler {
 }
 
 /** Limits and settings the peer announced in the handshake. */
-export interface PeerLimits { maxFrame: number; maxTensor: number; inline: number; /** receives @cuda tensors into GPU memory */ gpu: boolean }
+export interface PeerLimits {
+  maxFrame: number; maxTensor: number; inline: number;
+  /** receives @cuda tensors into GPU memory */ gpu: boolean;
+  /** understands BATCH frames */ batch: boolean;
+}
+
+interface QueuedFrame { kind: FrameKind; call: number; bytes: Uint8Array; resolve: () => void; reject: (error: unknown) => void }
+
+/** Bytes before each frame inside a BATCH: kind u8, call u32, length u32 (big-endian). */
+const BATCH_HEADER = 9;
+
+function packBatch(frames: QueuedFrame[], size: number): Uint8Array {
+  const out = new Uint8Array(size);
+  const view = new DataView(out.buffer);
+  let at = 0;
+  for (const frame of frames) {
+    view.setUint8(at, frame.kind);
+    view.setUint32(at + 1, frame.call);
+    view.setUint32(at + 5, frame.bytes.length);
+    out.set(frame.bytes, at + BATCH_HEADER);
+    at += BATCH_HEADER + frame.bytes.length;
+  }
+  return out;
+}
 
 /** A connection: frames out, frames in (via the dispatcher), liveness, exposures, close. */
 export class Connection implements FrameSink {
   readonly localId: number;
   remoteId = 0;
-  peerLimits: PeerLimits = { maxFrame: Number.MAX_SAFE_INTEGER, maxTensor: Number.MAX_SAFE_INTEGER, inline: 0, gpu: false };
+  peerLimits: PeerLimits = { maxFrame: Number.MAX_SAFE_INTEGER, maxTensor: Number.MAX_SAFE_INTEGER, inline: 0, gpu: false, batch: false };
   /** Largest host tensor this side sends inline. */
   inlineBytes = DEFAULT_INLINE_BYTES;
   /** Largest frame this side accepts on this connection (the worker's buffer may be larger). */
@@ -65,7 +88,36 @@ export class Connection implements FrameSink {
     if (bytes.length > this.peerLimits.maxFrame) {
       return Promise.reject(new GdrpcError(Code.RESOURCE_EXHAUSTED, `frame of ${bytes.length} bytes exceeds the peer's ${this.peerLimits.maxFrame}-byte frame limit`));
     }
-    return this.sendRaw(controlTag(kind, this.remoteId, call), bytes);
+    if (!this.peerLimits.batch) return this.sendRaw(controlTag(kind, this.remoteId, call), bytes);
+    // Frames sent in the same turn of the event loop leave as one UCX message (docs/wire.md
+    // BATCH): with many calls in flight that halves the messages and the wake-ups they cost.
+    return new Promise<void>((resolve, reject) => {
+      if (this.#queue.length === 0) queueMicrotask(() => this.#flush());
+      this.#queue.push({ kind, call, bytes, resolve, reject });
+    });
+  }
+
+  #queue: QueuedFrame[] = [];
+
+  #flush(): void {
+    const queue = this.#queue;
+    this.#queue = [];
+    let start = 0;
+    while (start < queue.length) {
+      // As many frames as fit in one peer frame.
+      let end = start;
+      let size = 0;
+      while (end < queue.length && (end === start || size + BATCH_HEADER + queue[end]!.bytes.length <= this.peerLimits.maxFrame)) {
+        size += BATCH_HEADER + queue[end]!.bytes.length;
+        end += 1;
+      }
+      const group = queue.slice(start, end);
+      start = end;
+      const sent = group.length === 1
+        ? this.sendRaw(controlTag(group[0]!.kind, this.remoteId, group[0]!.call), group[0]!.bytes)
+        : this.sendRaw(controlTag(FrameKind.Batch, this.remoteId, 0), packBatch(group, size));
+      sent.then(() => { for (const f of group) f.resolve(); }, (error: unknown) => { for (const f of group) f.reject(error); });
+    }
   }
 
   /** Sends a frame whose tag and bytes the caller built (handshake, tests of malformed input). */
@@ -91,6 +143,10 @@ export class Connection implements FrameSink {
       this.#handler?.malformed(kind, call, new GdrpcError(Code.RESOURCE_EXHAUSTED, `frame of ${bytes.length} bytes exceeds the ${this.frameLimit}-byte frame limit`));
       return;
     }
+    if (kind === FrameKind.Batch) {
+      this.#unbatch(call, bytes);
+      return;
+    }
     let body: Record<string, unknown>;
     try {
       body = decodeFrame(kind, bytes);
@@ -104,6 +160,25 @@ export class Connection implements FrameSink {
       return;
     }
     this.#handler?.frame(kind, call, body);
+  }
+
+  /** Splits a BATCH into its frames and handles them in order; a malformed batch is dropped whole. */
+  #unbatch(call: number, bytes: Uint8Array): void {
+    const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    const frames: Array<[number, number, Uint8Array]> = [];
+    for (let at = 0; at < bytes.length;) {
+      if (at + BATCH_HEADER > bytes.length) return this.#handler?.malformed(FrameKind.Batch, call, new GdrpcError(Code.INVALID_ARGUMENT, 'malformed frame: truncated BATCH'));
+      const kind = view.getUint8(at);
+      const frameCall = view.getUint32(at + 1);
+      const length = view.getUint32(at + 5);
+      at += BATCH_HEADER;
+      if (kind === FrameKind.Batch || at + length > bytes.length) {
+        return this.#handler?.malformed(FrameKind.Batch, call, new GdrpcError(Code.INVALID_ARGUMENT, 'malformed frame: bad BATCH entry'));
+      }
+      frames.push([kind, frameCall, bytes.subarray(at, at + length)]);
+      at += length;
+    }
+    for (const [kind, frameCall, frame] of frames) this.onFrame(kind, frameCall, frame);
   }
 
   onOversized(kind: number, call: number, length: number): void {

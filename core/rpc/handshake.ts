@@ -46,9 +46,9 @@ function admit(connection: Connection, options: HandshakeOptions): Promise<void>
       frame(kind, _call, body) {
         if (kind === FrameKind.Hello && connection.remoteId === 0) {
           connection.remoteId = body.conn as number;
-          connection.peerLimits = { maxFrame: body.maxFrame as number, maxTensor: body.maxTensor as number, inline: body.inline as number, gpu: body.gpu === true };
+          connection.peerLimits = { maxFrame: body.maxFrame as number, maxTensor: body.maxTensor as number, inline: body.inline as number, gpu: body.gpu === true, batch: body.batch === true };
           const challenge = body.chal as Uint8Array | undefined;
-          const auth: Record<string, unknown> = { conn: connection.localId, live: options.livenessMs, gpu: cudaReceives() };
+          const auth: Record<string, unknown> = { conn: connection.localId, live: options.livenessMs, gpu: cudaReceives(), batch: true };
           if (challenge !== undefined && options.token !== undefined) auth.proof = authProof(options.token, challenge, connection.remoteId, connection.localId);
           const livenessMs = Math.min(options.livenessMs, (body.live as number) || options.livenessMs);
           connection.liveness.start(livenessMs);

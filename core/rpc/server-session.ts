@@ -52,7 +52,7 @@ export class ServerSession {
     });
     // Admission has to finish within the liveness time, like any other silence.
     connection.liveness.start(host.livenessMs);
-    const hello: Record<string, unknown> = { conn: connection.localId, maxFrame: host.limits.maxFrame, maxTensor: host.limits.maxTensor, inline: host.limits.inline, live: host.livenessMs, gpu: cudaReceives() };
+    const hello: Record<string, unknown> = { conn: connection.localId, maxFrame: host.limits.maxFrame, maxTensor: host.limits.maxTensor, inline: host.limits.inline, live: host.livenessMs, gpu: cudaReceives(), batch: true };
     if (this.#challenge !== undefined) hello.chal = this.#challenge;
     connection.sendRaw(controlTag(FrameKind.Hello, 0, 0), encodeFrame(hello)).catch(() => connection.close());
   }
@@ -106,7 +106,7 @@ export class ServerSession {
       return;
     }
     this.#admitted = true;
-    this.connection.peerLimits = { ...this.connection.peerLimits, gpu: body.gpu === true };
+    this.connection.peerLimits = { ...this.connection.peerLimits, gpu: body.gpu === true, batch: body.batch === true };
     const peerLive = typeof body.live === 'number' && body.live > 0 ? body.live : this.host.livenessMs;
     this.connection.liveness.start(Math.min(this.host.livenessMs, peerLive));
     this.connection.send(FrameKind.Ready, 0, {}).then(() => this.host.ready(this), () => {});

@@ -23,9 +23,9 @@ const isMap = (value: unknown): boolean => typeof value === 'object' && value !=
 const isStringMap = (value: unknown): boolean => isMap(value) && Object.values(value as object).every(isString);
 
 // Required fields per kind; `?` marks optional ones.
-const SCHEMAS: Record<FrameKind, Record<string, Check>> = {
-  [FrameKind.Hello]: { conn: isUint, 'chal?': isBytes, maxFrame: isUint, maxTensor: isUint, inline: isUint, live: isUint, 'gpu?': isBool },
-  [FrameKind.Auth]: { conn: isUint, 'proof?': isBytes, 'live?': isUint, 'gpu?': isBool },
+const SCHEMAS: Record<Exclude<FrameKind, FrameKind.Batch>, Record<string, Check>> = {
+  [FrameKind.Hello]: { conn: isUint, 'chal?': isBytes, maxFrame: isUint, maxTensor: isUint, inline: isUint, live: isUint, 'gpu?': isBool, 'batch?': isBool },
+  [FrameKind.Auth]: { conn: isUint, 'proof?': isBytes, 'live?': isUint, 'gpu?': isBool, 'batch?': isBool },
   [FrameKind.Ready]: {},
   [FrameKind.Request]: { svc: isString, m: isString, 'a?': isMap, 'to?': isUint, 'md?': isStringMap },
   [FrameKind.Response]: { r: isMap },

@@ -24,6 +24,8 @@ export enum FrameKind {
   Fin = 11,
   /** server -> client: no new calls on this connection (shutdown); in-flight calls continue. */
   GoAway = 12,
+  /** Several frames in one message, for peers that announced `batch` (body is not msgpack). */
+  Batch = 13,
 }
 
 /** A tensor value as it travels inside a frame (see docs/wire.md "Tensor descriptors"). */
@@ -52,8 +54,8 @@ export interface TensorWire {
   s?: Uint8Array;
 }
 
-export interface HelloFrame { v: number; conn: number; chal?: Uint8Array; maxFrame: number; maxTensor: number; inline: number; live: number; /** the server can receive into CUDA memory */ gpu?: boolean }
-export interface AuthFrame { v: number; conn: number; proof?: Uint8Array; live?: number; /** the client can receive into CUDA memory */ gpu?: boolean }
+export interface HelloFrame { v: number; conn: number; chal?: Uint8Array; maxFrame: number; maxTensor: number; inline: number; live: number; /** the server can receive into CUDA memory */ gpu?: boolean; /** the server reads BATCH */ batch?: boolean }
+export interface AuthFrame { v: number; conn: number; proof?: Uint8Array; live?: number; /** the client can receive into CUDA memory */ gpu?: boolean; /** the client reads BATCH */ batch?: boolean }
 export interface ReadyFrame { v: number }
 export interface RequestFrame {
   v: number;

@@ -90,6 +90,30 @@ describe('malformed input', () => {
     }
   });
 
+  it('a BATCH is unpacked in order; a malformed one is refused whole', async () => {
+    const raw = await admittedRaw();
+    try {
+      const entry = (call: number, n: number): Buffer => {
+        const body = packr.pack({ v: 1, svc: Echo.name, m: 'ping', a: { n } });
+        const head = Buffer.alloc(9);
+        head.writeUInt8(FrameKind.Request, 0);
+        head.writeUInt32BE(call, 1);
+        head.writeUInt32BE(body.length, 5);
+        return Buffer.concat([head, body]);
+      };
+      await raw.sendBytes(FrameKind.Batch, 0, Buffer.concat([entry(21, 1), entry(22, 2)]));
+      const answers = [await raw.receive(), await raw.receive()];
+      expect(answers.map((f) => [f?.kind, f?.call, (f?.body.r as { n: number } | undefined)?.n])).toEqual([[FrameKind.Response, 21, 1], [FrameKind.Response, 22, 2]]);
+      const truncated = entry(23, 3).subarray(0, 12);
+      await raw.sendBytes(FrameKind.Batch, 0, truncated);
+      const frames = await raw.drain(500);
+      expect(frames.some((f) => f.kind === FrameKind.Response)).toBe(false);
+      await stillServing();
+    } finally {
+      await raw.close();
+    }
+  });
+
   it('after all of it the server has nothing allocated and still serves', async () => {
     await stillServing();
     await expectPoolsEmpty(good);
