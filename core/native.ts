@@ -21,9 +21,9 @@ export const UCX_DEFAULTS: Record<string, string> = {
   UCX_MM_ERROR_HANDLING: 'y',
   // Our own config keys and other tools' UCX_* variables are not errors worth a warning per process.
   UCX_WARN_UNUSED_ENV_VARS: 'n',
-  // Keepalive detects a dead peer on transports without a connection of their own (shared
-  // memory): UCX's 20 s default becomes ~1 s so pending operations fail fast (docs/binding.md).
-  UCX_KEEPALIVE_INTERVAL: '500ms',
+  // Keepalive detects a hung or vanished peer on lanes without a connection of their own (shared
+  // memory): UCX's 20 s default becomes 1 s (docs/binding.md has the measurements).
+  UCX_KEEPALIVE_INTERVAL: '1s',
 };
 
 /** Copies UCX_DEFAULTS into process.env where a variable is not already set. */
