@@ -27,8 +27,8 @@ timeout 120 node bin/gdrpc.js doctor > "$out/doctor.txt" 2>&1; cat "$out/doctor.
 
 # Every phase is bounded (the device allows 10 minutes per command): a hung peer ends the phase,
 # and `timeout` kills the whole process group it started.
-tests_limit=${GDRPC_GPU_TESTS_TIMEOUT:-540}
-bench_limit=${GDRPC_GPU_BENCH_TIMEOUT:-540}
+tests_limit=${GDRPC_GPU_TESTS_TIMEOUT:-420}
+bench_limit=${GDRPC_GPU_BENCH_TIMEOUT:-420}
 status=0
 if [ "$what" = tests ] || [ "$what" = all ]; then
   timeout -k 10 "$tests_limit" node node_modules/vitest/vitest.mjs run test/gpu test/native test/tensor --reporter=default \
