@@ -3,7 +3,7 @@
 // against ~3 us for memory it has seen: frames are copied into a slot instead, which is held
 // until the send completes.
 
-const SLOT_BYTES = 4096;
+const SLOT_BYTES = 16384;
 const SLOTS = 256;
 
 /** A pool of send slots; frames larger than a slot (or when all are busy) go out as they are. */
