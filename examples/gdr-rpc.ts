@@ -5,7 +5,7 @@
 // host memory (there is nothing to stage) and says so.
 //   node --import tsx examples/gdr-rpc.ts
 import { fileURLToPath } from 'node:url';
-import { Client, Code, GdrpcError, callInfo, type Tensor } from '../core/index.ts';
+import { Client, Code, GdrpcError, callInfo, cuda, type Tensor } from '../core/index.ts';
 import { ShardWorker } from '../schemas/gen/tensor_parallel.ts';
 import { exampleDevice, role, startRole } from './peer.ts';
 import { BATCH, MODEL, half } from './shard-worker.ts';
@@ -25,7 +25,7 @@ if (role() === 'shard') {
   const place = (t: Tensor): Tensor => {
     const placed = pool.allocate([...t.shape], t.dtype);
     if (device === 'cpu') placed.bytes().set(t.bytes());
-    else { const copy = t.to(device); placed.release(); return copy; }
+    else cuda.copy(placed.address, t.bytes(), t.byteLength);
     return placed;
   };
   const hidden = 256;
