@@ -35,15 +35,18 @@ if (role() === 'shard') {
   const residual = place(half([BATCH, MODEL], sine(BATCH * MODEL, 4)));
 
   try {
-    const started = performance.now();
-    const calls = 20;
-    let last: Awaited<ReturnType<typeof shard.forward>> | undefined;
-    for (let i = 0; i < calls; i += 1) {
+    for (const mover of ['tag', 'rma'] as const) {
+      const started = performance.now();
+      const calls = 20;
+      let last: Awaited<ReturnType<typeof shard.forward>> | undefined;
+      for (let i = 0; i < calls; i += 1) {
+        last?.partial.y.release();
+        last = await shard.forward({ x, residual, layer: 0, scale: 1 }, { noStaging: true, mover });
+      }
+      console.log(`forward (${mover}): ${((performance.now() - started) / calls).toFixed(2)} ms per call (${calls} calls, noStaging)`);
+      for (const t of callInfo(last!)?.transfers ?? []) console.log(`  ${t.argument}: ${t.bytes} bytes by ${t.mover} over ${t.path}`);
       last?.partial.y.release();
-      last = await shard.forward({ x, residual, layer: 0, scale: 1 }, { noStaging: true });
     }
-    console.log(`forward: ${((performance.now() - started) / calls).toFixed(2)} ms per call (${calls} calls, noStaging)`);
-    for (const t of callInfo(last!)?.transfers ?? []) console.log(`  ${t.argument}: ${t.bytes} bytes by ${t.mover} over ${t.path}`);
   } catch (error) {
     if (error instanceof GdrpcError && error.code === Code.FAILED_PRECONDITION) {
       console.log(`refused as asked: ${error.rawMessage}`);

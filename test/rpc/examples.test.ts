@@ -34,6 +34,6 @@ describe('examples', () => {
   });
 
   it('gdr-rpc', async () => {
-    expect(await run('gdr-rpc')).toMatch(/forward: [\d.]+ ms per call \(20 calls, noStaging\)|refused as asked/);
+    expect(await run('gdr-rpc')).toMatch(/forward \(rma\): [\d.]+ ms per call \(20 calls, noStaging\)|refused as asked/);
   });
 });
