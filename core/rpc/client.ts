@@ -44,6 +44,9 @@ export interface ClientOptions {
   connectTimeoutMs?: number;
   /** Largest host tensor sent inline (default 4 KiB). */
   inlineBytes?: number;
+  /** Keep progressing the worker this long after each event before sleeping (lower latency for
+   *  CPU); the process's first Client or Server decides. Default 0 (or GDRPC_BUSY_POLL_US). */
+  busyPollUs?: number;
   /** Host pool for result tensors, mapped once (default 64 MiB; 0: plain allocations). */
   poolBytes?: number;
 }
@@ -55,7 +58,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
   readonly #runtime: Runtime;
   readonly #host: string;
   readonly #port: number;
-  readonly #options: Required<Omit<ClientOptions, 'token'>> & { token?: string };
+  readonly #options: Required<Omit<ClientOptions, 'token' | 'busyPollUs'>> & { token?: string };
   #session: ClientSession | undefined;
   #connecting: Promise<ClientSession> | undefined;
   #pools = new Map<Device, TensorPool>();
@@ -72,7 +75,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
   /** Connects to a server ("host:port" or {host, port}) and completes the handshake. */
   static async connect(address: string | { host: string; port: number }, options: ClientOptions = {}): Promise<Client> {
     const { host, port } = parseAddress(address);
-    const client = new Client(Runtime.acquire(), host, port, options);
+    const client = new Client(Runtime.acquire(options.busyPollUs !== undefined ? { busyPollUs: options.busyPollUs } : {}), host, port, options);
     try {
       await client.#connection();
     } catch (error) {

@@ -17,12 +17,13 @@ export class Runtime {
 
   private constructor(readonly context: Context, readonly worker: Worker, readonly dispatcher: Dispatcher) {}
 
-  /** Takes a reference on the process runtime, creating it on first use. */
-  static acquire(): Runtime {
+  /** Takes a reference on the process runtime, creating it on first use (with `busyPollUs`, else
+   *  GDRPC_BUSY_POLL_US from the environment, else 0: later callers share what the first chose). */
+  static acquire(options: { busyPollUs?: number } = {}): Runtime {
     let runtime = Runtime.#shared;
     if (runtime === undefined) {
       const context = Context.create();
-      const worker = Worker.create(context, { busyPollUs: Number(process.env.GDRPC_BUSY_POLL_US ?? 0) });
+      const worker = Worker.create(context, { busyPollUs: options.busyPollUs ?? Number(process.env.GDRPC_BUSY_POLL_US ?? 0) });
       runtime = new Runtime(context, worker, new Dispatcher(worker, DEFAULT_FRAME_BYTES));
       Runtime.#shared = runtime;
     }

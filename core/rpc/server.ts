@@ -33,6 +33,8 @@ export interface ServerOptions {
   livenessMs?: number;
   /** Largest host tensor the server sends inline (default 4 KiB). */
   inlineBytes?: number;
+  /** Keep progressing the worker this long after each event before sleeping (see ClientOptions). */
+  busyPollUs?: number;
   /** How long results exposed for RMA wait for the client's FIN (default 30 s). */
   exposureHoldMs?: number;
 }
@@ -41,7 +43,7 @@ type Handlers = Record<string, Handler>;
 
 /** A gdrpc server: services, a listener, the connections and their calls. */
 export class Server extends EventEmitter<{ connection: [{ peer: string }]; disconnect: [{ peer: string }]; error: [GdrpcError] }> {
-  readonly #options: Required<Omit<ServerOptions, 'token'>> & { token?: string };
+  readonly #options: Required<Omit<ServerOptions, 'token' | 'busyPollUs'>> & { token?: string; busyPollUs?: number };
   readonly #methods = new Map<string, MethodEntry>();
   readonly #sessions = new Set<ServerSession>();
   readonly #pools = new Map<Device, TensorPool>();
@@ -91,7 +93,7 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
   bind(options: { host?: string; port?: number } = {}): { host: string; port: number } {
     if (this.#listener !== undefined) throw new GdrpcError(Code.FAILED_PRECONDITION, 'server is already listening');
     if (this.#shuttingDown) throw new GdrpcError(Code.FAILED_PRECONDITION, 'server has been shut down');
-    const runtime = Runtime.acquire();
+    const runtime = Runtime.acquire(this.#options.busyPollUs !== undefined ? { busyPollUs: this.#options.busyPollUs } : {});
     this.#runtime = runtime;
     runtime.dispatcher.ensureFrameBytes(this.#options.maxFrameBytes);
     const listener = Listener.create(runtime.worker, { host: options.host ?? '0.0.0.0', port: options.port ?? 0 });

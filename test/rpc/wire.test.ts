@@ -101,6 +101,8 @@ describe('movers and paths', () => {
     expect(chooseMover('auto', 4096, 'host', limits).name).toBe('inline');
     expect(chooseMover('auto', 4097, 'host', limits).name).toBe('tag');
     expect(chooseMover('auto', 100, 'cuda', limits).name).toBe('tag');
+    expect(chooseMover('auto', 64 << 20, 'cuda', limits).name).toBe('tag');
+    expect(chooseMover('auto', 64 << 20, 'host', limits).name).toBe('rma');
     expect(chooseMover('rma', 100, 'host', limits).name).toBe('rma');
     expect(codeOf(() => chooseMover('inline', 2 << 20, 'host', limits))).toBe(Code.RESOURCE_EXHAUSTED);
   });
@@ -112,6 +114,7 @@ describe('movers and paths', () => {
     expect(transferPath('tag', endpoint('cuda_ipc', 'sysv'), 'cuda', 'cuda')).toBe('cuda_ipc');
     expect(transferPath('tag', endpoint('rc_mlx5'), 'cuda', 'host')).toBe('rdma');
     expect(transferPath('tag', endpoint('tcp', 'sysv'), 'cuda', 'cuda')).toBe('staged');
+    expect(transferPath('rma', endpoint('cuda_ipc', 'sysv'), 'cuda', 'cuda')).toBe('staged');
     expect(transferPath('inline', endpoint('cuda_ipc'), 'cuda', 'host')).toBe('staged');
     expect(transferPath('inline', endpoint('tcp'), 'host', 'host')).toBe('inline');
   });

@@ -10,13 +10,28 @@
 //   1 MiB    4156     353     422
 //
 // Inline only wins by skipping a UCX message, which is lost in the noise below 4 KiB and costs a
-// copy and a bigger frame above it. GPU rows are to be filled from the GPU runs (until then CUDA
-// memory takes the tag path, where UCX chooses cuda_ipc or RDMA itself).
+// copy and a bigger frame above it.
+//
+// On a 16-core H200 host (bench/rpc-gpu.ts, one GPU, two processes, pooled memory on both sides):
+//
+//   bytes    host tag     host rma     cuda:0 tag            cuda:0 rma
+//   64 KiB   135 us       134 us       105 us                186 us
+//   1 MiB    214 us       216 us       109 us (9.6 GB/s)     1497 us
+//   16 MiB   1679 us      1699 us      136 us (123 GB/s)     22 ms
+//   64 MiB   8.3 ms       6.5 ms       175 us (383 GB/s)     72 ms (0.9 GB/s)
+//
+// Tag rendezvous on GPU memory is cuda_ipc zero-copy (UCX_PROTO_INFO=used); ucp_get on GPU memory
+// is not (no cuda_ipc RMA lane in UCX 1.22), so 'auto' never picks RMA for CUDA memory, and
+// path.ts reports RMA on GPU memory as staged. On host memory the two are even up to 16 MiB and
+// RMA leads at 64 MiB on that host (one copy less than the fragmented rendezvous).
 import { Code, GdrpcError } from '../../errors.ts';
 import type { Mover, MoverName } from './mover.ts';
 import { inlineMover } from './inline.ts';
 import { rmaMover } from './rma.ts';
 import { tagMover } from './tag.ts';
+
+/** Host tensors from this size on go by RMA pull under 'auto'. */
+export const RMA_HOST_BYTES = 32 << 20;
 
 /** Largest host tensor sent inline by default (bytes). */
 export const DEFAULT_INLINE_BYTES = 4096;
@@ -40,7 +55,7 @@ export function chooseMover(choice: 'auto' | MoverName, bytes: number, memory: '
   }
   if (choice !== 'auto') return MOVERS[choice];
   if (memory === 'host' && bytes <= limits.inline) return inlineMover;
-  // Host memory: tag rendezvous measured faster than RMA pull at every size (one round trip less).
-  // CUDA memory: tag as well until GPU measurements say otherwise.
+  // Host memory: RMA only for the largest tensors (measured ahead at 64 MiB, even below).
+  if (memory === 'host' && bytes >= RMA_HOST_BYTES) return rmaMover;
   return tagMover;
 }

@@ -1,0 +1,50 @@
+// Mover table for GPU memory: one call carrying a u8 tensor between two processes, per size and
+// mover, host -> host and cuda:0 -> cuda:0 (sources and destinations in mapped pools). Prints one
+// JSON row per measurement; run where there is a GPU (the host rows are the control).
+//   node --import tsx bench/rpc-gpu.ts
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { Client, Server, cuda, type ServiceDescriptor, type Tensor } from '../core/index.ts';
+
+const NAME = 'bench.rpc.v1.GpuSink';
+const sink = (placement: 'host' | 'cuda') => ({
+  name: placement, service: NAME, clientStreaming: false, serverStreaming: false,
+  args: [{ name: 'x', type: { kind: 'tensor' as const, dtype: 'u8' as const, shape: [{ kind: 'any' as const }], placement: placement === 'cuda' ? { kind: 'cuda' as const, device: 0 } : { kind: 'host' as const } } }],
+  results: [],
+});
+const Service: ServiceDescriptor = { name: NAME, types: {}, methods: { host: sink('host'), cuda: sink('cuda') } };
+const SIZES = [4096, 65536, 1 << 20, 16 << 20, 64 << 20];
+
+if (process.argv[2] === '--serve') {
+  const server = Server.create({ poolBytes: 512 << 20, maxTensorBytes: 256 << 20 });
+  server.register(Service, { host: () => ({}), cuda: () => ({}) });
+  process.stdout.write(`LISTENING ${(await server.listen({ host: '127.0.0.1' })).port}\n`);
+} else {
+  const child = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), '--serve'], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const port = await new Promise<number>((resolve) => child.stdout!.on('data', (c: Buffer) => { const m = /LISTENING (\d+)/.exec(String(c)); if (m) resolve(Number(m[1])); }));
+  const client = await Client.connect(`127.0.0.1:${port}`, { poolBytes: 256 << 20 });
+  const devices = cuda.available() && cuda.deviceCount() > 0 ? (['cpu', 'cuda:0'] as const) : (['cpu'] as const);
+  for (const device of devices) {
+    for (const bytes of SIZES) {
+      const x: Tensor = client.pool(device).allocate([bytes], 'u8');
+      for (const mover of ['tag', 'rma'] as const) {
+        const method = Service.methods[device === 'cpu' ? 'host' : 'cuda']!;
+        await client.unary(method, { x }, { mover, noStaging: device !== 'cpu' });
+        const samples: number[] = [];
+        const until = performance.now() + 400;
+        while (samples.length < 5 || (performance.now() < until && samples.length < 500)) {
+          const t0 = performance.now();
+          await client.unary(method, { x }, { mover, noStaging: device !== 'cpu' });
+          samples.push((performance.now() - t0) * 1000);
+        }
+        samples.sort((a, b) => a - b);
+        const p50 = samples[Math.floor(samples.length / 2)]!;
+        console.log(JSON.stringify({ device, mover, bytes, p50_us: Number(p50.toFixed(1)), gbps: Number((bytes / (p50 * 1000)).toFixed(2)) }));
+      }
+      x.release();
+    }
+  }
+  await client.close();
+  child.kill();
+  process.exit(0);
+}
