@@ -1,5 +1,6 @@
 // Mover table for GPU memory: one call carrying a u8 tensor between two processes, per size and
-// mover, host -> host and cuda:0 -> cuda:0 (sources and destinations in mapped pools). Prints one
+// mover, host -> host and cuda:0 -> cuda:0 (sources and destinations in mapped pools; no
+// noStaging, so that the staged RMA path is measured too). Prints one
 // JSON row per measurement; run where there is a GPU (the host rows are the control).
 //   node --import tsx bench/rpc-gpu.ts
 import { spawn } from 'node:child_process';
@@ -29,12 +30,12 @@ if (process.argv[2] === '--serve') {
       const x: Tensor = client.pool(device).allocate([bytes], 'u8');
       for (const mover of ['tag', 'rma'] as const) {
         const method = Service.methods[device === 'cpu' ? 'host' : 'cuda']!;
-        await client.unary(method, { x }, { mover, noStaging: device !== 'cpu' });
+        await client.unary(method, { x }, { mover });
         const samples: number[] = [];
         const until = performance.now() + 400;
         while (samples.length < 5 || (performance.now() < until && samples.length < 500)) {
           const t0 = performance.now();
-          await client.unary(method, { x }, { mover, noStaging: device !== 'cpu' });
+          await client.unary(method, { x }, { mover });
           samples.push((performance.now() - t0) * 1000);
         }
         samples.sort((a, b) => a - b);

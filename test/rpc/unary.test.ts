@@ -47,7 +47,7 @@ describe('unary', () => {
         expect(y.shape).toEqual([size]);
         expect(y.equals(x)).toBe(true);
         const sent = callInfo(result)!.transfers.find((t) => t.argument === 'x')!;
-        const expected = size === 0 ? 'inline' : mover === 'auto' ? (size <= 4096 ? 'inline' : size >= 32 * MiB ? 'rma' : 'tag') : mover;
+        const expected = size === 0 ? 'inline' : mover === 'auto' ? (size <= 4096 ? 'inline' : 'tag') : mover;
         expect(sent).toMatchObject({ bytes: size, mover: expected });
         expect(sent.path).toBe(expected === 'inline' ? 'inline' : 'shm');
         y.release();

@@ -102,7 +102,7 @@ describe('movers and paths', () => {
     expect(chooseMover('auto', 4097, 'host', limits).name).toBe('tag');
     expect(chooseMover('auto', 100, 'cuda', limits).name).toBe('tag');
     expect(chooseMover('auto', 64 << 20, 'cuda', limits).name).toBe('tag');
-    expect(chooseMover('auto', 64 << 20, 'host', limits).name).toBe('rma');
+    expect(chooseMover('auto', 64 << 20, 'host', limits).name).toBe('tag');
     expect(chooseMover('rma', 100, 'host', limits).name).toBe('rma');
     expect(codeOf(() => chooseMover('inline', 2 << 20, 'host', limits))).toBe(Code.RESOURCE_EXHAUSTED);
   });

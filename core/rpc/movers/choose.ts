@@ -19,19 +19,18 @@
 //   1 MiB    214 us       216 us       109 us (9.6 GB/s)     1497 us
 //   16 MiB   1679 us      1699 us      136 us (123 GB/s)     22 ms
 //   64 MiB   8.3 ms       6.5 ms       175 us (383 GB/s)     72 ms (0.9 GB/s)
+//   (later runs: 64 MiB host tag 6.1 / 7.7 ms, rma 6.4 / 7.0 ms; cuda tag 244 us, rma 74 ms;
+//    bench/results/rpc-gpu-h200.jsonl)
 //
 // Tag rendezvous on GPU memory is cuda_ipc zero-copy (UCX_PROTO_INFO=used); ucp_get on GPU memory
 // is not (no cuda_ipc RMA lane in UCX 1.22), so 'auto' never picks RMA for CUDA memory, and
-// path.ts reports RMA on GPU memory as staged. On host memory the two are even up to 16 MiB and
-// RMA leads at 64 MiB on that host (one copy less than the fragmented rendezvous).
+// path.ts reports RMA on GPU memory as staged. On host memory the two are even within run-to-run
+// noise at every size, so 'auto' keeps tag there too: no exposure to hold, no FIN round trip.
 import { Code, GdrpcError } from '../../errors.ts';
 import type { Mover, MoverName } from './mover.ts';
 import { inlineMover } from './inline.ts';
 import { rmaMover } from './rma.ts';
 import { tagMover } from './tag.ts';
-
-/** Host tensors from this size on go by RMA pull under 'auto'. */
-export const RMA_HOST_BYTES = 32 << 20;
 
 /** Largest host tensor sent inline by default (bytes). */
 export const DEFAULT_INLINE_BYTES = 4096;
@@ -55,7 +54,5 @@ export function chooseMover(choice: 'auto' | MoverName, bytes: number, memory: '
   }
   if (choice !== 'auto') return MOVERS[choice];
   if (memory === 'host' && bytes <= limits.inline) return inlineMover;
-  // Host memory: RMA only for the largest tensors (measured ahead at 64 MiB, even below).
-  if (memory === 'host' && bytes >= RMA_HOST_BYTES) return rmaMover;
   return tagMover;
 }
