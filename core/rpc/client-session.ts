@@ -22,10 +22,14 @@ export class ClientSession {
   /** The server said GOAWAY: no new calls here. */
   draining = false;
 
-  constructor(readonly connection: Connection, private readonly onClosed: (error: GdrpcError) => void) {
+  constructor(readonly connection: Connection, private readonly onClosed: (error: GdrpcError) => void, onError: (error: GdrpcError) => void = () => {}) {
     connection.setHandler({
       frame: (kind, call, body) => this.#frame(kind, call, body),
-      malformed: (_kind, call, error) => this.#finish(call, new GdrpcError(Code.INTERNAL, `bad frame from ${connection.peer}: ${error.rawMessage}`, { cause: error })),
+      malformed: (_kind, call, error) => {
+        const failure = new GdrpcError(Code.INTERNAL, `bad frame from ${connection.peer}: ${error.rawMessage}`, { cause: error });
+        onError(failure);
+        this.#finish(call, failure);
+      },
       closed: (error) => {
         for (const call of [...this.#calls.keys()]) this.#finish(call, error);
         this.onClosed(error);

@@ -213,7 +213,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
       const session = new ClientSession(connection, (error) => {
         if (this.#session === session) this.#session = undefined;
         if (!this.#closed) this.emit('disconnect', error);
-      });
+      }, (error) => this.emit('error', error));
       this.#session = session;
       return session;
     }).finally(() => { this.#connecting = undefined; });
