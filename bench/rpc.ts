@@ -15,6 +15,8 @@ const MOVER_SIZES = [256, 4 * KiB, 8 * KiB, 16 * KiB, 64 * KiB, 256 * KiB, MiB, 
 const LATENCY_CALLS = 20_000;
 const IN_FLIGHT = 64;
 const RATE_SECONDS = 2;
+/** Busy-poll window of the second gdrpc configuration. */
+const BUSY_POLL_US = 100;
 
 /** A system under test: one call without a body, one call that carries `bytes`. */
 interface System {
@@ -24,9 +26,9 @@ interface System {
   close(): Promise<void>;
 }
 
-function startPeer(mode: string): Promise<{ child: ChildProcess; port: number }> {
+function startPeer(mode: string, env: Record<string, string> = {}): Promise<{ child: ChildProcess; port: number }> {
   const file = fileURLToPath(new URL('./rpc-peer.ts', import.meta.url));
-  const child = spawn(process.execPath, ['--import', 'tsx', file, mode], { stdio: ['pipe', 'pipe', 'inherit'] });
+  const child = spawn(process.execPath, ['--import', 'tsx', file, mode], { stdio: ['pipe', 'pipe', 'inherit'], env: { ...process.env, ...env } });
   return new Promise((resolve, reject) => {
     let seen = '';
     child.stdout!.on('data', (chunk: Buffer) => {
@@ -46,9 +48,11 @@ function stopPeer(child: ChildProcess): Promise<void> {
   return exited.finally(() => clearTimeout(timer));
 }
 
-async function gdrpcSystem(): Promise<System> {
-  const peer = await startPeer('gdrpc');
-  const client = await Client.connect(`127.0.0.1:${peer.port}`, { poolBytes: 300 * MiB });
+/** gdrpc with the default progress model, or with both processes busy-polling `busyPollUs`
+ *  after each event (trading CPU for wake-up latency). */
+async function gdrpcSystem(busyPollUs = 0): Promise<System> {
+  const peer = await startPeer('gdrpc', { GDRPC_BUSY_POLL_US: String(busyPollUs) });
+  const client = await Client.connect(`127.0.0.1:${peer.port}`, { poolBytes: 300 * MiB, busyPollUs });
   // Sources come from the client's mapped pool: registration paid once, as the design intends.
   const sources = new Map<number, Tensor>();
   const source = (bytes: number): Tensor => {
@@ -63,7 +67,7 @@ async function gdrpcSystem(): Promise<System> {
     return tensor;
   };
   return {
-    name: 'gdrpc',
+    name: busyPollUs > 0 ? `gdrpc-busypoll-${busyPollUs}us` : 'gdrpc',
     ping: async () => { await client.unary(BenchService.methods.ping!, {}); },
     sink: async (bytes, mover) => {
       const x = source(bytes);
@@ -141,15 +145,16 @@ async function throughput(system: System, bytes: number, mover?: 'inline' | 'tag
   return row(system.name, workload, bytes, { p50_us: p50, p99_us: percentile(samples, 99), ops_per_s: 1e6 / p50, gbps: bytes / (p50 * 1000) });
 }
 
-/** Runs every workload on gdrpc and grpc-js; rows of gdrpc carry their ratio to grpc-js. */
+/** Runs every workload on gdrpc (default, and busy-polling for the small-call rows) and grpc-js;
+ *  rows of gdrpc carry their ratio to grpc-js. */
 export async function runRpcBench(_opts: { json?: string } = {}): Promise<object> {
   const results: BenchResult[] = [];
-  for (const make of [gdrpcSystem, grpcSystem]) {
+  for (const make of [() => gdrpcSystem(), () => gdrpcSystem(BUSY_POLL_US), grpcSystem]) {
     const system = await make();
     try {
-      results.push(await latency(system, system.name === 'gdrpc' ? LATENCY_CALLS : LATENCY_CALLS / 4));
+      results.push(await latency(system, system.name === 'grpc-js' ? LATENCY_CALLS / 4 : LATENCY_CALLS));
       results.push(await rate(system));
-      for (const bytes of TENSOR_SIZES) results.push(await throughput(system, bytes));
+      for (const bytes of TENSOR_SIZES) if (system.name !== `gdrpc-busypoll-${BUSY_POLL_US}us` || bytes <= MiB) results.push(await throughput(system, bytes));
       if (system.name === 'gdrpc') {
         for (const mover of ['inline', 'tag', 'rma'] as const) {
           for (const bytes of MOVER_SIZES) if (mover !== 'inline' || bytes <= MiB) results.push(await throughput(system, bytes, mover));
@@ -160,7 +165,7 @@ export async function runRpcBench(_opts: { json?: string } = {}): Promise<object
     }
   }
   for (const result of results) {
-    if (result.system !== 'gdrpc') continue;
+    if (!result.system.startsWith('gdrpc')) continue;
     const peer = results.find((r) => r.system === 'grpc-js' && r.workload === result.workload && r.bytes === result.bytes);
     if (peer === undefined) continue;
     const ratio = (a: number | null, b: number | null): number | null => (a === null || b === null || b === 0 ? null : a / b);
@@ -169,7 +174,7 @@ export async function runRpcBench(_opts: { json?: string } = {}): Promise<object
   for (const r of results) {
     const figures = [r.p50_us !== null ? `p50 ${r.p50_us.toFixed(1)} us` : '', r.p99_us !== null ? `p99 ${r.p99_us.toFixed(1)} us` : '',
       r.ops_per_s !== null ? `${Math.round(r.ops_per_s)} /s` : '', r.gbps !== null ? `${r.gbps.toFixed(2)} GB/s` : ''].filter(Boolean).join('  ');
-    console.log(`${r.system.padEnd(8)} ${r.workload.padEnd(34)} ${String(r.bytes).padStart(10)}  ${figures}`);
+    console.log(`${r.system.padEnd(22)} ${r.workload.padEnd(34)} ${String(r.bytes).padStart(10)}  ${figures}`);
   }
   return { machine: describeMachine(), results };
 }
