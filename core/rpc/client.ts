@@ -20,6 +20,9 @@ import { IncomingTensors, OutgoingTensors, PendingTensor, refuseRaw, type Alloca
 import { validateFields } from './validate.ts';
 import { decodeFields, encodeFields, replaceDeep } from './values.ts';
 
+/** Items of a server stream in flight before the caller has taken any (flow control). */
+const STREAM_WINDOW = 64;
+
 /** Internal call option: where result tensors go (RemoteTensor.pull uses it). */
 export const ALLOCATE: unique symbol = Symbol('gdrpc.allocate');
 
@@ -138,8 +141,18 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
         ended = true;
         queue.fail(reason);
       });
-      await this.#send(s, id, FrameKind.Request, method, args, options, scope, false);
-      yield* queue;
+      await this.#send(s, id, FrameKind.Request, method, args, options, scope, false, 0, STREAM_WINDOW);
+      // Credit goes back as the caller takes items, so a slow reader slows the server down
+      // instead of piling items up here.
+      let taken = 0;
+      for await (const item of queue) {
+        yield item;
+        taken += 1;
+        if (taken === STREAM_WINDOW / 2 && !ended) {
+          taken = 0;
+          s.connection.send(FrameKind.Credit, id, { n: STREAM_WINDOW / 2 }).catch(() => {});
+        }
+      }
     } finally {
       scope.dispose();
     }
@@ -235,7 +248,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
   }
 
   /** Encodes and sends a REQUEST or STREAM_ITEM with its tensors; returns the transfers. */
-  async #send(session: ClientSession, id: number, kind: FrameKind, method: MethodDescriptor, values: Row, options: CallOptions, scope: CallScope, awaitTransfers: boolean, seq = 0): Promise<TransferInfo[]> {
+  async #send(session: ClientSession, id: number, kind: FrameKind, method: MethodDescriptor, values: Row, options: CallOptions, scope: CallScope, awaitTransfers: boolean, seq = 0, window?: number): Promise<TransferInfo[]> {
     const out = new OutgoingTensors({ connection: session.connection, call: id }, { mover: options.mover ?? 'auto', noStaging: options.noStaging ?? false });
     const encoded = encodeFields(method.args, values, typesOf(method.service), out.encode, '');
     let frame: Row;
@@ -244,6 +257,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
       const remaining = scope.remainingMs();
       if (remaining !== undefined) frame.to = remaining;
       if (options.metadata !== undefined) frame.md = options.metadata;
+      if (window !== undefined) frame.win = window;
     } else {
       frame = { seq, a: encoded };
     }

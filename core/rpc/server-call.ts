@@ -56,6 +56,9 @@ export class ServerCall {
   readonly #receiving: Array<Promise<unknown>> = [];
   readonly #afterSend: Array<() => void> = [];
   #items: ItemQueue<Row> | undefined;
+  /** Stream items the client will still take (unlimited unless the REQUEST opened a window). */
+  #credit = Number.MAX_SAFE_INTEGER;
+  #creditWaiter: (() => void) | undefined;
 
   constructor(readonly id: number, readonly connection: Connection, readonly entry: MethodEntry, readonly scope: CallScope,
     readonly metadata: Record<string, string>, private readonly env: CallEnvironment) {}
@@ -109,6 +112,19 @@ export class ServerCall {
       item = Promise.reject(error);
     }
     this.#items.push(item);
+  }
+
+  /** Opens the stream window the REQUEST asked for (`win`). */
+  openWindow(n: number): void {
+    this.#credit = n;
+  }
+
+  /** CREDIT from the client: `n` more items may go. */
+  credit(n: number): void {
+    this.#credit += n;
+    const waiter = this.#creditWaiter;
+    this.#creditWaiter = undefined;
+    waiter?.();
   }
 
   /** STREAM_END of a client-streaming call. */
@@ -168,8 +184,11 @@ export class ServerCall {
     const off = this.scope.onAbort(() => { void iterator.return?.(); });
     try {
       for (;;) {
+        // Ask the handler for an item only when the client will take it.
+        while (this.#credit <= 0) await this.scope.race(new Promise<void>((resolve) => { this.#creditWaiter = resolve; }));
         const next = await this.scope.race(iterator.next());
         if (next.done) break;
+        this.#credit -= 1;
         const out = this.#encode(FrameKind.StreamItem, next.value);
         await this.connection.send(FrameKind.StreamItem, this.id, { seq, a: out.encoded });
         seq += 1;

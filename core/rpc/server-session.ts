@@ -91,6 +91,7 @@ export class ServerSession {
         return;
       }
       case FrameKind.StreamEnd: return this.calls.get(call)?.end();
+      case FrameKind.Credit: return this.calls.get(call)?.credit(body.n as number);
       default:
         this.#malformed(kind, call, new GdrpcError(Code.INVALID_ARGUMENT, `unexpected ${FrameKind[kind]} frame from a client`));
     }
@@ -139,6 +140,7 @@ export class ServerSession {
     // No parent signal: the session aborts its calls itself when the connection goes.
     const callScope = new CallScope(deadline);
     const call = new ServerCall(id, this.connection, entry, callScope, (body.md as Record<string, string> | undefined) ?? {}, this.host.env);
+    if (typeof body.win === 'number') call.openWindow(body.win);
     this.calls.set(id, call);
     void call.run(body.a as Record<string, unknown> | undefined).finally(() => {
       this.calls.delete(id);

@@ -27,7 +27,7 @@ const SCHEMAS: Record<Exclude<FrameKind, FrameKind.Batch>, Record<string, Check>
   [FrameKind.Hello]: { conn: isUint, 'chal?': isBytes, maxFrame: isUint, maxTensor: isUint, inline: isUint, live: isUint, 'gpu?': isBool, 'batch?': isBool },
   [FrameKind.Auth]: { conn: isUint, 'proof?': isBytes, 'live?': isUint, 'gpu?': isBool, 'batch?': isBool },
   [FrameKind.Ready]: {},
-  [FrameKind.Request]: { svc: isString, m: isString, 'a?': isMap, 'to?': isUint, 'md?': isStringMap },
+  [FrameKind.Request]: { svc: isString, m: isString, 'a?': isMap, 'to?': isUint, 'md?': isStringMap, 'win?': isUint },
   [FrameKind.Response]: { r: isMap },
   [FrameKind.Error]: { code: isString, msg: isString, 'det?': isMap },
   [FrameKind.Cancel]: { 'code?': isString },
@@ -36,6 +36,7 @@ const SCHEMAS: Record<Exclude<FrameKind, FrameKind.Batch>, Record<string, Check>
   [FrameKind.Keepalive]: {},
   [FrameKind.Fin]: { x: isUint },
   [FrameKind.GoAway]: {},
+  [FrameKind.Credit]: { n: isUint },
 };
 
 // The schemas as [name, optional, check] rows, parsed once: this runs for every frame.

@@ -26,6 +26,8 @@ export enum FrameKind {
   GoAway = 12,
   /** Several frames in one message, for peers that announced `batch` (body is not msgpack). */
   Batch = 13,
+  /** Receiver -> sender of a stream: `n` more items may be sent (the REQUEST's `win` opened it). */
+  Credit = 14,
 }
 
 /** A tensor value as it travels inside a frame (see docs/wire.md "Tensor descriptors"). */
@@ -66,6 +68,8 @@ export interface RequestFrame {
   /** milliseconds left until the caller's deadline when the frame was sent */
   to?: number;
   md?: Record<string, string>;
+  /** server streaming: items the server may send before the client grants more (CREDIT); absent: no limit */
+  win?: number;
 }
 export interface ResponseFrame { v: number; r: Record<string, unknown> }
 export interface ErrorFrame { v: number; code: string; msg: string; det?: Record<string, unknown> }
@@ -75,3 +79,4 @@ export interface StreamEndFrame { v: number; seq: number }
 export interface KeepaliveFrame { v: number }
 export interface FinFrame { v: number; x: number }
 export interface GoAwayFrame { v: number }
+export interface CreditFrame { v: number; n: number }

@@ -41,6 +41,22 @@ describe('server streaming', () => {
     await expect.poll(async () => (await serverStats(client)).aborted.filter((a) => a === 'count').length, { timeout: 5000 }).toBe(before + 1);
   });
 
+  it('a slow reader holds the server to the stream window', async () => {
+    const before = (await serverStats(client)).produced;
+    let taken = 0;
+    for await (const _ of client.serverStream(Echo.methods.count!, { upTo: 100_000, delayMs: 0 })) {
+      taken += 1;
+      if (taken === 1) {
+        await new Promise((resolve) => setTimeout(resolve, 400));
+        // 64 items in flight at most while the reader sleeps (none taken back yet beyond the first).
+        expect((await serverStats(client)).produced - before).toBeLessThanOrEqual(64);
+      }
+      if (taken === 200) break;
+    }
+    // Credit came back as items were taken: the stream went on past the first window.
+    expect(taken).toBe(200);
+  });
+
   it('aborting the signal mid-stream ends the iteration with CANCELLED', async () => {
     const controller = new AbortController();
     const seen: number[] = [];
