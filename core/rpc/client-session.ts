@@ -13,6 +13,8 @@ export interface CallListener {
   final(result: { kind: FrameKind.Response | FrameKind.StreamEnd; body: Record<string, unknown> } | GdrpcError): void;
   /** A STREAM_ITEM (server streaming). */
   item?(body: Record<string, unknown>): void;
+  /** A CREDIT (client streaming): `n` more items may be sent. */
+  credit?(n: number): void;
 }
 
 /** A ready connection from the client's side. */
@@ -72,6 +74,7 @@ export class ClientSession {
       return;
     }
     if (kind === FrameKind.StreamItem) listener.item?.(body);
+    else if (kind === FrameKind.Credit) listener.credit?.(body.n as number);
     else if (kind === FrameKind.Response || kind === FrameKind.StreamEnd) this.#finish(call, { kind, body });
     else if (kind === FrameKind.Error) this.#finish(call, errorFromFrame(body, this.connection.peer));
   }

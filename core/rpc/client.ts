@@ -20,7 +20,7 @@ import { IncomingTensors, OutgoingTensors, PendingTensor, refuseRaw, type Alloca
 import { validateFields } from './validate.ts';
 import { decodeFields, encodeFields, replaceDeep } from './values.ts';
 
-/** Items of a server stream in flight before the caller has taken any (flow control). */
+/** Stream items in flight before the receiving side has taken any (flow control, both ways). */
 const STREAM_WINDOW = 64;
 
 /** Internal call option: where result tensors go (RemoteTensor.pull uses it). */
@@ -165,8 +165,11 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
     const scope = new CallScope(absoluteDeadline(options.deadline), options.signal);
     try {
       const session = await scope.race(this.#connection());
-      const final = this.#open(session, scope);
-      const frame: Row = { svc: method.service, m: method.name };
+      // The server grants credit as its handler takes items: a slow handler slows this loop.
+      let credit = STREAM_WINDOW;
+      let wake: (() => void) | undefined;
+      const final = this.#open(session, scope, (n) => { credit += n; wake?.(); });
+      const frame: Row = { svc: method.service, m: method.name, win: STREAM_WINDOW };
       const remaining = scope.remainingMs();
       if (remaining !== undefined) frame.to = remaining;
       if (options.metadata !== undefined) frame.md = options.metadata;
@@ -174,9 +177,11 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
       const transfers: TransferInfo[] = [];
       let seq = 0;
       let finished = false;
-      final.result.then(() => { finished = true; }, () => { finished = true; });
+      const settled = final.result.then(() => { finished = true; }, () => { finished = true; });
       for await (const item of args) {
+        while (credit <= 0 && !finished) await scope.race(Promise.race([new Promise<void>((resolve) => { wake = resolve; }), settled]));
         if (finished || scope.aborted) break;
+        credit -= 1;
         validateFields(method.args, item, types, `arguments[${seq}]`);
         transfers.push(...await this.#send(session, final.id, FrameKind.StreamItem, method, item, options, scope, true, seq));
         seq += 1;
@@ -234,10 +239,10 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
   }
 
   /** Registers a call whose end is a RESPONSE (or ERROR); the abort of `scope` cancels it. */
-  #open(session: ClientSession, scope: CallScope): { id: number; result: Promise<{ kind: FrameKind; body: Row }> } {
+  #open(session: ClientSession, scope: CallScope, onCredit?: (n: number) => void): { id: number; result: Promise<{ kind: FrameKind; body: Row }> } {
     let id = 0;
     const result = new Promise<{ kind: FrameKind; body: Row }>((resolve, reject) => {
-      id = session.open({ final: (r) => (r instanceof GdrpcError ? reject(r) : resolve(r)) });
+      id = session.open({ final: (r) => (r instanceof GdrpcError ? reject(r) : resolve(r)), ...(onCredit !== undefined ? { credit: onCredit } : {}) });
       scope.onAbort((reason) => {
         cancel(session, id, reason);
         reject(reason);

@@ -59,6 +59,9 @@ export class ServerCall {
   /** Stream items the client will still take (unlimited unless the REQUEST opened a window). */
   #credit = Number.MAX_SAFE_INTEGER;
   #creditWaiter: (() => void) | undefined;
+  /** Client streaming with a window: CREDIT goes back after this many items taken. */
+  #grantEvery: number | undefined;
+  #taken = 0;
 
   constructor(readonly id: number, readonly connection: Connection, readonly entry: MethodEntry, readonly scope: CallScope,
     readonly metadata: Record<string, string>, private readonly env: CallEnvironment) {}
@@ -76,7 +79,7 @@ export class ServerCall {
     let sent: Promise<void> = Promise.resolve();
     try {
       if (method.clientStreaming) {
-        this.#items = new ItemQueue<Row>();
+        this.#items = new ItemQueue<Row>(undefined, () => this.#took());
         this.scope.onAbort((reason) => this.#items?.fail(reason));
         const result = await this.scope.race(Promise.resolve((handler as ClientStreamHandler)(this.#items, ctx)));
         sent = (await this.#respond(result)).moving;
@@ -114,9 +117,11 @@ export class ServerCall {
     this.#items.push(item);
   }
 
-  /** Opens the stream window the REQUEST asked for (`win`). */
+  /** Opens the stream window the REQUEST asked for (`win`): items this server may send (server
+   *  streaming), or items the client sends before it waits for our CREDIT (client streaming). */
   openWindow(n: number): void {
-    this.#credit = n;
+    if (this.entry.method.clientStreaming) this.#grantEvery = Math.max(1, Math.floor(n / 2));
+    else this.#credit = n;
   }
 
   /** CREDIT from the client: `n` more items may go. */
@@ -125,6 +130,15 @@ export class ServerCall {
     const waiter = this.#creditWaiter;
     this.#creditWaiter = undefined;
     waiter?.();
+  }
+
+  /** The handler took an item of a client stream: grant credit back every #grantEvery. */
+  #took(): void {
+    if (this.#grantEvery === undefined) return;
+    this.#taken += 1;
+    if (this.#taken < this.#grantEvery) return;
+    this.#taken = 0;
+    if (this.connection.isOpen) this.connection.send(FrameKind.Credit, this.id, { n: this.#grantEvery }).catch(() => {});
   }
 
   /** STREAM_END of a client-streaming call. */

@@ -10,9 +10,13 @@ export class ItemQueue<T> implements AsyncIterable<T> {
   #error: GdrpcError | undefined;
   #onReturn: (() => void) | undefined;
 
-  /** `onReturn` runs when the consumer stops early (break / return / throw in for-await). */
-  constructor(onReturn?: () => void) {
+  #onTake: (() => void) | undefined;
+
+  /** `onReturn` runs when the consumer stops early (break / return / throw in for-await);
+   *  `onTake` after each item the consumer has taken. */
+  constructor(onReturn?: () => void, onTake?: () => void) {
     this.#onReturn = onReturn;
+    this.#onTake = onTake;
   }
 
   push(item: Promise<T>): void {
@@ -51,7 +55,9 @@ export class ItemQueue<T> implements AsyncIterable<T> {
       for (;;) {
         const next = this.#items.shift();
         if (next !== undefined) {
-          yield await next;
+          const item = await next;
+          this.#onTake?.();
+          yield item;
           continue;
         }
         if (this.#ended) {

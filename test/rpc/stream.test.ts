@@ -112,6 +112,21 @@ describe('client streaming', () => {
     await expectPoolsEmpty(client);
   });
 
+  it('a slow handler holds the caller to the stream window', async () => {
+    let produced = 0;
+    async function* endless(): AsyncGenerator<{ x: Tensor }> {
+      for (;;) {
+        produced += 1;
+        yield { x: patterned(100, produced) };
+      }
+    }
+    const result = await client.clientStream(Echo.methods.slowFirst!, endless(), { deadline: 20_000 });
+    expect(result.items).toBe(1);
+    // 64 in flight, plus the one the loop has taken from the generator while waiting for credit.
+    expect(produced).toBeLessThanOrEqual(65);
+    await expectPoolsEmpty(client);
+  });
+
   it('the server answering early stops the caller from sending', async () => {
     let produced = 0;
     async function* endless(): AsyncGenerator<{ x: Tensor }> {
