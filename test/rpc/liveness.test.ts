@@ -82,7 +82,13 @@ describe('liveness', () => {
   });
 
   it('reconnects on the next call after the server restarts on the same port', async () => {
-    const first = await startServer();
+    // A port below the ephemeral range (32768+), so that no other socket on the machine (UCX's own
+    // TCP interfaces listen on ephemeral ports) can take it while the server is down.
+    let first: Awaited<ReturnType<typeof startServer>> | undefined;
+    for (let attempt = 0; first === undefined; attempt += 1) {
+      const port = 20_000 + Math.floor(Math.random() * 10_000);
+      first = await startServer({ port }).catch((error: unknown) => { if (attempt >= 10) throw error; return undefined; });
+    }
     const client = await connect(first.address);
     expect((await client.unary(Echo.methods.ping!, { n: 1 })).n).toBe(1);
     const disconnected = new Promise((resolve) => client.once('disconnect', resolve));
