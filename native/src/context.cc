@@ -64,7 +64,10 @@ Context::Context(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Context>(inf
   state->contexts.insert(this);
 }
 
-Context::~Context() { Destroy(); }
+Context::~Context() {
+  FinalizerScope scope(State::Of(Env()));
+  Destroy();
+}
 
 void Context::CheckOpen(Napi::Env env) const {
   if (context_ == nullptr) Throw(env, "FAILED_PRECONDITION", "the context is closed");

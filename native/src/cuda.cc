@@ -96,6 +96,16 @@ bool MakeCurrent(std::string* reason, int device) {
   return true;
 }
 
+bool MakeCurrentFor(uint64_t ptr, std::string* reason) {
+  if (!Load(reason)) return false;
+  int device = 0;
+  if (driver.cuPointerGetAttribute(&device, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, static_cast<CUdeviceptr>(ptr)) !=
+      CUDA_SUCCESS) {
+    device = 0;
+  }
+  return MakeCurrent(reason, device);
+}
+
 /** Throws unless the driver is usable and `device`'s primary context is current. */
 static void Require(Napi::Env env, int device = -1) {
   std::string reason;

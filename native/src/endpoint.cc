@@ -81,7 +81,10 @@ Endpoint::Endpoint(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Endpoint>(
   worker_->Kick();  // the client-server handshake needs progress
 }
 
-Endpoint::~Endpoint() { Destroy(false); }
+Endpoint::~Endpoint() {
+  FinalizerScope scope(State::Of(Env()));
+  Destroy(false);
+}
 
 void Endpoint::OnError(void* arg, ucp_ep_h, ucs_status_t status) {
   Endpoint* self = static_cast<Endpoint*>(arg);
@@ -110,7 +113,7 @@ Napi::Value Endpoint::SetHandler(const Napi::CallbackInfo& info) {
 }
 
 void Endpoint::Emit(Napi::Env env, const char* kind, Napi::Value value) {
-  if (handler_.IsEmpty() || State::Of(env)->exiting) return;
+  if (handler_.IsEmpty() || !State::Of(env)->JsAllowed()) return;
   handler_.Call({Napi::String::New(env, kind), value});
 }
 

@@ -81,6 +81,10 @@ void Listener::OnConnection(ucp_conn_request_h request, void* arg) {
 
 void Listener::OnConnectionRequest(Napi::Env env, ucp_conn_request_h request) {
   if (listener_ == nullptr) return;
+  if (!State::Of(env)->JsAllowed()) {
+    ucp_listener_reject(listener_, request);
+    return;
+  }
   ucp_conn_request_attr_t attr{};
   attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
   std::pair<std::string, unsigned> client{"", 0};

@@ -50,7 +50,7 @@ MemoryRegion::MemoryRegion(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Me
       requested = UCS_MEMORY_TYPE_CUDA;
       // UCX's cuda memory domain needs the pointer's context current on the mapping thread.
       std::string reason;
-      if (!cuda::MakeCurrent(&reason)) Throw(env, "FAILED_PRECONDITION", "cannot map CUDA memory: " + reason);
+      if (!cuda::MakeCurrentFor(reinterpret_cast<uint64_t>(address_), &reason)) Throw(env, "FAILED_PRECONDITION", "cannot map CUDA memory: " + reason);
     }
   }
   ucp_mem_map_params_t params{};

@@ -110,12 +110,14 @@ Napi::Value Request::Start(ucs_status_ptr_t result, const char* name) {
 void Request::Detach(Napi::Env env, const char* code, const std::string& message, ucs_status_t cause) {
   if (settled) return;
   settled = true;
+  if (!State::Of(env)->JsAllowed()) return;
   deferred.Reject(MakeError(env, code, message, StatusName(cause)).Value());
 }
 
 void Request::Settle(Napi::Env env) {
   if (settled) return;
   settled = true;
+  if (!State::Of(env)->JsAllowed()) return;
   if (status == UCS_OK || kind == RequestKind::Close) {  // a forced close reports the failure it ended
     if (kind == RequestKind::Recv) {
       Napi::Object result = Napi::Object::New(env);

@@ -20,8 +20,19 @@ struct State {
   Counters counters;
   std::set<Context*> contexts;            // closed (children first) by the env cleanup hook
   bool exiting = false;                   // set in the cleanup hook: no JS calls from there on
+  int finalizing = 0;                     // > 0 while a finalizer closes objects: no JS calls
+
+  /** Whether native code may call into JS (not from exit hooks and finalizers). */
+  bool JsAllowed() const { return !exiting && finalizing == 0; }
 
   static State* Of(Napi::Env env) { return env.GetInstanceData<State>(); }
+};
+
+/** Marks a finalizer's scope: objects closed inside it do not call into JS. */
+struct FinalizerScope {
+  explicit FinalizerScope(State* state) : state(state) { if (state) state->finalizing++; }
+  ~FinalizerScope() { if (state) state->finalizing--; }
+  State* state;
 };
 
 /** nativeStats(): the live counters as a plain object. */

@@ -54,7 +54,10 @@ Worker::Worker(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Worker>(info) 
   Kick();
 }
 
-Worker::~Worker() { Destroy(false); }
+Worker::~Worker() {
+  FinalizerScope scope(State::Of(Env()));
+  Destroy(false);
+}
 
 void Worker::CheckOpen(Napi::Env env) const {
   if (worker_ == nullptr) Throw(env, "FAILED_PRECONDITION", "the worker is closed");
@@ -192,6 +195,7 @@ Napi::Value Worker::TagProbe(const Napi::CallbackInfo& info) {
   ucp_tag_recv_info_t probe{};
   if (ucp_tag_probe_nb(worker_, tag, mask, 0, &probe) == nullptr) {
     ucp_worker_progress(worker_);  // a probe alone does not move messages in; one pass may
+    if (!events_.empty()) Kick();  // completions that pass queued are settled from the loop
     if (ucp_tag_probe_nb(worker_, tag, mask, 0, &probe) == nullptr) return env.Null();
   }
   Napi::Object result = Napi::Object::New(env);

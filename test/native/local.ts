@@ -1,6 +1,6 @@
 // The test process's own UCX side: a context and worker per transport, closed after the suite.
 import { afterAll } from 'vitest';
-import { Context, Endpoint, Worker } from '../../core/ucx/index.ts';
+import { Context, Endpoint, Worker, type WorkerOptions } from '../../core/ucx/index.ts';
 
 /** Transports the suites run over: UCX config for both processes. */
 export const TRANSPORTS = {
@@ -15,9 +15,9 @@ export type TransportName = keyof typeof TRANSPORTS;
 export interface Local { context: Context; worker: Worker }
 
 /** Creates a context and worker; closes them (and checks nothing is left) after all tests of the file. */
-export function localSide(config: Record<string, string>): Local {
+export function localSide(config: Record<string, string>, options: WorkerOptions = {}): Local {
   const context = Context.create({ config });
-  const worker = Worker.create(context);
+  const worker = Worker.create(context, options);
   afterAll(async () => {
     await worker.close();
     context.close();

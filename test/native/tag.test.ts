@@ -75,3 +75,29 @@ describe.each(Object.keys(TRANSPORTS) as TransportName[])('tag send/recv over %s
     expect(local.worker.stats().liveRequests).toBe(0);
   });
 });
+
+// The progress modes: the event fd alone (no watchdog), and a busy-poll window after each event.
+const MODES = [
+  { mode: 'event fd only', options: { watchdogMs: 0 } },
+  { mode: 'busy poll 500 us', options: { busyPollUs: 500 } },
+];
+
+describe.each(MODES)('tag echo over tcp, $mode', ({ options }) => {
+  const config = TRANSPORTS.tcp;
+  const local = localSide(config, options);
+
+  it.each([1, 8193, 1 << 20])('echoes %i bytes', async (size) => {
+    const peer = await Peer.start(config);
+    const ep = await connect(local.worker, peer.port);
+    const src = pattern(size, 21);
+    const dst = Buffer.alloc(size);
+    const echoed = peer.call('echo', { tag: '9000', size });
+    await peer.event('posted');
+    const back = local.worker.tagRecv(dst, 9001n, EXACT);
+    await ep.tagSend(9000n, src);
+    expect(await back).toEqual({ senderTag: 9001n, length: size });
+    await echoed;
+    expect(Buffer.compare(dst, src)).toBe(0);
+    await ep.close();
+  });
+});
