@@ -1,0 +1,72 @@
+// GPU memory through the RPC runtime (skipped without a GPU): tensors on cuda:0 in both processes,
+// every mover, contents verified, paths reported, and noStaging refusing what would go through
+// host memory (RMA reads of GPU memory in UCX 1.22) while letting cuda_ipc through.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Client, Code, GdrpcError, callInfo, cuda, type Tensor } from '../../core/index.ts';
+import { Echo } from './fixtures/services.ts';
+import { killAll, startServer, type Peer } from './fixtures/peers.ts';
+import { patterned } from './fixtures/tensors.ts';
+
+const gpu = cuda.available() && cuda.deviceCount() > 0;
+if (!gpu) console.log(`test/rpc/cuda: skipped, no GPU (${cuda.unavailableReason() ?? 'no device'})`);
+const MiB = 1 << 20;
+
+let server: Peer;
+let client: Client;
+
+/** A patterned tensor of `size` bytes in the client's GPU pool. */
+function onGpu(size: number): { gpu: Tensor; host: Tensor } {
+  const host = patterned(size, size % 13);
+  const tensor = client.pool('cuda:0').allocate([size], 'u8');
+  if (size > 0) cuda.copy(tensor.address, host.bytes(), size);
+  return { gpu: tensor, host };
+}
+
+describe.skipIf(!gpu)('cuda tensors', () => {
+  beforeAll(async () => {
+    server = await startServer({ poolBytes: 160 * MiB, maxTensorBytes: 128 * MiB });
+    client = await Client.connect(server.address, { poolBytes: 160 * MiB });
+  });
+  afterAll(async () => {
+    await client?.close();
+    await killAll();
+  });
+
+  for (const size of [1, 4096, MiB, 64 * MiB]) {
+    it(`${size} bytes GPU to GPU by tag over cuda_ipc, noStaging`, async () => {
+      const { gpu: x, host } = onGpu(size);
+      const result = await client.unary(Echo.methods.echoCuda!, { x }, { mover: 'tag', noStaging: true });
+      const y = result.y as Tensor;
+      expect(result.device).toBe('cuda:0');
+      expect(y.device).toBe('cuda:0');
+      expect(y.to('cpu').equals(host)).toBe(true);
+      expect(callInfo(result)!.transfers.map((t) => `${t.mover}/${t.path}`)).toEqual(['tag/cuda_ipc', 'tag/cuda_ipc']);
+      y.release();
+      x.release();
+    });
+  }
+
+  it('RMA and inline of GPU memory stage through the host: refused under noStaging, correct without', async () => {
+    const { gpu: x, host } = onGpu(MiB);
+    for (const mover of ['rma', 'inline'] as const) {
+      const error = await client.unary(Echo.methods.echoCuda!, { x }, { mover, noStaging: true }).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(GdrpcError);
+      expect((error as GdrpcError).code).toBe(Code.FAILED_PRECONDITION);
+      expect((error as GdrpcError).path).toBe('staged');
+      const result = await client.unary(Echo.methods.echoCuda!, { x }, { mover });
+      expect((result.y as Tensor).to('cpu').equals(host)).toBe(true);
+      expect(callInfo(result)!.transfers[0]).toMatchObject({ mover, path: 'staged' });
+      (result.y as Tensor).release();
+    }
+    x.release();
+  });
+
+  it('a GPU tensor outside any pool is registered for the call and sent', async () => {
+    const host = patterned(3 * MiB, 7);
+    const x = host.to('cuda:0');
+    const result = await client.unary(Echo.methods.echoCuda!, { x }, { noStaging: true });
+    expect((result.y as Tensor).to('cpu').equals(host)).toBe(true);
+    (result.y as Tensor).release();
+    x.release();
+  });
+});
