@@ -3,7 +3,7 @@
 import { Endpoint } from '../ucx/index.ts';
 import { Code, GdrpcError, isCode } from '../errors.ts';
 import { encodeFrame } from '../wire/codec.ts';
-import { FrameKind, WIRE_VERSION } from '../wire/frames.ts';
+import { FrameKind } from '../wire/frames.ts';
 import { controlTag } from '../wire/tag.ts';
 import { authProof } from './auth.ts';
 import { cudaReceives } from './movers/memory.ts';
@@ -68,6 +68,3 @@ function admit(connection: Connection, options: HandshakeOptions): Promise<void>
     connection.liveness.start(options.timeoutMs);
   });
 }
-
-/** The wire version this client speaks (for error messages and tests). */
-export const CLIENT_WIRE_VERSION = WIRE_VERSION;

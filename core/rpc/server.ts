@@ -89,7 +89,7 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
     return this.bind(options);
   }
 
-  /** listen(), synchronously (the owner of remote tensors needs an address at once). */
+  /** listen(), synchronously: for the owner of remote tensors, which needs an address at once. */
   bind(options: { host?: string; port?: number } = {}): { host: string; port: number } {
     if (this.#listener !== undefined) throw new GdrpcError(Code.FAILED_PRECONDITION, 'server is already listening');
     if (this.#shuttingDown) throw new GdrpcError(Code.FAILED_PRECONDITION, 'server has been shut down');
