@@ -34,7 +34,7 @@ export class OutgoingTensors {
     // Where the bytes land: a receiver without CUDA takes @cuda tensors into host memory.
     const to = placement.kind === 'cuda' && connection.peerLimits.gpu ? 'cuda' : 'host';
     const mover = chooseMover(this.policy.mover, value.byteLength, from, { inline: connection.inlineBytes, maxFrame: connection.peerLimits.maxFrame });
-    const path = transferPath(mover.name, connection.endpoint, from, to);
+    const path = transferPath(mover.name, connection.endpoint, from, to, value.byteLength);
     if (this.policy.noStaging && path === 'staged') {
       throw new GdrpcError(Code.FAILED_PRECONDITION, `${where}: ${from} -> ${to} over ${connection.peer} would stage through host memory (noStaging)`, { path });
     }
@@ -86,7 +86,7 @@ export class IncomingTensors {
     if (wire.m === 'h') return new RemoteTensor(wire);
     if (this.limits.noStaging) {
       const to = placement.kind === 'cuda' && cudaReceives() ? 'cuda' : 'host';
-      const path = transferPath(MOVER_OF[wire.m], this.scope.connection.endpoint, wire.mt === 'cuda' ? 'cuda' : 'host', to);
+      const path = transferPath(MOVER_OF[wire.m], this.scope.connection.endpoint, wire.mt === 'cuda' ? 'cuda' : 'host', to, wire.n);
       if (path === 'staged') {
         throw new GdrpcError(Code.FAILED_PRECONDITION, `${where}: ${wire.mt} -> ${to} from ${this.scope.connection.peer} would stage through host memory (noStaging)`, { path });
       }
@@ -119,7 +119,7 @@ export class IncomingTensors {
         await mover.receive(pending.wire, dest, this.scope);
         received.set(pending, dest);
         const from = pending.wire.mt === 'cuda' ? 'cuda' : 'host';
-        this.transfers.push({ argument: pending.where, bytes: pending.wire.n, mover: mover.name, path: transferPath(mover.name, this.scope.connection.endpoint, from, memoryTypeOf(dest)) });
+        this.transfers.push({ argument: pending.where, bytes: pending.wire.n, mover: mover.name, path: transferPath(mover.name, this.scope.connection.endpoint, from, memoryTypeOf(dest), pending.wire.n) });
       } catch (error) {
         failure ??= error;
       }

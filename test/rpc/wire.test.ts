@@ -117,5 +117,9 @@ describe('movers and paths', () => {
     expect(transferPath('rma', endpoint('cuda_ipc', 'sysv'), 'cuda', 'cuda')).toBe('staged');
     expect(transferPath('inline', endpoint('cuda_ipc'), 'cuda', 'host')).toBe('staged');
     expect(transferPath('inline', endpoint('tcp'), 'host', 'host')).toBe('inline');
+    // Empty tensors move nothing: inline whatever the memory, so noStaging never refuses them.
+    expect(transferPath('inline', endpoint('cuda_ipc'), 'cuda', 'cuda', 0)).toBe('inline');
+    expect(transferPath('rma', endpoint('tcp'), 'cuda', 'host', 0)).toBe('inline');
+    expect(transferPath('inline', endpoint('cuda_ipc'), 'cuda', 'cuda', 1)).toBe('staged');
   });
 });

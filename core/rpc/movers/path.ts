@@ -18,8 +18,10 @@ function transportsOf(endpoint: Endpoint): Set<string> {
   return names;
 }
 
-/** The path of a transfer of `mover` over `endpoint` between memory types `from` and `to`. */
-export function transferPath(mover: MoverName, endpoint: Endpoint, from: 'host' | 'cuda', to: 'host' | 'cuda'): TransferPath {
+/** The path of a transfer of `bytes` by `mover` over `endpoint` between memory types `from` and `to`. */
+export function transferPath(mover: MoverName, endpoint: Endpoint, from: 'host' | 'cuda', to: 'host' | 'cuda', bytes = 1): TransferPath {
+  // Nothing moves for an empty tensor, whatever memory it names: never staged, never refused.
+  if (bytes === 0) return 'inline';
   if (mover === 'inline') return from === 'cuda' || to === 'cuda' ? 'staged' : 'inline';
   const names = transportsOf(endpoint);
   const rdma = [...names].some((name) => RDMA.test(name));
