@@ -7,7 +7,7 @@ import { checkTensorWire } from '../wire/codec.ts';
 import type { TensorWire } from '../wire/frames.ts';
 import type { DType, Placement } from './descriptor.ts';
 import { chooseMover, moverByName } from './movers/choose.ts';
-import { cudaReceives, memoryTypeOf } from './movers/memory.ts';
+import { cudaReceives, memoryTypeOf, ProducerSync } from './movers/memory.ts';
 import type { MoverName, Outgoing, TransferInfo, TransferScope } from './movers/mover.ts';
 import { transferPath } from './movers/path.ts';
 import { RemoteTensor, exposeRemote } from './remote.ts';
@@ -21,6 +21,8 @@ const MOVER_OF = { i: 'inline', t: 'tag', r: 'rma' } as const;
 export class OutgoingTensors {
   readonly transfers: TransferInfo[] = [];
   readonly #outgoing: Outgoing[] = [];
+  /** One device synchronization per frame, before the first CUDA tensor of a device is sent or exposed. */
+  readonly #sync = new ProducerSync();
 
   constructor(private readonly scope: TransferScope, private readonly policy: SendPolicy) {}
 
@@ -28,6 +30,7 @@ export class OutgoingTensors {
   readonly encode = (value: unknown, where: string, placement: Placement): unknown => {
     if (value instanceof RemoteTensor) return value.wire;
     if (!(value instanceof Tensor)) throw new GdrpcError(Code.INVALID_ARGUMENT, `${where}: expected a Tensor`);
+    this.#sync.before(value);
     if (placement.kind === 'remote') return exposeRemote(value, this.scope);
     const { connection } = this.scope;
     const from = memoryTypeOf(value);

@@ -39,3 +39,19 @@ export function tagBuffer(tensor: Tensor, context: Context): { buffer: TagBuffer
   const mapped = mappedSpan(tensor, context);
   return { buffer: mapped.span, release: mapped.release };
 }
+
+/** Waits for the work queued on the GPU of each CUDA tensor handed to it (once per device). UCX is
+ *  not stream-ordered: a kernel or an asynchronous copy still writing a tensor would race the
+ *  transfer reading it. cuCtxSynchronize costs a few µs when the device is idle, far less than
+ *  the transfer it protects. */
+export class ProducerSync {
+  readonly #done = new Set<number>();
+
+  before(tensor: Tensor): void {
+    if (tensor.device === 'cpu' || tensor.byteLength === 0) return;
+    const index = Number(tensor.device.slice('cuda:'.length));
+    if (this.#done.has(index)) return;
+    cuda.synchronize(index);
+    this.#done.add(index);
+  }
+}
