@@ -31,9 +31,10 @@ export interface CallOptions {
   deadline?: number | Date;
   signal?: AbortSignal;
   metadata?: Record<string, string>;
-  /** Force a tensor mover; default 'auto' (the measured best per memory type and size). */
+  /** Force a tensor mover for arguments and results; default 'auto' (the measured best per memory type and size). */
   mover?: 'auto' | MoverName;
-  /** Fail with FAILED_PRECONDITION instead of staging tensor bytes through host memory. */
+  /** Fail with FAILED_PRECONDITION instead of staging tensor bytes through host memory, on either
+   *  side, arguments and results alike (the server is told in the REQUEST). */
   noStaging?: boolean;
   [ALLOCATE]?: Allocate | undefined;
 }
@@ -173,6 +174,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
       const remaining = scope.remainingMs();
       if (remaining !== undefined) frame.to = remaining;
       if (options.metadata !== undefined) frame.md = options.metadata;
+      putPolicy(frame, options);
       await scope.race(session.connection.send(FrameKind.Request, final.id, frame));
       const transfers: TransferInfo[] = [];
       let seq = 0;
@@ -263,6 +265,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
       if (remaining !== undefined) frame.to = remaining;
       if (options.metadata !== undefined) frame.md = options.metadata;
       if (window !== undefined) frame.win = window;
+      putPolicy(frame, options);
     } else {
       frame = { seq, a: encoded };
     }
@@ -320,6 +323,12 @@ function cancel(session: ClientSession, id: number, reason?: unknown): void {
   session.connection.exposures.releaseCall(id);
   const code = reason instanceof GdrpcError && reason.code === Code.DEADLINE_EXCEEDED ? Code.DEADLINE_EXCEEDED : Code.CANCELLED;
   if (session.connection.isOpen) session.connection.send(FrameKind.Cancel, id, { code }).catch(() => {});
+}
+
+/** The caller's transfer choices travel in the REQUEST (`mv`, `ns`) so that results honour them too. */
+function putPolicy(frame: Row, options: CallOptions): void {
+  if (options.mover !== undefined && options.mover !== 'auto') frame.mv = options.mover;
+  if (options.noStaging === true) frame.ns = true;
 }
 
 function info(sent: TransferInfo[], received: TransferInfo[], started: number): CallInfo {

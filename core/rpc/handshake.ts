@@ -9,7 +9,7 @@ import { authProof } from './auth.ts';
 import { cudaReceives } from './movers/memory.ts';
 import { Connection, type FrameHandler } from './connection.ts';
 import type { FrameSink } from './dispatcher.ts';
-import type { Runtime } from './runtime.ts';
+import { DEFAULT_FRAME_BYTES, type Runtime } from './runtime.ts';
 
 export interface HandshakeOptions { token?: string; livenessMs: number; timeoutMs: number; name?: string }
 
@@ -48,7 +48,7 @@ function admit(connection: Connection, options: HandshakeOptions): Promise<void>
           connection.remoteId = body.conn as number;
           connection.peerLimits = { maxFrame: body.maxFrame as number, maxTensor: body.maxTensor as number, inline: body.inline as number, gpu: body.gpu === true, batch: body.batch === true };
           const challenge = body.chal as Uint8Array | undefined;
-          const auth: Record<string, unknown> = { conn: connection.localId, live: options.livenessMs, gpu: cudaReceives(), batch: true };
+          const auth: Record<string, unknown> = { conn: connection.localId, live: options.livenessMs, gpu: cudaReceives(), batch: true, maxFrame: DEFAULT_FRAME_BYTES };
           if (challenge !== undefined && options.token !== undefined) auth.proof = authProof(options.token, challenge, connection.remoteId, connection.localId);
           const livenessMs = Math.min(options.livenessMs, (body.live as number) || options.livenessMs);
           connection.liveness.start(livenessMs);

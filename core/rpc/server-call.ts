@@ -8,7 +8,7 @@ import type { CallScope } from './deadline.ts';
 import type { MethodDescriptor, ServiceDescriptor } from './descriptor.ts';
 import { errorFrame } from './status.ts';
 import { ItemQueue } from './stream.ts';
-import { IncomingTensors, OutgoingTensors, PendingTensor, refuseRaw, type Allocate } from './transfer.ts';
+import { IncomingTensors, OutgoingTensors, PendingTensor, refuseRaw, type Allocate, type SendPolicy } from './transfer.ts';
 import { validateFields } from './validate.ts';
 import { decodeFields, encodeFields, replaceDeep } from './values.ts';
 
@@ -64,7 +64,9 @@ export class ServerCall {
   #taken = 0;
 
   constructor(readonly id: number, readonly connection: Connection, readonly entry: MethodEntry, readonly scope: CallScope,
-    readonly metadata: Record<string, string>, private readonly env: CallEnvironment) {}
+    readonly metadata: Record<string, string>, private readonly env: CallEnvironment,
+    /** The caller's mover and noStaging (from the REQUEST): they apply to results as to arguments. */
+    private readonly policy: SendPolicy = { mover: 'auto', noStaging: false }) {}
 
   /** Runs the call to its end; never rejects (failures become ERROR frames). */
   async run(args: Row | undefined): Promise<void> {
@@ -150,7 +152,7 @@ export class ServerCall {
    *  carries no tensor bytes to wait for: the common small call skips every await). */
   #receive(wire: Row, what = ''): Row | Promise<Row> {
     const scope = { connection: this.connection, call: this.id };
-    const incoming = new IncomingTensors(scope, { maxTensor: this.env.maxTensor });
+    const incoming = new IncomingTensors(scope, { maxTensor: this.env.maxTensor, noStaging: this.policy.noStaging });
     this.#incoming.push(incoming);
     const { method, types } = this.entry;
     let values: Row;
@@ -223,7 +225,7 @@ export class ServerCall {
     } catch (error) {
       throw new GdrpcError(Code.INTERNAL, `handler of ${this.entry.method.service}/${this.entry.method.name} returned bad results: ${GdrpcError.from(error).rawMessage}`);
     }
-    const tensors = new OutgoingTensors({ connection: this.connection, call: this.id }, { mover: 'auto', noStaging: false });
+    const tensors = new OutgoingTensors({ connection: this.connection, call: this.id }, this.policy);
     return { encoded: encodeFields(fields, result, this.entry.types, tensors.encode, ''), tensors };
   }
 

@@ -10,7 +10,7 @@ import type { Connection } from './connection.ts';
 import { CallScope } from './deadline.ts';
 import { ServerCall, type CallEnvironment, type MethodEntry } from './server-call.ts';
 import { errorFrame } from './status.ts';
-import { refuseRaw } from './transfer.ts';
+import { refuseRaw, type SendPolicy } from './transfer.ts';
 
 /** What a session needs from its server. */
 export interface SessionHost {
@@ -108,6 +108,8 @@ export class ServerSession {
     }
     this.#admitted = true;
     this.connection.peerLimits = { ...this.connection.peerLimits, gpu: body.gpu === true, batch: body.batch === true };
+    // Results may now be inline by the caller's choice: keep them within the client's receive buffer.
+    if (typeof body.maxFrame === 'number' && Number.isSafeInteger(body.maxFrame) && body.maxFrame > 0) this.connection.peerLimits.maxFrame = body.maxFrame;
     const peerLive = typeof body.live === 'number' && body.live > 0 ? body.live : this.host.livenessMs;
     this.connection.liveness.start(Math.min(this.host.livenessMs, peerLive));
     this.connection.send(FrameKind.Ready, 0, {}).then(() => this.host.ready(this), () => {});
@@ -134,12 +136,14 @@ export class ServerSession {
     if (entry.method.clientStreaming !== (body.a === undefined)) {
       return refuse(new GdrpcError(Code.INVALID_ARGUMENT, `${entry.method.name} is ${entry.method.clientStreaming ? '' : 'not '}client-streaming`));
     }
+    const policy = policyOf(body);
+    if (policy === undefined) return refuse(new GdrpcError(Code.INVALID_ARGUMENT, `bad mover ${JSON.stringify(body.mv)} or noStaging ${JSON.stringify(body.ns)} in REQUEST`));
     if (this.calls.size >= this.host.limits.perConnection) return refuse(new GdrpcError(Code.RESOURCE_EXHAUSTED, `more than ${this.host.limits.perConnection} calls in flight on this connection`));
     if (!this.host.acquireCall()) return refuse(new GdrpcError(Code.RESOURCE_EXHAUSTED, 'server is at its concurrent call limit'));
     const deadline = typeof body.to === 'number' ? Date.now() + body.to : undefined;
     // No parent signal: the session aborts its calls itself when the connection goes.
     const callScope = new CallScope(deadline);
-    const call = new ServerCall(id, this.connection, entry, callScope, (body.md as Record<string, string> | undefined) ?? {}, this.host.env);
+    const call = new ServerCall(id, this.connection, entry, callScope, (body.md as Record<string, string> | undefined) ?? {}, this.host.env, policy);
     if (typeof body.win === 'number') call.openWindow(body.win);
     this.calls.set(id, call);
     void call.run(body.a as Record<string, unknown> | undefined).finally(() => {
@@ -162,4 +166,14 @@ export class ServerSession {
     this.connection.send(FrameKind.Error, call, errorFrame(error)).catch(() => {});
     void kind;
   }
+}
+
+/** The caller's transfer policy from a REQUEST (`mv`, `ns`; absent in old peers' frames: auto, staging
+ *  allowed); undefined when either field is malformed. */
+function policyOf(body: Record<string, unknown>): SendPolicy | undefined {
+  const mover = body.mv ?? 'auto';
+  const noStaging = body.ns ?? false;
+  if (mover !== 'auto' && mover !== 'inline' && mover !== 'tag' && mover !== 'rma') return undefined;
+  if (typeof noStaging !== 'boolean') return undefined;
+  return { mover, noStaging };
 }

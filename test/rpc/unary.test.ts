@@ -50,6 +50,9 @@ describe('unary', () => {
         const expected = size === 0 ? 'inline' : mover === 'auto' ? (size <= 4096 ? 'inline' : 'tag') : mover;
         expect(sent).toMatchObject({ bytes: size, mover: expected });
         expect(sent.path).toBe(expected === 'inline' ? 'inline' : 'shm');
+        // The caller's mover travels in the REQUEST: the result comes back the same way.
+        const back = callInfo(result)!.transfers.find((t) => t.argument === 'y')!;
+        expect(back).toMatchObject({ bytes: size, mover: expected, path: sent.path });
         y.release();
       });
     }
