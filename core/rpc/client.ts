@@ -14,6 +14,7 @@ import { DEFAULT_INLINE_BYTES } from './movers/choose.ts';
 import { cudaReceives } from './movers/memory.ts';
 import type { MoverName, TransferInfo } from './movers/mover.ts';
 import { typesOf } from './registry.ts';
+import { DEFAULT_PROCESS_POOL_BYTES } from './process-pool.ts';
 import { Runtime } from './runtime.ts';
 import { ItemQueue } from './stream.ts';
 import { IncomingTensors, OutgoingTensors, PendingTensor, refuseRaw, type Allocate } from './transfer.ts';
@@ -51,7 +52,8 @@ export interface ClientOptions {
   /** Keep progressing the worker this long after each event before sleeping (lower latency for
    *  CPU); the process's first Client or Server decides. Default 0 (or GDRPC_BUSY_POLL_US). */
   busyPollUs?: number;
-  /** Host pool for result tensors, mapped once (default 64 MiB; 0: plain allocations). */
+  /** Size of the process pools results are received into, when this client creates them (default
+   *  64 MiB; 0: plain allocations per result, no pool). */
   poolBytes?: number;
 }
 
@@ -65,7 +67,6 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
   readonly #options: Required<Omit<ClientOptions, 'token' | 'busyPollUs'>> & { token?: string };
   #session: ClientSession | undefined;
   #connecting: Promise<ClientSession> | undefined;
-  #pools = new Map<Device, TensorPool>();
   #closed = false;
 
   private constructor(runtime: Runtime, host: string, port: number, options: ClientOptions) {
@@ -73,7 +74,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
     this.#runtime = runtime;
     this.#host = host;
     this.#port = port;
-    this.#options = { livenessMs: DEFAULT_LIVENESS_MS, connectTimeoutMs: 5000, poolBytes: 64 << 20, inlineBytes: DEFAULT_INLINE_BYTES, ...options };
+    this.#options = { livenessMs: DEFAULT_LIVENESS_MS, connectTimeoutMs: 5000, poolBytes: DEFAULT_PROCESS_POOL_BYTES, inlineBytes: DEFAULT_INLINE_BYTES, ...options };
   }
 
   /** Connects to a server ("host:port" or {host, port}) and completes the handshake. */
@@ -198,26 +199,19 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
     }
   }
 
-  /** This client's mapped pool on `device` (created on first use): tensors allocated from it are
-   *  sent without a registration per call and can be exposed for RMA as they are. */
+  /** The process's mapped pool on `device` (processPool; at least this client's poolBytes): tensors allocated from it are sent without a registration per call and can be
+   *  exposed for RMA as they are. Results are received into it. It outlives this client. */
   pool(device: Device = 'cpu'): TensorPool {
     if (this.#closed) throw new GdrpcError(Code.FAILED_PRECONDITION, 'client is closed');
-    let pool = this.#pools.get(device);
-    if (pool === undefined) {
-      pool = TensorPool.create(this.#runtime.context, { device, bytes: this.#options.poolBytes || (64 << 20), allowOverflow: true });
-      this.#pools.set(device, pool);
-    }
-    return pool;
+    return this.#runtime.pool(device, { bytes: this.#options.poolBytes || DEFAULT_PROCESS_POOL_BYTES, allowOverflow: true });
   }
 
-  /** Cancels calls in flight, closes the connection and the pools. */
+  /** Cancels calls in flight and closes the connection. The process pools stay (see pool()). */
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
     const session = this.#session ?? await this.#connecting?.catch(() => undefined);
     session?.connection.close(new GdrpcError(Code.CANCELLED, 'client closed'), { graceful: true });
-    for (const pool of this.#pools.values()) pool.close({ force: true });
-    this.#pools.clear();
     await this.#runtime.release();
   }
 

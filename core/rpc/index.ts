@@ -5,6 +5,7 @@ export type { CallContext, UnaryHandler, ServerStreamHandler, ClientStreamHandle
 export { CALL_INFO, callInfo, type CallInfo } from './call-info.ts';
 export type { TransferInfo, MoverName, TransferPath } from './movers/mover.ts';
 export { moverStats } from './movers/memory.ts';
+export { processPool, createPool, closeProcessPools, DEFAULT_PROCESS_POOL_BYTES } from './process-pool.ts';
 export { validateFields } from './validate.ts';
 export { RemoteTensor, remoteExposures } from './remote.ts';
 export { registerService } from './registry.ts';

@@ -1,6 +1,10 @@
 // The process's UCX context and worker, shared by every Client and Server in it (one worker per
 // process: DESIGN.md "Progress model"), reference-counted so that the last user closes them.
+// Pools mapped on the context belong here too: they live as long as the context, not as long as
+// the Client that first wanted one, so that a peer's cuda_ipc mapping of a pool (UCX keeps those
+// cached) never points at memory a closed client freed and reallocated.
 import { Context, Worker } from '../ucx/index.ts';
+import { TensorPool, type Device, type TensorPoolOptions } from '../tensor/index.ts';
 import { Dispatcher } from './dispatcher.ts';
 import { SendSlots } from './send-slots.ts';
 
@@ -14,6 +18,9 @@ export class Runtime {
   /** Where small control frames are sent from. */
   readonly sendSlots = new SendSlots();
   #closing: Promise<void> | undefined;
+  /** The pool per device that pool() hands out (the largest asked for so far). */
+  readonly #pools = new Map<string, TensorPool>();
+  readonly #all = new Set<TensorPool>();
 
   private constructor(readonly context: Context, readonly worker: Worker, readonly dispatcher: Dispatcher) {}
 
@@ -31,11 +38,38 @@ export class Runtime {
     return runtime;
   }
 
-  /** Drops a reference; the last one closes the worker and the context. */
+  /** The process's pool on `device` (pinned host memory with `pinned`), created on first use. A
+   *  request for more bytes than the current pool has makes a larger one that later requests get;
+   *  the smaller stays until the runtime closes (its tensors may be live, a peer may map it). */
+  pool(device: Device, options: { bytes: number; allowOverflow?: boolean; pinned?: boolean }): TensorPool {
+    const key = options.pinned === true ? `${device}+pinned` : device;
+    let pool = this.#pools.get(key);
+    if (pool === undefined || pool.closed || pool.stats().capacity < options.bytes) {
+      pool = this.createPool({ device, bytes: options.bytes, allowOverflow: options.allowOverflow ?? true, ...(options.pinned === true ? { pinned: true } : {}) });
+      this.#pools.set(key, pool);
+    }
+    return pool;
+  }
+
+  /** A new pool on this runtime's context, closed with it unless closed before. */
+  createPool(options: TensorPoolOptions): TensorPool {
+    const pool = TensorPool.create(this.context, options);
+    this.#all.add(pool);
+    return pool;
+  }
+
+  /** The open pools made here, for stats and tests. */
+  pools(): TensorPool[] { return [...this.#all].filter((pool) => !pool.closed); }
+
+  /** Drops a reference; the last one closes the pools, the worker and the context. */
   async release(): Promise<void> {
     this.#users -= 1;
     if (this.#users > 0) return;
     if (Runtime.#shared === this) Runtime.#shared = undefined;
+    // Tensors still held by the application become released (their memory goes with the context).
+    for (const pool of this.#all) pool.close({ force: true });
+    this.#all.clear();
+    this.#pools.clear();
     this.#closing ??= (async () => {
       this.dispatcher.stop();
       await this.worker.close();

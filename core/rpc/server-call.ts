@@ -14,9 +14,6 @@ import { decodeFields, encodeFields, replaceDeep } from './values.ts';
 
 type Row = Record<string, unknown>;
 
-/** Internal: lets a built-in handler run code once its results' bytes have left (remote pulls). */
-export const AFTER_SEND: unique symbol = Symbol('gdrpc.afterSend');
-
 export interface CallContext {
   /** Aborts on client cancel, deadline, disconnect, shutdown. */
   signal: AbortSignal;
@@ -24,7 +21,9 @@ export interface CallContext {
   deadline: number | undefined;
   metadata: Record<string, string>;
   peer: string;
-  [AFTER_SEND]?: (fn: () => void) => void;
+  /** Runs `fn` once this call is over and its results' bytes have left (or will never leave: the
+   *  call failed or was cancelled), e.g. to release a tensor the handler returned from its own pool. */
+  afterSend(fn: () => void): void;
 }
 export type UnaryHandler = (args: any, ctx: CallContext) => Promise<Row> | Row;
 export type ServerStreamHandler = (args: any, ctx: CallContext) => AsyncIterable<Row>;
@@ -76,7 +75,7 @@ export class ServerCall {
       // Made on first use: most handlers never look at it.
       get signal() { return scope.signal; },
       deadline: scope.deadline, metadata: this.metadata, peer: this.connection.peer,
-      [AFTER_SEND]: (fn) => this.#afterSend.push(fn),
+      afterSend: (fn) => { this.#afterSend.push(fn); },
     };
     let sent: Promise<void> = Promise.resolve();
     try {

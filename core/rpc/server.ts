@@ -11,7 +11,7 @@ import { cudaReceives } from './movers/memory.ts';
 import { registerService } from './registry.ts';
 import { lookupRemote, OWNER_SERVICE, pullResultFields, setOwnerListener } from './remote.ts';
 import { Runtime } from './runtime.ts';
-import { AFTER_SEND, type CallContext, type CallEnvironment, type Handler, type MethodEntry } from './server-call.ts';
+import { type CallContext, type CallEnvironment, type Handler, type MethodEntry } from './server-call.ts';
 import { ServerSession, type SessionHost } from './server-session.ts';
 
 export interface ServerOptions {
@@ -218,7 +218,7 @@ function ownerPullEntry(): MethodEntry {
     types: {},
     handler: (args: { x: number; s: Uint8Array }, ctx: CallContext) => {
       const { tensor, pulled } = lookupRemote(args.x, args.s);
-      ctx[AFTER_SEND]?.(pulled);
+      ctx.afterSend(pulled);
       return { t: tensor };
     },
     resultsOf: (result) => pullResultFields(result.t as Tensor),

@@ -15,7 +15,7 @@ const MOVERS = ['tag', 'rma'] as const;
 const POOL = MAX_BYTES + MiB;
 
 /** An empty tensor moves nothing: inline, never staged. Anything else between two processes: EXPECTED_PATH.
- *  Results have no mover forced (`mover` undefined): in the host dry run small ones go inline. */
+ *  Without a forced mover (`mover` undefined, e.g. fill's result) small host tensors go inline in the dry run. */
 function expectTransfer(info: TransferInfo | undefined, bytes: number, mover?: string): void {
   expect(info).toBeDefined();
   expect(info!.bytes).toBe(bytes);
@@ -62,7 +62,8 @@ describe.skipIf(skipReason !== undefined)('CUDA tensors between two processes', 
                 expect(firstMismatch(y, seed)).toBe(-1);
                 const transfers = callInfo(result)!.transfers;
                 expectTransfer(transfers.find((t) => t.argument === 'x'), size, mover);
-                expectTransfer(transfers.find((t) => t.argument === 'y'), size);
+                // The caller's mover travels in the REQUEST: the result comes back the same way.
+                expectTransfer(transfers.find((t) => t.argument === 'y'), size, mover);
               } finally {
                 y.release();
               }
