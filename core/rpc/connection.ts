@@ -26,6 +26,7 @@ export interface PeerLimits {
   maxFrame: number; maxTensor: number; inline: number;
   /** receives @cuda tensors into GPU memory */ gpu: boolean;
   /** understands BATCH frames */ batch: boolean;
+  /** stages what it receives into GPU memory through host memory (its UCX cannot map CUDA) */ stages?: boolean;
 }
 
 interface QueuedFrame { kind: FrameKind; call: number; bytes: Uint8Array; resolve: () => void; reject: (error: unknown) => void }

@@ -7,6 +7,7 @@ import { FrameKind } from '../wire/frames.ts';
 import { controlTag } from '../wire/tag.ts';
 import { authProof } from './auth.ts';
 import { cudaReceives } from './movers/memory.ts';
+import { stagesCudaReceives } from './movers/staging.ts';
 import { Connection, type FrameHandler } from './connection.ts';
 import type { FrameSink } from './dispatcher.ts';
 import { DEFAULT_FRAME_BYTES, type Runtime } from './runtime.ts';
@@ -46,9 +47,10 @@ function admit(connection: Connection, options: HandshakeOptions): Promise<void>
       frame(kind, _call, body) {
         if (kind === FrameKind.Hello && connection.remoteId === 0) {
           connection.remoteId = body.conn as number;
-          connection.peerLimits = { maxFrame: body.maxFrame as number, maxTensor: body.maxTensor as number, inline: body.inline as number, gpu: body.gpu === true, batch: body.batch === true };
+          connection.peerLimits = { maxFrame: body.maxFrame as number, maxTensor: body.maxTensor as number, inline: body.inline as number, gpu: body.gpu === true, batch: body.batch === true, stages: body.stg === true };
           const challenge = body.chal as Uint8Array | undefined;
           const auth: Record<string, unknown> = { conn: connection.localId, live: options.livenessMs, gpu: cudaReceives(), batch: true, maxFrame: DEFAULT_FRAME_BYTES };
+          if (stagesCudaReceives(connection.runtime.context)) auth.stg = true;
           if (challenge !== undefined && options.token !== undefined) auth.proof = authProof(options.token, challenge, connection.remoteId, connection.localId);
           const livenessMs = Math.min(options.livenessMs, (body.live as number) || options.livenessMs);
           connection.liveness.start(livenessMs);

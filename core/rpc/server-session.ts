@@ -6,6 +6,7 @@ import { FrameKind } from '../wire/frames.ts';
 import { controlTag } from '../wire/tag.ts';
 import { newChallenge, verifyProof } from './auth.ts';
 import { cudaReceives } from './movers/memory.ts';
+import { stagesCudaReceives } from './movers/staging.ts';
 import type { Connection } from './connection.ts';
 import { CallScope } from './deadline.ts';
 import { ServerCall, type CallEnvironment, type MethodEntry } from './server-call.ts';
@@ -54,6 +55,7 @@ export class ServerSession {
     connection.liveness.start(host.livenessMs);
     const hello: Record<string, unknown> = { conn: connection.localId, maxFrame: host.limits.maxFrame, maxTensor: host.limits.maxTensor, inline: host.limits.inline, live: host.livenessMs, gpu: cudaReceives(), batch: true };
     if (this.#challenge !== undefined) hello.chal = this.#challenge;
+    if (stagesCudaReceives(connection.runtime.context)) hello.stg = true;
     connection.sendRaw(controlTag(FrameKind.Hello, 0, 0), encodeFrame(hello)).catch(() => connection.close());
   }
 
@@ -107,7 +109,7 @@ export class ServerSession {
       return;
     }
     this.#admitted = true;
-    this.connection.peerLimits = { ...this.connection.peerLimits, gpu: body.gpu === true, batch: body.batch === true };
+    this.connection.peerLimits = { ...this.connection.peerLimits, gpu: body.gpu === true, batch: body.batch === true, stages: body.stg === true };
     // Results may now be inline by the caller's choice: keep them within the client's receive buffer.
     if (typeof body.maxFrame === 'number' && Number.isSafeInteger(body.maxFrame) && body.maxFrame > 0) this.connection.peerLimits.maxFrame = body.maxFrame;
     const peerLive = typeof body.live === 'number' && body.live > 0 ? body.live : this.host.livenessMs;

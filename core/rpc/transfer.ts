@@ -8,7 +8,8 @@ import type { TensorWire } from '../wire/frames.ts';
 import type { DType, Placement } from './descriptor.ts';
 import { chooseMover, moverByName } from './movers/choose.ts';
 import { cudaReceives, memoryTypeOf, ProducerSync } from './movers/memory.ts';
-import type { MoverName, Outgoing, TransferInfo, TransferScope } from './movers/mover.ts';
+import type { Mover, MoverName, Outgoing, TransferInfo, TransferScope } from './movers/mover.ts';
+import { bounceFor, contextMapsCuda, copyTensorBytes, stagingReason } from './movers/staging.ts';
 import { transferPath } from './movers/path.ts';
 import { RemoteTensor, exposeRemote } from './remote.ts';
 
@@ -37,14 +38,18 @@ export class OutgoingTensors {
     // Where the bytes land: a receiver without CUDA takes @cuda tensors into host memory.
     const to = placement.kind === 'cuda' && connection.peerLimits.gpu ? 'cuda' : 'host';
     const mover = chooseMover(this.policy.mover, value.byteLength, from, { inline: connection.inlineBytes, maxFrame: connection.peerLimits.maxFrame });
-    const path = transferPath(mover.name, connection.endpoint, from, to, value.byteLength);
+    // Inline copies through the frame anyway; the other movers hand memory to UCX, which must be able to map it.
+    const local = mover.name === 'inline' ? undefined : stagingReason(value, connection.runtime.context);
+    const reason = local ?? (mover.name !== 'inline' && value.byteLength > 0 && to === 'cuda' && connection.peerLimits.stages
+      ? `${connection.peer} cannot receive into CUDA memory without staging` : undefined);
+    const path = reason !== undefined ? 'staged' : transferPath(mover.name, connection.endpoint, from, to, value.byteLength);
     if (this.policy.noStaging && path === 'staged') {
-      throw new GdrpcError(Code.FAILED_PRECONDITION, `${where}: ${from} -> ${to} over ${connection.peer} would stage through host memory (noStaging)`, { path });
+      throw new GdrpcError(Code.FAILED_PRECONDITION, `${where}: ${from} -> ${to} over ${connection.peer} would stage through host memory (noStaging)${reason !== undefined ? `: ${reason}` : ''}`, { path });
     }
     if (value.byteLength > connection.peerLimits.maxTensor) {
       throw new GdrpcError(Code.RESOURCE_EXHAUSTED, `${where}: ${value.byteLength} bytes exceed the peer's tensor limit of ${connection.peerLimits.maxTensor}`);
     }
-    const outgoing = mover.prepare(value, this.scope);
+    const outgoing = local !== undefined ? stagedOutgoing(value, mover, this.scope) : mover.prepare(value, this.scope);
     this.#outgoing.push(outgoing);
     this.transfers.push({ argument: where, bytes: value.byteLength, mover: mover.name, path });
     return outgoing.wire;
@@ -89,9 +94,11 @@ export class IncomingTensors {
     if (wire.m === 'h') return new RemoteTensor(wire);
     if (this.limits.noStaging) {
       const to = placement.kind === 'cuda' && cudaReceives() ? 'cuda' : 'host';
-      const path = transferPath(MOVER_OF[wire.m], this.scope.connection.endpoint, wire.mt === 'cuda' ? 'cuda' : 'host', to, wire.n);
+      const context = this.scope.connection.runtime.context;
+      const local = wire.n > 0 && wire.m !== 'i' && to === 'cuda' && !contextMapsCuda(context);
+      const path = local ? 'staged' : transferPath(MOVER_OF[wire.m], this.scope.connection.endpoint, wire.mt === 'cuda' ? 'cuda' : 'host', to, wire.n);
       if (path === 'staged') {
-        throw new GdrpcError(Code.FAILED_PRECONDITION, `${where}: ${wire.mt} -> ${to} from ${this.scope.connection.peer} would stage through host memory (noStaging)`, { path });
+        throw new GdrpcError(Code.FAILED_PRECONDITION, `${where}: ${wire.mt} -> ${to} from ${this.scope.connection.peer} would stage through host memory (noStaging)${local ? ': this UCX cannot register CUDA memory' : ''}`, { path });
       }
     }
     if (wire.n > this.limits.maxTensor) {
@@ -118,11 +125,19 @@ export class IncomingTensors {
         return;
       }
       this.allocated.push(dest);
+      const reason = mover.name === 'inline' ? undefined : stagingReason(dest, this.scope.connection.runtime.context);
+      if (reason !== undefined && this.limits.noStaging) {
+        failure ??= new GdrpcError(Code.FAILED_PRECONDITION, `${pending.where}: receiving into ${dest.device} would stage through host memory (noStaging): ${reason}`, { path: 'staged' });
+        await mover.refuse(pending.wire, this.scope);
+        return;
+      }
       try {
-        await mover.receive(pending.wire, dest, this.scope);
+        if (reason !== undefined) await stagedReceive(mover, pending.wire, dest, this.scope);
+        else await mover.receive(pending.wire, dest, this.scope);
         received.set(pending, dest);
         const from = pending.wire.mt === 'cuda' ? 'cuda' : 'host';
-        this.transfers.push({ argument: pending.where, bytes: pending.wire.n, mover: mover.name, path: transferPath(mover.name, this.scope.connection.endpoint, from, memoryTypeOf(dest), pending.wire.n) });
+        const path = reason !== undefined ? 'staged' : transferPath(mover.name, this.scope.connection.endpoint, from, memoryTypeOf(dest), pending.wire.n);
+        this.transfers.push({ argument: pending.where, bytes: pending.wire.n, mover: mover.name, path });
       } catch (error) {
         failure ??= error;
       }
@@ -136,6 +151,32 @@ export class IncomingTensors {
 
   releaseAll(): void {
     for (const tensor of this.allocated.splice(0)) tensor.release();
+  }
+}
+
+/** Sends `tensor` through a host bounce: copied out now (the frame's descriptor then names host
+ *  memory, which is what UCX reads), the bounce released once the mover is done with it. */
+function stagedOutgoing(tensor: Tensor, mover: Mover, scope: TransferScope): Outgoing {
+  const bounce = bounceFor(tensor, scope.connection.runtime);
+  let outgoing: Outgoing;
+  try {
+    copyTensorBytes(bounce, tensor);
+    outgoing = mover.prepare(bounce, scope);
+  } catch (error) {
+    bounce.release();
+    throw error;
+  }
+  return { wire: outgoing.wire, start: () => outgoing.start().finally(() => bounce.release()) };
+}
+
+/** Receives into a host bounce, then copies into `dest`. */
+async function stagedReceive(mover: Mover, wire: TensorWire, dest: Tensor, scope: TransferScope): Promise<void> {
+  const bounce = bounceFor(dest, scope.connection.runtime);
+  try {
+    await mover.receive(wire, bounce, scope);
+    copyTensorBytes(dest, bounce);
+  } finally {
+    bounce.release();
   }
 }
 

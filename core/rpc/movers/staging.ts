@@ -1,0 +1,65 @@
+// Staging through host memory (docs/gpu.md "Memory that UCX cannot map"): where UCX cannot take a
+// CUDA tensor as CUDA memory (a UCX without CUDA support, a pool it could not map as 'cuda'), the
+// bytes go through a bounce tensor in the process's pinned host pool: device -> bounce before a
+// send, bounce -> device after a receive. Each side decides for its own memory; the path is then
+// 'staged', and a call that demands noStaging is refused before anything moves.
+import { cuda } from '../../cuda.ts';
+import type { Tensor } from '../../tensor/index.ts';
+import type { Context } from '../../ucx/index.ts';
+import type { Runtime } from '../runtime.ts';
+
+/** Size of the process's pinned bounce pool; larger tensors register a one-off bounce (counted). */
+export const STAGING_POOL_BYTES = 64 << 20;
+
+let hostStaging = false;
+
+/** Internal, for tests on machines without a GPU: stage host tensors too (non-inline, non-empty),
+ *  through an ordinary host bounce, so that the staging logic runs end to end on host memory. */
+export function setHostStagingForTests(on: boolean): void {
+  hostStaging = on;
+}
+
+// ucp_context_query does not change for a context's life.
+const canMap = new WeakMap<Context, boolean>();
+/** Whether this UCX context can register CUDA memory at all. */
+export function contextMapsCuda(context: Context): boolean {
+  let answer = canMap.get(context);
+  if (answer === undefined) {
+    answer = context.memoryTypes().includes('cuda');
+    canMap.set(context, answer);
+  }
+  return answer;
+}
+
+/** Why `tensor` cannot be handed to UCX as it is and must go through a host bounce, or undefined. */
+export function stagingReason(tensor: Tensor, context: Context): string | undefined {
+  if (tensor.byteLength === 0) return undefined;
+  if (tensor.device === 'cpu') return hostStaging ? 'host staging forced for tests' : undefined;
+  const pool = tensor.pool;
+  if (pool?.staged === true) return `its pool on ${tensor.device} is not mapped by UCX: ${pool.stagingReason ?? 'unknown reason'}`;
+  if (tensor.span() !== undefined) return undefined;
+  if (!contextMapsCuda(context)) return `this UCX cannot register CUDA memory (it supports ${context.memoryTypes().join(', ')})`;
+  return undefined;
+}
+
+/** Whether this process stages what it receives into GPU memory (announced to peers as `stg`). */
+export function stagesCudaReceives(context: Context): boolean {
+  return cuda.available() && cuda.deviceCount() > 0 && !contextMapsCuda(context);
+}
+
+/** A host tensor shaped like `like`, from the process's bounce pool (pinned where CUDA exists). */
+export function bounceFor(like: Tensor, runtime: Runtime): Tensor {
+  const pinned = cuda.available();
+  return runtime.pool('cpu', { bytes: STAGING_POOL_BYTES, allowOverflow: true, ...(pinned ? { pinned: true } : {}) })
+    .allocate([...like.shape], like.dtype);
+}
+
+/** Copies all bytes of `src` into `dst` (same length), host or device on either side; synchronous. */
+export function copyTensorBytes(dst: Tensor, src: Tensor): void {
+  if (src.byteLength === 0) return;
+  if (dst.device === 'cpu' && src.device === 'cpu') {
+    dst.bytes().set(src.bytes());
+    return;
+  }
+  cuda.copy(dst.device === 'cpu' ? dst.bytes() : dst.address, src.device === 'cpu' ? src.bytes() : src.address, src.byteLength);
+}
