@@ -22,7 +22,9 @@ export PATH=/tmp/gdrpc-node:$PATH
 # NVLink multicast stays off on shared machines.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv > "$out/gpus.csv" 2>&1 || true
-timeout 60 node bin/gdrpc.js info --json > "$out/info.json" 2> "$out/info.err"; cat "$out/info.json" "$out/info.err"
+# At most 8 files come back from the device machine: keep to gpus.csv, info.json, doctor.txt,
+# tests.json, tests.log, bench-gpu.json, bench-gpu.svg, bench.log.
+timeout 60 node bin/gdrpc.js info --json > "$out/info.json"; cat "$out/info.json"
 timeout 120 node bin/gdrpc.js doctor > "$out/doctor.txt" 2>&1; cat "$out/doctor.txt"
 
 # Every phase is bounded (the device allows 10 minutes per command): a hung peer ends the phase,
@@ -31,7 +33,7 @@ tests_limit=${GDRPC_GPU_TESTS_TIMEOUT:-420}
 bench_limit=${GDRPC_GPU_BENCH_TIMEOUT:-420}
 status=0
 if [ "$what" = tests ] || [ "$what" = all ]; then
-  timeout -k 10 "$tests_limit" node node_modules/vitest/vitest.mjs run test/gpu test/native test/tensor --reporter=default \
+  timeout -k 10 "$tests_limit" node node_modules/vitest/vitest.mjs run test/gpu test/native test/tensor test/rpc/cuda.test.ts --reporter=default \
     --reporter=json --outputFile.json="$out/tests.json" "$@" 2>&1 | tee "$out/tests.log"
   status=${PIPESTATUS[0]}
 fi
