@@ -68,9 +68,12 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
   #session: ClientSession | undefined;
   #connecting: Promise<ClientSession> | undefined;
   #closed = false;
+  /** Only a poolBytes the caller gave grows the process pool; the default does not. */
+  readonly #explicitPoolBytes: boolean;
 
   private constructor(runtime: Runtime, host: string, port: number, options: ClientOptions) {
     super();
+    this.#explicitPoolBytes = options.poolBytes !== undefined && options.poolBytes > 0;
     this.#runtime = runtime;
     this.#host = host;
     this.#port = port;
@@ -199,11 +202,11 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
     }
   }
 
-  /** The process's mapped pool on `device` (processPool; at least this client's poolBytes): tensors allocated from it are sent without a registration per call and can be
+  /** The process's mapped pool on `device` (processPool; at least this client's poolBytes if given): tensors allocated from it are sent without a registration per call and can be
    *  exposed for RMA as they are. Results are received into it. It outlives this client. */
   pool(device: Device = 'cpu'): TensorPool {
     if (this.#closed) throw new GdrpcError(Code.FAILED_PRECONDITION, 'client is closed');
-    return this.#runtime.pool(device, { bytes: this.#options.poolBytes || DEFAULT_PROCESS_POOL_BYTES, allowOverflow: true });
+    return this.#runtime.pool(device, { bytes: this.#options.poolBytes || DEFAULT_PROCESS_POOL_BYTES, allowOverflow: true, grow: this.#explicitPoolBytes });
   }
 
   /** Cancels calls in flight and closes the connection. The process pools stay (see pool()). */

@@ -12,12 +12,12 @@ export const DEFAULT_PROCESS_POOL_BYTES = 64 << 20;
 let held: Runtime | undefined;
 
 /** The process's shared pool on `device`, the one clients receive results into: mapped with UCX
- *  once, created on first use (default 64 MiB; a request for more bytes than it has makes a larger
+ *  once, created on first use (default 64 MiB; an explicit `bytes` larger than it has makes a larger
  *  one; overflow allowed unless the creator says otherwise). Pools outlive clients;
  *  closeProcessPools(), once no Client or Server is left, closes them. */
 export function processPool(device: Device = 'cpu', options: { bytes?: number; allowOverflow?: boolean } = {}): TensorPool {
   held ??= Runtime.acquire();
-  return held.pool(device, { bytes: options.bytes ?? DEFAULT_PROCESS_POOL_BYTES, allowOverflow: options.allowOverflow ?? true });
+  return held.pool(device, { bytes: options.bytes ?? DEFAULT_PROCESS_POOL_BYTES, allowOverflow: options.allowOverflow ?? true, grow: options.bytes !== undefined });
 }
 
 /** A pool of the caller's own on the process's UCX context (arguments, handler-made results),

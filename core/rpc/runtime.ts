@@ -38,13 +38,13 @@ export class Runtime {
     return runtime;
   }
 
-  /** The process's pool on `device` (pinned host memory with `pinned`), created on first use. A
-   *  request for more bytes than the current pool has makes a larger one that later requests get;
+  /** The process's pool on `device` (pinned host memory with `pinned`), created on first use with
+   *  `bytes`. With `grow`, a request for more bytes than it has makes a larger one that later requests get;
    *  the smaller stays until the runtime closes (its tensors may be live, a peer may map it). */
-  pool(device: Device, options: { bytes: number; allowOverflow?: boolean; pinned?: boolean }): TensorPool {
+  pool(device: Device, options: { bytes: number; allowOverflow?: boolean; pinned?: boolean; grow?: boolean }): TensorPool {
     const key = options.pinned === true ? `${device}+pinned` : device;
     let pool = this.#pools.get(key);
-    if (pool === undefined || pool.closed || pool.stats().capacity < options.bytes) {
+    if (pool === undefined || pool.closed || (options.grow === true && pool.stats().capacity < options.bytes)) {
       pool = this.createPool({ device, bytes: options.bytes, allowOverflow: options.allowOverflow ?? true, ...(options.pinned === true ? { pinned: true } : {}) });
       this.#pools.set(key, pool);
     }
