@@ -254,7 +254,13 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
   /** Encodes and sends a REQUEST or STREAM_ITEM with its tensors; returns the transfers. */
   async #send(session: ClientSession, id: number, kind: FrameKind, method: MethodDescriptor, values: Row, options: CallOptions, scope: CallScope, awaitTransfers: boolean, seq = 0, window?: number): Promise<TransferInfo[]> {
     const out = new OutgoingTensors({ connection: session.connection, call: id }, { mover: options.mover ?? 'auto', noStaging: options.noStaging ?? false });
-    const encoded = encodeFields(method.args, values, typesOf(method.service), out.encode, '');
+    let encoded: Row;
+    try {
+      encoded = encodeFields(method.args, values, typesOf(method.service), out.encode, '');
+    } catch (error) {
+      out.discard();
+      throw error;
+    }
     let frame: Row;
     if (kind === FrameKind.Request) {
       frame = { svc: method.service, m: method.name, a: encoded };
@@ -266,10 +272,11 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
     } else {
       frame = { seq, a: encoded };
     }
+    if (scope.aborted) out.discard();
     scope.throwIfAborted();
     // Once the frame is on its way the server expects the bytes it announces, abort or not.
     const frameSent = session.connection.send(kind, id, frame);
-    const moving = frameSent.then(() => out.start());
+    const moving = frameSent.then(() => out.start(), (error: unknown) => { out.discard(); throw error; });
     moving.catch(() => { /* surfaced through the call's own failure */ });
     // A frame without tensors is not waited for: the answer cannot come before it left, and a
     // failed send fails the connection, hence the call.

@@ -81,7 +81,8 @@ export class RemoteTensor {
     }
     const allocate = into !== undefined ? () => into
       : options.pool !== undefined ? (shape: number[], dtype: DType) => options.pool!.allocate(shape, dtype) : undefined;
-    // No pool: the client is closed right after, and a pool would take the pulled tensor with it.
+    // No pool unless the caller gave one: a process that only pulls should not map a 64 MiB pool
+    // for it (a one-off registration per pull instead; pass `pool` to avoid it).
     const client = await Client.connect(this.owner, { poolBytes: 0 });
     try {
       const result = await client.unary(method, { x: this.wire.x!, s: this.wire.s! }, { [ALLOCATE]: allocate });

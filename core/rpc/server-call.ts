@@ -189,7 +189,7 @@ export class ServerCall {
       frameSent.catch(() => {});
       return { moving: frameSent.then(() => {}, () => {}) };
     }
-    await frameSent;
+    await frameSent.catch((error: unknown) => { out.tensors.discard(); throw error; });
     return { moving: this.#startTransfers(out.tensors) };
   }
 
@@ -205,7 +205,8 @@ export class ServerCall {
         if (next.done) break;
         this.#credit -= 1;
         const out = this.#encode(FrameKind.StreamItem, next.value);
-        await this.connection.send(FrameKind.StreamItem, this.id, { seq, a: out.encoded });
+        await this.connection.send(FrameKind.StreamItem, this.id, { seq, a: out.encoded })
+          .catch((error: unknown) => { out.tensors.discard(); throw error; });
         seq += 1;
         // One item's bytes at a time: a slow reader slows the producer instead of filling memory.
         await this.scope.race(this.#startTransfers(out.tensors));
@@ -225,7 +226,12 @@ export class ServerCall {
       throw new GdrpcError(Code.INTERNAL, `handler of ${this.entry.method.service}/${this.entry.method.name} returned bad results: ${GdrpcError.from(error).rawMessage}`);
     }
     const tensors = new OutgoingTensors({ connection: this.connection, call: this.id }, this.policy);
-    return { encoded: encodeFields(fields, result, this.entry.types, tensors.encode, ''), tensors };
+    try {
+      return { encoded: encodeFields(fields, result, this.entry.types, tensors.encode, ''), tensors };
+    } catch (error) {
+      tensors.discard();
+      throw error;
+    }
   }
 
   #startTransfers(tensors: OutgoingTensors): Promise<void> {

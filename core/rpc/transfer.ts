@@ -24,6 +24,8 @@ export class OutgoingTensors {
   readonly #outgoing: Outgoing[] = [];
   /** One device synchronization per frame, before the first CUDA tensor of a device is sent or exposed. */
   readonly #sync = new ProducerSync();
+  /** Bounces to give back if the frame never leaves. */
+  readonly #discards: Array<() => void> = [];
 
   constructor(private readonly scope: TransferScope, private readonly policy: SendPolicy) {}
 
@@ -49,14 +51,28 @@ export class OutgoingTensors {
     if (value.byteLength > connection.peerLimits.maxTensor) {
       throw new GdrpcError(Code.RESOURCE_EXHAUSTED, `${where}: ${value.byteLength} bytes exceed the peer's tensor limit of ${connection.peerLimits.maxTensor}`);
     }
-    const outgoing = local !== undefined ? stagedOutgoing(value, mover, this.scope) : mover.prepare(value, this.scope);
+    let outgoing: Outgoing;
+    if (local !== undefined) {
+      const staged = stagedOutgoing(value, mover, this.scope);
+      this.#discards.push(staged.discard);
+      outgoing = staged;
+    } else {
+      outgoing = mover.prepare(value, this.scope);
+    }
     this.#outgoing.push(outgoing);
     this.transfers.push({ argument: where, bytes: value.byteLength, mover: mover.name, path });
     return outgoing.wire;
   };
 
+  /** Gives back what encode took for staging when the frame will not be sent (encoding failed
+   *  midway, the call was aborted, the send failed); no-op for transfers already started. */
+  discard(): void {
+    for (const discard of this.#discards.splice(0)) discard();
+  }
+
   /** Starts every transfer (after the frame went out); resolves when the memory may be reused. */
   start(): Promise<void> {
+    this.#discards.length = 0;
     if (this.#outgoing.length === 0) return Promise.resolve();
     return Promise.all(this.#outgoing.map((outgoing) => outgoing.start())).then(() => undefined);
   }
@@ -156,7 +172,7 @@ export class IncomingTensors {
 
 /** Sends `tensor` through a host bounce: copied out now (the frame's descriptor then names host
  *  memory, which is what UCX reads), the bounce released once the mover is done with it. */
-function stagedOutgoing(tensor: Tensor, mover: Mover, scope: TransferScope): Outgoing {
+function stagedOutgoing(tensor: Tensor, mover: Mover, scope: TransferScope): Outgoing & { discard(): void } {
   const bounce = bounceFor(tensor, scope.connection.runtime);
   let outgoing: Outgoing;
   try {
@@ -166,7 +182,16 @@ function stagedOutgoing(tensor: Tensor, mover: Mover, scope: TransferScope): Out
     bounce.release();
     throw error;
   }
-  return { wire: outgoing.wire, start: () => outgoing.start().finally(() => bounce.release()) };
+  let started = false;
+  return {
+    wire: outgoing.wire,
+    start: () => {
+      started = true;
+      return outgoing.start().finally(() => bounce.release());
+    },
+    // The frame never left: nobody will read the bounce (an RMA exposure goes with the call).
+    discard: () => { if (!started) bounce.release(); },
+  };
 }
 
 /** Receives into a host bounce, then copies into `dest`. */
