@@ -152,7 +152,8 @@ export class IncomingTensors {
         else await mover.receive(pending.wire, dest, this.scope);
         received.set(pending, dest);
         const from = pending.wire.mt === 'cuda' ? 'cuda' : 'host';
-        const path = reason !== undefined ? 'staged' : transferPath(mover.name, this.scope.connection.endpoint, from, memoryTypeOf(dest), pending.wire.n);
+        const stagedBySender = (pending.wire as { st?: unknown }).st === true;
+        const path = reason !== undefined || stagedBySender ? 'staged' : transferPath(mover.name, this.scope.connection.endpoint, from, memoryTypeOf(dest), pending.wire.n);
         this.transfers.push({ argument: pending.where, bytes: pending.wire.n, mover: mover.name, path });
       } catch (error) {
         failure ??= error;
@@ -183,8 +184,9 @@ function stagedOutgoing(tensor: Tensor, mover: Mover, scope: TransferScope): Out
     throw error;
   }
   let started = false;
+  // `st` tells the receiver the bytes went through host memory on this side (docs/wire.md).
   return {
-    wire: outgoing.wire,
+    wire: Object.assign(outgoing.wire, { st: true }),
     start: () => {
       started = true;
       return outgoing.start().finally(() => bounce.release());

@@ -3,7 +3,7 @@
 // UCX cannot map GPU memory. Contents must survive, paths read 'staged', and noStaging refuses on
 // either side (the caller's sends and receipts, the server's receipts and results).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { callInfo, Client, Code, GdrpcError, processPool, closeProcessPools, type Tensor } from '../../core/index.ts';
+import { callInfo, Client, Code, GdrpcError, processPool, closeProcessPools, shutdownOwner, type Tensor } from '../../core/index.ts';
 import { setHostStagingForTests } from '../../core/rpc/movers/staging.ts';
 import { Echo } from './fixtures/services.ts';
 import { killAll, startServer, type Peer } from './fixtures/peers.ts';
@@ -29,6 +29,7 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   setHostStagingForTests(false);
+  await shutdownOwner();
   await closeProcessPools();
   await killAll();
 });
@@ -57,6 +58,21 @@ describe('staging through host memory (forced on host tensors)', () => {
     }
   });
 
+  it('a remote handle owned by a staging process is pulled through its bounce, exact', async () => {
+    setHostStagingForTests(true);
+    const client = await Client.connect(plain.address);
+    try {
+      const h = patterned(256 * KiB, 11);
+      const expected = h.bytes().reduce((sum, byte) => sum + byte, 0);
+      const result = await client.unary(Echo.methods.pullSum!, { h });
+      expect(result.sum).toBe(expected);
+      await expect.poll(() => processPool('cpu').stats().used, { timeout: 5000 }).toBe(0);
+    } finally {
+      setHostStagingForTests(false);
+      await client.close();
+    }
+  });
+
   it('noStaging refuses the caller\'s staged argument before anything is sent', async () => {
     setHostStagingForTests(true);
     const client = await Client.connect(plain.address);
@@ -79,6 +95,8 @@ describe('staging through host memory (forced on host tensors)', () => {
       // Staging allowed: the server stages both ways, the caller does not.
       const ok = await client.unary(Echo.methods.echo!, { x, tag: 'ok' }, { mover: 'tag' });
       expect((ok.y as Tensor).equals(x)).toBe(true);
+      // The caller reports its own side for x; y says it was staged by the server (`st`).
+      expect(callInfo(ok)!.transfers.map((t) => `${t.argument}:${t.path}`)).toEqual(['x:shm', 'y:staged']);
       (ok.y as Tensor).release();
 
       const before = await runs(client);
