@@ -114,12 +114,25 @@ describe('movers and paths', () => {
     expect(transferPath('tag', endpoint('cuda_ipc', 'sysv'), 'cuda', 'cuda')).toBe('cuda_ipc');
     expect(transferPath('tag', endpoint('rc_mlx5'), 'cuda', 'host')).toBe('rdma');
     expect(transferPath('tag', endpoint('tcp', 'sysv'), 'cuda', 'cuda')).toBe('staged');
-    expect(transferPath('rma', endpoint('cuda_ipc', 'sysv'), 'cuda', 'cuda')).toBe('staged');
     expect(transferPath('inline', endpoint('cuda_ipc'), 'cuda', 'host')).toBe('staged');
     expect(transferPath('inline', endpoint('tcp'), 'host', 'host')).toBe('inline');
     // Empty tensors move nothing: inline whatever the memory, so noStaging never refuses them.
     expect(transferPath('inline', endpoint('cuda_ipc'), 'cuda', 'cuda', 0)).toBe('inline');
     expect(transferPath('rma', endpoint('tcp'), 'cuda', 'host', 0)).toBe('inline');
     expect(transferPath('inline', endpoint('cuda_ipc'), 'cuda', 'cuda', 1)).toBe('staged');
+  });
+
+  it('reports RMA on GPU memory as cuda_ipc only when cuda_ipc GET is forced on', () => {
+    const saved = process.env.UCX_CUDA_IPC_ENABLE_GET_ZCOPY;
+    try {
+      process.env.UCX_CUDA_IPC_ENABLE_GET_ZCOPY = 'y';
+      expect(transferPath('rma', endpoint('cuda_ipc', 'sysv'), 'cuda', 'cuda')).toBe('cuda_ipc');
+      expect(transferPath('rma', endpoint('tcp', 'sysv'), 'cuda', 'cuda')).toBe('staged');
+      process.env.UCX_CUDA_IPC_ENABLE_GET_ZCOPY = 'auto';
+      expect(transferPath('rma', endpoint('cuda_ipc', 'sysv'), 'cuda', 'cuda')).toBe('staged');
+    } finally {
+      if (saved === undefined) delete process.env.UCX_CUDA_IPC_ENABLE_GET_ZCOPY;
+      else process.env.UCX_CUDA_IPC_ENABLE_GET_ZCOPY = saved;
+    }
   });
 });

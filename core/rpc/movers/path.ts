@@ -18,6 +18,11 @@ function transportsOf(endpoint: Endpoint): Set<string> {
   return names;
 }
 
+/** Whether UCX was told to enable cuda_ipc GET zero-copy whatever NVML says about NVLink. */
+function cudaIpcGet(): boolean {
+  return /^(y|yes|on|1|true)$/i.test(process.env.UCX_CUDA_IPC_ENABLE_GET_ZCOPY ?? '');
+}
+
 /** The path of a transfer of `bytes` by `mover` over `endpoint` between memory types `from` and `to`. */
 export function transferPath(mover: MoverName, endpoint: Endpoint, from: 'host' | 'cuda', to: 'host' | 'cuda', bytes = 1): TransferPath {
   // Nothing moves for an empty tensor, whatever memory it names: never staged, never refused.
@@ -28,8 +33,11 @@ export function transferPath(mover: MoverName, endpoint: Endpoint, from: 'host' 
   if (from === 'cuda' || to === 'cuda') {
     // UCX 1.22 does not put cuda_ipc on RMA lanes: an H200 measured 0.9 GB/s for a 64 MiB ucp_get
     // between two processes against 380 GB/s for the same bytes by tag (cuda_ipc zero-copy, seen
-    // with UCX_PROTO_INFO=used). RMA on GPU memory is therefore staged unless RDMA (GDR) is there.
+    // with UCX_PROTO_INFO=used). RMA on GPU memory is therefore staged unless RDMA (GDR) is there
+    // or UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y overrides UCX's NVLink check (the cause of that figure).
     if (mover === 'tag' && names.has('cuda_ipc')) return 'cuda_ipc';
+    // With GET forced on (docs/gpu.md "UCX settings"), cuda_ipc serves ucp_get zero-copy too.
+    if (mover === 'rma' && names.has('cuda_ipc') && cudaIpcGet()) return 'cuda_ipc';
     if (rdma) return 'rdma';
     return 'staged';
   }
