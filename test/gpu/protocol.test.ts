@@ -27,7 +27,8 @@ describe.skipIf(skipReason !== undefined)('protocols UCX used', () => {
         const client = await side.connect(server.address, { poolBytes: SIZE + MiB });
         const x = side.pool.allocate([SIZE], 'u8');
         fillTensor(x, 3);
-        // Arguments by tag (server receives), by RMA (server reads with ucp_get), results by tag (server sends).
+        // The result follows the caller's mover: tag echo = server receives and sends by tag; RMA echo =
+        // server reads with ucp_get and exposes its result (the client's get is not in this table).
         for (const mover of ['tag', 'rma'] as const) {
           const result = await client.unary(side.service.methods.echo!, { x }, { mover });
           (result.y as Tensor).release();
