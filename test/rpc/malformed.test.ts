@@ -45,6 +45,8 @@ describe('malformed input', () => {
     ['an unknown dtype', (raw) => raw.sendBody(FrameKind.Request, 3, echoRequest({ dt: 'q7', sh: [4], n: 4, mt: 'host', m: 'i', b: new Uint8Array(4) })), Code.INVALID_ARGUMENT],
     ['a scalar of the wrong type', (raw) => raw.sendBody(FrameKind.Request, 3, { svc: Echo.name, m: 'ping', a: { n: 'seven' } }), Code.INVALID_ARGUMENT],
     ['a huge tag tensor (limit before allocation)', (raw) => raw.sendBody(FrameKind.Request, 3, echoRequest({ dt: 'u8', sh: [2 ** 40], n: 2 ** 40, mt: 'host', m: 't', x: 5 })), Code.RESOURCE_EXHAUSTED],
+    ['an unknown mover in the REQUEST', (raw) => raw.sendBody(FrameKind.Request, 3, { svc: Echo.name, m: 'ping', a: { n: 1 }, mv: 'teleport' }), Code.INVALID_ARGUMENT],
+    ['a noStaging that is not a boolean', (raw) => raw.sendBody(FrameKind.Request, 3, { svc: Echo.name, m: 'ping', a: { n: 1 }, ns: 1 }), Code.INVALID_ARGUMENT],
     ['a frame over the frame limit', (raw) => raw.sendBody(FrameKind.Request, 3, { svc: Echo.name, m: 'ping', a: { n: 1 }, pad: new Uint8Array(100 * 1024) }), Code.RESOURCE_EXHAUSTED],
   ];
   for (const [name, send, code] of callErrors) {
