@@ -4,6 +4,7 @@
 import { MemoryRegion, type Context, type MemorySpan, type TagBuffer } from '../../ucx/index.ts';
 import type { Tensor } from '../../tensor/index.ts';
 import { cuda } from '../../cuda.ts';
+import { Code, GdrpcError } from '../../errors.ts';
 
 let oneOffRegistrations = 0;
 
@@ -27,7 +28,15 @@ export function mappedSpan(tensor: Tensor, context: Context): { span: MemorySpan
   const span = tensor.span();
   if (span !== undefined) return { span, release: () => {} };
   oneOffRegistrations += 1;
-  const region = MemoryRegion.map(context, { address: tensor.address, length: tensor.byteLength, memoryType: memoryTypeOf(tensor) });
+  const memoryType = memoryTypeOf(tensor);
+  const region = MemoryRegion.map(context, { address: tensor.address, length: tensor.byteLength, memoryType });
+  // What UCX detected (ucp_mem_query), not what was asked: a device pointer treated as host memory
+  // would be read by the CPU. staging.ts stages such tensors before they get here; this is the guard.
+  if (memoryType === 'cuda' && region.memoryType !== 'cuda') {
+    const detected = region.memoryType;
+    region.close();
+    throw new GdrpcError(Code.FAILED_PRECONDITION, `UCX mapped ${tensor.byteLength} bytes of ${tensor.device} memory as '${detected}', not '${memoryType}': cannot move it without staging`);
+  }
   return { span: region.span(0, tensor.byteLength), release: () => region.close() };
 }
 
