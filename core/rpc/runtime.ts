@@ -67,7 +67,14 @@ export class Runtime {
     if (this.#users > 0) return;
     if (Runtime.#shared === this) Runtime.#shared = undefined;
     // Tensors still held by the application become released (their memory goes with the context).
-    for (const pool of this.#all) pool.close({ force: true });
+    for (const pool of this.#all) {
+      // A region UCX still uses cannot be unmapped; the worker must close regardless.
+      try {
+        pool.close({ force: true });
+      } catch (error) {
+        process.emitWarning(`closing the process pool on ${pool.device}: ${(error as Error).message}`, { code: 'GDRPC_POOL_CLOSE' });
+      }
+    }
     this.#all.clear();
     this.#pools.clear();
     this.#closing ??= (async () => {
