@@ -19,11 +19,11 @@ export const UCX_DEFAULTS: Record<string, string> = {
   // PEER error mode otherwise excludes the shared-memory transports (posix, sysv) from every
   // endpoint: two processes on one node would talk over TCP loopback.
   UCX_MM_ERROR_HANDLING: 'y',
-  // UCX's default "bistro" mode patches the code of libc's mmap/munmap while other threads run;
-  // in Node (V8 compiler and GC threads) that crashed one peer process in ~10 with SIGSEGV during
-  // connection set-up. "reloc" patches the symbol tables instead and keeps the memory events the
-  // registration cache needs (docs/binding.md has the measurements). Read when the addon loads.
-  UCX_MEM_MMAP_HOOK_MODE: 'reloc',
+  // UCX's memory hooks (patched mmap/munmap and malloc) are not safe in Node's multi-threaded
+  // process: the default "bistro" hooks crashed peers with SIGSEGV, "reloc" hooks deadlocked one
+  // in malloc (docs/binding.md has the measurements). Without memory events UCX runs without its
+  // registration cache. Read when the addon loads.
+  UCX_MEM_EVENTS: 'no',
   // Our own config keys and other tools' UCX_* variables are not errors worth a warning per process.
   UCX_WARN_UNUSED_ENV_VARS: 'n',
   // Keepalive detects a hung or vanished peer on lanes without a connection of their own (shared
