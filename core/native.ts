@@ -29,6 +29,10 @@ export const UCX_DEFAULTS: Record<string, string> = {
   // Keepalive detects a hung or vanished peer on lanes without a connection of their own (shared
   // memory): UCX's 20 s default becomes 1 s (docs/binding.md has the measurements).
   UCX_KEEPALIVE_INTERVAL: '1s',
+  // With 'auto', UCX disables cuda_ipc GET unless NVML confirms every NVLink of device 0; then
+  // ucp_get on GPU memory (the RMA mover, remote-tensor pulls) silently becomes a software copy
+  // while the endpoint still lists a cuda_ipc lane (docs/gpu.md has the sources).
+  UCX_CUDA_IPC_ENABLE_GET_ZCOPY: 'y',
 };
 
 /** Copies UCX_DEFAULTS into process.env where a variable is not already set. */
