@@ -36,11 +36,11 @@ function waitExit(child: ChildProcess): Promise<void> {
   return child.exitCode !== null ? Promise.resolve() : new Promise((r) => child.once('exit', () => r()));
 }
 
-export async function nodePingPong(tls: string, size: number, iters: number): Promise<{ samples: number[]; lanes: string[] }> {
-  const env = { ...process.env, UCX_TLS: tls };
+export async function nodePingPong(tls: string, size: number, iters: number, busyPollUs = 0): Promise<{ samples: number[]; lanes: string[] }> {
+  const env = { ...process.env, UCX_TLS: tls, GDRPC_BENCH_BUSY_POLL_US: String(busyPollUs) };
   const peer = await startPeer(join(root, 'bench/ucx-peer.ts'), ['pingpong', String(size), String(iters)], env);
   const context = Context.create({ config: { TLS: tls } });
-  const worker = Worker.create(context);
+  const worker = Worker.create(context, { busyPollUs });
   const region = MemoryRegion.map(context, new ArrayBuffer(Math.max(size, 8)));
   const span = region.span(0, size);
   const ep = Endpoint.connect(worker, { host: '127.0.0.1', port: peer.port });
@@ -65,11 +65,11 @@ export async function nodePingPong(tls: string, size: number, iters: number): Pr
   return { samples, lanes };
 }
 
-export async function nodeStream(tls: string, size: number, iters: number): Promise<number> {
-  const env = { ...process.env, UCX_TLS: tls };
+export async function nodeStream(tls: string, size: number, iters: number, busyPollUs = 0): Promise<number> {
+  const env = { ...process.env, UCX_TLS: tls, GDRPC_BENCH_BUSY_POLL_US: String(busyPollUs) };
   const peer = await startPeer(join(root, 'bench/ucx-peer.ts'), ['stream', String(size), String(iters)], env);
   const context = Context.create({ config: { TLS: tls } });
-  const worker = Worker.create(context);
+  const worker = Worker.create(context, { busyPollUs });
   const region = MemoryRegion.map(context, new ArrayBuffer(size));
   const span = region.span(0, size);
   const ep = Endpoint.connect(worker, { host: '127.0.0.1', port: peer.port });
@@ -142,8 +142,16 @@ const LAT_ITERS = 20_000;
 const BW_SIZES = [64 * 1024, 1 << 20, 64 << 20];
 
 function bwIters(size: number): number {
-  return Math.max(20, Math.min(20_000, Math.floor((4 << 30) / size / 4)));
+  return Math.max(20, Math.min(4000, Math.floor((4 << 30) / size / 4)));
 }
+
+/** `npm run bench -- ucx`: binding vs ucx_perftest, per transport. */
+/** Progress modes of the binding: event-driven (the default) and a busy-poll window, which is
+ *  how ucx_perftest itself runs. */
+const MODES = [
+  { system: 'gdrpc-binding', busyPollUs: 0 },
+  { system: 'gdrpc-binding-busypoll', busyPollUs: 1000 },
+];
 
 /** `npm run bench -- ucx`: binding vs ucx_perftest, per transport. */
 export async function runUcxBench(_opts: { json?: string }): Promise<object> {
@@ -151,34 +159,40 @@ export async function runUcxBench(_opts: { json?: string }): Promise<object> {
   const results: BenchResult[] = [];
   const ratios: Array<Record<string, unknown>> = [];
   for (const [transport, tls] of Object.entries(TRANSPORTS)) {
-    const pingpong = await nodePingPong(tls, LAT_SIZE, LAT_ITERS);
-    const lat = pingpong.samples.slice(1000).sort((a, b) => a - b);
-    const node = row('gdrpc-binding', `tag_pingpong_rtt/${transport}`, LAT_SIZE,
-      { lanes: pingpong.lanes, p50_us: percentile(lat, 50), p99_us: percentile(lat, 99), ops_per_s: 1e6 / (lat.reduce((a, b) => a + b, 0) / lat.length) });
-    results.push(node);
+    const perf = new Map<string, number>();
     if (home) {
       // tag_lat reports half a round trip: double it to compare round trips.
       const p50 = (await perftest(home, tls, 'tag_lat', LAT_SIZE, LAT_ITERS, 50))[1]! * 2;
       const p99 = (await perftest(home, tls, 'tag_lat', LAT_SIZE, LAT_ITERS, 99))[1]! * 2;
       results.push(row('ucx_perftest', `tag_pingpong_rtt/${transport}`, LAT_SIZE, { p50_us: p50, p99_us: p99, ops_per_s: 1e6 / p50 }));
-      ratios.push({ workload: `tag_pingpong_rtt/${transport}`, binding_over_perftest_p50: node.p50_us! / p50 });
+      perf.set('lat', p50);
+      for (const size of BW_SIZES) {
+        const f = await perftest(home, tls, 'tag_bw', size, bwIters(size), 50);
+        const gbps = f[5]! * 2 ** 20 / 1e9; // MB/s in ucx_perftest is MiB/s
+        results.push(row('ucx_perftest', `tag_bw/${transport}`, size, { gbps, ops_per_s: f[7]! }));
+        perf.set(`bw${size}`, gbps);
+      }
     }
-    for (const size of BW_SIZES) {
-      const iters = bwIters(size);
-      await nodeStream(tls, size, Math.min(iters, 10)); // warm-up run
-      const seconds = await nodeStream(tls, size, iters);
-      const gbps = (size * iters) / seconds / 1e9;
-      results.push(row('gdrpc-binding', `tag_bw/${transport}`, size, { gbps, ops_per_s: iters / seconds }));
-      if (home) {
-        const f = await perftest(home, tls, 'tag_bw', size, iters, 50);
-        const perfGbps = f[5]! * 2 ** 20 / 1e9; // MB/s in ucx_perftest is MiB/s
-        results.push(row('ucx_perftest', `tag_bw/${transport}`, size, { gbps: perfGbps, ops_per_s: f[7]! }));
-        ratios.push({ workload: `tag_bw/${transport}`, bytes: size, binding_over_perftest_gbps: gbps / perfGbps });
+    for (const { system, busyPollUs } of MODES) {
+      const pingpong = await nodePingPong(tls, LAT_SIZE, LAT_ITERS, busyPollUs);
+      const lat = pingpong.samples.slice(1000).sort((a, b) => a - b);
+      const p50 = percentile(lat, 50);
+      results.push(row(system, `tag_pingpong_rtt/${transport}`, LAT_SIZE,
+        { lanes: pingpong.lanes, p50_us: p50, p99_us: percentile(lat, 99), ops_per_s: 1e6 / (lat.reduce((a, b) => a + b, 0) / lat.length) }));
+      if (perf.has('lat')) ratios.push({ system, workload: `tag_pingpong_rtt/${transport}`, binding_over_perftest_p50: p50 / perf.get('lat')! });
+      for (const size of BW_SIZES) {
+        const iters = bwIters(size);
+        await nodeStream(tls, size, Math.min(iters, 10), busyPollUs); // warm-up run
+        const seconds = await nodeStream(tls, size, iters, busyPollUs);
+        const gbps = (size * iters) / seconds / 1e9;
+        results.push(row(system, `tag_bw/${transport}`, size, { gbps, ops_per_s: iters / seconds }));
+        const base = perf.get(`bw${size}`);
+        if (base) ratios.push({ system, workload: `tag_bw/${transport}`, bytes: size, binding_over_perftest_gbps: gbps / base });
       }
     }
   }
   for (const r of results) {
-    console.log(`${r.system.padEnd(14)} ${r.workload.padEnd(24)} ${String(r.bytes).padStart(9)}  ` +
+    console.log(`${r.system.padEnd(24)} ${r.workload.padEnd(24)} ${String(r.bytes).padStart(9)}  ` +
       (r.p50_us !== null ? `p50 ${r.p50_us.toFixed(2)} us  p99 ${r.p99_us!.toFixed(2)} us` : `${r.gbps!.toFixed(2)} GB/s`));
   }
   for (const r of ratios) console.log(JSON.stringify(r));
