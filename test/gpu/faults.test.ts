@@ -70,10 +70,10 @@ async function drained(server: GpuPeer): Promise<boolean> {
 }
 
 describe.skipIf(skipReason !== undefined)('faults during GPU transfers', () => {
-  beforeAll(() => {
+  beforeAll(async () => {
     side = openClientSide(topologies[0]!.client, LONG + MiB);
     x = side.pool.allocate([LONG], 'u8');
-    fillTensor(x, SEED);
+    await fillTensor(x, SEED);
   });
 
   for (const topology of topologies) {

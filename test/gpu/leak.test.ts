@@ -73,7 +73,7 @@ describe.skipIf(skipReason !== undefined)(`no leaks after ${CALLS} calls`, () =>
       it(`device memory, registrations and handles are back after ${CALLS} calls (${describeTopology(topology)})`, async () => {
         const seed = 41;
         const x = side.pool.allocate([SIZE], 'u8');
-        fillTensor(x, seed);
+        await fillTensor(x, seed);
         // Warm-up with a client of its own: CUDA contexts, UCX transports and caches come up here.
         const warm = await side.connect(server.address, { poolBytes: 8 * MiB });
         await work(side, warm, 40, x, seed);

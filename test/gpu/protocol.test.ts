@@ -26,7 +26,7 @@ describe.skipIf(skipReason !== undefined)('protocols UCX used', () => {
       try {
         const client = await side.connect(server.address, { poolBytes: SIZE + MiB });
         const x = side.pool.allocate([SIZE], 'u8');
-        fillTensor(x, 3);
+        await fillTensor(x, 3);
         // The result follows the caller's mover: tag echo = server receives and sends by tag; RMA echo =
         // server reads with ucp_get and exposes its result (the client's get is not in this table).
         for (const mover of ['tag', 'rma'] as const) {

@@ -53,7 +53,7 @@ describe.skipIf(skipReason !== undefined)('CUDA tensors between two processes', 
             const seed = (size % 251) + (mover === 'tag' ? 1 : 2);
             const x = side.pool.allocate([size], 'u8');
             try {
-              fillTensor(x, seed);
+              await fillTensor(x, seed);
               const result = await client.unary(side.service.methods.echo!, { x }, { mover });
               const y = result.y as Tensor;
               try {
@@ -76,7 +76,7 @@ describe.skipIf(skipReason !== undefined)('CUDA tensors between two processes', 
             const seed = (size % 241) + (mover === 'tag' ? 3 : 4);
             const x = side.pool.allocate([size], 'u8');
             try {
-              fillTensor(x, seed);
+              await fillTensor(x, seed);
               const result = await client.unary(side.service.methods.digest!, { x }, { mover });
               expect(result.n).toBe(size);
               expect(result.sha).toBe(patternDigest(size, seed));
