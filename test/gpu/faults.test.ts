@@ -102,7 +102,7 @@ describe.skipIf(skipReason !== undefined)('faults during GPU transfers', () => {
             if (!DRY_RUN) expect((await side.stats(server.address)).runs.sinkMany ?? 0).toBe(ranBefore);
             // The connection and both pools still work, contents exact.
             const digest = await client.unary(side.service.methods.digest!, { x }, { mover });
-            expect(digest.sha).toBe(patternDigest(LONG, SEED));
+            expect(digest.sha).toBe(await patternDigest(LONG, SEED));
           } finally {
             server.kill();
           }

@@ -25,7 +25,7 @@ async function work(side: ClientSide, client: Client, calls: number, x: Tensor, 
   for (let i = 0; i < calls; i += 1) {
     const result = await client.unary(side.service.methods.echo!, { x }, { mover: i % 2 === 0 ? 'tag' : 'rma' });
     const y = result.y as Tensor;
-    if (i % 100 === 0) expect(firstMismatch(y, seed)).toBe(-1);
+    if (i % 100 === 0) expect(await firstMismatch(y, seed)).toBe(-1);
     y.release();
     if (i % 20 === 19) {
       const shared = await client.unary(side.service.methods.share!, { n: SIZE, seed: 77 });

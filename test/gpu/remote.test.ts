@@ -51,7 +51,7 @@ describe.skipIf(skipReason !== undefined)('remote CUDA tensors', () => {
             expect(tensor.pool).toBe(side.pool);
             expect(tensor.device).toBe(topology.client);
             expect(side.pool.stats().liveTensors).toBe(before + 1);
-            expect(firstMismatch(tensor, seed)).toBe(-1);
+            expect(await firstMismatch(tensor, seed)).toBe(-1);
           } finally {
             tensor.release();
           }
@@ -66,7 +66,7 @@ describe.skipIf(skipReason !== undefined)('remote CUDA tensors', () => {
         const result = await toOwner.unary(side.service.methods.share!, { n: size, seed });
         const handle = result.h as RemoteTensor;
         const digest = await toThird.unary(side.service.methods.pullDigest!, { h: handle });
-        expect(digest.sha).toBe(patternDigest(size, seed));
+        expect(digest.sha).toBe(await patternDigest(size, seed));
         // The third party used up the handle; the caller cannot pull it any more.
         expect(await codeOf(handle.pull({ pool: side.pool }))).toBe(Code.NOT_FOUND);
         const stats = await side.stats(owner.address);

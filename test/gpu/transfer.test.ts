@@ -59,7 +59,7 @@ describe.skipIf(skipReason !== undefined)('CUDA tensors between two processes', 
               try {
                 expect(y.device).toBe(topology.client);
                 expect(y.shape).toEqual([size]);
-                expect(firstMismatch(y, seed)).toBe(-1);
+                expect(await firstMismatch(y, seed)).toBe(-1);
                 const transfers = callInfo(result)!.transfers;
                 expectTransfer(transfers.find((t) => t.argument === 'x'), size, mover);
                 // The caller's mover travels in the REQUEST: the result comes back the same way.
@@ -79,7 +79,7 @@ describe.skipIf(skipReason !== undefined)('CUDA tensors between two processes', 
               await fillTensor(x, seed);
               const result = await client.unary(side.service.methods.digest!, { x }, { mover });
               expect(result.n).toBe(size);
-              expect(result.sha).toBe(patternDigest(size, seed));
+              expect(result.sha).toBe(await patternDigest(size, seed));
               expectTransfer(callInfo(result)!.transfers.find((t) => t.argument === 'x'), size, mover);
             } finally {
               x.release();
@@ -95,7 +95,7 @@ describe.skipIf(skipReason !== undefined)('CUDA tensors between two processes', 
           const y = result.y as Tensor;
           try {
             expect(y.device).toBe(topology.client);
-            expect(firstMismatch(y, seed)).toBe(-1);
+            expect(await firstMismatch(y, seed)).toBe(-1);
             expectTransfer(callInfo(result)!.transfers.find((t) => t.argument === 'y'), size);
           } finally {
             y.release();
