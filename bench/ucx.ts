@@ -1,12 +1,12 @@
 // Tag ping-pong latency and tag bandwidth between two Node processes through the binding, side by
-// side with ucx_perftest (shipped with the UCX install) on the same transport, so the cost of the
-// binding is visible as a ratio.
+// side with ucx_perftest (shipped with the UCX install) on the same transport, with the same UCX
+// settings and PEER error mode (-e), so the cost of the binding is visible as a ratio.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Context, Worker, Endpoint, MemoryRegion } from '../core/ucx/index.ts';
+import { Context, Worker, Endpoint, MemoryRegion, type MemorySpan } from '../core/ucx/index.ts';
 import { describeMachine, percentile, type BenchResult } from './machine.ts';
+import { perftest, ucxHome } from './perftest.ts';
 
 const TAG_DATA = 1n;
 const TAG_REPLY = 2n;
@@ -36,47 +36,53 @@ function waitExit(child: ChildProcess): Promise<void> {
   return child.exitCode !== null ? Promise.resolve() : new Promise((r) => child.once('exit', () => r()));
 }
 
-export async function nodePingPong(tls: string, size: number, iters: number, busyPollUs = 0): Promise<{ samples: number[]; lanes: string[] }> {
+interface Session { worker: Worker; span: MemorySpan; ep: Endpoint }
+
+/** Starts a peer in `mode`, connects a client worker to it, runs `body`, and tears both down
+ *  (the peer is killed if it has not finished a few seconds after the client closed). */
+async function withPeer<T>(mode: 'pingpong' | 'stream', tls: string, size: number, iters: number, busyPollUs: number,
+  body: (session: Session) => Promise<T>): Promise<T> {
   const env = { ...process.env, UCX_TLS: tls, GDRPC_BENCH_BUSY_POLL_US: String(busyPollUs) };
-  const peer = await startPeer(join(root, 'bench/ucx-peer.ts'), ['pingpong', String(size), String(iters)], env);
+  const peer = await startPeer(join(root, 'bench/ucx-peer.ts'), [mode, String(size), String(iters)], env);
   const context = Context.create({ config: { TLS: tls } });
   const worker = Worker.create(context, { busyPollUs });
   const region = MemoryRegion.map(context, new ArrayBuffer(Math.max(size, 8)));
-  const span = region.span(0, size);
   const ep = Endpoint.connect(worker, { host: '127.0.0.1', port: peer.port });
-  const samples: number[] = [];
-  let lanes: string[] = [];
   try {
-    for (let i = 0; i < iters; i++) {
-      if (i === 1) lanes = [...new Set(ep.transports().map((t) => t.transport))];
-      const t0 = process.hrtime.bigint();
-      const reply = worker.tagRecv(span, TAG_REPLY, FULL_MASK);
-      await Promise.all([ep.tagSend(TAG_DATA, span), reply]);
-      samples.push(Number(process.hrtime.bigint() - t0) / 1000);
-    }
+    // Connection set-up stays out of the timing.
+    await ep.flush();
+    return await body({ worker, span: region.span(0, size), ep });
   } finally {
     // Closing the worker cancels what is still posted; only then may the region go.
     await ep.close();
     await worker.close();
     region.close();
     context.close();
+    const timer = setTimeout(() => peer.child.kill('SIGKILL'), 5000);
     await waitExit(peer.child);
+    clearTimeout(timer);
   }
-  return { samples, lanes };
 }
 
-export async function nodeStream(tls: string, size: number, iters: number, busyPollUs = 0): Promise<number> {
-  const env = { ...process.env, UCX_TLS: tls, GDRPC_BENCH_BUSY_POLL_US: String(busyPollUs) };
-  const peer = await startPeer(join(root, 'bench/ucx-peer.ts'), ['stream', String(size), String(iters)], env);
-  const context = Context.create({ config: { TLS: tls } });
-  const worker = Worker.create(context, { busyPollUs });
-  const region = MemoryRegion.map(context, new ArrayBuffer(size));
-  const span = region.span(0, size);
-  const ep = Endpoint.connect(worker, { host: '127.0.0.1', port: peer.port });
-  try {
-    // One round first so that connection set-up stays out of the timing.
-    const ack = new Uint8Array(8);
-    const done = worker.tagRecv(ack, TAG_REPLY, FULL_MASK);
+/** Round trips of `size`-byte tag messages; the samples in microseconds and the lanes used. */
+export function nodePingPong(tls: string, size: number, iters: number, busyPollUs = 0): Promise<{ samples: number[]; lanes: string[] }> {
+  return withPeer('pingpong', tls, size, iters, busyPollUs, async ({ worker, span, ep }) => {
+    const samples: number[] = [];
+    const lanes = [...new Set(ep.transports().map((t) => t.transport))];
+    for (let i = 0; i < iters; i++) {
+      const t0 = process.hrtime.bigint();
+      const reply = worker.tagRecv(span, TAG_REPLY, FULL_MASK);
+      await Promise.all([ep.tagSend(TAG_DATA, span), reply]);
+      samples.push(Number(process.hrtime.bigint() - t0) / 1000);
+    }
+    return { samples, lanes };
+  });
+}
+
+/** Seconds to stream `iters` tag messages of `size` bytes, 32 in flight, until the peer's ack. */
+export function nodeStream(tls: string, size: number, iters: number, busyPollUs = 0): Promise<number> {
+  return withPeer('stream', tls, size, iters, busyPollUs, async ({ worker, span, ep }) => {
+    const done = worker.tagRecv(new Uint8Array(8), TAG_REPLY, FULL_MASK);
     const t0 = process.hrtime.bigint();
     const window = 32;
     const inflight: Promise<void>[] = [];
@@ -87,50 +93,7 @@ export async function nodeStream(tls: string, size: number, iters: number, busyP
     await Promise.all(inflight);
     await done;
     return Number(process.hrtime.bigint() - t0) / 1e9;
-  } finally {
-    // Closing the worker cancels what is still posted; only then may the region go.
-    await ep.close();
-    await worker.close();
-    region.close();
-    context.close();
-    await waitExit(peer.child);
-  }
-}
-
-function ucxHome(): string | undefined {
-  try {
-    const build = JSON.parse(readFileSync(join(root, 'build/gdrpc-build.json'), 'utf8')) as { ucxHome?: string };
-    if (build.ucxHome && existsSync(join(build.ucxHome, 'bin/ucx_perftest'))) return build.ucxHome;
-  } catch { /* fall through */ }
-  const local = join(root, '.deps/python/libucx');
-  return existsSync(join(local, 'bin/ucx_perftest')) ? local : undefined;
-}
-
-let nextPort = 20000 + (process.pid % 20000);
-
-/** Runs ucx_perftest server and client; returns its final numbers: iterations, latency p, avg,
- *  overall (us), bandwidth avg, overall (MiB/s), message rate avg, overall. */
-async function perftest(home: string, tls: string, test: string, size: number, iters: number, rank: number): Promise<number[]> {
-  const bin = join(home, 'bin/ucx_perftest');
-  const env = { ...process.env, UCX_TLS: tls, LD_LIBRARY_PATH: join(home, 'lib') };
-  const port = String(nextPort++);
-  const server = spawn(bin, ['-p', port], { env, stdio: 'ignore' });
-  await new Promise((r) => setTimeout(r, 500));
-  const client = spawn(bin, ['127.0.0.1', '-p', port, '-t', test, '-s', String(size), '-n', String(iters), '-R', String(rank), '-f'],
-    { env, stdio: ['ignore', 'pipe', 'pipe'] });
-  let out = '';
-  client.stdout!.on('data', (c: Buffer) => (out += c.toString()));
-  client.stderr!.on('data', (c: Buffer) => (out += c.toString()));
-  // Nothing may hang a benchmark run: a stuck pair is killed and reported.
-  const timer = setTimeout(() => client.kill('SIGKILL'), 120_000);
-  await waitExit(client);
-  clearTimeout(timer);
-  server.kill('SIGKILL');
-  await waitExit(server);
-  // With -f the final numbers are the last line made only of numbers.
-  const line = out.split('\n').reverse().find((l) => /^\s*(Final:)?\s*\d+(\s+[\d.]+){7}\s*$/.test(l));
-  if (!line) throw new Error(`ucx_perftest ${test} gave no final line:\n${out}`);
-  return line.replace('Final:', '').trim().split(/\s+/).map(Number);
+  });
 }
 
 function row(system: string, workload: string, bytes: number, fields: Partial<BenchResult>): BenchResult {
@@ -162,12 +125,13 @@ export async function runUcxBench(_opts: { json?: string }): Promise<object> {
     const perf = new Map<string, number>();
     if (home) {
       // tag_lat reports half a round trip: double it to compare round trips.
-      const p50 = (await perftest(home, tls, 'tag_lat', LAT_SIZE, LAT_ITERS, 50))[1]! * 2;
-      const p99 = (await perftest(home, tls, 'tag_lat', LAT_SIZE, LAT_ITERS, 99))[1]! * 2;
+      const lat = (rank: number): string[] => ['-t', 'tag_lat', '-s', String(LAT_SIZE), '-n', String(LAT_ITERS), '-R', String(rank), '-e'];
+      const p50 = (await perftest(home, lat(50), 120_000, { UCX_TLS: tls }))[1]! * 2;
+      const p99 = (await perftest(home, lat(99), 120_000, { UCX_TLS: tls }))[1]! * 2;
       results.push(row('ucx_perftest', `tag_pingpong_rtt/${transport}`, LAT_SIZE, { p50_us: p50, p99_us: p99, ops_per_s: 1e6 / p50 }));
       perf.set('lat', p50);
       for (const size of BW_SIZES) {
-        const f = await perftest(home, tls, 'tag_bw', size, bwIters(size), 50);
+        const f = await perftest(home, ['-t', 'tag_bw', '-s', String(size), '-n', String(bwIters(size)), '-e'], 120_000, { UCX_TLS: tls });
         const gbps = f[5]! * 2 ** 20 / 1e9; // MB/s in ucx_perftest is MiB/s
         results.push(row('ucx_perftest', `tag_bw/${transport}`, size, { gbps, ops_per_s: f[7]! }));
         perf.set(`bw${size}`, gbps);

@@ -1,4 +1,4 @@
-// External programs of the GPU benchmark, always bounded: each runs under coreutils `timeout`
+// External programs of the benchmarks, always bounded: each runs under coreutils `timeout`
 // in a process group of its own, and the whole group is killed on our own deadline too, so a
 // stuck peer (a Python child, a ucx_perftest server) can never outlive its step.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
