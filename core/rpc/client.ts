@@ -279,9 +279,13 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
     const moving = frameSent.then(() => out.start(), (error: unknown) => { out.discard(); throw error; });
     moving.catch(() => { /* surfaced through the call's own failure */ });
     // A frame without tensors is not waited for: the answer cannot come before it left, and a
-    // failed send fails the connection, hence the call.
-    if (out.transfers.length === 0) frameSent.catch(() => {});
-    else await scope.race(frameSent);
+    // failed send fails the connection, hence the call. A frame the connection refused (over the
+    // peer's frame limit) leaves it open, so that refusal ends the call here.
+    if (out.transfers.length === 0) {
+      frameSent.catch((error: unknown) => { if (session.connection.isOpen) scope.abort(GdrpcError.from(error)); });
+    } else {
+      await scope.race(frameSent);
+    }
     // Tag sends complete when the server has the bytes; RMA exposures when it sent FIN. The
     // response can only follow either, so waiting here adds no latency and keeps errors ordered.
     if (awaitTransfers && out.transfers.some((t) => t.mover === 'tag')) await scope.race(moving);

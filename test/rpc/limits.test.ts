@@ -35,3 +35,16 @@ describe('concurrency limits', () => {
     expect(await outcomes([a.unary(Echo.methods.ping!, { n: 1 }), b.unary(Echo.methods.ping!, { n: 2 })])).toEqual(['OK', 'OK']);
   });
 });
+
+describe('frame limit on the client side', () => {
+  it('fails a tensorless call whose request exceeds the server\'s frame limit, at once, and keeps the connection', async () => {
+    const started = performance.now();
+    const error = await a.unary(Echo.methods.ping!, { n: 1 }, { metadata: { k: 'x'.repeat(5 << 20) } }).then(
+      () => undefined, (e: unknown) => e as GdrpcError);
+    expect(error).toBeInstanceOf(GdrpcError);
+    expect(error!.code).toBe(Code.RESOURCE_EXHAUSTED);
+    expect(error!.message).toMatch(/frame limit/);
+    expect(performance.now() - started).toBeLessThan(2000);
+    expect(await a.unary(Echo.methods.ping!, { n: 7 })).toBeDefined();
+  });
+});
