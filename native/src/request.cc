@@ -147,11 +147,11 @@ void Request::Finish(Napi::Env env) {
   Settle(env);
   if (ucxRequest != nullptr) ucp_request_free(ucxRequest);
   if (pending) worker->RemoveRequest(this);
-  if (endpoint != nullptr) {
-    endpoint->RemoveRequest(this);
-    if (kind == RequestKind::Close) endpoint->OnClosed(env);
-  }
+  Endpoint* closed = endpoint != nullptr && kind == RequestKind::Close ? endpoint : nullptr;
+  if (endpoint != nullptr) endpoint->RemoveRequest(this);
   delete this;
+  // The 'close' event runs JS, which may throw: only once this request is gone.
+  if (closed != nullptr) closed->OnClosed(env);
 }
 
 }  // namespace gdrpc

@@ -1,4 +1,6 @@
 #include "worker.h"
+
+#include <exception>
 #include <chrono>
 #include "context.h"
 #include "endpoint.h"
@@ -117,18 +119,29 @@ bool Worker::ProgressUntilIdle() {
 }
 
 void Worker::Settle(Napi::Env env) {
-  // Index loop: settling may cancel requests, whose callbacks append to events_.
-  for (size_t i = 0; i < events_.size(); ++i) {
-    Event event = events_[i];
-    switch (event.kind) {
-      case Event::RequestDone: event.request->Finish(env); break;
-      case Event::EndpointFailed: if (event.endpoint) event.endpoint->OnFailed(env); break;
-      case Event::ConnectionRequest:
-        if (event.listener) event.listener->OnConnectionRequest(env, event.connRequest);
-        break;
+  // Each batch is taken off the queue before it runs: settling may cancel requests, whose callbacks
+  // queue more events, and a JS exception from an event handler (an 'error' or 'close' listener)
+  // must neither leave finished events queued to be finished twice nor skip the rest of the batch.
+  // The first exception is rethrown once every event has been handled.
+  std::exception_ptr first;
+  while (!events_.empty()) {
+    std::vector<Event> batch;
+    batch.swap(events_);
+    for (const Event& event : batch) {
+      try {
+        switch (event.kind) {
+          case Event::RequestDone: event.request->Finish(env); break;
+          case Event::EndpointFailed: if (event.endpoint) event.endpoint->OnFailed(env); break;
+          case Event::ConnectionRequest:
+            if (event.listener) event.listener->OnConnectionRequest(env, event.connRequest);
+            break;
+        }
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
     }
   }
-  events_.clear();
+  if (first) std::rethrow_exception(first);
 }
 
 void Worker::OnWake() {
@@ -162,13 +175,27 @@ void Worker::OnWake() {
   driving_ = false;
 }
 
+namespace {
+// Marks the worker as driving progress for a scope, restored on every path (exceptions included),
+// so a throwing event handler cannot leave the worker refusing every later wake-up.
+class DrivingScope {
+ public:
+  explicit DrivingScope(bool& flag) : flag_(flag), previous_(flag) { flag_ = true; }
+  ~DrivingScope() { flag_ = previous_; }
+  DrivingScope(const DrivingScope&) = delete;
+  DrivingScope& operator=(const DrivingScope&) = delete;
+
+ private:
+  bool& flag_;
+  bool previous_;
+};
+}  // namespace
+
 void Worker::Flush(Napi::Env env) {
   if (worker_ == nullptr) return;
-  bool wasDriving = driving_;
-  driving_ = true;
+  DrivingScope driving(driving_);
   ProgressUntilIdle();
   Settle(env);
-  driving_ = wasDriving;
 }
 
 // tagRecv(target, offset, length, tag: bigint, mask: bigint, id) -> Promise<{senderTag, length}>
@@ -208,11 +235,13 @@ Napi::Value Worker::Progress(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   CheckOpen(env);
   if (driving_) return Napi::Boolean::New(env, false);
-  driving_ = true;
-  bool any = ProgressUntilIdle();
-  any = any || !events_.empty();
-  Settle(env);
-  driving_ = false;
+  bool any = false;
+  {
+    DrivingScope driving(driving_);
+    any = ProgressUntilIdle();
+    any = any || !events_.empty();
+    Settle(env);
+  }
   Kick();  // arm again from the loop, not from inside a JS call
   return Napi::Boolean::New(env, any);
 }
