@@ -213,8 +213,12 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
-    const session = this.#session ?? await this.#connecting?.catch(() => undefined);
-    session?.connection.close(new GdrpcError(Code.CANCELLED, 'client closed'), { graceful: true });
+    // Both are this client's: a session still draining after a GOAWAY and a reconnect under way.
+    const current = this.#session;
+    const connecting = await this.#connecting?.catch(() => undefined);
+    for (const session of new Set([current, connecting])) {
+      session?.connection.close(new GdrpcError(Code.CANCELLED, 'client closed'), { graceful: true });
+    }
     await this.#runtime.release();
   }
 
