@@ -4,6 +4,7 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { cuda } from '../cuda.ts';
 import { collectInfo, type InfoReport } from './info.ts';
+import { parseJsonFlag } from './options.ts';
 
 export type CheckStatus = 'ok' | 'warn' | 'fail' | 'info';
 
@@ -81,44 +82,60 @@ function rdmaDevices(): string[] {
   return existsSync(dir) ? readdirSync(dir) : [];
 }
 
-function gdrChecks(info: InfoReport, rdma: string[]): Check[] {
-  const modules = loadedModules();
-  const peermem = modules.has('nvidia_peermem') || existsSync('/sys/module/nvidia_peermem');
-  const dmabuf = existsSync('/sys/kernel/dmabuf') || existsSync('/sys/kernel/debug/dma_buf');
-  const ibTransports = info.ucx.transports.filter((t) => /^(rc|dc|ud)/.test(t));
+/** What the GPUDirect RDMA checks and the path between machines are decided on, read once. */
+interface RdmaFacts {
+  devices: string[];
+  peermem: boolean;
+  dmabuf: boolean;
+  /** UCX transports over verbs (rc, dc, ud). */
+  verbs: string[];
+}
+
+function rdmaFacts(info: InfoReport): RdmaFacts {
+  return {
+    devices: rdmaDevices(),
+    peermem: loadedModules().has('nvidia_peermem') || existsSync('/sys/module/nvidia_peermem'),
+    dmabuf: existsSync('/sys/kernel/dmabuf') || existsSync('/sys/kernel/debug/dma_buf'),
+    verbs: info.ucx.transports.filter((t) => /^(rc|dc|ud)/.test(t)),
+  };
+}
+
+/** A check; `fix` is left out when there is nothing to do. */
+function check(name: string, status: CheckStatus, detail: string, fix?: string): Check {
+  return fix === undefined ? { name, status, detail } : { name, status, detail, fix };
+}
+
+function gdrChecks(info: InfoReport, f: RdmaFacts): Check[] {
+  const hasDevices = f.devices.length > 0;
   return [
-    rdma.length > 0
-      ? { name: 'RDMA devices', status: 'ok', detail: rdma.join(', ') }
-      : { name: 'RDMA devices', status: 'info', detail: 'none in /sys/class/infiniband: between machines only TCP is possible' },
-    peermem || dmabuf
-      ? { name: 'GPUDirect RDMA support', status: 'ok',
-        detail: [peermem && 'nvidia_peermem loaded', dmabuf && 'kernel dma-buf present'].filter(Boolean).join(', ') }
-      : { name: 'GPUDirect RDMA support', status: rdma.length > 0 ? 'warn' : 'info',
-        detail: 'neither nvidia_peermem nor dma-buf found',
-        fix: 'load nvidia_peermem (modprobe nvidia_peermem) or use a kernel >= 5.12 with driver >= 515 for dma-buf' },
-    ibTransports.length > 0
-      ? { name: 'UCX RDMA transports', status: 'ok', detail: ibTransports.join(', ') }
-      : { name: 'UCX RDMA transports', status: rdma.length > 0 ? 'warn' : 'info',
-        detail: `this UCX (${info.ucx.source}) has no verbs transports`,
-        fix: rdma.length > 0 ? 'rebuild with GDRPC_UCX_HOME pointing at a UCX with verbs (MOFED/HPC-X) to use RDMA' : undefined },
-  ].map((c) => (c.fix === undefined ? { name: c.name, status: c.status, detail: c.detail } : c)) as Check[];
+    hasDevices
+      ? check('RDMA devices', 'ok', f.devices.join(', '))
+      : check('RDMA devices', 'info', 'none in /sys/class/infiniband: between machines only TCP is possible'),
+    f.peermem || f.dmabuf
+      ? check('GPUDirect RDMA support', 'ok',
+        [f.peermem && 'nvidia_peermem loaded', f.dmabuf && 'kernel dma-buf present'].filter(Boolean).join(', '))
+      : check('GPUDirect RDMA support', hasDevices ? 'warn' : 'info', 'neither nvidia_peermem nor dma-buf found',
+        'load nvidia_peermem (modprobe nvidia_peermem) or use a kernel >= 5.12 with driver >= 515 for dma-buf'),
+    f.verbs.length > 0
+      ? check('UCX RDMA transports', 'ok', f.verbs.join(', '))
+      : check('UCX RDMA transports', hasDevices ? 'warn' : 'info', `this UCX (${info.ucx.source}) has no verbs transports`,
+        hasDevices ? 'rebuild with GDRPC_UCX_HOME pointing at a UCX with verbs (MOFED/HPC-X) to use RDMA' : undefined),
+  ];
 }
 
 function ucxCudaCheck(info: InfoReport): Check {
   if (info.cuda.canMapMemory) {
-    return { name: 'UCX CUDA memory', status: 'ok', detail: `ucp_mem_map of cuda:0 memory reports CUDA; transports: ${info.ucx.transports.join(', ')}` };
+    return check('UCX CUDA memory', 'ok', `ucp_mem_map of cuda:0 memory reports CUDA; transports: ${info.ucx.transports.join(', ')}`);
   }
-  return { name: 'UCX CUDA memory', status: info.cuda.available ? 'fail' : 'info',
-    detail: `cannot map CUDA memory: ${info.cuda.mapReason ?? 'unknown'}`,
-    fix: info.cuda.available ? 'use a UCX built with CUDA (the bundled libucx-cu13 wheel, or GDRPC_UCX_HOME); until then tensors are staged through host memory' : undefined } as Check;
+  return check('UCX CUDA memory', info.cuda.available ? 'fail' : 'info', `cannot map CUDA memory: ${info.cuda.mapReason ?? 'unknown'}`,
+    info.cuda.available ? 'use a UCX built with CUDA (the bundled libucx-cu13 wheel, or GDRPC_UCX_HOME); until then tensors are staged through host memory' : undefined);
 }
 
-function transferPaths(info: InfoReport, gdr: boolean): DoctorReport['paths'] {
-  const t = new Set(info.ucx.transports);
+function transferPaths(info: InfoReport, f: RdmaFacts): DoctorReport['paths'] {
   const withinMachine = !info.cuda.canMapMemory ? 'staged (through host memory)'
-    : t.has('cuda_ipc') ? 'cuda_ipc (GPU to GPU, no host copy)' : 'staged (UCX has no cuda_ipc transport)';
-  const rdma = [...t].some((x) => /^(rc|dc)/.test(x));
-  const betweenMachines = rdma && gdr && info.cuda.canMapMemory ? 'rdma (GPUDirect RDMA)'
+    : info.ucx.transports.includes('cuda_ipc') ? 'cuda_ipc (GPU to GPU, no host copy)' : 'staged (UCX has no cuda_ipc transport)';
+  const rdma = f.verbs.some((t) => /^(rc|dc)/.test(t));
+  const betweenMachines = rdma && (f.peermem || f.dmabuf) && info.cuda.canMapMemory ? 'rdma (GPUDirect RDMA)'
     : rdma ? 'rdma with host staging for CUDA memory' : 'tcp (CUDA memory staged through host)';
   return { withinMachine, betweenMachines };
 }
@@ -126,24 +143,19 @@ function transferPaths(info: InfoReport, gdr: boolean): DoctorReport['paths'] {
 /** Runs every check; no check throws. */
 export function collectDoctor(): DoctorReport {
   const info = collectInfo();
-  const rdma = rdmaDevices();
-  const gdr = gdrChecks(info, rdma);
-  const checks = [...gpuChecks(info), topologyCheck(), ...gdr, ucxCudaCheck(info)];
-  const gdrOk = gdr.some((c) => c.name === 'GPUDirect RDMA support' && c.status === 'ok');
-  return { checks, paths: transferPaths(info, gdrOk), info };
+  const facts = rdmaFacts(info);
+  const checks = [...gpuChecks(info), topologyCheck(), ...gdrChecks(info, facts), ucxCudaCheck(info)];
+  return { checks, paths: transferPaths(info, facts), info };
 }
 
 const marks: Record<CheckStatus, string> = { ok: ' ok ', warn: 'WARN', fail: 'FAIL', info: 'info' };
 
 /** `gdrpc doctor [--json]`; exits 1 when a check fails. */
 export async function runDoctor(argv: string[]): Promise<number> {
-  const unknown = argv.filter((a) => a !== '--json');
-  if (unknown.length > 0) {
-    console.error(`gdrpc doctor: unknown option ${unknown[0]} (usage: gdrpc doctor [--json])`);
-    return 2;
-  }
+  const options = parseJsonFlag('doctor', argv);
+  if (options === undefined) return 2;
   const report = collectDoctor();
-  if (argv.includes('--json')) {
+  if (options.json) {
     console.log(JSON.stringify(report, null, 2));
   } else {
     for (const c of report.checks) {

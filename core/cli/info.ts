@@ -4,6 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { Context, MemoryRegion } from '../ucx/index.ts';
 import { cuda, type CudaDeviceInfo } from '../cuda.ts';
 import { GdrpcError } from '../errors.ts';
+import { parseJsonFlag } from './options.ts';
 
 export interface InfoReport {
   gdrpc: { version: string; node: string };
@@ -120,13 +121,10 @@ function printText(r: InfoReport): void {
 
 /** `gdrpc info [--json]` */
 export async function runInfo(argv: string[]): Promise<number> {
-  const unknown = argv.filter((a) => a !== '--json');
-  if (unknown.length > 0) {
-    console.error(`gdrpc info: unknown option ${unknown[0]} (usage: gdrpc info [--json])`);
-    return 2;
-  }
+  const options = parseJsonFlag('info', argv);
+  if (options === undefined) return 2;
   const report = collectInfo();
-  if (argv.includes('--json')) console.log(JSON.stringify(report, null, 2));
+  if (options.json) console.log(JSON.stringify(report, null, 2));
   else printText(report);
   return 0;
 }
