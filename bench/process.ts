@@ -56,3 +56,30 @@ export async function waitForOutput(running: Running, pattern: RegExp, waitMs: n
   }
   return false;
 }
+
+/** A Node peer of a benchmark: its process and the port it listens on. */
+export interface ListeningPeer { child: ChildProcess; port: number }
+
+/** Starts a TypeScript peer through tsx and resolves once it prints "PORT <n>". `stdin: 'pipe'`
+ *  lets the caller end the peer by closing its stdin. */
+export function startListeningPeer(file: string, args: string[], env: NodeJS.ProcessEnv,
+  stdin: 'pipe' | 'ignore' = 'ignore'): Promise<ListeningPeer> {
+  const child = spawn(process.execPath, ['--import', 'tsx', file, ...args], { env, stdio: [stdin, 'pipe', 'inherit'] });
+  return new Promise((resolve, reject) => {
+    let seen = '';
+    child.stdout!.on('data', (chunk: Buffer) => {
+      seen += chunk.toString();
+      const match = /PORT (\d+)/.exec(seen);
+      if (match) resolve({ child, port: Number(match[1]) });
+    });
+    child.once('exit', (code) => reject(new Error(`${file} ${args.join(' ')} exited (${code}) before listening`)));
+  });
+}
+
+/** Resolves when `child` has exited, killing it if it is still there after `killAfterMs`. */
+export function waitExit(child: ChildProcess, killAfterMs: number): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  const timer = setTimeout(() => child.kill('SIGKILL'), killAfterMs);
+  return exited.finally(() => clearTimeout(timer));
+}

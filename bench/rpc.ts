@@ -1,12 +1,13 @@
 // gdrpc against @grpc/grpc-js on the same workloads, between two processes: small-call round
 // trip, calls/s with 64 in flight, tensor (bytes) throughput from 4 KiB to 256 MiB, and, for
 // gdrpc only, each mover per size (the table behind the 'auto' choice in core/rpc/movers).
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import { Client, type Tensor } from '../core/index.ts';
 import { describeMachine, percentile, type BenchResult } from './machine.ts';
 import { BenchService } from './rpc-service.ts';
+import { startListeningPeer, waitExit, type ListeningPeer } from './process.ts';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
@@ -26,26 +27,15 @@ interface System {
   close(): Promise<void>;
 }
 
-function startPeer(mode: string, env: Record<string, string> = {}): Promise<{ child: ChildProcess; port: number }> {
-  const file = fileURLToPath(new URL('./rpc-peer.ts', import.meta.url));
-  const child = spawn(process.execPath, ['--import', 'tsx', file, mode], { stdio: ['pipe', 'pipe', 'inherit'], env: { ...process.env, ...env } });
-  return new Promise((resolve, reject) => {
-    let seen = '';
-    child.stdout!.on('data', (chunk: Buffer) => {
-      seen += chunk.toString();
-      const match = /PORT (\d+)/.exec(seen);
-      if (match) resolve({ child, port: Number(match[1]) });
-    });
-    child.once('exit', (code) => reject(new Error(`${mode} peer exited (${code}) before listening`)));
-  });
+function startPeer(mode: string, env: Record<string, string> = {}): Promise<ListeningPeer> {
+  return startListeningPeer(fileURLToPath(new URL('./rpc-peer.ts', import.meta.url)), [mode], { ...process.env, ...env }, 'pipe');
 }
 
+/** Ends a peer by closing its stdin (killed if it lingers). */
 function stopPeer(child: ChildProcess): Promise<void> {
   if (child.exitCode !== null) return Promise.resolve();
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   child.stdin!.end();
-  const timer = setTimeout(() => child.kill('SIGKILL'), 5000);
-  return exited.finally(() => clearTimeout(timer));
+  return waitExit(child, 5000);
 }
 
 /** gdrpc with the default progress model, or with both processes busy-polling `busyPollUs`

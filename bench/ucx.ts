@@ -1,12 +1,12 @@
 // Tag ping-pong latency and tag bandwidth between two Node processes through the binding, side by
 // side with ucx_perftest (shipped with the UCX install) on the same transport, with the same UCX
 // settings and PEER error mode (-e), so the cost of the binding is visible as a ratio.
-import { spawn, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Context, Worker, Endpoint, MemoryRegion, type MemorySpan } from '../core/ucx/index.ts';
 import { describeMachine, percentile, type BenchResult } from './machine.ts';
 import { perftest, ucxHome } from './perftest.ts';
+import { startListeningPeer, waitExit } from './process.ts';
 
 const TAG_DATA = 1n;
 const TAG_REPLY = 2n;
@@ -17,25 +17,6 @@ const root = fileURLToPath(new URL('..', import.meta.url));
  *  UCX then puts the data lanes on posix/sysv/cma (the lanes are recorded in the results). */
 const TRANSPORTS: Record<string, string> = { tcp: 'tcp,self', shm: 'posix,sysv,cma,self,tcp' };
 
-interface Peer { child: ChildProcess; port: number }
-
-function startPeer(script: string, args: string[], env: NodeJS.ProcessEnv): Promise<Peer> {
-  const child = spawn(process.execPath, ['--import', 'tsx', script, ...args], { env, stdio: ['ignore', 'pipe', 'inherit'] });
-  return new Promise((resolve, reject) => {
-    let seen = '';
-    child.stdout!.on('data', (chunk: Buffer) => {
-      seen += chunk.toString();
-      const m = /PORT (\d+)/.exec(seen);
-      if (m) resolve({ child, port: Number(m[1]) });
-    });
-    child.once('exit', (code) => reject(new Error(`peer exited (${code}) before listening`)));
-  });
-}
-
-function waitExit(child: ChildProcess): Promise<void> {
-  return child.exitCode !== null ? Promise.resolve() : new Promise((r) => child.once('exit', () => r()));
-}
-
 interface Session { worker: Worker; span: MemorySpan; ep: Endpoint }
 
 /** Starts a peer in `mode`, connects a client worker to it, runs `body`, and tears both down
@@ -43,7 +24,7 @@ interface Session { worker: Worker; span: MemorySpan; ep: Endpoint }
 async function withPeer<T>(mode: 'pingpong' | 'stream', tls: string, size: number, iters: number, busyPollUs: number,
   body: (session: Session) => Promise<T>): Promise<T> {
   const env = { ...process.env, UCX_TLS: tls, GDRPC_BENCH_BUSY_POLL_US: String(busyPollUs) };
-  const peer = await startPeer(join(root, 'bench/ucx-peer.ts'), [mode, String(size), String(iters)], env);
+  const peer = await startListeningPeer(join(root, 'bench/ucx-peer.ts'), [mode, String(size), String(iters)], env);
   const context = Context.create({ config: { TLS: tls } });
   const worker = Worker.create(context, { busyPollUs });
   const region = MemoryRegion.map(context, new ArrayBuffer(Math.max(size, 8)));
@@ -58,9 +39,7 @@ async function withPeer<T>(mode: 'pingpong' | 'stream', tls: string, size: numbe
     await worker.close();
     region.close();
     context.close();
-    const timer = setTimeout(() => peer.child.kill('SIGKILL'), 5000);
-    await waitExit(peer.child);
-    clearTimeout(timer);
+    await waitExit(peer.child, 5000);
   }
 }
 
