@@ -5,7 +5,9 @@ import type { Endpoint } from '../ucx/index.ts';
 import { Code, GdrpcError } from '../errors.ts';
 import { decodeFrame, encodeFrame } from '../wire/codec.ts';
 import { FrameKind } from '../wire/frames.ts';
-import { controlTag, dataTag, IdSequence } from '../wire/tag.ts';
+import { FRAME_HEADER, packMessage, unpackMessage, type WireFrame } from '../wire/message.ts';
+import { ConnectionKey, controlTag, dataTag, IdSequence, transferOf } from '../wire/tag.ts';
+import type { TakenMessage } from '../ucx/index.ts';
 import type { FrameSink } from './dispatcher.ts';
 import { Exposures } from './exposures.ts';
 import { Liveness } from './liveness.ts';
@@ -25,34 +27,25 @@ export interface FrameHandler {
 export interface PeerLimits {
   maxFrame: number; maxTensor: number; inline: number;
   /** receives @cuda tensors into GPU memory */ gpu: boolean;
-  /** understands BATCH frames */ batch: boolean;
   /** stages what it receives into GPU memory through host memory (its UCX cannot map CUDA) */ stages?: boolean;
 }
 
-interface QueuedFrame { kind: FrameKind; call: number; bytes: Uint8Array; resolve: () => void; reject: (error: unknown) => void }
+interface QueuedFrame extends WireFrame { resolve: () => void; reject: (error: unknown) => void }
 
-/** Bytes before each frame inside a BATCH: kind u8, call u32, length u32 (big-endian). */
-const BATCH_HEADER = 9;
-
-function packBatch(frames: QueuedFrame[], size: number): Uint8Array {
-  const out = new Uint8Array(size);
-  const view = new DataView(out.buffer);
-  let at = 0;
-  for (const frame of frames) {
-    view.setUint8(at, frame.kind);
-    view.setUint32(at + 1, frame.call);
-    view.setUint32(at + 5, frame.bytes.length);
-    out.set(frame.bytes, at + BATCH_HEADER);
-    at += BATCH_HEADER + frame.bytes.length;
-  }
-  return out;
-}
+/** Tensor payloads a connection holds for frames still on their way; more closes it. */
+export const MAX_HELD_PAYLOADS = 64;
+/** How long a held payload waits for the frame that announces it before it is dropped. */
+const HOLD_MS = 10_000;
 
 /** A connection: frames out, frames in (via the dispatcher), liveness, exposures, close. */
 export class Connection implements FrameSink {
-  readonly localId: number;
-  remoteId = 0;
-  peerLimits: PeerLimits = { maxFrame: Number.MAX_SAFE_INTEGER, maxTensor: Number.MAX_SAFE_INTEGER, inline: 0, gpu: false, batch: false };
+  /** The key this side drew: the peer tags what it sends here with it (wire/tag.ts). */
+  readonly key: ConnectionKey;
+  /** The key the peer drew (from HELLO or AUTH); undefined until the handshake tells it. */
+  peerKey: ConnectionKey | undefined;
+  /** Admission is complete (READY sent or received); before it only handshake frames count. */
+  admitted = false;
+  peerLimits: PeerLimits = { maxFrame: Number.MAX_SAFE_INTEGER, maxTensor: Number.MAX_SAFE_INTEGER, inline: 0, gpu: false };
   /** Largest host tensor this side sends inline. */
   inlineBytes = DEFAULT_INLINE_BYTES;
   /** Largest frame this side accepts on this connection (the worker's buffer may be larger). */
@@ -63,11 +56,13 @@ export class Connection implements FrameSink {
   readonly #abort = new AbortController();
   #error: GdrpcError | undefined;
   #handler: FrameHandler | undefined;
+  /** Payloads that arrived before the frame announcing them was read, by transfer id. */
+  readonly #held = new Map<number, { message: TakenMessage; at: number }>();
 
   constructor(readonly runtime: Runtime, readonly endpoint: Endpoint, livenessMs: number) {
     // Every receive tied to the connection listens to this signal: many at once is normal.
     setMaxListeners(0, this.#abort.signal);
-    this.localId = runtime.dispatcher.register(this);
+    this.key = runtime.dispatcher.register(this);
     this.liveness = new Liveness(livenessMs, () => this.#keepalive(), (silentMs) => {
       this.close(new GdrpcError(Code.UNAVAILABLE, `peer ${this.peer} silent for ${silentMs} ms (liveness ${this.liveness.timeoutMs} ms)`));
     });
@@ -82,19 +77,19 @@ export class Connection implements FrameSink {
 
   setHandler(handler: FrameHandler): void { this.#handler = handler; }
 
-  /** Sends a control frame to the peer (tag carries the peer's id for this connection). */
+  /** Sends a control frame to the peer. Frames sent in the same turn of the event loop leave as
+   *  one UCX message (docs/wire.md "Control messages"): with many calls in flight that divides the
+   *  messages and the wake-ups they cost. */
   send(kind: FrameKind, call: number, body: Record<string, unknown>): Promise<void> {
     if (this.#error !== undefined) return Promise.reject(this.#error);
+    if (this.peerKey === undefined) return Promise.reject(new GdrpcError(Code.FAILED_PRECONDITION, `no key for ${this.peer} yet (handshake incomplete)`));
     const bytes = encodeFrame(body);
-    if (bytes.length > this.peerLimits.maxFrame) {
+    if (bytes.length + FRAME_HEADER > this.peerLimits.maxFrame) {
       return Promise.reject(new GdrpcError(Code.RESOURCE_EXHAUSTED, `frame of ${bytes.length} bytes exceeds the peer's ${this.peerLimits.maxFrame}-byte frame limit`));
     }
-    if (!this.peerLimits.batch) return this.sendRaw(controlTag(kind, this.remoteId, call), bytes);
-    // Frames sent in the same turn of the event loop leave as one UCX message (docs/wire.md
-    // BATCH): with many calls in flight that halves the messages and the wake-ups they cost.
     return new Promise<void>((resolve, reject) => {
       if (this.#queue.length === 0) queueMicrotask(() => this.#flush());
-      this.#queue.push({ kind, call, bytes, resolve, reject });
+      this.#queue.push({ kind, call, body: bytes, resolve, reject });
     });
   }
 
@@ -105,18 +100,18 @@ export class Connection implements FrameSink {
     this.#queue = [];
     let start = 0;
     while (start < queue.length) {
-      // As many frames as fit in one peer frame.
+      // As many frames as fit in one peer message.
       let end = start;
       let size = 0;
-      while (end < queue.length && (end === start || size + BATCH_HEADER + queue[end]!.bytes.length <= this.peerLimits.maxFrame)) {
-        size += BATCH_HEADER + queue[end]!.bytes.length;
+      while (end < queue.length && (end === start || size + FRAME_HEADER + queue[end]!.body.length <= this.peerLimits.maxFrame)) {
+        size += FRAME_HEADER + queue[end]!.body.length;
         end += 1;
       }
       const group = queue.slice(start, end);
       start = end;
-      const sent = group.length === 1
-        ? this.sendRaw(controlTag(group[0]!.kind, this.remoteId, group[0]!.call), group[0]!.bytes)
-        : this.sendRaw(controlTag(FrameKind.Batch, this.remoteId, 0), packBatch(group, size));
+      const sent = this.peerKey === undefined
+        ? Promise.reject(this.#error ?? new GdrpcError(Code.UNAVAILABLE, 'connection closed'))
+        : this.sendRaw(controlTag(this.peerKey.value), packMessage(group));
       sent.then(() => { for (const f of group) f.resolve(); }, (error: unknown) => { for (const f of group) f.reject(error); });
     }
   }
@@ -133,21 +128,65 @@ export class Connection implements FrameSink {
   }
 
   /** Tag of tensor bytes this side sends on this connection. */
-  outgoingDataTag(transfer: number): bigint { return dataTag(this.remoteId, transfer); }
+  outgoingDataTag(transfer: number): bigint {
+    if (this.peerKey === undefined) throw new GdrpcError(Code.FAILED_PRECONDITION, 'handshake incomplete');
+    return dataTag(this.peerKey, transfer);
+  }
   /** Tag of tensor bytes this side receives on this connection. */
-  incomingDataTag(transfer: number): bigint { return dataTag(this.localId, transfer); }
+  incomingDataTag(transfer: number): bigint { return dataTag(this.key, transfer); }
 
-  onFrame(kind: number, call: number, bytes: Uint8Array): void {
+  /** A held payload of `transfer` (it arrived before its frame was read), taken out; or undefined. */
+  takeHeld(transfer: number): TakenMessage | undefined {
+    const held = this.#held.get(transfer);
+    if (held === undefined) return undefined;
+    this.#held.delete(transfer);
+    return held.message;
+  }
+
+  onStrayData(message: TakenMessage, low: number): void {
+    const dispatcher = this.runtime.dispatcher;
+    if (this.#error !== undefined) return dispatcher.drop(message);
+    if (!this.admitted) {
+      dispatcher.drop(message);
+      this.close(new GdrpcError(Code.UNAUTHENTICATED, `${this.peer} sent tensor bytes before admission`));
+      return;
+    }
+    const now = Date.now();
+    for (const [transfer, held] of this.#held) {
+      if (now - held.at > HOLD_MS) { this.#held.delete(transfer); dispatcher.drop(held.message); }
+    }
+    const transfer = transferOf(this.key, low);
+    if (this.#held.size >= MAX_HELD_PAYLOADS || this.#held.has(transfer)) {
+      dispatcher.drop(message);
+      this.close(new GdrpcError(Code.RESOURCE_EXHAUSTED, `${this.peer} sent more than ${MAX_HELD_PAYLOADS} tensor payloads that no frame announced`));
+      return;
+    }
+    this.#held.set(transfer, { message, at: now });
+  }
+
+  onMessage(bytes: Uint8Array): void {
     this.liveness.received();
     if (this.#error !== undefined) return;
+    let frames: WireFrame[];
+    try {
+      frames = unpackMessage(bytes);
+    } catch (error) {
+      this.#handler?.malformed(0, 0, GdrpcError.from(error));
+      return;
+    }
     if (bytes.length > this.frameLimit) {
-      this.#handler?.malformed(kind, call, new GdrpcError(Code.RESOURCE_EXHAUSTED, `frame of ${bytes.length} bytes exceeds the ${this.frameLimit}-byte frame limit`));
+      // Too long to be processed, but its frame headers still say which calls to fail.
+      const error = new GdrpcError(Code.RESOURCE_EXHAUSTED, `message of ${bytes.length} bytes exceeds the ${this.frameLimit}-byte frame limit`);
+      for (const frame of frames) if (this.#error === undefined) this.#handler?.malformed(frame.kind, frame.call, error);
       return;
     }
-    if (kind === FrameKind.Batch) {
-      this.#unbatch(call, bytes);
-      return;
+    for (const frame of frames) {
+      if (this.#error !== undefined) return;
+      this.#onFrame(frame.kind, frame.call, frame.body);
     }
+  }
+
+  #onFrame(kind: number, call: number, bytes: Uint8Array): void {
     let body: Record<string, unknown>;
     try {
       body = decodeFrame(kind, bytes);
@@ -157,35 +196,16 @@ export class Connection implements FrameSink {
     }
     if (kind === FrameKind.Keepalive) return;
     if (kind === FrameKind.Fin) {
-      this.exposures.release(body.x as number);
+      if (this.admitted) this.exposures.release(body.x as number);
       return;
     }
     this.#handler?.frame(kind, call, body);
   }
 
-  /** Splits a BATCH into its frames and handles them in order; a malformed batch is dropped whole. */
-  #unbatch(call: number, bytes: Uint8Array): void {
-    const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-    const frames: Array<[number, number, Uint8Array]> = [];
-    for (let at = 0; at < bytes.length;) {
-      if (at + BATCH_HEADER > bytes.length) return this.#handler?.malformed(FrameKind.Batch, call, new GdrpcError(Code.INVALID_ARGUMENT, 'malformed frame: truncated BATCH'));
-      const kind = view.getUint8(at);
-      const frameCall = view.getUint32(at + 1);
-      const length = view.getUint32(at + 5);
-      at += BATCH_HEADER;
-      if (kind === FrameKind.Batch || at + length > bytes.length) {
-        return this.#handler?.malformed(FrameKind.Batch, call, new GdrpcError(Code.INVALID_ARGUMENT, 'malformed frame: bad BATCH entry'));
-      }
-      frames.push([kind, frameCall, bytes.subarray(at, at + length)]);
-      at += length;
-    }
-    for (const [kind, frameCall, frame] of frames) this.onFrame(kind, frameCall, frame);
-  }
-
-  onOversized(kind: number, call: number, length: number): void {
+  onOversized(length: number): void {
     this.liveness.received();
-    const error = new GdrpcError(Code.RESOURCE_EXHAUSTED, `frame of ${length} bytes exceeds the ${this.runtime.dispatcher.frameBytes}-byte frame limit`);
-    this.#handler?.malformed(kind, call, error);
+    const error = new GdrpcError(Code.RESOURCE_EXHAUSTED, `message of ${length} bytes exceeds the ${this.runtime.dispatcher.frameBytes}-byte frame limit`);
+    this.#handler?.malformed(0, 0, error);
   }
 
   /** Closes the connection (idempotent): releases exposures, stops liveness, closes the endpoint
@@ -195,7 +215,9 @@ export class Connection implements FrameSink {
     this.#error = error;
     this.liveness.stop();
     this.exposures.releaseAll();
-    this.runtime.dispatcher.unregister(this.localId);
+    for (const held of this.#held.values()) this.runtime.dispatcher.drop(held.message);
+    this.#held.clear();
+    this.runtime.dispatcher.unregister(this.key);
     this.#abort.abort(error);
     const force = !options.graceful || this.endpoint.failed;
     void this.endpoint.close({ force }).catch(() => { /* already failed: nothing left to release */ });
@@ -203,7 +225,7 @@ export class Connection implements FrameSink {
   }
 
   #keepalive(): void {
-    if (this.remoteId === 0) return;
+    if (this.peerKey === undefined) return;
     this.send(FrameKind.Keepalive, 0, {}).catch(() => { /* the liveness timer or error event reports it */ });
   }
 }

@@ -2,9 +2,8 @@
 // the new endpoint, answer AUTH (with the HMAC proof when challenged), wait for READY.
 import { Endpoint } from '../ucx/index.ts';
 import { Code, GdrpcError, isCode } from '../errors.ts';
-import { encodeFrame } from '../wire/codec.ts';
 import { FrameKind } from '../wire/frames.ts';
-import { controlTag } from '../wire/tag.ts';
+import { ConnectionKey } from '../wire/tag.ts';
 import { authProof } from './auth.ts';
 import { cudaReceives } from './movers/memory.ts';
 import { stagesCudaReceives } from './movers/staging.ts';
@@ -18,9 +17,11 @@ export interface HandshakeOptions { token?: string; livenessMs: number; timeoutM
 export async function connectAndAdmit(runtime: Runtime, host: string, port: number, options: HandshakeOptions): Promise<Connection> {
   // Only one outgoing handshake per worker at a time: HELLO carries no hint of which endpoint it
   // came from (UCX tag matching does not say), so the one pending endpoint is the one it is for.
+  // After HELLO, everything arrives under the key this side drew, which only that server learns.
   const forward: FrameSink & { target?: Connection } = {
-    onFrame(kind, call, bytes) { this.target?.onFrame(kind, call, bytes); },
-    onOversized(kind, call, length) { this.target?.onOversized(kind, call, length); },
+    onMessage(bytes) { this.target?.onMessage(bytes); },
+    onOversized(length) { this.target?.onOversized(length); },
+    onStrayData(message, low) { if (this.target !== undefined) this.target.onStrayData(message, low); else runtime.dispatcher.drop(message); },
   };
   const endTurn = await runtime.dispatcher.awaitHelloTurn(forward);
   let connection: Connection | undefined;
@@ -45,18 +46,19 @@ function admit(connection: Connection, options: HandshakeOptions): Promise<void>
     const fail = (error: GdrpcError): void => { clearTimeout(timer); reject(error); };
     const handler: FrameHandler = {
       frame(kind, _call, body) {
-        if (kind === FrameKind.Hello && connection.remoteId === 0) {
-          connection.remoteId = body.conn as number;
-          connection.peerLimits = { maxFrame: body.maxFrame as number, maxTensor: body.maxTensor as number, inline: body.inline as number, gpu: body.gpu === true, batch: body.batch === true, stages: body.stg === true };
+        if (kind === FrameKind.Hello && connection.peerKey === undefined) {
+          connection.peerKey = new ConnectionKey(body.key as bigint);
+          connection.peerLimits = { maxFrame: body.maxFrame as number, maxTensor: body.maxTensor as number, inline: body.inline as number, gpu: body.gpu === true, stages: body.stg === true };
           const challenge = body.chal as Uint8Array | undefined;
-          const auth: Record<string, unknown> = { conn: connection.localId, live: options.livenessMs, gpu: cudaReceives(), batch: true, maxFrame: DEFAULT_FRAME_BYTES };
+          const auth: Record<string, unknown> = { key: connection.key.value, live: options.livenessMs, gpu: cudaReceives(), maxFrame: DEFAULT_FRAME_BYTES };
           if (stagesCudaReceives(connection.runtime.context)) auth.stg = true;
-          if (challenge !== undefined && options.token !== undefined) auth.proof = authProof(options.token, challenge, connection.remoteId, connection.localId);
+          if (challenge !== undefined && options.token !== undefined) auth.proof = authProof(options.token, challenge, connection.peerKey.value, connection.key.value);
           const livenessMs = Math.min(options.livenessMs, (body.live as number) || options.livenessMs);
           connection.liveness.start(livenessMs);
-          connection.sendRaw(controlTag(FrameKind.Auth, connection.remoteId, 0), encodeFrame(auth)).catch((error) => fail(GdrpcError.from(error, Code.UNAVAILABLE)));
-        } else if (kind === FrameKind.Ready) {
+          connection.send(FrameKind.Auth, 0, auth).catch((error) => fail(GdrpcError.from(error, Code.UNAVAILABLE)));
+        } else if (kind === FrameKind.Ready && connection.peerKey !== undefined) {
           clearTimeout(timer);
+          connection.admitted = true;
           resolve();
         } else if (kind === FrameKind.Error) {
           const code = isCode(body.code) ? body.code : Code.UNAUTHENTICATED;

@@ -19,8 +19,8 @@ interface Entry { tensor: Tensor; secret: Uint8Array; release: () => void }
 const entries = new Map<number, Entry>();
 let nextId = 1;
 
-/** Supplied by server.ts: the address ("host:port" on all interfaces) of a Server of this process
- *  that answers pulls, starting one when there is none. */
+/** Supplied by server.ts: the address of a Server of this process that answers pulls (the first
+ *  listening one, or the one serveRemoteTensors started); throws when there is none. */
 let ownerListener: (() => { host: string; port: number }) | undefined;
 export function setOwnerListener(provider: () => { host: string; port: number }): void {
   ownerListener = provider;
@@ -66,7 +66,7 @@ export class RemoteTensor {
   get owner(): string { return this.wire.o!; }
 
   /** Fetches the bytes from the owner into `into`, a tensor from `pool`, or a new one on `device`. */
-  async pull(options: { device?: Device; into?: Tensor; pool?: TensorPool } = {}): Promise<Tensor> {
+  async pull(options: { device?: Device; into?: Tensor; pool?: TensorPool; token?: string } = {}): Promise<Tensor> {
     const { Client, ALLOCATE } = await import('./client.ts');
     const device = options.into?.device ?? options.pool?.device ?? options.device ?? 'cpu';
     const placement: Placement = device === 'cpu' ? { kind: 'host' } : { kind: 'cuda', device: Number(device.slice(5)) };
@@ -83,7 +83,7 @@ export class RemoteTensor {
       : options.pool !== undefined ? (shape: number[], dtype: DType) => options.pool!.allocate(shape, dtype) : undefined;
     // No pool unless the caller gave one: a process that only pulls should not map a 64 MiB pool
     // for it (a one-off registration per pull instead; pass `pool` to avoid it).
-    const client = await Client.connect(this.owner, { poolBytes: 0 });
+    const client = await Client.connect(this.owner, { poolBytes: 0, ...(options.token !== undefined ? { token: options.token } : {}) });
     try {
       const result = await client.unary(method, { x: this.wire.x!, s: this.wire.s! }, { [ALLOCATE]: allocate });
       return result.t as Tensor;

@@ -11,6 +11,11 @@ import { SendSlots } from './send-slots.ts';
 /** Largest control frame any connection in this process accepts (the receive buffer size). */
 export const DEFAULT_FRAME_BYTES = 4 << 20;
 
+/** Whether GDRPC_UNSAFE_RMA asks for the RMA mover, giving up isolation between peers. */
+export function unsafeRmaEnabled(): boolean {
+  return /^(1|y|yes|on|true)$/i.test(process.env.GDRPC_UNSAFE_RMA ?? '');
+}
+
 /** Context + worker + control-frame dispatcher of this process. */
 export class Runtime {
   static #shared: Runtime | undefined;
@@ -22,16 +27,20 @@ export class Runtime {
   readonly #pools = new Map<string, TensorPool>();
   readonly #all = new Set<TensorPool>();
 
-  private constructor(readonly context: Context, readonly worker: Worker, readonly dispatcher: Dispatcher) {}
+  private constructor(readonly context: Context, readonly worker: Worker, readonly dispatcher: Dispatcher, readonly rma: boolean) {}
 
   /** Takes a reference on the process runtime, creating it on first use (with `busyPollUs`, else
    *  GDRPC_BUSY_POLL_US from the environment, else 0: later callers share what the first chose). */
   static acquire(options: { busyPollUs?: number } = {}): Runtime {
     let runtime = Runtime.#shared;
     if (runtime === undefined) {
-      const context = Context.create();
+      // Without the RMA feature UCX serves no get or put from a peer, emulated or not: a context
+      // with it would let any peer that connects read and write this process's host memory
+      // through UCX's software RMA emulation (docs/security.md).
+      const rma = unsafeRmaEnabled();
+      const context = Context.create({ features: rma ? ['tag', 'rma', 'wakeup'] : ['tag', 'wakeup'] });
       const worker = Worker.create(context, { busyPollUs: options.busyPollUs ?? Number(process.env.GDRPC_BUSY_POLL_US ?? 0) });
-      runtime = new Runtime(context, worker, new Dispatcher(worker, DEFAULT_FRAME_BYTES));
+      runtime = new Runtime(context, worker, new Dispatcher(worker, DEFAULT_FRAME_BYTES), rma);
       Runtime.#shared = runtime;
     }
     runtime.#users += 1;

@@ -3,7 +3,8 @@
 import { Code, GdrpcError } from '../errors.ts';
 import { encodeFrame } from '../wire/codec.ts';
 import { FrameKind } from '../wire/frames.ts';
-import { controlTag } from '../wire/tag.ts';
+import { packMessage } from '../wire/message.ts';
+import { ConnectionKey, controlTag, HELLO_KEY } from '../wire/tag.ts';
 import { newChallenge, verifyProof } from './auth.ts';
 import { cudaReceives } from './movers/memory.ts';
 import { stagesCudaReceives } from './movers/staging.ts';
@@ -17,6 +18,8 @@ import { refuseRaw, type SendPolicy } from './transfer.ts';
 export interface SessionHost {
   readonly token: string | undefined;
   readonly livenessMs: number;
+  /** A connection that has not completed admission by then is closed. */
+  readonly admissionTimeoutMs: number;
   readonly limits: { maxFrame: number; maxTensor: number; inline: number; perConnection: number };
   readonly env: CallEnvironment;
   readonly shuttingDown: boolean;
@@ -38,6 +41,7 @@ export class ServerSession {
   /** Refused: ignore everything until the connection closes. */
   #closing = false;
   readonly #challenge: Uint8Array | undefined;
+  #admissionTimer: NodeJS.Timeout | undefined;
 
   constructor(readonly connection: Connection, private readonly host: SessionHost) {
     this.#challenge = host.token !== undefined ? newChallenge() : undefined;
@@ -47,16 +51,22 @@ export class ServerSession {
       frame: (kind, call, body) => this.#frame(kind, call, body),
       malformed: (kind, call, error) => this.#malformed(kind, call, error),
       closed: (error) => {
+        clearTimeout(this.#admissionTimer);
         for (const call of this.calls.values()) call.scope.abort(error);
         host.closed(this, error);
       },
     });
-    // Admission has to finish within the liveness time, like any other silence.
     connection.liveness.start(host.livenessMs);
-    const hello: Record<string, unknown> = { conn: connection.localId, maxFrame: host.limits.maxFrame, maxTensor: host.limits.maxTensor, inline: host.limits.inline, live: host.livenessMs, gpu: cudaReceives(), batch: true };
+    // Admission has a deadline of its own that no frame extends (KEEPALIVE included): a peer that
+    // never proves the token holds a connection slot for this long at most.
+    this.#admissionTimer = setTimeout(() => {
+      connection.close(new GdrpcError(Code.UNAUTHENTICATED, `${this.peer} did not complete admission within ${host.admissionTimeoutMs} ms`));
+    }, host.admissionTimeoutMs);
+    this.#admissionTimer.unref();
+    const hello: Record<string, unknown> = { key: connection.key.value, maxFrame: host.limits.maxFrame, maxTensor: host.limits.maxTensor, inline: host.limits.inline, live: host.livenessMs, gpu: cudaReceives() };
     if (this.#challenge !== undefined) hello.chal = this.#challenge;
     if (stagesCudaReceives(connection.runtime.context)) hello.stg = true;
-    connection.sendRaw(controlTag(FrameKind.Hello, 0, 0), encodeFrame(hello)).catch(() => connection.close());
+    connection.sendRaw(controlTag(HELLO_KEY), packMessage([{ kind: FrameKind.Hello, call: 0, body: encodeFrame(hello) }])).catch(() => connection.close());
   }
 
   get admitted(): boolean { return this.#admitted; }
@@ -100,16 +110,18 @@ export class ServerSession {
   }
 
   #auth(body: Record<string, unknown>): void {
-    const clientConn = body.conn as number;
-    this.connection.remoteId = clientConn;
-    if (this.host.token !== undefined && !verifyProof(this.host.token, this.#challenge!, this.connection.localId, clientConn, body.proof as Uint8Array | undefined)) {
+    const clientKey = new ConnectionKey(body.key as bigint);
+    this.connection.peerKey = clientKey;
+    if (this.host.token !== undefined && !verifyProof(this.host.token, this.#challenge!, this.connection.key.value, clientKey.value, body.proof as Uint8Array | undefined)) {
       const error = new GdrpcError(Code.UNAUTHENTICATED, body.proof === undefined ? 'this server requires a token' : 'wrong token');
       this.host.error(new GdrpcError(Code.UNAUTHENTICATED, `${this.peer}: ${error.rawMessage}`));
       this.#refuseAndClose(error);
       return;
     }
     this.#admitted = true;
-    this.connection.peerLimits = { ...this.connection.peerLimits, gpu: body.gpu === true, batch: body.batch === true, stages: body.stg === true };
+    this.connection.admitted = true;
+    clearTimeout(this.#admissionTimer);
+    this.connection.peerLimits = { ...this.connection.peerLimits, gpu: body.gpu === true, stages: body.stg === true };
     // Results may now be inline by the caller's choice: keep them within the client's receive buffer.
     if (typeof body.maxFrame === 'number' && Number.isSafeInteger(body.maxFrame) && body.maxFrame > 0) this.connection.peerLimits.maxFrame = body.maxFrame;
     const peerLive = typeof body.live === 'number' && body.live > 0 ? body.live : this.host.livenessMs;
@@ -158,7 +170,7 @@ export class ServerSession {
     this.host.error(new GdrpcError(error.code, `${this.peer}: ${error.rawMessage}`, { cause: error }));
     if (!this.#admitted || call === 0) {
       // Nothing to tie the frame to: tell the peer if we can, then drop the connection.
-      if (this.connection.remoteId !== 0) this.#refuseAndClose(error);
+      if (this.connection.peerKey !== undefined) this.#refuseAndClose(error);
       else this.connection.close(error);
       return;
     }

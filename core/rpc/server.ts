@@ -29,6 +29,13 @@ export interface ServerOptions {
   allowPoolOverflow?: boolean;
   /** Shared token clients must prove (HMAC challenge-response) before any call. */
   token?: string;
+  /** A connection that has not completed the handshake by then is closed (default 5000 ms);
+   *  nothing it sends extends this. */
+  admissionTimeoutMs?: number;
+  /** Connections open at once, admitted or not (default 1024); more are rejected at connect. */
+  maxConnections?: number;
+  /** Connections open at once from one peer IP address (default 64). */
+  maxConnectionsPerAddress?: number;
   /** A silent client is declared gone after this long (default 2000 ms). */
   livenessMs?: number;
   /** Largest host tensor the server sends inline (default 4 KiB). */
@@ -47,6 +54,7 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
   readonly #methods = new Map<string, MethodEntry>();
   readonly #sessions = new Set<ServerSession>();
   readonly #pools = new Map<Device, TensorPool>();
+  readonly #perAddress = new Map<string, number>();
   #runtime: Runtime | undefined;
   #listener: Listener | undefined;
   #address: { host: string; port: number } | undefined;
@@ -59,7 +67,7 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
     super();
     this.#options = {
       maxCallsPerConnection: 256, maxCalls: 4096, maxFrameBytes: 4 << 20, maxTensorBytes: 1 << 30, poolBytes: 128 << 20,
-      allowPoolOverflow: false, livenessMs: DEFAULT_LIVENESS_MS, inlineBytes: DEFAULT_INLINE_BYTES, exposureHoldMs: 30_000, ...options,
+      allowPoolOverflow: false, livenessMs: DEFAULT_LIVENESS_MS, admissionTimeoutMs: 5000, maxConnections: 1024, maxConnectionsPerAddress: 64, inlineBytes: DEFAULT_INLINE_BYTES, exposureHoldMs: 30_000, ...options,
     };
     this.#methods.set(`${OWNER_SERVICE}/pull`, ownerPullEntry());
     this.#host = this.#makeHost();
@@ -96,7 +104,10 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
     const runtime = Runtime.acquire(this.#options.busyPollUs !== undefined ? { busyPollUs: this.#options.busyPollUs } : {});
     this.#runtime = runtime;
     runtime.dispatcher.ensureFrameBytes(this.#options.maxFrameBytes);
-    const listener = Listener.create(runtime.worker, { host: options.host ?? '0.0.0.0', port: options.port ?? 0 });
+    const listener = Listener.create(runtime.worker, {
+      host: options.host ?? '0.0.0.0', port: options.port ?? 0,
+      accept: ({ clientAddress }) => this.#admissible(clientAddress) === undefined,
+    });
     listener.on('connection', (endpoint) => this.#accept(runtime, endpoint));
     listener.on('error', (error) => this.emit('error', error));
     this.#listener = listener;
@@ -138,14 +149,31 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
     this.#runtime = undefined;
   }
 
+  /** Why a new connection from `address` is refused (connection limits), or undefined. */
+  #admissible(address: string): string | undefined {
+    if (this.#shuttingDown) return 'the server is shutting down';
+    if (this.#sessions.size >= this.#options.maxConnections) return `${this.#sessions.size} connections open (maxConnections)`;
+    const fromAddress = this.#perAddress.get(address) ?? 0;
+    if (fromAddress >= this.#options.maxConnectionsPerAddress) return `${fromAddress} connections open from ${address} (maxConnectionsPerAddress)`;
+    return undefined;
+  }
+
   #accept(runtime: Runtime, endpoint: ConstructorParameters<typeof Connection>[1]): void {
-    if (this.#shuttingDown) {
-      void endpoint.close({ force: true });
+    const address = hostOf(endpoint.peer);
+    // The listener's accept hook refused most; connections accepted meanwhile are counted here.
+    const refusal = this.#admissible(address);
+    if (refusal !== undefined) {
+      this.emit('error', new GdrpcError(Code.RESOURCE_EXHAUSTED, `refused a connection from ${endpoint.peer}: ${refusal}`));
+      void endpoint.close({ force: true }).catch(() => {});
       return;
     }
+    this.#perAddress.set(address, (this.#perAddress.get(address) ?? 0) + 1);
     const session = new ServerSession(new Connection(runtime, endpoint, this.#options.livenessMs), this.#host);
     this.#sessions.add(session);
   }
+
+  /** Connections open and counted against the limits (tests, monitoring). */
+  get connectionCount(): number { return this.#sessions.size; }
 
   #makeHost(): SessionHost {
     const server = this;
@@ -157,6 +185,7 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
     return {
       get token() { return server.#options.token; },
       get livenessMs() { return server.#options.livenessMs; },
+      get admissionTimeoutMs() { return server.#options.admissionTimeoutMs; },
       get shuttingDown() { return server.#shuttingDown; },
       limits: { maxFrame: this.#options.maxFrameBytes, maxTensor: this.#options.maxTensorBytes, inline: this.#options.inlineBytes, perConnection: this.#options.maxCallsPerConnection },
       env,
@@ -172,7 +201,11 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
       },
       ready: (session) => server.emit('connection', { peer: session.peer }),
       closed: (session, _error) => {
-        server.#sessions.delete(session);
+        if (!server.#sessions.delete(session)) return;
+        const address = hostOf(session.peer);
+        const left = (server.#perAddress.get(address) ?? 1) - 1;
+        if (left > 0) server.#perAddress.set(address, left);
+        else server.#perAddress.delete(address);
         if (session.admitted) server.emit('disconnect', { peer: session.peer });
       },
       error: (error) => server.emit('error', error),
@@ -191,17 +224,34 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
   }
 }
 
-// Servers of this process that listen: the first one also answers pulls of remote tensors.
+/** The host part of "host:port" (IPv6 hosts keep their colons). */
+function hostOf(peer: string): string {
+  const colon = peer.lastIndexOf(':');
+  return colon < 0 ? peer : peer.slice(0, colon);
+}
+
+// Servers of this process that listen: the first one also answers pulls of remote tensors, with
+// its own address and token. A process without one serves them only where serveRemoteTensors()
+// was told to: never on an address, or without a token, that nobody chose.
 const listening = new Set<Server>();
 let ownerServer: Server | undefined;
 setOwnerListener(() => {
   const first = listening.values().next().value as Server | undefined;
   if (first?.address !== undefined) return first.address;
-  ownerServer ??= Server.create({ poolBytes: 0 });
-  return ownerServer.address ?? ownerServer.bind();
+  if (ownerServer?.address !== undefined) return ownerServer.address;
+  throw new GdrpcError(Code.FAILED_PRECONDITION, 'passing an @remote tensor needs a listening Server in this process, or serveRemoteTensors({ host, token }) to say where pulls are served');
 });
 
-/** Stops the server this process started only to own remote tensors (tests, clean exit). */
+/** Serves pulls of this process's `@remote` tensors on `host:port` (port 0: any), admitting only
+ *  peers that prove `token`, for a process that has no listening Server of its own. */
+export function serveRemoteTensors(options: { host: string; port?: number; token?: string }): { host: string; port: number } {
+  if (typeof options?.host !== 'string' || options.host.length === 0) throw new GdrpcError(Code.INVALID_ARGUMENT, 'serveRemoteTensors needs options.host (the address pulls come to)');
+  if (ownerServer?.address !== undefined) return ownerServer.address;
+  ownerServer = Server.create({ poolBytes: 0, ...(options.token !== undefined ? { token: options.token } : {}) });
+  return ownerServer.bind({ host: options.host, port: options.port ?? 0 });
+}
+
+/** Stops the server that serveRemoteTensors started (tests, clean exit). */
 export async function shutdownOwner(): Promise<void> {
   const server = ownerServer;
   ownerServer = undefined;

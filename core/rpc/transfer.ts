@@ -105,6 +105,14 @@ export class IncomingTensors {
     if (numel * elementSize(wire.dt) !== wire.n) {
       throw new GdrpcError(Code.INVALID_ARGUMENT, `${where}: ${wire.n} bytes do not match shape [${wire.sh.join(', ')}] of ${wire.dt}`);
     }
+    // A handle where bytes are declared, or bytes where a handle is: the handler would get the
+    // wrong kind of object.
+    if ((wire.m === 'h') !== (placement.kind === 'remote')) {
+      throw new GdrpcError(Code.INVALID_ARGUMENT, `${where}: ${wire.m === 'h' ? 'a remote handle where tensor bytes are declared' : 'tensor bytes where a remote handle is declared'}`);
+    }
+    if (wire.m === 'r' && !this.scope.connection.runtime.rma) {
+      throw new GdrpcError(Code.INVALID_ARGUMENT, `${where}: RMA descriptor refused: this process does not perform RMA (docs/security.md)`);
+    }
     const pending = new PendingTensor(wire, where, placement);
     this.pending.push(pending);
     if (wire.m === 'h') return new RemoteTensor(wire);

@@ -14,10 +14,11 @@ export interface NativeContext {
 }
 export interface NativeWorker {
   tagRecv(target: NativeTarget, offset: number, length: number, tag: bigint, mask: bigint, id: number): Promise<NativeRecvResult>;
-  tagProbe(tag: bigint, mask: bigint): NativeRecvResult | null;
+  tagProbe(tag: bigint, mask: bigint, remove: boolean): (NativeRecvResult & { taken: number }) | null;
+  tagRecvTaken(taken: number, target: NativeTarget, offset: number, length: number, id: number): Promise<NativeRecvResult>;
   progress(): boolean;
   cancel(id: number): void;
-  stats(): { liveRequests: number; liveEndpoints: number; liveListeners: number; liveRegions: number };
+  stats(): { liveRequests: number; liveEndpoints: number; liveListeners: number; liveRegions: number; takenMessages: number };
   close(): void;
 }
 export type ListenerEvent = 'request' | 'connection' | 'error';

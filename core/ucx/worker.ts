@@ -13,7 +13,9 @@ export interface WorkerOptions {
   watchdogMs?: number;
 }
 export interface TagRecvResult { senderTag: bigint; length: number }
-export interface WorkerStats { liveRequests: number; liveEndpoints: number; liveListeners: number; liveRegions: number }
+/** A message tagProbe took out of UCX's unexpected queue: receive it with tagRecvTaken. */
+export interface TakenMessage extends TagRecvResult { taken: number }
+export interface WorkerStats { liveRequests: number; liveEndpoints: number; liveListeners: number; liveRegions: number; takenMessages: number }
 
 /** What a worker closes when it closes: its endpoints and listeners. */
 interface Child { close(options?: { force?: boolean }): unknown }
@@ -56,10 +58,28 @@ export class Worker {
     });
   }
 
-  /** Non-blocking probe without removing: the matched message's tag and length, or null. */
-  tagProbe(tag: bigint, mask: bigint): TagRecvResult | null {
+  /** Non-blocking probe: the first unexpected message matching tag/mask (its tag and length), or
+   *  null. Without `remove` the message stays queued; with it, it leaves UCX's queue and must be
+   *  received with tagRecvTaken (into a 1-byte buffer to drop it). */
+  tagProbe(tag: bigint, mask: bigint): TagRecvResult | null;
+  tagProbe(tag: bigint, mask: bigint, options: { remove: true }): TakenMessage | null;
+  tagProbe(tag: bigint, mask: bigint, options: { remove?: boolean } = {}): TagRecvResult | null {
     this.#checkOpen();
-    return this.#native.tagProbe(checkU64(tag, 'tag'), checkU64(mask, 'mask'));
+    const remove = checkObject(options, 'options').remove;
+    if (remove !== undefined && typeof remove !== 'boolean') throw invalid('options.remove must be a boolean');
+    return this.#native.tagProbe(checkU64(tag, 'tag'), checkU64(mask, 'mask'), remove === true);
+  }
+
+  /** Receives a message that tagProbe removed; a `dest` shorter than the message rejects with
+   *  "truncated" and completes the sender (how a message is dropped). */
+  tagRecvTaken(message: TakenMessage, dest: TagBuffer): Promise<TagRecvResult> {
+    return rejecting(() => {
+      this.#checkOpen();
+      checkObject(message, 'message');
+      if (typeof message.taken !== 'number') throw invalid('message must come from tagProbe(..., { remove: true })');
+      const { target, offset, length } = tagTarget(dest, 'dest');
+      return this.track(undefined, (id) => this.#native.tagRecvTaken(message.taken, target, offset, length, id));
+    });
   }
 
   /** Runs ucp_worker_progress until idle (tests and busy loops). Returns whether anything progressed. */

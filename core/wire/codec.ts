@@ -3,6 +3,7 @@
 import { Packr } from 'msgpackr';
 import { Code, GdrpcError } from '../errors.ts';
 import { FrameKind, WIRE_VERSION, type TensorWire } from './frames.ts';
+import { ConnectionKey } from './tag.ts';
 
 // Plain msgpack maps (no record extension) so that any msgpack library can read the frames;
 // 64-bit integers decode as bigint so that addresses survive.
@@ -19,15 +20,16 @@ const isUint = (value: unknown): boolean => typeof value === 'number' && Number.
 const isString = (value: unknown): boolean => typeof value === 'string';
 const isBool = (value: unknown): boolean => typeof value === 'boolean';
 const isBytes = (value: unknown): boolean => value instanceof Uint8Array;
+const isKey = (value: unknown): boolean => ConnectionKey.valid(value);
 const isMap = (value: unknown): boolean => typeof value === 'object' && value !== null && !Array.isArray(value) && !(value instanceof Uint8Array);
 const isStringMap = (value: unknown): boolean => isMap(value) && Object.values(value as object).every(isString);
 
 // Required fields per kind; `?` marks optional ones.
-const SCHEMAS: Record<Exclude<FrameKind, FrameKind.Batch>, Record<string, Check>> = {
-  [FrameKind.Hello]: { conn: isUint, 'chal?': isBytes, maxFrame: isUint, maxTensor: isUint, inline: isUint, live: isUint, 'gpu?': isBool, 'batch?': isBool },
-  [FrameKind.Auth]: { conn: isUint, 'proof?': isBytes, 'live?': isUint, 'gpu?': isBool, 'batch?': isBool },
+const SCHEMAS: Record<FrameKind, Record<string, Check>> = {
+  [FrameKind.Hello]: { key: isKey, 'chal?': isBytes, maxFrame: isUint, maxTensor: isUint, inline: isUint, live: isUint, 'gpu?': isBool, 'stg?': isBool },
+  [FrameKind.Auth]: { key: isKey, 'proof?': isBytes, 'live?': isUint, 'gpu?': isBool, 'stg?': isBool, 'maxFrame?': isUint },
   [FrameKind.Ready]: {},
-  [FrameKind.Request]: { svc: isString, m: isString, 'a?': isMap, 'to?': isUint, 'md?': isStringMap, 'win?': isUint },
+  [FrameKind.Request]: { svc: isString, m: isString, 'a?': isMap, 'to?': isUint, 'md?': isStringMap, 'win?': isUint, 'mv?': isString, 'ns?': isBool },
   [FrameKind.Response]: { r: isMap },
   [FrameKind.Error]: { code: isString, msg: isString, 'det?': isMap },
   [FrameKind.Cancel]: { 'code?': isString },

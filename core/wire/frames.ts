@@ -1,15 +1,15 @@
-// Control frames: what each kind carries. The tag says the kind (tag.ts); the body is a msgpack
+// Control frames: what each kind carries. The message header says the kind (message.ts); the body is a msgpack
 // map whose keys are listed here and in docs/wire.md. Bodies are checked field by field when
 // they arrive (codec.ts), because a peer may be hostile or simply another implementation.
 
 /** Wire format version carried in every frame as `v`. A peer rejects frames of another major. */
-export const WIRE_VERSION = 1;
+export const WIRE_VERSION = 2;
 
-/** Frame kinds (7 bits, in byte 7 of the tag). Values are part of the wire format. */
+/** Frame kinds (the first byte of each frame in a message). Values are part of the wire format. */
 export enum FrameKind {
-  /** server -> client, first frame on a connection (connection id 0): the server's id, limits, challenge. */
+  /** server -> client, first frame on a connection (key 0): the server's connection key, limits, challenge. */
   Hello = 1,
-  /** client -> server: the client's id and, when the server asked, the HMAC proof. */
+  /** client -> server: the client's connection key and, when the server asked, the HMAC proof. */
   Auth = 2,
   /** server -> client: admission granted (or an Error frame with call 0 and a disconnect). */
   Ready = 3,
@@ -24,8 +24,7 @@ export enum FrameKind {
   Fin = 11,
   /** server -> client: no new calls on this connection (shutdown); in-flight calls continue. */
   GoAway = 12,
-  /** Several frames in one message, for peers that announced `batch` (body is not msgpack). */
-  Batch = 13,
+  // 13 was BATCH in wire version 1; every message may hold several frames now (message.ts).
   /** Receiver -> sender of a stream: `n` more items may be sent (the REQUEST's `win` opened it). */
   Credit = 14,
 }
@@ -56,8 +55,8 @@ export interface TensorWire {
   s?: Uint8Array;
 }
 
-export interface HelloFrame { v: number; conn: number; chal?: Uint8Array; maxFrame: number; maxTensor: number; inline: number; live: number; /** the server can receive into CUDA memory */ gpu?: boolean; /** the server reads BATCH */ batch?: boolean }
-export interface AuthFrame { v: number; conn: number; proof?: Uint8Array; live?: number; /** the client can receive into CUDA memory */ gpu?: boolean; /** the client reads BATCH */ batch?: boolean }
+export interface HelloFrame { v: number; key: bigint; chal?: Uint8Array; maxFrame: number; maxTensor: number; inline: number; live: number; /** the server can receive into CUDA memory */ gpu?: boolean; /** the server stages CUDA receives through host memory */ stg?: boolean }
+export interface AuthFrame { v: number; key: bigint; proof?: Uint8Array; live?: number; /** the client can receive into CUDA memory */ gpu?: boolean; stg?: boolean; /** largest frame the client reads */ maxFrame?: number }
 export interface ReadyFrame { v: number }
 export interface RequestFrame {
   v: number;
@@ -70,6 +69,10 @@ export interface RequestFrame {
   md?: Record<string, string>;
   /** server streaming: items the server may send before the client grants more (CREDIT); absent: no limit */
   win?: number;
+  /** mover the caller forces ('inline' | 'tag' | 'rma'); absent: auto */
+  mv?: string;
+  /** no staging through host memory */
+  ns?: boolean;
 }
 export interface ResponseFrame { v: number; r: Record<string, unknown> }
 export interface ErrorFrame { v: number; code: string; msg: string; det?: Record<string, unknown> }

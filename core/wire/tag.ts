@@ -1,54 +1,88 @@
-// The 64-bit UCX tag of every gdrpc message. One worker receives for many connections, so the tag
-// (not the sender, which UCX tag matching does not report) says whose message it is:
+// The 64-bit UCX tag of every gdrpc message (docs/wire.md "Tags and connection keys"). UCX tag
+// matching does not say which endpoint sent a message, so the tag itself must tie a message to its
+// connection in a way a third party cannot forge: each side draws a random 56-bit key per
+// connection and tells it only to that connection's peer (in HELLO or AUTH, sent on its endpoint).
 //
-//   63        56 55                     32 31                              0
-//  +------------+-------------------------+--------------------------------+
-//  | class/kind |  connection id (24 bit) |  call id / transfer id (32 bit)|
-//  +------------+-------------------------+--------------------------------+
+//   control:  | 0x80 |                       key (56 bits)                        |
+//   tensor:   | 0x01 |  key bits 55..32 (24)  |  (key bits 31..0 + transfer id) mod 2^32  |
 //
-// Byte 7 is 0x80 | kind for control frames and 0x01 for tensor bytes, so one posted receive with
-// mask CONTROL_MASK takes every control frame and never a tensor payload, which is matched by an
-// exact tag on a receive posted into its destination. The connection id is the one the
-// *receiving* side assigned, so ids never collide on a worker. See docs/wire.md.
-import { Code, GdrpcError } from '../errors.ts';
-import { FrameKind } from './frames.ts';
+// A control message may hold several frames (wire/message.ts), so kind and call id travel in the
+// body. Tensor tags keep the key's top 24 bits as a per-worker unique prefix, which lets the
+// receiver find the connection of a message nobody posted a receive for (and drop it), while the
+// low 32 bits stay secret: forging a tag means guessing 56 random bits.
+import { randomBytes } from 'node:crypto';
 
-/** Bit 63: set on control frames, clear on tensor payloads. */
+/** Bit 63: set on control messages, clear on tensor payloads. */
 export const CONTROL_BIT = 1n << 63n;
-/** Mask that selects every control frame (and no payload) on a receive. */
+/** Mask that selects every control message (and no payload) on a receive. */
 export const CONTROL_MASK = CONTROL_BIT;
 /** Byte 7 of a tensor payload tag. */
 export const DATA_CLASS = 0x01;
 /** Every bit: exact match. */
 export const EXACT_MASK = 0xffff_ffff_ffff_ffffn;
-/** Largest connection id (24 bits); 0 is reserved for the server's first frame (HELLO). */
-export const MAX_CONNECTION_ID = 0xff_ffff;
+/** The byte-7-and-prefix part of a tensor tag: selects one connection's payloads. */
+export const DATA_PREFIX_MASK = 0xffff_ffff_0000_0000n;
 /** Largest call or transfer id (32 bits); ids wrap around and skip 0. */
 export const MAX_CALL_ID = 0xffff_ffff;
+/** The key of the first message on a new connection (HELLO), before the client knows the server's. */
+export const HELLO_KEY = 0n;
 
-/** Tag of a control frame of `kind` for connection `connection` (receiver's id) and call `call`. */
-export function controlTag(kind: FrameKind, connection: number, call: number): bigint {
-  return (BigInt(0x80 | kind) << 56n) | (BigInt(connection) << 32n) | BigInt(call >>> 0);
-}
+const KEY_BITS = (1n << 56n) - 1n;
 
-/** Tag of the payload of transfer `transfer` on connection `connection` (receiver's id). */
-export function dataTag(connection: number, transfer: number): bigint {
-  return (BigInt(DATA_CLASS) << 56n) | (BigInt(connection) << 32n) | BigInt(transfer >>> 0);
-}
-
-/** The fields of a received tag. */
-export interface ParsedTag { control: boolean; kind: number; connection: number; id: number }
-
-/** Splits a tag into class, kind, connection id and call/transfer id. */
-export function parseTag(tag: bigint): ParsedTag {
-  const top = Number((tag >> 56n) & 0xffn);
-  const connection = Number((tag >> 32n) & 0xff_ffffn);
-  const id = Number(tag & 0xffff_ffffn);
-  if ((top & 0x80) !== 0) return { control: true, kind: top & 0x7f, connection, id };
-  if (top !== DATA_CLASS) {
-    throw new GdrpcError(Code.INVALID_ARGUMENT, `tag 0x${tag.toString(16)} has unknown class byte 0x${top.toString(16)}`);
+/** A connection key: 56 random bits, split into the 24-bit prefix and the 32-bit secret low part. */
+export class ConnectionKey {
+  readonly prefix: number;
+  readonly low: number;
+  constructor(readonly value: bigint) {
+    this.prefix = Number((value >> 32n) & 0xff_ffffn);
+    this.low = Number(value & 0xffff_ffffn);
   }
-  return { control: false, kind: 0, connection, id };
+
+  /** A fresh random key whose prefix is not 0 and passes `free` (unique among a worker's keys). */
+  static draw(free: (prefix: number) => boolean): ConnectionKey {
+    for (;;) {
+      const key = new ConnectionKey(randomBytes(8).readBigUInt64BE() & KEY_BITS);
+      if (key.prefix !== 0 && free(key.prefix)) return key;
+    }
+  }
+
+  /** Whether `value` (from a peer) is a well-formed key. */
+  static valid(value: unknown): value is bigint {
+    return typeof value === 'bigint' && value > 0n && value <= KEY_BITS && (value >> 32n) !== 0n;
+  }
+}
+
+/** Tag of a control message for the connection whose receiving side drew `key`. */
+export function controlTag(key: bigint): bigint {
+  return CONTROL_BIT | (key & KEY_BITS);
+}
+
+/** Tag of the payload of transfer `transfer` on the connection whose receiving side drew `key`. */
+export function dataTag(key: ConnectionKey, transfer: number): bigint {
+  const low = (key.low + (transfer >>> 0)) % 0x1_0000_0000;
+  return (BigInt(DATA_CLASS) << 56n) | (BigInt(key.prefix) << 32n) | BigInt(low);
+}
+
+/** The first tag of one connection's payloads, for a probe with DATA_PREFIX_MASK. */
+export function dataPrefixTag(prefix: number): bigint {
+  return (BigInt(DATA_CLASS) << 56n) | (BigInt(prefix) << 32n);
+}
+
+/** The key a control tag names, or undefined when byte 7 is not exactly the control class. */
+export function controlKey(tag: bigint): bigint | undefined {
+  if ((tag >> 56n) !== 0x80n) return undefined;
+  return tag & KEY_BITS;
+}
+
+/** The prefix and low word of a payload tag, or undefined when byte 7 is not the data class. */
+export function dataParts(tag: bigint): { prefix: number; low: number } | undefined {
+  if ((tag >> 56n) !== BigInt(DATA_CLASS)) return undefined;
+  return { prefix: Number((tag >> 32n) & 0xff_ffffn), low: Number(tag & 0xffff_ffffn) };
+}
+
+/** The transfer id of a payload tag's low word on the connection with `key`. */
+export function transferOf(key: ConnectionKey, low: number): number {
+  return (low - key.low + 0x1_0000_0000) % 0x1_0000_0000;
 }
 
 /** Hands out 32-bit ids that skip 0 and wrap. */

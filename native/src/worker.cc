@@ -20,6 +20,7 @@ Napi::Function Worker::Define(Napi::Env env) {
   return DefineClass(env, "Worker", {
     InstanceMethod<&Worker::TagRecv>("tagRecv"),
     InstanceMethod<&Worker::TagProbe>("tagProbe"),
+    InstanceMethod<&Worker::TagRecvTaken>("tagRecvTaken"),
     InstanceMethod<&Worker::Progress>("progress"),
     InstanceMethod<&Worker::Cancel>("cancel"),
     InstanceMethod<&Worker::Stats>("stats"),
@@ -212,23 +213,49 @@ Napi::Value Worker::TagRecv(const Napi::CallbackInfo& info) {
   return request->Start(ucp_tag_recv_nbx(worker_, span.address, span.length, tag, mask, &param), "tag receive");
 }
 
-// tagProbe(tag, mask) -> {senderTag, length} | null
+// tagProbe(tag, mask, remove) -> {senderTag, length, taken?} | null. With `remove` the message
+// leaves UCX's unexpected queue and is held here under the id `taken` until tagRecvTaken.
 Napi::Value Worker::TagProbe(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   CheckOpen(env);
   bool lossless = true;
   uint64_t tag = info[0].As<Napi::BigInt>().Uint64Value(&lossless);
   uint64_t mask = info[1].As<Napi::BigInt>().Uint64Value(&lossless);
+  int remove = info.Length() > 2 && info[2].ToBoolean().Value() ? 1 : 0;
   ucp_tag_recv_info_t probe{};
-  if (ucp_tag_probe_nb(worker_, tag, mask, 0, &probe) == nullptr) {
+  ucp_tag_message_h message = ucp_tag_probe_nb(worker_, tag, mask, remove, &probe);
+  if (message == nullptr) {
     ucp_worker_progress(worker_);  // a probe alone does not move messages in; one pass may
     if (!events_.empty()) Kick();  // completions that pass queued are settled from the loop
-    if (ucp_tag_probe_nb(worker_, tag, mask, 0, &probe) == nullptr) return env.Null();
+    message = ucp_tag_probe_nb(worker_, tag, mask, remove, &probe);
+    if (message == nullptr) return env.Null();
   }
   Napi::Object result = Napi::Object::New(env);
   result.Set("senderTag", Napi::BigInt::New(env, static_cast<uint64_t>(probe.sender_tag)));
   result.Set("length", Napi::Number::New(env, static_cast<double>(probe.length)));
+  if (remove != 0) {
+    uint32_t id = nextTaken_++;
+    if (nextTaken_ == 0) nextTaken_ = 1;
+    taken_[id] = message;
+    result.Set("taken", Napi::Number::New(env, id));
+  }
   return result;
+}
+
+// tagRecvTaken(taken, target, offset, length, id) -> Promise<{senderTag, length}>: receives a
+// message that tagProbe removed from the unexpected queue.
+Napi::Value Worker::TagRecvTaken(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  CheckOpen(env);
+  auto it = taken_.find(info[0].As<Napi::Number>().Uint32Value());
+  if (it == taken_.end()) Throw(env, "NOT_FOUND", "no taken message with this id (already received)");
+  ucp_tag_message_h message = it->second;
+  Span span = ResolveSpan(env, info[1], info[2], info[3]);
+  taken_.erase(it);
+  Request* request = new Request(this, nullptr, RequestKind::Recv, info[4].As<Napi::Number>().Uint32Value(), env);
+  ucp_request_param_t param{};
+  request->Prepare(param, &span);
+  return request->Start(ucp_tag_msg_recv_nbx(worker_, span.address, span.length, message, &param), "tag receive");
 }
 
 Napi::Value Worker::Progress(const Napi::CallbackInfo& info) {
@@ -266,6 +293,7 @@ Napi::Value Worker::Stats(const Napi::CallbackInfo& info) {
   stats.Set("liveRequests", static_cast<double>(requests_.size()));
   stats.Set("liveEndpoints", static_cast<double>(endpoints_.size()));
   stats.Set("liveListeners", static_cast<double>(listeners_.size()));
+  stats.Set("takenMessages", static_cast<double>(taken_.size()));
   stats.Set("liveRegions", static_cast<double>(context_ != nullptr ? context_->regionCount() : 0));
   return stats;
 }

@@ -62,6 +62,7 @@ class Worker : public Napi::ObjectWrap<Worker> {
  private:
   Napi::Value TagRecv(const Napi::CallbackInfo& info);
   Napi::Value TagProbe(const Napi::CallbackInfo& info);
+  Napi::Value TagRecvTaken(const Napi::CallbackInfo& info);
   Napi::Value Progress(const Napi::CallbackInfo& info);
   Napi::Value Cancel(const Napi::CallbackInfo& info);
   Napi::Value Stats(const Napi::CallbackInfo& info);
@@ -79,6 +80,8 @@ class Worker : public Napi::ObjectWrap<Worker> {
   std::unique_ptr<Napi::AsyncContext> asyncContext_;
   std::vector<Event> events_;
   std::unordered_map<uint32_t, Request*> requests_;
+  std::unordered_map<uint32_t, ucp_tag_message_h> taken_;  // removed by tagProbe, not yet received
+  uint32_t nextTaken_ = 1;
   std::set<Endpoint*> endpoints_;
   std::set<Listener*> listeners_;
   uint64_t busyPollNs_ = 0;

@@ -29,8 +29,8 @@ async function connectError(token: string | undefined): Promise<GdrpcError> {
 }
 
 describe('admission', () => {
-  it('the right token is admitted and calls work (including RMA, which sends rkeys)', async () => {
-    const result = await admitted.unary(Echo.methods.echo!, { x: patterned(100_000), tag: 'ok' }, { mover: 'rma' });
+  it('the right token is admitted and calls work (including tensors by tag rendezvous)', async () => {
+    const result = await admitted.unary(Echo.methods.echo!, { x: patterned(100_000), tag: 'ok' }, { mover: 'tag' });
     expect(result.tag).toBe('ok');
   });
 

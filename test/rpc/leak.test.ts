@@ -1,7 +1,7 @@
 // 10,000 calls of every kind, then nothing left behind on either side: no pool bytes, no live
 // tensors, no rkeys, no extra regions, endpoints or requests, no remote exposures.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Client, nativeStats, remoteExposures, shutdownOwner, type Tensor } from '../../core/index.ts';
+import { Client, nativeStats, remoteExposures, serveRemoteTensors, shutdownOwner, type Tensor } from '../../core/index.ts';
 import { Echo } from './fixtures/services.ts';
 import { killAll, startServer, type Peer } from './fixtures/peers.ts';
 import { expectPoolsEmpty, serverStats } from './fixtures/stats.ts';
@@ -13,6 +13,7 @@ let client: Client;
 beforeAll(async () => {
   server = await startServer({ poolBytes: 16 << 20 });
   client = await Client.connect(server.address, { poolBytes: 16 << 20 });
+  serveRemoteTensors({ host: '127.0.0.1' });
 });
 afterAll(async () => {
   await client?.close();
@@ -23,7 +24,7 @@ afterAll(async () => {
 describe('resource accounting', () => {
   it('10,000 calls leave no registration or memory behind', async () => {
     // Warm up so that lazily created pools and endpoints count as the baseline.
-    for (const mover of ['inline', 'tag', 'rma'] as const) {
+    for (const mover of ['inline', 'tag'] as const) {
       const r = await client.unary(Echo.methods.echo!, { x: patterned(20_000), tag: 'w' }, { mover });
       (r.y as Tensor).release();
     }
@@ -42,11 +43,11 @@ describe('resource accounting', () => {
           case 0: await client.unary(Echo.methods.ping!, { n: i }); break;
           case 1: { const r = await client.unary(Echo.methods.echo!, { x: small, tag: 's' }); (r.y as Tensor).release(); break; }
           case 2: { const r = await client.unary(Echo.methods.echo!, { x: medium, tag: 't' }, { mover: 'tag' }); (r.y as Tensor).release(); break; }
-          case 3: { const r = await client.unary(Echo.methods.echo!, { x: medium, tag: 'r' }, { mover: 'rma' }); (r.y as Tensor).release(); break; }
+          case 3: { const r = await client.unary(Echo.methods.echo!, { x: medium, tag: 'r' }, { mover: 'tag' }); (r.y as Tensor).release(); break; }
           case 4: await client.unary(Echo.methods.sleep!, { ms: 50 }, { deadline: 1 }).catch(() => {}); break;
           case 5: for await (const _ of client.serverStream(Echo.methods.count!, { upTo: 3, delayMs: 0 })) { /* drain */ } break;
           case 6: await client.clientStream(Echo.methods.sum!, [{ x: small }, { x: medium }]); break;
-          case 7: if (i % 64 === 7) await client.unary(Echo.methods.pullSum!, { h: medium }); else await client.unary(Echo.methods.checksum!, { x: medium }, { mover: 'rma' }); break;
+          case 7: if (i % 64 === 7) await client.unary(Echo.methods.pullSum!, { h: medium }); else await client.unary(Echo.methods.checksum!, { x: medium }, { mover: 'tag' }); break;
         }
       }
     }

@@ -4,7 +4,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Packr } from 'msgpackr';
 import { Client, Code } from '../../core/index.ts';
 import { FrameKind } from '../../core/wire/frames.ts';
-import { dataTag } from '../../core/wire/tag.ts';
+import { ConnectionKey, dataTag } from '../../core/wire/tag.ts';
+import { packMessage } from '../../core/wire/message.ts';
 import { Echo } from './fixtures/services.ts';
 import { killAll, startServer, type Peer } from './fixtures/peers.ts';
 import { RawPeer } from './fixtures/raw-peer.ts';
@@ -80,8 +81,8 @@ describe('malformed input', () => {
   it('tensor bytes nobody asked for, and frames for other connections, change nothing', async () => {
     const raw = await admittedRaw();
     try {
-      await raw.endpoint.tagSend(dataTag(raw.serverId, 12345), new Uint8Array(1000));
-      await raw.endpoint.tagSend(dataTag(0xabcdef, 1), new Uint8Array(10));
+      await raw.endpoint.tagSend(dataTag(new ConnectionKey(raw.serverKey), 12345), new Uint8Array(1000));
+      await raw.endpoint.tagSend(dataTag(new ConnectionKey(0xabcdef_00000000n), 1), new Uint8Array(10));
       await stillServing();
       await raw.sendBody(FrameKind.Request, 4, { svc: Echo.name, m: 'ping', a: { n: 8 } });
       const frame = await raw.receive();
@@ -92,22 +93,15 @@ describe('malformed input', () => {
     }
   });
 
-  it('a BATCH is unpacked in order; a malformed one is refused whole', async () => {
+  it('frames of one message are handled in order; a malformed message is refused whole', async () => {
     const raw = await admittedRaw();
     try {
-      const entry = (call: number, n: number): Buffer => {
-        const body = packr.pack({ v: 1, svc: Echo.name, m: 'ping', a: { n } });
-        const head = Buffer.alloc(9);
-        head.writeUInt8(FrameKind.Request, 0);
-        head.writeUInt32BE(call, 1);
-        head.writeUInt32BE(body.length, 5);
-        return Buffer.concat([head, body]);
-      };
-      await raw.sendBytes(FrameKind.Batch, 0, Buffer.concat([entry(21, 1), entry(22, 2)]));
+      const frame = (call: number, n: number) => ({ kind: FrameKind.Request, call, body: packr.pack({ v: 2, svc: Echo.name, m: 'ping', a: { n } }) });
+      await raw.sendMessage(packMessage([frame(21, 1), frame(22, 2)]));
       const answers = [await raw.receive(), await raw.receive()];
       expect(answers.map((f) => [f?.kind, f?.call, (f?.body.r as { n: number } | undefined)?.n])).toEqual([[FrameKind.Response, 21, 1], [FrameKind.Response, 22, 2]]);
-      const truncated = entry(23, 3).subarray(0, 12);
-      await raw.sendBytes(FrameKind.Batch, 0, truncated);
+      const truncated = packMessage([frame(23, 3)]).subarray(0, 12);
+      await raw.sendMessage(truncated);
       const frames = await raw.drain(500);
       expect(frames.some((f) => f.kind === FrameKind.Response)).toBe(false);
       await stillServing();

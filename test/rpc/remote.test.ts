@@ -1,7 +1,7 @@
 // Remote tensors: the callee pulls when it wants; a third service pulls straight from the owner;
 // the owner lets go after one pull or at the end of the call; a stale or forged handle is NOT_FOUND.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Client, Code, remoteExposures, shutdownOwner, type GdrpcError } from '../../core/index.ts';
+import { Client, Code, remoteExposures, serveRemoteTensors, shutdownOwner, type GdrpcError } from '../../core/index.ts';
 import { Echo } from './fixtures/services.ts';
 import { killAll, startServer, type Peer } from './fixtures/peers.ts';
 import { serverStats } from './fixtures/stats.ts';
@@ -13,6 +13,8 @@ let client: Client;
 
 beforeAll(async () => {
   [a, b] = await Promise.all([startServer(), startServer()]);
+  // This process only calls: it serves pulls of its @remote tensors where it says, on loopback.
+  serveRemoteTensors({ host: '127.0.0.1' });
   client = await Client.connect(a.address);
 });
 afterAll(async () => {

@@ -8,7 +8,8 @@ import { patterned } from './fixtures/tensors.ts';
 
 const MiB = 1 << 20;
 const SIZES = [0, 1, 4095, 4096, 4097, MiB, 64 * MiB];
-const MOVERS = ['auto', 'inline', 'tag', 'rma'] as const;
+// The rma mover is off unless a process opts in (docs/security.md); unsafe-rma.test.ts covers it.
+const MOVERS = ['auto', 'inline', 'tag'] as const;
 
 let server: Peer;
 let client: Client;
@@ -27,6 +28,13 @@ describe('unary', () => {
     const result = await client.unary(Echo.methods.ping!, { n: 41 });
     expect(result).toEqual({ n: 41 });
     expect(callInfo(result)?.transfers).toEqual([]);
+  });
+
+  it('refuses the rma mover by default: FAILED_PRECONDITION before anything is sent', async () => {
+    const error = await client.unary(Echo.methods.echo!, { x: patterned(MiB), tag: 'r' }, { mover: 'rma' }).catch((e: unknown) => e);
+    expect((error as GdrpcError).code).toBe(Code.FAILED_PRECONDITION);
+    expect((error as GdrpcError).message).toMatch(/GDRPC_UNSAFE_RMA/);
+    expect((await client.unary(Echo.methods.ping!, { n: 2 })).n).toBe(2);
   });
 
   for (const mover of MOVERS) {

@@ -4,7 +4,8 @@ import { describe, expect, it } from 'vitest';
 import { Code, GdrpcError, Tensor, validateFields, type FieldDescriptor, type ServiceDescriptor } from '../../core/index.ts';
 import { decodeFrame, encodeFrame, checkTensorWire } from '../../core/wire/codec.ts';
 import { FrameKind, WIRE_VERSION } from '../../core/wire/frames.ts';
-import { CONTROL_MASK, controlTag, dataTag, parseTag } from '../../core/wire/tag.ts';
+import { CONTROL_MASK, ConnectionKey, controlKey, controlTag, dataParts, dataTag, transferOf } from '../../core/wire/tag.ts';
+import { packMessage, unpackMessage } from '../../core/wire/message.ts';
 import { chooseMover } from '../../core/rpc/movers/choose.ts';
 import { transferPath } from '../../core/rpc/movers/path.ts';
 import type { Endpoint } from '../../core/ucx/index.ts';
@@ -15,18 +16,50 @@ function codeOf(fn: () => unknown): string | undefined {
 }
 
 describe('tag layout', () => {
-  it('puts class/kind, connection and call in their bytes and parses them back', () => {
-    const tag = controlTag(FrameKind.Request, 0xabcdef, 0xdeadbeef);
-    expect(tag).toBe(0x84abcdefdeadbeefn);
-    expect(parseTag(tag)).toEqual({ control: true, kind: FrameKind.Request, connection: 0xabcdef, id: 0xdeadbeef });
-    expect(dataTag(7, 9)).toBe(0x0100000700000009n);
-    expect(parseTag(dataTag(7, 9))).toEqual({ control: false, kind: 0, connection: 7, id: 9 });
+  it('a control tag is the class byte and the 56-bit key; a payload tag hides the key plus the transfer id', () => {
+    const key = new ConnectionKey(0xabcdef_fffffffen);
+    expect(controlTag(key.value)).toBe(0x80abcdeffffffffen);
+    expect(controlKey(controlTag(key.value))).toBe(key.value);
+    // The low word wraps: (0xfffffffe + 3) mod 2^32 = 1.
+    expect(dataTag(key, 3)).toBe(0x01abcdef00000001n);
+    expect(dataParts(dataTag(key, 3))).toEqual({ prefix: 0xabcdef, low: 1 });
+    expect(transferOf(key, 1)).toBe(3);
   });
 
-  it('the control mask matches every control frame and no payload', () => {
-    for (const kind of [FrameKind.Hello, FrameKind.GoAway]) expect(controlTag(kind, 1, 1) & CONTROL_MASK).toBe(CONTROL_MASK);
-    expect(dataTag(1, 1) & CONTROL_MASK).toBe(0n);
-    expect(codeOf(() => parseTag(0x0200000000000000n))).toBe(Code.INVALID_ARGUMENT);
+  it('the control mask matches every control message and no payload; other class bytes name no connection', () => {
+    const key = ConnectionKey.draw(() => true);
+    expect(controlTag(key.value) & CONTROL_MASK).toBe(CONTROL_MASK);
+    expect(dataTag(key, 1) & CONTROL_MASK).toBe(0n);
+    expect(controlKey(0x8100000000000001n)).toBeUndefined();
+    expect(dataParts(0x0200000000000000n)).toBeUndefined();
+  });
+
+  it('drawn keys are random, have a non-zero prefix and respect the caller\'s uniqueness test', () => {
+    const taken = new Set<number>();
+    for (let i = 0; i < 1000; i += 1) {
+      const key = ConnectionKey.draw((prefix) => !taken.has(prefix));
+      expect(key.prefix).not.toBe(0);
+      expect(taken.has(key.prefix)).toBe(false);
+      taken.add(key.prefix);
+    }
+    expect(ConnectionKey.valid(1n << 56n)).toBe(false);
+    expect(ConnectionKey.valid(0xffffn)).toBe(false);
+    expect(ConnectionKey.valid(12345)).toBe(false);
+  });
+});
+
+describe('control messages', () => {
+  it('pack frames in order and unpack them back', () => {
+    const frames = [{ kind: 4, call: 7, body: new Uint8Array([1, 2, 3]) }, { kind: 10, call: 0, body: new Uint8Array(0) }];
+    const unpacked = unpackMessage(packMessage(frames));
+    expect(unpacked.map((f) => [f.kind, f.call, [...f.body]])).toEqual([[4, 7, [1, 2, 3]], [10, 0, []]]);
+  });
+
+  it('refuse an empty message and entries that run past the end', () => {
+    expect(codeOf(() => unpackMessage(new Uint8Array(0)))).toBe(Code.INVALID_ARGUMENT);
+    const whole = packMessage([{ kind: 4, call: 1, body: new Uint8Array(10) }]);
+    expect(codeOf(() => unpackMessage(whole.subarray(0, 12)))).toBe(Code.INVALID_ARGUMENT);
+    expect(codeOf(() => unpackMessage(whole.subarray(0, 5)))).toBe(Code.INVALID_ARGUMENT);
   });
 });
 

@@ -12,6 +12,7 @@ export const rmaMover: Mover = {
   name: 'rma',
 
   prepare(tensor: Tensor, { connection, call }: TransferScope): Outgoing {
+    if (!connection.runtime.rma) throw rmaDisabled();
     const { span, release } = mappedSpan(tensor, connection.runtime.context);
     let done!: () => void;
     const released = new Promise<void>((resolve) => { done = resolve; });
@@ -24,6 +25,11 @@ export const rmaMover: Mover = {
   },
 
   async receive(wire: TensorWire, dest: Tensor, { connection, call }: TransferScope): Promise<void> {
+    // A peer's rkey is never unpacked unless this process opted into RMA: UCX trusts its bytes.
+    if (!connection.runtime.rma) {
+      sendFin(wire, connection, call);
+      throw new GdrpcError(Code.INVALID_ARGUMENT, 'RMA descriptor refused: this process does not perform RMA (GDRPC_UNSAFE_RMA unset; docs/security.md)');
+    }
     const { span, release } = mappedSpan(dest, connection.runtime.context);
     let rkey: RemoteKey | undefined;
     try {
@@ -42,6 +48,10 @@ export const rmaMover: Mover = {
     sendFin(wire, connection, call);
   },
 };
+
+function rmaDisabled(): GdrpcError {
+  return new GdrpcError(Code.FAILED_PRECONDITION, 'the rma mover is disabled: it would expose this process\'s memory to every peer (set GDRPC_UNSAFE_RMA=1 only among trusted peers; docs/security.md)');
+}
 
 function sendFin(wire: TensorWire, connection: TransferScope['connection'], call: number): void {
   if (!connection.isOpen) return;

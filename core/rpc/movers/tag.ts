@@ -5,6 +5,7 @@ import { Code, GdrpcError } from '../../errors.ts';
 import type { Tensor } from '../../tensor/index.ts';
 import type { TensorWire } from '../../wire/frames.ts';
 import { EXACT_MASK } from '../../wire/tag.ts';
+import type { TagBuffer, TagRecvResult } from '../../ucx/index.ts';
 import type { Mover, Outgoing, TransferScope } from './mover.ts';
 import { memoryTypeOf, tagBuffer } from './memory.ts';
 
@@ -34,7 +35,7 @@ export const tagMover: Mover = {
     try {
       // Only the connection's end cancels this receive: cancelling it while the bytes are on the
       // way would leave them unmatched in UCX (docs/wire.md "Tag rendezvous").
-      const result = await connection.runtime.worker.tagRecv(buffer, connection.incomingDataTag(wire.x!), EXACT_MASK, { signal: connection.signal });
+      const result = await receivePayload(connection, wire.x!, buffer);
       if (result.length !== wire.n) {
         throw new GdrpcError(Code.INVALID_ARGUMENT, `tensor payload of ${result.length} bytes, descriptor said ${wire.n}`);
       }
@@ -47,8 +48,15 @@ export const tagMover: Mover = {
 
   async refuse(wire: TensorWire, { connection }: TransferScope): Promise<void> {
     // Match the payload into one byte: UCX completes the sender and reports truncation here.
-    const sink = new Uint8Array(1);
-    await connection.runtime.worker.tagRecv(sink, connection.incomingDataTag(wire.x!), EXACT_MASK, { signal: connection.signal })
-      .catch(() => { /* truncation is the expected outcome */ });
+    await receivePayload(connection, wire.x!, new Uint8Array(1)).catch(() => { /* truncation is the expected outcome */ });
   },
 };
+
+/** Receives the payload of `transfer`: one the dispatcher already took out of UCX's queue (it came
+ *  before its frame was read), else through a receive posted with its exact tag. */
+function receivePayload(connection: TransferScope['connection'], transfer: number, buffer: TagBuffer): Promise<TagRecvResult> {
+  const worker = connection.runtime.worker;
+  const held = connection.takeHeld(transfer);
+  if (held !== undefined) return worker.tagRecvTaken(held, buffer);
+  return worker.tagRecv(buffer, connection.incomingDataTag(transfer), EXACT_MASK, { signal: connection.signal });
+}
