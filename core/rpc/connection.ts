@@ -32,6 +32,9 @@ export interface PeerLimits {
 
 interface QueuedFrame extends WireFrame { resolve: () => void; reject: (error: unknown) => void }
 
+/** Default time announced tensor bytes have to arrive once their receive is posted. */
+export const DEFAULT_TRANSFER_TIMEOUT_MS = 30_000;
+
 /** Tensor payloads a connection holds for frames still on their way; more closes it. */
 export const MAX_HELD_PAYLOADS = 64;
 /** How long a held payload waits for the frame that announces it before it is dropped. */
@@ -48,6 +51,8 @@ export class Connection implements FrameSink {
   peerLimits: PeerLimits = { maxFrame: Number.MAX_SAFE_INTEGER, maxTensor: Number.MAX_SAFE_INTEGER, inline: 0, gpu: false };
   /** Largest host tensor this side sends inline. */
   inlineBytes = DEFAULT_INLINE_BYTES;
+  /** Announced tensor bytes that have not arrived by then close the connection (ms). */
+  transferTimeoutMs = DEFAULT_TRANSFER_TIMEOUT_MS;
   /** Largest frame this side accepts on this connection (the worker's buffer may be larger). */
   frameLimit = Number.MAX_SAFE_INTEGER;
   readonly exposures = new Exposures();

@@ -3,7 +3,7 @@ import { EventEmitter } from 'eventemitter3';
 import { Code, GdrpcError } from '../errors.ts';
 import { Tensor, TensorPool, type Device } from '../tensor/index.ts';
 import { Listener } from '../ucx/index.ts';
-import { Connection } from './connection.ts';
+import { Connection, DEFAULT_TRANSFER_TIMEOUT_MS } from './connection.ts';
 import type { DType, Placement, ServiceDescriptor } from './descriptor.ts';
 import { DEFAULT_LIVENESS_MS } from './liveness.ts';
 import { DEFAULT_INLINE_BYTES } from './movers/choose.ts';
@@ -32,6 +32,9 @@ export interface ServerOptions {
   /** A connection that has not completed the handshake by then is closed (default 5000 ms);
    *  nothing it sends extends this. */
   admissionTimeoutMs?: number;
+  /** Tensor bytes a client announced must arrive within this long once the server waits for
+   *  them (default 30 s); otherwise the connection is closed and the pool block returns. */
+  transferTimeoutMs?: number;
   /** Connections open at once, admitted or not (default 1024); more are rejected at connect. */
   maxConnections?: number;
   /** Connections open at once from one peer IP address (default 64). */
@@ -67,7 +70,7 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
     super();
     this.#options = {
       maxCallsPerConnection: 256, maxCalls: 4096, maxFrameBytes: 4 << 20, maxTensorBytes: 1 << 30, poolBytes: 128 << 20,
-      allowPoolOverflow: false, livenessMs: DEFAULT_LIVENESS_MS, admissionTimeoutMs: 5000, maxConnections: 1024, maxConnectionsPerAddress: 64, inlineBytes: DEFAULT_INLINE_BYTES, exposureHoldMs: 30_000, ...options,
+      allowPoolOverflow: false, livenessMs: DEFAULT_LIVENESS_MS, admissionTimeoutMs: 5000, transferTimeoutMs: DEFAULT_TRANSFER_TIMEOUT_MS, maxConnections: 1024, maxConnectionsPerAddress: 64, inlineBytes: DEFAULT_INLINE_BYTES, exposureHoldMs: 30_000, ...options,
     };
     this.#methods.set(`${OWNER_SERVICE}/pull`, ownerPullEntry());
     this.#host = this.#makeHost();
@@ -168,7 +171,9 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
       return;
     }
     this.#perAddress.set(address, (this.#perAddress.get(address) ?? 0) + 1);
-    const session = new ServerSession(new Connection(runtime, endpoint, this.#options.livenessMs), this.#host);
+    const connection = new Connection(runtime, endpoint, this.#options.livenessMs);
+    connection.transferTimeoutMs = this.#options.transferTimeoutMs;
+    const session = new ServerSession(connection, this.#host);
     this.#sessions.add(session);
   }
 

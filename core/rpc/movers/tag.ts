@@ -54,9 +54,27 @@ export const tagMover: Mover = {
 
 /** Receives the payload of `transfer`: one the dispatcher already took out of UCX's queue (it came
  *  before its frame was read), else through a receive posted with its exact tag. */
-function receivePayload(connection: TransferScope['connection'], transfer: number, buffer: TagBuffer): Promise<TagRecvResult> {
+async function receivePayload(connection: TransferScope['connection'], transfer: number, buffer: TagBuffer): Promise<TagRecvResult> {
   const worker = connection.runtime.worker;
   const held = connection.takeHeld(transfer);
   if (held !== undefined) return worker.tagRecvTaken(held, buffer);
-  return worker.tagRecv(buffer, connection.incomingDataTag(transfer), EXACT_MASK, { signal: connection.signal });
+  // Bytes a peer announced but does not send must not hold the destination (a pool block) for
+  // ever: past the transfer timeout the receive is cancelled and the connection closed, which
+  // also ends a rendezvous UCX had already matched.
+  const stop = new AbortController();
+  let timedOut = false;
+  const timer = setTimeout(() => { timedOut = true; stop.abort(); }, connection.transferTimeoutMs);
+  const onClose = (): void => stop.abort();
+  connection.signal.addEventListener('abort', onClose, { once: true });
+  try {
+    return await worker.tagRecv(buffer, connection.incomingDataTag(transfer), EXACT_MASK, { signal: stop.signal });
+  } catch (error) {
+    if (timedOut && connection.isOpen) {
+      connection.close(new GdrpcError(Code.DEADLINE_EXCEEDED, `${connection.peer} announced tensor bytes (transfer ${transfer}) that did not arrive within ${connection.transferTimeoutMs} ms`));
+    }
+    throw error;
+  } finally {
+    clearTimeout(timer);
+    connection.signal.removeEventListener('abort', onClose);
+  }
 }
