@@ -79,13 +79,14 @@ function resolveCudaInclude() {
 const ucx = resolveUcx();
 const cudaInclude = resolveCudaInclude();
 console.log(`gdrpc install: UCX from ${ucx.source}: ${ucx.home}`);
-mkdirSync(buildDir, { recursive: true });
-writeFileSync(join(buildDir, 'gdrpc-build.json'),
-  JSON.stringify({ ucxHome: ucx.home, ucxSource: ucx.source, cudaInclude }, null, 2) + '\n');
 
 const cmakeJs = join(root, 'node_modules', 'cmake-js', 'bin', 'cmake-js');
 run(process.execPath, [cmakeJs, process.argv.includes('--rebuild') ? 'rebuild' : 'compile',
   '--directory', join(root, 'native'), '--out', buildDir,
   `--CDUCX_HOME=${ucx.home}`, `--CDCUDA_INCLUDE=${cudaInclude}`], 'building the native addon');
 if (!existsSync(join(buildDir, 'Release', 'gdrpc.node'))) fail('the build finished but build/Release/gdrpc.node is missing');
+// Written after the build: `cmake-js rebuild` empties the build folder first.
+mkdirSync(buildDir, { recursive: true });
+writeFileSync(join(buildDir, 'gdrpc-build.json'),
+  JSON.stringify({ ucxHome: ucx.home, ucxSource: ucx.source, cudaInclude }, null, 2) + '\n');
 console.log('gdrpc install: done. Try `npx gdrpc info`.');
