@@ -24,6 +24,11 @@ export const UCX_DEFAULTS: Record<string, string> = {
   // in malloc (docs/binding.md has the measurements). Without memory events UCX runs without its
   // registration cache. Read when the addon loads.
   UCX_MEM_EVENTS: 'no',
+  // UCX's TCP transport writes an incoming PUT request to whatever address the sender names,
+  // without an rkey or the RMA feature: with it on, any peer that can connect can write anywhere
+  // in this process (measured: a peer overwrote a secret; a put to 0x1000 crashed the process).
+  // Off, this process does not advertise TCP put, so a peer's UCX never sends one (docs/security.md).
+  UCX_TCP_PUT_ENABLE: 'n',
   // Our own config keys and other tools' UCX_* variables are not errors worth a warning per process.
   UCX_WARN_UNUSED_ENV_VARS: 'n',
   // Keepalive detects a hung or vanished peer on lanes without a connection of their own (shared

@@ -4,7 +4,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Client, Code, GdrpcError, Tensor, type MethodDescriptor } from 'gdrpc';
+import { Client, Code, GdrpcError, serveRemoteTensors, shutdownOwner, Tensor, type MethodDescriptor } from 'gdrpc';
 import { Echo } from '../../schemas/gen/echo.ts';
 import { DecodeWorker, PrefillWorker, RequestState } from '../../schemas/gen/kv_transfer.ts';
 import { Precision, ShardWorker, ShardWorkerDescriptor } from '../../schemas/gen/tensor_parallel.ts';
@@ -36,12 +36,15 @@ let prefillClient: Client;
 let decodeClient: Client;
 
 beforeAll(async () => {
+  // The test process passes @remote tensors: it serves their pulls on loopback.
+  serveRemoteTensors({ host: '127.0.0.1' });
   [prefillPeer, decodePeer] = await Promise.all([startServer(), startServer()]);
   prefillClient = await Client.connect(prefillPeer.address);
   decodeClient = await Client.connect(decodePeer.address);
 });
 
 afterAll(async () => {
+  await shutdownOwner();
   await prefillClient?.close();
   await decodeClient?.close();
   for (const peer of [prefillPeer, decodePeer]) {

@@ -6,7 +6,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Client, Code, Tensor, type DType } from 'gdrpc';
+import { Client, Code, serveRemoteTensors, shutdownOwner, Tensor, type DType } from 'gdrpc';
 import { Collections } from './fixtures/collections/expected/collections.ts';
 import { Docs } from './fixtures/docs/expected/docs.ts';
 import { Mode } from './fixtures/imports/expected/common/block.ts';
@@ -22,6 +22,8 @@ let child: ChildProcess;
 let client: Client;
 
 beforeAll(async () => {
+  // The test process passes @remote tensors: it serves their pulls on loopback.
+  serveRemoteTensors({ host: '127.0.0.1' });
   child = spawn(process.execPath, ['--import', 'tsx', path.join(here, 'behaviour/fixtures-server.ts')], { stdio: ['pipe', 'pipe', 'inherit'] });
   let out = '';
   const port = await new Promise<number>((resolve, reject) => {
@@ -40,6 +42,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
+  await shutdownOwner();
   await client?.close();
   if (child && child.exitCode === null) {
     const exited = new Promise((resolve) => child.once('exit', resolve));

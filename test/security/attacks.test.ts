@@ -271,21 +271,23 @@ describe('@remote in a process that only calls', () => {
   });
 });
 
-// UCX 1.22 serves a peer's software-emulated PUT even on a context without the RMA feature
-// (measured: the put overwrote the secret; a put to 0x1000 killed the server with SIGSEGV). gdrpc
-// cannot switch that handler off through UCX's API; docs/security.md lists it as an open gap.
-// `it.fails` keeps the gap executable: when a UCX setting or version closes it, this test turns
-// red and the docs must change.
-describe('known gap: emulated put', () => {
-  it.fails('a peer\'s put to the server\'s secret leaves it intact', async () => {
-    const victim = await startServer({ token: 'the-token' });
+// UCX's TCP transport writes an incoming PUT request wherever the sender says, whatever the
+// context's features. gdrpc turns TCP put off (UCX_TCP_PUT_ENABLE=n, core/native.ts), so the
+// server no longer advertises it and a peer's UCX never sends one: the put below must neither
+// write the secret nor crash the server at a wild address. A server started with the setting
+// forced back on shows the attack is real (the secret is overwritten).
+describe('puts to the server\'s memory', () => {
+  async function putInto(victimEnv: Record<string, string>, target: (secret: bigint) => bigint): Promise<{ intact: boolean; alive: boolean }> {
+    const victim = await startServer({ token: 'the-token' }, victimEnv);
     const [, address, hex] = /SECRET ([0-9a-f]+) ([0-9a-f]+)/.exec(victim.output())!;
     const raw = await admitted(victim.port);
     const { span, rkey } = await forgedRma(raw);
     const observer = await Client.connect(victim.address, { token: 'the-token' });
     try {
-      await Promise.race([raw.endpoint.put(span, BigInt(`0x${address}`), rkey).catch(() => {}), new Promise((resolve) => setTimeout(resolve, 2000))]);
-      expect((await serverStats(observer)).secretIntact).toBe(hex);
+      await Promise.race([raw.endpoint.put(span, target(BigInt(`0x${address}`)), rkey).catch(() => {}), new Promise((resolve) => setTimeout(resolve, 2000))]);
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      const stats = await serverStats(observer).catch(() => undefined);
+      return { intact: stats?.secretIntact === hex, alive: stats !== undefined && victim.child.exitCode === null && victim.child.signalCode === null };
     } finally {
       await observer.close();
       await raw.worker.close();
@@ -293,5 +295,17 @@ describe('known gap: emulated put', () => {
       raw.context.close();
       victim.kill();
     }
+  }
+
+  it('a put at the secret\'s address leaves it intact', async () => {
+    expect(await putInto({}, (address) => address)).toEqual({ intact: true, alive: true });
+  });
+
+  it('a put at a wild address does not crash the server', async () => {
+    expect(await putInto({}, () => 0x1000n)).toEqual({ intact: true, alive: true });
+  });
+
+  it('with UCX_TCP_PUT_ENABLE forced back to y, the same put overwrites the secret (why the default matters)', async () => {
+    expect((await putInto({ UCX_TCP_PUT_ENABLE: 'y' }, (address) => address)).intact).toBe(false);
   });
 });
