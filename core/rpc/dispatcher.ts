@@ -22,6 +22,9 @@ export interface FrameSink {
 
 /** How often unexpected tensor payloads are collected. */
 export const DRAIN_INTERVAL_MS = 100;
+/** Control messages read before the loop yields to timers and I/O (whichever comes first). */
+const RECEIVE_SLICE_MESSAGES = 256;
+const RECEIVE_SLICE_MS = 4;
 /** Most payloads taken in one drain pass, so that a flood cannot hold the event loop. */
 const DRAIN_BATCH = 4096;
 
@@ -106,6 +109,8 @@ export class Dispatcher {
 
   async #loop(): Promise<void> {
     const signal = this.#stop.signal;
+    let sliceStart = performance.now();
+    let inSlice = 0;
     while (!signal.aborted) {
       try {
         const buffer = this.#buffer;
@@ -114,6 +119,15 @@ export class Dispatcher {
       } catch (error) {
         if (signal.aborted) break;
         this.#onReceiveError(GdrpcError.from(error));
+      }
+      // A receive whose message is already queued completes at once, so a flood would be read in
+      // one run of microtasks and starve timers (keepalives, deadlines): yield to the event loop
+      // every few milliseconds of receiving.
+      inSlice += 1;
+      if (inSlice >= RECEIVE_SLICE_MESSAGES || performance.now() - sliceStart >= RECEIVE_SLICE_MS) {
+        await new Promise<void>((resolve) => setImmediate(resolve));
+        sliceStart = performance.now();
+        inSlice = 0;
       }
     }
     this.#running = false;
