@@ -8,6 +8,7 @@ import { Runtime } from '../core/rpc/runtime.ts';
 import { cuda } from '../core/cuda.ts';
 import { benchService } from './gpu-service.ts';
 import { percentile, type BenchResult } from './machine.ts';
+import { unsafeRmaEnabled } from '../core/rpc/runtime.ts';
 
 export interface GdrpcOptions { client: Device; server: Device; sizes: number[]; system: string; smallCalls: number }
 
@@ -71,7 +72,7 @@ export async function runGdrpc(options: GdrpcOptions, log: (line: string) => voi
     await timeCalls(Math.min(1000, options.smallCalls), ping);
     results.push(row(options.system, 'small_call_rtt', 0, await timeCalls(options.smallCalls, ping)));
     log(`${options.system}: small call p50 ${results.at(-1)!.p50_us!.toFixed(1)} us`);
-    for (const mover of ['tag', 'rma'] as const) {
+    for (const mover of unsafeRmaEnabled() ? ['tag', 'rma'] as const : ['tag'] as const) {
       for (const size of options.sizes) {
         const x: Tensor = pool.allocate([size], 'u8');
         try {

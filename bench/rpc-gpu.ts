@@ -6,6 +6,7 @@
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { Client, Server, cuda, type ServiceDescriptor, type Tensor } from '../core/index.ts';
+import { unsafeRmaEnabled } from '../core/rpc/runtime.ts';
 
 const NAME = 'bench.rpc.v1.GpuSink';
 const sink = (placement: 'host' | 'cuda') => ({
@@ -28,7 +29,7 @@ if (process.argv[2] === '--serve') {
   for (const device of devices) {
     for (const bytes of SIZES) {
       const x: Tensor = client.pool(device).allocate([bytes], 'u8');
-      for (const mover of ['tag', 'rma'] as const) {
+      for (const mover of unsafeRmaEnabled() ? ['tag', 'rma'] as const : ['tag'] as const) {
         const method = Service.methods[device === 'cpu' ? 'host' : 'cuda']!;
         await client.unary(method, { x }, { mover });
         const samples: number[] = [];

@@ -8,6 +8,7 @@ import { Client, type Tensor } from '../core/index.ts';
 import { describeMachine, percentile, type BenchResult } from './machine.ts';
 import { BenchService } from './rpc-service.ts';
 import { startListeningPeer, waitExit, type ListeningPeer } from './process.ts';
+import { unsafeRmaEnabled } from '../core/rpc/runtime.ts';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
@@ -146,7 +147,8 @@ export async function runRpcBench(_opts: { json?: string } = {}): Promise<object
       results.push(await rate(system));
       for (const bytes of TENSOR_SIZES) if (system.name !== `gdrpc-busypoll-${BUSY_POLL_US}us` || bytes <= MiB) results.push(await throughput(system, bytes));
       if (system.name === 'gdrpc') {
-        for (const mover of ['inline', 'tag', 'rma'] as const) {
+        // 'rma' only where the run opted in (GDRPC_UNSAFE_RMA=1, docs/security.md).
+        for (const mover of unsafeRmaEnabled() ? ['inline', 'tag', 'rma'] as const : ['inline', 'tag'] as const) {
           for (const bytes of MOVER_SIZES) if (mover !== 'inline' || bytes <= MiB) results.push(await throughput(system, bytes, mover));
         }
       }

@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Code, type Client, type ClientOptions, type Tensor } from '../../core/index.ts';
 import { codeOf, openClientSide, type ClientSide } from './fixtures/client-side.ts';
-import { announce, DRY_RUN, MAX_BYTES, MiB, skipReason, topologies, type Topology } from './fixtures/env.ts';
+import { announce, DRY_RUN, GPU_MOVERS, MAX_BYTES, MiB, skipReason, topologies, type Topology } from './fixtures/env.ts';
 import { fillTensor, patternDigest } from './fixtures/pattern.ts';
 import { killAll, startGpuServer, type GpuPeer } from './fixtures/peer.ts';
 
@@ -15,7 +15,7 @@ const LONG = MAX_BYTES;
 const K_MAX = 16;
 const TARGET_MS = 40;
 const SEED = 31;
-const MOVERS = ['tag', 'rma'] as const;
+const MOVERS = GPU_MOVERS;
 
 let side: ClientSide;
 let x: Tensor;

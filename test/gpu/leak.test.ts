@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { moverStats, nativeStats, remoteExposures, type Client, type RemoteTensor, type Tensor } from '../../core/index.ts';
 import { openClientSide, type ClientSide } from './fixtures/client-side.ts';
-import { announce, DRY_RUN, freeBytes, MiB, skipReason, topologies, type Topology } from './fixtures/env.ts';
+import { announce, DRY_RUN, GPU_MOVERS, freeBytes, MiB, skipReason, topologies, type Topology } from './fixtures/env.ts';
 import { fillTensor, firstMismatch } from './fixtures/pattern.ts';
 import { killAll, startGpuServer, type GpuPeer } from './fixtures/peer.ts';
 import type { ServerStats } from './fixtures/service.ts';
@@ -23,7 +23,7 @@ afterAll(killAll);
 /** Runs `calls` echo calls alternating tag and rma, pulling a handle every 20th call. */
 async function work(side: ClientSide, client: Client, calls: number, x: Tensor, seed: number): Promise<void> {
   for (let i = 0; i < calls; i += 1) {
-    const result = await client.unary(side.service.methods.echo!, { x }, { mover: i % 2 === 0 ? 'tag' : 'rma' });
+    const result = await client.unary(side.service.methods.echo!, { x }, { mover: GPU_MOVERS[i % GPU_MOVERS.length]! });
     const y = result.y as Tensor;
     if (i % 100 === 0) expect(await firstMismatch(y, seed)).toBe(-1);
     y.release();

@@ -4,7 +4,7 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import type { Tensor } from '../../core/index.ts';
 import { openClientSide } from './fixtures/client-side.ts';
-import { announce, DRY_RUN, MiB, skipReason, topologies } from './fixtures/env.ts';
+import { announce, DRY_RUN, GPU_MOVERS, MiB, skipReason, topologies } from './fixtures/env.ts';
 import { fillTensor } from './fixtures/pattern.ts';
 import { killAll, startGpuServer } from './fixtures/peer.ts';
 import { parseProtocolTables, usedRows } from './fixtures/proto-info.ts';
@@ -29,7 +29,7 @@ describe.skipIf(skipReason !== undefined)('protocols UCX used', () => {
         await fillTensor(x, 3);
         // The result follows the caller's mover: tag echo = server receives and sends by tag; RMA echo =
         // server reads with ucp_get and exposes its result (the client's get is not in this table).
-        for (const mover of ['tag', 'rma'] as const) {
+        for (const mover of GPU_MOVERS) {
           const result = await client.unary(side.service.methods.echo!, { x }, { mover });
           (result.y as Tensor).release();
         }

@@ -4,7 +4,7 @@
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
-import { announce, DRY_RUN, MiB, skipReason, topologies } from './fixtures/env.ts';
+import { announce, DRY_RUN, GPU_MOVERS, MiB, skipReason, topologies } from './fixtures/env.ts';
 import { killAll, startGpuServer } from './fixtures/peer.ts';
 
 announce('test/gpu/staging.test.ts');
@@ -39,7 +39,7 @@ describe.skipIf(skipReason !== undefined || DRY_RUN)('CUDA tensors with a UCX th
   it(`stages through host memory (path 'staged') and refuses with noStaging`, async () => {
     const server = await startGpuServer({ device: topology.server, poolBytes: 2 * 64 * MiB, ownPoolBytes: MiB, env: NO_UCX_CUDA });
     try {
-      const { report, output } = await runStagedClient({ address: server.address, device: topology.client, sizes: SIZES, movers: ['tag', 'rma'] });
+      const { report, output } = await runStagedClient({ address: server.address, device: topology.client, sizes: SIZES, movers: [...GPU_MOVERS] });
       expect(report, `the staged client crashed or hung:\n${output.slice(-3000)}`).toBeDefined();
       console.log(`staging report: ${JSON.stringify(report)}`);
       expect(report!.memoryTypes).not.toContain('cuda');

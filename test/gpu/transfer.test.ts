@@ -4,14 +4,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { callInfo, type Client, type Tensor, type TransferInfo } from '../../core/index.ts';
 import { openClientSide, type ClientSide } from './fixtures/client-side.ts';
 import { DEFAULT_INLINE_BYTES } from '../../core/rpc/movers/choose.ts';
-import { announce, DRY_RUN, EXPECTED_PATH, MAX_BYTES, MiB, skipReason, topologies } from './fixtures/env.ts';
+import { announce, DRY_RUN, GPU_MOVERS, EXPECTED_PATH, MAX_BYTES, MiB, skipReason, topologies } from './fixtures/env.ts';
 import { firstMismatch, fillTensor, patternDigest } from './fixtures/pattern.ts';
 import { killAll, startGpuServer, type GpuPeer } from './fixtures/peer.ts';
 
 announce('test/gpu/transfer.test.ts');
 
 const SIZES = [0, 1, 4096, MiB, 64 * MiB, 1024 * MiB].filter((size) => size <= MAX_BYTES);
-const MOVERS = ['tag', 'rma'] as const;
+const MOVERS = GPU_MOVERS;
 const POOL = MAX_BYTES + MiB;
 
 /** An empty tensor moves nothing: inline, never staged. Anything else between two processes: EXPECTED_PATH.
