@@ -20,8 +20,10 @@ export class ItemQueue<T> implements AsyncIterable<T> {
   }
 
   push(item: Promise<T>): void {
-    if (this.#ended) return;
+    // Marked handled first: an item pushed after the stream ended (a peer's STREAM_ITEM behind a
+    // frame that failed the call) is dropped, and its rejection must not reach the process.
     item.catch(() => { /* surfaced when consumed */ });
+    if (this.#ended) return;
     this.#items.push(item);
     this.#wake();
   }

@@ -110,6 +110,24 @@ describe('malformed input', () => {
     }
   });
 
+  it('a stream item behind a frame that failed its client-streaming call is dropped (found by the fuzzer: it crashed the server)', async () => {
+    const raw = await admittedRaw();
+    try {
+      const item = { kind: FrameKind.StreamItem, call: 5, body: packr.pack({ v: 2, seq: 0, a: { x: { dt: 'u8', sh: [4], n: 4, mt: 'host', m: 'i', b: new Uint8Array(4) } } }) };
+      await raw.sendMessage(packMessage([
+        { kind: FrameKind.Request, call: 5, body: packr.pack({ v: 2, svc: Echo.name, m: 'sum' }) },
+        { kind: FrameKind.StreamEnd, call: 5, body: new Uint8Array([0x81, 0xa1, 0x76, 0x02, 0x00]) },
+        item, item,
+      ]));
+      const frames = await raw.drain(500);
+      expect(frames.some((f) => f.kind === FrameKind.Error && f.call === 5 && f.body.code === Code.INVALID_ARGUMENT)).toBe(true);
+      expect(server.child.exitCode).toBeNull();
+      await stillServing();
+    } finally {
+      await raw.close();
+    }
+  });
+
   it('after all of it the server has nothing allocated and still serves', async () => {
     await stillServing();
     await expectPoolsEmpty(good);
