@@ -2,6 +2,7 @@
 // rendezvous thresholds, contents verified; mask matching; truncation.
 import { describe, expect, it } from 'vitest';
 import { GdrpcError } from '../../core/errors.ts';
+import type { TakenMessage } from '../../core/ucx/index.ts';
 import { cleanupPeers, Peer } from './fixture.ts';
 import { connect, EXACT, localSide, TRANSPORTS, type TransportName } from './local.ts';
 import { digest, pattern } from './pattern.ts';
@@ -37,6 +38,39 @@ describe.each(Object.keys(TRANSPORTS) as TransportName[])('tag send/recv over %s
     expect(info).toEqual({ senderTag: tag + 1n, length: size });
     expect(digest(dst)).toBe(digest(src));
     expect(Buffer.compare(dst, src)).toBe(0);
+    await ep.close();
+  }, 120_000);
+
+  it.each([1, 8193, 1 << 20])('takes a %i-byte unexpected message out with tagProbe remove, then receives or drops it', async (size) => {
+    const peer = await Peer.start(config);
+    const ep = await connect(local.worker, peer.port);
+    for (const drop of [false, true]) {
+      const tag = 0x5000n + BigInt(size) + (drop ? 0x100000n : 0n);
+      const src = pattern(size, 3);
+      const echoed = peer.call<{ senderTag: string; length: number }>('echo', { tag: String(tag), size });
+      await peer.event('posted');
+      await ep.tagSend(tag, src);
+      // The echo (tag + 1) arrives here with no receive posted: it waits in UCX's unexpected queue.
+      let taken: TakenMessage | null = null;
+      await expect.poll(() => (taken = local.worker.tagProbe(tag + 1n, EXACT, { remove: true })) !== null, { timeout: 10_000 }).toBe(true);
+      expect(taken!.length).toBe(size);
+      expect(local.worker.tagProbe(tag + 1n, EXACT)).toBeNull();
+      expect(local.worker.stats().takenMessages).toBe(1);
+      if (drop) {
+        // Into one byte, as the dispatcher drops payloads: anything longer is truncated.
+        const dropped = local.worker.tagRecvTaken(taken!, new Uint8Array(1));
+        if (size > 1) await expect(dropped).rejects.toThrow(/truncat/i);
+        else expect((await dropped).length).toBe(1);
+      } else {
+        const dst = Buffer.alloc(size);
+        expect(await local.worker.tagRecvTaken(taken!, dst)).toEqual({ senderTag: tag + 1n, length: size });
+        expect(Buffer.compare(dst, src)).toBe(0);
+      }
+      // Either way the sender completes, and the message cannot be received twice.
+      expect((await echoed).length).toBe(size);
+      expect(local.worker.stats().takenMessages).toBe(0);
+      await expect(local.worker.tagRecvTaken(taken!, Buffer.alloc(size))).rejects.toThrow(/no taken message/);
+    }
     await ep.close();
   }, 120_000);
 
