@@ -43,7 +43,7 @@ export interface CallOptions {
 export interface ClientOptions {
   /** Shared token for servers that require admission (never sent: HMAC challenge-response). */
   token?: string;
-  /** A silent server is declared gone after this long (default 2000 ms). */
+  /** A silent server is declared gone after this long (default 10000 ms; a dead one is seen sooner, by UCX). */
   livenessMs?: number;
   /** Handshake time limit (default 5000 ms). */
   connectTimeoutMs?: number;

@@ -225,9 +225,13 @@ export class Connection implements FrameSink {
     this.runtime.dispatcher.unregister(this.key);
     this.#abort.abort(error);
     const force = !options.graceful || this.endpoint.failed;
-    void this.endpoint.close({ force }).catch(() => { /* already failed: nothing left to release */ });
+    this.#endpointClosed = this.endpoint.close({ force }).catch(() => { /* already failed: nothing left to release */ });
     this.#handler?.closed(error);
   }
+
+  #endpointClosed: Promise<void> | undefined;
+  /** Settles when UCX has closed the endpoint (a graceful close first flushes what was sent). */
+  get endpointClosed(): Promise<void> { return this.#endpointClosed ?? Promise.resolve(); }
 
   #keepalive(): void {
     if (this.peerKey === undefined) return;

@@ -2,8 +2,12 @@
 // peer whose socket resets; a peer that hangs, or a network that drops packets silently, only
 // shows as silence, hence the timer.
 
-/** Default time without any frame from the peer after which it is declared gone. */
-export const DEFAULT_LIVENESS_MS = 2000;
+/** Default time without any frame from the peer after which it is declared gone. A peer that
+ *  dies or whose connection breaks is detected sooner, by UCX (endpoint errors, UCX keepalive);
+ *  this only catches a peer that hangs with its connection open, and must tolerate a Node event
+ *  loop busy for seconds, or a process starved of CPU on a loaded machine (2 s was not enough
+ *  there: examples under CPU hogs lost their connections). */
+export const DEFAULT_LIVENESS_MS = 10_000;
 
 /** Tracks traffic in both directions; calls `ping` when quiet and `dead` when the peer is silent. */
 export class Liveness {

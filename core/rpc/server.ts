@@ -39,7 +39,7 @@ export interface ServerOptions {
   maxConnections?: number;
   /** Connections open at once from one peer IP address (default 64). */
   maxConnectionsPerAddress?: number;
-  /** A silent client is declared gone after this long (default 2000 ms). */
+  /** A silent client is declared gone after this long (default 10000 ms; a dead one is seen sooner, by UCX). */
   livenessMs?: number;
   /** Largest host tensor the server sends inline (default 4 KiB). */
   inlineBytes?: number;
@@ -63,6 +63,7 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
   #address: { host: string; port: number } | undefined;
   #activeCalls = 0;
   #drained: (() => void) | undefined;
+  #sessionsGone: (() => void) | undefined;
   #shuttingDown = false;
   readonly #host: SessionHost;
 
@@ -145,7 +146,22 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
     for (const session of this.#sessions) for (const call of session.calls.values()) call.scope.abort(stop);
     // Give aborted calls a moment to send their ERROR before the connections go.
     if (this.#activeCalls > 0) await new Promise((resolve) => setTimeout(resolve, 50));
-    for (const session of [...this.#sessions]) session.connection.close(stop, { graceful: true });
+    // A client closes a drained connection itself once it has read the last response there.
+    // Waiting for that (bounded) instead of closing first keeps the last responses from being cut
+    // off: UCX's flush over TCP is local, and a socket closed with unread input sends a reset.
+    if (this.#sessions.size > 0) {
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, CLIENT_CLOSE_WAIT_MS);
+        timer.unref();
+        this.#sessionsGone = () => { clearTimeout(timer); resolve(); };
+      });
+    }
+    const sessions = [...this.#sessions];
+    for (const session of sessions) session.connection.close(stop, { graceful: true });
+    // Let graceful closes flush the last responses before the worker closes what is left by
+    // force (a process that exits right after shutdown() otherwise cut them off: reset).
+    const flushed = Promise.allSettled(sessions.map((session) => session.connection.endpointClosed));
+    await Promise.race([flushed, new Promise((resolve) => setTimeout(resolve, CLOSE_FLUSH_MS).unref())]);
     for (const pool of this.#pools.values()) pool.close({ force: true });
     this.#pools.clear();
     await this.#runtime?.release();
@@ -207,6 +223,7 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
       ready: (session) => server.emit('connection', { peer: session.peer }),
       closed: (session, _error) => {
         if (!server.#sessions.delete(session)) return;
+        if (server.#sessions.size === 0) server.#sessionsGone?.();
         const address = hostOf(session.peer);
         const left = (server.#perAddress.get(address) ?? 1) - 1;
         if (left > 0) server.#perAddress.set(address, left);
@@ -228,6 +245,11 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
     return pool.allocate(shape, dtype);
   }
 }
+
+/** How long shutdown waits for drained clients to close their connections themselves. */
+const CLIENT_CLOSE_WAIT_MS = 2000;
+/** How long shutdown waits for graceful endpoint closes before the worker forces the rest. */
+const CLOSE_FLUSH_MS = 2000;
 
 /** The host part of "host:port" (IPv6 hosts keep their colons). */
 function hostOf(peer: string): string {
