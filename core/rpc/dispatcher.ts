@@ -21,7 +21,7 @@ export interface FrameSink {
 }
 
 /** How often unexpected tensor payloads are collected. */
-export const DRAIN_INTERVAL_MS = 100;
+export const DRAIN_INTERVAL_MS = 25;
 /** Control messages read before the loop yields to timers and I/O (whichever comes first). */
 const RECEIVE_SLICE_MESSAGES = 256;
 const RECEIVE_SLICE_MS = 4;

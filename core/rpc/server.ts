@@ -193,6 +193,13 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
     this.#sessions.add(session);
   }
 
+  /** What this process dropped from peers: control messages under keys of no connection, and
+   *  tensor payloads nobody received (monitoring; a steady rise means someone is probing). */
+  dropped(): { messages: number; payloads: number } {
+    const stats = this.#runtime?.dispatcher.stats();
+    return { messages: stats?.unattributed ?? 0, payloads: stats?.droppedPayloads ?? 0 };
+  }
+
   /** Connections open and counted against the limits (tests, monitoring). */
   get connectionCount(): number { return this.#sessions.size; }
 
