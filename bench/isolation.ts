@@ -1,6 +1,6 @@
 // What peer isolation costs (docs/security.md): the same client and server programs built from a
-// baseline tree (before isolation: a checkout of an older commit, with node_modules and the
-// addon linked in) and from this tree, run alternately in one session so that both see the same
+// baseline tree (before isolation: a checkout of an older commit with node_modules linked in and
+// its own addon built from its own native/) and from this tree, run alternately in one session so that both see the same
 // machine: small-call p50, 1 MiB and 64 MiB host tensor rates (tag mover, shared memory).
 //   node --import tsx bench/isolation.ts --baseline /tmp/gdrpc-base --json bench/results/isolation.json
 import { spawn } from 'node:child_process';
@@ -68,7 +68,7 @@ const report = {
   machine: describeMachine(),
   what: 'peer isolation cost: same programs from a baseline tree and this tree, alternated in one run; medians over rounds',
   baseline, rounds, samples, summary,
-  notes: 'ratio = isolated / baseline (latency: higher is slower; rates: lower is slower). Host memory between two processes on one machine, tag mover.',
+  notes: 'ratio = isolated / baseline (latency: higher is slower; rates: lower is slower). Host memory between two processes on one machine, tag mover. Each tree runs its own addon build and its own UCX defaults.',
 };
 if (json !== undefined) {
   mkdirSync(dirname(json), { recursive: true });

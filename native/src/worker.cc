@@ -11,6 +11,9 @@
 
 namespace gdrpc {
 
+/** How long one wake-up may progress before it yields to the event loop. */
+constexpr uint64_t kWakeBudgetNs = 2000000;
+
 static uint64_t NowNs() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
       std::chrono::steady_clock::now().time_since_epoch()).count());
@@ -113,9 +116,16 @@ void Worker::UpdateRef() {
   wakeup_->SetRef(live);
 }
 
-bool Worker::ProgressUntilIdle() {
+bool Worker::ProgressUntilIdle(uint64_t untilNs, bool* exhausted) {
   bool any = false;
-  while (ucp_worker_progress(worker_) != 0) any = true;
+  if (exhausted != nullptr) *exhausted = false;
+  while (ucp_worker_progress(worker_) != 0) {
+    any = true;
+    if (untilNs != 0 && NowNs() >= untilNs) {
+      if (exhausted != nullptr) *exhausted = true;
+      break;
+    }
+  }
   return any;
 }
 
@@ -153,8 +163,13 @@ void Worker::OnWake() {
   try {
     // The callback scope runs the microtasks of the promises settled here when it closes.
     Napi::CallbackScope callbackScope(env, *asyncContext_);
+    // One wake-up works for a bounded time, then yields to the event loop and comes back on its
+    // next turn (the idle kick): a transfer UCX keeps busy must not keep timers, deadlines and
+    // keepalives from running.
+    const uint64_t untilNs = NowNs() + kWakeBudgetNs;
     for (;;) {
-      bool active = ProgressUntilIdle();
+      bool exhausted = false;
+      bool active = ProgressUntilIdle(untilNs, &exhausted);
       if (!events_.empty()) {
         Settle(env);
         active = true;
@@ -166,6 +181,10 @@ void Worker::OnWake() {
         bool spin = now - lastActivityNs_ < busyPollNs_;
         wakeup_->SetSpin(spin);
         if (spin) break;
+      }
+      if (exhausted || now >= untilNs) {
+        Kick();
+        break;
       }
       if (active) continue;
       if (ucp_worker_arm(worker_) != UCS_ERR_BUSY) break;

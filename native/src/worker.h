@@ -70,7 +70,8 @@ class Worker : public Napi::ObjectWrap<Worker> {
 
   /** The loop's wake-up: progress until idle, settle, arm (again on BUSY), or keep spinning. */
   void OnWake();
-  bool ProgressUntilIdle();
+  /** Progresses until UCX is idle or, with `untilNs`, that time has come (`exhausted` then true). */
+  bool ProgressUntilIdle(uint64_t untilNs = 0, bool* exhausted = nullptr);
   void Settle(Napi::Env env);
 
   Context* context_ = nullptr;
