@@ -114,9 +114,8 @@ export class Connection implements FrameSink {
       }
       const group = queue.slice(start, end);
       start = end;
-      const sent = this.peerKey === undefined
-        ? Promise.reject(this.#error ?? new GdrpcError(Code.UNAVAILABLE, 'connection closed'))
-        : this.sendRaw(controlTag(this.peerKey.value), packMessage(group));
+      // send() queued nothing before the handshake gave the peer's key, and a key is never taken back.
+      const sent = this.sendRaw(controlTag(this.peerKey!.value), packMessage(group));
       sent.then(() => { for (const f of group) f.resolve(); }, (error: unknown) => { for (const f of group) f.reject(error); });
     }
   }
