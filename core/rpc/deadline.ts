@@ -9,8 +9,15 @@ export function absoluteDeadline(deadline: number | Date | undefined): number | 
   if (typeof deadline !== 'number' || Number.isNaN(deadline)) {
     throw new GdrpcError(Code.INVALID_ARGUMENT, `deadline must be milliseconds or a Date, got ${String(deadline)}`);
   }
+  // Infinity (or anything past what a Date can hold) means no deadline at all.
+  if (!Number.isFinite(deadline) || deadline > MAX_DEADLINE_MS) return undefined;
   return Date.now() + deadline;
 }
+
+/** Longest deadline taken as a deadline (about 100 million days, the range of a Date). */
+const MAX_DEADLINE_MS = 8.64e15;
+/** Longest delay a Node timer takes; longer ones fire at once, so they are armed in steps. */
+const MAX_TIMER_MS = 0x7fff_ffff;
 
 /** One call's abort source: fires on the caller's signal, the deadline, or an explicit abort.
  *  Callbacks rather than an AbortController on the hot path: an AbortSignal (and its listeners)
@@ -26,7 +33,7 @@ export class CallScope {
     if (deadline !== undefined) {
       const left = deadline - Date.now();
       if (left <= 0) this.abort(deadlineError());
-      else this.#timer = setTimeout(() => this.abort(deadlineError()), left);
+      else this.#arm(deadline);
     }
     if (parent !== undefined) {
       if (parent.aborted) this.abort(cancelledError(parent.reason));
@@ -36,6 +43,13 @@ export class CallScope {
         this.#unlink = () => parent.removeEventListener('abort', onAbort);
       }
     }
+  }
+
+  /** Arms the deadline timer, in steps of at most MAX_TIMER_MS. */
+  #arm(deadline: number): void {
+    const left = deadline - Date.now();
+    if (left <= 0) return this.abort(deadlineError());
+    this.#timer = setTimeout(() => (left > MAX_TIMER_MS ? this.#arm(deadline) : this.abort(deadlineError())), Math.min(left, MAX_TIMER_MS));
   }
 
   /** An AbortSignal that aborts with the scope (made on first use). */

@@ -48,6 +48,13 @@ describe('deadlines', () => {
     });
   }
 
+  for (const deadline of [2 ** 31, 2 ** 31 + 5, 1e12, Number.MAX_SAFE_INTEGER, Infinity]) {
+    it(`a deadline of ${deadline} ms is far away, not overflowed: the call completes`, async () => {
+      const result = await client.unary(Echo.methods.sleep!, { ms: 50 }, { deadline });
+      expect(result.aborted).toBe(false);
+    });
+  }
+
   it('a deadline after the transfer lets the call complete', async () => {
     const result = await client.unary(Echo.methods.echo!, { x: big, tag: 'late' }, { deadline: 60_000 });
     const y = result.y as Tensor;
