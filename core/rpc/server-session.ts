@@ -37,7 +37,6 @@ const REFUSAL_LINGER_MS = 200;
 
 export class ServerSession {
   readonly calls = new Map<number, ServerCall>();
-  #admitted = false;
   /** Refused: ignore everything until the connection closes. */
   #closing = false;
   readonly #challenge: Uint8Array | undefined;
@@ -69,17 +68,17 @@ export class ServerSession {
     connection.sendRaw(controlTag(HELLO_KEY), packMessage([{ kind: FrameKind.Hello, call: 0, body: encodeFrame(hello) }])).catch(() => connection.close());
   }
 
-  get admitted(): boolean { return this.#admitted; }
+  get admitted(): boolean { return this.connection.admitted; }
   get peer(): string { return this.connection.peer; }
 
   /** Tells the client to start no new calls here (shutdown). */
   goAway(): void {
-    if (this.#admitted && this.connection.isOpen) this.connection.send(FrameKind.GoAway, 0, {}).catch(() => {});
+    if (this.connection.admitted && this.connection.isOpen) this.connection.send(FrameKind.GoAway, 0, {}).catch(() => {});
   }
 
   #frame(kind: FrameKind, call: number, body: Record<string, unknown>): void {
     if (this.#closing) return;
-    if (!this.#admitted) {
+    if (!this.connection.admitted) {
       if (kind === FrameKind.Auth) this.#auth(body);
       else this.connection.close(new GdrpcError(Code.UNAUTHENTICATED, `frame ${FrameKind[kind]} before admission`));
       return;
@@ -118,7 +117,6 @@ export class ServerSession {
       this.#refuseAndClose(error);
       return;
     }
-    this.#admitted = true;
     this.connection.admitted = true;
     clearTimeout(this.#admissionTimer);
     this.connection.peerLimits = { ...this.connection.peerLimits, gpu: body.gpu === true, stages: body.stg === true };
@@ -168,7 +166,7 @@ export class ServerSession {
 
   #malformed(kind: number, call: number, error: GdrpcError): void {
     this.host.error(new GdrpcError(error.code, `${this.peer}: ${error.rawMessage}`, { cause: error }));
-    if (!this.#admitted || call === 0) {
+    if (!this.connection.admitted || call === 0) {
       // Nothing to tie the frame to: tell the peer if we can, then drop the connection.
       if (this.connection.peerKey !== undefined) this.#refuseAndClose(error);
       else this.connection.close(error);
