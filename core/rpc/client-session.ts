@@ -39,7 +39,8 @@ export class ClientSession {
     });
   }
 
-  get usable(): boolean { return this.connection.isOpen && !this.draining; }
+  /** Open, not draining, and UCX has not reported its endpoint failed (an error not yet handled). */
+  get usable(): boolean { return this.connection.isOpen && !this.draining && !this.connection.endpoint.failed; }
   get inFlight(): number { return this.#calls.size; }
 
   /** Starts tracking a new call; returns its id. */

@@ -96,21 +96,30 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
   /** "host:port" of the server. */
   get address(): string { return `${this.#host}:${this.#port}`; }
 
-  /** One request, one response. */
+  /** One request, one response. A call whose request certainly never reached the server (the
+   *  connection was already gone, or the server refused it unrun while shutting down) is tried
+   *  once more on a fresh connection, as gRPC does; a call that may have run never is. */
   async unary(method: MethodDescriptor, args: Row, options: CallOptions = {}): Promise<Row> {
     const started = performance.now();
     const types = typesOf(method.service);
     validateFields(method.args, args, types, 'arguments');
     const scope = new CallScope(absoluteDeadline(options.deadline), options.signal);
     try {
-      const session = await scope.race(this.#connection());
-      const final = this.#open(session, scope);
-      const sent = await this.#send(session, final.id, FrameKind.Request, method, args, options, scope, true)
-        .catch((error: unknown) => { cancel(session, final.id); throw error; });
-      const result = await final.result;
-      if (result.kind !== FrameKind.Response) throw protocolError(session, 'expected RESPONSE');
-      const received = await this.#receive(session, final.id, method, result.body.r as Row, scope, options);
-      return attachCallInfo(received.values, info(sent, received.transfers, started));
+      for (let attempt = 1; ; attempt += 1) {
+        const session = await scope.race(this.#connection());
+        let sent: Sent | undefined;
+        try {
+          const final = this.#open(session, scope);
+          sent = await this.#send(session, final.id, FrameKind.Request, method, args, options, scope, true)
+            .catch((error: unknown) => { cancel(session, final.id); throw error; });
+          const result = await final.result;
+          if (result.kind !== FrameKind.Response) throw protocolError(session, 'expected RESPONSE');
+          const received = await this.#receive(session, final.id, method, result.body.r as Row, scope, options);
+          return attachCallInfo(received.values, info(sent.transfers, received.transfers, started));
+        } catch (error) {
+          if (attempt > 1 || scope.aborted || !(await neverSent(error, sent))) throw error;
+        }
+      }
     } finally {
       scope.dispose();
     }
@@ -189,7 +198,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
         if (finished || scope.aborted) break;
         credit -= 1;
         validateFields(method.args, item, types, `arguments[${seq}]`);
-        transfers.push(...await this.#send(session, final.id, FrameKind.StreamItem, method, item, options, scope, true, seq));
+        transfers.push(...(await this.#send(session, final.id, FrameKind.StreamItem, method, item, options, scope, true, seq)).transfers);
         seq += 1;
       }
       if (!finished && !scope.aborted) await scope.race(session.connection.send(FrameKind.StreamEnd, final.id, { seq }));
@@ -256,7 +265,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
   }
 
   /** Encodes and sends a REQUEST or STREAM_ITEM with its tensors; returns the transfers. */
-  async #send(session: ClientSession, id: number, kind: FrameKind, method: MethodDescriptor, values: Row, options: CallOptions, scope: CallScope, awaitTransfers: boolean, seq = 0, window?: number): Promise<TransferInfo[]> {
+  async #send(session: ClientSession, id: number, kind: FrameKind, method: MethodDescriptor, values: Row, options: CallOptions, scope: CallScope, awaitTransfers: boolean, seq = 0, window?: number): Promise<Sent> {
     const out = new OutgoingTensors({ connection: session.connection, call: id }, { mover: options.mover ?? 'auto', noStaging: options.noStaging ?? false });
     let encoded: Row;
     try {
@@ -293,7 +302,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
     // Tag sends complete when the server has the bytes; RMA exposures when it sent FIN. The
     // response can only follow either, so waiting here adds no latency and keeps errors ordered.
     if (awaitTransfers && out.transfers.some((t) => t.mover === 'tag')) await scope.race(moving);
-    return out.transfers;
+    return { transfers: out.transfers, frame: frameSent };
   }
 
   /** Decodes a result object, validates it, receives its tensors. */
@@ -328,6 +337,18 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
     if (this.#options.poolBytes === 0) return Tensor.empty(shape, dtype, { device });
     return this.pool(device).allocate(shape, dtype);
   }
+}
+
+/** A frame handed to the connection: its transfers, and the frame's own send. */
+interface Sent { transfers: TransferInfo[]; frame: Promise<void> }
+
+/** Whether a failed call certainly never reached the server: the error says so, or the
+ *  connection was lost and its REQUEST never left (its send was refused, not attempted). */
+async function neverSent(error: unknown, sent: Sent | undefined): Promise<boolean> {
+  if (!(error instanceof GdrpcError)) return false;
+  if (error.details?.unprocessed === true) return true;
+  if (error.code !== Code.UNAVAILABLE || sent === undefined) return false;
+  return sent.frame.then(() => false, (sendError: unknown) => sendError instanceof GdrpcError && sendError.details?.unprocessed === true);
 }
 
 function cancel(session: ClientSession, id: number, reason?: unknown): void {

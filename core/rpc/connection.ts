@@ -61,8 +61,11 @@ export class Connection implements FrameSink {
   readonly #abort = new AbortController();
   #error: GdrpcError | undefined;
   #handler: FrameHandler | undefined;
-  /** Payloads that arrived before the frame announcing them was read, by transfer id. */
+  /** Payloads that arrived before their receive was posted, by transfer id. */
   readonly #held = new Map<number, { message: TakenMessage; at: number }>();
+  /** Transfers announced by frames already read whose receive is not posted yet (the
+   *  destination may be waiting for pool memory): their payloads are held without limit. */
+  readonly #expected = new Set<number>();
 
   constructor(readonly runtime: Runtime, readonly endpoint: Endpoint, livenessMs: number) {
     // Every receive tied to the connection listens to this signal: many at once is normal.
@@ -86,7 +89,7 @@ export class Connection implements FrameSink {
    *  one UCX message (docs/wire.md "Control messages"): with many calls in flight that divides the
    *  messages and the wake-ups they cost. */
   send(kind: FrameKind, call: number, body: Record<string, unknown>): Promise<void> {
-    if (this.#error !== undefined) return Promise.reject(this.#error);
+    if (this.#error !== undefined) return Promise.reject(unprocessed(this.#error));
     if (this.peerKey === undefined) return Promise.reject(new GdrpcError(Code.FAILED_PRECONDITION, `no key for ${this.peer} yet (handshake incomplete)`));
     const bytes = encodeFrame(body);
     if (bytes.length + FRAME_HEADER > this.peerLimits.maxFrame) {
@@ -103,6 +106,12 @@ export class Connection implements FrameSink {
   #flush(): void {
     const queue = this.#queue;
     this.#queue = [];
+    if (this.#error !== undefined) {
+      // Closed since these were queued: none of them was handed to UCX.
+      const error = unprocessed(this.#error);
+      for (const frame of queue) frame.reject(error);
+      return;
+    }
     let start = 0;
     while (start < queue.length) {
       // As many frames as fit in one peer message.
@@ -141,10 +150,19 @@ export class Connection implements FrameSink {
 
   /** A held payload of `transfer` (it arrived before its frame was read), taken out; or undefined. */
   takeHeld(transfer: number): TakenMessage | undefined {
+    this.#expected.delete(transfer);
     const held = this.#held.get(transfer);
     if (held === undefined) return undefined;
     this.#held.delete(transfer);
     return held.message;
+  }
+
+  /** A frame announced the payload of `transfer`; its receive (or refusal) comes later. */
+  expect(transfer: number): void {
+    if (this.#error !== undefined) return;
+    this.#expected.add(transfer);
+    const held = this.#held.get(transfer);
+    if (held !== undefined) held.at = Infinity;
   }
 
   onStrayData(message: TakenMessage, low: number): void {
@@ -155,12 +173,19 @@ export class Connection implements FrameSink {
       this.close(new GdrpcError(Code.UNAUTHENTICATED, `${this.peer} sent tensor bytes before admission`));
       return;
     }
-    const now = Date.now();
-    for (const [transfer, held] of this.#held) {
-      if (now - held.at > HOLD_MS) { this.#held.delete(transfer); dispatcher.drop(held.message); }
-    }
     const transfer = transferOf(this.key, low);
-    if (this.#held.size >= MAX_HELD_PAYLOADS || this.#held.has(transfer)) {
+    if (this.#expected.has(transfer) && !this.#held.has(transfer)) {
+      // Announced, its call bounds how long it waits (deadline, pool wait, refusal).
+      this.#held.set(transfer, { message, at: Infinity });
+      return;
+    }
+    const now = Date.now();
+    let unannounced = 0;
+    for (const [id, held] of this.#held) {
+      if (held.at === Infinity) continue;
+      if (now - held.at > HOLD_MS) { this.#held.delete(id); dispatcher.drop(held.message); } else unannounced += 1;
+    }
+    if (unannounced >= MAX_HELD_PAYLOADS || this.#held.has(transfer)) {
       dispatcher.drop(message);
       this.close(new GdrpcError(Code.RESOURCE_EXHAUSTED, `${this.peer} sent more than ${MAX_HELD_PAYLOADS} tensor payloads that no frame announced`));
       return;
@@ -221,6 +246,7 @@ export class Connection implements FrameSink {
     this.exposures.releaseAll();
     for (const held of this.#held.values()) this.runtime.dispatcher.drop(held.message);
     this.#held.clear();
+    this.#expected.clear();
     this.runtime.dispatcher.unregister(this.key);
     this.#abort.abort(error);
     const force = !options.graceful || this.endpoint.failed;
@@ -236,4 +262,10 @@ export class Connection implements FrameSink {
     if (this.peerKey === undefined) return;
     this.send(FrameKind.Keepalive, 0, {}).catch(() => { /* the liveness timer or error event reports it */ });
   }
+}
+
+/** `error` marked as certainly not having reached the peer (a call failing with it never ran
+ *  there and may be retried). */
+function unprocessed(error: GdrpcError): GdrpcError {
+  return new GdrpcError(error.code, error.rawMessage, { cause: error, details: { ...(error.details ?? {}), unprocessed: true } });
 }

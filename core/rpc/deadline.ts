@@ -81,12 +81,19 @@ export class CallScope {
     };
   }
 
-  /** `promise`, or the scope's error if the scope aborts first. */
+  /** `promise`, or the scope's error if the scope aborts first. A value that comes after the
+   *  deadline, before its timer ran (a busy event loop runs timers late), is refused too: no phase
+   *  of a call succeeds past its deadline. */
   race<T>(promise: Promise<T>): Promise<T> {
     if (this.#reason !== undefined) return Promise.reject(this.#reason);
     return new Promise<T>((resolve, reject) => {
       const off = this.onAbort(reject);
-      promise.then((value) => { off(); resolve(value); }, (error) => { off(); reject(error); });
+      promise.then((value) => {
+        off();
+        if (this.deadline !== undefined && this.#reason === undefined && Date.now() >= this.deadline) this.abort(deadlineError());
+        if (this.#reason !== undefined) reject(this.#reason);
+        else resolve(value);
+      }, (error) => { off(); reject(error); });
     });
   }
 

@@ -2,6 +2,7 @@
 // handler under the call's signal, send the results or the stream, release the arguments once
 // the results' bytes have left. Nothing is sent for a call the client cancelled.
 import { Code, GdrpcError } from '../errors.ts';
+import type { PoolShare } from '../tensor/index.ts';
 import { FrameKind } from '../wire/frames.ts';
 import type { Connection } from './connection.ts';
 import type { CallScope } from './deadline.ts';
@@ -39,9 +40,14 @@ export interface MethodEntry {
   resultsOf?: (result: Row) => MethodDescriptor['results'];
 }
 
+/** What an argument allocation may wait on: the call's end, and its connection's pool share. */
+export interface AllocationWait { signal: AbortSignal; share: PoolShare | undefined }
+
 /** What a call needs from its server. */
 export interface CallEnvironment {
-  allocate: Allocate;
+  allocate: (shape: Parameters<Allocate>[0], dtype: Parameters<Allocate>[1], placement: Parameters<Allocate>[2], wait: AllocationWait) => ReturnType<Allocate>;
+  /** The connection's share of the server's pools (set per session). */
+  share?: PoolShare;
   maxTensor: number;
   exposureHoldMs: number;
 }
@@ -165,7 +171,8 @@ export class ServerCall {
       throw error;
     }
     if (incoming.pending.every((p) => p.wire.m === 'h')) return values;
-    const receiving = incoming.receive(this.env.allocate);
+    const wait: AllocationWait = { signal: this.scope.signal, share: this.env.share };
+    const receiving = incoming.receive((shape, dtype, placement) => this.env.allocate(shape, dtype, placement, wait));
     this.#receiving.push(receiving);
     return this.scope.race(receiving).then((received) => {
       replaceDeep(values, (item) => (item instanceof PendingTensor ? received.get(item) ?? item : item));

@@ -1,6 +1,7 @@
 // One connection from the server's side: admission (HELLO, AUTH, READY), then routing of call
 // frames to ServerCalls, limits, and the teardown of its calls when the connection goes.
 import { Code, GdrpcError } from '../errors.ts';
+import { PoolShare } from '../tensor/index.ts';
 import { encodeFrame } from '../wire/codec.ts';
 import { FrameKind } from '../wire/frames.ts';
 import { packMessage } from '../wire/message.ts';
@@ -20,7 +21,7 @@ export interface SessionHost {
   readonly livenessMs: number;
   /** A connection that has not completed admission by then is closed. */
   readonly admissionTimeoutMs: number;
-  readonly limits: { maxFrame: number; maxTensor: number; inline: number; perConnection: number };
+  readonly limits: { maxFrame: number; maxTensor: number; inline: number; perConnection: number; poolBytesPerConnection: number };
   readonly env: CallEnvironment;
   readonly shuttingDown: boolean;
   lookup(service: string, method: string): MethodEntry | undefined;
@@ -41,8 +42,11 @@ export class ServerSession {
   #closing = false;
   readonly #challenge: Uint8Array | undefined;
   #admissionTimer: NodeJS.Timeout | undefined;
+  /** The server's call environment with this connection's pool share. */
+  readonly #env: CallEnvironment;
 
   constructor(readonly connection: Connection, private readonly host: SessionHost) {
+    this.#env = { ...host.env, share: new PoolShare(host.limits.poolBytesPerConnection) };
     this.#challenge = host.token !== undefined ? newChallenge() : undefined;
     connection.frameLimit = host.limits.maxFrame;
     connection.inlineBytes = host.limits.inline;
@@ -142,7 +146,8 @@ export class ServerSession {
       this.connection.send(FrameKind.Error, id, errorFrame(error)).catch(() => {});
     };
     if (id === 0 || this.calls.has(id)) return refuse(new GdrpcError(Code.INVALID_ARGUMENT, `call id ${id} is ${id === 0 ? 'reserved' : 'already in use'}`));
-    if (this.host.shuttingDown) return refuse(new GdrpcError(Code.UNAVAILABLE, 'server is shutting down'));
+    // Not run: the client may retry it elsewhere or on a fresh connection.
+    if (this.host.shuttingDown) return refuse(new GdrpcError(Code.UNAVAILABLE, 'server is shutting down', { details: { unprocessed: true } }));
     const entry = this.host.lookup(body.svc as string, body.m as string);
     if (entry === undefined) return refuse(new GdrpcError(Code.NOT_FOUND, `unknown method ${String(body.svc)}/${String(body.m)}`));
     if (entry.method.clientStreaming !== (body.a === undefined)) {
@@ -155,7 +160,7 @@ export class ServerSession {
     const deadline = typeof body.to === 'number' ? Date.now() + body.to : undefined;
     // No parent signal: the session aborts its calls itself when the connection goes.
     const callScope = new CallScope(deadline);
-    const call = new ServerCall(id, this.connection, entry, callScope, (body.md as Record<string, string> | undefined) ?? {}, this.host.env, policy);
+    const call = new ServerCall(id, this.connection, entry, callScope, (body.md as Record<string, string> | undefined) ?? {}, this.#env, policy);
     if (typeof body.win === 'number') call.openWindow(body.win);
     this.calls.set(id, call);
     void call.run(body.a as Record<string, unknown> | undefined).finally(() => {

@@ -11,7 +11,7 @@ import { cudaReceives } from './movers/memory.ts';
 import { registerService } from './registry.ts';
 import { lookupRemote, OWNER_SERVICE, pullResultFields, setOwnerListener } from './remote.ts';
 import { Runtime } from './runtime.ts';
-import { type CallContext, type CallEnvironment, type Handler, type MethodEntry } from './server-call.ts';
+import { type AllocationWait, type CallContext, type CallEnvironment, type Handler, type MethodEntry } from './server-call.ts';
 import { ServerSession, type SessionHost } from './server-session.ts';
 
 export interface ServerOptions {
@@ -25,8 +25,15 @@ export interface ServerOptions {
   maxTensorBytes?: number;
   /** Receiving pool per device, mapped once (default 128 MiB; 0: plain allocations). */
   poolBytes?: number;
-  /** When the pool is full, register a one-off allocation instead of RESOURCE_EXHAUSTED (default false). */
+  /** When the pool is full, register a one-off allocation instead of waiting (default false). */
   allowPoolOverflow?: boolean;
+  /** An argument tensor that does not fit in the pool now waits, first come first served, this long
+   *  at most (and never past its call's deadline) for blocks that other calls free, then fails
+   *  RESOURCE_EXHAUSTED (default 10000 ms; 0: fail at once). */
+  poolWaitMs?: number;
+  /** Pool bytes one connection's calls may hold before its waiting tensors let other connections'
+   *  go first (default half of poolBytes; one tensor larger than this is still served alone). */
+  maxPoolBytesPerConnection?: number;
   /** Shared token clients must prove (HMAC challenge-response) before any call. */
   token?: string;
   /** A connection that has not completed the handshake by then is closed (default 5000 ms);
@@ -53,7 +60,7 @@ type Handlers = Record<string, Handler>;
 
 /** A gdrpc server: services, a listener, the connections and their calls. */
 export class Server extends EventEmitter<{ connection: [{ peer: string }]; disconnect: [{ peer: string }]; error: [GdrpcError] }> {
-  readonly #options: Required<Omit<ServerOptions, 'token' | 'busyPollUs'>> & { token?: string; busyPollUs?: number };
+  readonly #options: Required<Omit<ServerOptions, 'token' | 'busyPollUs' | 'maxPoolBytesPerConnection'>> & { token?: string; busyPollUs?: number; maxPoolBytesPerConnection?: number };
   readonly #methods = new Map<string, MethodEntry>();
   readonly #sessions = new Set<ServerSession>();
   readonly #pools = new Map<Device, TensorPool>();
@@ -71,7 +78,7 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
     super();
     this.#options = {
       maxCallsPerConnection: 256, maxCalls: 4096, maxFrameBytes: 4 << 20, maxTensorBytes: 1 << 30, poolBytes: 128 << 20,
-      allowPoolOverflow: false, livenessMs: DEFAULT_LIVENESS_MS, admissionTimeoutMs: 5000, transferTimeoutMs: DEFAULT_TRANSFER_TIMEOUT_MS, maxConnections: 1024, maxConnectionsPerAddress: 64, inlineBytes: DEFAULT_INLINE_BYTES, exposureHoldMs: 30_000, ...options,
+      allowPoolOverflow: false, poolWaitMs: 10_000, livenessMs: DEFAULT_LIVENESS_MS, admissionTimeoutMs: 5000, transferTimeoutMs: DEFAULT_TRANSFER_TIMEOUT_MS, maxConnections: 1024, maxConnectionsPerAddress: 64, inlineBytes: DEFAULT_INLINE_BYTES, exposureHoldMs: 30_000, ...options,
     };
     this.#methods.set(`${OWNER_SERVICE}/pull`, ownerPullEntry());
     this.#host = this.#makeHost();
@@ -206,7 +213,7 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
   #makeHost(): SessionHost {
     const server = this;
     const env: CallEnvironment = {
-      allocate: (shape, dtype, placement) => server.#allocate(shape, dtype, placement),
+      allocate: (shape, dtype, placement, wait) => server.#allocate(shape, dtype, placement, wait),
       maxTensor: this.#options.maxTensorBytes,
       exposureHoldMs: this.#options.exposureHoldMs,
     };
@@ -215,7 +222,10 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
       get livenessMs() { return server.#options.livenessMs; },
       get admissionTimeoutMs() { return server.#options.admissionTimeoutMs; },
       get shuttingDown() { return server.#shuttingDown; },
-      limits: { maxFrame: this.#options.maxFrameBytes, maxTensor: this.#options.maxTensorBytes, inline: this.#options.inlineBytes, perConnection: this.#options.maxCallsPerConnection },
+      limits: {
+        maxFrame: this.#options.maxFrameBytes, maxTensor: this.#options.maxTensorBytes, inline: this.#options.inlineBytes, perConnection: this.#options.maxCallsPerConnection,
+        poolBytesPerConnection: this.#options.maxPoolBytesPerConnection ?? Math.max(1, Math.floor(this.#options.poolBytes / 2)),
+      },
       env,
       lookup: (service, method) => server.#methods.get(`${service}/${method}`),
       acquireCall: () => {
@@ -241,7 +251,7 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
     };
   }
 
-  #allocate(shape: number[], dtype: DType, placement: Placement): Tensor {
+  #allocate(shape: number[], dtype: DType, placement: Placement, wait: AllocationWait): Tensor | Promise<Tensor> {
     const device: Device = placement.kind === 'cuda' && cudaReceives() ? `cuda:${placement.device ?? 0}` : 'cpu';
     if (this.#options.poolBytes === 0) return Tensor.empty(shape, dtype, { device });
     let pool = this.#pools.get(device);
@@ -249,7 +259,13 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
       pool = TensorPool.create(this.#runtime!.context, { device, bytes: this.#options.poolBytes, allowOverflow: this.#options.allowPoolOverflow });
       this.#pools.set(device, pool);
     }
-    return pool.allocate(shape, dtype);
+    return pool.allocateWhenFree(shape, dtype, { maxWaitMs: this.#options.poolWaitMs, signal: wait.signal, share: wait.share })
+      .catch((error: unknown) => {
+        if (!(error instanceof GdrpcError) || error.code !== Code.RESOURCE_EXHAUSTED) throw error;
+        // Say whose memory ran out and what to change: the caller sees this message.
+        throw new GdrpcError(Code.RESOURCE_EXHAUSTED, `server ${error.rawMessage} (ServerOptions.poolBytes ${this.#options.poolBytes}, poolWaitMs ${this.#options.poolWaitMs}: raise them, or retry later)`,
+          { details: { ...error.details, side: 'server', options: ['poolBytes', 'poolWaitMs'], retryable: true } });
+      });
   }
 }
 

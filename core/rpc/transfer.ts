@@ -85,8 +85,8 @@ export class PendingTensor {
   get shape(): readonly number[] { return this.wire.sh; }
 }
 
-/** Allocates the destination of an incoming tensor. */
-export type Allocate = (shape: number[], dtype: DType, placement: Placement) => Tensor;
+/** Allocates the destination of an incoming tensor (possibly waiting for pool memory). */
+export type Allocate = (shape: number[], dtype: DType, placement: Placement) => Tensor | Promise<Tensor>;
 
 /** Tensors arriving in one frame. */
 export class IncomingTensors {
@@ -116,6 +116,8 @@ export class IncomingTensors {
     const pending = new PendingTensor(wire, where, placement);
     this.pending.push(pending);
     if (wire.m === 'h') return new RemoteTensor(wire);
+    // Its payload may come before the receive is posted (the allocation can wait): hold it.
+    if (wire.m === 't') this.scope.connection.expect(wire.x!);
     if (this.limits.noStaging) {
       const to = placement.kind === 'cuda' && cudaReceives() ? 'cuda' : 'host';
       const context = this.scope.connection.runtime.context;
@@ -142,7 +144,13 @@ export class IncomingTensors {
       let dest: Tensor;
       try {
         if (failure !== undefined) throw failure;
-        dest = allocate([...pending.wire.sh], pending.wire.dt as DType, pending.placement);
+        const allocated = allocate([...pending.wire.sh], pending.wire.dt as DType, pending.placement);
+        dest = allocated instanceof Tensor ? allocated : await allocated;
+        // Another tensor of this frame failed while this one waited for memory.
+        if (failure !== undefined) {
+          dest.release();
+          throw failure;
+        }
       } catch (error) {
         failure ??= error;
         await mover.refuse(pending.wire, this.scope);

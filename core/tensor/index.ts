@@ -1,6 +1,6 @@
 // Public surface of core/tensor.
 export { Tensor, type AllocateOptions } from './tensor.ts';
-export { TensorPool, type TensorPoolOptions, type TensorPoolStats } from './pool.ts';
+export { PoolShare, TensorPool, type PoolWaitOptions, type TensorPoolOptions, type TensorPoolStats } from './pool.ts';
 export { DTYPES, isDType, elementSize, type DType, type TypedArray } from './dtype.ts';
 export { parseDevice, type Device, type DeviceKind } from './device.ts';
 export { checkShape, type ShapeInfo } from './shape.ts';

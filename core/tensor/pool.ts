@@ -30,6 +30,36 @@ export interface TensorPoolStats {
   used: number;
   liveTensors: number;
   overflowRegistrations: number;
+  /** allocateWhenFree calls waiting for blocks. */
+  waiting: number;
+}
+
+/** A claimant's share of pools (a server gives one to each connection): while it holds `limit`
+ *  bytes or more its waiting allocations step aside for others'. One allocation larger than the
+ *  limit is still served when the claimant holds nothing. */
+export class PoolShare {
+  /** Bytes held now by this claimant's live pool tensors. */
+  held = 0;
+  constructor(readonly limit: number) {}
+  /** Whether an allocation of `bytes` may be served now. */
+  admits(bytes: number): boolean { return this.held === 0 || this.held + bytes <= this.limit; }
+}
+
+/** Options of TensorPool.allocateWhenFree. */
+export interface PoolWaitOptions {
+  /** Longest wait for blocks to be freed; RESOURCE_EXHAUSTED after it. */
+  maxWaitMs: number;
+  /** Ends the wait early; the signal's reason is thrown. */
+  signal?: AbortSignal;
+  /** The claimant the bytes are counted against (fairness between claimants). */
+  share?: PoolShare;
+}
+
+interface Waiter {
+  bytes: number;
+  share: PoolShare | undefined;
+  serve(storage: Storage): void;
+  fail(error: unknown): void;
 }
 
 /** A per-device arena mapped with UCX once; tensors are carved from it and returned on release. */
@@ -42,6 +72,8 @@ export class TensorPool {
   readonly #arena: Arena;
   readonly #memory: MappedMemory;
   readonly #live = new Set<Storage>();
+  /** allocateWhenFree calls waiting for blocks, in arrival order. */
+  readonly #waiters: Waiter[] = [];
   #overflowRegistrations = 0;
   #closed = false;
 
@@ -82,28 +114,112 @@ export class TensorPool {
   get stagingReason(): string | undefined { return this.#memory.stagingReason; }
   get closed(): boolean { return this.#closed; }
 
-  /** A tensor from the arena; RESOURCE_EXHAUSTED when no free block fits (unless allowOverflow). */
+  /** A tensor from the arena; RESOURCE_EXHAUSTED when no free block fits (unless allowOverflow).
+   *  It does not take blocks that allocateWhenFree callers are waiting for. */
   allocate(shape: number[], dtype: DType): Tensor {
     if (this.#closed) throw new GdrpcError(Code.FAILED_PRECONDITION, `tensor pool on ${this.device} is closed`);
     const info = checkShape(shape, checkDType(dtype));
     const storage = info.byteLength === 0
       ? this.#storageAt(this.#memory, 0, 0, () => {})  // takes no arena space; any aligned address will do
-      : this.#carve(info.byteLength) ?? this.#overflow(info.byteLength);
+      : (this.#waiters.length === 0 ? this.#carve(info.byteLength, undefined) : undefined) ?? this.#overflow(info.byteLength);
     return new Tensor(dtype, info, storage);
   }
 
-  #carve(byteLength: number): Storage | undefined {
+  /** A tensor from the arena, waiting (first come, first served) for live tensors to be released
+   *  when none fits now. RESOURCE_EXHAUSTED at once when the request can never fit, or when
+   *  `maxWaitMs` passes; the signal's reason when it aborts first. A pool that allows overflow
+   *  never waits (see allocate). */
+  allocateWhenFree(shape: number[], dtype: DType, options: PoolWaitOptions): Promise<Tensor> {
+    try {
+      if (this.#closed) throw new GdrpcError(Code.FAILED_PRECONDITION, `tensor pool on ${this.device} is closed`);
+      const info = checkShape(shape, checkDType(dtype));
+      const bytes = info.byteLength;
+      if (bytes === 0 || this.allowOverflow) return Promise.resolve(this.allocate(shape, dtype));
+      if (bytes > this.#arena.capacity) throw this.#exhausted(bytes, 'it can never fit');
+      options.signal?.throwIfAborted();
+      const share = options.share;
+      const now = this.#waiters.length === 0 && (share === undefined || share.admits(bytes)) ? this.#carve(bytes, share) : undefined;
+      if (now !== undefined) return Promise.resolve(new Tensor(dtype, info, now));
+      return this.#wait(bytes, options).then((storage) => new Tensor(dtype, info, storage));
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  #wait(bytes: number, options: PoolWaitOptions): Promise<Storage> {
+    const { signal, share, maxWaitMs } = options;
+    const started = Date.now();
+    return new Promise<Storage>((resolve, reject) => {
+      let timer: NodeJS.Timeout | undefined;
+      const leave = (error: unknown): void => {
+        const index = this.#waiters.indexOf(waiter);
+        if (index < 0) return;
+        this.#waiters.splice(index, 1);
+        waiter.fail(error);
+        this.#serve();  // a waiter that leaves the head may unblock those behind it
+      };
+      const onAbort = (): void => leave(signal!.reason);
+      const waiter: Waiter = {
+        bytes, share,
+        serve: (storage) => {
+          clearTimeout(timer);
+          signal?.removeEventListener('abort', onAbort);
+          resolve(storage);
+        },
+        fail: (error) => {
+          const index = this.#waiters.indexOf(waiter);
+          if (index >= 0) this.#waiters.splice(index, 1);
+          clearTimeout(timer);
+          signal?.removeEventListener('abort', onAbort);
+          reject(error);
+        },
+      };
+      this.#waiters.push(waiter);
+      // Those ahead may all be claimants over their share: this one may go now.
+      this.#serve();
+      if (!this.#waiters.includes(waiter)) return;
+      timer = setTimeout(() => leave(this.#exhausted(bytes, `waited ${Date.now() - started} ms for blocks to be freed`)), maxWaitMs);
+      signal?.addEventListener('abort', onAbort, { once: true });
+    });
+  }
+
+  /** Hands freed blocks to waiters in arrival order; a waiter whose share is spent steps aside,
+   *  but none overtakes the first one that may be served and does not fit yet. */
+  #serve(): void {
+    for (let index = 0; index < this.#waiters.length;) {
+      const waiter = this.#waiters[index]!;
+      if (waiter.share !== undefined && !waiter.share.admits(waiter.bytes)) {
+        index += 1;
+        continue;
+      }
+      const storage = this.#carve(waiter.bytes, waiter.share);
+      if (storage === undefined) return;
+      this.#waiters.splice(index, 1);
+      waiter.serve(storage);
+    }
+  }
+
+  #carve(byteLength: number, share: PoolShare | undefined): Storage | undefined {
     const offset = this.#arena.allocate(byteLength);
     if (offset === undefined) return undefined;
-    return this.#storageAt(this.#memory, offset, byteLength, () => this.#arena.free(offset));
+    if (share !== undefined) share.held += byteLength;
+    return this.#storageAt(this.#memory, offset, byteLength, () => {
+      this.#arena.free(offset);
+      if (share !== undefined) share.held -= byteLength;
+      if (this.#waiters.length > 0) this.#serve();
+    });
+  }
+
+  #exhausted(byteLength: number, why: string): GdrpcError {
+    const { capacity, used, largestFree } = this.#arena;
+    return new GdrpcError(Code.RESOURCE_EXHAUSTED,
+      `tensor pool on ${this.device} is exhausted: ${byteLength} bytes requested, ${capacity - used} of ${capacity} free, largest free block ${largestFree}${why ? `; ${why}` : ''}`,
+      { details: { device: this.device, requested: byteLength, capacity, used, largestFree } });
   }
 
   #overflow(byteLength: number): Storage {
     if (!this.allowOverflow) {
-      const { capacity, used, largestFree } = this.#arena;
-      throw new GdrpcError(Code.RESOURCE_EXHAUSTED,
-        `tensor pool on ${this.device} is exhausted: ${byteLength} bytes requested, ${capacity - used} of ${capacity} free, largest free block ${largestFree}`,
-        { details: { device: this.device, requested: byteLength, capacity, used, largestFree } });
+      throw this.#exhausted(byteLength, this.#waiters.length > 0 ? `${this.#waiters.length} allocation(s) waiting` : '');
     }
     const memory = mapMemory(this.context, this.#where, byteLength, this.pinned);
     this.#overflowRegistrations++;
@@ -139,6 +255,7 @@ export class TensorPool {
       used: this.#arena.used,
       liveTensors: this.#live.size,
       overflowRegistrations: this.#overflowRegistrations,
+      waiting: this.#waiters.length,
     };
   }
 
@@ -152,6 +269,8 @@ export class TensorPool {
     // The arena first: if UCX refuses (a request still uses the region), nothing has changed yet.
     this.#memory.close();
     this.#closed = true;
+    const closed = new GdrpcError(Code.FAILED_PRECONDITION, `tensor pool on ${this.device} was closed while waiting for blocks`);
+    for (const waiter of [...this.#waiters]) waiter.fail(closed);
     for (const storage of [...this.#live]) storage.release();  // overflow tensors unmap their own memory
   }
 }

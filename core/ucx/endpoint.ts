@@ -6,7 +6,7 @@ import { checkObject, checkPort, checkSignal, checkString, checkU64, describe, i
 import { spanTarget, tagTarget, type MemorySpan, type TagBuffer } from './memory.ts';
 import type { NativeEndpoint, NativeRemoteKey } from './native-types.ts';
 import { RemoteKey } from './rkey.ts';
-import { Worker } from './worker.ts';
+import { checkTagOptions, Worker, type TagOptions } from './worker.ts';
 
 /** A UCP endpoint. Emits 'error' (UNAVAILABLE) when the peer fails, then 'close'. */
 export class Endpoint extends EventEmitter<{ error: [GdrpcError]; close: [] }> {
@@ -57,13 +57,13 @@ export class Endpoint extends EventEmitter<{ error: [GdrpcError]; close: [] }> {
     return this.#closing !== undefined || this.#ended;
   }
 
-  tagSend(tag: bigint, src: TagBuffer, options: { signal?: AbortSignal } = {}): Promise<void> {
+  tagSend(tag: bigint, src: TagBuffer, options: TagOptions = {}): Promise<void> {
     return rejecting(() => {
       this.#checkUsable();
       checkU64(tag, 'tag');
       const { target, offset, length } = tagTarget(src, 'src');
-      const signal = checkSignal(checkObject(options, 'options').signal, 'options.signal');
-      return this.worker.track(signal, (id) => this.#native.tagSend(tag, target, offset, length, id));
+      const { signal, untilComplete } = checkTagOptions(options);
+      return this.worker.track(signal, (id, completed) => this.#native.tagSend(tag, target, offset, length, id, completed), untilComplete);
     });
   }
 

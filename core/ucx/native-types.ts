@@ -13,9 +13,9 @@ export interface NativeContext {
   close(): void;
 }
 export interface NativeWorker {
-  tagRecv(target: NativeTarget, offset: number, length: number, tag: bigint, mask: bigint, id: number): Promise<NativeRecvResult>;
+  tagRecv(target: NativeTarget, offset: number, length: number, tag: bigint, mask: bigint, id: number, completed?: () => void): Promise<NativeRecvResult>;
   tagProbe(tag: bigint, mask: bigint, remove: boolean): (NativeRecvResult & { taken: number }) | null;
-  tagRecvTaken(taken: number, target: NativeTarget, offset: number, length: number, id: number): Promise<NativeRecvResult>;
+  tagRecvTaken(taken: number, target: NativeTarget, offset: number, length: number, id: number, completed?: () => void): Promise<NativeRecvResult>;
   progress(): boolean;
   cancel(id: number): void;
   stats(): { liveRequests: number; liveEndpoints: number; liveListeners: number; liveRegions: number; takenMessages: number };
@@ -27,7 +27,7 @@ export interface NativeEndpoint {
   readonly peer: string;
   readonly failed: boolean;
   setHandler(handler: (kind: 'error' | 'close', value: GdrpcError | undefined) => void): void;
-  tagSend(tag: bigint, target: NativeTarget, offset: number, length: number, id: number): Promise<void>;
+  tagSend(tag: bigint, target: NativeTarget, offset: number, length: number, id: number, completed?: () => void): Promise<void>;
   put(target: NativeMemoryRegion, offset: number, length: number, remote: bigint, rkey: NativeRemoteKey, id: number): Promise<void>;
   get(target: NativeMemoryRegion, offset: number, length: number, remote: bigint, rkey: NativeRemoteKey, id: number): Promise<void>;
   flush(id: number): Promise<void>;

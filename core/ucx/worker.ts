@@ -15,6 +15,15 @@ export interface WorkerOptions {
 export interface TagRecvResult { senderTag: bigint; length: number }
 /** A message tagProbe took out of UCX's unexpected queue: receive it with tagRecvTaken. */
 export interface TakenMessage extends TagRecvResult { taken: number }
+/** Options of a tag send or receive. */
+export interface TagOptions {
+  /** Cancels the operation: its promise rejects with CANCELLED at once (see untilComplete). */
+  signal?: AbortSignal;
+  /** Settle only once UCX has completed the request, so that the buffer may be reused when the
+   *  promise settles, whatever the outcome. Without it a cancel or a closing endpoint rejects at
+   *  once, while UCX may still read or write the buffer (a matched rendezvous cannot be cancelled). */
+  untilComplete?: boolean;
+}
 export interface WorkerStats { liveRequests: number; liveEndpoints: number; liveListeners: number; liveRegions: number; takenMessages: number }
 
 /** What a worker closes when it closes: its endpoints and listeners. */
@@ -47,14 +56,14 @@ export class Worker {
 
   /** Posts a tag receive into `dest`. Rejects with INVALID_ARGUMENT (message says "truncated") when the
    *  message is longer than dest, CANCELLED when cancelled by signal or close. */
-  tagRecv(dest: TagBuffer, tag: bigint, mask: bigint, options: { signal?: AbortSignal } = {}): Promise<TagRecvResult> {
+  tagRecv(dest: TagBuffer, tag: bigint, mask: bigint, options: TagOptions = {}): Promise<TagRecvResult> {
     return rejecting(() => {
       this.#checkOpen();
       const { target, offset, length } = tagTarget(dest, 'dest');
       checkU64(tag, 'tag');
       checkU64(mask, 'mask');
-      const signal = checkSignal(checkObject(options, 'options').signal, 'options.signal');
-      return this.track(signal, (id) => this.#native.tagRecv(target, offset, length, tag, mask, id));
+      const { signal, untilComplete } = checkTagOptions(options);
+      return this.track(signal, (id, completed) => this.#native.tagRecv(target, offset, length, tag, mask, id, completed), untilComplete);
     });
   }
 
@@ -72,13 +81,14 @@ export class Worker {
 
   /** Receives a message that tagProbe removed; a `dest` shorter than the message rejects with
    *  "truncated" and completes the sender (how a message is dropped). */
-  tagRecvTaken(message: TakenMessage, dest: TagBuffer): Promise<TagRecvResult> {
+  tagRecvTaken(message: TakenMessage, dest: TagBuffer, options: Pick<TagOptions, 'untilComplete'> = {}): Promise<TagRecvResult> {
     return rejecting(() => {
       this.#checkOpen();
       checkObject(message, 'message');
       if (typeof message.taken !== 'number') throw invalid('message must come from tagProbe(..., { remove: true })');
       const { target, offset, length } = tagTarget(dest, 'dest');
-      return this.track(undefined, (id) => this.#native.tagRecvTaken(message.taken, target, offset, length, id));
+      const { untilComplete } = checkTagOptions(options);
+      return this.track(undefined, (id, completed) => this.#native.tagRecvTaken(message.taken, target, offset, length, id, completed), untilComplete);
     });
   }
 
@@ -111,12 +121,22 @@ export class Worker {
     if (this.#closing) throw new GdrpcError(Code.FAILED_PRECONDITION, 'the worker is closed');
   }
 
-  /** @internal Starts a native operation with a request id, wiring `signal` to cancel it. */
-  track<T>(signal: AbortSignal | undefined, start: (id: number) => Promise<T>): Promise<T> {
+  /** @internal Starts a native operation with a request id, wiring `signal` to cancel it. With
+   *  `untilComplete` the result waits, whatever it is, for UCX to complete the request. */
+  track<T>(signal: AbortSignal | undefined, start: (id: number, completed?: () => void) => Promise<T>, untilComplete = false): Promise<T> {
     if (signal?.aborted) return Promise.reject(new GdrpcError(Code.CANCELLED, 'the operation was aborted before it started'));
     const id = this.#nextId;
     this.#nextId = id === MAX_REQUEST_ID ? 1 : id + 1;
-    const promise = start(id);
+    let promise: Promise<T>;
+    if (untilComplete) {
+      let completed!: () => void;
+      const complete = new Promise<void>((resolve) => { completed = resolve; });
+      // The native side calls `completed` after settling, possibly much later (a cancelled
+      // rendezvous ends when UCX says so); until then the outcome waits.
+      promise = start(id, completed).then((value) => complete.then(() => value), (error: unknown) => complete.then(() => { throw error; }));
+    } else {
+      promise = start(id);
+    }
     if (!signal) return promise;
     const onAbort = (): void => this.#native.cancel(id);
     signal.addEventListener('abort', onAbort, { once: true });
@@ -141,4 +161,11 @@ export class Worker {
   static release(worker: Worker, child: Child): void {
     worker.#children.delete(child);
   }
+}
+
+export function checkTagOptions(options: TagOptions): { signal: AbortSignal | undefined; untilComplete: boolean } {
+  checkObject(options, 'options');
+  const signal = checkSignal(options.signal, 'options.signal');
+  if (options.untilComplete !== undefined && typeof options.untilComplete !== 'boolean') throw invalid('options.untilComplete must be a boolean');
+  return { signal, untilComplete: options.untilComplete === true };
 }

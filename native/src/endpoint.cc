@@ -117,7 +117,7 @@ void Endpoint::Emit(Napi::Env env, const char* kind, Napi::Value value) {
   handler_.Call({Napi::String::New(env, kind), value});
 }
 
-// tagSend(tag: bigint, target, offset, length, id) -> Promise<void>
+// tagSend(tag: bigint, target, offset, length, id, completed?) -> Promise<void>
 Napi::Value Endpoint::TagSend(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   CheckUsable(env);
@@ -125,6 +125,7 @@ Napi::Value Endpoint::TagSend(const Napi::CallbackInfo& info) {
   uint64_t tag = info[0].As<Napi::BigInt>().Uint64Value(&lossless);
   Span span = ResolveSpan(env, info[1], info[2], info[3]);
   Request* request = new Request(worker_, this, RequestKind::Send, info[4].As<Napi::Number>().Uint32Value(), env);
+  request->OnCompleted(info[5]);
   ucp_request_param_t param{};
   request->Prepare(param, &span);
   return request->Start(ucp_tag_send_nbx(ep_, span.address, span.length, tag, &param), "tag send");

@@ -143,15 +143,22 @@ void Request::Settle(Napi::Env env) {
   }
 }
 
+void Request::OnCompleted(Napi::Value callback) {
+  if (callback.IsFunction()) completed = Napi::Persistent(callback.As<Napi::Function>());
+}
+
 void Request::Finish(Napi::Env env) {
   Settle(env);
   if (ucxRequest != nullptr) ucp_request_free(ucxRequest);
   if (pending) worker->RemoveRequest(this);
   Endpoint* closed = endpoint != nullptr && kind == RequestKind::Close ? endpoint : nullptr;
   if (endpoint != nullptr) endpoint->RemoveRequest(this);
+  // A promise rejected early (cancel, endpoint closed) said nothing about the buffer: this does.
+  Napi::FunctionReference done = std::move(completed);
   delete this;
   // The 'close' event runs JS, which may throw: only once this request is gone.
   if (closed != nullptr) closed->OnClosed(env);
+  if (!done.IsEmpty() && State::Of(env)->JsAllowed()) done.Call({});
 }
 
 }  // namespace gdrpc

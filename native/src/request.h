@@ -38,8 +38,11 @@ struct Request {
   Napi::Value Start(ucs_status_ptr_t result, const char* what);
   /** Rejects the JS promise now (if not yet settled); the native request stays until UCX completes it. */
   void Detach(Napi::Env env, const char* code, const std::string& message, ucs_status_t status);
-  /** Called by the worker when it drains the queue: settle JS, free the UCX request, delete. */
+  /** Called by the worker when it drains the queue: settle JS, free the UCX request, delete,
+   *  then call `completed` (if set): UCX no longer touches the buffer. */
   void Finish(Napi::Env env);
+  /** Takes an optional JS function argument as the `completed` callback. */
+  void OnCompleted(Napi::Value callback);
 
   Worker* worker;
   Endpoint* endpoint;
@@ -48,6 +51,7 @@ struct Request {
   const char* what = "";
   Napi::Promise::Deferred deferred;
   Napi::Reference<Napi::Value> holder;             // keeps the JS memory alive until completion
+  Napi::FunctionReference completed;               // called once UCX has completed the request
   MemoryRegion* region = nullptr;
   void* ucxRequest = nullptr;
   ucs_status_t status = UCS_INPROGRESS;

@@ -218,7 +218,7 @@ void Worker::Flush(Napi::Env env) {
   Settle(env);
 }
 
-// tagRecv(target, offset, length, tag: bigint, mask: bigint, id) -> Promise<{senderTag, length}>
+// tagRecv(target, offset, length, tag: bigint, mask: bigint, id, completed?) -> Promise<{senderTag, length}>
 Napi::Value Worker::TagRecv(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   CheckOpen(env);
@@ -227,6 +227,7 @@ Napi::Value Worker::TagRecv(const Napi::CallbackInfo& info) {
   uint64_t tag = info[3].As<Napi::BigInt>().Uint64Value(&lossless);
   uint64_t mask = info[4].As<Napi::BigInt>().Uint64Value(&lossless);
   Request* request = new Request(this, nullptr, RequestKind::Recv, info[5].As<Napi::Number>().Uint32Value(), env);
+  request->OnCompleted(info[6]);
   ucp_request_param_t param{};
   request->Prepare(param, &span);
   return request->Start(ucp_tag_recv_nbx(worker_, span.address, span.length, tag, mask, &param), "tag receive");
@@ -261,7 +262,7 @@ Napi::Value Worker::TagProbe(const Napi::CallbackInfo& info) {
   return result;
 }
 
-// tagRecvTaken(taken, target, offset, length, id) -> Promise<{senderTag, length}>: receives a
+// tagRecvTaken(taken, target, offset, length, id, completed?) -> Promise<{senderTag, length}>: receives a
 // message that tagProbe removed from the unexpected queue.
 Napi::Value Worker::TagRecvTaken(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -272,6 +273,7 @@ Napi::Value Worker::TagRecvTaken(const Napi::CallbackInfo& info) {
   Span span = ResolveSpan(env, info[1], info[2], info[3]);
   taken_.erase(it);
   Request* request = new Request(this, nullptr, RequestKind::Recv, info[4].As<Napi::Number>().Uint32Value(), env);
+  request->OnCompleted(info[5]);
   ucp_request_param_t param{};
   request->Prepare(param, &span);
   return request->Start(ucp_tag_msg_recv_nbx(worker_, span.address, span.length, message, &param), "tag receive");

@@ -1,6 +1,6 @@
 // Tag send/recv between two processes over TCP and shared memory, sizes around the eager and
 // rendezvous thresholds, contents verified; mask matching; truncation.
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { GdrpcError } from '../../core/errors.ts';
 import type { TakenMessage } from '../../core/ucx/index.ts';
 import { cleanupPeers, Peer } from './fixture.ts';
@@ -107,6 +107,38 @@ describe.each(Object.keys(TRANSPORTS) as TransportName[])('tag send/recv over %s
     expect((error as GdrpcError).code).toBe('INVALID_ARGUMENT');
     expect((error as GdrpcError).message).toMatch(/truncated/);
     expect(local.worker.stats().liveRequests).toBe(0);
+  });
+
+  // A rendezvous receive that has matched its message cannot be cancelled by UCX: the data keeps
+  // landing in the buffer. Without untilComplete the promise rejects at once anyway; with it, the
+  // promise settles only once UCX has let go of the buffer.
+  it.each([false, true])('cancelling a matched 64 MiB receive (untilComplete: %s)', async (untilComplete) => {
+    const size = 64 << 20;
+    const peer = await Peer.start(config);
+    await connect(local.worker, peer.port);
+    await peer.call('waitConnections', { count: 1 });
+    const sent = peer.call('send', { tag: '78', size, seed: 5 });
+    // The message's announcement is queued here: the receive posted next matches it at once.
+    await vi.waitFor(() => { expect(local.worker.tagProbe(78n, EXACT)).not.toBeNull(); }, { timeout: 20_000, interval: 5 });
+    const dest = Buffer.alloc(size);
+    const stop = new AbortController();
+    let liveAtSettle = -1;
+    const received = local.worker.tagRecv(dest, 78n, EXACT, { signal: stop.signal, untilComplete })
+      .then(() => 'OK', (e: GdrpcError) => e.code)
+      .finally(() => { liveAtSettle = local.worker.stats().liveRequests; });
+    stop.abort();
+    const outcome = await received;
+    if (untilComplete) {
+      // Whatever the outcome, UCX is done with `dest` when the promise settles.
+      expect(liveAtSettle).toBe(0);
+      if (outcome === 'OK') expect(digest(dest)).toBe(digest(pattern(size, 5)));
+    } else {
+      // Rejected while UCX still owns the buffer: the hazard untilComplete exists for.
+      expect(outcome).toBe('CANCELLED');
+      expect(liveAtSettle).toBe(1);
+    }
+    await sent;
+    await vi.waitFor(() => { expect(local.worker.stats().liveRequests).toBe(0); }, { timeout: 20_000 });
   });
 });
 

@@ -67,12 +67,12 @@ describe('refusals', () => {
     expect((await client.unary(Echo.methods.ping!, { n: 4 })).n).toBe(4);
   });
 
-  it('pool exhaustion is RESOURCE_EXHAUSTED and the pool recovers', async () => {
-    // 4 MiB pool: two concurrent 1.5 MiB tensors fit, a third does not while they are held.
+  it('a full pool makes an argument wait for memory, not fail; the pool recovers', async () => {
+    // 4 MiB pool: two concurrent 1.5 MiB tensors fit; the third waits until one is released.
     const calls = [1, 2, 3].map(() => client.unary(Echo.methods.echo!, { x: patterned(1.5 * MiB), tag: 'p' }));
     const settled = await Promise.allSettled(calls);
     const codes = settled.map((s) => (s.status === 'fulfilled' ? 'OK' : (s.reason as GdrpcError).code));
-    expect(codes).toContain(Code.RESOURCE_EXHAUSTED);
+    expect(codes).toEqual(['OK', 'OK', 'OK']);
     for (const s of settled) if (s.status === 'fulfilled') (s.value.y as Tensor).release();
     // Everything came back: one more fits.
     const ok = await client.unary(Echo.methods.echo!, { x: patterned(1.5 * MiB), tag: 'p' });

@@ -1,7 +1,8 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { cuda } from '../../core/cuda.ts';
 import { Context, nativeStats } from '../../core/ucx/index.ts';
-import { Tensor, TensorPool } from '../../core/tensor/index.ts';
+import { PoolShare, Tensor, TensorPool } from '../../core/tensor/index.ts';
+import { Code, GdrpcError } from '../../core/errors.ts';
 import { expectCode } from './expect-error.ts';
 
 let context: Context;
@@ -52,7 +53,7 @@ describe('TensorPool (host)', () => {
 
   it('counts use, returns blocks on release, and release is idempotent', () => {
     const pool = hostPool(1024);
-    expect(pool.stats()).toEqual({ device: 'cpu', capacity: 1024, used: 0, liveTensors: 0, overflowRegistrations: 0 });
+    expect(pool.stats()).toEqual({ device: 'cpu', capacity: 1024, used: 0, liveTensors: 0, overflowRegistrations: 0, waiting: 0 });
     const a = pool.allocate([10], 'u8');
     const b = pool.allocate([300], 'u8');
     expect(pool.stats()).toMatchObject({ used: 768, liveTensors: 2 });
@@ -186,5 +187,109 @@ describe('TensorPool (host)', () => {
     expectCode(() => TensorPool.create(context, { device: 'gpu' as any, bytes: 256 }), 'INVALID_ARGUMENT', /pool device/);
     expectCode(() => TensorPool.create(context, undefined as any), 'INVALID_ARGUMENT');
     expectCode(() => TensorPool.create(context, { device: 'cuda:0', bytes: 256, pinned: true }), 'INVALID_ARGUMENT', /pinned applies to 'cpu'/);
+  });
+});
+
+describe('TensorPool.allocateWhenFree (memory admission that waits)', () => {
+  const GRAIN = 256;
+  const rejection = (promise: Promise<unknown>): Promise<GdrpcError> =>
+    promise.then(() => { throw new Error('expected a rejection'); }, (error: unknown) => error as GdrpcError);
+
+  it('serves at once when a block fits, else waits for a release', async () => {
+    const pool = hostPool(4 * GRAIN);
+    const a = await pool.allocateWhenFree([3 * GRAIN], 'u8', { maxWaitMs: 60_000 });
+    let served: Tensor | undefined;
+    const waiting = pool.allocateWhenFree([2 * GRAIN], 'u8', { maxWaitMs: 60_000 }).then((t) => { served = t; return t; });
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(served).toBeUndefined();
+    expect(pool.stats().waiting).toBe(1);
+    a.release();
+    const b = await waiting;
+    expect(b.byteLength).toBe(2 * GRAIN);
+    expect(pool.stats()).toMatchObject({ waiting: 0, used: 2 * GRAIN });
+    b.release();
+  });
+
+  it('serves waiters first come, first served; a small one does not overtake a large one', async () => {
+    const pool = hostPool(4 * GRAIN);
+    const held = [await pool.allocateWhenFree([2 * GRAIN], 'u8', { maxWaitMs: 60_000 }), await pool.allocateWhenFree([2 * GRAIN], 'u8', { maxWaitMs: 60_000 })];
+    const order: string[] = [];
+    const large = pool.allocateWhenFree([4 * GRAIN], 'u8', { maxWaitMs: 60_000 }).then((t) => { order.push('large'); return t; });
+    const small = pool.allocateWhenFree([GRAIN], 'u8', { maxWaitMs: 60_000 }).then((t) => { order.push('small'); return t; });
+    // A synchronous allocate does not take blocks from those waiting either.
+    expectCode(() => pool.allocate([GRAIN], 'u8'), Code.RESOURCE_EXHAUSTED, /waiting/);
+    held[0]!.release();
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(order).toEqual([]);  // 2 blocks free: the small one would fit, but the large one is first
+    held[1]!.release();
+    (await large).release();
+    (await small).release();
+    expect(order).toEqual(['large', 'small']);
+  });
+
+  it('fails RESOURCE_EXHAUSTED at once when the request can never fit', async () => {
+    const pool = hostPool(4 * GRAIN);
+    const error = await rejection(pool.allocateWhenFree([8 * GRAIN], 'u8', { maxWaitMs: 60_000 }));
+    expect(error.code).toBe(Code.RESOURCE_EXHAUSTED);
+    expect(error.message).toMatch(/never fit/);
+    expect(pool.stats().waiting).toBe(0);
+  });
+
+  it('fails RESOURCE_EXHAUSTED after maxWaitMs, and the waiters behind it move up', async () => {
+    const pool = hostPool(4 * GRAIN);
+    const a = await pool.allocateWhenFree([3 * GRAIN], 'u8', { maxWaitMs: 60_000 });
+    const expired = rejection(pool.allocateWhenFree([2 * GRAIN], 'u8', { maxWaitMs: 20 }));
+    const error = await expired;
+    expect(error.code).toBe(Code.RESOURCE_EXHAUSTED);
+    expect(error.message).toMatch(/waited \d+ ms/);
+    expect(error.details).toMatchObject({ requested: 2 * GRAIN, capacity: 4 * GRAIN });
+    expect(pool.stats().waiting).toBe(0);
+    a.release();
+  });
+
+  it('an aborted signal ends the wait with its reason and takes nothing', async () => {
+    const pool = hostPool(4 * GRAIN);
+    const a = await pool.allocateWhenFree([4 * GRAIN], 'u8', { maxWaitMs: 60_000 });
+    const stop = new AbortController();
+    const waiting = rejection(pool.allocateWhenFree([GRAIN], 'u8', { maxWaitMs: 60_000, signal: stop.signal }));
+    const reason = new GdrpcError(Code.DEADLINE_EXCEEDED, 'deadline');
+    stop.abort(reason);
+    expect(await waiting).toBe(reason);
+    a.release();
+    expect(pool.stats()).toMatchObject({ waiting: 0, used: 0, liveTensors: 0 });
+  });
+
+  it('a claimant over its share steps aside for another claimant', async () => {
+    const pool = hostPool(4 * GRAIN);
+    const greedy = new PoolShare(2 * GRAIN);
+    const other = new PoolShare(2 * GRAIN);
+    const held = [await pool.allocateWhenFree([2 * GRAIN], 'u8', { maxWaitMs: 60_000, share: greedy })];
+    expect(greedy.held).toBe(2 * GRAIN);
+    const order: string[] = [];
+    // greedy holds its share: its next request waits even though 2 blocks are free...
+    const greedyNext = pool.allocateWhenFree([2 * GRAIN], 'u8', { maxWaitMs: 60_000, share: greedy }).then((t) => { order.push('greedy'); return t; });
+    // ...and one from another claimant arriving later is served first.
+    const otherNext = pool.allocateWhenFree([2 * GRAIN], 'u8', { maxWaitMs: 60_000, share: other }).then((t) => { order.push('other'); return t; });
+    const o = await otherNext;
+    expect(order).toEqual(['other']);
+    held[0]!.release();  // greedy is under its share again: its waiter takes the freed blocks
+    const g = await greedyNext;
+    expect(order).toEqual(['other', 'greedy']);
+    expect(greedy.held).toBe(2 * GRAIN);
+    // One tensor larger than the share is served to a claimant that holds nothing.
+    o.release();
+    g.release();
+    const big = await pool.allocateWhenFree([4 * GRAIN], 'u8', { maxWaitMs: 60_000, share: other });
+    expect(other.held).toBe(4 * GRAIN);
+    big.release();
+    expect(other.held).toBe(0);
+  });
+
+  it('close() fails the waiters with FAILED_PRECONDITION', async () => {
+    const pool = hostPool(4 * GRAIN);
+    pool.allocate([4 * GRAIN], 'u8');
+    const waiting = rejection(pool.allocateWhenFree([GRAIN], 'u8', { maxWaitMs: 60_000 }));
+    pool.close({ force: true });
+    expect((await waiting).code).toBe(Code.FAILED_PRECONDITION);
   });
 });

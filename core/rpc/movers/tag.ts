@@ -20,7 +20,8 @@ export const tagMover: Mover = {
       async start() {
         const { buffer, release } = tagBuffer(tensor, connection.runtime.context);
         try {
-          await connection.endpoint.tagSend(connection.outgoingDataTag(x), buffer);
+          // Settles once UCX is done reading: the caller may then reuse or free the tensor.
+          await connection.endpoint.tagSend(connection.outgoingDataTag(x), buffer, { untilComplete: true });
         } catch (error) {
           throw connection.closedError ?? GdrpcError.from(error, Code.UNAVAILABLE);
         } finally {
@@ -57,22 +58,23 @@ export const tagMover: Mover = {
 async function receivePayload(connection: TransferScope['connection'], transfer: number, buffer: TagBuffer): Promise<TagRecvResult> {
   const worker = connection.runtime.worker;
   const held = connection.takeHeld(transfer);
-  if (held !== undefined) return worker.tagRecvTaken(held, buffer);
+  // Every receive settles only when UCX is done writing `buffer`, whatever the outcome: its
+  // memory (a pool block) goes back only then.
+  if (held !== undefined) return worker.tagRecvTaken(held, buffer, { untilComplete: true });
   // Bytes a peer announced but does not send must not hold the destination (a pool block) for
   // ever: past the transfer timeout the receive is cancelled and the connection closed, which
-  // also ends a rendezvous UCX had already matched.
+  // also ends a rendezvous UCX had already matched (that one cannot be cancelled by itself).
   const stop = new AbortController();
-  let timedOut = false;
-  const timer = setTimeout(() => { timedOut = true; stop.abort(); }, connection.transferTimeoutMs);
+  const timer = setTimeout(() => {
+    stop.abort();
+    if (connection.isOpen) {
+      connection.close(new GdrpcError(Code.DEADLINE_EXCEEDED, `${connection.peer} announced tensor bytes (transfer ${transfer}) that did not arrive within ${connection.transferTimeoutMs} ms`));
+    }
+  }, connection.transferTimeoutMs);
   const onClose = (): void => stop.abort();
   connection.signal.addEventListener('abort', onClose, { once: true });
   try {
-    return await worker.tagRecv(buffer, connection.incomingDataTag(transfer), EXACT_MASK, { signal: stop.signal });
-  } catch (error) {
-    if (timedOut && connection.isOpen) {
-      connection.close(new GdrpcError(Code.DEADLINE_EXCEEDED, `${connection.peer} announced tensor bytes (transfer ${transfer}) that did not arrive within ${connection.transferTimeoutMs} ms`));
-    }
-    throw error;
+    return await worker.tagRecv(buffer, connection.incomingDataTag(transfer), EXACT_MASK, { signal: stop.signal, untilComplete: true });
   } finally {
     clearTimeout(timer);
     connection.signal.removeEventListener('abort', onClose);

@@ -1,0 +1,150 @@
+// Memory admission: an argument tensor that does not fit in the server's pool waits (first come,
+// first served, bounded by the call's deadline and poolWaitMs) for blocks other calls free, and
+// fails RESOURCE_EXHAUSTED, saying whose pool and which option, only when it cannot be served.
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { Client, Code, GdrpcError, type Tensor } from '../../core/index.ts';
+import { Echo } from './fixtures/services.ts';
+import { killAll, startServer, type Peer } from './fixtures/peers.ts';
+import { expectPoolsEmpty, serverStats } from './fixtures/stats.ts';
+import { byteSum, patterned } from './fixtures/tensors.ts';
+
+const MiB = 1 << 20;
+const clients: Client[] = [];
+
+async function connect(server: Peer): Promise<Client> {
+  const client = await Client.connect(server.address, { poolBytes: 0 });
+  clients.push(client);
+  return client;
+}
+
+async function failure(promise: Promise<unknown>): Promise<GdrpcError> {
+  const error = await promise.then(() => undefined, (e: unknown) => e);
+  expect(error).toBeInstanceOf(GdrpcError);
+  return error as GdrpcError;
+}
+
+/** Resolves once the server has this many allocations waiting for pool memory. */
+async function waitingAtServer(client: Client, count: number): Promise<void> {
+  await expect.poll(async () => (await serverStats(client)).pools.reduce((n, pool) => n + ((pool as { waiting?: number }).waiting ?? 0), 0), { timeout: 20_000, interval: 20 }).toBe(count);
+}
+
+afterEach(async () => {
+  for (const client of clients.splice(0)) await client.close();
+  await killAll();
+});
+afterAll(async () => { await killAll(); });
+
+describe('memory admission', () => {
+  it('back-to-back calls whose arguments fill the pool never fail: each waits for a block to come back', async () => {
+    // 16 MiB arguments in a 24 MiB pool, two callers back to back (100 calls): a call's block can
+    // only be carved once another call's block (held until its echoed result has left) is back.
+    const server = await startServer({ poolBytes: 24 * MiB, maxTensorBytes: 32 * MiB });
+    const client = await connect(server);
+    const failures: string[] = [];
+    const caller = async (first: number): Promise<void> => {
+      for (let i = first; i < first + 50; i += 1) {
+        const x = patterned(16 * MiB, i);
+        try {
+          const result = await client.unary(Echo.methods.echo!, { x, tag: String(i) });
+          const y = result.y as Tensor;
+          if (i % 10 === 0) expect(byteSum(y)).toBe(byteSum(x));
+          y.release();
+        } catch (error) {
+          failures.push(`call ${i}: ${(error as Error).message}`);
+        }
+        x.release();
+      }
+    };
+    await Promise.all([caller(0), caller(50)]);
+    expect(failures).toEqual([]);
+    await expectPoolsEmpty(client);
+  }, 180_000);
+
+  it('a tensor that does not fit waits for a release, then is served', async () => {
+    const server = await startServer({ poolBytes: 8 * MiB, maxTensorBytes: 8 * MiB });
+    const client = await connect(server);
+    const first = patterned(6 * MiB, 1);
+    const second = patterned(6 * MiB, 2);
+    const holding = client.unary(Echo.methods.hold!, { x: first, ms: 300 });
+    await expect.poll(async () => (await serverStats(client)).runs.hold ?? 0, { timeout: 20_000, interval: 20 }).toBe(1);
+    const waiting = client.unary(Echo.methods.checksum!, { x: second });
+    const [held, checked] = await Promise.all([holding, waiting]);
+    expect(held.sum).toBe(byteSum(first));
+    expect(checked.sum).toBe(byteSum(second));
+    await expectPoolsEmpty(client);
+  });
+
+  it('the call\'s deadline ends the wait: DEADLINE_EXCEEDED, and the waiter is gone from the server', async () => {
+    const server = await startServer({ poolBytes: 8 * MiB, maxTensorBytes: 8 * MiB });
+    const client = await connect(server);
+    const stop = new AbortController();
+    const holding = client.unary(Echo.methods.hold!, { x: patterned(6 * MiB), ms: 60_000 }, { signal: stop.signal }).catch((e: GdrpcError) => e);
+    await expect.poll(async () => (await serverStats(client)).runs.hold ?? 0, { timeout: 20_000, interval: 20 }).toBe(1);
+    const error = await failure(client.unary(Echo.methods.checksum!, { x: patterned(6 * MiB) }, { deadline: 300 }));
+    expect(error.code).toBe(Code.DEADLINE_EXCEEDED);
+    await waitingAtServer(client, 0);
+    stop.abort();
+    expect((await holding as GdrpcError).code).toBe(Code.CANCELLED);
+    await expectPoolsEmpty(client);
+  });
+
+  it('RESOURCE_EXHAUSTED names the server\'s pool and its options: at once when it can never fit, after poolWaitMs otherwise', async () => {
+    const server = await startServer({ poolBytes: 4 * MiB, maxTensorBytes: 16 * MiB, poolWaitMs: 100 });
+    const client = await connect(server);
+    const never = await failure(client.unary(Echo.methods.checksum!, { x: patterned(8 * MiB) }));
+    expect(never.code).toBe(Code.RESOURCE_EXHAUSTED);
+    expect(never.message).toMatch(/^\[RESOURCE_EXHAUSTED\] server tensor pool on cpu/);
+    expect(never.message).toMatch(/never fit/);
+    expect(never.message).toMatch(/poolBytes/);
+    expect(never.details).toMatchObject({ side: 'server', retryable: true, requested: 8 * MiB });
+
+    const stop = new AbortController();
+    const holding = client.unary(Echo.methods.hold!, { x: patterned(3 * MiB), ms: 60_000 }, { signal: stop.signal }).catch((e: GdrpcError) => e);
+    await expect.poll(async () => (await serverStats(client)).runs.hold ?? 0, { timeout: 20_000, interval: 20 }).toBe(1);
+    const expired = await failure(client.unary(Echo.methods.checksum!, { x: patterned(3 * MiB) }));
+    expect(expired.code).toBe(Code.RESOURCE_EXHAUSTED);
+    expect(expired.message).toMatch(/waited \d+ ms/);
+    expect(expired.message).toMatch(/poolWaitMs 100/);
+    stop.abort();
+    await holding;
+    // The connection is healthy: the next call goes through.
+    expect((await client.unary(Echo.methods.ping!, { n: 7 })).n).toBe(7);
+    await expectPoolsEmpty(client);
+  });
+
+  it('a connection over its share of the pool lets another connection\'s tensor go first', async () => {
+    const server = await startServer({ poolBytes: 32 * MiB, maxTensorBytes: 16 * MiB, maxPoolBytesPerConnection: 16 * MiB });
+    const greedy = await connect(server);
+    const other = await connect(server);
+    const order: string[] = [];
+    const stop = new AbortController();
+    // Two 8 MiB holds fill greedy's share; its third waits although the pool has room.
+    const greedyCalls = [0, 1, 2].map((i) => greedy.unary(Echo.methods.hold!, { x: patterned(8 * MiB, i), ms: 60_000 }, { signal: stop.signal })
+      .then(() => order.push(`greedy${i}`), (e: GdrpcError) => order.push(`greedy${i}:${e.code}`)));
+    await waitingAtServer(other, 1);
+    const result = await other.unary(Echo.methods.checksum!, { x: patterned(8 * MiB, 9) });
+    order.push('other');
+    expect(result.sum).toBe(byteSum(patterned(8 * MiB, 9)));
+    expect(order).toEqual(['other']);
+    stop.abort();
+    await Promise.all(greedyCalls);
+    await expectPoolsEmpty(other);
+  });
+
+  it('cancel, then reuse of the same pool block: the next call reads its own bytes', async () => {
+    // One 16 MiB block fits in the pool at a time: the second call of each pair gets the block the
+    // cancelled one was receiving into, only once UCX is done with it.
+    const server = await startServer({ poolBytes: 24 * MiB, maxTensorBytes: 16 * MiB });
+    const client = await connect(server);
+    for (let i = 0; i < 20; i += 1) {
+      const stop = new AbortController();
+      const cancelled = client.unary(Echo.methods.checksum!, { x: patterned(16 * MiB, i) }, { signal: stop.signal }).catch((e: GdrpcError) => e);
+      setTimeout(() => stop.abort(), i % 5);
+      const x = patterned(16 * MiB, 100 + i);
+      const next = await client.unary(Echo.methods.checksum!, { x });
+      expect(next.sum).toBe(byteSum(x));
+      await cancelled;
+    }
+    await expectPoolsEmpty(client);
+  }, 120_000);
+});
