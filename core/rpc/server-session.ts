@@ -155,8 +155,13 @@ export class ServerSession {
     }
     const policy = policyOf(body);
     if (policy === undefined) return refuse(new GdrpcError(Code.INVALID_ARGUMENT, `bad mover ${JSON.stringify(body.mv)} or noStaging ${JSON.stringify(body.ns)} in REQUEST`));
-    if (this.calls.size >= this.host.limits.perConnection) return refuse(new GdrpcError(Code.RESOURCE_EXHAUSTED, `more than ${this.host.limits.perConnection} calls in flight on this connection`));
-    if (!this.host.acquireCall()) return refuse(new GdrpcError(Code.RESOURCE_EXHAUSTED, 'server is at its concurrent call limit'));
+    // Over capacity: refused at once, unrun, and the caller may retry after a while.
+    if (this.calls.size >= this.host.limits.perConnection) {
+      return refuse(new GdrpcError(Code.RESOURCE_EXHAUSTED, `more than ${this.host.limits.perConnection} calls in flight on this connection (ServerOptions.maxCallsPerConnection)`, { details: { retryable: true, limit: 'maxCallsPerConnection' } }));
+    }
+    if (!this.host.acquireCall()) {
+      return refuse(new GdrpcError(Code.RESOURCE_EXHAUSTED, 'server is at its concurrent call limit (ServerOptions.maxCalls)', { details: { retryable: true, limit: 'maxCalls' } }));
+    }
     const deadline = typeof body.to === 'number' ? Date.now() + body.to : undefined;
     // No parent signal: the session aborts its calls itself when the connection goes.
     const callScope = new CallScope(deadline);

@@ -23,9 +23,13 @@ const outcomes = async (calls: Array<Promise<unknown>>): Promise<string[]> =>
   (await Promise.allSettled(calls)).map((s) => (s.status === 'fulfilled' ? 'OK' : (s.reason as GdrpcError).code)).sort();
 
 describe('concurrency limits', () => {
-  it('refuses the call over the per-connection limit', async () => {
+  it('refuses the call over the per-connection limit, at once, saying which option and that a retry may work', async () => {
     const calls = [0, 1, 2].map(() => a.unary(Echo.methods.sleep!, { ms: 300 }));
     expect(await outcomes(calls)).toEqual(['OK', 'OK', Code.RESOURCE_EXHAUSTED].sort());
+    const refused = (await Promise.allSettled([0, 1, 2].map(() => a.unary(Echo.methods.sleep!, { ms: 300 }))))
+      .find((s) => s.status === 'rejected') as PromiseRejectedResult;
+    expect((refused.reason as GdrpcError).message).toMatch(/maxCallsPerConnection/);
+    expect((refused.reason as GdrpcError).details).toMatchObject({ retryable: true, limit: 'maxCallsPerConnection' });
   });
 
   it('refuses the call over the global limit, whichever connection it comes on', async () => {
