@@ -37,6 +37,8 @@ export const DEFAULT_TRANSFER_TIMEOUT_MS = 30_000;
 
 /** Tensor payloads a connection holds for frames still on their way; more closes it. */
 export const MAX_HELD_PAYLOADS = 64;
+/** A worker idle for less than this counts as moving data (liveness of a peer sending bulk). */
+const STREAMING_IDLE_MS = 250;
 /** How long a held payload waits for the frame that announces it before it is dropped. */
 const HOLD_MS = 10_000;
 
@@ -73,7 +75,7 @@ export class Connection implements FrameSink {
     this.key = runtime.dispatcher.register(this);
     this.liveness = new Liveness(livenessMs, () => this.#keepalive(), (silentMs) => {
       this.close(new GdrpcError(Code.UNAVAILABLE, `peer ${this.peer} silent for ${silentMs} ms (liveness ${this.liveness.timeoutMs} ms)`));
-    });
+    }, () => this.#incoming > 0 && this.#dataMoving());
     endpoint.on('error', (error) => this.close(new GdrpcError(Code.UNAVAILABLE, `connection to ${this.peer} failed: ${error.rawMessage}`, { cause: error, ucsStatus: error.ucsStatus })));
   }
 
@@ -155,6 +157,26 @@ export class Connection implements FrameSink {
     if (held === undefined) return undefined;
     this.#held.delete(transfer);
     return held.message;
+  }
+
+  /** Runs the receive of a tensor payload from the peer, counted as an incoming transfer (for
+   *  liveness: a peer whose bytes are arriving is not silent). */
+  async receiving<T>(receive: () => Promise<T>): Promise<T> {
+    this.#incoming += 1;
+    try {
+      return await receive();
+    } finally {
+      this.#incoming -= 1;
+    }
+  }
+
+  #incoming = 0;
+
+  /** Whether the worker moved data very recently (UCX cannot say for which endpoint). */
+  #dataMoving(): boolean {
+    if (this.runtime.worker.closed) return false;
+    const idle = this.runtime.worker.idleMs();
+    return idle >= 0 && idle < STREAMING_IDLE_MS;
   }
 
   /** A frame announced the payload of `transfer`; its receive (or refusal) comes later. */

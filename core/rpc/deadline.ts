@@ -85,7 +85,11 @@ export class CallScope {
    *  deadline, before its timer ran (a busy event loop runs timers late), is refused too: no phase
    *  of a call succeeds past its deadline. */
   race<T>(promise: Promise<T>): Promise<T> {
-    if (this.#reason !== undefined) return Promise.reject(this.#reason);
+    if (this.#reason !== undefined) {
+      // The scope's error is the outcome: a later failure of `promise` is not news to anyone.
+      promise.catch(() => {});
+      return Promise.reject(this.#reason);
+    }
     return new Promise<T>((resolve, reject) => {
       const off = this.onAbort(reject);
       promise.then((value) => {

@@ -18,7 +18,10 @@ export class Liveness {
   #period = 0;
   #lastTick = 0;
 
-  constructor(timeoutMs: number, private readonly ping: () => void, private readonly dead: (silentMs: number) => void) {
+  /** `streaming` says whether the peer is visibly sending bytes now (a transfer from it is under
+   *  way and data is moving): its keepalives may be queued behind them on the same connection. */
+  constructor(timeoutMs: number, private readonly ping: () => void, private readonly dead: (silentMs: number) => void,
+    private readonly streaming: () => boolean = () => false) {
     this.#timeoutMs = timeoutMs;
   }
 
@@ -50,6 +53,9 @@ export class Liveness {
     const late = now - this.#lastTick - this.#period;
     this.#lastTick = now;
     if (late > this.#period) this.#lastReceived += late;
+    // Bytes still arriving from the peer count as hearing from it (their own deadline is the
+    // transfer timeout): its frames wait behind them in the transport.
+    if (now - this.#lastReceived > this.#timeoutMs / 2 && this.streaming()) this.#lastReceived = now;
     const silent = now - this.#lastReceived;
     if (silent > this.#timeoutMs) {
       this.stop();

@@ -67,6 +67,8 @@ export class ServerCall {
   /** Client streaming with a window: CREDIT goes back after this many items taken. */
   #grantEvery: number | undefined;
   #taken = 0;
+  /** run() has ended: later stream items are refused. */
+  #over = false;
 
   constructor(readonly id: number, readonly connection: Connection, readonly entry: MethodEntry, readonly scope: CallScope,
     readonly metadata: Record<string, string>, private readonly env: CallEnvironment,
@@ -99,6 +101,7 @@ export class ServerCall {
     } catch (error) {
       this.#fail(error);
     } finally {
+      this.#over = true;
       this.scope.dispose();
       this.#items?.close();
       // Argument tensors go back to the pool once nothing reads them: after the results' bytes left.
@@ -111,7 +114,9 @@ export class ServerCall {
 
   /** A STREAM_ITEM of a client-streaming call. */
   item(body: Row): void {
-    if (this.#items === undefined) {
+    // No stream, or the call is over (its arguments were released already): nothing will take
+    // this item, so its bytes are refused rather than received into a block nobody frees.
+    if (this.#items === undefined || this.#over) {
       void refuseRaw({ connection: this.connection, call: this.id }, body.a);
       return;
     }
@@ -173,6 +178,8 @@ export class ServerCall {
     if (incoming.pending.every((p) => p.wire.m === 'h')) return values;
     const wait: AllocationWait = { signal: this.scope.signal, share: this.env.share };
     const receiving = incoming.receive((shape, dtype, placement) => this.env.allocate(shape, dtype, placement, wait));
+    // Its failure reaches the caller through the race below; run() waits for it before releasing.
+    receiving.catch(() => {});
     this.#receiving.push(receiving);
     return this.scope.race(receiving).then((received) => {
       replaceDeep(values, (item) => (item instanceof PendingTensor ? received.get(item) ?? item : item));

@@ -98,6 +98,13 @@ export class Worker {
     return this.#native.progress();
   }
 
+  /** Milliseconds since the worker last found UCX work to do (bytes moved, completions); -1 before
+   *  it ever did. Tells a peer that streams bytes from one that went quiet (liveness). */
+  idleMs(): number {
+    this.#checkOpen();
+    return this.#native.idleMs();
+  }
+
   stats(): WorkerStats {
     this.#checkOpen();
     return this.#native.stats();

@@ -27,6 +27,7 @@ Napi::Function Worker::Define(Napi::Env env) {
     InstanceMethod<&Worker::Progress>("progress"),
     InstanceMethod<&Worker::Cancel>("cancel"),
     InstanceMethod<&Worker::Stats>("stats"),
+    InstanceMethod<&Worker::IdleMs>("idleMs"),
     InstanceMethod<&Worker::Close>("close"),
   });
 }
@@ -306,6 +307,13 @@ Napi::Value Worker::Cancel(const Napi::CallbackInfo& info) {
   ucp_request_cancel(worker_, request->ucxRequest);
   Kick();
   return env.Undefined();
+}
+
+// idleMs() -> milliseconds since a wake-up last found UCX work to do (bytes moved, completions).
+Napi::Value Worker::IdleMs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (worker_ == nullptr || lastActivityNs_ == 0) return Napi::Number::New(env, -1);
+  return Napi::Number::New(env, static_cast<double>(NowNs() - lastActivityNs_) / 1e6);
 }
 
 Napi::Value Worker::Stats(const Napi::CallbackInfo& info) {

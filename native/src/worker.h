@@ -66,6 +66,7 @@ class Worker : public Napi::ObjectWrap<Worker> {
   Napi::Value Progress(const Napi::CallbackInfo& info);
   Napi::Value Cancel(const Napi::CallbackInfo& info);
   Napi::Value Stats(const Napi::CallbackInfo& info);
+  Napi::Value IdleMs(const Napi::CallbackInfo& info);
   Napi::Value Close(const Napi::CallbackInfo& info);
 
   /** The loop's wake-up: progress until idle, settle, arm (again on BUSY), or keep spinning. */

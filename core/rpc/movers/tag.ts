@@ -55,7 +55,11 @@ export const tagMover: Mover = {
 
 /** Receives the payload of `transfer`: one the dispatcher already took out of UCX's queue (it came
  *  before its frame was read), else through a receive posted with its exact tag. */
-async function receivePayload(connection: TransferScope['connection'], transfer: number, buffer: TagBuffer): Promise<TagRecvResult> {
+function receivePayload(connection: TransferScope['connection'], transfer: number, buffer: TagBuffer): Promise<TagRecvResult> {
+  return connection.receiving(() => receiveOrTake(connection, transfer, buffer));
+}
+
+async function receiveOrTake(connection: TransferScope['connection'], transfer: number, buffer: TagBuffer): Promise<TagRecvResult> {
   const worker = connection.runtime.worker;
   const held = connection.takeHeld(transfer);
   // Every receive settles only when UCX is done writing `buffer`, whatever the outcome: its
