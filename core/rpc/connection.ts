@@ -138,7 +138,9 @@ export class Connection implements FrameSink {
     const sent = this.endpoint.tagSend(tag, slot?.view ?? bytes);
     if (slot !== undefined) sent.then(slot.release, slot.release);
     return sent.catch((error: unknown) => {
-      throw this.#error ?? GdrpcError.from(error, Code.UNAVAILABLE);
+      const failure = this.#error ?? GdrpcError.from(error, Code.UNAVAILABLE);
+      // Refused by UCX before anything left (binding: details.unsent): the peer never saw it.
+      throw error instanceof GdrpcError && error.details?.unsent === true ? unprocessed(failure) : failure;
     });
   }
 

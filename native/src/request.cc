@@ -130,7 +130,15 @@ void Request::Settle(Napi::Env env) {
     return;
   }
   std::string name = std::string(what);
-  if (endpoint != nullptr && endpoint->failed()) {
+  if (!pending && kind == RequestKind::Send) {
+    // UCX refused the send outright (the endpoint had already failed): nothing left this process,
+    // which lets a caller retry safely.
+    Napi::Error error = StatusError(env, status, name);
+    Napi::Object details = Napi::Object::New(env);
+    details.Set("unsent", true);
+    error.Value().Set("details", details);
+    deferred.Reject(error.Value());
+  } else if (endpoint != nullptr && endpoint->failed()) {
     deferred.Reject(MakeError(env, "UNAVAILABLE", name + ": endpoint to " + endpoint->peer() + " failed: " +
                               ucs_status_string(endpoint->failure()), StatusName(endpoint->failure())).Value());
   } else if (status == UCS_ERR_MESSAGE_TRUNCATED) {
