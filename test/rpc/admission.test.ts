@@ -2,7 +2,7 @@
 // first served, bounded by the call's deadline and poolWaitMs) for blocks other calls free, and
 // fails RESOURCE_EXHAUSTED, saying whose pool and which option, only when it cannot be served.
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { Client, Code, GdrpcError, type Tensor } from '../../core/index.ts';
+import { Client, Code, cuda, GdrpcError, type Tensor } from '../../core/index.ts';
 import { Echo } from './fixtures/services.ts';
 import { killAll, startServer, type Peer } from './fixtures/peers.ts';
 import { expectPoolsEmpty, serverStats } from './fixtures/stats.ts';
@@ -10,6 +10,8 @@ import { byteSum, patterned } from './fixtures/tensors.ts';
 
 const MiB = 1 << 20;
 const clients: Client[] = [];
+const gpu = cuda.available() && cuda.deviceCount() > 0;
+if (!gpu) console.log(`test/rpc/admission: the CUDA pool case is skipped, no GPU (${cuda.unavailableReason() ?? 'no device'})`);
 
 async function connect(server: Peer): Promise<Client> {
   const client = await Client.connect(server.address, { poolBytes: 0 });
@@ -147,4 +149,30 @@ describe('memory admission', () => {
     }
     await expectPoolsEmpty(client);
   }, 120_000);
+
+  it.skipIf(!gpu)('back-to-back calls into a CUDA pool wait for its blocks too (bytes checked on the host)', async () => {
+    const server = await startServer({ poolBytes: 24 * MiB, maxTensorBytes: 32 * MiB });
+    const client = await connect(server);
+    const failures: string[] = [];
+    const caller = async (first: number): Promise<void> => {
+      for (let i = first; i < first + 20; i += 1) {
+        const x = patterned(16 * MiB, i);
+        try {
+          const result = await client.unary(Echo.methods.echoCuda!, { x });
+          const y = result.y as Tensor;
+          expect(result.device).toBe('cuda:0');
+          const host = y.to('cpu');
+          expect(byteSum(host)).toBe(byteSum(x));
+          host.release();
+          y.release();
+        } catch (error) {
+          failures.push(`call ${i}: ${(error as Error).message}`);
+        }
+        x.release();
+      }
+    };
+    await Promise.all([caller(0), caller(20)]);
+    expect(failures).toEqual([]);
+    await expectPoolsEmpty(client);
+  }, 180_000);
 });
