@@ -37,8 +37,9 @@ export const DEFAULT_TRANSFER_TIMEOUT_MS = 30_000;
 
 /** Tensor payloads a connection holds for frames still on their way; more closes it. */
 export const MAX_HELD_PAYLOADS = 64;
-/** A worker idle for less than this counts as moving data (liveness of a peer sending bulk). */
-const STREAMING_IDLE_MS = 250;
+/** Wake-ups with work per second above which the worker counts as moving data (a peer sending
+ *  bulk over TCP makes hundreds; UCX's keepalive of a stopped peer, one). */
+const STREAMING_WAKES_PER_S = 10;
 /** How long a held payload waits for the frame that announces it before it is dropped. */
 const HOLD_MS = 10_000;
 
@@ -174,11 +175,18 @@ export class Connection implements FrameSink {
 
   #incoming = 0;
 
-  /** Whether the worker moved data very recently (UCX cannot say for which endpoint). */
+  #sample = { at: performance.now(), activity: 0 };
+
+  /** Whether the worker has been moving data since the last look (UCX cannot say for which
+   *  endpoint): a rate of wake-ups with work, well above what keepalives alone cause. */
   #dataMoving(): boolean {
-    if (this.runtime.worker.closed) return false;
-    const idle = this.runtime.worker.idleMs();
-    return idle >= 0 && idle < STREAMING_IDLE_MS;
+    const worker = this.runtime.worker;
+    if (worker.closed) return false;
+    const now = performance.now();
+    const activity = worker.activity();
+    const rate = ((activity - this.#sample.activity) * 1000) / Math.max(1, now - this.#sample.at);
+    this.#sample = { at: now, activity };
+    return rate >= STREAMING_WAKES_PER_S;
   }
 
   /** A frame announced the payload of `transfer`; its receive (or refusal) comes later. */

@@ -55,7 +55,10 @@ export class Liveness {
     if (late > this.#period) this.#lastReceived += late;
     // Bytes still arriving from the peer count as hearing from it (their own deadline is the
     // transfer timeout): its frames wait behind them in the transport.
-    if (now - this.#lastReceived > this.#timeoutMs / 2 && this.streaming()) this.#lastReceived = now;
+    // Asked every tick, so that it speaks of the last period only (a peer stopped a moment ago
+    // has not been streaming since).
+    const streaming = this.streaming();
+    if (streaming && now - this.#lastReceived > this.#timeoutMs / 2) this.#lastReceived = now;
     const silent = now - this.#lastReceived;
     if (silent > this.#timeoutMs) {
       this.stop();

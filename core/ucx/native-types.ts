@@ -18,7 +18,7 @@ export interface NativeWorker {
   tagRecvTaken(taken: number, target: NativeTarget, offset: number, length: number, id: number, completed?: () => void): Promise<NativeRecvResult>;
   progress(): boolean;
   cancel(id: number): void;
-  idleMs(): number;
+  activity(): number;
   stats(): { liveRequests: number; liveEndpoints: number; liveListeners: number; liveRegions: number; takenMessages: number };
   close(): void;
 }

@@ -98,11 +98,12 @@ export class Worker {
     return this.#native.progress();
   }
 
-  /** Milliseconds since the worker last found UCX work to do (bytes moved, completions); -1 before
-   *  it ever did. Tells a peer that streams bytes from one that went quiet (liveness). */
-  idleMs(): number {
+  /** How many wake-ups so far found UCX work to do (bytes moved, completions). Sampled over time
+   *  it is a rate: data streaming in makes hundreds a second, an idle connection's UCX keepalive
+   *  one (liveness tells a busy peer from a stopped one by it). */
+  activity(): number {
     this.#checkOpen();
-    return this.#native.idleMs();
+    return this.#native.activity();
   }
 
   stats(): WorkerStats {

@@ -17,6 +17,9 @@ class Wakeup {
   void SetRef(bool ref);
   /** Runs onWake on the next loop iteration. */
   void Kick();
+  /** Runs onWake once after `ms` milliseconds (a retry that must not spin); the thread variant
+   *  leaves it to its watchdog. */
+  void KickAfter(unsigned ms);
   /** Keeps running onWake on every loop iteration (busy poll) until set false. */
   void SetSpin(bool spin);
   /** Stops watching (before the fd is closed); the handles are released asynchronously. */

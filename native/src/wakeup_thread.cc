@@ -94,6 +94,10 @@ void Wakeup::Kick() {
   if (handles_ != nullptr) handles_->QueueKick();
 }
 
+void Wakeup::KickAfter(unsigned) {
+  // The helper thread's poll() times out every watchdog period: that is the retry here.
+}
+
 void Wakeup::SetSpin(bool spin) {
   if (handles_ == nullptr) return;
   handles_->spin = spin;

@@ -1,5 +1,5 @@
-// Wakeup on libuv (the loop Node runs): uv_poll on the fd, a uv_timer watchdog and a uv_idle
-// kick. The uv headers come from the Node installation (see native/CMakeLists.txt).
+// Wakeup on libuv (the loop Node runs): uv_poll on the fd, a uv_timer watchdog, a uv_idle kick and
+// a one-shot uv_timer for delayed retries. The uv headers come from the Node installation (see native/CMakeLists.txt).
 #include "wakeup.h"
 #include <uv.h>
 
@@ -9,9 +9,10 @@ struct Wakeup::Handles {
   uv_poll_t poll;
   uv_timer_t timer;
   uv_idle_t idle;
+  uv_timer_t retry;
   Callback onWake;
   bool spin = false;
-  int open = 3;  // handles not yet closed; the struct is freed when the last close callback runs
+  int open = 4;  // handles not yet closed; the struct is freed when the last close callback runs
 };
 
 static void Run(Wakeup::Callback& callback) { callback(); }
@@ -23,7 +24,8 @@ Wakeup::Wakeup(Napi::Env env, int fd, unsigned watchdogMs, Callback onWake) : ha
   uv_poll_init(loop, &handles_->poll, fd);
   uv_timer_init(loop, &handles_->timer);
   uv_idle_init(loop, &handles_->idle);
-  handles_->poll.data = handles_->timer.data = handles_->idle.data = handles_;
+  uv_timer_init(loop, &handles_->retry);
+  handles_->poll.data = handles_->timer.data = handles_->idle.data = handles_->retry.data = handles_;
   uv_poll_start(&handles_->poll, UV_READABLE, [](uv_poll_t* h, int, int) {
     Run(static_cast<Handles*>(h->data)->onWake);
   });
@@ -34,6 +36,7 @@ Wakeup::Wakeup(Napi::Env env, int fd, unsigned watchdogMs, Callback onWake) : ha
   // Only the poll handle ever keeps the process alive; the timer and the idle kick never do.
   uv_unref(reinterpret_cast<uv_handle_t*>(&handles_->timer));
   uv_unref(reinterpret_cast<uv_handle_t*>(&handles_->idle));
+  uv_unref(reinterpret_cast<uv_handle_t*>(&handles_->retry));
   uv_unref(reinterpret_cast<uv_handle_t*>(&handles_->poll));
 }
 
@@ -56,6 +59,11 @@ void Wakeup::Kick() {
   uv_idle_start(&handles_->idle, OnIdle);
 }
 
+void Wakeup::KickAfter(unsigned ms) {
+  if (handles_ == nullptr) return;
+  uv_timer_start(&handles_->retry, [](uv_timer_t* h) { Run(static_cast<Handles*>(h->data)->onWake); }, ms, 0);
+}
+
 void Wakeup::SetSpin(bool spin) {
   if (handles_ == nullptr) return;
   handles_->spin = spin;
@@ -67,6 +75,7 @@ void Wakeup::Stop() {
   uv_poll_stop(&handles_->poll);
   uv_timer_stop(&handles_->timer);
   uv_idle_stop(&handles_->idle);
+  uv_timer_stop(&handles_->retry);
   auto onClose = [](uv_handle_t* h) {
     Handles* handles = static_cast<Handles*>(h->data);
     if (--handles->open == 0) delete handles;
@@ -74,6 +83,7 @@ void Wakeup::Stop() {
   uv_close(reinterpret_cast<uv_handle_t*>(&handles_->poll), onClose);
   uv_close(reinterpret_cast<uv_handle_t*>(&handles_->timer), onClose);
   uv_close(reinterpret_cast<uv_handle_t*>(&handles_->idle), onClose);
+  uv_close(reinterpret_cast<uv_handle_t*>(&handles_->retry), onClose);
   handles_ = nullptr;
 }
 

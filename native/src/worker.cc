@@ -13,6 +13,8 @@ namespace gdrpc {
 
 /** How long one wake-up may progress before it yields to the event loop. */
 constexpr uint64_t kWakeBudgetNs = 2000000;
+/** How soon a worker that stays BUSY with nothing to progress is looked at again. */
+constexpr unsigned kStuckRetryMs = 1;
 
 static uint64_t NowNs() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -27,7 +29,7 @@ Napi::Function Worker::Define(Napi::Env env) {
     InstanceMethod<&Worker::Progress>("progress"),
     InstanceMethod<&Worker::Cancel>("cancel"),
     InstanceMethod<&Worker::Stats>("stats"),
-    InstanceMethod<&Worker::IdleMs>("idleMs"),
+    InstanceMethod<&Worker::Activity>("activity"),
     InstanceMethod<&Worker::Close>("close"),
   });
 }
@@ -177,7 +179,11 @@ void Worker::OnWake() {
       }
       if (worker_ == nullptr) break;  // closed from JS while settling
       uint64_t now = NowNs();
-      if (active) lastActivityNs_ = now;
+      if (active) {
+        lastActivityNs_ = now;
+        activeWakes_++;
+        stuckBusy_ = 0;
+      }
       if (busyPollNs_ > 0) {
         bool spin = now - lastActivityNs_ < busyPollNs_;
         wakeup_->SetSpin(spin);
@@ -188,7 +194,17 @@ void Worker::OnWake() {
         break;
       }
       if (active) continue;
-      if (ucp_worker_arm(worker_) != UCS_ERR_BUSY) break;
+      if (ucp_worker_arm(worker_) != UCS_ERR_BUSY) {
+        stuckBusy_ = 0;
+        break;
+      }
+      // BUSY once more although progress found nothing to do: a transport holds work it cannot
+      // finish now (seen with shared memory after a peer died mid-message). Looping or kicking
+      // would spin a core for as long as that lasts; come back a little later instead.
+      if (++stuckBusy_ >= 2) {
+        wakeup_->KickAfter(kStuckRetryMs);
+        break;
+      }
     }
   } catch (const Napi::Error& error) {
     napi_fatal_exception(env, error.Value());
@@ -309,11 +325,10 @@ Napi::Value Worker::Cancel(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
-// idleMs() -> milliseconds since a wake-up last found UCX work to do (bytes moved, completions).
-Napi::Value Worker::IdleMs(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  if (worker_ == nullptr || lastActivityNs_ == 0) return Napi::Number::New(env, -1);
-  return Napi::Number::New(env, static_cast<double>(NowNs() - lastActivityNs_) / 1e6);
+// activity() -> how many times a wake-up has found UCX work to do (bytes moved, completions):
+// sampled over time, a rate that tells streaming data from an occasional keepalive.
+Napi::Value Worker::Activity(const Napi::CallbackInfo& info) {
+  return Napi::Number::New(info.Env(), static_cast<double>(activeWakes_));
 }
 
 Napi::Value Worker::Stats(const Napi::CallbackInfo& info) {

@@ -66,7 +66,7 @@ class Worker : public Napi::ObjectWrap<Worker> {
   Napi::Value Progress(const Napi::CallbackInfo& info);
   Napi::Value Cancel(const Napi::CallbackInfo& info);
   Napi::Value Stats(const Napi::CallbackInfo& info);
-  Napi::Value IdleMs(const Napi::CallbackInfo& info);
+  Napi::Value Activity(const Napi::CallbackInfo& info);
   Napi::Value Close(const Napi::CallbackInfo& info);
 
   /** The loop's wake-up: progress until idle, settle, arm (again on BUSY), or keep spinning. */
@@ -88,6 +88,8 @@ class Worker : public Napi::ObjectWrap<Worker> {
   std::set<Listener*> listeners_;
   uint64_t busyPollNs_ = 0;
   uint64_t lastActivityNs_ = 0;
+  uint64_t activeWakes_ = 0;      // wake-up passes that found work (see activity())
+  unsigned stuckBusy_ = 0;        // consecutive arms that said BUSY with nothing progressed
   bool driving_ = false;
   uint32_t internalId_ = 0xffffffffu;  // ids for requests JS cannot cancel (JS ids count up from 1)
 };

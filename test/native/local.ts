@@ -7,8 +7,9 @@ export const TRANSPORTS = {
   tcp: { TLS: 'tcp' },
   // Shared memory for the data. UCX's client-server wire-up cannot complete without a tcp
   // transport in the list ("Destination is unreachable"), so tcp stays in; the endpoint then puts
-  // its lanes on posix/sysv (checked by the first test) when UCX_MM_ERROR_HANDLING=y (a default).
-  shm: { TLS: 'posix,sysv,cma,self,tcp' },
+  // its lanes on posix/sysv (checked by the first test) with MM_ERROR_HANDLING=y, which gdrpc's
+  // runtime leaves off (core/native.ts): these peers are the test's own.
+  shm: { TLS: 'posix,sysv,cma,self,tcp', MM_ERROR_HANDLING: 'y' },
 } as const satisfies Record<string, Record<string, string>>;
 export type TransportName = keyof typeof TRANSPORTS;
 
