@@ -21,7 +21,7 @@ const RATE_SECONDS = 2;
 const BUSY_POLL_US = 100;
 
 /** A system under test: one call without a body, one call that carries `bytes`. */
-interface System {
+export interface System {
   name: string;
   ping(): Promise<void>;
   sink(bytes: number, mover?: 'inline' | 'tag' | 'rma'): Promise<void>;
@@ -41,7 +41,7 @@ function stopPeer(child: ChildProcess): Promise<void> {
 
 /** gdrpc with the default progress model, or with both processes busy-polling `busyPollUs`
  *  after each event (trading CPU for wake-up latency). */
-async function gdrpcSystem(busyPollUs = 0): Promise<System> {
+export async function gdrpcSystem(busyPollUs = 0): Promise<System> {
   const peer = await startPeer('gdrpc', { GDRPC_BUSY_POLL_US: String(busyPollUs) });
   const client = await Client.connect(`127.0.0.1:${peer.port}`, { poolBytes: 300 * MiB, busyPollUs });
   // Sources come from the client's mapped pool: registration paid once, as the design intends.
@@ -72,7 +72,7 @@ async function gdrpcSystem(busyPollUs = 0): Promise<System> {
   };
 }
 
-async function grpcSystem(): Promise<System> {
+export async function grpcSystem(): Promise<System> {
   const peer = await startPeer('grpc');
   const client = new grpc.Client(`127.0.0.1:${peer.port}`, grpc.credentials.createInsecure(),
     { 'grpc.max_receive_message_length': -1, 'grpc.max_send_message_length': -1 });
@@ -98,7 +98,7 @@ function row(system: string, workload: string, bytes: number, fields: Partial<Be
   return { system, workload, bytes, p50_us: null, p99_us: null, ops_per_s: null, gbps: null, ...fields };
 }
 
-async function latency(system: System, calls: number): Promise<BenchResult> {
+export async function latency(system: System, calls: number): Promise<BenchResult> {
   for (let i = 0; i < Math.min(2000, calls); i += 1) await system.ping();
   const samples: number[] = [];
   for (let i = 0; i < calls; i += 1) {
@@ -110,7 +110,7 @@ async function latency(system: System, calls: number): Promise<BenchResult> {
   return row(system.name, 'unary_small_rtt', 0, { p50_us: percentile(samples, 50), p99_us: percentile(samples, 99), ops_per_s: 1e6 / percentile(samples, 50) });
 }
 
-async function rate(system: System): Promise<BenchResult> {
+export async function rate(system: System): Promise<BenchResult> {
   let done = 0;
   const until = performance.now() + RATE_SECONDS * 1000;
   const t0 = performance.now();
@@ -120,7 +120,7 @@ async function rate(system: System): Promise<BenchResult> {
   return row(system.name, `unary_calls_per_s_${IN_FLIGHT}_in_flight`, 0, { ops_per_s: done / ((performance.now() - t0) / 1000) });
 }
 
-async function throughput(system: System, bytes: number, mover?: 'inline' | 'tag' | 'rma'): Promise<BenchResult> {
+export async function throughput(system: System, bytes: number, mover?: 'inline' | 'tag' | 'rma'): Promise<BenchResult> {
   await system.sink(bytes, mover);
   const samples: number[] = [];
   const budgetMs = bytes >= 64 * MiB ? 2500 : 800;

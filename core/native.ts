@@ -46,9 +46,10 @@ export const UCX_DEFAULTS: Record<string, string> = {
 // endpoints that must survive a failing peer, with reason: a peer that died mid-message left the
 // receiving worker's shared FIFO stuck (measured: a server at 100% CPU that answered no one
 // after a client was killed mid-upload), and a peer that maps that FIFO can write into it.
-// Processes on one node therefore talk over TCP loopback, with CMA (process_vm_readv) for large
-// host tensors and cuda_ipc for GPU memory, both of which handle peer failure. Trusted peers on one
-// node may set UCX_MM_ERROR_HANDLING=y for shared-memory latency (docs/security.md).
+// Processes on one node therefore talk over TCP loopback (UCX puts no CMA lane on such endpoints:
+// large host tensors go as fragmented rendezvous over TCP), and GPU memory over cuda_ipc, which
+// handles peer failure. Trusted peers on one node may set UCX_MM_ERROR_HANDLING=y for
+// shared-memory speed (docs/security.md).
 
 /** Copies UCX_DEFAULTS into process.env where a variable is not already set. */
 export function applyUcxDefaults(): void {
