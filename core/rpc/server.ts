@@ -32,7 +32,7 @@ export interface ServerOptions {
    *  RESOURCE_EXHAUSTED (default 10000 ms; 0: fail at once). */
   poolWaitMs?: number;
   /** Pool bytes one connection's calls may hold before its waiting tensors let other connections'
-   *  go first (default half of poolBytes; one tensor larger than this is still served alone). */
+   *  go first (default half of poolBytes); a connection alone may use the whole pool. */
   maxPoolBytesPerConnection?: number;
   /** Shared token clients must prove (HMAC challenge-response) before any call. */
   token?: string;

@@ -35,8 +35,8 @@ export interface TensorPoolStats {
 }
 
 /** A claimant's share of pools (a server gives one to each connection): while it holds `limit`
- *  bytes or more its waiting allocations step aside for others'. One allocation larger than the
- *  limit is still served when the claimant holds nothing. */
+ *  bytes or more, its waiting allocations step aside for those of claimants under their share.
+ *  Alone, it may use the whole pool (fairness only matters when someone else waits). */
 export class PoolShare {
   /** Bytes held now by this claimant's live pool tensors. */
   held = 0;
@@ -138,7 +138,7 @@ export class TensorPool {
       if (bytes > this.#arena.capacity) throw this.#exhausted(bytes, 'it can never fit');
       options.signal?.throwIfAborted();
       const share = options.share;
-      const now = this.#waiters.length === 0 && (share === undefined || share.admits(bytes)) ? this.#carve(bytes, share) : undefined;
+      const now = this.#waiters.length === 0 ? this.#carve(bytes, share) : undefined;
       if (now !== undefined) return Promise.resolve(new Tensor(dtype, info, now));
       return this.#wait(bytes, options).then((storage) => new Tensor(dtype, info, storage));
     } catch (error) {
@@ -183,15 +183,13 @@ export class TensorPool {
     });
   }
 
-  /** Hands freed blocks to waiters in arrival order; a waiter whose share is spent steps aside,
-   *  but none overtakes the first one that may be served and does not fit yet. */
+  /** Hands freed blocks to waiters in arrival order, those of claimants over their share after
+   *  everyone else's; nothing overtakes the waiter whose turn it is and that does not fit yet. */
   #serve(): void {
-    for (let index = 0; index < this.#waiters.length;) {
+    while (this.#waiters.length > 0) {
+      const underShare = this.#waiters.findIndex((waiter) => waiter.share === undefined || waiter.share.admits(waiter.bytes));
+      const index = underShare >= 0 ? underShare : 0;
       const waiter = this.#waiters[index]!;
-      if (waiter.share !== undefined && !waiter.share.admits(waiter.bytes)) {
-        index += 1;
-        continue;
-      }
       const storage = this.#carve(waiter.bytes, waiter.share);
       if (storage === undefined) return;
       this.#waiters.splice(index, 1);

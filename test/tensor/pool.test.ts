@@ -259,30 +259,32 @@ describe('TensorPool.allocateWhenFree (memory admission that waits)', () => {
     expect(pool.stats()).toMatchObject({ waiting: 0, used: 0, liveTensors: 0 });
   });
 
-  it('a claimant over its share steps aside for another claimant', async () => {
+  it('a claimant over its share steps aside for another claimant; alone it may use the whole pool', async () => {
     const pool = hostPool(4 * GRAIN);
     const greedy = new PoolShare(2 * GRAIN);
     const other = new PoolShare(2 * GRAIN);
-    const held = [await pool.allocateWhenFree([2 * GRAIN], 'u8', { maxWaitMs: 60_000, share: greedy })];
-    expect(greedy.held).toBe(2 * GRAIN);
+    // Alone, greedy is not held to its share: the whole pool is its.
+    const held = [
+      await pool.allocateWhenFree([2 * GRAIN], 'u8', { maxWaitMs: 60_000, share: greedy }),
+      await pool.allocateWhenFree([2 * GRAIN], 'u8', { maxWaitMs: 60_000, share: greedy }),
+    ];
+    expect(greedy.held).toBe(4 * GRAIN);
     const order: string[] = [];
-    // greedy holds its share: its next request waits even though 2 blocks are free...
     const greedyNext = pool.allocateWhenFree([2 * GRAIN], 'u8', { maxWaitMs: 60_000, share: greedy }).then((t) => { order.push('greedy'); return t; });
-    // ...and one from another claimant arriving later is served first.
     const otherNext = pool.allocateWhenFree([2 * GRAIN], 'u8', { maxWaitMs: 60_000, share: other }).then((t) => { order.push('other'); return t; });
+    expect(pool.stats().waiting).toBe(2);
+    // Greedy came first, but is over its share while other waits under its own: other goes first.
+    held[0]!.release();
     const o = await otherNext;
     expect(order).toEqual(['other']);
-    held[0]!.release();  // greedy is under its share again: its waiter takes the freed blocks
+    held[1]!.release();
     const g = await greedyNext;
     expect(order).toEqual(['other', 'greedy']);
     expect(greedy.held).toBe(2 * GRAIN);
-    // One tensor larger than the share is served to a claimant that holds nothing.
+    expect(other.held).toBe(2 * GRAIN);
     o.release();
     g.release();
-    const big = await pool.allocateWhenFree([4 * GRAIN], 'u8', { maxWaitMs: 60_000, share: other });
-    expect(other.held).toBe(4 * GRAIN);
-    big.release();
-    expect(other.held).toBe(0);
+    expect(greedy.held + other.held).toBe(0);
   });
 
   it('close() fails the waiters with FAILED_PRECONDITION', async () => {
