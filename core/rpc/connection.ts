@@ -211,18 +211,38 @@ export class Connection implements FrameSink {
       this.#held.set(transfer, { message, at: Infinity });
       return;
     }
-    const now = Date.now();
-    let unannounced = 0;
-    for (const [id, held] of this.#held) {
-      if (held.at === Infinity) continue;
-      if (now - held.at > HOLD_MS) { this.#held.delete(id); dispatcher.drop(held.message); } else unannounced += 1;
-    }
-    if (unannounced >= MAX_HELD_PAYLOADS || this.#held.has(transfer)) {
+    if (this.#expireHeld() >= MAX_HELD_PAYLOADS || this.#held.has(transfer)) {
       dispatcher.drop(message);
       this.close(new GdrpcError(Code.RESOURCE_EXHAUSTED, `${this.peer} sent more than ${MAX_HELD_PAYLOADS} tensor payloads that no frame announced`));
       return;
     }
-    this.#held.set(transfer, { message, at: now });
+    this.#held.set(transfer, { message, at: Date.now() });
+    // Dropped after HOLD_MS even if nothing else arrives for this connection.
+    this.#holdTimer ??= setTimeout(() => this.#sweepHeld(), HOLD_MS + 1).unref();
+  }
+
+  #holdTimer: NodeJS.Timeout | undefined;
+
+  #sweepHeld(): void {
+    this.#holdTimer = undefined;
+    if (this.#error !== undefined) return;
+    if (this.#expireHeld() > 0) this.#holdTimer = setTimeout(() => this.#sweepHeld(), HOLD_MS + 1).unref();
+  }
+
+  /** Drops held payloads no frame announced within HOLD_MS; returns how many unannounced remain. */
+  #expireHeld(): number {
+    const now = Date.now();
+    let unannounced = 0;
+    for (const [id, held] of this.#held) {
+      if (held.at === Infinity) continue;
+      if (now - held.at > HOLD_MS) {
+        this.#held.delete(id);
+        this.runtime.dispatcher.drop(held.message);
+      } else {
+        unannounced += 1;
+      }
+    }
+    return unannounced;
   }
 
   onMessage(bytes: Uint8Array): void {
@@ -279,6 +299,7 @@ export class Connection implements FrameSink {
     for (const held of this.#held.values()) this.runtime.dispatcher.drop(held.message);
     this.#held.clear();
     this.#expected.clear();
+    clearTimeout(this.#holdTimer);
     this.runtime.dispatcher.unregister(this.key);
     this.#abort.abort(error);
     const force = !options.graceful || this.endpoint.failed;

@@ -231,6 +231,19 @@ describe('admission and limits', () => {
     }
   });
 
+  it('a lone payload no frame announces is dropped after the hold time, with nothing else arriving', async () => {
+    const raw = await admitted();
+    try {
+      const before = (await serverStats(good)).dropped.payloads;
+      const own = new ConnectionKey(raw.serverKey);
+      await raw.endpoint.tagSend(dataTag(own, 4242), new Uint8Array(64)).catch(() => {});
+      // Held for a frame that may still come (10 s), then dropped by the connection's own timer.
+      await expect.poll(async () => (await serverStats(good)).dropped.payloads - before, { timeout: 30_000, interval: 500 }).toBe(1);
+    } finally {
+      await raw.close();
+    }
+  }, 60_000);
+
   it('payloads nobody receives are drained and dropped; a second flood reuses the memory of the first', async () => {
     const raw = await admitted();
     const flood = async (): Promise<void> => {
