@@ -155,7 +155,7 @@ void Request::OnCompleted(Napi::Value callback) {
   if (callback.IsFunction()) completed = Napi::Persistent(callback.As<Napi::Function>());
 }
 
-void Request::Finish(Napi::Env env) {
+void Request::Finish(Napi::Env env, bool keep) {
   Settle(env);
   if (ucxRequest != nullptr) ucp_request_free(ucxRequest);
   if (pending) worker->RemoveRequest(this);
@@ -163,7 +163,7 @@ void Request::Finish(Napi::Env env) {
   if (endpoint != nullptr) endpoint->RemoveRequest(this);
   // A promise rejected early (cancel, endpoint closed) said nothing about the buffer: this does.
   Napi::FunctionReference done = std::move(completed);
-  delete this;
+  if (!keep) delete this;
   // The 'close' event runs JS, which may throw: only once this request is gone.
   if (closed != nullptr) closed->OnClosed(env);
   if (!done.IsEmpty() && State::Of(env)->JsAllowed()) done.Call({});

@@ -39,8 +39,9 @@ struct Request {
   /** Rejects the JS promise now (if not yet settled); the native request stays until UCX completes it. */
   void Detach(Napi::Env env, const char* code, const std::string& message, ucs_status_t status);
   /** Called by the worker when it drains the queue: settle JS, free the UCX request, delete,
-   *  then call `completed` (if set): UCX no longer touches the buffer. */
-  void Finish(Napi::Env env);
+   *  then call `completed` (if set): UCX no longer touches the buffer. With `keep`, everything
+   *  but the delete: the worker deletes it later (UCX may still call back into it). */
+  void Finish(Napi::Env env, bool keep = false);
   /** Takes an optional JS function argument as the `completed` callback. */
   void OnCompleted(Napi::Value callback);
 

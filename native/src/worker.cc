@@ -362,16 +362,22 @@ void Worker::Destroy(bool fromJs) {
     ucp_request_cancel(worker_, request->ucxRequest);
   }
   for (int i = 0; i < 100 && !requests_.empty(); ++i) Flush(env);
-  // What UCX has not completed by now is freed with the worker; drop our side without ucp_request_free.
+  // What UCX has not completed by now is freed with the worker: settle our side without
+  // ucp_request_free, but delete it only after ucp_worker_destroy, which can still complete these
+  // requests (destroying a TCP endpoint purges its sends) and call back into them.
   requests = requests_;
+  std::vector<Request*> orphans;
   for (auto& entry : requests) {
     entry.second->ucxRequest = nullptr;
-    entry.second->Finish(env);
+    orphans.push_back(entry.second);
+    entry.second->Finish(env, true);
   }
   events_.clear();
   wakeup_->Stop();
   wakeup_.reset();
   ucp_worker_destroy(worker_);
+  events_.clear();  // what the destroy completed: nothing is left to settle
+  for (Request* request : orphans) delete request;
   worker_ = nullptr;
   context_->RemoveWorker(this);
   State::Of(env)->counters.workers--;
