@@ -76,7 +76,7 @@ export class Connection implements FrameSink {
     this.key = runtime.dispatcher.register(this);
     this.liveness = new Liveness(livenessMs, () => this.#keepalive(), (silentMs) => {
       this.close(new GdrpcError(Code.UNAVAILABLE, `peer ${this.peer} silent for ${silentMs} ms (liveness ${this.liveness.timeoutMs} ms)`));
-    }, () => this.#incoming > 0 && this.#dataMoving());
+    }, () => this.#dataMoving() && this.#incoming > 0);  // sampled every tick, transfers or not
     endpoint.on('error', (error) => this.close(new GdrpcError(Code.UNAVAILABLE, `connection to ${this.peer} failed: ${error.rawMessage}`, { cause: error, ucsStatus: error.ucsStatus })));
   }
 
@@ -193,8 +193,6 @@ export class Connection implements FrameSink {
   expect(transfer: number): void {
     if (this.#error !== undefined) return;
     this.#expected.add(transfer);
-    const held = this.#held.get(transfer);
-    if (held !== undefined) held.at = Infinity;
   }
 
   onStrayData(message: TakenMessage, low: number): void {
@@ -208,7 +206,7 @@ export class Connection implements FrameSink {
     const transfer = transferOf(this.key, low);
     if (this.#expected.has(transfer) && !this.#held.has(transfer)) {
       // Announced, its call bounds how long it waits (deadline, pool wait, refusal).
-      this.#held.set(transfer, { message, at: Infinity });
+      this.#held.set(transfer, { message, at: Date.now() });
       return;
     }
     if (this.#expireHeld() >= MAX_HELD_PAYLOADS || this.#held.has(transfer)) {
@@ -234,7 +232,7 @@ export class Connection implements FrameSink {
     const now = Date.now();
     let unannounced = 0;
     for (const [id, held] of this.#held) {
-      if (held.at === Infinity) continue;
+      if (this.#expected.has(id)) continue;
       if (now - held.at > HOLD_MS) {
         this.#held.delete(id);
         this.runtime.dispatcher.drop(held.message);

@@ -58,7 +58,9 @@ export interface PoolWaitOptions {
 interface Waiter {
   bytes: number;
   share: PoolShare | undefined;
+  /** Hands it `storage`; it leaves the queue. */
   serve(storage: Storage): void;
+  /** Ends its wait with `error`; it leaves the queue. */
   fail(error: unknown): void;
 }
 
@@ -151,28 +153,22 @@ export class TensorPool {
     const started = Date.now();
     return new Promise<Storage>((resolve, reject) => {
       let timer: NodeJS.Timeout | undefined;
-      const leave = (error: unknown): void => {
+      const stopWaiting = (): void => {
         const index = this.#waiters.indexOf(waiter);
-        if (index < 0) return;
-        this.#waiters.splice(index, 1);
+        if (index >= 0) this.#waiters.splice(index, 1);
+        clearTimeout(timer);
+        signal?.removeEventListener('abort', onAbort);
+      };
+      const leave = (error: unknown): void => {
+        if (!this.#waiters.includes(waiter)) return;
         waiter.fail(error);
         this.#serve();  // a waiter that leaves the head may unblock those behind it
       };
       const onAbort = (): void => leave(signal!.reason);
       const waiter: Waiter = {
         bytes, share,
-        serve: (storage) => {
-          clearTimeout(timer);
-          signal?.removeEventListener('abort', onAbort);
-          resolve(storage);
-        },
-        fail: (error) => {
-          const index = this.#waiters.indexOf(waiter);
-          if (index >= 0) this.#waiters.splice(index, 1);
-          clearTimeout(timer);
-          signal?.removeEventListener('abort', onAbort);
-          reject(error);
-        },
+        serve: (storage) => { stopWaiting(); resolve(storage); },
+        fail: (error) => { stopWaiting(); reject(error); },
       };
       this.#waiters.push(waiter);
       // Those ahead may all be claimants over their share: this one may go now.
@@ -192,8 +188,7 @@ export class TensorPool {
       const waiter = this.#waiters[index]!;
       const storage = this.#carve(waiter.bytes, waiter.share);
       if (storage === undefined) return;
-      this.#waiters.splice(index, 1);
-      waiter.serve(storage);
+      waiter.serve(storage);  // leaves the queue
     }
   }
 
