@@ -6,6 +6,7 @@
 // loaded 2-core machine); the measured figures are printed.
 import { afterEach, describe, expect, it } from 'vitest';
 import { Client, Code, Tensor, type ClientOptions } from '../../core/index.ts';
+import { TestClients } from '../rpc/fixtures/clients.ts';
 import { killAll, type Peer } from '../rpc/fixtures/peers.ts';
 import { Echo } from '../rpc/fixtures/services.ts';
 import { serverStats, type ServerStats } from '../rpc/fixtures/stats.ts';
@@ -29,18 +30,13 @@ const SERVER_OPTIONS = { poolBytes: 320 * MiB, maxTensorBytes: 512 * MiB };
 
 type Direction = 'upload' | 'download';
 
-const clients: Client[] = [];
+const clients = new TestClients();
 afterEach(async () => {
   disarmSignals();
-  await Promise.all(clients.splice(0).map((client) => client.close()));
+  await clients.closeAll();
   await killAll();
 });
-
-async function connect(address: string, options: ClientOptions = {}): Promise<Client> {
-  const client = await Client.connect(address, options);
-  clients.push(client);
-  return client;
-}
+const connect = (address: string, options?: ClientOptions): Promise<Client> => clients.connect(address, options);
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 const cores = (load: CpuLoad): string => `cpu ${load.cpu.toFixed(2)}, demand ${load.demand.toFixed(2)} cores`;
@@ -148,8 +144,8 @@ async function killDuring(client: Peer, command: string, trigger: { peer: Peer; 
 
 /** Whether a new client can connect to `address` and have a call served ("OK", or what it got). */
 async function freshClientServed(address: string): Promise<string> {
-  const served = Client.connect(address, { connectTimeoutMs: 10_000 }).then(async (client) => {
-    clients.push(client); // closed by the clean-up should this take longer than we wait
+  // Tracked: closed by the clean-up should this take longer than we wait.
+  const served = clients.connect(address, { connectTimeoutMs: 10_000 }).then(async (client) => {
     try {
       await client.unary(Echo.methods.ping!, { n: 1 });
     } finally {

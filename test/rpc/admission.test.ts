@@ -4,20 +4,17 @@
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { Client, Code, cuda, GdrpcError, type Tensor } from '../../core/index.ts';
 import { Echo } from './fixtures/services.ts';
+import { TestClients } from './fixtures/clients.ts';
 import { killAll, startServer, type Peer } from './fixtures/peers.ts';
 import { expectPoolsEmpty, serverStats } from './fixtures/stats.ts';
 import { byteSum, patterned } from './fixtures/tensors.ts';
 
 const MiB = 1 << 20;
-const clients: Client[] = [];
+const clients = new TestClients();
 const gpu = cuda.available() && cuda.deviceCount() > 0;
 if (!gpu) console.log(`test/rpc/admission: the CUDA pool case is skipped, no GPU (${cuda.unavailableReason() ?? 'no device'})`);
 
-async function connect(server: Peer): Promise<Client> {
-  const client = await Client.connect(server.address, { poolBytes: 0 });
-  clients.push(client);
-  return client;
-}
+const connect = (server: Peer): Promise<Client> => clients.connect(server.address, { poolBytes: 0 });
 
 async function failure(promise: Promise<unknown>): Promise<GdrpcError> {
   const error = await promise.then(() => undefined, (e: unknown) => e);
@@ -30,8 +27,27 @@ async function waitingAtServer(client: Client, count: number): Promise<void> {
   await expect.poll(async () => (await serverStats(client)).pools.reduce((n, pool) => n + ((pool as { waiting?: number }).waiting ?? 0), 0), { timeout: 20_000, interval: 20 }).toBe(count);
 }
 
+/** `calls` calls by two callers back to back, each given a fresh 16 MiB patterned tensor; returns
+ *  what failed (an error or a failed check inside `call`). */
+async function backToBack(calls: number, call: (x: Tensor, i: number) => Promise<void>): Promise<string[]> {
+  const failures: string[] = [];
+  const caller = async (first: number): Promise<void> => {
+    for (let i = first; i < first + calls / 2; i += 1) {
+      const x = patterned(16 * MiB, i);
+      try {
+        await call(x, i);
+      } catch (error) {
+        failures.push(`call ${i}: ${(error as Error).message}`);
+      }
+      x.release();
+    }
+  };
+  await Promise.all([caller(0), caller(calls / 2)]);
+  return failures;
+}
+
 afterEach(async () => {
-  for (const client of clients.splice(0)) await client.close();
+  await clients.closeAll();
   await killAll();
 });
 afterAll(async () => { await killAll(); });
@@ -42,22 +58,12 @@ describe('memory admission', () => {
     // only be carved once another call's block (held until its echoed result has left) is back.
     const server = await startServer({ poolBytes: 24 * MiB, maxTensorBytes: 32 * MiB });
     const client = await connect(server);
-    const failures: string[] = [];
-    const caller = async (first: number): Promise<void> => {
-      for (let i = first; i < first + 50; i += 1) {
-        const x = patterned(16 * MiB, i);
-        try {
-          const result = await client.unary(Echo.methods.echo!, { x, tag: String(i) });
-          const y = result.y as Tensor;
-          if (i % 10 === 0) expect(byteSum(y)).toBe(byteSum(x));
-          y.release();
-        } catch (error) {
-          failures.push(`call ${i}: ${(error as Error).message}`);
-        }
-        x.release();
-      }
-    };
-    await Promise.all([caller(0), caller(50)]);
+    const failures = await backToBack(100, async (x, i) => {
+      const result = await client.unary(Echo.methods.echo!, { x, tag: String(i) });
+      const y = result.y as Tensor;
+      if (i % 10 === 0) expect(byteSum(y)).toBe(byteSum(x));
+      y.release();
+    });
     expect(failures).toEqual([]);
     await expectPoolsEmpty(client);
   }, 180_000);
@@ -158,25 +164,15 @@ describe('memory admission', () => {
   it.skipIf(!gpu)('back-to-back calls into a CUDA pool wait for its blocks too (bytes checked on the host)', async () => {
     const server = await startServer({ poolBytes: 24 * MiB, maxTensorBytes: 32 * MiB });
     const client = await connect(server);
-    const failures: string[] = [];
-    const caller = async (first: number): Promise<void> => {
-      for (let i = first; i < first + 20; i += 1) {
-        const x = patterned(16 * MiB, i);
-        try {
-          const result = await client.unary(Echo.methods.echoCuda!, { x });
-          const y = result.y as Tensor;
-          expect(result.device).toBe('cuda:0');
-          const host = y.to('cpu');
-          expect(byteSum(host)).toBe(byteSum(x));
-          host.release();
-          y.release();
-        } catch (error) {
-          failures.push(`call ${i}: ${(error as Error).message}`);
-        }
-        x.release();
-      }
-    };
-    await Promise.all([caller(0), caller(20)]);
+    const failures = await backToBack(40, async (x) => {
+      const result = await client.unary(Echo.methods.echoCuda!, { x });
+      const y = result.y as Tensor;
+      expect(result.device).toBe('cuda:0');
+      const host = y.to('cpu');
+      expect(byteSum(host)).toBe(byteSum(x));
+      host.release();
+      y.release();
+    });
     expect(failures).toEqual([]);
     await expectPoolsEmpty(client);
   }, 180_000);

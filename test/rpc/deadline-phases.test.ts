@@ -6,14 +6,15 @@ import { createServer, type Server as NetServer, type Socket } from 'node:net';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { Client, Code, GdrpcError } from '../../core/index.ts';
 import { Echo } from './fixtures/services.ts';
+import { TestClients } from './fixtures/clients.ts';
 import { killAll, startServer } from './fixtures/peers.ts';
 import { patterned } from './fixtures/tensors.ts';
 
 const LATE_BOUND_MS = 1500;
-const clients: Client[] = [];
+const clients = new TestClients();
 
 afterEach(async () => {
-  for (const client of clients.splice(0)) await client.close();
+  await clients.closeAll();
   await killAll();
 });
 afterAll(async () => { await killAll(); });
@@ -39,8 +40,7 @@ describe('deadlines in every phase', () => {
       const port = 20_000 + Math.floor(Math.random() * 10_000);
       server = await startServer({ port }).catch((error: unknown) => { if (attempt >= 10) throw error; return undefined; });
     }
-    const client = await Client.connect(server.address, { livenessMs: 3000 });
-    clients.push(client);
+    const client = await clients.connect(server.address, { livenessMs: 3000 });
     await client.unary(Echo.methods.ping!, { n: 1 });
     const gone = new Promise((resolve) => client.once('disconnect', resolve));
     server.kill('SIGKILL');
@@ -63,8 +63,7 @@ describe('deadlines in every phase', () => {
 
   it('argument bytes: a 256 MiB upload to a stopped server', async () => {
     const server = await startServer({ poolBytes: 300 << 20, maxTensorBytes: 300 << 20 });
-    const client = await Client.connect(server.address, { poolBytes: 0 });
-    clients.push(client);
+    const client = await clients.connect(server.address, { poolBytes: 0 });
     await client.unary(Echo.methods.ping!, { n: 1 });
     const x = patterned(256 << 20, 3);
     server.kill('SIGSTOP');
@@ -80,8 +79,7 @@ describe('deadlines in every phase', () => {
 
   it('handler', async () => {
     const server = await startServer();
-    const client = await Client.connect(server.address);
-    clients.push(client);
+    const client = await clients.connect(server.address);
     const { error, lateMs } = await lateness(300, (deadline) => client.unary(Echo.methods.sleep!, { ms: 10_000 }, { deadline }));
     report('handler', lateMs);
     expect(error.code).toBe(Code.DEADLINE_EXCEEDED);
@@ -90,8 +88,7 @@ describe('deadlines in every phase', () => {
 
   it('results: between the items of a stream', async () => {
     const server = await startServer();
-    const client = await Client.connect(server.address);
-    clients.push(client);
+    const client = await clients.connect(server.address);
     const items: number[] = [];
     const { error, lateMs } = await lateness(300, async (deadline) => {
       for await (const item of client.serverStream(Echo.methods.count!, { upTo: 1000, delayMs: 50 }, { deadline })) items.push(item.i as number);

@@ -5,19 +5,15 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { Client, Code, GdrpcError, type ClientOptions } from '../../core/index.ts';
 import { Echo } from './fixtures/services.ts';
 import { killAll, startPeer, startServer } from './fixtures/peers.ts';
+import { TestClients } from './fixtures/clients.ts';
 import { codeOf, serverStats } from './fixtures/stats.ts';
 
-const clients: Client[] = [];
+const clients = new TestClients();
 afterEach(async () => {
-  await Promise.all(clients.splice(0).map((client) => client.close()));
+  await clients.closeAll();
   await killAll();
 });
-
-async function connect(address: string, options: ClientOptions = {}): Promise<Client> {
-  const client = await Client.connect(address, options);
-  clients.push(client);
-  return client;
-}
+const connect = (address: string, options?: ClientOptions): Promise<Client> => clients.connect(address, options);
 
 describe('liveness', () => {
   it('a server killed mid-call fails the call UNAVAILABLE within the liveness time', async () => {
