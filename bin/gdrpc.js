@@ -1,7 +1,5 @@
 #!/usr/bin/env node
-// The gdrpc command. The runtime is TypeScript run through tsx, so the command needs no build step.
-import { register } from 'tsx/esm/api';
-
-register();
-const { main } = await import('../core/cli/main.ts');
+// The gdrpc command: runs the compiled CLI from dist/ (built by `npm run build:ts`, and by
+// prepare/prepack for git and tarball installs).
+const { main } = await import('../dist/core/cli/main.js');
 process.exitCode = await main(process.argv.slice(2));

@@ -2,8 +2,9 @@
 // defaults into the environment, and registers GdrpcError so native code throws that class.
 import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { Code, GdrpcError } from './errors.ts';
+import { packageRoot } from './package-root.ts';
 import type { NativeBinding } from './ucx/native-types.ts';
 
 /**
@@ -60,7 +61,7 @@ export function applyUcxDefaults(): void {
 
 // GDRPC_ADDON_PATH loads another build of the addon (e.g. the libuv-free wake-up variant, built
 // with -DGDRPC_WAKEUP=thread, in tests).
-const addonPath = process.env.GDRPC_ADDON_PATH ?? fileURLToPath(new URL('../build/Release/gdrpc.node', import.meta.url));
+const addonPath = process.env.GDRPC_ADDON_PATH ?? join(packageRoot(), 'build', 'Release', 'gdrpc.node');
 let binding: NativeBinding | undefined;
 
 /** The native addon; throws FAILED_PRECONDITION (run `npm install`) when it has not been built. */

@@ -1,10 +1,11 @@
 // `gdrpc info`: what this process's UCX and CUDA can do, as text or JSON.
 import { readFileSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { Context, MemoryRegion } from '../ucx/index.ts';
 import { cuda, type CudaDeviceInfo } from '../cuda.ts';
 import { GdrpcError } from '../errors.ts';
 import { parseJsonFlag } from './options.ts';
+import { packageRoot } from '../package-root.ts';
 
 export interface InfoReport {
   gdrpc: { version: string; node: string };
@@ -28,9 +29,10 @@ export interface InfoReport {
   };
 }
 
+/** A JSON file under the package root, or {} when it is missing or unreadable. */
 function readJson(relative: string): Record<string, unknown> {
   try {
-    return JSON.parse(readFileSync(fileURLToPath(new URL(relative, import.meta.url)), 'utf8'));
+    return JSON.parse(readFileSync(join(packageRoot(), relative), 'utf8'));
   } catch {
     return {};
   }
@@ -61,8 +63,8 @@ function probeCudaMapping(context: Context): { ok: boolean; reason?: string } {
 
 /** Collects the report that `gdrpc info` prints; `doctor` builds on it. */
 export function collectInfo(): InfoReport {
-  const pkg = readJson('../../package.json');
-  const build = readJson('../../build/gdrpc-build.json');
+  const pkg = readJson('package.json');
+  const build = readJson(join('build', 'gdrpc-build.json'));
   const context = Context.create();
   try {
     const devices = context.transports();
