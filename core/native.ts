@@ -69,7 +69,9 @@ export function native(): NativeBinding {
   if (binding) return binding;
   if (!existsSync(addonPath)) {
     throw new GdrpcError(Code.FAILED_PRECONDITION,
-      `the native addon is not built (${addonPath} is missing): run \`npm install\` in the gdrpc package`);
+      `the native addon is not built (${addonPath} is missing). gdrpc builds it in its install script, which ` +
+      'npm runs for dependencies only when allowed: run `npm install-scripts approve gdrpc` (or add "allowScripts": ' +
+      '{ "gdrpc": true } to package.json), then `npm rebuild gdrpc`; in a gdrpc checkout run `npm install`');
   }
   applyUcxDefaults();
   try {
