@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Packs what a GPU run needs into .gpu-pack/ (git-ignored, at most 64 MiB), for a machine that
 # has a GPU but no Node.js and no network: the node binary, the UCX runtime from the wheel, the
-# built addon and the runtime node_modules. scripts/gpu-run.sh unpacks it there.
+# built addon and the runtime node_modules, and a consumer project that installed the tarball of
+# `npm pack` (dist/, the way another project uses gdrpc). scripts/gpu-run.sh unpacks it there.
 # Usage: bash scripts/gpu-pack.sh   (after npm install)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pack=.gpu-pack
-ucx=.deps/python
 [ -f build/Release/gdrpc.node ] || { echo "gpu-pack: build/Release/gdrpc.node missing: run npm install first" >&2; exit 1; }
-[ -d "$ucx/libucx/lib" ] || { echo "gpu-pack: $ucx/libucx missing: this pack carries the bundled wheel (unset GDRPC_UCX_HOME and run npm install)" >&2; exit 1; }
+# The wheel folder in the per-user cache that the build used (build/gdrpc-build.json).
+ucx=$(node -p "require('path').dirname(require('./build/gdrpc-build.json').ucxHome)")
+[ -d "$ucx/libucx/lib" ] && [ -d "$ucx/libucx_cu13.libs" ] || { echo "gpu-pack: $ucx is not the libucx-cu13 wheel: this pack carries the wheel (unset GDRPC_UCX_HOME and run npm install)" >&2; exit 1; }
 rm -rf "$pack"; mkdir -p "$pack"
 
 echo "gpu-pack: node $(node -v)"
@@ -26,6 +28,25 @@ tar -cf - --exclude='node_modules/@typescript' --exclude='node_modules/typescrip
   --exclude='node_modules/@types' --exclude='node_modules/cmake-js' --exclude='node_modules/node-api-headers' \
   --exclude='node_modules/node-addon-api' --exclude='node_modules/@grpc' --exclude='node_modules/@ts-morph' --exclude='node_modules/ts-morph' --exclude='node_modules/protobufjs' \
   node_modules | xz -T2 -6 > "$pack/node_modules.tar.xz"
+
+echo "gpu-pack: consumer project from npm pack"
+work=$(mktemp -d -t gdrpc-gpu-consumer-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+npm pack --silent --pack-destination "$work" >/dev/null
+mkdir -p "$work/consumer" && cp -r test/consumer/fixtures/esm-ts/. "$work/consumer/"
+( cd "$work/consumer" \
+  && printf '{ "name": "gpu-consumer", "private": true, "type": "module", "allowScripts": { "gdrpc": true } }\n' > package.json \
+  && npm install --silent --no-audit --no-fund "$work"/gdrpc-*.tgz \
+  && npm install --silent --no-audit --no-fund --save-dev "typescript@$(node -p "require('$PWD/package.json').devDependencies.typescript")" \
+       "@types/node@$(node -p "require('$PWD/package.json').devDependencies['@types/node']")" \
+       "ts-morph@$(node -p "require('$PWD/package.json').devDependencies['ts-morph']")" \
+  && node_modules/.bin/gdrpc gen schemas --out src/gen --quiet \
+  && node_modules/.bin/tsc --target es2022 --module nodenext --strict --types node --outDir out --rootDir src src/*.ts src/gen/*.ts ) \
+  || { echo "gpu-pack: building the consumer project failed" >&2; exit 1; }
+tar -cf - -C "$work/consumer" --exclude='node_modules/typescript' --exclude='node_modules/@typescript' \
+  --exclude='node_modules/ts-morph' --exclude='node_modules/@ts-morph' --exclude='node_modules/@types' \
+  --exclude='node_modules/gdrpc/build/CMakeFiles' out node_modules package.json \
+  | xz -T2 -6 > "$pack/consumer.tar.xz"
 
 du -sh "$pack"/*
 total=$(du -sk "$pack" | cut -f1)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (no Node.js, no network): unpacks .gpu-pack/ made by gpu-pack.sh, then
 # runs the GPU test suite and the GPU benchmarks, writing results into the folder given.
-# Usage: bash scripts/gpu-run.sh <results-dir> [tests|bench|all] [extra vitest args...]
+# Usage: bash scripts/gpu-run.sh <results-dir> [tests|bench|consumer|all] [extra vitest args...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: gpu-run.sh <results-dir> [tests|bench|all]}
@@ -11,19 +11,27 @@ mkdir -p "$out"
 pack=.gpu-pack
 [ -d "$pack" ] || { echo "gpu-run: $pack missing (run scripts/gpu-pack.sh where Node.js is, and carry it)" >&2; exit 1; }
 
-# Unpack once per machine.
-if [ ! -x /tmp/gdrpc-node/node ]; then
-  mkdir -p /tmp/gdrpc-node && xz -dc "$pack/node.xz" > /tmp/gdrpc-node/node && chmod +x /tmp/gdrpc-node/node
-  mkdir -p .deps/python && xz -dc "$pack/ucx.tar.xz" | tar -xf - -C .deps/python
-  mkdir -p build/Release && cp "$pack/gdrpc.node" build/Release/ && cp "$pack/gdrpc-build.json" build/
-  xz -dc "$pack/node_modules.tar.xz" | tar -xf -
+# Unpacked afresh on every call: carried paths replace what a warm machine had, so an earlier
+# call's addon or modules must not survive.
+# node_modules is replaced only where this script unpacked it before (its marker file is there):
+# run by mistake in a development checkout, it refuses instead of deleting the installed modules.
+if [ -d node_modules ] && [ ! -f node_modules/.gdrpc-gpu-run ]; then
+  echo "gpu-run: node_modules was not unpacked by gpu-run.sh; run this on the GPU machine's copy of the tree" >&2; exit 1
 fi
+rm -rf /tmp/gdrpc-node .deps/python build/Release node_modules
+mkdir -p /tmp/gdrpc-node && xz -dc "$pack/node.xz" > /tmp/gdrpc-node/node && chmod +x /tmp/gdrpc-node/node
+mkdir -p .deps/python && xz -dc "$pack/ucx.tar.xz" | tar -xf - -C .deps/python
+mkdir -p build/Release && cp "$pack/gdrpc.node" build/Release/ && cp "$pack/gdrpc-build.json" build/
+xz -dc "$pack/node_modules.tar.xz" | tar -xf - && touch node_modules/.gdrpc-gpu-run
+rm -rf /tmp/gdrpc-consumer && mkdir -p /tmp/gdrpc-consumer && xz -dc "$pack/consumer.tar.xz" | tar -xf - -C /tmp/gdrpc-consumer
+# The addons were linked against the wheel in the packing machine's cache; here it lies in .deps.
+export LD_LIBRARY_PATH=$PWD/.deps/python/libucx/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PATH=/tmp/gdrpc-node:$PATH
 # NVLink multicast stays off on shared machines.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv > "$out/gpus.csv" 2>&1 || true
 # At most 8 files come back from the device machine: keep to gpus.csv, info.json, doctor.txt,
-# tests.json, tests.log, bench-gpu.json, bench-gpu.svg, bench.log.
+# tests.json, tests.log (the consumer run is appended to it), bench-gpu.json, bench-gpu.svg, bench.log.
 timeout 60 node bin/gdrpc.js info --json > "$out/info.json"; cat "$out/info.json"
 timeout 120 node bin/gdrpc.js doctor > "$out/doctor.txt" 2>&1; cat "$out/doctor.txt"
 
@@ -36,6 +44,12 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
   timeout -k 10 "$tests_limit" node node_modules/vitest/vitest.mjs run test/gpu test/native test/tensor test/rpc/cuda.test.ts --reporter=default \
     --reporter=json --outputFile.json="$out/tests.json" "$@" 2>&1 | tee "$out/tests.log"
   status=${PIPESTATUS[0]}
+fi
+if [ "$what" = consumer ] || [ "$what" = tests ] || [ "$what" = all ]; then
+  # The packed package installed in a consumer project, run with plain node on host and GPU memory.
+  devices="cpu cuda:0"; [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ] && devices="$devices cuda:1"
+  (cd /tmp/gdrpc-consumer && timeout -k 10 120 node "$OLDPWD/scripts/gpu-consumer.mjs" . $devices) 2>&1 | tee -a "$out/tests.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   timeout -k 10 "$bench_limit" node --import tsx bench/main.ts gpu --json "$out/bench-gpu.json" 2>&1 | tee "$out/bench.log"
