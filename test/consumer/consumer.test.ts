@@ -4,12 +4,12 @@
 // repository's node_modules. Needs the npm registry (the package's dependencies); the UCX wheel
 // comes from the per-user cache that this repository's own `npm install` filled.
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ConsumerProject, packRepository } from './project.ts';
+import { ConsumerProject, packRepository, run } from './project.ts';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const fixtures = fileURLToPath(new URL('./fixtures', import.meta.url));
@@ -121,6 +121,32 @@ describe('the packed package', () => {
     const p = project('commonjs', 'commonjs', 'commonjs');
     await p.install([tarball]);
     const call = await p.serveAndCall('server.js', 'client.js');
+    expect(call.code, call.stderr).toBe(0);
+    expect(JSON.parse(call.stdout)).toEqual({ sum: [11, 22, 33], refused: 'INVALID_ARGUMENT' });
+  }, INSTALL_MS);
+
+  // The install script finds cmake-js and node-addon-api by module resolution, so layouts where
+  // they do not sit in the app's node_modules build the addon too.
+  it('installs and runs in npm\'s nested layout', async () => {
+    const p = project('nested', 'plain-js', 'module');
+    const r = await run('npm', ['install', '--install-strategy=nested', '--no-audit', '--no-fund', tarball], p.dir);
+    expect(r.code, r.stdout + r.stderr).toBe(0);
+    expect(existsSync(join(p.dir, 'node_modules/gdrpc/node_modules/cmake-js'))).toBe(true);
+    const call = await p.serveAndCall('server.mjs', 'client.mjs');
+    expect(call.code, call.stderr).toBe(0);
+    expect(JSON.parse(call.stdout)).toEqual({ sum: [11, 22, 33], refused: 'INVALID_ARGUMENT' });
+  }, INSTALL_MS);
+
+  it('installs and runs in pnpm\'s isolated layout', async () => {
+    const p = project('pnpm', 'plain-js', 'module');
+    const pkg = p.json('package.json');
+    p.write('package.json', JSON.stringify({ ...pkg, pnpm: { onlyBuiltDependencies: ['gdrpc'] } }, null, 2));
+    // pnpm itself comes from the npm registry, as a user without it installed would get it.
+    const r = await run('npx', ['--yes', 'pnpm@9', 'add', tarball], p.dir);
+    expect(r.code, r.stdout + r.stderr).toBe(0);
+    expect(existsSync(join(p.dir, 'node_modules/.pnpm'))).toBe(true);
+    expect(existsSync(join(p.dir, 'node_modules/cmake-js'))).toBe(false);
+    const call = await p.serveAndCall('server.mjs', 'client.mjs');
     expect(call.code, call.stderr).toBe(0);
     expect(JSON.parse(call.stdout)).toEqual({ sum: [11, 22, 33], refused: 'INVALID_ARGUMENT' });
   }, INSTALL_MS);
