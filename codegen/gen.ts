@@ -1,48 +1,73 @@
-// `gdrpc gen <files or dirs> --out <dir> [--check] [--ir] [--baseline <ir.json>]`: compiles schema
-// files and writes (or, with --check, compares) one TypeScript module per schema file.
-import { readdirSync, readFileSync, statSync } from 'node:fs';
+// `gdrpc gen`: compiles schema files and writes (or, with --check, compares) one TypeScript module
+// per schema file. The emitter is loaded only to emit: it needs ts-morph, an optional peer
+// dependency, so --help and --ir work without it and its absence is explained, not thrown.
+import { readFileSync } from 'node:fs';
 import path from 'node:path';
+import { ExitCode, parseCommandLine, usageError } from '../core/cli/command-line.ts';
+import { Code, GdrpcError } from '../core/errors.ts';
 import { compile } from './compile.ts';
-import { emitModules } from './emit/module.ts';
+import type { EmittedFile } from './emit/module.ts';
 import type { IrSchemaSet } from './model.ts';
-import { checkOutput, writeOutput } from './output.ts';
+import { checkOutput, writeOutput, type WriteResult } from './output.ts';
+import { commonRoot, findSchemas } from './schema-files.ts';
 
-const USAGE = `usage: gdrpc gen <files or dirs> --out <dir> [--check] [--ir] [--baseline <ir.json>]
-  --out <dir>        where generated modules go (paths mirror the schema files)
-  --check            write nothing; exit 1 when the output in --out is missing, stale, or
-                     left over from a schema file that no longer exists
-  --ir               print the model (IR) as JSON on stdout instead of generating code
-  --baseline <file>  an IR saved earlier with --ir: report changes that break deployed peers`;
+const command = {
+  name: 'gen',
+  usage: `usage: gdrpc gen <files or dirs> --out <dir> [options]
 
-interface GenArgs {
-  inputs: string[];
-  out?: string;
-  check: boolean;
-  ir: boolean;
-  baseline?: string;
-}
+Compiles .gdrpc schema files (directories are searched for them) and writes one TypeScript
+module per schema file, at the same relative path under --out.
+
+options:
+  -o, --out <dir>               where generated modules go (paths mirror the schema files)
+      --check                   write nothing; exit 1 when the output in --out is missing, stale,
+                                or left over from a schema file that no longer exists
+      --ir                      print the model (IR) as JSON on stdout instead of generating code
+      --baseline <file>         an IR saved earlier with --ir: report changes that break deployed peers
+      --import-extension js|ts  extension of imports between generated modules (default js, which
+                                plain tsc resolves; ts needs allowImportingTsExtensions)
+  -q, --quiet                   print nothing on success
+  -h, --help                    this text
+
+exit status: 0 generated (or up to date, with --check); 1 --check found output out of date, or
+ts-morph is not installed; 2 usage error or schema errors (nothing is written then).`,
+  options: {
+    out: { type: 'string', short: 'o' },
+    check: { type: 'boolean' },
+    ir: { type: 'boolean' },
+    baseline: { type: 'string' },
+    'import-extension': { type: 'string' },
+    quiet: { type: 'boolean', short: 'q' },
+  },
+  positionals: true,
+} as const;
 
 /** Runs the gen command; returns the exit code (0 ok, 1 stale output with --check, 2 errors). */
 export async function runGen(argv: string[]): Promise<number> {
-  const args = parseArgs(argv);
-  if (typeof args === 'string') {
-    process.stderr.write(`gdrpc gen: ${args}\n${USAGE}\n`);
-    return 2;
+  const args = parseCommandLine(command, argv);
+  if (typeof args === 'number') return args;
+  const { values, positionals } = args;
+  if (positionals.length === 0) return usageError(command, 'no schema files or directories given');
+  if (!values.ir && values.out === undefined) return usageError(command, '--out <dir> is required');
+  const importExtension = values['import-extension'] ?? 'js';
+  if (importExtension !== 'js' && importExtension !== 'ts') {
+    return usageError(command, `--import-extension is js or ts, not '${importExtension}'`);
   }
-  const outDir = args.out === undefined ? undefined : path.resolve(args.out);
-  const inputs = args.inputs.map((p) => path.resolve(p));
+
+  const outDir = values.out === undefined ? undefined : path.resolve(values.out);
+  const inputs = positionals.map((p) => path.resolve(p));
   const entries = findSchemas(inputs, outDir);
   if (typeof entries === 'string') {
     process.stderr.write(`gdrpc gen: ${entries}\n`);
-    return 2;
+    return ExitCode.USAGE;
   }
   let baseline: IrSchemaSet | undefined;
-  if (args.baseline !== undefined) {
+  if (values.baseline !== undefined) {
     try {
-      baseline = JSON.parse(readFileSync(args.baseline, 'utf8')) as IrSchemaSet;
+      baseline = JSON.parse(readFileSync(values.baseline, 'utf8')) as IrSchemaSet;
     } catch (e) {
-      process.stderr.write(`gdrpc gen: cannot read baseline ${args.baseline}: ${(e as Error).message}\n`);
-      return 2;
+      process.stderr.write(`gdrpc gen: cannot read baseline ${values.baseline}: ${(e as Error).message}\n`);
+      return ExitCode.USAGE;
     }
   }
   const root = commonRoot(inputs);
@@ -51,66 +76,61 @@ export async function runGen(argv: string[]): Promise<number> {
   if (result.diags.hasErrors) {
     const n = result.diags.items.filter((d) => d.severity === 'error').length;
     process.stderr.write(`gdrpc gen: ${n} error${n === 1 ? '' : 's'}; nothing generated\n`);
-    return 2;
+    return ExitCode.USAGE;
   }
-  if (args.ir) {
+  if (values.ir) {
     process.stdout.write(JSON.stringify(result.ir, null, 2) + '\n');
-    return 0;
+    return ExitCode.OK;
   }
-  const files = emitModules(result.ir);
-  if (args.check) return checkOutput(files, outDir!, root);
-  writeOutput(files, outDir!, root);
-  return 0;
+
+  const { emitModules } = await loadEmitter();
+  const files = emitModules(result.ir, { importExtension });
+  const say = values.quiet ? () => {} : (line: string) => process.stdout.write(`${line}\n`);
+  if (values.check) {
+    const code = checkOutput(files, outDir!, root);
+    if (code === ExitCode.OK) say(`${contents(files, result.ir)} in ${shown(outDir!)} are up to date`);
+    return code;
+  }
+  report(writeOutput(files, outDir!, root), contents(files, result.ir), outDir!, say);
+  return ExitCode.OK;
 }
 
-function parseArgs(argv: string[]): GenArgs | string {
-  const args: GenArgs = { inputs: [], check: false, ir: false };
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i]!;
-    if (a === '--out' || a === '--baseline') {
-      const value = argv[++i];
-      if (value === undefined) return `${a} needs a value`;
-      if (a === '--out') args.out = value;
-      else args.baseline = value;
-    } else if (a === '--check') args.check = true;
-    else if (a === '--ir') args.ir = true;
-    else if (a.startsWith('--')) return `unknown option ${a}`;
-    else args.inputs.push(a);
-  }
-  if (args.inputs.length === 0) return 'no schema files or directories given';
-  if (!args.ir && args.out === undefined) return '--out <dir> is required';
-  return args;
-}
-
-/** Expands directories to the `.gdrpc` files under them (skipping the output directory). */
-function findSchemas(inputs: string[], outDir: string | undefined): string[] | string {
-  const found: string[] = [];
-  const walk = (dir: string): void => {
-    for (const name of readdirSync(dir).sort()) {
-      const full = path.join(dir, name);
-      if (name === 'node_modules' || name.startsWith('.') || full === outDir) continue;
-      if (statSync(full).isDirectory()) walk(full);
-      else if (name.endsWith('.gdrpc')) found.push(full);
+/** The emitter, whose ts-morph import fails with ERR_MODULE_NOT_FOUND where ts-morph is not installed. */
+async function loadEmitter(): Promise<typeof import('./emit/module.ts')> {
+  try {
+    return await import('./emit/module.ts');
+  } catch (error) {
+    const e = error as { code?: unknown; message?: unknown };
+    if (e.code === 'ERR_MODULE_NOT_FOUND' && String(e.message).includes("'ts-morph'")) {
+      throw new GdrpcError(Code.FAILED_PRECONDITION,
+        'writing TypeScript needs the ts-morph package, which is not installed: npm install --save-dev ts-morph',
+        { cause: error });
     }
-  };
-  for (const input of inputs) {
-    let stat;
-    try {
-      stat = statSync(input);
-    } catch {
-      return `no such file or directory: ${path.relative(process.cwd(), input)}`;
-    }
-    if (stat.isDirectory()) walk(input);
-    else found.push(input);
+    throw error;
   }
-  if (found.length === 0) return 'no .gdrpc files found';
-  return found;
 }
 
-/** The directory output paths are relative to: the deepest directory holding every input. */
-function commonRoot(inputs: string[]): string {
-  const dirs = inputs.map((p) => (statSync(p).isDirectory() ? p : path.dirname(p)));
-  let root = dirs[0]!;
-  while (!dirs.every((d) => d === root || d.startsWith(root + path.sep))) root = path.dirname(root);
-  return root;
+/** "3 files (2 services, 9 methods)" */
+function contents(files: EmittedFile[], ir: IrSchemaSet): string {
+  const services = ir.files.flatMap((f) => f.services);
+  const methods = services.reduce((n, s) => n + s.methods.length, 0);
+  return `${count(files.length, 'file')} (${count(services.length, 'service')}, ${count(methods, 'method')})`;
+}
+
+function report(result: WriteResult, what: string, outDir: string, say: (line: string) => void): void {
+  for (const f of result.written) say(`wrote ${shown(f)}`);
+  for (const f of result.removed) say(`removed ${shown(f)} (its schema file is gone)`);
+  const upToDate = result.unchanged.length;
+  if (upToDate === 0) say(`wrote ${what} to ${shown(outDir)}`);
+  else if (result.written.length === 0) say(`${what} in ${shown(outDir)} were already up to date`);
+  else say(`wrote ${result.written.length} of ${what} to ${shown(outDir)}; ${upToDate} already up to date`);
+}
+
+function count(n: number, noun: string): string {
+  return `${n} ${noun}${n === 1 ? '' : 's'}`;
+}
+
+/** A path as the user would type it: relative to the working directory. */
+function shown(p: string): string {
+  return path.relative(process.cwd(), p) || '.';
 }

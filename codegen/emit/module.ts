@@ -6,7 +6,7 @@ import { descriptorStatements } from './descriptor.ts';
 import { enumStatements, messageStatements, structStatements } from './messages.ts';
 import { generatedNames, receivedName } from './naming.ts';
 import { serviceStatements } from './service.ts';
-import { ModuleSymbols, outputPath, type DeclOwners } from './symbols.ts';
+import { ModuleSymbols, outputPath, type DeclOwners, type ImportExtension } from './symbols.ts';
 import { RemoteIndex, TypeMapper } from './ts-types.ts';
 
 /** One generated file: its path relative to the output directory and its text. */
@@ -15,8 +15,17 @@ export interface EmittedFile {
   text: string;
 }
 
-/** Emits a module for each file of the set (all of them, or only those whose path is in `only`). */
-export function emitModules(ir: IrSchemaSet, only?: ReadonlySet<string>): EmittedFile[] {
+/** How to emit; every field is optional. */
+export interface EmitOptions {
+  /** Emit only the files whose (schema) path is in this set; all of them when absent. */
+  only?: ReadonlySet<string>;
+  /** Extension of imports between generated modules: 'js' (the default) or 'ts'. */
+  importExtension?: ImportExtension;
+}
+
+/** Emits a module for each file of the set (or of `options.only`). */
+export function emitModules(ir: IrSchemaSet, options: EmitOptions = {}): EmittedFile[] {
+  const { only, importExtension = 'js' } = options;
   const index = declIndex(ir);
   const owners: DeclOwners = new Map([...index].map(([fullName, v]) => [fullName, { file: v.file, name: v.decl.name }]));
   const decls = new Map<string, IrStruct | IrEnum>([...index].map(([k, v]) => [k, v.decl]));
@@ -29,18 +38,19 @@ export function emitModules(ir: IrSchemaSet, only?: ReadonlySet<string>): Emitte
   });
   return ir.files
     .filter((f) => !only || only.has(f.path))
-    .map((file) => ({ path: outputPath(file.path), text: emitModule(project, file, owners, decls, remote) }));
+    .map((file) => ({ path: outputPath(file.path), text: emitModule(project, file, owners, decls, remote, importExtension) }));
 }
 
 function emitModule(
   project: Project, file: IrFile, owners: DeclOwners, decls: ReadonlyMap<string, IrStruct | IrEnum>, remote: RemoteIndex,
+  importExtension: ImportExtension,
 ): string {
   const local = [
     ...file.structs.flatMap((s) => [s.name, receivedName(s.name)]),
     ...file.enums.map((e) => e.name),
     ...generatedNames(file.services),
   ];
-  const symbols = new ModuleSymbols(file, owners, local);
+  const symbols = new ModuleSymbols(file, owners, local, importExtension);
   const types = new TypeMapper(symbols, remote);
   const body: StatementStructures[] = [
     ...file.enums.flatMap(enumStatements),

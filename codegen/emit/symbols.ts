@@ -11,6 +11,14 @@ export type DeclOwners = ReadonlyMap<string, { file: IrFile; name: string }>;
 /** The runtime package the generated code imports from. */
 export const RUNTIME_MODULE = 'gdrpc';
 
+/**
+ * The extension of relative imports between generated modules. 'js' is what the TypeScript
+ * compiler resolves under module node16/nodenext without allowImportingTsExtensions (it maps
+ * `./x.js` to `./x.ts`), and what the emitted JavaScript loads; 'ts' suits projects that run
+ * the sources directly and set allowImportingTsExtensions.
+ */
+export type ImportExtension = 'js' | 'ts';
+
 /** Output path of a schema file's module: same relative path, `.ts` instead of `.gdrpc`. */
 export function outputPath(schemaPath: string): string {
   return schemaPath.replace(/\.gdrpc$/, '') + '.ts';
@@ -26,6 +34,7 @@ export class ModuleSymbols {
     private readonly file: IrFile,
     private readonly owners: DeclOwners,
     localNames: Iterable<string>,
+    private readonly importExtension: ImportExtension,
   ) {
     for (const n of localNames) this.taken.add(n);
   }
@@ -36,7 +45,7 @@ export class ModuleSymbols {
     if (!owner) throw new Error(`emitter: unknown type ${fullName}`);
     const exported = received ? receivedName(owner.name) : owner.name;
     if (owner.file === this.file) return exported;
-    const spec = relativeSpecifier(this.file.path, owner.file.path);
+    const spec = relativeSpecifier(this.file.path, owner.file.path, this.importExtension);
     return this.use(spec, exported, false);
   }
 
@@ -56,7 +65,7 @@ export class ModuleSymbols {
     let local = exported;
     // A name already used here (declared, or imported from elsewhere) gets a module-qualified alias.
     if (this.taken.has(local)) {
-      const prefix = spec === RUNTIME_MODULE ? 'gdrpc' : path.posix.basename(spec, '.ts').replace(/[^A-Za-z0-9_]/g, '_');
+      const prefix = spec === RUNTIME_MODULE ? 'gdrpc' : path.posix.basename(spec).replace(/\.[jt]s$/, '').replace(/[^A-Za-z0-9_]/g, '_');
       local = `${prefix}_${exported}`;
       for (let k = 2; this.taken.has(local); k++) local = `${prefix}_${exported}${k}`;
     }
@@ -84,7 +93,7 @@ export class ModuleSymbols {
   }
 }
 
-function relativeSpecifier(from: string, to: string): string {
-  const rel = path.posix.relative(path.posix.dirname(from), outputPath(to));
+function relativeSpecifier(from: string, to: string, extension: ImportExtension): string {
+  const rel = path.posix.relative(path.posix.dirname(from), outputPath(to)).replace(/\.ts$/, `.${extension}`);
   return rel.startsWith('.') ? rel : `./${rel}`;
 }

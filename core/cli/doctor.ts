@@ -1,10 +1,11 @@
 // `gdrpc doctor`: the GPUDirect checklist as a command. Each check says what it saw and, when
-// something is wrong, what to do about it; the transfer paths follow from the checks.
+// something is wrong, what to do about it; the transfer paths follow from the checks, and so does
+// the outcome, which is the exit status (docs/cli.md).
 import { execFileSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { cuda } from '../cuda.ts';
 import { collectInfo, type InfoReport } from './info.ts';
-import { parseJsonFlag } from './options.ts';
+import { ExitCode, parseCommandLine } from './command-line.ts';
 
 export type CheckStatus = 'ok' | 'warn' | 'fail' | 'info';
 
@@ -16,9 +17,18 @@ export interface Check {
   fix?: string;
 }
 
+/** What the checks add up to; it gives the exit status. */
+export interface DoctorOutcome {
+  /** 'no-gpu-path': nothing failed, but there is no CUDA driver or no visible GPU. */
+  status: 'ok' | 'no-gpu-path' | 'fail';
+  exitCode: number;
+  summary: string;
+}
+
 export interface DoctorReport {
   checks: Check[];
   paths: { withinMachine: string; betweenMachines: string };
+  outcome: DoctorOutcome;
   info: InfoReport;
 }
 
@@ -32,17 +42,18 @@ function tryRun(cmd: string, args: string[]): string | undefined {
 
 function gpuChecks(info: InfoReport): Check[] {
   if (!info.cuda.available) {
-    return [{ name: 'GPUs and driver', status: 'fail', detail: `no CUDA driver: ${info.cuda.reason ?? 'unknown'}`,
-      fix: 'install the NVIDIA driver (libcuda.so.1 must be loadable); host tensors still work' },
+    // Not a failure: a machine without a GPU runs gdrpc with host tensors (the outcome says so).
+    return [{ name: 'GPUs and driver', status: 'warn', detail: `no CUDA driver: ${info.cuda.reason ?? 'unknown'}`,
+      fix: 'for CUDA tensors install the NVIDIA driver (libcuda.so.1 must be loadable); host tensors work without it' },
     { name: 'peer access', status: 'info', detail: 'no CUDA driver: no GPU pairs to check' }];
   }
   const n = info.cuda.devices.length;
   const checks: Check[] = [{
     name: 'GPUs and driver',
-    status: n > 0 ? 'ok' : 'fail',
+    status: n > 0 ? 'ok' : 'warn',
     detail: `driver API ${info.cuda.driverVersion}, ${n} device(s): ` +
       info.cuda.devices.map((d) => `cuda:${d.index} ${d.name}`).join(', '),
-    ...(n > 0 ? {} : { fix: 'no visible GPU: check CUDA_VISIBLE_DEVICES and nvidia-smi' }),
+    ...(n > 0 ? {} : { fix: 'no visible GPU: check CUDA_VISIBLE_DEVICES and nvidia-smi; host tensors work without one' }),
   }];
   if (n > 1) {
     const missing: string[] = [];
@@ -127,8 +138,10 @@ function ucxCudaCheck(info: InfoReport): Check {
   if (info.cuda.canMapMemory) {
     return check('UCX CUDA memory', 'ok', `ucp_mem_map of cuda:0 memory reports CUDA; transports: ${info.ucx.transports.join(', ')}`);
   }
-  return check('UCX CUDA memory', info.cuda.available ? 'fail' : 'info', `cannot map CUDA memory: ${info.cuda.mapReason ?? 'unknown'}`,
-    info.cuda.available ? 'use a UCX built with CUDA (the bundled libucx-cu13 wheel, or GDRPC_UCX_HOME); until then tensors are staged through host memory' : undefined);
+  // Without a GPU there is nothing to map: that is the no-GPU-path outcome, not this check failing.
+  const gpu = info.cuda.available && info.cuda.devices.length > 0;
+  return check('UCX CUDA memory', gpu ? 'fail' : 'info', `cannot map CUDA memory: ${info.cuda.mapReason ?? 'unknown'}`,
+    gpu ? 'use a UCX built with CUDA (the bundled libucx-cu13 wheel, or GDRPC_UCX_HOME); until then tensors are staged through host memory' : undefined);
 }
 
 function transferPaths(info: InfoReport, f: RdmaFacts): DoctorReport['paths'] {
@@ -140,22 +153,56 @@ function transferPaths(info: InfoReport, f: RdmaFacts): DoctorReport['paths'] {
   return { withinMachine, betweenMachines };
 }
 
+/** A failed check wins; then a machine without a GPU, which still runs gdrpc with host tensors. */
+function outcome(checks: Check[], info: InfoReport): DoctorOutcome {
+  const failed = checks.filter((c) => c.status === 'fail').map((c) => c.name);
+  if (failed.length > 0) {
+    return { status: 'fail', exitCode: ExitCode.FAILURE, summary: `failed: ${failed.join(', ')}` };
+  }
+  if (!info.cuda.available || info.cuda.devices.length === 0) {
+    const why = info.cuda.available ? 'no visible GPU' : 'no CUDA driver';
+    return { status: 'no-gpu-path', exitCode: ExitCode.NO_GPU_PATH,
+      summary: `no GPU path (${why}): host tensors work; CUDA tensors need a GPU and the NVIDIA driver` };
+  }
+  return { status: 'ok', exitCode: ExitCode.OK, summary: 'every check that applies passed' };
+}
+
 /** Runs every check; no check throws. */
 export function collectDoctor(): DoctorReport {
   const info = collectInfo();
   const facts = rdmaFacts(info);
   const checks = [...gpuChecks(info), topologyCheck(), ...gdrChecks(info, facts), ucxCudaCheck(info)];
-  return { checks, paths: transferPaths(info, facts), info };
+  return { checks, paths: transferPaths(info, facts), outcome: outcome(checks, info), info };
 }
 
 const marks: Record<CheckStatus, string> = { ok: ' ok ', warn: 'WARN', fail: 'FAIL', info: 'info' };
 
-/** `gdrpc doctor [--json]`; exits 1 when a check fails. */
+const command = {
+  name: 'doctor',
+  usage: `usage: gdrpc doctor [--json]
+
+The GPUDirect checklist: GPUs and driver, peer access, topology, RDMA devices, GPUDirect RDMA
+support, UCX RDMA transports and UCX CUDA memory. Each check says what it saw and, when something
+is wrong, what to do; the transfer paths within and between machines follow from the checks.
+
+options:
+  --json       print the checks, paths, outcome and the info report as JSON
+  -h, --help   this text
+
+exit status:
+  0  every check that applies passed (warnings are advice and leave it at 0)
+  1  a check failed (or the checks could not run)
+  2  usage error
+  3  no GPU path: no CUDA driver or no visible GPU; host tensors work, CUDA tensors do not`,
+  options: { json: { type: 'boolean' } },
+} as const;
+
+/** `gdrpc doctor [--json]`; the exit status is the outcome's (0, 1 or 3). */
 export async function runDoctor(argv: string[]): Promise<number> {
-  const options = parseJsonFlag('doctor', argv);
-  if (options === undefined) return 2;
+  const args = parseCommandLine(command, argv);
+  if (typeof args === 'number') return args;
   const report = collectDoctor();
-  if (options.json) {
+  if (args.values.json) {
     console.log(JSON.stringify(report, null, 2));
   } else {
     for (const c of report.checks) {
@@ -166,6 +213,7 @@ export async function runDoctor(argv: string[]): Promise<number> {
     }
     console.log(`path within this machine: ${report.paths.withinMachine}`);
     console.log(`path between machines:    ${report.paths.betweenMachines}`);
+    console.log(`result: ${report.outcome.summary} (exit ${report.outcome.exitCode})`);
   }
-  return report.checks.some((c) => c.status === 'fail') ? 1 : 0;
+  return report.outcome.exitCode;
 }

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { Context, MemoryRegion } from '../ucx/index.ts';
 import { cuda, type CudaDeviceInfo } from '../cuda.ts';
 import { GdrpcError } from '../errors.ts';
-import { parseJsonFlag } from './options.ts';
+import { parseCommandLine } from './command-line.ts';
 import { packageRoot } from '../package-root.ts';
 
 export interface InfoReport {
@@ -121,12 +121,27 @@ function printText(r: InfoReport): void {
   console.log(lines.join('\n'));
 }
 
+const command = {
+  name: 'info',
+  usage: `usage: gdrpc info [--json]
+
+What this process's UCX and CUDA can do: the UCX version and library, its transports and
+devices, memory types, CUDA driver and devices, and whether UCX can map CUDA memory.
+
+options:
+  --json       print the report as JSON
+  -h, --help   this text
+
+exit status: 0 reported; 1 the report could not be collected (UCX failed to load); 2 usage error.`,
+  options: { json: { type: 'boolean' } },
+} as const;
+
 /** `gdrpc info [--json]` */
 export async function runInfo(argv: string[]): Promise<number> {
-  const options = parseJsonFlag('info', argv);
-  if (options === undefined) return 2;
+  const args = parseCommandLine(command, argv);
+  if (typeof args === 'number') return args;
   const report = collectInfo();
-  if (options.json) console.log(JSON.stringify(report, null, 2));
+  if (args.values.json) console.log(JSON.stringify(report, null, 2));
   else printText(report);
   return 0;
 }

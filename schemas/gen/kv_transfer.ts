@@ -3,7 +3,7 @@
 // decode worker as remote tensors; the decode worker pulls them straight into its own memory.
 
 import { type CallContext, type CallOptions, type Client, registerService, type RemoteTensor, type Server, type ServiceDescriptor, type Tensor, validateFields } from 'gdrpc';
-import type { Precision } from './tensor_parallel.ts';
+import type { Precision } from './tensor_parallel.js';
 
 /** Where a request is in its life. */
 export const RequestState = {

@@ -1,21 +1,17 @@
-// The gdrpc command as a user runs it: a separate process through bin/gdrpc.js.
-import { execFile } from 'node:child_process';
-import { promisify } from 'node:util';
-import { fileURLToPath } from 'node:url';
+// The gdrpc command as a user runs it: info and doctor reports, doctor's exit status on this
+// machine, and commands at the top level. Help and usage errors are in help.test.ts.
+import { spawnSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
+import { bin, gdrpc as run } from './gdrpc-process.ts';
 
-const bin = fileURLToPath(new URL('../../bin/gdrpc.js', import.meta.url));
-const run = promisify(execFile);
+const gdrpc = (...args: string[]) => run(args);
 
-async function gdrpc(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  try {
-    const { stdout, stderr } = await run(process.execPath, [bin, ...args], { timeout: 60_000 });
-    return { code: 0, stdout, stderr };
-  } catch (error) {
-    const e = error as { code?: number; stdout?: string; stderr?: string };
-    return { code: typeof e.code === 'number' ? e.code : -1, stdout: e.stdout ?? '', stderr: e.stderr ?? '' };
-  }
+/** Whether this machine has a CUDA driver and a visible GPU (decides doctor's exit status). */
+function hasGpu(): boolean {
+  const info = JSON.parse(spawnSync(process.execPath, [bin, 'info', '--json'], { encoding: 'utf8' }).stdout);
+  return info.cuda.available && info.cuda.devices.length > 0;
 }
+const gpu = hasGpu();
 
 describe('gdrpc info', () => {
   it('--json reports UCX version, transports and CUDA state', async () => {
@@ -53,36 +49,52 @@ describe('gdrpc info', () => {
 });
 
 describe('gdrpc doctor', () => {
-  it('--json lists checks with a status and the transfer paths', async () => {
+  it('--json lists checks with a status, the transfer paths and the outcome that is the exit status', async () => {
     const r = await gdrpc('doctor', '--json');
     const report = JSON.parse(r.stdout);
     const names = report.checks.map((c: { name: string }) => c.name);
     expect(names).toEqual(expect.arrayContaining(['GPUs and driver', 'peer access', 'topology', 'RDMA devices',
       'GPUDirect RDMA support', 'UCX RDMA transports', 'UCX CUDA memory']));
     for (const c of report.checks) expect(['ok', 'warn', 'fail', 'info']).toContain(c.status);
-    expect(r.code).toBe(report.checks.some((c: { status: string }) => c.status === 'fail') ? 1 : 0);
+    expect(r.code).toBe(report.outcome.exitCode);
     expect(report.paths.withinMachine).toMatch(/cuda_ipc|staged/);
     expect(report.paths.betweenMachines).toMatch(/rdma|tcp/);
-    if (!report.info.cuda.available) {
-      const gpu = report.checks.find((c: { name: string }) => c.name === 'GPUs and driver');
-      expect(gpu.status).toBe('fail');
-      expect(gpu.fix).toMatch(/driver/);
-    }
+    const failed = report.checks.some((c: { status: string }) => c.status === 'fail');
+    expect(report.outcome.status).toBe(failed ? 'fail' : gpu ? 'ok' : 'no-gpu-path');
+  });
+
+  it.runIf(!gpu)('without a GPU exits 3 (no GPU path), fails no check, and says host tensors work', async () => {
+    const r = await gdrpc('doctor');
+    expect(r.code).toBe(3);
+    expect(r.stdout).not.toMatch(/^\[FAIL\]/m);
+    expect(r.stdout).toMatch(/^\[WARN\] GPUs and driver: no (CUDA driver|visible GPU)/m);
+    expect(r.stdout).toMatch(/^result: no GPU path \(no (CUDA driver|visible GPU)\): host tensors work; .*\(exit 3\)$/m);
+    const json = JSON.parse((await gdrpc('doctor', '--json')).stdout);
+    expect(json.outcome).toMatchObject({ status: 'no-gpu-path', exitCode: 3 });
+    expect(json.checks.find((c: { name: string }) => c.name === 'GPUs and driver').fix).toMatch(/host tensors work/);
+  });
+
+  it.runIf(gpu)('with a GPU exits 0, or 1 when a check failed, and says which', async () => {
+    const r = await gdrpc('doctor');
+    const failed = r.stdout.match(/^\[FAIL\] [^:]+/gm) ?? [];
+    expect(r.code).toBe(failed.length > 0 ? 1 : 0);
+    expect(r.stdout).toMatch(failed.length > 0 ? /^result: failed: .*\(exit 1\)$/m : /^result: every check that applies passed \(exit 0\)$/m);
   });
 });
 
 describe('gdrpc command', () => {
-  it('an unknown command exits 2 with usage', async () => {
+  it('an unknown command exits 2 with usage on stderr', async () => {
     const r = await gdrpc('frobnicate');
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(/unknown command 'frobnicate'/);
     expect(r.stderr).toMatch(/usage: gdrpc/);
   });
 
-  it('help exits 0 and lists the commands', async () => {
+  it('help exits 0 and lists the commands and exit statuses', async () => {
     const r = await gdrpc('help');
     expect(r.code).toBe(0);
-    for (const c of ['info', 'doctor', 'gen']) expect(r.stdout).toContain(c);
+    for (const c of ['info', 'doctor', 'gen']) expect(r.stdout).toMatch(new RegExp(`^  ${c} `, 'm'));
+    expect(r.stdout).toMatch(/exit status: 0 success; 1 failure; 2 usage error; 3 doctor found no GPU path/);
   });
 
   it('gen --check on the committed schemas finds them fresh', async () => {
