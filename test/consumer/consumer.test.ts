@@ -28,6 +28,13 @@ function project(name: string, fixture: string, type: 'module' | 'commonjs'): Co
   return p;
 }
 
+/** The Adder fixture's server and client agree on a sum, and a call with mismatched shapes is refused. */
+async function expectAdderServes(p: ConsumerProject, server: string, client: string): Promise<void> {
+  const call = await p.serveAndCall(server, client);
+  expect(call.code, call.stderr).toBe(0);
+  expect(JSON.parse(call.stdout)).toEqual({ sum: [11, 22, 33], refused: 'INVALID_ARGUMENT' });
+}
+
 beforeAll(async () => {
   packDir = mkdtempSync(join(tmpdir(), 'gdrpc-pack-'));
   const packed = await packRepository(root, packDir);
@@ -101,9 +108,7 @@ describe('the packed package', () => {
   it('plain JavaScript project without TypeScript or tsx: a hand-written descriptor, server and client', async () => {
     const p = project('plain-js', 'plain-js', 'module');
     await p.install([tarball]);
-    const call = await p.serveAndCall('server.mjs', 'client.mjs');
-    expect(call.code, call.stderr).toBe(0);
-    expect(JSON.parse(call.stdout)).toEqual({ sum: [11, 22, 33], refused: 'INVALID_ARGUMENT' });
+    await expectAdderServes(p, 'server.mjs', 'client.mjs');
     // Neither tsx nor TypeScript nor ts-morph came with the runtime.
     for (const absent of ['tsx', 'typescript', 'ts-morph']) {
       const r = await p.node(['-e', `require.resolve(${JSON.stringify(absent)})`]);
@@ -120,9 +125,7 @@ describe('the packed package', () => {
   it('CommonJS project: require("gdrpc") on Node >= 20.19', async () => {
     const p = project('commonjs', 'commonjs', 'commonjs');
     await p.install([tarball]);
-    const call = await p.serveAndCall('server.js', 'client.js');
-    expect(call.code, call.stderr).toBe(0);
-    expect(JSON.parse(call.stdout)).toEqual({ sum: [11, 22, 33], refused: 'INVALID_ARGUMENT' });
+    await expectAdderServes(p, 'server.js', 'client.js');
   }, INSTALL_MS);
 
   // The install script finds cmake-js and node-addon-api by module resolution, so layouts where
@@ -132,9 +135,7 @@ describe('the packed package', () => {
     const r = await run('npm', ['install', '--install-strategy=nested', '--no-audit', '--no-fund', tarball], p.dir);
     expect(r.code, r.stdout + r.stderr).toBe(0);
     expect(existsSync(join(p.dir, 'node_modules/gdrpc/node_modules/cmake-js'))).toBe(true);
-    const call = await p.serveAndCall('server.mjs', 'client.mjs');
-    expect(call.code, call.stderr).toBe(0);
-    expect(JSON.parse(call.stdout)).toEqual({ sum: [11, 22, 33], refused: 'INVALID_ARGUMENT' });
+    await expectAdderServes(p, 'server.mjs', 'client.mjs');
   }, INSTALL_MS);
 
   it('installs and runs in pnpm\'s isolated layout', async () => {
@@ -146,8 +147,6 @@ describe('the packed package', () => {
     expect(r.code, r.stdout + r.stderr).toBe(0);
     expect(existsSync(join(p.dir, 'node_modules/.pnpm'))).toBe(true);
     expect(existsSync(join(p.dir, 'node_modules/cmake-js'))).toBe(false);
-    const call = await p.serveAndCall('server.mjs', 'client.mjs');
-    expect(call.code, call.stderr).toBe(0);
-    expect(JSON.parse(call.stdout)).toEqual({ sum: [11, 22, 33], refused: 'INVALID_ARGUMENT' });
+    await expectAdderServes(p, 'server.mjs', 'client.mjs');
   }, INSTALL_MS);
 });
