@@ -3,16 +3,20 @@
 import { EventEmitter } from 'eventemitter3';
 import { Code, GdrpcError } from '../errors.ts';
 import { Tensor, TensorPool, type Device } from '../tensor/index.ts';
+import { checkOptions, describeValue } from '../tensor/options.ts';
 import { FrameKind } from '../wire/frames.ts';
 import { attachCallInfo, type CallInfo } from './call-info.ts';
+import { checkCall, isIterable } from './call-checks.ts';
 import { ClientSession } from './client-session.ts';
 import { absoluteDeadline, CallScope } from './deadline.ts';
 import type { MethodDescriptor, Placement } from './descriptor.ts';
 import { connectAndAdmit } from './handshake.ts';
 import { DEFAULT_LIVENESS_MS } from './liveness.ts';
+import { methodName } from './method-name.ts';
 import { DEFAULT_INLINE_BYTES } from './movers/choose.ts';
 import { cudaReceives } from './movers/memory.ts';
 import type { MoverName, TransferInfo } from './movers/mover.ts';
+import { CLIENT_OPTIONS } from './options.ts';
 import { typesOf } from './registry.ts';
 import { DEFAULT_PROCESS_POOL_BYTES } from './process-pool.ts';
 import { Runtime } from './runtime.ts';
@@ -82,6 +86,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
 
   /** Connects to a server ("host:port" or {host, port}) and completes the handshake. */
   static async connect(address: string | { host: string; port: number }, options: ClientOptions = {}): Promise<Client> {
+    checkOptions('ClientOptions', options, CLIENT_OPTIONS);
     const { host, port } = parseAddress(address);
     const client = new Client(Runtime.acquire(options.busyPollUs !== undefined ? { busyPollUs: options.busyPollUs } : {}), host, port, options);
     try {
@@ -101,8 +106,9 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
    *  once more on a fresh connection, as gRPC does; a call that may have run never is. */
   async unary(method: MethodDescriptor, args: Row, options: CallOptions = {}): Promise<Row> {
     const started = performance.now();
+    checkCall('unary', method, options);
     const types = typesOf(method.service);
-    validateFields(method.args, args, types, 'arguments');
+    validateFields(method.args, args, types, `${methodName(method)} arguments`);
     const scope = new CallScope(absoluteDeadline(options.deadline), options.signal);
     try {
       for (let attempt = 1; ; attempt += 1) {
@@ -131,7 +137,8 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
   }
 
   async *#serverStream(method: MethodDescriptor, args: Row, options: CallOptions): AsyncGenerator<Row> {
-    validateFields(method.args, args, typesOf(method.service), 'arguments');
+    checkCall('serverStream', method, options);
+    validateFields(method.args, args, typesOf(method.service), `${methodName(method)} arguments`);
     const scope = new CallScope(absoluteDeadline(options.deadline), options.signal);
     let session: ClientSession | undefined;
     let id = 0;
@@ -175,6 +182,8 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
   /** A stream of requests, one response. */
   async clientStream(method: MethodDescriptor, args: AsyncIterable<Row> | Iterable<Row>, options: CallOptions = {}): Promise<Row> {
     const started = performance.now();
+    checkCall('clientStream', method, options);
+    if (!isIterable(args)) throw new GdrpcError(Code.INVALID_ARGUMENT, `${methodName(method)}: clientStream takes an iterable or async iterable of argument objects, got ${describeValue(args)}`);
     const types = typesOf(method.service);
     const scope = new CallScope(absoluteDeadline(options.deadline), options.signal);
     try {
@@ -377,8 +386,8 @@ function protocolError(session: ClientSession, what: string): GdrpcError {
 export function parseAddress(address: string | { host: string; port: number }): { host: string; port: number } {
   const parsed = typeof address === 'string'
     ? { host: address.slice(0, address.lastIndexOf(':')), port: Number(address.slice(address.lastIndexOf(':') + 1)) }
-    : address;
-  if (!parsed.host || !Number.isInteger(parsed.port) || parsed.port <= 0 || parsed.port > 65535) {
+    : typeof address === 'object' && address !== null ? address : { host: '', port: 0 };
+  if (!parsed.host || typeof parsed.host !== 'string' || !Number.isInteger(parsed.port) || parsed.port <= 0 || parsed.port > 65535) {
     throw new GdrpcError(Code.INVALID_ARGUMENT, `bad address ${JSON.stringify(address)}: expected "host:port"`);
   }
   return parsed;

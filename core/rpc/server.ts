@@ -2,12 +2,14 @@
 import { EventEmitter } from 'eventemitter3';
 import { Code, GdrpcError } from '../errors.ts';
 import { Tensor, TensorPool, type Device } from '../tensor/index.ts';
+import { Accept, checkOptions, describeValue } from '../tensor/options.ts';
 import { Listener } from '../ucx/index.ts';
 import { Connection, DEFAULT_TRANSFER_TIMEOUT_MS } from './connection.ts';
 import type { DType, Placement, ServiceDescriptor } from './descriptor.ts';
 import { DEFAULT_LIVENESS_MS } from './liveness.ts';
 import { DEFAULT_INLINE_BYTES } from './movers/choose.ts';
 import { cudaReceives } from './movers/memory.ts';
+import { SERVER_OPTIONS } from './options.ts';
 import { registerService } from './registry.ts';
 import { lookupRemote, OWNER_SERVICE, pullResultFields, setOwnerListener } from './remote.ts';
 import { Runtime } from './runtime.ts';
@@ -54,6 +56,9 @@ export interface ServerOptions {
   busyPollUs?: number;
   /** How long results exposed for RMA wait for the client's FIN (default 30 s). */
   exposureHoldMs?: number;
+  /** Send the message of a handler's plain Error (not a GdrpcError) to the client instead of a
+   *  generic "internal error in handler ..." (default false: such messages may hold secrets). */
+  exposeErrorMessages?: boolean;
 }
 
 type Handlers = Record<string, Handler>;
@@ -76,9 +81,10 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
 
   private constructor(options: ServerOptions) {
     super();
+    checkOptions('ServerOptions', options, SERVER_OPTIONS);
     this.#options = {
       maxCallsPerConnection: 256, maxCalls: 4096, maxFrameBytes: 4 << 20, maxTensorBytes: 1 << 30, poolBytes: 128 << 20,
-      allowPoolOverflow: false, poolWaitMs: 10_000, livenessMs: DEFAULT_LIVENESS_MS, admissionTimeoutMs: 5000, transferTimeoutMs: DEFAULT_TRANSFER_TIMEOUT_MS, maxConnections: 1024, maxConnectionsPerAddress: 64, inlineBytes: DEFAULT_INLINE_BYTES, exposureHoldMs: 30_000, ...options,
+      allowPoolOverflow: false, poolWaitMs: 10_000, livenessMs: DEFAULT_LIVENESS_MS, admissionTimeoutMs: 5000, transferTimeoutMs: DEFAULT_TRANSFER_TIMEOUT_MS, maxConnections: 1024, maxConnectionsPerAddress: 64, inlineBytes: DEFAULT_INLINE_BYTES, exposureHoldMs: 30_000, exposeErrorMessages: false, ...options,
     };
     this.#methods.set(`${OWNER_SERVICE}/pull`, ownerPullEntry());
     this.#host = this.#makeHost();
@@ -91,6 +97,12 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
 
   /** Serves `service` with `handlers` (one per method name). */
   register(service: ServiceDescriptor, handlers: Handlers): this {
+    if (typeof service !== 'object' || service === null || typeof service.name !== 'string' || typeof service.methods !== 'object' || service.methods === null) {
+      throw new GdrpcError(Code.INVALID_ARGUMENT, `Server.register: expected a service descriptor (the generated ...Descriptor), got ${describeValue(service)}`);
+    }
+    if (typeof handlers !== 'object' || handlers === null) {
+      throw new GdrpcError(Code.INVALID_ARGUMENT, `Server.register(${service.name}): expected an object of handlers by method name, got ${describeValue(handlers)}`);
+    }
     for (const [name, method] of Object.entries(service.methods)) {
       const handler = handlers[name];
       if (typeof handler !== 'function') throw new GdrpcError(Code.INVALID_ARGUMENT, `no handler for ${service.name}/${name}`);
@@ -137,6 +149,7 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
   /** Stops accepting, lets calls in flight finish for up to graceMs (default 5000), aborts the
    *  rest (UNAVAILABLE), closes connections, pools and the listener. */
   async shutdown(options: { graceMs?: number } = {}): Promise<void> {
+    checkOptions('Server.shutdown options', options, { graceMs: Accept.ms });
     if (this.#shuttingDown) return;
     this.#shuttingDown = true;
     listening.delete(this);

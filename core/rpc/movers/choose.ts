@@ -52,7 +52,9 @@ export function chooseMover(choice: 'auto' | MoverName, bytes: number, memory: '
     }
     return inlineMover;
   }
-  if (choice !== 'auto') return MOVERS[choice];
-  if (memory === 'host' && bytes <= limits.inline) return inlineMover;
-  return tagMover;
+  if (choice === 'auto') return memory === 'host' && bytes <= limits.inline ? inlineMover : tagMover;
+  // CallOptions are checked when a call starts; this guards callers that reach here another way.
+  const forced = Object.hasOwn(MOVERS, choice) ? MOVERS[choice] : undefined;
+  if (forced === undefined) throw new GdrpcError(Code.INVALID_ARGUMENT, `mover must be one of 'auto', 'inline', 'tag', 'rma', got ${JSON.stringify(choice)}`);
+  return forced;
 }
