@@ -206,7 +206,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
         while (credit <= 0 && !finished) await scope.race(Promise.race([new Promise<void>((resolve) => { wake = resolve; }), settled]));
         if (finished || scope.aborted) break;
         credit -= 1;
-        validateFields(method.args, item, types, `arguments[${seq}]`);
+        validateFields(method.args, item, types, `${methodName(method)} arguments[${seq}]`);
         transfers.push(...(await this.#send(session, final.id, FrameKind.StreamItem, method, item, options, scope, true, seq)).transfers);
         seq += 1;
       }
@@ -321,7 +321,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
     let values: Row;
     try {
       values = decodeFields(method.results, wire, types, incoming.decode, '');
-      validateFields(method.results, values, types, 'results');
+      validateFields(method.results, values, types, `${methodName(method)} results`);
     } catch (error) {
       await refuseRaw({ connection: session.connection, call: id }, wire);
       if (error instanceof GdrpcError && error.code === Code.FAILED_PRECONDITION) throw error;

@@ -7,6 +7,7 @@ import { FrameKind } from '../wire/frames.ts';
 import type { Connection } from './connection.ts';
 import type { CallScope } from './deadline.ts';
 import type { MethodDescriptor, ServiceDescriptor } from './descriptor.ts';
+import { methodName } from './method-name.ts';
 import { errorFrame } from './status.ts';
 import { ItemQueue } from './stream.ts';
 import { IncomingTensors, OutgoingTensors, PendingTensor, refuseRaw, type Allocate, type SendPolicy } from './transfer.ts';
@@ -168,7 +169,7 @@ export class ServerCall {
     let values: Row;
     try {
       values = decodeFields(method.args, wire, types, incoming.decode, what);
-      validateFields(method.args, values, types, what === '' ? 'arguments' : what.slice(0, -1));
+      validateFields(method.args, values, types, what === '' ? `${methodName(method)} arguments` : `${methodName(method)} ${what.slice(0, -1)}`);
     } catch (error) {
       // Settle the announced bytes in the background: the ERROR must not wait for a sender that
       // may never send them.
@@ -233,11 +234,12 @@ export class ServerCall {
   }
 
   #encode(kind: FrameKind, result: Row): { encoded: Row; tensors: OutgoingTensors } {
+    const name = methodName(this.entry.method);
     const fields = this.entry.resultsOf?.(result) ?? this.entry.method.results;
     try {
-      validateFields(fields, result, this.entry.types, kind === FrameKind.Response ? 'results' : 'stream item');
+      validateFields(fields, result, this.entry.types, `${name} ${kind === FrameKind.Response ? 'results' : 'stream item'}`);
     } catch (error) {
-      throw new GdrpcError(Code.INTERNAL, `handler of ${this.entry.method.service}/${this.entry.method.name} returned bad results: ${GdrpcError.from(error).rawMessage}`);
+      throw new GdrpcError(Code.INTERNAL, `handler ${name} returned bad results: ${GdrpcError.from(error).rawMessage}`);
     }
     const tensors = new OutgoingTensors({ connection: this.connection, call: this.id }, this.policy);
     try {

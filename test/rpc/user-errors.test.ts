@@ -192,3 +192,60 @@ describe('options: every bad value is INVALID_ARGUMENT naming the option', () =>
   });
 });
 
+describe('scalar ranges, with messages naming the method and the field', () => {
+  const fields = apply.args;
+  const check = (values: Record<string, unknown>): void => validateFields(fields, values, {}, 'Gain.apply arguments');
+
+  it.each([1e300, -1e300, 3.5e38, -Number.MAX_VALUE])('f32 %d is out of range', (factor) => {
+    const error = thrown(() => check({ factor, count: 1 }));
+    expect(error.code).toBe(Code.INVALID_ARGUMENT);
+    expect(error.rawMessage).toBe(`Gain.apply arguments.factor: ${factor} is out of range for f32 (finite f32 values lie within ±${F32_MAX})`);
+  });
+
+  // The largest f32, also as printed with f32 precision (3.4028235e38 rounds to it, not to
+  // Infinity); NaN and the infinities are f32 values; tiny numbers round towards zero.
+  it.each([0, -1.5, F32_MAX, -F32_MAX, 3.4028235e38, NaN, Infinity, -Infinity, 1e-50])('f32 %d is accepted', (factor) => {
+    expect(() => check({ factor, count: 1 })).not.toThrow();
+  });
+
+  it('f64 takes what f32 refuses', () => {
+    expect(() => validateFields(GainLoose.args, { factor: 1e300, count: 1 }, {}, 'Gain.apply arguments')).not.toThrow();
+  });
+
+  const INTEGERS: Array<[string, number | bigint, number | bigint]> = [
+    ['i8', -128, 127], ['u8', 0, 255], ['i16', -32768, 32767], ['u16', 0, 65535],
+    ['i32', -2147483648, 2147483647], ['u32', 0, 4294967295],
+    ['i64', -(1n << 63n), (1n << 63n) - 1n], ['u64', 0n, (1n << 64n) - 1n],
+  ];
+  it.each(INTEGERS)('%s takes %s to %s and refuses one past either end', (name, min, max) => {
+    const field = [{ name: 'v', type: { kind: 'scalar' as const, name: name as 'u8' } }];
+    const at = (v: unknown): void => validateFields(field, { v }, {}, 'M.m arguments');
+    const past = (v: number | bigint, step: number): number | bigint => (typeof v === 'bigint' ? v + BigInt(step) : v + step);
+    at(min);
+    at(max);
+    for (const bad of [past(min, -1), past(max, 1)]) {
+      const shown = typeof bad === 'bigint' ? `${bad}n` : String(bad);
+      expect(thrown(() => at(bad)).rawMessage).toBe(`M.m arguments.v: ${shown} is out of range for ${name} (${min} to ${max})`);
+    }
+  });
+
+  it('says what an integer field wants when it gets something else', () => {
+    expect(thrown(() => check({ factor: 1, count: 1.5 })).rawMessage).toBe('Gain.apply arguments.count: expected u8 (an integer), got number 1.5');
+    expect(thrown(() => check({ factor: 1, count: 1, offset: 2 ** 60 })).rawMessage)
+      .toMatch(/^Gain\.apply arguments\.offset: expected i64 as a bigint \(a number is exact only up to 2\^53 - 1\), got number/);
+    expect(thrown(() => check({ factor: '2', count: 1 })).rawMessage).toBe('Gain.apply arguments.factor: expected f32 (a number), got "2"');
+  });
+
+  it('a call names its method: arguments missing altogether, and a range the server enforces', async () => {
+    const missing = await failure(client.unary(apply, undefined as unknown as Record<string, unknown>));
+    expect(missing.rawMessage).toBe('Gain.apply arguments: expected an object with the fields { factor, count, offset }, got undefined');
+    const caller = await failure(client.unary(apply, { factor: 1e300, count: 1 }));
+    expect(caller.rawMessage).toMatch(/^Gain\.apply arguments\.factor: 1e\+300 is out of range for f32/);
+    // A client that declares f64 sends it; the server refuses it before the handler runs.
+    const server = await failure(client.unary(GainLoose, { factor: 1e300, count: 1 }));
+    expect(server.code).toBe(Code.INVALID_ARGUMENT);
+    expect(server.rawMessage).toMatch(/^Gain\.apply arguments\.factor: 1e\+300 is out of range for f32/);
+    expect((await client.unary(apply, { factor: 0.5, count: 1 })).factor).toBe(0.5);
+  });
+});
+
