@@ -12,6 +12,7 @@ import { absoluteDeadline, CallScope } from './deadline.ts';
 import type { MethodDescriptor, Placement } from './descriptor.ts';
 import { connectAndAdmit } from './handshake.ts';
 import { DEFAULT_LIVENESS_MS } from './liveness.ts';
+import { clientAllocationFailed } from './memory-errors.ts';
 import { methodName } from './method-name.ts';
 import { DEFAULT_INLINE_BYTES } from './movers/choose.ts';
 import { cudaReceives } from './movers/memory.ts';
@@ -275,7 +276,8 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
 
   /** Encodes and sends a REQUEST or STREAM_ITEM with its tensors; returns the transfers. */
   async #send(session: ClientSession, id: number, kind: FrameKind, method: MethodDescriptor, values: Row, options: CallOptions, scope: CallScope, awaitTransfers: boolean, seq = 0, window?: number): Promise<Sent> {
-    const out = new OutgoingTensors({ connection: session.connection, call: id }, { mover: options.mover ?? 'auto', noStaging: options.noStaging ?? false });
+    const label = kind === FrameKind.Request ? `${methodName(method)} arguments.` : `${methodName(method)} arguments[${seq}].`;
+    const out = new OutgoingTensors({ connection: session.connection, call: id }, { mover: options.mover ?? 'auto', noStaging: options.noStaging ?? false }, { side: 'client', label });
     let encoded: Row;
     try {
       encoded = encodeFields(method.args, values, typesOf(method.service), out.encode, '');
@@ -316,7 +318,8 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
 
   /** Decodes a result object, validates it, receives its tensors. */
   async #receive(session: ClientSession, id: number, method: MethodDescriptor, wire: Row, scope: CallScope, options: CallOptions): Promise<{ values: Row; transfers: TransferInfo[] }> {
-    const incoming = new IncomingTensors({ connection: session.connection, call: id }, { maxTensor: Number.MAX_SAFE_INTEGER, noStaging: options.noStaging ?? false });
+    const incoming = new IncomingTensors({ connection: session.connection, call: id }, { maxTensor: Number.MAX_SAFE_INTEGER, noStaging: options.noStaging ?? false },
+      { side: 'client', label: `${methodName(method)} results.` });
     const types = typesOf(method.service);
     let values: Row;
     try {
@@ -327,7 +330,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
       if (error instanceof GdrpcError && error.code === Code.FAILED_PRECONDITION) throw error;
       throw new GdrpcError(Code.INTERNAL, `server ${session.connection.peer} sent bad results: ${GdrpcError.from(error).rawMessage}`, { cause: error });
     }
-    const allocate = options[ALLOCATE] ?? ((shape, dtype, placement) => this.#allocate(shape, dtype, placement));
+    const allocate = options[ALLOCATE] ?? ((shape, dtype, placement, field) => this.#allocate(shape, dtype, placement, field));
     const receiving = incoming.receive(allocate);
     let received: Map<PendingTensor, Tensor>;
     try {
@@ -341,10 +344,14 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
     return { values, transfers: incoming.transfers };
   }
 
-  #allocate(shape: number[], dtype: Parameters<Allocate>[1], placement: Placement): Tensor {
+  #allocate(shape: number[], dtype: Parameters<Allocate>[1], placement: Placement, field: string): Tensor {
     const device: Device = placement.kind === 'cuda' && cudaReceives() ? `cuda:${placement.device ?? 0}` : 'cpu';
-    if (this.#options.poolBytes === 0) return Tensor.empty(shape, dtype, { device });
-    return this.pool(device).allocate(shape, dtype);
+    try {
+      if (this.#options.poolBytes === 0) return Tensor.empty(shape, dtype, { device });
+      return this.pool(device).allocate(shape, dtype);
+    } catch (error) {
+      throw clientAllocationFailed(error, field);
+    }
   }
 }
 

@@ -46,7 +46,7 @@ export interface AllocationWait { signal: AbortSignal; share: PoolShare | undefi
 
 /** What a call needs from its server. */
 export interface CallEnvironment {
-  allocate: (shape: Parameters<Allocate>[0], dtype: Parameters<Allocate>[1], placement: Parameters<Allocate>[2], wait: AllocationWait) => ReturnType<Allocate>;
+  allocate: (shape: Parameters<Allocate>[0], dtype: Parameters<Allocate>[1], placement: Parameters<Allocate>[2], wait: AllocationWait, field: string) => ReturnType<Allocate>;
   /** The connection's share of the server's pools (set per session). */
   share?: PoolShare;
   maxTensor: number;
@@ -163,13 +163,16 @@ export class ServerCall {
    *  carries no tensor bytes to wait for: the common small call skips every await). */
   #receive(wire: Row, what = ''): Row | Promise<Row> {
     const scope = { connection: this.connection, call: this.id };
-    const incoming = new IncomingTensors(scope, { maxTensor: this.env.maxTensor, noStaging: this.policy.noStaging });
-    this.#incoming.push(incoming);
     const { method, types } = this.entry;
+    const name = methodName(method);
+    // Stream items' paths start with "arguments[seq]." already.
+    const label = what === '' ? `${name} arguments.` : `${name} `;
+    const incoming = new IncomingTensors(scope, { maxTensor: this.env.maxTensor, noStaging: this.policy.noStaging }, { side: 'server', label });
+    this.#incoming.push(incoming);
     let values: Row;
     try {
       values = decodeFields(method.args, wire, types, incoming.decode, what);
-      validateFields(method.args, values, types, what === '' ? `${methodName(method)} arguments` : `${methodName(method)} ${what.slice(0, -1)}`);
+      validateFields(method.args, values, types, `${label}${what}`.slice(0, -1));
     } catch (error) {
       // Settle the announced bytes in the background: the ERROR must not wait for a sender that
       // may never send them.
@@ -178,7 +181,7 @@ export class ServerCall {
     }
     if (incoming.pending.every((p) => p.wire.m === 'h')) return values;
     const wait: AllocationWait = { signal: this.scope.signal, share: this.env.share };
-    const receiving = incoming.receive((shape, dtype, placement) => this.env.allocate(shape, dtype, placement, wait));
+    const receiving = incoming.receive((shape, dtype, placement, field) => this.env.allocate(shape, dtype, placement, wait, field));
     // Its failure reaches the caller through the race below; run() waits for it before releasing.
     receiving.catch(() => {});
     this.#receiving.push(receiving);
@@ -241,7 +244,7 @@ export class ServerCall {
     } catch (error) {
       throw new GdrpcError(Code.INTERNAL, `handler ${name} returned bad results: ${GdrpcError.from(error).rawMessage}`);
     }
-    const tensors = new OutgoingTensors({ connection: this.connection, call: this.id }, this.policy);
+    const tensors = new OutgoingTensors({ connection: this.connection, call: this.id }, this.policy, { side: 'server', label: `${name} results.` });
     try {
       return { encoded: encodeFields(fields, result, this.entry.types, tensors.encode, ''), tensors };
     } catch (error) {

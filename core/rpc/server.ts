@@ -7,6 +7,7 @@ import { Listener } from '../ucx/index.ts';
 import { Connection, DEFAULT_TRANSFER_TIMEOUT_MS } from './connection.ts';
 import type { DType, Placement, ServiceDescriptor } from './descriptor.ts';
 import { DEFAULT_LIVENESS_MS } from './liveness.ts';
+import { serverAllocationFailed } from './memory-errors.ts';
 import { DEFAULT_INLINE_BYTES } from './movers/choose.ts';
 import { cudaReceives } from './movers/memory.ts';
 import { SERVER_OPTIONS } from './options.ts';
@@ -226,7 +227,7 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
   #makeHost(): SessionHost {
     const server = this;
     const env: CallEnvironment = {
-      allocate: (shape, dtype, placement, wait) => server.#allocate(shape, dtype, placement, wait),
+      allocate: (shape, dtype, placement, wait, field) => server.#allocate(shape, dtype, placement, wait, field),
       maxTensor: this.#options.maxTensorBytes,
       exposureHoldMs: this.#options.exposureHoldMs,
     };
@@ -264,21 +265,23 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
     };
   }
 
-  #allocate(shape: number[], dtype: DType, placement: Placement, wait: AllocationWait): Tensor | Promise<Tensor> {
+  #allocate(shape: number[], dtype: DType, placement: Placement, wait: AllocationWait, field: string): Tensor | Promise<Tensor> {
     const device: Device = placement.kind === 'cuda' && cudaReceives() ? `cuda:${placement.device ?? 0}` : 'cpu';
-    if (this.#options.poolBytes === 0) return Tensor.empty(shape, dtype, { device });
+    const failed = (error: unknown): never => { throw serverAllocationFailed(error, field, this.#options); };
+    if (this.#options.poolBytes === 0) {
+      try {
+        return Tensor.empty(shape, dtype, { device });
+      } catch (error) {
+        return failed(error);
+      }
+    }
     let pool = this.#pools.get(device);
     if (pool === undefined) {
       pool = TensorPool.create(this.#runtime!.context, { device, bytes: this.#options.poolBytes, allowOverflow: this.#options.allowPoolOverflow });
       this.#pools.set(device, pool);
     }
-    return pool.allocateWhenFree(shape, dtype, { maxWaitMs: this.#options.poolWaitMs, signal: wait.signal, share: wait.share })
-      .catch((error: unknown) => {
-        if (!(error instanceof GdrpcError) || error.code !== Code.RESOURCE_EXHAUSTED) throw error;
-        // Say whose memory ran out and what to change: the caller sees this message.
-        throw new GdrpcError(Code.RESOURCE_EXHAUSTED, `server ${error.rawMessage} (ServerOptions.poolBytes ${this.#options.poolBytes}, poolWaitMs ${this.#options.poolWaitMs}: raise them, or retry later)`,
-          { details: { ...error.details, side: 'server', options: ['poolBytes', 'poolWaitMs'], retryable: true } });
-      });
+    // Say whose memory ran out and what to change: the caller sees this message.
+    return pool.allocateWhenFree(shape, dtype, { maxWaitMs: this.#options.poolWaitMs, signal: wait.signal, share: wait.share }).catch(failed);
   }
 }
 

@@ -185,7 +185,10 @@ export class TensorPool {
       // Those ahead may all be claimants over their share: this one may go now.
       this.#serve();
       if (!this.#waiters.includes(waiter)) return;
-      timer = setTimeout(() => leave(this.#exhausted(bytes, `waited ${Date.now() - started} ms for blocks to be freed`)), maxWaitMs);
+      timer = setTimeout(() => {
+        const waitedMs = Date.now() - started;
+        leave(this.#exhausted(bytes, `waited ${waitedMs} ms for blocks to be freed`, { waitedMs }));
+      }, maxWaitMs);
       signal?.addEventListener('abort', onAbort, { once: true });
     });
   }
@@ -214,11 +217,13 @@ export class TensorPool {
     });
   }
 
-  #exhausted(byteLength: number, why: string): GdrpcError {
+  /** The pool's own account (the RPC runtime rewords it to say whose pool and which option). */
+  #exhausted(byteLength: number, why: string, extra: Record<string, unknown> = {}): GdrpcError {
     const { capacity, used, largestFree } = this.#arena;
     return new GdrpcError(Code.RESOURCE_EXHAUSTED,
-      `tensor pool on ${this.device} is exhausted: ${byteLength} bytes requested, ${capacity - used} of ${capacity} free, largest free block ${largestFree}${why ? `; ${why}` : ''}`,
-      { details: { device: this.device, requested: byteLength, capacity, used, largestFree } });
+      `tensor pool on ${this.device} is exhausted: ${byteLength} bytes requested, ${capacity - used} of ${capacity} free, largest free block ${largestFree}${why ? `; ${why}` : ''} ` +
+      '(a larger pool bytes, or allowOverflow: true, avoids this)',
+      { details: { device: this.device, requested: byteLength, capacity, used, largestFree, ...extra } });
   }
 
   #overflow(byteLength: number): Storage {

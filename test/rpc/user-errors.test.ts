@@ -249,3 +249,52 @@ describe('scalar ranges, with messages naming the method and the field', () => {
   });
 });
 
+describe('RESOURCE_EXHAUSTED for memory says whose pool or limit, and which option to raise', () => {
+  it("an argument larger than the server's pool (under maxTensorBytes): the server pool, poolBytes and allowPoolOverflow", async () => {
+    const { server, address, errors } = await startLocal({ poolBytes: MiB });
+    const caller = await Client.connect(address);
+    try {
+      const error = await failure(caller.unary(Echo.methods.echo!, { x: patterned(2 * MiB), tag: 'big' }));
+      expect(error.code).toBe(Code.RESOURCE_EXHAUSTED);
+      expect(error.rawMessage).toBe('server tensor pool on cpu: Echo.echo arguments.x can never fit: 2097152 bytes (2 MiB) requested, '
+        + 'pool capacity 1048576 bytes (1 MiB); raise ServerOptions.poolBytes (1048576), or set allowPoolOverflow: true '
+        + '(maxTensorBytes 1073741824 admits the tensor: the pool is the limit)');
+      expect(error.details).toMatchObject({ side: 'server', device: 'cpu', requested: 2 * MiB, capacity: MiB, options: ['poolBytes', 'allowPoolOverflow'], retryable: false });
+      expect(errors).toEqual([]);  // the caller's problem, not a handler's
+    } finally {
+      await caller.close();
+      await server.shutdown({ graceMs: 0 });
+    }
+  });
+
+  it("a tensor over the server's maxTensorBytes is refused by the client before sending, naming the option", async () => {
+    const { server, address } = await startLocal({ maxTensorBytes: 64 * 1024 });
+    const caller = await Client.connect(address);
+    try {
+      const error = await failure(caller.unary(Echo.methods.echo!, { x: patterned(MiB), tag: 'big' }));
+      expect(error.code).toBe(Code.RESOURCE_EXHAUSTED);
+      expect(error.rawMessage).toBe("Echo.echo arguments.x: a tensor of 1048576 bytes (1 MiB) exceeds the server's limit of 65536 bytes (64 KiB) (ServerOptions.maxTensorBytes)");
+      expect(error.details).toEqual({ side: 'server', requested: MiB, capacity: 64 * 1024, limit: 'maxTensorBytes', options: ['maxTensorBytes'], retryable: false });
+    } finally {
+      await caller.close();
+      await server.shutdown({ graceMs: 0 });
+    }
+  });
+
+  it("a result larger than the client's process pool made without overflow: the client pool and its options", async () => {
+    // Replace whatever process pool earlier tests made with a small one that does not overflow.
+    processPool('cpu').close({ force: true });
+    const small = processPool('cpu', { bytes: MiB, allowOverflow: false });
+    try {
+      const error = await failure(client.unary(Echo.methods.echo!, { x: patterned(2 * MiB), tag: 'back' }));
+      expect(error.code).toBe(Code.RESOURCE_EXHAUSTED);
+      expect(error.rawMessage).toMatch(/^client tensor pool on cpu \(the process pool results are received into\) can never fit Echo\.echo results\.y: 2097152 bytes \(2 MiB\) requested/);
+      expect(error.rawMessage).toMatch(/raise ClientOptions\.poolBytes/);
+      expect(error.details).toMatchObject({ side: 'client', device: 'cpu', requested: 2 * MiB, capacity: MiB, options: ['poolBytes', 'allowOverflow'], retryable: false });
+      // The refused bytes left nothing behind: the next call works.
+      expect((await client.unary(Echo.methods.ping!, { n: 9 })).n).toBe(9);
+    } finally {
+      small.close({ force: true });
+    }
+  });
+});

@@ -48,7 +48,8 @@ export function chooseMover(choice: 'auto' | MoverName, bytes: number, memory: '
   if (choice === 'inline') {
     // 1 KiB of slack for the rest of the frame.
     if (bytes + 1024 > limits.maxFrame) {
-      throw new GdrpcError(Code.RESOURCE_EXHAUSTED, `inline tensor of ${bytes} bytes exceeds the peer's ${limits.maxFrame}-byte frame limit`);
+      throw new GdrpcError(Code.RESOURCE_EXHAUSTED, `inline tensor of ${bytes} bytes exceeds the peer's ${limits.maxFrame}-byte frame limit (its maxFrameBytes): use mover 'auto' or 'tag' for it`,
+        { details: { requested: bytes, capacity: limits.maxFrame, limit: 'maxFrameBytes' } });
     }
     return inlineMover;
   }
