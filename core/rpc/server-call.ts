@@ -7,6 +7,7 @@ import { FrameKind } from '../wire/frames.ts';
 import type { Connection } from './connection.ts';
 import type { CallScope } from './deadline.ts';
 import type { MethodDescriptor, ServiceDescriptor } from './descriptor.ts';
+import { handlerContractError, handlerError, HandlerFailure, runHandler, type FailedCall } from './handler-failure.ts';
 import { methodName } from './method-name.ts';
 import { errorFrame } from './status.ts';
 import { ItemQueue } from './stream.ts';
@@ -51,6 +52,10 @@ export interface CallEnvironment {
   share?: PoolShare;
   maxTensor: number;
   exposureHoldMs: number;
+  /** ServerOptions.exposeErrorMessages. */
+  exposeErrorMessages: boolean;
+  /** Reports a handler failure that was not a deliberate GdrpcError (Server 'error' event). */
+  reportHandlerError(report: GdrpcError): void;
 }
 
 /** A call in progress on the server. */
@@ -91,13 +96,14 @@ export class ServerCall {
       if (method.clientStreaming) {
         this.#items = new ItemQueue<Row>(undefined, () => this.#took());
         this.scope.onAbort((reason) => this.#items?.fail(reason));
-        const result = await this.scope.race(Promise.resolve((handler as ClientStreamHandler)(this.#items, ctx)));
+        const items = this.#items;
+        const result = await this.scope.race(Promise.resolve(runHandler(() => (handler as ClientStreamHandler)(items, ctx))));
         sent = (await this.#respond(result)).moving;
       } else {
         const received = this.#receive(args ?? {});
         const values = received instanceof Promise ? await received : received;
-        if (method.serverStreaming) await this.#stream((handler as ServerStreamHandler)(values, ctx));
-        else sent = (await this.#respond(await this.#settle((handler as UnaryHandler)(values, ctx)))).moving;
+        if (method.serverStreaming) await this.#stream(runHandler(() => (handler as ServerStreamHandler)(values, ctx)));
+        else sent = (await this.#respond(await this.#settle(runHandler(() => (handler as UnaryHandler)(values, ctx))))).moving;
       }
     } catch (error) {
       this.#fail(error);
@@ -194,8 +200,10 @@ export class ServerCall {
   /** The handler's result, or the scope's error if the call ends first (a plain object is used
    *  as it is: no promise, no race). */
   #settle(result: Row | Promise<Row>): Row | Promise<Row> {
+    // race() also takes care of a promise whose call already ended: its rejection is not unhandled.
+    if (result instanceof Promise) return this.scope.race(result);
     this.scope.throwIfAborted();
-    return result instanceof Promise ? this.scope.race(result) : result;
+    return result;
   }
 
   /** Sends RESPONSE; resolves (once the frame is out) to the promise of its transfers. */
@@ -213,13 +221,16 @@ export class ServerCall {
 
   async #stream(items: AsyncIterable<Row>): Promise<void> {
     let seq = 0;
+    if (typeof (items as Partial<AsyncIterable<Row>> | null)?.[Symbol.asyncIterator] !== 'function') {
+      throw this.#contractBroken('must return an async iterable of result objects (write it as an async function*)');
+    }
     const iterator = items[Symbol.asyncIterator]();
     const off = this.scope.onAbort(() => { void iterator.return?.(); });
     try {
       for (;;) {
         // Ask the handler for an item only when the client will take it.
         while (this.#credit <= 0) await this.scope.race(new Promise<void>((resolve) => { this.#creditWaiter = resolve; }));
-        const next = await this.scope.race(iterator.next());
+        const next = await this.scope.race(runHandler(() => iterator.next()));
         if (next.done) break;
         this.#credit -= 1;
         const out = this.#encode(FrameKind.StreamItem, next.value);
@@ -242,7 +253,7 @@ export class ServerCall {
     try {
       validateFields(fields, result, this.entry.types, `${name} ${kind === FrameKind.Response ? 'results' : 'stream item'}`);
     } catch (error) {
-      throw new GdrpcError(Code.INTERNAL, `handler ${name} returned bad results: ${GdrpcError.from(error).rawMessage}`);
+      throw this.#contractBroken(`returned bad results: ${GdrpcError.from(error).rawMessage}`);
     }
     const tensors = new OutgoingTensors({ connection: this.connection, call: this.id }, this.policy, { side: 'server', label: `${name} results.` });
     try {
@@ -264,7 +275,24 @@ export class ServerCall {
   }
 
   #fail(error: unknown): void {
+    let reply = error;
+    if (error instanceof HandlerFailure) {
+      const outcome = handlerError(error.thrown, this.#failedCall(), this.env.exposeErrorMessages);
+      if (outcome.report !== undefined) this.env.reportHandlerError(outcome.report);
+      reply = outcome.reply;
+    }
     if (this.cancelledByPeer || !this.connection.isOpen) return;
-    this.connection.send(FrameKind.Error, this.id, errorFrame(error)).catch(() => {});
+    this.connection.send(FrameKind.Error, this.id, errorFrame(reply)).catch(() => {});
+  }
+
+  /** A handler that broke its contract: reported on the server, and the error the caller gets. */
+  #contractBroken(message: string): GdrpcError {
+    const error = handlerContractError(message, this.#failedCall());
+    this.env.reportHandlerError(error);
+    return error;
+  }
+
+  #failedCall(): FailedCall {
+    return { method: this.entry.method, call: this.id, peer: this.connection.peer };
   }
 }

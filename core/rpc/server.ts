@@ -6,6 +6,7 @@ import { Accept, checkOptions, describeValue } from '../tensor/options.ts';
 import { Listener } from '../ucx/index.ts';
 import { Connection, DEFAULT_TRANSFER_TIMEOUT_MS } from './connection.ts';
 import type { DType, Placement, ServiceDescriptor } from './descriptor.ts';
+import { failureText } from './handler-failure.ts';
 import { DEFAULT_LIVENESS_MS } from './liveness.ts';
 import { serverAllocationFailed } from './memory-errors.ts';
 import { DEFAULT_INLINE_BYTES } from './movers/choose.ts';
@@ -230,6 +231,20 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
       allocate: (shape, dtype, placement, wait, field) => server.#allocate(shape, dtype, placement, wait, field),
       maxTensor: this.#options.maxTensorBytes,
       exposureHoldMs: this.#options.exposureHoldMs,
+      exposeErrorMessages: this.#options.exposeErrorMessages,
+      // Never silent: a handler's bug goes to stderr when the application does not listen. A
+      // listener that throws must not take the call (and the process) down with it.
+      reportHandlerError: (report) => {
+        if (server.listenerCount('error') === 0) {
+          process.stderr.write(failureText(report));
+          return;
+        }
+        try {
+          server.emit('error', report);
+        } catch (listenerError) {
+          process.stderr.write(`${failureText(report)}gdrpc server: and the 'error' listener threw: ${String((listenerError as Error)?.stack ?? listenerError)}\n`);
+        }
+      },
     };
     return {
       get token() { return server.#options.token; },

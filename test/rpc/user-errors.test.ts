@@ -249,6 +249,78 @@ describe('scalar ranges, with messages naming the method and the field', () => {
   });
 });
 
+describe('handler failures', () => {
+  it("a plain Error: the server emits 'error' with method and call id; the client gets a generic INTERNAL", async () => {
+    const error = await failure(client.unary(Echo.methods.ping!, { n: 1 }));
+    expect(error.code).toBe(Code.INTERNAL);
+    expect(error.rawMessage).toMatch(/^internal error in handler Echo\.ping \(the server logged the cause; ServerOptions\.exposeErrorMessages/);
+    expect(error.message).not.toMatch(/secret/);
+    expect(JSON.stringify(error.details)).not.toMatch(/secret/);
+    // Reported before the ERROR was sent: no waiting needed.
+    expect(local.errors).toHaveLength(1);
+    const [report] = local.errors;
+    expect(report!.code).toBe(Code.INTERNAL);
+    expect(report!.rawMessage).toBe('handler Echo.ping failed: secret db password wrong');
+    expect(report!.details).toMatchObject({ method: 'Echo.ping', service: Echo.name, call: expect.any(Number), peer: expect.any(String) });
+    expect((report!.cause as Error).message).toBe('secret db password wrong');
+  });
+
+  it('a GdrpcError thrown on purpose reaches the client as thrown, and is not reported', async () => {
+    const error = await failure(client.unary(Echo.methods.ping!, { n: 2 }));
+    expect(error.code).toBe(Code.FAILED_PRECONDITION);
+    expect(error.rawMessage).toBe('model not loaded');
+    expect(error.details).toMatchObject({ model: 'llama', retryAfterMs: 50 });
+    expect(local.errors).toEqual([]);
+  });
+
+  it('results that do not match the schema, a thrown string, a failing stream: reported, and the caller told', async () => {
+    const bad = await failure(client.unary(Echo.methods.ping!, { n: 3 }));
+    expect(bad.code).toBe(Code.INTERNAL);
+    expect(bad.rawMessage).toBe('handler Echo.ping returned bad results: Echo.ping results: expected an object with the fields { n }, got undefined');
+    const bare = await failure(client.unary(Echo.methods.ping!, { n: 4 }));
+    expect(bare.rawMessage).toMatch(/^internal error in handler Echo\.ping /);
+    const items: unknown[] = [];
+    const stream = await failure((async () => { for await (const item of client.serverStream(Echo.methods.count!, { upTo: 3, delayMs: 0 })) items.push(item); })());
+    expect(items).toEqual([{ i: 0 }]);
+    expect(stream.rawMessage).toMatch(/^internal error in handler Echo\.count /);
+    expect(local.errors.map((e) => e.rawMessage)).toEqual([
+      bad.rawMessage, 'handler Echo.ping failed: a bare string', 'handler Echo.count failed: stream broke',
+    ]);
+  });
+
+  it("without an 'error' listener the failure goes to stderr, with method, call and stack", async () => {
+    const { server, address } = await startLocal();
+    server.removeAllListeners('error');
+    const caller = await Client.connect(address);
+    const written: string[] = [];
+    vi.spyOn(process.stderr, 'write').mockImplementation((chunk: string | Uint8Array) => { written.push(String(chunk)); return true; });
+    try {
+      expect((await failure(caller.unary(Echo.methods.ping!, { n: 1 }))).code).toBe(Code.INTERNAL);
+      await failure(caller.unary(Echo.methods.ping!, { n: 2 }));  // deliberate: not printed
+    } finally {
+      vi.restoreAllMocks();
+      await caller.close();
+      await server.shutdown({ graceMs: 0 });
+    }
+    expect(written).toHaveLength(1);
+    expect(written[0]).toMatch(/^gdrpc server: handler Echo\.ping failed \(call \d+ from [\d.]+:\d+\): Error: secret db password wrong\n\s+at /);
+  });
+
+  it('ServerOptions.exposeErrorMessages sends the message of a plain Error to the client', async () => {
+    const { server, address, errors } = await startLocal({ exposeErrorMessages: true });
+    const caller = await Client.connect(address);
+    try {
+      const error = await failure(caller.unary(Echo.methods.ping!, { n: 1 }));
+      expect(error.code).toBe(Code.INTERNAL);
+      expect(error.rawMessage).toBe('internal error in handler Echo.ping: secret db password wrong');
+      expect(errors).toHaveLength(1);
+    } finally {
+      await caller.close();
+      await server.shutdown({ graceMs: 0 });
+    }
+  });
+});
+
 describe('RESOURCE_EXHAUSTED for memory says whose pool or limit, and which option to raise', () => {
   it("an argument larger than the server's pool (under maxTensorBytes): the server pool, poolBytes and allowPoolOverflow", async () => {
     const { server, address, errors } = await startLocal({ poolBytes: MiB });
