@@ -3,16 +3,21 @@
 import { EventEmitter } from 'eventemitter3';
 import { Code, GdrpcError } from '../errors.ts';
 import { Tensor, TensorPool, type Device } from '../tensor/index.ts';
+import { checkOptions, describeValue } from '../tensor/options.ts';
 import { FrameKind } from '../wire/frames.ts';
 import { attachCallInfo, type CallInfo } from './call-info.ts';
+import { checkCall, isIterable } from './call-checks.ts';
 import { ClientSession } from './client-session.ts';
 import { absoluteDeadline, CallScope } from './deadline.ts';
 import type { MethodDescriptor, Placement } from './descriptor.ts';
 import { connectAndAdmit } from './handshake.ts';
 import { DEFAULT_LIVENESS_MS } from './liveness.ts';
+import { clientAllocationFailed } from './memory-errors.ts';
+import { methodName } from './method-name.ts';
 import { DEFAULT_INLINE_BYTES } from './movers/choose.ts';
 import { cudaReceives } from './movers/memory.ts';
 import type { MoverName, TransferInfo } from './movers/mover.ts';
+import { CLIENT_OPTIONS } from './options.ts';
 import { typesOf } from './registry.ts';
 import { DEFAULT_PROCESS_POOL_BYTES } from './process-pool.ts';
 import { Runtime } from './runtime.ts';
@@ -82,6 +87,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
 
   /** Connects to a server ("host:port" or {host, port}) and completes the handshake. */
   static async connect(address: string | { host: string; port: number }, options: ClientOptions = {}): Promise<Client> {
+    checkOptions('ClientOptions', options, CLIENT_OPTIONS);
     const { host, port } = parseAddress(address);
     const client = new Client(Runtime.acquire(options.busyPollUs !== undefined ? { busyPollUs: options.busyPollUs } : {}), host, port, options);
     try {
@@ -101,8 +107,9 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
    *  once more on a fresh connection, as gRPC does; a call that may have run never is. */
   async unary(method: MethodDescriptor, args: Row, options: CallOptions = {}): Promise<Row> {
     const started = performance.now();
+    checkCall('unary', method, options);
     const types = typesOf(method.service);
-    validateFields(method.args, args, types, 'arguments');
+    validateFields(method.args, args, types, `${methodName(method)} arguments`);
     const scope = new CallScope(absoluteDeadline(options.deadline), options.signal);
     try {
       for (let attempt = 1; ; attempt += 1) {
@@ -131,7 +138,8 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
   }
 
   async *#serverStream(method: MethodDescriptor, args: Row, options: CallOptions): AsyncGenerator<Row> {
-    validateFields(method.args, args, typesOf(method.service), 'arguments');
+    checkCall('serverStream', method, options);
+    validateFields(method.args, args, typesOf(method.service), `${methodName(method)} arguments`);
     const scope = new CallScope(absoluteDeadline(options.deadline), options.signal);
     let session: ClientSession | undefined;
     let id = 0;
@@ -175,6 +183,8 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
   /** A stream of requests, one response. */
   async clientStream(method: MethodDescriptor, args: AsyncIterable<Row> | Iterable<Row>, options: CallOptions = {}): Promise<Row> {
     const started = performance.now();
+    checkCall('clientStream', method, options);
+    if (!isIterable(args)) throw new GdrpcError(Code.INVALID_ARGUMENT, `${methodName(method)}: clientStream takes an iterable or async iterable of argument objects, got ${describeValue(args)}`);
     const types = typesOf(method.service);
     const scope = new CallScope(absoluteDeadline(options.deadline), options.signal);
     try {
@@ -197,7 +207,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
         while (credit <= 0 && !finished) await scope.race(Promise.race([new Promise<void>((resolve) => { wake = resolve; }), settled]));
         if (finished || scope.aborted) break;
         credit -= 1;
-        validateFields(method.args, item, types, `arguments[${seq}]`);
+        validateFields(method.args, item, types, `${methodName(method)} arguments[${seq}]`);
         transfers.push(...(await this.#send(session, final.id, FrameKind.StreamItem, method, item, options, scope, true, seq)).transfers);
         seq += 1;
       }
@@ -266,7 +276,8 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
 
   /** Encodes and sends a REQUEST or STREAM_ITEM with its tensors; returns the transfers. */
   async #send(session: ClientSession, id: number, kind: FrameKind, method: MethodDescriptor, values: Row, options: CallOptions, scope: CallScope, awaitTransfers: boolean, seq = 0, window?: number): Promise<Sent> {
-    const out = new OutgoingTensors({ connection: session.connection, call: id }, { mover: options.mover ?? 'auto', noStaging: options.noStaging ?? false });
+    const label = kind === FrameKind.Request ? `${methodName(method)} arguments.` : `${methodName(method)} arguments[${seq}].`;
+    const out = new OutgoingTensors({ connection: session.connection, call: id }, { mover: options.mover ?? 'auto', noStaging: options.noStaging ?? false }, { side: 'client', label });
     let encoded: Row;
     try {
       encoded = encodeFields(method.args, values, typesOf(method.service), out.encode, '');
@@ -307,18 +318,19 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
 
   /** Decodes a result object, validates it, receives its tensors. */
   async #receive(session: ClientSession, id: number, method: MethodDescriptor, wire: Row, scope: CallScope, options: CallOptions): Promise<{ values: Row; transfers: TransferInfo[] }> {
-    const incoming = new IncomingTensors({ connection: session.connection, call: id }, { maxTensor: Number.MAX_SAFE_INTEGER, noStaging: options.noStaging ?? false });
+    const incoming = new IncomingTensors({ connection: session.connection, call: id }, { maxTensor: Number.MAX_SAFE_INTEGER, noStaging: options.noStaging ?? false },
+      { side: 'client', label: `${methodName(method)} results.` });
     const types = typesOf(method.service);
     let values: Row;
     try {
       values = decodeFields(method.results, wire, types, incoming.decode, '');
-      validateFields(method.results, values, types, 'results');
+      validateFields(method.results, values, types, `${methodName(method)} results`);
     } catch (error) {
       await refuseRaw({ connection: session.connection, call: id }, wire);
       if (error instanceof GdrpcError && error.code === Code.FAILED_PRECONDITION) throw error;
       throw new GdrpcError(Code.INTERNAL, `server ${session.connection.peer} sent bad results: ${GdrpcError.from(error).rawMessage}`, { cause: error });
     }
-    const allocate = options[ALLOCATE] ?? ((shape, dtype, placement) => this.#allocate(shape, dtype, placement));
+    const allocate = options[ALLOCATE] ?? ((shape, dtype, placement, field) => this.#allocate(shape, dtype, placement, field));
     const receiving = incoming.receive(allocate);
     let received: Map<PendingTensor, Tensor>;
     try {
@@ -332,10 +344,14 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
     return { values, transfers: incoming.transfers };
   }
 
-  #allocate(shape: number[], dtype: Parameters<Allocate>[1], placement: Placement): Tensor {
+  #allocate(shape: number[], dtype: Parameters<Allocate>[1], placement: Placement, field: string): Tensor {
     const device: Device = placement.kind === 'cuda' && cudaReceives() ? `cuda:${placement.device ?? 0}` : 'cpu';
-    if (this.#options.poolBytes === 0) return Tensor.empty(shape, dtype, { device });
-    return this.pool(device).allocate(shape, dtype);
+    try {
+      if (this.#options.poolBytes === 0) return Tensor.empty(shape, dtype, { device });
+      return this.pool(device).allocate(shape, dtype);
+    } catch (error) {
+      throw clientAllocationFailed(error, field);
+    }
   }
 }
 
@@ -377,8 +393,8 @@ function protocolError(session: ClientSession, what: string): GdrpcError {
 export function parseAddress(address: string | { host: string; port: number }): { host: string; port: number } {
   const parsed = typeof address === 'string'
     ? { host: address.slice(0, address.lastIndexOf(':')), port: Number(address.slice(address.lastIndexOf(':') + 1)) }
-    : address;
-  if (!parsed.host || !Number.isInteger(parsed.port) || parsed.port <= 0 || parsed.port > 65535) {
+    : typeof address === 'object' && address !== null ? address : { host: '', port: 0 };
+  if (!parsed.host || typeof parsed.host !== 'string' || !Number.isInteger(parsed.port) || parsed.port <= 0 || parsed.port > 65535) {
     throw new GdrpcError(Code.INVALID_ARGUMENT, `bad address ${JSON.stringify(address)}: expected "host:port"`);
   }
   return parsed;

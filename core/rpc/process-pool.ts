@@ -1,7 +1,8 @@
 // Public access to the process's tensor pools (docs/runtime-api.md "Process pools"): the same pools
 // clients receive results into, mapped once on the process's UCX context. Callers allocate their
 // arguments here so that sends need no registration per call, without reaching into the runtime.
-import type { Device, TensorPool, TensorPoolOptions } from '../tensor/index.ts';
+import { parseDevice, type Device, type TensorPool, type TensorPoolOptions } from '../tensor/index.ts';
+import { Accept, checkOptions } from '../tensor/options.ts';
 import { Runtime } from './runtime.ts';
 
 /** Default size of a process pool created by processPool or by a Client (64 MiB). */
@@ -16,6 +17,8 @@ let held: Runtime | undefined;
  *  one; overflow allowed unless the creator says otherwise). Pools outlive clients;
  *  closeProcessPools(), once no Client or Server is left, closes them. */
 export function processPool(device: Device = 'cpu', options: { bytes?: number; allowOverflow?: boolean } = {}): TensorPool {
+  checkOptions('processPool options', options, { bytes: Accept.positiveBytes, allowOverflow: Accept.boolean });
+  parseDevice(device, 'processPool device');
   held ??= Runtime.acquire();
   return held.pool(device, { bytes: options.bytes ?? DEFAULT_PROCESS_POOL_BYTES, allowOverflow: options.allowOverflow ?? true, grow: options.bytes !== undefined });
 }

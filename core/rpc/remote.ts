@@ -6,7 +6,9 @@
 import { randomBytes, timingSafeEqual } from 'node:crypto';
 import { networkInterfaces } from 'node:os';
 import { Code, GdrpcError } from '../errors.ts';
-import type { Device, Tensor, TensorPool } from '../tensor/index.ts';
+import { Tensor, TensorPool, type Device } from '../tensor/index.ts';
+import { isDevice } from '../tensor/device.ts';
+import { Accept, checkOptions, rule, type OptionRules } from '../tensor/options.ts';
 import type { TensorWire } from '../wire/frames.ts';
 import type { DType, MethodDescriptor, Placement } from './descriptor.ts';
 import type { TransferScope } from './movers/mover.ts';
@@ -56,6 +58,14 @@ export function remoteExposures(): number {
   return entries.size;
 }
 
+/** Options of RemoteTensor.pull. */
+export interface PullOptions { device?: Device; into?: Tensor; pool?: TensorPool; token?: string }
+
+const PULL_OPTIONS: OptionRules<PullOptions> = {
+  device: rule(`'cpu' or 'cuda:N'`, isDevice), into: rule('a Tensor', (value) => value instanceof Tensor),
+  pool: rule('a TensorPool', (value) => value instanceof TensorPool), token: Accept.nonEmptyString,
+};
+
 /** A handle to a tensor that stays with its owner until pulled (`@remote` placement). */
 export class RemoteTensor {
   constructor(readonly wire: TensorWire) {}
@@ -66,7 +76,8 @@ export class RemoteTensor {
   get owner(): string { return this.wire.o!; }
 
   /** Fetches the bytes from the owner into `into`, a tensor from `pool`, or a new one on `device`. */
-  async pull(options: { device?: Device; into?: Tensor; pool?: TensorPool; token?: string } = {}): Promise<Tensor> {
+  async pull(options: PullOptions = {}): Promise<Tensor> {
+    checkOptions('RemoteTensor.pull options', options, PULL_OPTIONS);
     const { Client, ALLOCATE } = await import('./client.ts');
     const device = options.into?.device ?? options.pool?.device ?? options.device ?? 'cpu';
     const placement: Placement = device === 'cpu' ? { kind: 'host' } : { kind: 'cuda', device: Number(device.slice(5)) };

@@ -6,6 +6,8 @@
 import { Context, Worker } from '../ucx/index.ts';
 import { TensorPool, type Device, type TensorPoolOptions } from '../tensor/index.ts';
 import { Dispatcher } from './dispatcher.ts';
+import { invalidOption } from '../tensor/options.ts';
+import { BUSY_POLL_US } from './options.ts';
 import { SendSlots } from './send-slots.ts';
 
 /** Largest control frame any connection in this process accepts (the receive buffer size). */
@@ -14,6 +16,16 @@ export const DEFAULT_FRAME_BYTES = 4 << 20;
 /** Whether GDRPC_UNSAFE_RMA asks for the RMA mover, giving up isolation between peers. */
 export function unsafeRmaEnabled(): boolean {
   return /^(1|y|yes|on|true)$/i.test(process.env.GDRPC_UNSAFE_RMA ?? '');
+}
+
+/** GDRPC_BUSY_POLL_US, checked: a typo there would otherwise fail every Client and Server with a
+ *  message about an option nobody passed. */
+function busyPollFromEnvironment(): number {
+  const text = process.env.GDRPC_BUSY_POLL_US;
+  if (text === undefined || text.trim() === '') return 0;
+  const value = Number(text);
+  if (!BUSY_POLL_US.accepts(value)) throw invalidOption('GDRPC_BUSY_POLL_US', text, BUSY_POLL_US.expected);
+  return value;
 }
 
 /** Context + worker + control-frame dispatcher of this process. */
@@ -38,8 +50,15 @@ export class Runtime {
       // with it would let any peer that connects read and write this process's host memory
       // through UCX's software RMA emulation (docs/security.md).
       const rma = unsafeRmaEnabled();
+      const busyPollUs = options.busyPollUs ?? busyPollFromEnvironment();
       const context = Context.create({ features: rma ? ['tag', 'rma', 'wakeup'] : ['tag', 'wakeup'] });
-      const worker = Worker.create(context, { busyPollUs: options.busyPollUs ?? Number(process.env.GDRPC_BUSY_POLL_US ?? 0) });
+      let worker: Worker;
+      try {
+        worker = Worker.create(context, { busyPollUs });
+      } catch (error) {
+        context.close();
+        throw error;
+      }
       runtime = new Runtime(context, worker, new Dispatcher(worker, DEFAULT_FRAME_BYTES), rma);
       Runtime.#shared = runtime;
     }

@@ -7,6 +7,8 @@ import { FrameKind } from '../wire/frames.ts';
 import type { Connection } from './connection.ts';
 import type { CallScope } from './deadline.ts';
 import type { MethodDescriptor, ServiceDescriptor } from './descriptor.ts';
+import { handlerContractError, handlerError, HandlerFailure, runHandler, type FailedCall } from './handler-failure.ts';
+import { methodName } from './method-name.ts';
 import { errorFrame } from './status.ts';
 import { ItemQueue } from './stream.ts';
 import { IncomingTensors, OutgoingTensors, PendingTensor, refuseRaw, type Allocate, type SendPolicy } from './transfer.ts';
@@ -45,11 +47,15 @@ export interface AllocationWait { signal: AbortSignal; share: PoolShare | undefi
 
 /** What a call needs from its server. */
 export interface CallEnvironment {
-  allocate: (shape: Parameters<Allocate>[0], dtype: Parameters<Allocate>[1], placement: Parameters<Allocate>[2], wait: AllocationWait) => ReturnType<Allocate>;
+  allocate: (shape: Parameters<Allocate>[0], dtype: Parameters<Allocate>[1], placement: Parameters<Allocate>[2], wait: AllocationWait, field: string) => ReturnType<Allocate>;
   /** The connection's share of the server's pools (set per session). */
   share?: PoolShare;
   maxTensor: number;
   exposureHoldMs: number;
+  /** ServerOptions.exposeErrorMessages. */
+  exposeErrorMessages: boolean;
+  /** Reports a handler failure that was not a deliberate GdrpcError (Server 'error' event). */
+  reportHandlerError(report: GdrpcError): void;
 }
 
 /** A call in progress on the server. */
@@ -90,13 +96,14 @@ export class ServerCall {
       if (method.clientStreaming) {
         this.#items = new ItemQueue<Row>(undefined, () => this.#took());
         this.scope.onAbort((reason) => this.#items?.fail(reason));
-        const result = await this.scope.race(Promise.resolve((handler as ClientStreamHandler)(this.#items, ctx)));
+        const items = this.#items;
+        const result = await this.scope.race(Promise.resolve(runHandler(() => (handler as ClientStreamHandler)(items, ctx))));
         sent = (await this.#respond(result)).moving;
       } else {
         const received = this.#receive(args ?? {});
         const values = received instanceof Promise ? await received : received;
-        if (method.serverStreaming) await this.#stream((handler as ServerStreamHandler)(values, ctx));
-        else sent = (await this.#respond(await this.#settle((handler as UnaryHandler)(values, ctx)))).moving;
+        if (method.serverStreaming) await this.#stream(runHandler(() => (handler as ServerStreamHandler)(values, ctx)));
+        else sent = (await this.#respond(await this.#settle(runHandler(() => (handler as UnaryHandler)(values, ctx))))).moving;
       }
     } catch (error) {
       this.#fail(error);
@@ -162,13 +169,16 @@ export class ServerCall {
    *  carries no tensor bytes to wait for: the common small call skips every await). */
   #receive(wire: Row, what = ''): Row | Promise<Row> {
     const scope = { connection: this.connection, call: this.id };
-    const incoming = new IncomingTensors(scope, { maxTensor: this.env.maxTensor, noStaging: this.policy.noStaging });
-    this.#incoming.push(incoming);
     const { method, types } = this.entry;
+    const name = methodName(method);
+    // Stream items' paths start with "arguments[seq]." already.
+    const label = what === '' ? `${name} arguments.` : `${name} `;
+    const incoming = new IncomingTensors(scope, { maxTensor: this.env.maxTensor, noStaging: this.policy.noStaging }, { side: 'server', label });
+    this.#incoming.push(incoming);
     let values: Row;
     try {
       values = decodeFields(method.args, wire, types, incoming.decode, what);
-      validateFields(method.args, values, types, what === '' ? 'arguments' : what.slice(0, -1));
+      validateFields(method.args, values, types, `${label}${what}`.slice(0, -1));
     } catch (error) {
       // Settle the announced bytes in the background: the ERROR must not wait for a sender that
       // may never send them.
@@ -177,7 +187,7 @@ export class ServerCall {
     }
     if (incoming.pending.every((p) => p.wire.m === 'h')) return values;
     const wait: AllocationWait = { signal: this.scope.signal, share: this.env.share };
-    const receiving = incoming.receive((shape, dtype, placement) => this.env.allocate(shape, dtype, placement, wait));
+    const receiving = incoming.receive((shape, dtype, placement, field) => this.env.allocate(shape, dtype, placement, wait, field));
     // Its failure reaches the caller through the race below; run() waits for it before releasing.
     receiving.catch(() => {});
     this.#receiving.push(receiving);
@@ -190,8 +200,10 @@ export class ServerCall {
   /** The handler's result, or the scope's error if the call ends first (a plain object is used
    *  as it is: no promise, no race). */
   #settle(result: Row | Promise<Row>): Row | Promise<Row> {
+    // race() also takes care of a promise whose call already ended: its rejection is not unhandled.
+    if (result instanceof Promise) return this.scope.race(result);
     this.scope.throwIfAborted();
-    return result instanceof Promise ? this.scope.race(result) : result;
+    return result;
   }
 
   /** Sends RESPONSE; resolves (once the frame is out) to the promise of its transfers. */
@@ -209,13 +221,16 @@ export class ServerCall {
 
   async #stream(items: AsyncIterable<Row>): Promise<void> {
     let seq = 0;
+    if (typeof (items as Partial<AsyncIterable<Row>> | null)?.[Symbol.asyncIterator] !== 'function') {
+      throw this.#contractBroken('must return an async iterable of result objects (write it as an async function*)');
+    }
     const iterator = items[Symbol.asyncIterator]();
     const off = this.scope.onAbort(() => { void iterator.return?.(); });
     try {
       for (;;) {
         // Ask the handler for an item only when the client will take it.
         while (this.#credit <= 0) await this.scope.race(new Promise<void>((resolve) => { this.#creditWaiter = resolve; }));
-        const next = await this.scope.race(iterator.next());
+        const next = await this.scope.race(runHandler(() => iterator.next()));
         if (next.done) break;
         this.#credit -= 1;
         const out = this.#encode(FrameKind.StreamItem, next.value);
@@ -233,13 +248,14 @@ export class ServerCall {
   }
 
   #encode(kind: FrameKind, result: Row): { encoded: Row; tensors: OutgoingTensors } {
+    const name = methodName(this.entry.method);
     const fields = this.entry.resultsOf?.(result) ?? this.entry.method.results;
     try {
-      validateFields(fields, result, this.entry.types, kind === FrameKind.Response ? 'results' : 'stream item');
+      validateFields(fields, result, this.entry.types, `${name} ${kind === FrameKind.Response ? 'results' : 'stream item'}`);
     } catch (error) {
-      throw new GdrpcError(Code.INTERNAL, `handler of ${this.entry.method.service}/${this.entry.method.name} returned bad results: ${GdrpcError.from(error).rawMessage}`);
+      throw this.#contractBroken(`returned bad results: ${GdrpcError.from(error).rawMessage}`);
     }
-    const tensors = new OutgoingTensors({ connection: this.connection, call: this.id }, this.policy);
+    const tensors = new OutgoingTensors({ connection: this.connection, call: this.id }, this.policy, { side: 'server', label: `${name} results.` });
     try {
       return { encoded: encodeFields(fields, result, this.entry.types, tensors.encode, ''), tensors };
     } catch (error) {
@@ -259,7 +275,24 @@ export class ServerCall {
   }
 
   #fail(error: unknown): void {
+    let reply = error;
+    if (error instanceof HandlerFailure) {
+      const outcome = handlerError(error.thrown, this.#failedCall(), this.env.exposeErrorMessages);
+      if (outcome.report !== undefined) this.env.reportHandlerError(outcome.report);
+      reply = outcome.reply;
+    }
     if (this.cancelledByPeer || !this.connection.isOpen) return;
-    this.connection.send(FrameKind.Error, this.id, errorFrame(error)).catch(() => {});
+    this.connection.send(FrameKind.Error, this.id, errorFrame(reply)).catch(() => {});
+  }
+
+  /** A handler that broke its contract: reported on the server, and the error the caller gets. */
+  #contractBroken(message: string): GdrpcError {
+    const error = handlerContractError(message, this.#failedCall());
+    this.env.reportHandlerError(error);
+    return error;
+  }
+
+  #failedCall(): FailedCall {
+    return { method: this.entry.method, call: this.id, peer: this.connection.peer };
   }
 }

@@ -2,12 +2,16 @@
 import { EventEmitter } from 'eventemitter3';
 import { Code, GdrpcError } from '../errors.ts';
 import { Tensor, TensorPool, type Device } from '../tensor/index.ts';
+import { Accept, checkOptions, describeValue } from '../tensor/options.ts';
 import { Listener } from '../ucx/index.ts';
 import { Connection, DEFAULT_TRANSFER_TIMEOUT_MS } from './connection.ts';
 import type { DType, Placement, ServiceDescriptor } from './descriptor.ts';
+import { failureText } from './handler-failure.ts';
 import { DEFAULT_LIVENESS_MS } from './liveness.ts';
+import { serverAllocationFailed } from './memory-errors.ts';
 import { DEFAULT_INLINE_BYTES } from './movers/choose.ts';
 import { cudaReceives } from './movers/memory.ts';
+import { SERVER_OPTIONS } from './options.ts';
 import { registerService } from './registry.ts';
 import { lookupRemote, OWNER_SERVICE, pullResultFields, setOwnerListener } from './remote.ts';
 import { Runtime } from './runtime.ts';
@@ -54,6 +58,9 @@ export interface ServerOptions {
   busyPollUs?: number;
   /** How long results exposed for RMA wait for the client's FIN (default 30 s). */
   exposureHoldMs?: number;
+  /** Send the message of a handler's plain Error (not a GdrpcError) to the client instead of a
+   *  generic "internal error in handler ..." (default false: such messages may hold secrets). */
+  exposeErrorMessages?: boolean;
 }
 
 type Handlers = Record<string, Handler>;
@@ -76,9 +83,10 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
 
   private constructor(options: ServerOptions) {
     super();
+    checkOptions('ServerOptions', options, SERVER_OPTIONS);
     this.#options = {
       maxCallsPerConnection: 256, maxCalls: 4096, maxFrameBytes: 4 << 20, maxTensorBytes: 1 << 30, poolBytes: 128 << 20,
-      allowPoolOverflow: false, poolWaitMs: 10_000, livenessMs: DEFAULT_LIVENESS_MS, admissionTimeoutMs: 5000, transferTimeoutMs: DEFAULT_TRANSFER_TIMEOUT_MS, maxConnections: 1024, maxConnectionsPerAddress: 64, inlineBytes: DEFAULT_INLINE_BYTES, exposureHoldMs: 30_000, ...options,
+      allowPoolOverflow: false, poolWaitMs: 10_000, livenessMs: DEFAULT_LIVENESS_MS, admissionTimeoutMs: 5000, transferTimeoutMs: DEFAULT_TRANSFER_TIMEOUT_MS, maxConnections: 1024, maxConnectionsPerAddress: 64, inlineBytes: DEFAULT_INLINE_BYTES, exposureHoldMs: 30_000, exposeErrorMessages: false, ...options,
     };
     this.#methods.set(`${OWNER_SERVICE}/pull`, ownerPullEntry());
     this.#host = this.#makeHost();
@@ -91,6 +99,12 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
 
   /** Serves `service` with `handlers` (one per method name). */
   register(service: ServiceDescriptor, handlers: Handlers): this {
+    if (typeof service !== 'object' || service === null || typeof service.name !== 'string' || typeof service.methods !== 'object' || service.methods === null) {
+      throw new GdrpcError(Code.INVALID_ARGUMENT, `Server.register: expected a service descriptor (the generated ...Descriptor), got ${describeValue(service)}`);
+    }
+    if (typeof handlers !== 'object' || handlers === null) {
+      throw new GdrpcError(Code.INVALID_ARGUMENT, `Server.register(${service.name}): expected an object of handlers by method name, got ${describeValue(handlers)}`);
+    }
     for (const [name, method] of Object.entries(service.methods)) {
       const handler = handlers[name];
       if (typeof handler !== 'function') throw new GdrpcError(Code.INVALID_ARGUMENT, `no handler for ${service.name}/${name}`);
@@ -137,6 +151,7 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
   /** Stops accepting, lets calls in flight finish for up to graceMs (default 5000), aborts the
    *  rest (UNAVAILABLE), closes connections, pools and the listener. */
   async shutdown(options: { graceMs?: number } = {}): Promise<void> {
+    checkOptions('Server.shutdown options', options, { graceMs: Accept.ms });
     if (this.#shuttingDown) return;
     this.#shuttingDown = true;
     listening.delete(this);
@@ -213,9 +228,23 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
   #makeHost(): SessionHost {
     const server = this;
     const env: CallEnvironment = {
-      allocate: (shape, dtype, placement, wait) => server.#allocate(shape, dtype, placement, wait),
+      allocate: (shape, dtype, placement, wait, field) => server.#allocate(shape, dtype, placement, wait, field),
       maxTensor: this.#options.maxTensorBytes,
       exposureHoldMs: this.#options.exposureHoldMs,
+      exposeErrorMessages: this.#options.exposeErrorMessages,
+      // Never silent: a handler's bug goes to stderr when the application does not listen. A
+      // listener that throws must not take the call (and the process) down with it.
+      reportHandlerError: (report) => {
+        if (server.listenerCount('error') === 0) {
+          process.stderr.write(failureText(report));
+          return;
+        }
+        try {
+          server.emit('error', report);
+        } catch (listenerError) {
+          process.stderr.write(`${failureText(report)}gdrpc server: and the 'error' listener threw: ${String((listenerError as Error)?.stack ?? listenerError)}\n`);
+        }
+      },
     };
     return {
       get token() { return server.#options.token; },
@@ -251,21 +280,23 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
     };
   }
 
-  #allocate(shape: number[], dtype: DType, placement: Placement, wait: AllocationWait): Tensor | Promise<Tensor> {
+  #allocate(shape: number[], dtype: DType, placement: Placement, wait: AllocationWait, field: string): Tensor | Promise<Tensor> {
     const device: Device = placement.kind === 'cuda' && cudaReceives() ? `cuda:${placement.device ?? 0}` : 'cpu';
-    if (this.#options.poolBytes === 0) return Tensor.empty(shape, dtype, { device });
+    const failed = (error: unknown): never => { throw serverAllocationFailed(error, field, this.#options); };
+    if (this.#options.poolBytes === 0) {
+      try {
+        return Tensor.empty(shape, dtype, { device });
+      } catch (error) {
+        return failed(error);
+      }
+    }
     let pool = this.#pools.get(device);
     if (pool === undefined) {
       pool = TensorPool.create(this.#runtime!.context, { device, bytes: this.#options.poolBytes, allowOverflow: this.#options.allowPoolOverflow });
       this.#pools.set(device, pool);
     }
-    return pool.allocateWhenFree(shape, dtype, { maxWaitMs: this.#options.poolWaitMs, signal: wait.signal, share: wait.share })
-      .catch((error: unknown) => {
-        if (!(error instanceof GdrpcError) || error.code !== Code.RESOURCE_EXHAUSTED) throw error;
-        // Say whose memory ran out and what to change: the caller sees this message.
-        throw new GdrpcError(Code.RESOURCE_EXHAUSTED, `server ${error.rawMessage} (ServerOptions.poolBytes ${this.#options.poolBytes}, poolWaitMs ${this.#options.poolWaitMs}: raise them, or retry later)`,
-          { details: { ...error.details, side: 'server', options: ['poolBytes', 'poolWaitMs'], retryable: true } });
-      });
+    // Say whose memory ran out and what to change: the caller sees this message.
+    return pool.allocateWhenFree(shape, dtype, { maxWaitMs: this.#options.poolWaitMs, signal: wait.signal, share: wait.share }).catch(failed);
   }
 }
 

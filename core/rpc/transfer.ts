@@ -11,10 +11,15 @@ import { cudaReceives, memoryTypeOf, ProducerSync } from './movers/memory.ts';
 import type { Mover, MoverName, Outgoing, TransferInfo, TransferScope } from './movers/mover.ts';
 import { bounceFor, contextMapsCuda, copyTensorBytes, stagingReason } from './movers/staging.ts';
 import { transferPath } from './movers/path.ts';
+import { tensorTooLarge, type Side } from './memory-errors.ts';
 import { RemoteTensor, exposeRemote } from './remote.ts';
 
 /** How the sending side wants its tensors moved. */
 export interface SendPolicy { mover: 'auto' | MoverName; noStaging: boolean }
+
+/** Which side moves the tensors of a frame, and what names their fields in messages: `label`
+ *  precedes a field's path ("Echo.echo arguments." + "x"). */
+export interface TransferSite { side: Side; label: string }
 
 const MOVER_OF = { i: 'inline', t: 'tag', r: 'rma' } as const;
 
@@ -27,7 +32,7 @@ export class OutgoingTensors {
   /** Bounces to give back if the frame never leaves. */
   readonly #discards: Array<() => void> = [];
 
-  constructor(private readonly scope: TransferScope, private readonly policy: SendPolicy) {}
+  constructor(private readonly scope: TransferScope, private readonly policy: SendPolicy, private readonly site: TransferSite) {}
 
   /** The EncodeTensor callback of encodeFields. */
   readonly encode = (value: unknown, where: string, placement: Placement): unknown => {
@@ -49,7 +54,7 @@ export class OutgoingTensors {
       throw new GdrpcError(Code.FAILED_PRECONDITION, `${where}: ${from} -> ${to} over ${connection.peer} would stage through host memory (noStaging)${reason !== undefined ? `: ${reason}` : ''}`, { path });
     }
     if (value.byteLength > connection.peerLimits.maxTensor) {
-      throw new GdrpcError(Code.RESOURCE_EXHAUSTED, `${where}: ${value.byteLength} bytes exceed the peer's tensor limit of ${connection.peerLimits.maxTensor}`);
+      throw tensorTooLarge(this.site.side === 'client' ? 'server' : 'client', `${this.site.label}${where}`, value.byteLength, connection.peerLimits.maxTensor);
     }
     let outgoing: Outgoing;
     if (local !== undefined) {
@@ -85,8 +90,9 @@ export class PendingTensor {
   get shape(): readonly number[] { return this.wire.sh; }
 }
 
-/** Allocates the destination of an incoming tensor (possibly waiting for pool memory). */
-export type Allocate = (shape: number[], dtype: DType, placement: Placement) => Tensor | Promise<Tensor>;
+/** Allocates the destination of an incoming tensor (possibly waiting for pool memory); `field`
+ *  names it for messages ("Echo.echo arguments.x"). */
+export type Allocate = (shape: number[], dtype: DType, placement: Placement, field: string) => Tensor | Promise<Tensor>;
 
 /** Tensors arriving in one frame. */
 export class IncomingTensors {
@@ -95,7 +101,7 @@ export class IncomingTensors {
   /** Tensors allocated here; the side that owns the call releases them. */
   readonly allocated: Tensor[] = [];
 
-  constructor(private readonly scope: TransferScope, private readonly limits: { maxTensor: number; noStaging?: boolean }) {}
+  constructor(private readonly scope: TransferScope, private readonly limits: { maxTensor: number; noStaging?: boolean }, private readonly site: TransferSite) {}
 
   /** The DecodeTensor callback of decodeFields: checks the descriptor before anything is allocated. */
   readonly decode = (value: unknown, where: string, placement: Placement): unknown => {
@@ -127,9 +133,7 @@ export class IncomingTensors {
         throw new GdrpcError(Code.FAILED_PRECONDITION, `${where}: ${wire.mt} -> ${to} from ${this.scope.connection.peer} would stage through host memory (noStaging)${local ? ': this UCX cannot register CUDA memory' : ''}`, { path });
       }
     }
-    if (wire.n > this.limits.maxTensor) {
-      throw new GdrpcError(Code.RESOURCE_EXHAUSTED, `${where}: tensor of ${wire.n} bytes exceeds the limit of ${this.limits.maxTensor}`);
-    }
+    if (wire.n > this.limits.maxTensor) throw tensorTooLarge(this.site.side, `${this.site.label}${where}`, wire.n, this.limits.maxTensor);
     return pending;
   };
 
@@ -144,7 +148,7 @@ export class IncomingTensors {
       let dest: Tensor;
       try {
         if (failure !== undefined) throw failure;
-        const allocated = allocate([...pending.wire.sh], pending.wire.dt as DType, pending.placement);
+        const allocated = allocate([...pending.wire.sh], pending.wire.dt as DType, pending.placement, `${this.site.label}${pending.where}`);
         dest = allocated instanceof Tensor ? allocated : await allocated;
         // Another tensor of this frame failed while this one waited for memory.
         if (failure !== undefined) {

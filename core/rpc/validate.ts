@@ -16,12 +16,18 @@ const INT_RANGES: Partial<Record<ScalarName, [number, number]>> = {
 const BIG_RANGES: Partial<Record<ScalarName, [bigint, bigint]>> = {
   i64: [-(1n << 63n), (1n << 63n) - 1n], u64: [0n, (1n << 64n) - 1n],
 };
+/** Largest finite f32. A finite number beyond it (past the rounding midpoint to the next power of
+ *  two) would become Infinity when the receiver stores it as f32, so it is refused; NaN and
+ *  ±Infinity are f32 values and pass, as they do for f64. */
+const F32_MAX = 3.4028234663852886e38;
 
 /** Validates arguments or results against a method's fields (dtype, rank, fixed and symbolic dims,
- *  missing fields, scalar types); throws GdrpcError INVALID_ARGUMENT naming the field. */
+ *  missing fields, scalar types and ranges); throws GdrpcError INVALID_ARGUMENT naming the field.
+ *  `what` names the object ("Echo.echo arguments"); a field's path is appended to it. */
 export function validateFields(fields: FieldDescriptor[], values: Record<string, unknown>, types: Types, what: string): void {
-  if (typeof values !== 'object' || values === null) {
-    throw invalid(`${what}: expected an object of fields, got ${describe(values)}`);
+  if (typeof values !== 'object' || values === null || Array.isArray(values)) {
+    const names = fields.map((field) => field.name).join(', ');
+    throw invalid(`${what}: expected an object with the fields { ${names} }, got ${describe(values)}`);
   }
   const symbols = new Map<string, { size: number; where: string }>();
   for (const field of fields) checkValue(field.type, values[field.name], `${what}.${field.name}`, types, symbols);
@@ -72,23 +78,34 @@ function checkValue(type: TypeRef, value: unknown, where: string, types: Types, 
 function checkScalar(name: ScalarName, value: unknown, where: string): void {
   const intRange = INT_RANGES[name];
   if (intRange) {
-    if (typeof value !== 'number' || !Number.isInteger(value) || value < intRange[0] || value > intRange[1]) {
-      throw invalid(`${where}: expected ${name}, got ${describe(value)}`);
-    }
+    if (typeof value !== 'number' || !Number.isInteger(value)) throw invalid(`${where}: expected ${name} (an integer), got ${describe(value)}`);
+    if (value < intRange[0] || value > intRange[1]) throw outOfRange(where, value, name, `${intRange[0]} to ${intRange[1]}`);
     return;
   }
   const bigRange = BIG_RANGES[name];
   if (bigRange) {
     // 64-bit integers are bigint; a safe-integer number is accepted (msgpack sends small ones compactly).
     const big = typeof value === 'bigint' ? value : typeof value === 'number' && Number.isSafeInteger(value) ? BigInt(value) : undefined;
-    if (big === undefined || big < bigRange[0] || big > bigRange[1]) throw invalid(`${where}: expected ${name}, got ${describe(value)}`);
+    if (big === undefined) {
+      const unsafe = typeof value === 'number' && Number.isInteger(value);
+      throw invalid(`${where}: expected ${name} as a bigint${unsafe ? ' (a number is exact only up to 2^53 - 1)' : ''}, got ${describe(value)}`);
+    }
+    if (big < bigRange[0] || big > bigRange[1]) throw outOfRange(where, `${big}n`, name, `${bigRange[0]} to ${bigRange[1]}`);
     return;
   }
-  const ok = name === 'bool' ? typeof value === 'boolean'
-    : name === 'f32' || name === 'f64' ? typeof value === 'number'
-    : name === 'string' ? typeof value === 'string'
-    : value instanceof Uint8Array;
+  if (name === 'f32' || name === 'f64') {
+    if (typeof value !== 'number') throw invalid(`${where}: expected ${name} (a number), got ${describe(value)}`);
+    if (name === 'f32' && Number.isFinite(value) && !Number.isFinite(Math.fround(value))) {
+      throw outOfRange(where, value, name, `finite f32 values lie within ±${F32_MAX}`);
+    }
+    return;
+  }
+  const ok = name === 'bool' ? typeof value === 'boolean' : name === 'string' ? typeof value === 'string' : value instanceof Uint8Array;
   if (!ok) throw invalid(`${where}: expected ${name}, got ${describe(value)}`);
+}
+
+function outOfRange(where: string, value: number | string, name: ScalarName, range: string): GdrpcError {
+  return invalid(`${where}: ${value} is out of range for ${name} (${range})`);
 }
 
 function checkTensor(dtype: DType, dims: Dim[], value: unknown, where: string, symbols: Map<string, { size: number; where: string }>): void {
@@ -126,6 +143,8 @@ function describe(value: unknown): string {
   if (value instanceof Uint8Array) return 'bytes';
   if (typeof value === 'object') return isTensorShaped(value) ? `a tensor<${value.dtype}>` : 'an object';
   if (typeof value === 'string') return JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}…` : value);
+  if (value === undefined) return 'undefined';
+  if (typeof value === 'function') return 'a function';
   return `${typeof value} ${String(value)}`;
 }
 

@@ -20,6 +20,11 @@ export function parseDevice(device: unknown, what = 'device'): DeviceKind {
   return { kind: 'cuda', index: Number(match[1]) };
 }
 
+/** True for 'cpu' and 'cuda:N'. */
+export function isDevice(value: unknown): value is Device {
+  return value === 'cpu' || (typeof value === 'string' && CUDA_DEVICE.test(value));
+}
+
 /** Checks that CUDA device `index` can be used now: FAILED_PRECONDITION without CUDA, INVALID_ARGUMENT past the last device. */
 export function requireCudaDevice(index: number): void {
   if (!cuda.available()) {

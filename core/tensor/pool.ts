@@ -8,6 +8,7 @@ import { Arena } from './arena.ts';
 import { parseDevice, type Device, type DeviceKind } from './device.ts';
 import { checkDType, type DType } from './dtype.ts';
 import { mapMemory, type MappedMemory } from './mapped-memory.ts';
+import { Accept, checkOptions, invalidOption, rule, type OptionRules } from './options.ts';
 import { checkShape } from './shape.ts';
 import { Storage } from './storage.ts';
 import { Tensor } from './tensor.ts';
@@ -55,6 +56,10 @@ export interface PoolWaitOptions {
   share?: PoolShare;
 }
 
+const WAIT_OPTIONS: OptionRules<PoolWaitOptions> = {
+  maxWaitMs: Accept.ms, signal: Accept.signal, share: rule('a PoolShare', (value) => value instanceof PoolShare),
+};
+
 interface Waiter {
   bytes: number;
   share: PoolShare | undefined;
@@ -100,6 +105,9 @@ export class TensorPool {
     if (typeof bytes !== 'number' || !Number.isSafeInteger(bytes) || bytes <= 0) {
       throw new GdrpcError(Code.INVALID_ARGUMENT, `pool bytes must be a positive safe integer, got ${String(bytes)}`);
     }
+    for (const flag of ['allowOverflow', 'pinned'] as const) {
+      if (options[flag] !== undefined && typeof options[flag] !== 'boolean') throw invalidOption(`TensorPoolOptions.${flag}`, options[flag], Accept.boolean.expected);
+    }
     if (options.pinned === true && where.kind !== 'cpu') {
       throw new GdrpcError(Code.INVALID_ARGUMENT, `pinned applies to 'cpu' pools, not ${options.device}`);
     }
@@ -133,6 +141,9 @@ export class TensorPool {
    *  never waits (see allocate). */
   allocateWhenFree(shape: number[], dtype: DType, options: PoolWaitOptions): Promise<Tensor> {
     try {
+      checkOptions('PoolWaitOptions', options, WAIT_OPTIONS);
+      // Required: a timer of undefined ms fires at once.
+      if (options?.maxWaitMs === undefined) throw invalidOption('PoolWaitOptions.maxWaitMs', undefined, Accept.ms.expected);
       if (this.#closed) throw new GdrpcError(Code.FAILED_PRECONDITION, `tensor pool on ${this.device} is closed`);
       const info = checkShape(shape, checkDType(dtype));
       const bytes = info.byteLength;
@@ -174,7 +185,10 @@ export class TensorPool {
       // Those ahead may all be claimants over their share: this one may go now.
       this.#serve();
       if (!this.#waiters.includes(waiter)) return;
-      timer = setTimeout(() => leave(this.#exhausted(bytes, `waited ${Date.now() - started} ms for blocks to be freed`)), maxWaitMs);
+      timer = setTimeout(() => {
+        const waitedMs = Date.now() - started;
+        leave(this.#exhausted(bytes, `waited ${waitedMs} ms for blocks to be freed`, { waitedMs }));
+      }, maxWaitMs);
       signal?.addEventListener('abort', onAbort, { once: true });
     });
   }
@@ -203,11 +217,13 @@ export class TensorPool {
     });
   }
 
-  #exhausted(byteLength: number, why: string): GdrpcError {
+  /** The pool's own account (the RPC runtime rewords it to say whose pool and which option). */
+  #exhausted(byteLength: number, why: string, extra: Record<string, unknown> = {}): GdrpcError {
     const { capacity, used, largestFree } = this.#arena;
     return new GdrpcError(Code.RESOURCE_EXHAUSTED,
-      `tensor pool on ${this.device} is exhausted: ${byteLength} bytes requested, ${capacity - used} of ${capacity} free, largest free block ${largestFree}${why ? `; ${why}` : ''}`,
-      { details: { device: this.device, requested: byteLength, capacity, used, largestFree } });
+      `tensor pool on ${this.device} is exhausted: ${byteLength} bytes requested, ${capacity - used} of ${capacity} free, largest free block ${largestFree}${why ? `; ${why}` : ''} ` +
+      '(a larger pool bytes, or allowOverflow: true, avoids this)',
+      { details: { device: this.device, requested: byteLength, capacity, used, largestFree, ...extra } });
   }
 
   #overflow(byteLength: number): Storage {

@@ -5,9 +5,10 @@ import { Code, GdrpcError } from '../errors.ts';
 import { cuda } from '../cuda.ts';
 import type { MemorySpan } from '../ucx/index.ts';
 import { copyStorage, sameBytes } from './copy.ts';
-import { parseDevice, type Device } from './device.ts';
-import { checkDType, dtypeOfArray, elementSize, viewOf, type DType, type TypedArray } from './dtype.ts';
-import type { TensorPool } from './pool.ts';
+import { isDevice, parseDevice, type Device } from './device.ts';
+import { checkDType, DTYPES, dtypeOfArray, elementSize, isDType, viewOf, type DType, type TypedArray } from './dtype.ts';
+import { checkOptions, rule, type OptionRules } from './options.ts';
+import { TensorPool } from './pool.ts';
 import { checkShape, type ShapeInfo } from './shape.ts';
 import { allocateStorage, Storage } from './storage.ts';
 
@@ -16,6 +17,15 @@ export interface AllocateOptions {
   device?: Device;
   pool?: TensorPool;
 }
+
+const DEVICE = rule(`'cpu' or 'cuda:N'`, isDevice);
+// A closure, not `instanceof` at load time: pool.ts imports this module too.
+const POOL = rule('a TensorPool', (value) => value instanceof TensorPool);
+const ALLOCATE_OPTIONS: OptionRules<AllocateOptions> = { device: DEVICE, pool: POOL };
+const FROM_ARRAY_OPTIONS: OptionRules<{ shape?: number[]; dtype?: DType }> = {
+  shape: rule('an array of dimensions', Array.isArray),
+  dtype: rule(`one of ${DTYPES.join(', ')}`, isDType),
+};
 
 /** A dense row-major tensor: dtype, shape and the storage holding its bytes. */
 export class Tensor {
@@ -36,6 +46,7 @@ export class Tensor {
 
   /** A host tensor viewing `data` (no copy, unless `data` is misaligned for `dtype`); shape defaults to 1-D. */
   static fromArray(data: TypedArray, options: { shape?: number[]; dtype?: DType } = {}): Tensor {
+    checkOptions('Tensor.fromArray options', options, FROM_ARRAY_OPTIONS);
     const natural = dtypeOfArray(data);  // also rejects anything that is not a typed array
     const dtype = options.dtype === undefined ? natural : checkDType(options.dtype);
     const size = elementSize(dtype);
@@ -59,6 +70,7 @@ export class Tensor {
 
   /** An uninitialised tensor (unpooled host memory happens to be zeroed; pools and GPUs are not). */
   static empty(shape: number[], dtype: DType, options: AllocateOptions = {}): Tensor {
+    checkOptions('Tensor allocation options', options, ALLOCATE_OPTIONS);
     const info = checkShape(shape, checkDType(dtype));
     if (options.pool !== undefined) {
       if (options.device !== undefined && options.device !== options.pool.device) {
@@ -103,7 +115,8 @@ export class Tensor {
   /** A copy on `device` (from `options.pool` when given); host<->GPU and GPU<->GPU through cuMemcpy. */
   to(device: Device, options: { pool?: TensorPool } = {}): Tensor {
     this.#storage.assertLive();
-    parseDevice(device);
+    parseDevice(device, 'Tensor.to device');
+    checkOptions('Tensor.to options', options, { pool: POOL });
     const copy = Tensor.empty([...this.shape], this.dtype, { device, ...(options.pool ? { pool: options.pool } : {}) });
     try {
       copyStorage(copy.#storage, this.#storage);

@@ -42,7 +42,7 @@ describe('ShardWorker.forward arguments (4 arguments, 2 tensors)', () => {
     ['symbolic dimensions that disagree (batch)', { residual: t([3, 4096]) }, /\.residual: dimension 0 \(batch\) is 3, but .*x dimension 0 bound batch = 2/],
     ['a missing tensor', { residual: undefined }, /\.residual is missing/],
     ['a missing scalar', { layer: undefined }, /\.layer is missing/],
-    ['a scalar out of range (u32)', { layer: -1 }, /\.layer: expected u32/],
+    ['a scalar out of range (u32)', { layer: -1 }, /\.layer: -1 is out of range for u32/],
     ['a non-tensor for a tensor', { x: new Uint16Array(8) }, /\.x: expected a tensor<f16>/],
   ])('rejects %s with INVALID_ARGUMENT', (_, change, mentions) => {
     expectInvalid(validateShardWorkerForwardArgs, { ...forward, ...change }, mentions);

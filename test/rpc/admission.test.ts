@@ -104,7 +104,9 @@ describe('memory admission', () => {
     expect(never.message).toMatch(/^\[RESOURCE_EXHAUSTED\] server tensor pool on cpu/);
     expect(never.message).toMatch(/never fit/);
     expect(never.message).toMatch(/poolBytes/);
-    expect(never.details).toMatchObject({ side: 'server', retryable: true, requested: 8 * MiB });
+    expect(never.message).toMatch(/allowPoolOverflow/);
+    // Retrying cannot help a tensor larger than the whole pool.
+    expect(never.details).toMatchObject({ side: 'server', retryable: false, requested: 8 * MiB, capacity: 4 * MiB, options: ['poolBytes', 'allowPoolOverflow'] });
 
     const stop = new AbortController();
     const holding = client.unary(Echo.methods.hold!, { x: patterned(3 * MiB), ms: 60_000 }, { signal: stop.signal }).catch((e: GdrpcError) => e);
@@ -113,6 +115,7 @@ describe('memory admission', () => {
     expect(expired.code).toBe(Code.RESOURCE_EXHAUSTED);
     expect(expired.message).toMatch(/waited \d+ ms/);
     expect(expired.message).toMatch(/poolWaitMs 100/);
+    expect(expired.details).toMatchObject({ side: 'server', retryable: true, requested: 3 * MiB, capacity: 4 * MiB, options: ['poolBytes', 'poolWaitMs', 'allowPoolOverflow'] });
     stop.abort();
     await holding;
     // The connection is healthy: the next call goes through.

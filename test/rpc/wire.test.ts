@@ -110,8 +110,8 @@ describe('validateFields', () => {
       [{ ...ok, blocks: [{ k: f32(4, 2) }] }, /args\.blocks\[0\]\.k: dimension 0 \(n\) is 4, but args\.x dimension 0 bound n = 3/],
       [{ ...ok, blocks: [{ k: f32(3, 3) }] }, /dimension 1 is 3, declared 2/],
       [{ ...ok, mode: 2 }, /args\.mode: .* is not a value of enum p\.Mode/],
-      [{ ...ok, count: -1n }, /args\.count: expected u64/],
-      [{ ...ok, count: 2n ** 64n }, /args\.count: expected u64/],
+      [{ ...ok, count: -1n }, /args\.count: -1n is out of range for u64 \(0 to 18446744073709551615\)/],
+      [{ ...ok, count: 2n ** 64n }, /args\.count: 18446744073709551616n is out of range for u64/],
       [{ ...ok, note: 5 }, /args\.note: expected string/],
       [{ x: ok.x, blocks: ok.blocks, count: 1n }, /args\.mode is missing/],
     ];

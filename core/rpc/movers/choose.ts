@@ -48,11 +48,14 @@ export function chooseMover(choice: 'auto' | MoverName, bytes: number, memory: '
   if (choice === 'inline') {
     // 1 KiB of slack for the rest of the frame.
     if (bytes + 1024 > limits.maxFrame) {
-      throw new GdrpcError(Code.RESOURCE_EXHAUSTED, `inline tensor of ${bytes} bytes exceeds the peer's ${limits.maxFrame}-byte frame limit`);
+      throw new GdrpcError(Code.RESOURCE_EXHAUSTED, `inline tensor of ${bytes} bytes exceeds the peer's ${limits.maxFrame}-byte frame limit (its maxFrameBytes): use mover 'auto' or 'tag' for it`,
+        { details: { requested: bytes, capacity: limits.maxFrame, limit: 'maxFrameBytes' } });
     }
     return inlineMover;
   }
-  if (choice !== 'auto') return MOVERS[choice];
-  if (memory === 'host' && bytes <= limits.inline) return inlineMover;
-  return tagMover;
+  if (choice === 'auto') return memory === 'host' && bytes <= limits.inline ? inlineMover : tagMover;
+  // CallOptions are checked when a call starts; this guards callers that reach here another way.
+  const forced = Object.hasOwn(MOVERS, choice) ? MOVERS[choice] : undefined;
+  if (forced === undefined) throw new GdrpcError(Code.INVALID_ARGUMENT, `mover must be one of 'auto', 'inline', 'tag', 'rma', got ${JSON.stringify(choice)}`);
+  return forced;
 }
