@@ -5,7 +5,7 @@
 // there is one), then streams tokens generated from it.
 //   node --import tsx examples/kv-handover.ts
 import { fileURLToPath } from 'node:url';
-import { Client, Server, Tensor, type RemoteTensor } from '../core/index.ts';
+import { Client, Code, GdrpcError, Server, Tensor, type RemoteTensor } from '../core/index.ts';
 import { DecodeWorker, PrefillWorker, RequestState, type KvBlock } from '../schemas/gen/kv_transfer.ts';
 import { Precision } from '../schemas/gen/tensor_parallel.ts';
 import { announce, exampleDevice, role, startRole } from './peer.ts';
@@ -64,7 +64,7 @@ async function decodeWorker(): Promise<void> {
     },
     async *generate({ requestId, maxTokens }) {
       const cache = caches.get(requestId);
-      if (cache === undefined) throw new Error(`unknown request ${requestId}`);
+      if (cache === undefined) throw new GdrpcError(Code.NOT_FOUND, `unknown request ${requestId}`);
       for (let i = 0; i < maxTokens; i += 1) {
         cache.next = (cache.next * 1103515245 + 12345) % 32000;
         yield { token: cache.next, state: i + 1 === maxTokens ? RequestState.DONE : RequestState.DECODING };
