@@ -34,12 +34,12 @@ work=$(mktemp -d -t gdrpc-gpu-consumer-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 npm pack --silent --pack-destination "$work" >/dev/null
 mkdir -p "$work/consumer" && cp -r test/consumer/fixtures/esm-ts/. "$work/consumer/"
+# The consumer compiles with the TypeScript, Node types and ts-morph this repository pins.
+dev=$(node -p "const d = require('./package.json').devDependencies; ['typescript', '@types/node', 'ts-morph'].map((n) => n + '@' + d[n]).join(' ')")
 ( cd "$work/consumer" \
   && printf '{ "name": "gpu-consumer", "private": true, "type": "module", "allowScripts": { "gdrpc": true } }\n' > package.json \
   && npm install --silent --no-audit --no-fund "$work"/gdrpc-*.tgz \
-  && npm install --silent --no-audit --no-fund --save-dev "typescript@$(node -p "require('$PWD/package.json').devDependencies.typescript")" \
-       "@types/node@$(node -p "require('$PWD/package.json').devDependencies['@types/node']")" \
-       "ts-morph@$(node -p "require('$PWD/package.json').devDependencies['ts-morph']")" \
+  && npm install --silent --no-audit --no-fund --save-dev $dev \
   && node_modules/.bin/gdrpc gen schemas --out src/gen --quiet \
   && node_modules/.bin/tsc --target es2022 --module nodenext --strict --types node --outDir out --rootDir src src/*.ts src/gen/*.ts ) \
   || { echo "gpu-pack: building the consumer project failed" >&2; exit 1; }
