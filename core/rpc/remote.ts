@@ -13,6 +13,7 @@ import type { TensorWire } from '../wire/frames.ts';
 import type { DType, MethodDescriptor, Placement } from './descriptor.ts';
 import type { TransferScope } from './movers/mover.ts';
 import { memoryTypeOf } from './movers/memory.ts';
+import { attachCallInfo, callInfo } from './call-info.ts';
 
 /** Service name of the owner side of remote tensors. */
 export const OWNER_SERVICE = 'gdrpc.Owner';
@@ -97,7 +98,9 @@ export class RemoteTensor {
     const client = await Client.connect(this.owner, { poolBytes: 0, ...(options.token !== undefined ? { token: options.token } : {}) });
     try {
       const result = await client.unary(method, { x: this.wire.x!, s: this.wire.s! }, { [ALLOCATE]: allocate });
-      return result.t as Tensor;
+      // The pull's transfer report goes with the tensor: callInfo(tensor).
+      const info = callInfo(result);
+      return info === undefined ? result.t as Tensor : attachCallInfo(result.t as Tensor, info);
     } finally {
       await client.close();
     }

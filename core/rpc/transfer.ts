@@ -1,6 +1,7 @@
 // The tensors of one frame: on the way out, a mover and a descriptor per tensor and the sends
 // that follow the frame; on the way in, placeholders checked against limits and the descriptor,
-// then allocation and receipt. Every transfer records its mover and path for callInfo().
+// then allocation and receipt. Every transfer records its mover and path for callInfo(): the
+// sender's from UCX's description of its send, the receiver's predicted (docs/gpu.md "Transfer paths").
 import { Code, GdrpcError } from '../errors.ts';
 import { elementSize, isDType, Tensor } from '../tensor/index.ts';
 import { checkTensorWire } from '../wire/codec.ts';
@@ -8,9 +9,10 @@ import type { TensorWire } from '../wire/frames.ts';
 import type { DType, Placement } from './descriptor.ts';
 import { chooseMover, moverByName } from './movers/choose.ts';
 import { cudaReceives, memoryTypeOf, ProducerSync } from './movers/memory.ts';
-import type { Mover, MoverName, Outgoing, TransferInfo, TransferScope } from './movers/mover.ts';
+import type { Mover, MoverName, Outgoing, ProtocolSeen, TransferInfo, TransferScope } from './movers/mover.ts';
 import { bounceFor, contextMapsCuda, copyTensorBytes, stagingReason } from './movers/staging.ts';
 import { transferPath } from './movers/path.ts';
+import { parseProtocol, pathOfProtocol } from './movers/protocol.ts';
 import { tensorTooLarge, type Side } from './memory-errors.ts';
 import { RemoteTensor, exposeRemote } from './remote.ts';
 
@@ -23,10 +25,13 @@ export interface TransferSite { side: Side; label: string }
 
 const MOVER_OF = { i: 'inline', t: 'tag', r: 'rma' } as const;
 
+/** One tensor on its way out: its send, its report, the memory at both ends, whether gdrpc stages it. */
+interface Sending { outgoing: Outgoing; info: TransferInfo; from: 'host' | 'cuda'; to: 'host' | 'cuda'; staged: boolean }
+
 /** Tensors leaving in one frame. */
 export class OutgoingTensors {
   readonly transfers: TransferInfo[] = [];
-  readonly #outgoing: Outgoing[] = [];
+  readonly #outgoing: Sending[] = [];
   /** One device synchronization per frame, before the first CUDA tensor of a device is sent or exposed. */
   readonly #sync = new ProducerSync();
   /** Bounces to give back if the frame never leaves. */
@@ -64,8 +69,9 @@ export class OutgoingTensors {
     } else {
       outgoing = mover.prepare(value, this.scope);
     }
-    this.#outgoing.push(outgoing);
-    this.transfers.push({ argument: where, bytes: value.byteLength, mover: mover.name, path });
+    const info: TransferInfo = { argument: where, bytes: value.byteLength, mover: mover.name, path };
+    this.#outgoing.push({ outgoing, info, from, to, staged: reason !== undefined });
+    this.transfers.push(info);
     return outgoing.wire;
   };
 
@@ -75,11 +81,24 @@ export class OutgoingTensors {
     for (const discard of this.#discards.splice(0)) discard();
   }
 
-  /** Starts every transfer (after the frame went out); resolves when the memory may be reused. */
+  /** Starts every transfer (after the frame went out); resolves when the memory may be reused.
+   *  Each transfer's path then becomes what UCX says its send did; under noStaging a send that UCX
+   *  moved through host memory rejects (the bytes have moved: the call fails). */
   start(): Promise<void> {
     this.#discards.length = 0;
     if (this.#outgoing.length === 0) return Promise.resolve();
-    return Promise.all(this.#outgoing.map((outgoing) => outgoing.start())).then(() => undefined);
+    return Promise.all(this.#outgoing.map(async (entry) => this.#sent(entry, await entry.outgoing.start()))).then(() => undefined);
+  }
+
+  #sent({ info, from, to, staged }: Sending, seen: ProtocolSeen | void): void {
+    if (seen === undefined || seen.protocol === '') return;
+    info.protocol = seen.protocol;
+    const parsed = parseProtocol(seen.protocol);
+    if (staged || parsed === undefined) return;
+    info.path = pathOfProtocol(parsed, from, to) ?? info.path;
+    if (this.policy.noStaging && info.path === 'staged') {
+      throw new GdrpcError(Code.FAILED_PRECONDITION, `${info.argument}: UCX moved ${from} -> ${to} over ${this.scope.connection.peer} through host memory (noStaging): ${parsed.text}`, { path: 'staged' });
+    }
   }
 }
 
@@ -168,13 +187,10 @@ export class IncomingTensors {
         return;
       }
       try {
-        if (reason !== undefined) await stagedReceive(mover, pending.wire, dest, this.scope);
-        else await mover.receive(pending.wire, dest, this.scope);
+        const seen = reason !== undefined ? await stagedReceive(mover, pending.wire, dest, this.scope) : await mover.receive(pending.wire, dest, this.scope);
         received.set(pending, dest);
-        const from = pending.wire.mt === 'cuda' ? 'cuda' : 'host';
         const stagedBySender = (pending.wire as { st?: unknown }).st === true;
-        const path = reason !== undefined || stagedBySender ? 'staged' : transferPath(mover.name, this.scope.connection.endpoint, from, memoryTypeOf(dest), pending.wire.n);
-        this.transfers.push({ argument: pending.where, bytes: pending.wire.n, mover: mover.name, path });
+        this.transfers.push(receivedInfo(pending, mover.name, dest, seen, reason !== undefined || stagedBySender, this.scope));
       } catch (error) {
         failure ??= error;
       }
@@ -189,6 +205,22 @@ export class IncomingTensors {
   releaseAll(): void {
     for (const tensor of this.allocated.splice(0)) tensor.release();
   }
+}
+
+/** What a receiver reports: RMA reads from UCX's description of the get (the reader ran it); tag
+ *  receives from the lanes and the memory types, this side's as UCX detected it, because UCX
+ *  describes a receive by its length and memory type only. */
+function receivedInfo(pending: PendingTensor, mover: MoverName, dest: Tensor, seen: ProtocolSeen | void, staged: boolean, scope: TransferScope): TransferInfo {
+  const info: TransferInfo = { argument: pending.where, bytes: pending.wire.n, mover, path: 'staged' };
+  const parsed = seen === undefined || seen.protocol === '' ? undefined : parseProtocol(seen.protocol);
+  if (seen !== undefined && seen.protocol !== '') info.protocol = seen.protocol;
+  if (staged) return info;
+  const from = pending.wire.mt === 'cuda' ? 'cuda' : 'host';
+  const detected = parsed?.memoryType;
+  const to = detected === 'host' || detected === 'cuda' ? detected : memoryTypeOf(dest);
+  info.path = (parsed !== undefined ? pathOfProtocol(parsed, to, from) : undefined)
+    ?? transferPath(mover, scope.connection.endpoint, from, to, pending.wire.n);
+  return info;
 }
 
 /** Sends `tensor` through a host bounce: copied out now (the frame's descriptor then names host
@@ -217,11 +249,12 @@ function stagedOutgoing(tensor: Tensor, mover: Mover, scope: TransferScope): Out
 }
 
 /** Receives into a host bounce, then copies into `dest`. */
-async function stagedReceive(mover: Mover, wire: TensorWire, dest: Tensor, scope: TransferScope): Promise<void> {
+async function stagedReceive(mover: Mover, wire: TensorWire, dest: Tensor, scope: TransferScope): Promise<ProtocolSeen | void> {
   const bounce = bounceFor(dest, scope.connection.runtime);
   try {
-    await mover.receive(wire, bounce, scope);
+    const seen = await mover.receive(wire, bounce, scope);
     copyTensorBytes(dest, bounce);
+    return seen;
   } finally {
     bounce.release();
   }

@@ -6,7 +6,7 @@ import { checkObject, checkPort, checkSignal, checkString, checkU64, describe, i
 import { spanTarget, tagTarget, type MemorySpan, type TagBuffer } from './memory.ts';
 import type { NativeEndpoint, NativeRemoteKey } from './native-types.ts';
 import { RemoteKey } from './rkey.ts';
-import { checkTagOptions, Worker, type TagOptions } from './worker.ts';
+import { checkTagOptions, Worker, type ProtocolReport, type TagOptions } from './worker.ts';
 
 /** A UCP endpoint. Emits 'error' (UNAVAILABLE) when the peer fails, then 'close'. */
 export class Endpoint extends EventEmitter<{ error: [GdrpcError]; close: [] }> {
@@ -57,24 +57,31 @@ export class Endpoint extends EventEmitter<{ error: [GdrpcError]; close: [] }> {
     return this.#closing !== undefined || this.#ended;
   }
 
-  tagSend(tag: bigint, src: TagBuffer, options: TagOptions = {}): Promise<void> {
+  /** Tag-sends `src`; with `describe`, resolves to UCX's report of the protocol. */
+  tagSend(tag: bigint, src: TagBuffer, options: TagOptions & { describe: true }): Promise<ProtocolReport>;
+  tagSend(tag: bigint, src: TagBuffer, options?: TagOptions): Promise<void>;
+  tagSend(tag: bigint, src: TagBuffer, options: TagOptions = {}): Promise<ProtocolReport | void> {
     return rejecting(() => {
       this.#checkUsable();
       checkU64(tag, 'tag');
       const { target, offset, length } = tagTarget(src, 'src');
-      const { signal, untilComplete } = checkTagOptions(options);
-      return this.worker.track(signal, (id, completed) => this.#native.tagSend(tag, target, offset, length, id, completed), untilComplete);
+      const { signal, untilComplete, describe } = checkTagOptions(options);
+      return this.worker.track(signal, (id, completed) => this.#native.tagSend(tag, target, offset, length, id, completed, describe), untilComplete);
     });
   }
 
   /** RMA write of `src` to the peer's `remoteAddress` (inside the region `rkey` was packed from). */
-  put(src: MemorySpan, remoteAddress: bigint, rkey: RemoteKey): Promise<void> {
-    return this.#rma('put', src, remoteAddress, rkey);
+  put(src: MemorySpan, remoteAddress: bigint, rkey: RemoteKey, options: { describe: true }): Promise<ProtocolReport>;
+  put(src: MemorySpan, remoteAddress: bigint, rkey: RemoteKey, options?: { describe?: boolean }): Promise<void>;
+  put(src: MemorySpan, remoteAddress: bigint, rkey: RemoteKey, options: { describe?: boolean } = {}): Promise<ProtocolReport | void> {
+    return this.#rma('put', src, remoteAddress, rkey, options);
   }
 
-  /** RMA read from the peer's `remoteAddress` into `dst`. */
-  get(dst: MemorySpan, remoteAddress: bigint, rkey: RemoteKey): Promise<void> {
-    return this.#rma('get', dst, remoteAddress, rkey);
+  /** RMA read from the peer's `remoteAddress` into `dst`; `describe` as for tagSend. */
+  get(dst: MemorySpan, remoteAddress: bigint, rkey: RemoteKey, options: { describe: true }): Promise<ProtocolReport>;
+  get(dst: MemorySpan, remoteAddress: bigint, rkey: RemoteKey, options?: { describe?: boolean }): Promise<void>;
+  get(dst: MemorySpan, remoteAddress: bigint, rkey: RemoteKey, options: { describe?: boolean } = {}): Promise<ProtocolReport | void> {
+    return this.#rma('get', dst, remoteAddress, rkey, options);
   }
 
   /** Completes when every operation issued before it has completed at the peer. */
@@ -106,13 +113,14 @@ export class Endpoint extends EventEmitter<{ error: [GdrpcError]; close: [] }> {
     });
   }
 
-  #rma(op: 'put' | 'get', span: MemorySpan, remoteAddress: bigint, rkey: RemoteKey): Promise<void> {
+  #rma(op: 'put' | 'get', span: MemorySpan, remoteAddress: bigint, rkey: RemoteKey, options: { describe?: boolean }): Promise<ProtocolReport | void> {
     return rejecting(() => {
       this.#checkUsable();
       const { target, offset, length } = spanTarget(span, op === 'put' ? 'src' : 'dst');
       checkU64(remoteAddress, 'remoteAddress');
       const nativeKey: NativeRemoteKey = RemoteKey.nativeOf(rkey, this);
-      return this.worker.track(undefined, (id) => this.#native[op](target, offset, length, remoteAddress, nativeKey, id));
+      const { describe } = checkTagOptions(options);
+      return this.worker.track(undefined, (id) => this.#native[op](target, offset, length, remoteAddress, nativeKey, id, describe));
     });
   }
 

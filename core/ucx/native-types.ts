@@ -4,7 +4,8 @@ import type { GdrpcError } from '../errors.ts';
 
 export type NativeTarget = ArrayBufferView | ArrayBuffer | NativeMemoryRegion;
 export interface NativeTransport { transport: string; device: string }
-export interface NativeRecvResult { senderTag: bigint; length: number }
+export interface NativeProtocolReport { protocol: string; initialProtocol: string }
+export interface NativeRecvResult extends Partial<NativeProtocolReport> { senderTag: bigint; length: number }
 
 export interface NativeContext {
   libraryPath(): string | undefined;
@@ -13,9 +14,9 @@ export interface NativeContext {
   close(): void;
 }
 export interface NativeWorker {
-  tagRecv(target: NativeTarget, offset: number, length: number, tag: bigint, mask: bigint, id: number, completed?: () => void): Promise<NativeRecvResult>;
+  tagRecv(target: NativeTarget, offset: number, length: number, tag: bigint, mask: bigint, id: number, completed?: () => void, describe?: boolean): Promise<NativeRecvResult>;
   tagProbe(tag: bigint, mask: bigint, remove: boolean): (NativeRecvResult & { taken: number }) | null;
-  tagRecvTaken(taken: number, target: NativeTarget, offset: number, length: number, id: number, completed?: () => void): Promise<NativeRecvResult>;
+  tagRecvTaken(taken: number, target: NativeTarget, offset: number, length: number, id: number, completed?: () => void, describe?: boolean): Promise<NativeRecvResult>;
   progress(): boolean;
   cancel(id: number): void;
   activity(): number;
@@ -28,9 +29,10 @@ export interface NativeEndpoint {
   readonly peer: string;
   readonly failed: boolean;
   setHandler(handler: (kind: 'error' | 'close', value: GdrpcError | undefined) => void): void;
-  tagSend(tag: bigint, target: NativeTarget, offset: number, length: number, id: number, completed?: () => void): Promise<void>;
-  put(target: NativeMemoryRegion, offset: number, length: number, remote: bigint, rkey: NativeRemoteKey, id: number): Promise<void>;
-  get(target: NativeMemoryRegion, offset: number, length: number, remote: bigint, rkey: NativeRemoteKey, id: number): Promise<void>;
+  /** Resolves to a report with `describe`, to undefined without. */
+  tagSend(tag: bigint, target: NativeTarget, offset: number, length: number, id: number, completed?: () => void, describe?: boolean): Promise<NativeProtocolReport | void>;
+  put(target: NativeMemoryRegion, offset: number, length: number, remote: bigint, rkey: NativeRemoteKey, id: number, describe?: boolean): Promise<NativeProtocolReport | void>;
+  get(target: NativeMemoryRegion, offset: number, length: number, remote: bigint, rkey: NativeRemoteKey, id: number, describe?: boolean): Promise<NativeProtocolReport | void>;
   flush(id: number): Promise<void>;
   transports(): NativeTransport[];
   close(force: boolean): Promise<void>;

@@ -12,7 +12,16 @@ export interface WorkerOptions {
   /** Period of the watchdog timer that progresses even without an event (missed wake-ups). */
   watchdogMs?: number;
 }
-export interface TagRecvResult { senderTag: bigint; length: number }
+/** What UCX says about the protocol of one operation (ucp_request_query's info string), when asked
+ *  for with `describe` (docs/binding.md "Protocol reports"). */
+export interface ProtocolReport {
+  /** The description when the operation completed: for a send, the protocol that moved the bytes
+   *  as far as this side knows (a rendezvous answered with RTR switches to the data push). */
+  protocol: string;
+  /** The description right after the *_nbx call returned (a rendezvous: UCX's estimate). */
+  initialProtocol: string;
+}
+export interface TagRecvResult extends Partial<ProtocolReport> { senderTag: bigint; length: number }
 /** A message tagProbe took out of UCX's unexpected queue: receive it with tagRecvTaken. */
 export interface TakenMessage extends TagRecvResult { taken: number }
 /** Options of a tag send or receive. */
@@ -23,6 +32,10 @@ export interface TagOptions {
    *  promise settles, whatever the outcome. Without it a cancel or a closing endpoint rejects at
    *  once, while UCX may still read or write the buffer (a matched rendezvous cannot be cancelled). */
   untilComplete?: boolean;
+  /** Read the protocol back from UCX (ucp_request_query) and report it in the result. The
+   *  operation then never completes inside the call (UCP_OP_ATTR_FLAG_NO_IMM_CMPL), which turns
+   *  UCX's "eager short" into the next eager protocol for messages that would have used it. */
+  describe?: boolean;
 }
 export interface WorkerStats { liveRequests: number; liveEndpoints: number; liveListeners: number; liveRegions: number; takenMessages: number }
 
@@ -62,8 +75,8 @@ export class Worker {
       const { target, offset, length } = tagTarget(dest, 'dest');
       checkU64(tag, 'tag');
       checkU64(mask, 'mask');
-      const { signal, untilComplete } = checkTagOptions(options);
-      return this.track(signal, (id, completed) => this.#native.tagRecv(target, offset, length, tag, mask, id, completed), untilComplete);
+      const { signal, untilComplete, describe } = checkTagOptions(options);
+      return this.track(signal, (id, completed) => this.#native.tagRecv(target, offset, length, tag, mask, id, completed, describe), untilComplete);
     });
   }
 
@@ -81,14 +94,14 @@ export class Worker {
 
   /** Receives a message that tagProbe removed; a `dest` shorter than the message rejects with
    *  "truncated" and completes the sender (how a message is dropped). */
-  tagRecvTaken(message: TakenMessage, dest: TagBuffer, options: Pick<TagOptions, 'untilComplete'> = {}): Promise<TagRecvResult> {
+  tagRecvTaken(message: TakenMessage, dest: TagBuffer, options: Pick<TagOptions, 'untilComplete' | 'describe'> = {}): Promise<TagRecvResult> {
     return rejecting(() => {
       this.#checkOpen();
       checkObject(message, 'message');
       if (typeof message.taken !== 'number') throw invalid('message must come from tagProbe(..., { remove: true })');
       const { target, offset, length } = tagTarget(dest, 'dest');
-      const { untilComplete } = checkTagOptions(options);
-      return this.track(undefined, (id, completed) => this.#native.tagRecvTaken(message.taken, target, offset, length, id, completed), untilComplete);
+      const { untilComplete, describe } = checkTagOptions(options);
+      return this.track(undefined, (id, completed) => this.#native.tagRecvTaken(message.taken, target, offset, length, id, completed, describe), untilComplete);
     });
   }
 
@@ -171,9 +184,10 @@ export class Worker {
   }
 }
 
-export function checkTagOptions(options: TagOptions): { signal: AbortSignal | undefined; untilComplete: boolean } {
+export function checkTagOptions(options: TagOptions): { signal: AbortSignal | undefined; untilComplete: boolean; describe: boolean } {
   checkObject(options, 'options');
   const signal = checkSignal(options.signal, 'options.signal');
   if (options.untilComplete !== undefined && typeof options.untilComplete !== 'boolean') throw invalid('options.untilComplete must be a boolean');
-  return { signal, untilComplete: options.untilComplete === true };
+  if (options.describe !== undefined && typeof options.describe !== 'boolean') throw invalid('options.describe must be a boolean');
+  return { signal, untilComplete: options.untilComplete === true, describe: options.describe === true };
 }

@@ -117,7 +117,7 @@ void Endpoint::Emit(Napi::Env env, const char* kind, Napi::Value value) {
   handler_.Call({Napi::String::New(env, kind), value});
 }
 
-// tagSend(tag: bigint, target, offset, length, id, completed?) -> Promise<void>
+// tagSend(tag: bigint, target, offset, length, id, completed?, describe?) -> Promise<void | {protocol, ...}>
 Napi::Value Endpoint::TagSend(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   CheckUsable(env);
@@ -126,12 +126,13 @@ Napi::Value Endpoint::TagSend(const Napi::CallbackInfo& info) {
   Span span = ResolveSpan(env, info[1], info[2], info[3]);
   Request* request = new Request(worker_, this, RequestKind::Send, info[4].As<Napi::Number>().Uint32Value(), env);
   request->OnCompleted(info[5]);
+  request->Describe(info[6]);
   ucp_request_param_t param{};
   request->Prepare(param, &span);
   return request->Start(ucp_tag_send_nbx(ep_, span.address, span.length, tag, &param), "tag send");
 }
 
-// put/get(region, offset, length, remoteAddress: bigint, rkey, id) -> Promise<void>
+// put/get(region, offset, length, remoteAddress: bigint, rkey, id, describe?) -> Promise<void | {protocol, ...}>
 Napi::Value Endpoint::Rma(const Napi::CallbackInfo& info, bool put) {
   Napi::Env env = info.Env();
   CheckUsable(env);
@@ -143,6 +144,7 @@ Napi::Value Endpoint::Rma(const Napi::CallbackInfo& info, bool put) {
   if (rkey->endpoint() != this) Throw(env, "INVALID_ARGUMENT", "the remote key was unpacked for another endpoint");
   Request* request = new Request(worker_, this, put ? RequestKind::Put : RequestKind::Get,
                                  info[5].As<Napi::Number>().Uint32Value(), env);
+  request->Describe(info[6]);
   ucp_request_param_t param{};
   request->Prepare(param, &span);
   ucs_status_ptr_t result = put ? ucp_put_nbx(ep_, span.address, span.length, remote, rkey->handle(), &param)

@@ -76,6 +76,8 @@ void Request::Prepare(ucp_request_param_t& param, const Span* span) {
   } else {
     param.cb.send = OnSendDone;
   }
+  // An operation completed inside the *_nbx call leaves no request to query.
+  if (describe) param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   if (span == nullptr) return;
   param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
   param.memory_type = span->memoryType;
@@ -100,6 +102,7 @@ Napi::Value Request::Start(ucs_status_ptr_t result, const char* name) {
     return promise;
   }
   ucxRequest = result;
+  if (describe) protocol = QueryProtocol();
   pending = true;
   worker->AddRequest(this);
   if (endpoint != nullptr && kind != RequestKind::Close) endpoint->AddRequest(this);
@@ -119,14 +122,19 @@ void Request::Settle(Napi::Env env) {
   settled = true;
   if (!State::Of(env)->JsAllowed()) return;
   if (status == UCS_OK || kind == RequestKind::Close) {  // a forced close reports the failure it ended
+    Napi::Object result = Napi::Object::New(env);
     if (kind == RequestKind::Recv) {
-      Napi::Object result = Napi::Object::New(env);
       result.Set("senderTag", Napi::BigInt::New(env, static_cast<uint64_t>(recvInfo.sender_tag)));
       result.Set("length", Napi::Number::New(env, static_cast<double>(recvInfo.length)));
-      deferred.Resolve(result);
-    } else {
-      deferred.Resolve(env.Undefined());
     }
+    if (describe) {
+      // A rendezvous send that the receiver answered with RTR runs a second protocol (the data
+      // push); the one it ends with is what moved the bytes.
+      result.Set("protocol", Napi::String::New(env, finalProtocol.empty() ? protocol : finalProtocol));
+      result.Set("initialProtocol", Napi::String::New(env, protocol));
+    }
+    if (kind == RequestKind::Recv || describe) deferred.Resolve(result);
+    else deferred.Resolve(env.Undefined());
     return;
   }
   std::string name = std::string(what);
@@ -155,7 +163,19 @@ void Request::OnCompleted(Napi::Value callback) {
   if (callback.IsFunction()) completed = Napi::Persistent(callback.As<Napi::Function>());
 }
 
+std::string Request::QueryProtocol() const {
+  std::string text(worker->maxInfoString(), '\0');
+  ucp_request_attr_t attr{};
+  attr.field_mask = UCP_REQUEST_ATTR_FIELD_INFO_STRING | UCP_REQUEST_ATTR_FIELD_INFO_STRING_SIZE;
+  attr.debug_string = text.data();
+  attr.debug_string_size = text.size();
+  if (ucp_request_query(ucxRequest, &attr) != UCS_OK) return std::string();
+  text.resize(std::char_traits<char>::length(text.c_str()));
+  return text;
+}
+
 void Request::Finish(Napi::Env env, bool keep) {
+  if (describe && ucxRequest != nullptr && status != UCS_INPROGRESS) finalProtocol = QueryProtocol();
   Settle(env);
   if (ucxRequest != nullptr) ucp_request_free(ucxRequest);
   if (pending) worker->RemoveRequest(this);

@@ -44,6 +44,8 @@ struct Request {
   void Finish(Napi::Env env, bool keep = false);
   /** Takes an optional JS function argument as the `completed` callback. */
   void OnCompleted(Napi::Value callback);
+  /** With a true `describe`, the protocol UCX selected is read back and reported (see `protocol`). */
+  void Describe(Napi::Value describe) { this->describe = describe.ToBoolean(); }
 
   Worker* worker;
   Endpoint* endpoint;
@@ -59,9 +61,14 @@ struct Request {
   ucp_tag_recv_info_t recvInfo{};
   bool settled = false;                            // the JS promise was resolved or rejected
   bool pending = false;                            // registered with the worker, completion awaited
+  bool describe = false;                           // read the selected protocol back from UCX
+  std::string protocol;                            // ucp_request_query's info string when the operation started
+  std::string finalProtocol;                       // ... and when it completed (a rendezvous may switch)
 
  private:
   void Settle(Napi::Env env);
+  /** UCX's description of the protocol this request runs (ucp_request_query INFO_STRING). */
+  std::string QueryProtocol() const;
 };
 
 }  // namespace gdrpc

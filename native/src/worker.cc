@@ -55,6 +55,10 @@ Worker::Worker(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Worker>(info) 
     worker_ = nullptr;
     ThrowStatus(env, status, "ucp_worker_get_efd");
   }
+  ucp_worker_attr_t attr{};
+  attr.field_mask = UCP_WORKER_ATTR_FIELD_MAX_INFO_STRING;
+  maxInfoString_ = ucp_worker_query(worker_, &attr) == UCS_OK ? attr.max_debug_string : 0;
+  if (maxInfoString_ == 0) maxInfoString_ = 1024;  // a UCX that does not say: longer than any seen
   contextRef_ = Napi::Persistent(info[0].As<Napi::Object>());
   asyncContext_ = std::make_unique<Napi::AsyncContext>(env, "gdrpc.Worker");
   wakeup_ = std::make_unique<Wakeup>(env, fd, watchdogMs, [this] { OnWake(); });
@@ -235,7 +239,7 @@ void Worker::Flush(Napi::Env env) {
   Settle(env);
 }
 
-// tagRecv(target, offset, length, tag: bigint, mask: bigint, id, completed?) -> Promise<{senderTag, length}>
+// tagRecv(target, offset, length, tag: bigint, mask: bigint, id, completed?, describe?) -> Promise<{senderTag, length}>
 Napi::Value Worker::TagRecv(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   CheckOpen(env);
@@ -245,6 +249,7 @@ Napi::Value Worker::TagRecv(const Napi::CallbackInfo& info) {
   uint64_t mask = info[4].As<Napi::BigInt>().Uint64Value(&lossless);
   Request* request = new Request(this, nullptr, RequestKind::Recv, info[5].As<Napi::Number>().Uint32Value(), env);
   request->OnCompleted(info[6]);
+  request->Describe(info[7]);
   ucp_request_param_t param{};
   request->Prepare(param, &span);
   return request->Start(ucp_tag_recv_nbx(worker_, span.address, span.length, tag, mask, &param), "tag receive");
@@ -279,7 +284,7 @@ Napi::Value Worker::TagProbe(const Napi::CallbackInfo& info) {
   return result;
 }
 
-// tagRecvTaken(taken, target, offset, length, id, completed?) -> Promise<{senderTag, length}>: receives a
+// tagRecvTaken(taken, target, offset, length, id, completed?, describe?) -> Promise<{senderTag, length}>: receives a
 // message that tagProbe removed from the unexpected queue.
 Napi::Value Worker::TagRecvTaken(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -291,6 +296,7 @@ Napi::Value Worker::TagRecvTaken(const Napi::CallbackInfo& info) {
   taken_.erase(it);
   Request* request = new Request(this, nullptr, RequestKind::Recv, info[4].As<Napi::Number>().Uint32Value(), env);
   request->OnCompleted(info[5]);
+  request->Describe(info[6]);
   ucp_request_param_t param{};
   request->Prepare(param, &span);
   return request->Start(ucp_tag_msg_recv_nbx(worker_, span.address, span.length, message, &param), "tag receive");

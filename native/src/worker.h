@@ -34,6 +34,8 @@ class Worker : public Napi::ObjectWrap<Worker> {
   ucp_worker_h handle() const { return worker_; }
   Context* context() const { return context_; }
   bool closed() const { return worker_ == nullptr; }
+  /** Size of the longest info string ucp_request_query writes for this worker's requests. */
+  size_t maxInfoString() const { return maxInfoString_; }
   void CheckOpen(Napi::Env env) const;
 
   // Called from UCX callbacks (inside progress): record only, never call UCX or JS.
@@ -86,6 +88,7 @@ class Worker : public Napi::ObjectWrap<Worker> {
   uint32_t nextTaken_ = 1;
   std::set<Endpoint*> endpoints_;
   std::set<Listener*> listeners_;
+  size_t maxInfoString_ = 0;
   uint64_t busyPollNs_ = 0;
   uint64_t lastActivityNs_ = 0;
   uint64_t activeWakes_ = 0;      // wake-up passes that found work (see activity())

@@ -16,12 +16,14 @@ export class Peer {
   #pending = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void }>();
   #events: Reply[] = [];
   #waiters: Array<{ event: string; resolve: (r: Reply) => void }> = [];
+  #stdout = '';
 
-  private constructor(env: Record<string, string>) {
+  private constructor(env: Record<string, string>, captureStdout: boolean) {
     this.child = spawn(process.execPath, ['--import', 'tsx', peerScript], {
-      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+      stdio: ['ignore', captureStdout ? 'pipe' : 'inherit', 'inherit', 'ipc'],
       env: { ...process.env, ...env },
     });
+    this.child.stdout?.setEncoding('utf8').on('data', (chunk: string) => { this.#stdout += chunk; });
     live.add(this);
     this.exited = new Promise((resolve) => this.child.once('exit', (code, signal) => {
       live.delete(this);
@@ -44,8 +46,8 @@ export class Peer {
   }
 
   /** Spawns a peer and initialises its UCX context with `config`; resolves with the peer and its port. */
-  static async start(config: Record<string, string>, env: Record<string, string> = {}): Promise<Peer & { port: number }> {
-    const peer = new Peer(env);
+  static async start(config: Record<string, string>, env: Record<string, string> = {}, options: { captureStdout?: boolean } = {}): Promise<Peer & { port: number }> {
+    const peer = new Peer(env, options.captureStdout === true);
     await peer.event('ready');
     const { port } = await peer.call<{ port: number }>('init', { config });
     return Object.assign(peer, { port });
@@ -57,6 +59,11 @@ export class Peer {
       this.#pending.set(id, { resolve: resolve as (v: unknown) => void, reject });
       this.child.send({ id, cmd, args });
     });
+  }
+
+  /** What the peer wrote to stdout so far (started with captureStdout; UCX prints its protocol tables there). */
+  output(): string {
+    return this.#stdout;
   }
 
   /** Resolves on the next event message of that name (e.g. 'posted' after a receive is posted). */

@@ -58,6 +58,11 @@ const commands: Record<string, (args: Args) => unknown> = {
     await ep.tagSend(BigInt(args.tag as string), pattern(args.size as number, args.seed as number));
     return true;
   },
+  /** Like send, reporting the protocol UCX selected for it (describe). */
+  async sendDescribed(args) {
+    const ep = await waitForConnection();
+    return ep.tagSend(BigInt(args.tag as string), pattern(args.size as number, args.seed as number), { describe: true });
+  },
   /** Maps a region filled with a pattern and hands out what a peer needs for RMA on it. */
   expose(args) {
     const buffer = new ArrayBuffer(args.size as number);

@@ -1,6 +1,7 @@
-// Which physical path a transfer takes, derived from the transports of the endpoint's lanes and
-// the memory types at both ends. UCX decides per message; this names the class of path it can
-// take, so that a call can report it and refuse staging through host memory.
+// Which physical path a transfer can take, predicted from the transports of the endpoint's lanes
+// and the memory types at both ends, before anything moves: noStaging refuses on it, and a receiver
+// reports it (UCX does not describe a receive's protocol). A sender reports what UCX says it did
+// instead (protocol.ts).
 import type { Endpoint } from '../../ucx/index.ts';
 import type { MoverName, TransferPath } from './mover.ts';
 
@@ -35,9 +36,12 @@ export function transferPath(mover: MoverName, endpoint: Endpoint, from: 'host' 
     // between two processes against 380 GB/s for the same bytes by tag (cuda_ipc zero-copy, seen
     // with UCX_PROTO_INFO=used). RMA on GPU memory is therefore staged unless RDMA (GDR) is there
     // or UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y overrides UCX's NVLink check (the cause of that figure).
-    if (mover === 'tag' && names.has('cuda_ipc')) return 'cuda_ipc';
+    // cuda_ipc maps GPU memory only: between GPU and host memory UCX bounces through buffers of
+    // its own (a "frag" pipeline or a memory-type copy), whatever lanes the endpoint has.
+    const ipc = names.has('cuda_ipc') && from === 'cuda' && to === 'cuda';
+    if (mover === 'tag' && ipc) return 'cuda_ipc';
     // With GET forced on (docs/gpu.md "UCX settings"), cuda_ipc serves ucp_get zero-copy too.
-    if (mover === 'rma' && names.has('cuda_ipc') && cudaIpcGet()) return 'cuda_ipc';
+    if (mover === 'rma' && ipc && cudaIpcGet()) return 'cuda_ipc';
     if (rdma) return 'rdma';
     return 'staged';
   }

@@ -5,7 +5,7 @@ import { RemoteKey } from '../../ucx/index.ts';
 import { Code, GdrpcError } from '../../errors.ts';
 import type { Tensor } from '../../tensor/index.ts';
 import { FrameKind, type TensorWire } from '../../wire/frames.ts';
-import type { Mover, Outgoing, TransferScope } from './mover.ts';
+import type { Mover, Outgoing, ProtocolSeen, TransferScope } from './mover.ts';
 import { mappedSpan, memoryTypeOf } from './memory.ts';
 
 export const rmaMover: Mover = {
@@ -24,7 +24,7 @@ export const rmaMover: Mover = {
     return { wire, start: () => released };
   },
 
-  async receive(wire: TensorWire, dest: Tensor, { connection, call }: TransferScope): Promise<void> {
+  async receive(wire: TensorWire, dest: Tensor, { connection, call }: TransferScope): Promise<ProtocolSeen> {
     // A peer's rkey is never unpacked unless this process opted into RMA: UCX trusts its bytes.
     if (!connection.runtime.rma) {
       sendFin(wire, connection, call);
@@ -34,7 +34,8 @@ export const rmaMover: Mover = {
     let rkey: RemoteKey | undefined;
     try {
       rkey = RemoteKey.unpack(connection.endpoint, wire.k!);
-      await connection.endpoint.get(span, wire.a!, rkey);
+      // The reader runs the get: UCX's description of it is the truth about this transfer.
+      return await connection.endpoint.get(span, wire.a!, rkey, { describe: true });
     } catch (error) {
       throw connection.closedError ?? GdrpcError.from(error, Code.UNAVAILABLE);
     } finally {

@@ -6,7 +6,7 @@ import type { Tensor } from '../../tensor/index.ts';
 import type { TensorWire } from '../../wire/frames.ts';
 import { EXACT_MASK } from '../../wire/tag.ts';
 import type { TagBuffer, TagRecvResult } from '../../ucx/index.ts';
-import type { Mover, Outgoing, TransferScope } from './mover.ts';
+import type { Mover, Outgoing, ProtocolSeen, TransferScope } from './mover.ts';
 import { memoryTypeOf, tagBuffer } from './memory.ts';
 
 export const tagMover: Mover = {
@@ -17,11 +17,12 @@ export const tagMover: Mover = {
     const wire: TensorWire = { dt: tensor.dtype, sh: [...tensor.shape], n: tensor.byteLength, mt: memoryTypeOf(tensor), m: 't', x };
     return {
       wire,
-      async start() {
+      async start(): Promise<ProtocolSeen> {
         const { buffer, release } = tagBuffer(tensor, connection.runtime.context);
         try {
-          // Settles once UCX is done reading: the caller may then reuse or free the tensor.
-          await connection.endpoint.tagSend(connection.outgoingDataTag(x), buffer, { untilComplete: true });
+          // Settles once UCX is done reading: the caller may then reuse or free the tensor. UCX's
+          // description of the send is the path the call reports.
+          return await connection.endpoint.tagSend(connection.outgoingDataTag(x), buffer, { untilComplete: true, describe: true });
         } catch (error) {
           throw connection.closedError ?? GdrpcError.from(error, Code.UNAVAILABLE);
         } finally {
@@ -31,7 +32,7 @@ export const tagMover: Mover = {
     };
   },
 
-  async receive(wire: TensorWire, dest: Tensor, { connection }: TransferScope): Promise<void> {
+  async receive(wire: TensorWire, dest: Tensor, { connection }: TransferScope): Promise<ProtocolSeen> {
     const { buffer, release } = tagBuffer(dest, connection.runtime.context);
     try {
       // Only the connection's end cancels this receive: cancelling it while the bytes are on the
@@ -40,6 +41,7 @@ export const tagMover: Mover = {
       if (result.length !== wire.n) {
         throw new GdrpcError(Code.INVALID_ARGUMENT, `tensor payload of ${result.length} bytes, descriptor said ${wire.n}`);
       }
+      return { protocol: result.protocol ?? '' };
     } catch (error) {
       throw connection.closedError ?? GdrpcError.from(error);
     } finally {
@@ -64,7 +66,7 @@ async function receiveOrTake(connection: TransferScope['connection'], transfer: 
   const held = connection.takeHeld(transfer);
   // Every receive settles only when UCX is done writing `buffer`, whatever the outcome: its
   // memory (a pool block) goes back only then.
-  if (held !== undefined) return worker.tagRecvTaken(held, buffer, { untilComplete: true });
+  if (held !== undefined) return worker.tagRecvTaken(held, buffer, { untilComplete: true, describe: true });
   // Bytes a peer announced but does not send must not hold the destination (a pool block) for
   // ever: past the transfer timeout the receive is cancelled and the connection closed, which
   // also ends a rendezvous UCX had already matched (that one cannot be cancelled by itself).
@@ -78,7 +80,7 @@ async function receiveOrTake(connection: TransferScope['connection'], transfer: 
   const onClose = (): void => stop.abort();
   connection.signal.addEventListener('abort', onClose, { once: true });
   try {
-    return await worker.tagRecv(buffer, connection.incomingDataTag(transfer), EXACT_MASK, { signal: stop.signal, untilComplete: true });
+    return await worker.tagRecv(buffer, connection.incomingDataTag(transfer), EXACT_MASK, { signal: stop.signal, untilComplete: true, describe: true });
   } finally {
     clearTimeout(timer);
     connection.signal.removeEventListener('abort', onClose);
