@@ -2,7 +2,8 @@
 // On the GPU machine: runs the consumer project that scripts/gpu-pack.sh built from the packed
 // tarball (test/consumer/fixtures/esm-ts compiled with tsc, gdrpc installed from `npm pack` into
 // its node_modules): a server and a client as two plain `node` processes, with the argument on
-// each device given, and prints one JSON line per run. Exits 1 when any run fails.
+// each device given (the result lands on the client's current GPU: the schema says @cuda), and
+// prints one JSON line per run. Exits 1 when any run fails.
 // Usage: node scripts/gpu-consumer.mjs <consumer-dir> [device ...]   (default: cpu cuda:0)
 import { execFileSync, spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
@@ -26,9 +27,9 @@ async function runOn(device) {
     const out = execFileSync(process.execPath, ['out/client.js', `127.0.0.1:${port}`, device], { cwd: dir, encoding: 'utf8', timeout: 120_000 });
     const result = JSON.parse(out);
     const ok = JSON.stringify(result.values) === '[2,4,6,9]' && result.sum === 21 && result.refused === 'INVALID_ARGUMENT';
-    return { device, ok, ...result };
+    return { input: device, ok, ...result };
   } catch (error) {
-    return { device, ok: false, error: String(error?.message ?? error) };
+    return { input: device, ok: false, error: String(error?.message ?? error) };
   } finally {
     server.stdin.end();
   }

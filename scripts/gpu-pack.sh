@@ -22,8 +22,10 @@ echo "gpu-pack: UCX runtime"
     libucx/lib/*.so* libucx/lib/ucx/*.so* libucx/bin/ucx_info libucx/bin/ucx_perftest \
     libucx/share/ucx/perftest libucx/etc libucx_cu13.libs ) | xz -T2 -6 > "$pack/ucx.tar.xz"
 
-echo "gpu-pack: addon and runtime node_modules"
+echo "gpu-pack: addon, dist and runtime node_modules"
 cp build/Release/gdrpc.node build/gdrpc-build.json "$pack/"
+node scripts/build-dist.mjs >/dev/null
+tar -cf - dist | xz -T2 -6 > "$pack/dist.tar.xz"
 tar -cf - --exclude='node_modules/@typescript' --exclude='node_modules/typescript' \
   --exclude='node_modules/@types' --exclude='node_modules/cmake-js' --exclude='node_modules/node-api-headers' \
   --exclude='node_modules/node-addon-api' --exclude='node_modules/@grpc' --exclude='node_modules/@ts-morph' --exclude='node_modules/ts-morph' --exclude='node_modules/protobufjs' \

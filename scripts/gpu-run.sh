@@ -18,11 +18,14 @@ pack=.gpu-pack
 if [ -d node_modules ] && [ ! -f node_modules/.gdrpc-gpu-run ]; then
   echo "gpu-run: node_modules was not unpacked by gpu-run.sh; run this on the GPU machine's copy of the tree" >&2; exit 1
 fi
-rm -rf /tmp/gdrpc-node .deps/python build/Release node_modules
+rm -rf /tmp/gdrpc-node .deps/python build/Release node_modules dist
 mkdir -p /tmp/gdrpc-node && xz -dc "$pack/node.xz" > /tmp/gdrpc-node/node && chmod +x /tmp/gdrpc-node/node
 mkdir -p .deps/python && xz -dc "$pack/ucx.tar.xz" | tar -xf - -C .deps/python
 mkdir -p build/Release && cp "$pack/gdrpc.node" build/Release/ && cp "$pack/gdrpc-build.json" build/
 xz -dc "$pack/node_modules.tar.xz" | tar -xf - && touch node_modules/.gdrpc-gpu-run
+# dist/ as built beside the addon (the compiler is not carried): the CLI and the tests use it as is.
+xz -dc "$pack/dist.tar.xz" | tar -xf -
+export GDRPC_DIST_PREBUILT=1
 rm -rf /tmp/gdrpc-consumer && mkdir -p /tmp/gdrpc-consumer && xz -dc "$pack/consumer.tar.xz" | tar -xf - -C /tmp/gdrpc-consumer
 # The addons were linked against the wheel in the packing machine's cache; here it lies in .deps.
 export LD_LIBRARY_PATH=$PWD/.deps/python/libucx/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
