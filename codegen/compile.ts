@@ -3,7 +3,6 @@
 // that `--ir` and the tests can stop after the model.
 import { checkNames, checkRecursion, checkRemoteResults } from './checks.ts';
 import { DiagnosticBag } from './diagnostics.ts';
-import { checkCallDims } from './dims.ts';
 import { checkEvolution } from './evolution.ts';
 import { loadSchemas, type LoadedFile, type SourceHost } from './loader.ts';
 import { lower, type PositionTable } from './lower.ts';
@@ -38,7 +37,6 @@ export function compile(entries: string[], options: CompileOptions): CompileResu
   checkNames(files, diags);
   checkRecursion(ir, positions, diags);
   checkRemoteResults(ir, positions, diags);
-  checkCallDims(files, scope, diags);
   if (options.baseline) checkEvolution(options.baseline, ir, positions, diags);
   const sources = new Map(files.map((f) => [f.display, f.source]));
   return { ir, files, positions, diags, sources };

@@ -1,7 +1,7 @@
 // The shard worker of examples/tensor-parallel.ts and examples/gdr-rpc.ts: serves ShardWorker for
 // one rank. The arithmetic is a plain host stand-in for GPU kernels (tensors that arrive in GPU
 // memory are copied to the host for it); what the examples show is how the tensors travel.
-import { Server, Tensor } from '../core/index.ts';
+import { Code, GdrpcError, Server, Tensor } from '../core/index.ts';
 import { Precision, ShardWorker } from '../schemas/gen/tensor_parallel.ts';
 import { fromHalf, toHalf } from './half.ts';
 import { announce } from './peer.ts';
@@ -50,6 +50,11 @@ export async function serveShard(rank: number, world: number): Promise<void> {
       return { partial: { rank, y: half([batch, MODEL], y) } };
     },
     reduce: ({ partials }) => {
+      // Each PartialActivation binds its own batch (docs/schema.md), so the shards' agreement is checked here.
+      const batch = partials[0]?.y.shape[0];
+      if (batch === undefined || partials.some((p) => p.y.shape[0] !== batch)) {
+        throw new GdrpcError(Code.INVALID_ARGUMENT, 'reduce: partials must be non-empty and share one batch size');
+      }
       const sum = new Float64Array(partials[0]!.y.numel);
       for (const p of partials) numbers(p.y).forEach((v, i) => { sum[i]! += v; });
       return { y: half([...partials[0]!.y.shape], sum) };

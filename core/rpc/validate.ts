@@ -23,6 +23,8 @@ const F32_MAX = 3.4028234663852886e38;
 
 /** Validates arguments or results against a method's fields (dtype, rank, fixed and symbolic dims,
  *  missing fields, scalar types and ranges); throws GdrpcError INVALID_ARGUMENT naming the field.
+ *  A dimension name binds within its scope (docs/schema.md): the method's own fields share one
+ *  binding, and each struct value has its own (every element of a list<S> binds its names anew).
  *  `what` names the object ("Echo.echo arguments"); a field's path is appended to it. */
 export function validateFields(fields: FieldDescriptor[], values: Record<string, unknown>, types: Types, what: string): void {
   if (typeof values !== 'object' || values === null || Array.isArray(values)) {
@@ -61,7 +63,9 @@ function checkValue(type: TypeRef, value: unknown, where: string, types: Types, 
       if (!isPlainObject(value)) throw invalid(`${where}: expected a ${type.name} object, got ${describe(value)}`);
       // A caller that does not know the service's types (registry.ts) leaves the check to the receiver.
       if (struct?.kind !== 'struct') return;
-      for (const field of struct.fields) checkValue(field.type, (value as Record<string, unknown>)[field.name], `${where}.${field.name}`, types, symbols);
+      // A struct's dimension names are its own: they bind per value, not with the method's.
+      const own = new Map<string, { size: number; where: string }>();
+      for (const field of struct.fields) checkValue(field.type, (value as Record<string, unknown>)[field.name], `${where}.${field.name}`, types, own);
       return;
     }
     case 'enum': {
