@@ -2,7 +2,7 @@
 // process serving the same generated modules, behaviour/fixtures-server.ts): what the language
 // can express (every scalar, 64-bit integers, bytes, lists, maps, optionals, recursive structs,
 // enums, every dtype and rank 0, streaming both ways, remote arguments and remote stream items,
-// imported types) survives a round trip through the runtime.
+// imported types, struct-scoped dimension names) survives a round trip through the runtime.
 import { spawn, type ChildProcess } from 'node:child_process';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -15,6 +15,7 @@ import { Library } from './fixtures/remote/expected/remote.ts';
 import { Scalars, type AllScalars } from './fixtures/scalars/expected/scalars.ts';
 import { Streams } from './fixtures/streaming/expected/streaming.ts';
 import { Color, Trees } from './fixtures/structs_enums/expected/structs_enums.ts';
+import { Moe } from './fixtures/struct_dims/expected/struct_dims.ts';
 import { Tensors } from './fixtures/tensors/expected/tensors.ts';
 import { here } from './fixture-files.ts';
 
@@ -134,9 +135,19 @@ describe('fixture behaviour through generated clients', () => {
     const two = [{ inner: block(4), mode: Mode.FAST }, { inner: block(4), mode: Mode.SAFE }];
     expect(await p.run({ blocks: two, first: block(4) })).toEqual({ mode: Mode.SAFE });
     expect(await p.run({ blocks: two.slice(0, 1), first: block(4) })).toEqual({ mode: Mode.FAST });
-    // `cols` binds once per call, through the imported struct too.
-    await expect(p.run({ blocks: two, first: block(5) })).rejects.toMatchObject({
-      code: Code.INVALID_ARGUMENT, message: expect.stringMatching(/first\.data: dimension 1 \(cols\) is 5/),
+    // `cols` is the imported struct's own name: each Block value binds it anew.
+    expect(await p.run({ blocks: two, first: block(5) })).toEqual({ mode: Mode.SAFE });
+  });
+
+  it('struct dims: each list element binds its own n, apart from the method\'s n', async () => {
+    const route = (n: number, weights = n) => ({ tokens: filled([n], 'i64', 1n), weights: filled([weights], 'f32', 0.5) });
+    const moe = Moe.client(client);
+    const hidden = filled([128, 16], 'bf16', 0x3f80);
+    expect(await moe.dispatch({ hidden, routes: [route(3), route(7), route(0), route(128)] })).toEqual({ counts: [3, 7, 0, 128], rows: 128 });
+    // Two tensors of one Route value share its n: a disagreement is refused before anything is sent.
+    await expect(moe.dispatch({ hidden, routes: [route(3), route(7, 6)] })).rejects.toMatchObject({
+      code: Code.INVALID_ARGUMENT,
+      message: expect.stringMatching(/arguments\.routes\[1\]\.weights: dimension 0 \(n\) is 6, but .*arguments\.routes\[1\]\.tokens dimension 0 bound n = 7/),
     });
   });
 

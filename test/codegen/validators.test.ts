@@ -1,11 +1,13 @@
 // The generated validators, run against real tensors: they accept what the schema declares and
 // reject wrong dtypes, ranks, fixed sizes, symbolic dimensions that disagree, missing fields,
-// bad enum values and bad scalars with INVALID_ARGUMENT naming the field.
+// bad enum values and bad scalars with INVALID_ARGUMENT naming the field. A struct's dimension
+// names bind per struct value (each list element on its own).
 import { Code, GdrpcError, Tensor, type DType } from 'gdrpc';
 import { describe, expect, it } from 'vitest';
 import { RequestState, validateDecodeWorkerAcceptArgs, validateDecodeWorkerGenerateResults, validatePrefillWorkerPrefillArgs } from '../../schemas/gen/kv_transfer.ts';
 import { Precision, validateShardWorkerForwardArgs, validateShardWorkerReduceArgs } from '../../schemas/gen/tensor_parallel.ts';
 import { validateEchoEchoArgs } from '../../schemas/gen/echo.ts';
+import { validateMoeDispatchArgs } from './fixtures/struct_dims/expected/struct_dims.ts';
 
 const t = (shape: number[], dtype: DType = 'f16'): Tensor => Tensor.zeros(shape, dtype);
 
@@ -81,5 +83,27 @@ describe('structs, lists and enums', () => {
     expect(rejection(validateEchoEchoArgs, { text: 'hi', payload: t([5], 'u8') })).toBeUndefined();
     expectInvalid(validateEchoEchoArgs, { text: 'hi', payload: t([5], 'i8') }, /payload: dtype i8, declared u8/);
     expectInvalid(validateEchoEchoArgs, { payload: t([5], 'u8') }, /\.text is missing/);
+  });
+});
+
+// Moe.dispatch(hidden: bf16[n, d], routes: list<Route>), Route { tokens: i64[n]; weights: f32[n] }
+describe('struct-scoped dimension names (fixture struct_dims)', () => {
+  const route = (n: number, weights = n) => ({ tokens: t([n], 'i64'), weights: t([weights], 'f32') });
+  const hidden = t([128, 4], 'bf16');
+
+  it.each([
+    ['routes of other sizes than hidden', [route(3)]],
+    ['each element its own n', [route(3), route(7), route(1)]],
+    ['size 0 and the method\'s size', [route(0), route(128)]],
+    ['no routes', []],
+  ])('accepts %s', (_, routes) => {
+    expect(rejection(validateMoeDispatchArgs, { hidden, routes })).toBeUndefined();
+  });
+
+  it.each([
+    ['a route whose two tensors disagree', [route(3), route(5, 4)], /Moe\.dispatch arguments\.routes\[1\]\.weights: dimension 0 \(n\) is 4, but Moe\.dispatch arguments\.routes\[1\]\.tokens dimension 0 bound n = 5/],
+    ['the first route disagreeing with itself', [route(2, 3)], /routes\[0\]\.weights: dimension 0 \(n\) is 3/],
+  ])('rejects %s with INVALID_ARGUMENT naming the field path', (_, routes, mentions) => {
+    expectInvalid(validateMoeDispatchArgs, { hidden, routes }, mentions);
   });
 });

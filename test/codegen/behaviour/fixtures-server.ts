@@ -9,6 +9,7 @@ import { Library } from '../fixtures/remote/expected/remote.ts';
 import { Scalars } from '../fixtures/scalars/expected/scalars.ts';
 import { Streams } from '../fixtures/streaming/expected/streaming.ts';
 import { Color, Trees, type Node } from '../fixtures/structs_enums/expected/structs_enums.ts';
+import { Moe } from '../fixtures/struct_dims/expected/struct_dims.ts';
 import { Tensors } from '../fixtures/tensors/expected/tensors.ts';
 
 const server = Server.create();
@@ -94,6 +95,11 @@ Pipeline.register(server, {
 });
 
 Docs.register(server, { call: (args) => ({ ok: args.value.value > 0 }) });
+
+/** Reports each route's own token count, so the caller sees every route bound its own `n`. */
+Moe.register(server, {
+  dispatch: (args) => ({ counts: args.routes.map((route) => route.tokens.shape[0]!), rows: args.hidden.shape[0]! }),
+});
 
 const { port } = await server.listen({ host: '127.0.0.1', port: 0 });
 console.log(`LISTENING ${port}`);
