@@ -4,7 +4,7 @@
 import { Code, GdrpcError } from '../errors.ts';
 import { checkOptions, describeValue } from '../tensor/options.ts';
 import type { CallOptions } from './client.ts';
-import type { MethodDescriptor } from './descriptor.ts';
+import type { MethodDescriptor } from '../schema/descriptor.ts';
 import { methodName } from './method-name.ts';
 import { CALL_OPTIONS } from './options.ts';
 

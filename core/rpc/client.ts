@@ -9,7 +9,7 @@ import { attachCallInfo, type CallInfo } from './call-info.ts';
 import { checkCall, isIterable } from './call-checks.ts';
 import { ClientSession } from './client-session.ts';
 import { absoluteDeadline, CallScope } from './deadline.ts';
-import type { MethodDescriptor, Placement } from './descriptor.ts';
+import type { MethodDescriptor, Placement } from '../schema/descriptor.ts';
 import { connectAndAdmit } from './handshake.ts';
 import { DEFAULT_LIVENESS_MS } from './liveness.ts';
 import { clientAllocationFailed } from './memory-errors.ts';

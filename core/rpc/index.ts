@@ -10,4 +10,3 @@ export { validateFields } from './validate.ts';
 export { RemoteTensor, remoteExposures } from './remote.ts';
 export { registerService } from './registry.ts';
 export { DEFAULT_LIVENESS_MS } from './liveness.ts';
-export * from './descriptor.ts';

@@ -10,7 +10,7 @@ import { Tensor, TensorPool, type Device } from '../tensor/index.ts';
 import { isDevice } from '../tensor/device.ts';
 import { Accept, checkOptions, rule, type OptionRules } from '../tensor/options.ts';
 import type { TensorWire } from '../wire/frames.ts';
-import type { DType, MethodDescriptor, Placement } from './descriptor.ts';
+import type { DType, MethodDescriptor, Placement } from '../schema/descriptor.ts';
 import type { TransferScope } from './movers/mover.ts';
 import { memoryTypeOf } from './movers/memory.ts';
 import { attachCallInfo, callInfo } from './call-info.ts';

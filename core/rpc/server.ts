@@ -5,7 +5,7 @@ import { Tensor, TensorPool, type Device } from '../tensor/index.ts';
 import { Accept, checkOptions, describeValue } from '../tensor/options.ts';
 import { Listener } from '../ucx/index.ts';
 import { Connection, DEFAULT_TRANSFER_TIMEOUT_MS } from './connection.ts';
-import type { DType, Placement, ServiceDescriptor } from './descriptor.ts';
+import type { DType, Placement, ServiceDescriptor } from '../schema/descriptor.ts';
 import { failureText } from './handler-failure.ts';
 import { DEFAULT_LIVENESS_MS } from './liveness.ts';
 import { serverAllocationFailed } from './memory-errors.ts';
