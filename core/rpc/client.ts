@@ -14,12 +14,13 @@ import { connectAndAdmit } from './handshake.ts';
 import { DEFAULT_LIVENESS_MS } from './liveness.ts';
 import { clientAllocationFailed } from './memory-errors.ts';
 import { methodName } from './method-name.ts';
-import { DEFAULT_INLINE_BYTES } from './movers/choose.ts';
+import { DEFAULT_INLINE_BYTES } from './connection.ts';
 import { cudaReceives } from './movers/memory.ts';
 import type { MoverName, TransferInfo } from './movers/mover.ts';
 import { CLIENT_OPTIONS } from './options.ts';
 import { typesOf } from './registry.ts';
 import { DEFAULT_PROCESS_POOL_BYTES } from './process-pool.ts';
+import { setOwnerDialer } from './remote.ts';
 import { Runtime } from './runtime.ts';
 import { ItemQueue } from './stream.ts';
 import { IncomingTensors, OutgoingTensors, PendingTensor, refuseRaw, type Allocate } from './transfer.ts';
@@ -400,3 +401,9 @@ export function parseAddress(address: string | { host: string; port: number }): 
   return parsed;
 }
 
+// RemoteTensor.pull's client. No pool unless the caller gave one: a process that only pulls should
+// not map a 64 MiB pool for it (a one-off registration per pull instead; pass `pool` to avoid it).
+setOwnerDialer(async (owner, token) => {
+  const client = await Client.connect(owner, { poolBytes: 0, ...(token !== undefined ? { token } : {}) });
+  return { unary: (method, args, allocate) => client.unary(method, args, { [ALLOCATE]: allocate }), close: () => client.close() };
+});

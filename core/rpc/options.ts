@@ -3,13 +3,11 @@
 // without a rule.
 import { Accept, isRecord, rule, type OptionRules } from '../tensor/options.ts';
 import type { CallOptions, ClientOptions } from './client.ts';
+import { BUSY_POLL_US } from './runtime.ts';
 import type { ServerOptions } from './server.ts';
 
 /** Movers a caller may force (CallOptions.mover). */
 export const MOVER_CHOICES = ['auto', 'inline', 'tag', 'rma'] as const;
-
-/** Worker busy polling (at most 10 s, as the binding allows). */
-export const BUSY_POLL_US = Accept.integer(0, 10_000_000, 'microseconds');
 
 const DEADLINE = rule('milliseconds from now (a number; Infinity: none) or a valid Date',
   (v) => (typeof v === 'number' && !Number.isNaN(v)) || (v instanceof Date && !Number.isNaN(v.getTime())));
