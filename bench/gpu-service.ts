@@ -1,7 +1,7 @@
 // The service bench/gpu.ts calls: a round trip without tensors and a sink that takes a tensor
 // without touching it, so a call's time is the framework plus the transfer. Each process builds
 // it for its own device (a placement says where the receiving side wants the tensor).
-import type { MethodDescriptor, Placement, ServiceDescriptor } from '../core/rpc/descriptor.ts';
+import type { MethodDescriptor, Placement, ServiceDescriptor } from '../core/schema/descriptor.ts';
 import type { Device } from '../core/tensor/index.ts';
 
 export const BENCH_SERVICE = 'bench.gpu.v1.Sink';

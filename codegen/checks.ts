@@ -1,6 +1,6 @@
 // Checks on names: reserved words, duplicates, generated names that would collide, and structs
 // that contain themselves (they could never be built or sent).
-import type { TypeRef } from '../core/rpc/descriptor.ts';
+import type { TypeRef } from '../core/schema/descriptor.ts';
 import type { FieldNode, NameNode } from './ast.ts';
 import type { DiagnosticBag } from './diagnostics.ts';
 import { generatedNames, receivedName, RUNTIME_NAMES } from './emit/naming.ts';

@@ -1,7 +1,7 @@
 // Schema evolution: compares the model with a baseline (the IR of what is deployed, saved with
 // `gdrpc gen --ir`) and reports changes that would make a call between an old and a new peer
 // fail. Messages are maps keyed by field name, so order never matters; see docs/schema.md.
-import type { TypeRef } from '../core/rpc/descriptor.ts';
+import type { TypeRef } from '../core/schema/descriptor.ts';
 import type { DiagnosticBag, SourcePos } from './diagnostics.ts';
 import type { PositionTable } from './lower.ts';
 import type { IrEnum, IrField, IrFile, IrSchemaSet, IrService } from './model.ts';

@@ -1,7 +1,7 @@
 // Lowers syntax trees to the model: resolves type names through the scope, turns written types
 // into descriptor TypeRefs and reports what is wrong with a type (unknown names, placement on a
 // non-tensor, bad dtypes, non-string map keys, sizes given to a dimension name twice).
-import type { DType, Dim, Placement, ScalarName, TypeRef } from '../core/rpc/descriptor.ts';
+import type { DType, Dim, Placement, ScalarName, TypeRef } from '../core/schema/descriptor.ts';
 import type { FieldNode, PlacementNode, TypeNode } from './ast.ts';
 import type { DiagnosticBag, SourcePos } from './diagnostics.ts';
 import type { LoadedFile } from './loader.ts';

@@ -1,7 +1,7 @@
 // The model: a language-neutral description of a set of schema files (the IR). Types use the
 // descriptor's TypeRef with fully qualified names, so another language's emitter can read the
 // JSON printed by `gdrpc gen --ir` without knowing anything about the parser.
-import type { TypeRef } from '../core/rpc/descriptor.ts';
+import type { TypeRef } from '../core/schema/descriptor.ts';
 
 /** Version of the IR JSON layout; bumped on incompatible changes. */
 export const IR_VERSION = 1;

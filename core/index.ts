@@ -3,4 +3,5 @@ export * from './errors.ts';
 export * from './ucx/index.ts';
 export * from './cuda.ts';
 export * from './tensor/index.ts';
+export * from './schema/descriptor.ts';
 export * from './rpc/index.ts';

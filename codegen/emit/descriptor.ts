@@ -1,7 +1,7 @@
-// The data-only service descriptor (core/rpc/descriptor.ts) and the validators, which hand the
+// The data-only service descriptor (core/schema/descriptor.ts) and the validators, which hand the
 // descriptor's fields to the runtime's validateFields.
 import { StructureKind, VariableDeclarationKind, type StatementStructures } from 'ts-morph';
-import type { EnumDescriptor, ServiceDescriptor, StructDescriptor, TypeRef } from '../../core/rpc/descriptor.ts';
+import type { EnumDescriptor, ServiceDescriptor, StructDescriptor, TypeRef } from '../../core/schema/descriptor.ts';
 import type { IrEnum, IrService, IrStruct } from '../model.ts';
 import { literal, quote } from './literal.ts';
 import { methodNames, serviceNames } from './naming.ts';

@@ -1,7 +1,7 @@
 // Maps model types to TypeScript type text. A tensor with @remote placement is a `Tensor` on the
 // sending side and a `RemoteTensor` (a handle to pull) on the receiving side, so every type that
 // reaches one has two views.
-import type { Placement, ScalarName, TypeRef } from '../../core/rpc/descriptor.ts';
+import type { Placement, ScalarName, TypeRef } from '../../core/schema/descriptor.ts';
 import type { IrField, IrStruct } from '../model.ts';
 import type { ModuleSymbols } from './symbols.ts';
 

@@ -3,10 +3,9 @@
 // from deep inside a transfer, or as a server's refusal that did not say what to do instead.
 import { Code, GdrpcError } from '../errors.ts';
 import { checkOptions, describeValue } from '../tensor/options.ts';
-import type { CallOptions } from './client.ts';
-import type { MethodDescriptor } from './descriptor.ts';
+import type { MethodDescriptor } from '../schema/descriptor.ts';
 import { methodName } from './method-name.ts';
-import { CALL_OPTIONS } from './options.ts';
+import { CALL_OPTIONS, type CallOptions } from './options.ts';
 
 type Row = Record<string, unknown>;
 

@@ -9,17 +9,18 @@ import { attachCallInfo, type CallInfo } from './call-info.ts';
 import { checkCall, isIterable } from './call-checks.ts';
 import { ClientSession } from './client-session.ts';
 import { absoluteDeadline, CallScope } from './deadline.ts';
-import type { MethodDescriptor, Placement } from './descriptor.ts';
+import type { MethodDescriptor, Placement } from '../schema/descriptor.ts';
 import { connectAndAdmit } from './handshake.ts';
 import { DEFAULT_LIVENESS_MS } from './liveness.ts';
 import { clientAllocationFailed } from './memory-errors.ts';
 import { methodName } from './method-name.ts';
-import { DEFAULT_INLINE_BYTES } from './movers/choose.ts';
+import { DEFAULT_INLINE_BYTES } from './connection.ts';
 import { cudaReceives } from './movers/memory.ts';
 import type { MoverName, TransferInfo } from './movers/mover.ts';
-import { CLIENT_OPTIONS } from './options.ts';
+import { ALLOCATE, CLIENT_OPTIONS, type CallOptions, type ClientOptions } from './options.ts';
 import { typesOf } from './registry.ts';
 import { DEFAULT_PROCESS_POOL_BYTES } from './process-pool.ts';
+import { setOwnerDialer } from './remote.ts';
 import { Runtime } from './runtime.ts';
 import { ItemQueue } from './stream.ts';
 import { IncomingTensors, OutgoingTensors, PendingTensor, refuseRaw, type Allocate } from './transfer.ts';
@@ -28,39 +29,6 @@ import { decodeFields, encodeFields, replaceDeep } from './values.ts';
 
 /** Stream items in flight before the receiving side has taken any (flow control, both ways). */
 const STREAM_WINDOW = 64;
-
-/** Internal call option: where result tensors go (RemoteTensor.pull uses it). */
-export const ALLOCATE: unique symbol = Symbol('gdrpc.allocate');
-
-export interface CallOptions {
-  /** Milliseconds from now, or an absolute Date. Covers transfers as well as the handler. */
-  deadline?: number | Date;
-  signal?: AbortSignal;
-  metadata?: Record<string, string>;
-  /** Force a tensor mover for arguments and results; default 'auto' (the measured best per memory type and size). */
-  mover?: 'auto' | MoverName;
-  /** Fail with FAILED_PRECONDITION instead of staging tensor bytes through host memory, on either
-   *  side, arguments and results alike (the server is told in the REQUEST). */
-  noStaging?: boolean;
-  [ALLOCATE]?: Allocate | undefined;
-}
-
-export interface ClientOptions {
-  /** Shared token for servers that require admission (never sent: HMAC challenge-response). */
-  token?: string;
-  /** A silent server is declared gone after this long (default 10000 ms; a dead one is seen sooner, by UCX). */
-  livenessMs?: number;
-  /** Handshake time limit (default 5000 ms). */
-  connectTimeoutMs?: number;
-  /** Largest host tensor sent inline (default 4 KiB). */
-  inlineBytes?: number;
-  /** Keep progressing the worker this long after each event before sleeping (lower latency for
-   *  CPU); the process's first Client or Server decides. Default 0 (or GDRPC_BUSY_POLL_US). */
-  busyPollUs?: number;
-  /** Size of the process pools results are received into, when this client creates them (default
-   *  64 MiB; 0: plain allocations per result, no pool). */
-  poolBytes?: number;
-}
 
 type Row = Record<string, unknown>;
 
@@ -400,3 +368,9 @@ export function parseAddress(address: string | { host: string; port: number }): 
   return parsed;
 }
 
+// RemoteTensor.pull's client. No pool unless the caller gave one: a process that only pulls should
+// not map a 64 MiB pool for it (a one-off registration per pull instead; pass `pool` to avoid it).
+setOwnerDialer(async (owner, token) => {
+  const client = await Client.connect(owner, { poolBytes: 0, ...(token !== undefined ? { token } : {}) });
+  return { unary: (method, args, allocate) => client.unary(method, args, { [ALLOCATE]: allocate }), close: () => client.close() };
+});

@@ -11,7 +11,6 @@ import type { TakenMessage } from '../ucx/index.ts';
 import type { FrameSink } from './dispatcher.ts';
 import { Exposures } from './exposures.ts';
 import { Liveness } from './liveness.ts';
-import { DEFAULT_INLINE_BYTES } from './movers/choose.ts';
 import type { Runtime } from './runtime.ts';
 
 /** What the side that owns a connection does with its frames. */
@@ -34,6 +33,9 @@ interface QueuedFrame extends WireFrame { resolve: () => void; reject: (error: u
 
 /** Default time announced tensor bytes have to arrive once their receive is posted. */
 export const DEFAULT_TRANSFER_TIMEOUT_MS = 30_000;
+
+/** Largest host tensor sent inline by default (bytes); movers/choose.ts says why 4 KiB. */
+export const DEFAULT_INLINE_BYTES = 4096;
 
 /** Tensor payloads a connection holds for frames still on their way; more closes it. */
 export const MAX_HELD_PAYLOADS = 64;

@@ -4,7 +4,7 @@
 // INTERNAL with a generic message, because the message of, say, a database driver's error may hold
 // what no client should read (ServerOptions.exposeErrorMessages sends it anyway).
 import { Code, GdrpcError } from '../errors.ts';
-import type { MethodDescriptor } from './descriptor.ts';
+import type { MethodDescriptor } from '../schema/descriptor.ts';
 import { methodName } from './method-name.ts';
 
 /** Wraps what a handler threw, so that the code around it can tell it from its own failures. */

@@ -1,6 +1,7 @@
 // Public surface of the RPC runtime (contract: docs/runtime-api.md "Client and server").
-export { Client, type CallOptions, type ClientOptions } from './client.ts';
-export { Server, serveRemoteTensors, shutdownOwner, type ServerOptions } from './server.ts';
+export { Client } from './client.ts';
+export { Server, serveRemoteTensors, shutdownOwner } from './server.ts';
+export type { CallOptions, ClientOptions, ServerOptions } from './options.ts';
 export type { CallContext, UnaryHandler, ServerStreamHandler, ClientStreamHandler } from './server-call.ts';
 export { CALL_INFO, callInfo, type CallInfo } from './call-info.ts';
 export type { TransferInfo, MoverName, TransferPath } from './movers/mover.ts';
@@ -10,4 +11,3 @@ export { validateFields } from './validate.ts';
 export { RemoteTensor, remoteExposures } from './remote.ts';
 export { registerService } from './registry.ts';
 export { DEFAULT_LIVENESS_MS } from './liveness.ts';
-export * from './descriptor.ts';

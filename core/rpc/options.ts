@@ -1,15 +1,92 @@
-// The rules of the RPC options objects (core/tensor/options.ts says why they are checked up front).
-// Each table has a rule for every option of its type: the compiler fails when one is added
-// without a rule.
+// The RPC options objects and their rules (core/tensor/options.ts says why they are checked up
+// front). Each table has a rule for every option of its type: the compiler fails when one is added
+// without a rule. The types live here, below client.ts and server.ts, so that the tables and
+// call-checks.ts need not import those back.
 import { Accept, isRecord, rule, type OptionRules } from '../tensor/options.ts';
-import type { CallOptions, ClientOptions } from './client.ts';
-import type { ServerOptions } from './server.ts';
+import type { MoverName } from './movers/mover.ts';
+import { BUSY_POLL_US } from './runtime.ts';
+import type { Allocate } from './transfer.ts';
+
+/** Internal call option: where result tensors go (RemoteTensor.pull uses it). */
+export const ALLOCATE: unique symbol = Symbol('gdrpc.allocate');
+
+export interface CallOptions {
+  /** Milliseconds from now, or an absolute Date. Covers transfers as well as the handler. */
+  deadline?: number | Date;
+  signal?: AbortSignal;
+  metadata?: Record<string, string>;
+  /** Force a tensor mover for arguments and results; default 'auto' (the measured best per memory type and size). */
+  mover?: 'auto' | MoverName;
+  /** Fail with FAILED_PRECONDITION instead of staging tensor bytes through host memory, on either
+   *  side, arguments and results alike (the server is told in the REQUEST). */
+  noStaging?: boolean;
+  [ALLOCATE]?: Allocate | undefined;
+}
+
+export interface ClientOptions {
+  /** Shared token for servers that require admission (never sent: HMAC challenge-response). */
+  token?: string;
+  /** A silent server is declared gone after this long (default 10000 ms; a dead one is seen sooner, by UCX). */
+  livenessMs?: number;
+  /** Handshake time limit (default 5000 ms). */
+  connectTimeoutMs?: number;
+  /** Largest host tensor sent inline (default 4 KiB). */
+  inlineBytes?: number;
+  /** Keep progressing the worker this long after each event before sleeping (lower latency for
+   *  CPU); the process's first Client or Server decides. Default 0 (or GDRPC_BUSY_POLL_US). */
+  busyPollUs?: number;
+  /** Size of the process pools results are received into, when this client creates them (default
+   *  64 MiB; 0: plain allocations per result, no pool). */
+  poolBytes?: number;
+}
+
+export interface ServerOptions {
+  /** Calls in flight per connection (default 256); more get RESOURCE_EXHAUSTED. */
+  maxCallsPerConnection?: number;
+  /** Calls in flight over all connections (default 4096). */
+  maxCalls?: number;
+  /** Largest control frame accepted (default 4 MiB, inline tensors included). */
+  maxFrameBytes?: number;
+  /** Largest single tensor accepted, checked before allocation (default 1 GiB). */
+  maxTensorBytes?: number;
+  /** Receiving pool per device, mapped once (default 128 MiB; 0: plain allocations). */
+  poolBytes?: number;
+  /** When the pool is full, register a one-off allocation instead of waiting (default false). */
+  allowPoolOverflow?: boolean;
+  /** An argument tensor that does not fit in the pool now waits, first come first served, this long
+   *  at most (and never past its call's deadline) for blocks that other calls free, then fails
+   *  RESOURCE_EXHAUSTED (default 10000 ms; 0: fail at once). */
+  poolWaitMs?: number;
+  /** Pool bytes one connection's calls may hold before its waiting tensors let other connections'
+   *  go first (default half of poolBytes); a connection alone may use the whole pool. */
+  maxPoolBytesPerConnection?: number;
+  /** Shared token clients must prove (HMAC challenge-response) before any call. */
+  token?: string;
+  /** A connection that has not completed the handshake by then is closed (default 5000 ms);
+   *  nothing it sends extends this. */
+  admissionTimeoutMs?: number;
+  /** Tensor bytes a client announced must arrive within this long once the server waits for
+   *  them (default 30 s); otherwise the connection is closed and the pool block returns. */
+  transferTimeoutMs?: number;
+  /** Connections open at once, admitted or not (default 1024); more are rejected at connect. */
+  maxConnections?: number;
+  /** Connections open at once from one peer IP address (default 64). */
+  maxConnectionsPerAddress?: number;
+  /** A silent client is declared gone after this long (default 10000 ms; a dead one is seen sooner, by UCX). */
+  livenessMs?: number;
+  /** Largest host tensor the server sends inline (default 4 KiB). */
+  inlineBytes?: number;
+  /** Keep progressing the worker this long after each event before sleeping (see ClientOptions). */
+  busyPollUs?: number;
+  /** How long results exposed for RMA wait for the client's FIN (default 30 s). */
+  exposureHoldMs?: number;
+  /** Send the message of a handler's plain Error (not a GdrpcError) to the client instead of a
+   *  generic "internal error in handler ..." (default false: such messages may hold secrets). */
+  exposeErrorMessages?: boolean;
+}
 
 /** Movers a caller may force (CallOptions.mover). */
 export const MOVER_CHOICES = ['auto', 'inline', 'tag', 'rma'] as const;
-
-/** Worker busy polling (at most 10 s, as the binding allows). */
-export const BUSY_POLL_US = Accept.integer(0, 10_000_000, 'microseconds');
 
 const DEADLINE = rule('milliseconds from now (a number; Infinity: none) or a valid Date',
   (v) => (typeof v === 'number' && !Number.isNaN(v)) || (v instanceof Date && !Number.isNaN(v.getTime())));

@@ -1,7 +1,7 @@
 // Struct and enum declarations by service name. Method descriptors name their service but do not
 // carry its types, which encoding needs to find tensors inside structs; every service a Server
 // registers or a client registers with registerService() is remembered here.
-import type { ServiceDescriptor } from './descriptor.ts';
+import type { ServiceDescriptor } from '../schema/descriptor.ts';
 
 const services = new Map<string, ServiceDescriptor>();
 

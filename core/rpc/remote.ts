@@ -10,7 +10,7 @@ import { Tensor, TensorPool, type Device } from '../tensor/index.ts';
 import { isDevice } from '../tensor/device.ts';
 import { Accept, checkOptions, rule, type OptionRules } from '../tensor/options.ts';
 import type { TensorWire } from '../wire/frames.ts';
-import type { DType, MethodDescriptor, Placement } from './descriptor.ts';
+import type { DType, MethodDescriptor, Placement } from '../schema/descriptor.ts';
 import type { TransferScope } from './movers/mover.ts';
 import { memoryTypeOf } from './movers/memory.ts';
 import { attachCallInfo, callInfo } from './call-info.ts';
@@ -27,6 +27,19 @@ let nextId = 1;
 let ownerListener: (() => { host: string; port: number }) | undefined;
 export function setOwnerListener(provider: () => { host: string; port: number }): void {
   ownerListener = provider;
+}
+
+/** One pull from an owner: a Client made for it. */
+export interface OwnerClient {
+  unary(method: MethodDescriptor, args: Record<string, unknown>, allocate: ((shape: number[], dtype: DType) => Tensor) | undefined): Promise<Record<string, unknown>>;
+  close(): Promise<void>;
+}
+
+/** Supplied by client.ts, which imports this module (through transfer.ts) and so cannot be
+ *  imported from it: connects a Client to the owner at `owner` ("host:port"). */
+let ownerDialer: ((owner: string, token: string | undefined) => Promise<OwnerClient>) | undefined;
+export function setOwnerDialer(dial: (owner: string, token: string | undefined) => Promise<OwnerClient>): void {
+  ownerDialer = dial;
 }
 
 /** Registers `tensor` as remote for the call of `scope`; returns its handle descriptor. */
@@ -79,7 +92,7 @@ export class RemoteTensor {
   /** Fetches the bytes from the owner into `into`, a tensor from `pool`, or a new one on `device`. */
   async pull(options: PullOptions = {}): Promise<Tensor> {
     checkOptions('RemoteTensor.pull options', options, PULL_OPTIONS);
-    const { Client, ALLOCATE } = await import('./client.ts');
+    if (ownerDialer === undefined) throw new GdrpcError(Code.INTERNAL, 'no client module loaded to pull remote tensors');
     const device = options.into?.device ?? options.pool?.device ?? options.device ?? 'cpu';
     const placement: Placement = device === 'cpu' ? { kind: 'host' } : { kind: 'cuda', device: Number(device.slice(5)) };
     const method: MethodDescriptor = {
@@ -93,11 +106,9 @@ export class RemoteTensor {
     }
     const allocate = into !== undefined ? () => into
       : options.pool !== undefined ? (shape: number[], dtype: DType) => options.pool!.allocate(shape, dtype) : undefined;
-    // No pool unless the caller gave one: a process that only pulls should not map a 64 MiB pool
-    // for it (a one-off registration per pull instead; pass `pool` to avoid it).
-    const client = await Client.connect(this.owner, { poolBytes: 0, ...(options.token !== undefined ? { token: options.token } : {}) });
+    const client = await ownerDialer(this.owner, options.token);
     try {
-      const result = await client.unary(method, { x: this.wire.x!, s: this.wire.s! }, { [ALLOCATE]: allocate });
+      const result = await client.unary(method, { x: this.wire.x!, s: this.wire.s! }, allocate);
       // The pull's transfer report goes with the tensor: callInfo(tensor).
       const info = callInfo(result);
       return info === undefined ? result.t as Tensor : attachCallInfo(result.t as Tensor, info);

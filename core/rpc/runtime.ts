@@ -6,12 +6,14 @@
 import { Context, Worker } from '../ucx/index.ts';
 import { TensorPool, type Device, type TensorPoolOptions } from '../tensor/index.ts';
 import { Dispatcher } from './dispatcher.ts';
-import { invalidOption } from '../tensor/options.ts';
-import { BUSY_POLL_US } from './options.ts';
+import { Accept, invalidOption } from '../tensor/options.ts';
 import { SendSlots } from './send-slots.ts';
 
 /** Largest control frame any connection in this process accepts (the receive buffer size). */
 export const DEFAULT_FRAME_BYTES = 4 << 20;
+
+/** Worker busy polling (at most 10 s, as the binding allows): the busyPollUs option's rule. */
+export const BUSY_POLL_US = Accept.integer(0, 10_000_000, 'microseconds');
 
 /** Whether GDRPC_UNSAFE_RMA asks for the RMA mover, giving up isolation between peers. */
 export function unsafeRmaEnabled(): boolean {

@@ -6,7 +6,7 @@ import type { PoolShare } from '../tensor/index.ts';
 import { FrameKind } from '../wire/frames.ts';
 import type { Connection } from './connection.ts';
 import type { CallScope } from './deadline.ts';
-import type { MethodDescriptor, ServiceDescriptor } from './descriptor.ts';
+import type { MethodDescriptor, ServiceDescriptor } from '../schema/descriptor.ts';
 import { handlerContractError, handlerError, HandlerFailure, runHandler, type FailedCall } from './handler-failure.ts';
 import { methodName } from './method-name.ts';
 import { errorFrame } from './status.ts';

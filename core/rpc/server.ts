@@ -4,64 +4,18 @@ import { Code, GdrpcError } from '../errors.ts';
 import { Tensor, TensorPool, type Device } from '../tensor/index.ts';
 import { Accept, checkOptions, describeValue } from '../tensor/options.ts';
 import { Listener } from '../ucx/index.ts';
-import { Connection, DEFAULT_TRANSFER_TIMEOUT_MS } from './connection.ts';
-import type { DType, Placement, ServiceDescriptor } from './descriptor.ts';
+import { Connection, DEFAULT_INLINE_BYTES, DEFAULT_TRANSFER_TIMEOUT_MS } from './connection.ts';
+import type { DType, Placement, ServiceDescriptor } from '../schema/descriptor.ts';
 import { failureText } from './handler-failure.ts';
 import { DEFAULT_LIVENESS_MS } from './liveness.ts';
 import { serverAllocationFailed } from './memory-errors.ts';
-import { DEFAULT_INLINE_BYTES } from './movers/choose.ts';
 import { cudaReceives } from './movers/memory.ts';
-import { SERVER_OPTIONS } from './options.ts';
+import { SERVER_OPTIONS, type ServerOptions } from './options.ts';
 import { registerService } from './registry.ts';
 import { lookupRemote, OWNER_SERVICE, pullResultFields, setOwnerListener } from './remote.ts';
 import { Runtime } from './runtime.ts';
 import { type AllocationWait, type CallContext, type CallEnvironment, type Handler, type MethodEntry } from './server-call.ts';
 import { ServerSession, type SessionHost } from './server-session.ts';
-
-export interface ServerOptions {
-  /** Calls in flight per connection (default 256); more get RESOURCE_EXHAUSTED. */
-  maxCallsPerConnection?: number;
-  /** Calls in flight over all connections (default 4096). */
-  maxCalls?: number;
-  /** Largest control frame accepted (default 4 MiB, inline tensors included). */
-  maxFrameBytes?: number;
-  /** Largest single tensor accepted, checked before allocation (default 1 GiB). */
-  maxTensorBytes?: number;
-  /** Receiving pool per device, mapped once (default 128 MiB; 0: plain allocations). */
-  poolBytes?: number;
-  /** When the pool is full, register a one-off allocation instead of waiting (default false). */
-  allowPoolOverflow?: boolean;
-  /** An argument tensor that does not fit in the pool now waits, first come first served, this long
-   *  at most (and never past its call's deadline) for blocks that other calls free, then fails
-   *  RESOURCE_EXHAUSTED (default 10000 ms; 0: fail at once). */
-  poolWaitMs?: number;
-  /** Pool bytes one connection's calls may hold before its waiting tensors let other connections'
-   *  go first (default half of poolBytes); a connection alone may use the whole pool. */
-  maxPoolBytesPerConnection?: number;
-  /** Shared token clients must prove (HMAC challenge-response) before any call. */
-  token?: string;
-  /** A connection that has not completed the handshake by then is closed (default 5000 ms);
-   *  nothing it sends extends this. */
-  admissionTimeoutMs?: number;
-  /** Tensor bytes a client announced must arrive within this long once the server waits for
-   *  them (default 30 s); otherwise the connection is closed and the pool block returns. */
-  transferTimeoutMs?: number;
-  /** Connections open at once, admitted or not (default 1024); more are rejected at connect. */
-  maxConnections?: number;
-  /** Connections open at once from one peer IP address (default 64). */
-  maxConnectionsPerAddress?: number;
-  /** A silent client is declared gone after this long (default 10000 ms; a dead one is seen sooner, by UCX). */
-  livenessMs?: number;
-  /** Largest host tensor the server sends inline (default 4 KiB). */
-  inlineBytes?: number;
-  /** Keep progressing the worker this long after each event before sleeping (see ClientOptions). */
-  busyPollUs?: number;
-  /** How long results exposed for RMA wait for the client's FIN (default 30 s). */
-  exposureHoldMs?: number;
-  /** Send the message of a handler's plain Error (not a GdrpcError) to the client instead of a
-   *  generic "internal error in handler ..." (default false: such messages may hold secrets). */
-  exposeErrorMessages?: boolean;
-}
 
 type Handlers = Record<string, Handler>;
 

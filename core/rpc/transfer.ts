@@ -6,7 +6,7 @@ import { Code, GdrpcError } from '../errors.ts';
 import { elementSize, isDType, Tensor } from '../tensor/index.ts';
 import { checkTensorWire } from '../wire/codec.ts';
 import type { TensorWire } from '../wire/frames.ts';
-import type { DType, Placement } from './descriptor.ts';
+import type { DType, Placement } from '../schema/descriptor.ts';
 import { chooseMover, moverByName } from './movers/choose.ts';
 import { cudaReceives, memoryTypeOf, ProducerSync } from './movers/memory.ts';
 import type { Mover, MoverName, Outgoing, ProtocolSeen, TransferInfo, TransferScope } from './movers/mover.ts';

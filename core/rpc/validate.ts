@@ -2,7 +2,7 @@
 // what it sends, the receiver checks the decoded header *before* allocating or running anything
 // (tensors are then still descriptors that only carry dtype and shape).
 import { Code, GdrpcError } from '../errors.ts';
-import type { Dim, DType, FieldDescriptor, ScalarName, ServiceDescriptor, TypeRef } from './descriptor.ts';
+import type { Dim, DType, FieldDescriptor, ScalarName, ServiceDescriptor, TypeRef } from '../schema/descriptor.ts';
 
 /** Anything with a dtype and a shape: a Tensor, a RemoteTensor, or a tensor still on the wire. */
 export interface TensorShaped { readonly dtype: DType | string; readonly shape: readonly number[] }

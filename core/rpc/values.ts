@@ -3,7 +3,7 @@
 // move afterwards, once the placeholders have been validated). Scalars are normalised here:
 // 64-bit integers become bigint, enum names become their values.
 import { Code, GdrpcError } from '../errors.ts';
-import type { FieldDescriptor, Placement, ServiceDescriptor, TypeRef } from './descriptor.ts';
+import type { FieldDescriptor, Placement, ServiceDescriptor, TypeRef } from '../schema/descriptor.ts';
 
 type Types = ServiceDescriptor['types'];
 

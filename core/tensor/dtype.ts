@@ -1,7 +1,7 @@
 // Element types: their sizes and the typed arrays that view them. Node 20 has no Float16Array,
 // so the 16-bit float types are viewed as raw bits (Uint16Array); bool is one byte per element.
 import { Code, GdrpcError } from '../errors.ts';
-import type { DType } from '../rpc/descriptor.ts';
+import type { DType } from '../schema/descriptor.ts';
 
 export type { DType };
 

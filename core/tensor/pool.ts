@@ -10,7 +10,7 @@ import { checkDType, type DType } from './dtype.ts';
 import { mapMemory, type MappedMemory } from './mapped-memory.ts';
 import { Accept, checkOptions, invalidOption, rule, type OptionRules } from './options.ts';
 import { checkShape } from './shape.ts';
-import { Storage } from './storage.ts';
+import { markPool, Storage } from './storage.ts';
 import { Tensor } from './tensor.ts';
 
 /** Options of TensorPool.create. */
@@ -93,6 +93,7 @@ export class TensorPool {
     this.#memory = memory;
     this.allowOverflow = options.allowOverflow === true;
     this.pinned = options.pinned === true;
+    markPool(this);
   }
 
   /** Allocates `bytes` on `device` and maps all of it with UCX. */

@@ -87,6 +87,20 @@ export class Storage {
   }
 }
 
+// Every TensorPool, so that tensor.ts can check a `pool` option without importing pool.ts, which
+// imports tensor.ts to build the tensors it hands out.
+const pools = new WeakSet<object>();
+
+/** Called by each TensorPool as it is constructed. */
+export function markPool(pool: TensorPool): void {
+  pools.add(pool);
+}
+
+/** Whether `value` is a TensorPool. */
+export function isTensorPool(value: unknown): value is TensorPool {
+  return typeof value === 'object' && value !== null && pools.has(value);
+}
+
 /** Unpooled memory for `byteLength` bytes on `device`: a fresh (zeroed) ArrayBuffer, or cuMemAlloc. */
 export function allocateStorage(device: Device, byteLength: number): Storage {
   const where = parseDevice(device);

@@ -8,9 +8,9 @@ import { copyStorage, sameBytes } from './copy.ts';
 import { isDevice, parseDevice, type Device } from './device.ts';
 import { checkDType, DTYPES, dtypeOfArray, elementSize, isDType, viewOf, type DType, type TypedArray } from './dtype.ts';
 import { checkOptions, rule, type OptionRules } from './options.ts';
-import { TensorPool } from './pool.ts';
+import type { TensorPool } from './pool.ts';
 import { checkShape, type ShapeInfo } from './shape.ts';
-import { allocateStorage, Storage } from './storage.ts';
+import { allocateStorage, isTensorPool, Storage } from './storage.ts';
 
 /** Where to allocate: a device (default 'cpu') or a pool (whose device it must match). */
 export interface AllocateOptions {
@@ -19,8 +19,7 @@ export interface AllocateOptions {
 }
 
 const DEVICE = rule(`'cpu' or 'cuda:N'`, isDevice);
-// A closure, not `instanceof` at load time: pool.ts imports this module too.
-const POOL = rule('a TensorPool', (value) => value instanceof TensorPool);
+const POOL = rule('a TensorPool', isTensorPool);
 const ALLOCATE_OPTIONS: OptionRules<AllocateOptions> = { device: DEVICE, pool: POOL };
 const FROM_ARRAY_OPTIONS: OptionRules<{ shape?: number[]; dtype?: DType }> = {
   shape: rule('an array of dimensions', Array.isArray),

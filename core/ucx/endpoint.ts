@@ -1,11 +1,12 @@
-// A connection to one peer (PEER error mode): tag send, RMA, flush, close.
+// A connection to one peer (PEER error mode): tag send, RMA, flush, close; and the peer's remote
+// keys unpacked for it. A RemoteKey is valid only with its endpoint and the endpoint's RMA takes
+// one, so the two share a file rather than import each other.
 import { EventEmitter } from 'eventemitter3';
 import { Code, GdrpcError } from '../errors.ts';
 import { native } from '../native.ts';
 import { checkObject, checkPort, checkSignal, checkString, checkU64, describe, invalid, rejecting } from './check.ts';
 import { spanTarget, tagTarget, type MemorySpan, type TagBuffer } from './memory.ts';
 import type { NativeEndpoint, NativeRemoteKey } from './native-types.ts';
-import { RemoteKey } from './rkey.ts';
 import { checkTagOptions, Worker, type ProtocolReport, type TagOptions } from './worker.ts';
 
 /** A UCP endpoint. Emits 'error' (UNAVAILABLE) when the peer fails, then 'close'. */
@@ -136,5 +137,44 @@ export class Endpoint extends EventEmitter<{ error: [GdrpcError]; close: [] }> {
     if (!(endpoint instanceof Endpoint)) throw invalid(`${name} must be an Endpoint, got ${describe(endpoint)}`);
     endpoint.#checkUsable();
     return endpoint.#native;
+  }
+}
+
+/** A remote key (ucp_ep_rkey_unpack) valid with the endpoint it was unpacked for; closed with it. */
+export class RemoteKey {
+  readonly endpoint: Endpoint;
+  readonly #native: NativeRemoteKey;
+  #closed = false;
+
+  private constructor(endpoint: Endpoint, handle: NativeRemoteKey) {
+    this.endpoint = endpoint;
+    this.#native = handle;
+  }
+
+  static unpack(endpoint: Endpoint, packed: Uint8Array): RemoteKey {
+    const nativeEndpoint = Endpoint.nativeOf(endpoint);
+    if (!(packed instanceof Uint8Array) || packed.byteLength === 0) {
+      throw invalid(`packed must be a non-empty Uint8Array (from MemoryRegion.packRkey), got ${describe(packed)}`);
+    }
+    return new RemoteKey(endpoint, new (native().RemoteKey)(nativeEndpoint, packed));
+  }
+
+  /** Releases the key (ucp_rkey_destroy). Idempotent. */
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#native.close();
+  }
+
+  get closed(): boolean {
+    return this.#closed;
+  }
+
+  /** @internal The native key, checked to belong to `endpoint`. */
+  static nativeOf(rkey: unknown, endpoint: Endpoint): NativeRemoteKey {
+    if (!(rkey instanceof RemoteKey)) throw invalid(`rkey must be a RemoteKey, got ${describe(rkey)}`);
+    if (rkey.#closed) throw new GdrpcError(Code.FAILED_PRECONDITION, 'the remote key is closed');
+    if (rkey.endpoint !== endpoint) throw invalid('the remote key was unpacked for another endpoint');
+    return rkey.#native;
   }
 }

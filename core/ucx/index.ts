@@ -6,9 +6,8 @@ import type { NativeStats } from './native-types.ts';
 export { Context, type ContextOptions, type MemoryType, type Feature } from './context.ts';
 export { Worker, type WorkerOptions, type TagOptions, type TagRecvResult, type ProtocolReport, type TakenMessage, type WorkerStats } from './worker.ts';
 export { Listener, type ListenerOptions } from './listener.ts';
-export { Endpoint } from './endpoint.ts';
+export { Endpoint, RemoteKey } from './endpoint.ts';
 export { MemoryRegion, isMemorySpan, type MemorySpan, type TagBuffer } from './memory.ts';
-export { RemoteKey } from './rkey.ts';
 export { UCX_DEFAULTS } from '../native.ts';
 
 /** Process-wide counters (for leak tests): live native objects of each kind. */

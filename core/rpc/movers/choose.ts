@@ -32,9 +32,6 @@ import { inlineMover } from './inline.ts';
 import { rmaMover } from './rma.ts';
 import { tagMover } from './tag.ts';
 
-/** Largest host tensor sent inline by default (bytes). */
-export const DEFAULT_INLINE_BYTES = 4096;
-
 const MOVERS: Record<MoverName, Mover> = { inline: inlineMover, tag: tagMover, rma: rmaMover };
 
 /** The mover object of a name. */
