@@ -1,6 +1,7 @@
 // Public surface of the RPC runtime (contract: docs/runtime-api.md "Client and server").
 export { Client, type CallOptions, type ClientOptions } from './client.ts';
-export { Server, serveRemoteTensors, shutdownOwner, type ServerOptions } from './server.ts';
+export { Server, serveRemoteTensors, shutdownOwner, type ServerOptions, type RegisterOptions } from './server.ts';
+export type { CudaDevice } from './placement.ts';
 export type { CallContext, UnaryHandler, ServerStreamHandler, ClientStreamHandler } from './server-call.ts';
 export { CALL_INFO, callInfo, type CallInfo } from './call-info.ts';
 export type { TransferInfo, MoverName, TransferPath } from './movers/mover.ts';

@@ -3,7 +3,8 @@
 // without a rule.
 import { Accept, isRecord, rule, type OptionRules } from '../tensor/options.ts';
 import type { CallOptions, ClientOptions } from './client.ts';
-import type { ServerOptions } from './server.ts';
+import type { RegisterOptions, ServerOptions } from './server.ts';
+import { isDevice } from '../tensor/device.ts';
 
 /** Movers a caller may force (CallOptions.mover). */
 export const MOVER_CHOICES = ['auto', 'inline', 'tag', 'rma'] as const;
@@ -16,9 +17,14 @@ const DEADLINE = rule('milliseconds from now (a number; Infinity: none) or a val
 // The server refuses a REQUEST whose metadata holds anything but strings, as malformed.
 const METADATA = rule('an object whose values are strings', (v) => isRecord(v) && Object.values(v).every((item) => typeof item === 'string'));
 
+// Not 'cpu': the handshake tells the peer that this side takes `@cuda` tensors in GPU memory, and
+// the peer sends them so; host memory is the schema's `@host`.
+const RECEIVE_DEVICE = rule("'cuda:N' (where a bare @cuda tensor is received)", (v) => isDevice(v) && v !== 'cpu');
+
 export const CLIENT_OPTIONS: OptionRules<ClientOptions> = {
   token: Accept.nonEmptyString, livenessMs: Accept.positiveMs, connectTimeoutMs: Accept.positiveMs,
   inlineBytes: Accept.bytes, busyPollUs: BUSY_POLL_US, poolBytes: Accept.bytes,
+  device: RECEIVE_DEVICE,
 };
 
 export const SERVER_OPTIONS: OptionRules<ServerOptions> = {
@@ -27,8 +33,10 @@ export const SERVER_OPTIONS: OptionRules<ServerOptions> = {
   maxPoolBytesPerConnection: Accept.positiveBytes, token: Accept.nonEmptyString, admissionTimeoutMs: Accept.positiveMs,
   transferTimeoutMs: Accept.positiveMs, maxConnections: Accept.count, maxConnectionsPerAddress: Accept.count,
   livenessMs: Accept.positiveMs, inlineBytes: Accept.bytes, busyPollUs: BUSY_POLL_US, exposureHoldMs: Accept.ms,
-  exposeErrorMessages: Accept.boolean,
+  exposeErrorMessages: Accept.boolean, device: RECEIVE_DEVICE,
 };
+
+export const REGISTER_OPTIONS: OptionRules<RegisterOptions> = { device: RECEIVE_DEVICE };
 
 export const CALL_OPTIONS: OptionRules<CallOptions> = {
   deadline: DEADLINE, signal: Accept.signal, metadata: METADATA,
