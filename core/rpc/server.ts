@@ -118,8 +118,9 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
     if (typeof handlers !== 'object' || handlers === null) {
       throw new GdrpcError(Code.INVALID_ARGUMENT, `Server.register(${service.name}): expected an object of handlers by method name, got ${describeValue(handlers)}`);
     }
-    checkOptions(`Server.register(${service.name}) options`, options, REGISTER_OPTIONS);
-    const receiveOn = receiveDeviceIndex('RegisterOptions.device', options?.device, receivingDeviceCount());
+    const owner = `Server.register(${service.name}) options`;
+    checkOptions(owner, options, REGISTER_OPTIONS);
+    const receiveOn = receiveDeviceIndex(`${owner}.device`, options?.device, receivingDeviceCount());
     for (const [name, method] of Object.entries(service.methods)) {
       const handler = handlers[name];
       if (typeof handler !== 'function') throw new GdrpcError(Code.INVALID_ARGUMENT, `no handler for ${service.name}/${name}`);

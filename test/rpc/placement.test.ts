@@ -88,7 +88,7 @@ describe('device option checks', () => {
   it.skipIf(!gpu)('a device past the last one of this machine', () => {
     const device = `cuda:${cuda.deviceCount()}` as const;
     expect(thrown(() => Server.create({ device })).rawMessage).toMatch(/^ServerOptions\.device must be a CUDA device of this machine/);
-    expect(thrown(() => Server.create().register(Bare, bareHandlers, { device })).rawMessage).toMatch(/^RegisterOptions\.device must be a CUDA device/);
+    expect(thrown(() => Server.create().register(Bare, bareHandlers, { device })).rawMessage).toMatch(/^Server\.register\(test\.rpc\.v1\.Bare\) options\.device must be a CUDA device/);
   });
 });
 
