@@ -1,7 +1,7 @@
 // The serving process of bench/gpu.ts: a Sink server on the device named in argv, receiving into
 // a pool mapped once. Prints "LISTENING <port>"; exits when stdin closes or after its time limit.
 import { Server, type Device, type Tensor } from '../core/index.ts';
-import { benchService } from './gpu-service.ts';
+import { benchService, receiveOn } from './gpu-service.ts';
 
 const device = (process.argv[2] ?? 'cpu') as Device;
 const poolBytes = Number(process.argv[3] ?? 64 << 20);
@@ -11,7 +11,7 @@ const server = Server.create({ poolBytes, maxTensorBytes: poolBytes });
 server.register(benchService(device), {
   ping: (args: { n: number }) => ({ n: args.n }),
   sink: (args: { x: Tensor }) => ({ n: args.x.byteLength }),
-});
+}, receiveOn(device));
 const address = await server.listen({ host: '127.0.0.1', port: 0 });
 process.stdout.write(`LISTENING ${address.port}\n`);
 process.stdin.resume();

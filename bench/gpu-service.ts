@@ -2,12 +2,19 @@
 // without touching it, so a call's time is the framework plus the transfer. Each process builds
 // it for its own device (a placement says where the receiving side wants the tensor).
 import type { MethodDescriptor, Placement, ServiceDescriptor } from '../core/schema/descriptor.ts';
+import type { CudaDevice } from '../core/rpc/placement.ts';
 import type { Device } from '../core/tensor/index.ts';
 
 export const BENCH_SERVICE = 'bench.gpu.v1.Sink';
 
+/** A bare `@cuda` for a GPU: the receiving side's `device` option (receiveOn) says which one. */
 export function placementOf(device: Device): Placement {
-  return device === 'cpu' ? { kind: 'host' } : { kind: 'cuda', device: Number(device.slice(5)) };
+  return device === 'cpu' ? { kind: 'host' } : { kind: 'cuda' };
+}
+
+/** The `device` option (Client.connect, Server.register) that puts a bare `@cuda` on `device`. */
+export function receiveOn(device: Device): { device?: CudaDevice } {
+  return device === 'cpu' ? {} : { device };
 }
 
 /** Sink with its tensor placed on `device`. */

@@ -16,6 +16,7 @@ import { clientAllocationFailed } from './memory-errors.ts';
 import { methodName } from './method-name.ts';
 import { DEFAULT_INLINE_BYTES } from './connection.ts';
 import { cudaReceives } from './movers/memory.ts';
+import { DEFAULT_RECEIVE_DEVICE, landingDevice, receiveDeviceIndex, receivingDeviceCount, type CudaDevice } from './placement.ts';
 import type { MoverName, TransferInfo } from './movers/mover.ts';
 import { ALLOCATE, CLIENT_OPTIONS, type CallOptions, type ClientOptions } from './options.ts';
 import { typesOf } from './registry.ts';
@@ -37,27 +38,31 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
   readonly #runtime: Runtime;
   readonly #host: string;
   readonly #port: number;
-  readonly #options: Required<Omit<ClientOptions, 'token' | 'busyPollUs'>> & { token?: string };
+  readonly #options: Required<Omit<ClientOptions, 'token' | 'busyPollUs' | 'device'>> & { token?: string };
+  /** The device a bare `@cuda` result lands on (ClientOptions.device). */
+  readonly #receiveOn: number;
   #session: ClientSession | undefined;
   #connecting: Promise<ClientSession> | undefined;
   #closed = false;
   /** Only a poolBytes the caller gave grows the process pool; the default does not. */
   readonly #explicitPoolBytes: boolean;
 
-  private constructor(runtime: Runtime, host: string, port: number, options: ClientOptions) {
+  private constructor(runtime: Runtime, host: string, port: number, options: ClientOptions, receiveOn: number) {
     super();
     this.#explicitPoolBytes = options.poolBytes !== undefined && options.poolBytes > 0;
     this.#runtime = runtime;
     this.#host = host;
     this.#port = port;
     this.#options = { livenessMs: DEFAULT_LIVENESS_MS, connectTimeoutMs: 5000, poolBytes: DEFAULT_PROCESS_POOL_BYTES, inlineBytes: DEFAULT_INLINE_BYTES, ...options };
+    this.#receiveOn = receiveOn;
   }
 
   /** Connects to a server ("host:port" or {host, port}) and completes the handshake. */
   static async connect(address: string | { host: string; port: number }, options: ClientOptions = {}): Promise<Client> {
     checkOptions('ClientOptions', options, CLIENT_OPTIONS);
+    const receiveOn = receiveDeviceIndex('ClientOptions.device', options.device, receivingDeviceCount()) ?? DEFAULT_RECEIVE_DEVICE;
     const { host, port } = parseAddress(address);
-    const client = new Client(Runtime.acquire(options.busyPollUs !== undefined ? { busyPollUs: options.busyPollUs } : {}), host, port, options);
+    const client = new Client(Runtime.acquire(options.busyPollUs !== undefined ? { busyPollUs: options.busyPollUs } : {}), host, port, options, receiveOn);
     try {
       await client.#connection();
     } catch (error) {
@@ -313,7 +318,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
   }
 
   #allocate(shape: number[], dtype: Parameters<Allocate>[1], placement: Placement, field: string): Tensor {
-    const device: Device = placement.kind === 'cuda' && cudaReceives() ? `cuda:${placement.device ?? 0}` : 'cpu';
+    const device = landingDevice(placement, this.#receiveOn, cudaReceives());
     try {
       if (this.#options.poolBytes === 0) return Tensor.empty(shape, dtype, { device });
       return this.pool(device).allocate(shape, dtype);

@@ -6,6 +6,8 @@ import { Accept, isRecord, rule, type OptionRules } from '../tensor/options.ts';
 import type { MoverName } from './movers/mover.ts';
 import { BUSY_POLL_US } from './runtime.ts';
 import type { Allocate } from './transfer.ts';
+import type { CudaDevice } from './placement.ts';
+import { isDevice } from '../tensor/device.ts';
 
 /** Internal call option: where result tensors go (RemoteTensor.pull uses it). */
 export const ALLOCATE: unique symbol = Symbol('gdrpc.allocate');
@@ -38,6 +40,9 @@ export interface ClientOptions {
   /** Size of the process pools results are received into, when this client creates them (default
    *  64 MiB; 0: plain allocations per result, no pool). */
   poolBytes?: number;
+  /** Where `@cuda` results are received (default cuda:0); `@cuda(N)` stays on N, and without a
+   *  GPU `@cuda` results are host memory. */
+  device?: CudaDevice;
 }
 
 export interface ServerOptions {
@@ -83,6 +88,15 @@ export interface ServerOptions {
   /** Send the message of a handler's plain Error (not a GdrpcError) to the client instead of a
    *  generic "internal error in handler ..." (default false: such messages may hold secrets). */
   exposeErrorMessages?: boolean;
+  /** Where `@cuda` arguments are received (default cuda:0; register() may say otherwise per
+   *  service); `@cuda(N)` stays on N, and without a GPU `@cuda` arguments are host memory. */
+  device?: CudaDevice;
+}
+
+/** Options of one service's registration (Server.register). */
+export interface RegisterOptions {
+  /** Where this service's `@cuda` arguments are received (default: ServerOptions.device). */
+  device?: CudaDevice;
 }
 
 /** Movers a caller may force (CallOptions.mover). */
@@ -93,9 +107,14 @@ const DEADLINE = rule('milliseconds from now (a number; Infinity: none) or a val
 // The server refuses a REQUEST whose metadata holds anything but strings, as malformed.
 const METADATA = rule('an object whose values are strings', (v) => isRecord(v) && Object.values(v).every((item) => typeof item === 'string'));
 
+// Not 'cpu': the handshake tells the peer that this side takes `@cuda` tensors in GPU memory, and
+// the peer sends them so; host memory is the schema's `@host`.
+const RECEIVE_DEVICE = rule("'cuda:N' (where a bare @cuda tensor is received)", (v) => isDevice(v) && v !== 'cpu');
+
 export const CLIENT_OPTIONS: OptionRules<ClientOptions> = {
   token: Accept.nonEmptyString, livenessMs: Accept.positiveMs, connectTimeoutMs: Accept.positiveMs,
   inlineBytes: Accept.bytes, busyPollUs: BUSY_POLL_US, poolBytes: Accept.bytes,
+  device: RECEIVE_DEVICE,
 };
 
 export const SERVER_OPTIONS: OptionRules<ServerOptions> = {
@@ -104,8 +123,10 @@ export const SERVER_OPTIONS: OptionRules<ServerOptions> = {
   maxPoolBytesPerConnection: Accept.positiveBytes, token: Accept.nonEmptyString, admissionTimeoutMs: Accept.positiveMs,
   transferTimeoutMs: Accept.positiveMs, maxConnections: Accept.count, maxConnectionsPerAddress: Accept.count,
   livenessMs: Accept.positiveMs, inlineBytes: Accept.bytes, busyPollUs: BUSY_POLL_US, exposureHoldMs: Accept.ms,
-  exposeErrorMessages: Accept.boolean,
+  exposeErrorMessages: Accept.boolean, device: RECEIVE_DEVICE,
 };
+
+export const REGISTER_OPTIONS: OptionRules<RegisterOptions> = { device: RECEIVE_DEVICE };
 
 export const CALL_OPTIONS: OptionRules<CallOptions> = {
   deadline: DEADLINE, signal: Accept.signal, metadata: METADATA,

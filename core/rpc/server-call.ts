@@ -9,6 +9,7 @@ import type { CallScope } from './deadline.ts';
 import type { MethodDescriptor, ServiceDescriptor } from '../schema/descriptor.ts';
 import { handlerContractError, handlerError, HandlerFailure, runHandler, type FailedCall } from './handler-failure.ts';
 import { methodName } from './method-name.ts';
+import { bindPlacement } from './placement.ts';
 import { errorFrame } from './status.ts';
 import { ItemQueue } from './stream.ts';
 import { IncomingTensors, OutgoingTensors, PendingTensor, refuseRaw, type Allocate, type SendPolicy } from './transfer.ts';
@@ -38,6 +39,8 @@ export interface MethodEntry {
   method: MethodDescriptor;
   handler: Handler;
   types: ServiceDescriptor['types'];
+  /** The device a bare `@cuda` argument lands on (RegisterOptions.device; undefined: the server's). */
+  receiveOn?: number;
   /** Results fields computed per call (the built-in pull answers with the handle's shape). */
   resultsOf?: (result: Row) => MethodDescriptor['results'];
 }
@@ -187,7 +190,7 @@ export class ServerCall {
     }
     if (incoming.pending.every((p) => p.wire.m === 'h')) return values;
     const wait: AllocationWait = { signal: this.scope.signal, share: this.env.share };
-    const receiving = incoming.receive((shape, dtype, placement, field) => this.env.allocate(shape, dtype, placement, wait, field));
+    const receiving = incoming.receive((shape, dtype, placement, field) => this.env.allocate(shape, dtype, bindPlacement(placement, this.entry.receiveOn), wait, field));
     // Its failure reaches the caller through the race below; run() waits for it before releasing.
     receiving.catch(() => {});
     this.#receiving.push(receiving);

@@ -10,7 +10,8 @@ import { failureText } from './handler-failure.ts';
 import { DEFAULT_LIVENESS_MS } from './liveness.ts';
 import { serverAllocationFailed } from './memory-errors.ts';
 import { cudaReceives } from './movers/memory.ts';
-import { SERVER_OPTIONS, type ServerOptions } from './options.ts';
+import { REGISTER_OPTIONS, SERVER_OPTIONS, type ServerOptions, type RegisterOptions } from './options.ts';
+import { DEFAULT_RECEIVE_DEVICE, landingDevice, receiveDeviceIndex, receivingDeviceCount, type CudaDevice } from './placement.ts';
 import { registerService } from './registry.ts';
 import { lookupRemote, OWNER_SERVICE, pullResultFields, setOwnerListener } from './remote.ts';
 import { Runtime } from './runtime.ts';
@@ -21,7 +22,7 @@ type Handlers = Record<string, Handler>;
 
 /** A gdrpc server: services, a listener, the connections and their calls. */
 export class Server extends EventEmitter<{ connection: [{ peer: string }]; disconnect: [{ peer: string }]; error: [GdrpcError] }> {
-  readonly #options: Required<Omit<ServerOptions, 'token' | 'busyPollUs' | 'maxPoolBytesPerConnection'>> & { token?: string; busyPollUs?: number; maxPoolBytesPerConnection?: number };
+  readonly #options: Required<Omit<ServerOptions, 'token' | 'busyPollUs' | 'maxPoolBytesPerConnection' | 'device'>> & { token?: string; busyPollUs?: number; maxPoolBytesPerConnection?: number };
   readonly #methods = new Map<string, MethodEntry>();
   readonly #sessions = new Set<ServerSession>();
   readonly #pools = new Map<Device, TensorPool>();
@@ -29,6 +30,8 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
   #runtime: Runtime | undefined;
   #listener: Listener | undefined;
   #address: { host: string; port: number } | undefined;
+  /** The device a bare `@cuda` argument lands on, unless its service was registered with another. */
+  readonly #receiveOn: number;
   #activeCalls = 0;
   #drained: (() => void) | undefined;
   #sessionsGone: (() => void) | undefined;
@@ -38,6 +41,7 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
   private constructor(options: ServerOptions) {
     super();
     checkOptions('ServerOptions', options, SERVER_OPTIONS);
+    this.#receiveOn = receiveDeviceIndex('ServerOptions.device', options.device, receivingDeviceCount()) ?? DEFAULT_RECEIVE_DEVICE;
     this.#options = {
       maxCallsPerConnection: 256, maxCalls: 4096, maxFrameBytes: 4 << 20, maxTensorBytes: 1 << 30, poolBytes: 128 << 20,
       allowPoolOverflow: false, poolWaitMs: 10_000, livenessMs: DEFAULT_LIVENESS_MS, admissionTimeoutMs: 5000, transferTimeoutMs: DEFAULT_TRANSFER_TIMEOUT_MS, maxConnections: 1024, maxConnectionsPerAddress: 64, inlineBytes: DEFAULT_INLINE_BYTES, exposureHoldMs: 30_000, exposeErrorMessages: false, ...options,
@@ -52,17 +56,20 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
   }
 
   /** Serves `service` with `handlers` (one per method name). */
-  register(service: ServiceDescriptor, handlers: Handlers): this {
+  register(service: ServiceDescriptor, handlers: Handlers, options?: RegisterOptions): this {
     if (typeof service !== 'object' || service === null || typeof service.name !== 'string' || typeof service.methods !== 'object' || service.methods === null) {
       throw new GdrpcError(Code.INVALID_ARGUMENT, `Server.register: expected a service descriptor (the generated ...Descriptor), got ${describeValue(service)}`);
     }
     if (typeof handlers !== 'object' || handlers === null) {
       throw new GdrpcError(Code.INVALID_ARGUMENT, `Server.register(${service.name}): expected an object of handlers by method name, got ${describeValue(handlers)}`);
     }
+    const owner = `Server.register(${service.name}) options`;
+    checkOptions(owner, options, REGISTER_OPTIONS);
+    const receiveOn = receiveDeviceIndex(`${owner}.device`, options?.device, receivingDeviceCount());
     for (const [name, method] of Object.entries(service.methods)) {
       const handler = handlers[name];
       if (typeof handler !== 'function') throw new GdrpcError(Code.INVALID_ARGUMENT, `no handler for ${service.name}/${name}`);
-      this.#methods.set(`${service.name}/${method.name}`, { method, handler, types: service.types });
+      this.#methods.set(`${service.name}/${method.name}`, { method, handler, types: service.types, receiveOn });
     }
     for (const name of Object.keys(handlers)) {
       if (service.methods[name] === undefined) throw new GdrpcError(Code.INVALID_ARGUMENT, `${service.name} has no method ${name}`);
@@ -235,7 +242,7 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
   }
 
   #allocate(shape: number[], dtype: DType, placement: Placement, wait: AllocationWait, field: string): Tensor | Promise<Tensor> {
-    const device: Device = placement.kind === 'cuda' && cudaReceives() ? `cuda:${placement.device ?? 0}` : 'cpu';
+    const device = landingDevice(placement, this.#receiveOn, cudaReceives());
     const failed = (error: unknown): never => { throw serverAllocationFailed(error, field, this.#options); };
     if (this.#options.poolBytes === 0) {
       try {
