@@ -60,6 +60,7 @@ export class Endpoint extends EventEmitter<{ error: [GdrpcError]; close: [] }> {
 
   /** Tag-sends `src`; with `describe`, resolves to UCX's report of the protocol. */
   tagSend(tag: bigint, src: TagBuffer, options: TagOptions & { describe: true }): Promise<ProtocolReport>;
+  tagSend(tag: bigint, src: TagBuffer, options: TagOptions & { describe: boolean }): Promise<ProtocolReport | void>;
   tagSend(tag: bigint, src: TagBuffer, options?: TagOptions): Promise<void>;
   tagSend(tag: bigint, src: TagBuffer, options: TagOptions = {}): Promise<ProtocolReport | void> {
     return rejecting(() => {
@@ -80,6 +81,7 @@ export class Endpoint extends EventEmitter<{ error: [GdrpcError]; close: [] }> {
 
   /** RMA read from the peer's `remoteAddress` into `dst`; `describe` as for tagSend. */
   get(dst: MemorySpan, remoteAddress: bigint, rkey: RemoteKey, options: { describe: true }): Promise<ProtocolReport>;
+  get(dst: MemorySpan, remoteAddress: bigint, rkey: RemoteKey, options: { describe: boolean }): Promise<ProtocolReport | void>;
   get(dst: MemorySpan, remoteAddress: bigint, rkey: RemoteKey, options?: { describe?: boolean }): Promise<void>;
   get(dst: MemorySpan, remoteAddress: bigint, rkey: RemoteKey, options: { describe?: boolean } = {}): Promise<ProtocolReport | void> {
     return this.#rma('get', dst, remoteAddress, rkey, options);

@@ -76,4 +76,24 @@ describe('unary', () => {
       });
     }
   }
+
+  it('without protocol reports (GDRPC_PROTOCOL_REPORTS=0) this side predicts its paths and carries no UCX description', async () => {
+    const size = 1 * MiB;
+    const x = patterned(size, 7);
+    process.env.GDRPC_PROTOCOL_REPORTS = '0';
+    try {
+      const result = await client.unary(Echo.methods.echo!, { x, tag: 'quiet' }, { mover: 'tag' });
+      const y = result.y as Tensor;
+      expect(y.equals(x)).toBe(true);
+      const local = /^(y|yes|1|on)$/i.test(process.env.UCX_MM_ERROR_HANDLING ?? '') ? 'shm' : 'tcp';
+      for (const argument of ['x', 'y']) {
+        const info = callInfo(result)!.transfers.find((t) => t.argument === argument)!;
+        expect(info).toMatchObject({ mover: 'tag', path: local });
+        expect(info.protocol).toBeUndefined();
+      }
+      y.release();
+    } finally {
+      delete process.env.GDRPC_PROTOCOL_REPORTS;
+    }
+  });
 });

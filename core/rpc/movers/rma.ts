@@ -7,6 +7,7 @@ import type { Tensor } from '../../tensor/index.ts';
 import { FrameKind, type TensorWire } from '../../wire/frames.ts';
 import type { Mover, Outgoing, ProtocolSeen, TransferScope } from './mover.ts';
 import { mappedSpan, memoryTypeOf } from './memory.ts';
+import { protocolReports } from './protocol.ts';
 
 export const rmaMover: Mover = {
   name: 'rma',
@@ -24,7 +25,7 @@ export const rmaMover: Mover = {
     return { wire, start: () => released };
   },
 
-  async receive(wire: TensorWire, dest: Tensor, { connection, call }: TransferScope): Promise<ProtocolSeen> {
+  async receive(wire: TensorWire, dest: Tensor, { connection, call }: TransferScope): Promise<ProtocolSeen | void> {
     // A peer's rkey is never unpacked unless this process opted into RMA: UCX trusts its bytes.
     if (!connection.runtime.rma) {
       sendFin(wire, connection, call);
@@ -35,7 +36,7 @@ export const rmaMover: Mover = {
     try {
       rkey = RemoteKey.unpack(connection.endpoint, wire.k!);
       // The reader runs the get: UCX's description of it is the truth about this transfer.
-      return await connection.endpoint.get(span, wire.a!, rkey, { describe: true });
+      return await connection.endpoint.get(span, wire.a!, rkey, { describe: protocolReports() });
     } catch (error) {
       throw connection.closedError ?? GdrpcError.from(error, Code.UNAVAILABLE);
     } finally {

@@ -8,6 +8,7 @@ import { EXACT_MASK } from '../../wire/tag.ts';
 import type { TagBuffer, TagRecvResult } from '../../ucx/index.ts';
 import type { Mover, Outgoing, ProtocolSeen, TransferScope } from './mover.ts';
 import { memoryTypeOf, tagBuffer } from './memory.ts';
+import { protocolReports } from './protocol.ts';
 
 export const tagMover: Mover = {
   name: 'tag',
@@ -17,12 +18,12 @@ export const tagMover: Mover = {
     const wire: TensorWire = { dt: tensor.dtype, sh: [...tensor.shape], n: tensor.byteLength, mt: memoryTypeOf(tensor), m: 't', x };
     return {
       wire,
-      async start(): Promise<ProtocolSeen> {
+      async start(): Promise<ProtocolSeen | void> {
         const { buffer, release } = tagBuffer(tensor, connection.runtime.context);
         try {
           // Settles once UCX is done reading: the caller may then reuse or free the tensor. UCX's
           // description of the send is the path the call reports.
-          return await connection.endpoint.tagSend(connection.outgoingDataTag(x), buffer, { untilComplete: true, describe: true });
+          return await connection.endpoint.tagSend(connection.outgoingDataTag(x), buffer, { untilComplete: true, describe: protocolReports() });
         } catch (error) {
           throw connection.closedError ?? GdrpcError.from(error, Code.UNAVAILABLE);
         } finally {
@@ -32,7 +33,7 @@ export const tagMover: Mover = {
     };
   },
 
-  async receive(wire: TensorWire, dest: Tensor, { connection }: TransferScope): Promise<ProtocolSeen> {
+  async receive(wire: TensorWire, dest: Tensor, { connection }: TransferScope): Promise<ProtocolSeen | void> {
     const { buffer, release } = tagBuffer(dest, connection.runtime.context);
     try {
       // Only the connection's end cancels this receive: cancelling it while the bytes are on the
@@ -66,7 +67,7 @@ async function receiveOrTake(connection: TransferScope['connection'], transfer: 
   const held = connection.takeHeld(transfer);
   // Every receive settles only when UCX is done writing `buffer`, whatever the outcome: its
   // memory (a pool block) goes back only then.
-  if (held !== undefined) return worker.tagRecvTaken(held, buffer, { untilComplete: true, describe: true });
+  if (held !== undefined) return worker.tagRecvTaken(held, buffer, { untilComplete: true, describe: protocolReports() });
   // Bytes a peer announced but does not send must not hold the destination (a pool block) for
   // ever: past the transfer timeout the receive is cancelled and the connection closed, which
   // also ends a rendezvous UCX had already matched (that one cannot be cancelled by itself).
@@ -80,7 +81,7 @@ async function receiveOrTake(connection: TransferScope['connection'], transfer: 
   const onClose = (): void => stop.abort();
   connection.signal.addEventListener('abort', onClose, { once: true });
   try {
-    return await worker.tagRecv(buffer, connection.incomingDataTag(transfer), EXACT_MASK, { signal: stop.signal, untilComplete: true, describe: true });
+    return await worker.tagRecv(buffer, connection.incomingDataTag(transfer), EXACT_MASK, { signal: stop.signal, untilComplete: true, describe: protocolReports() });
   } finally {
     clearTimeout(timer);
     connection.signal.removeEventListener('abort', onClose);
