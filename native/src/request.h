@@ -44,8 +44,12 @@ struct Request {
   void Finish(Napi::Env env, bool keep = false);
   /** Takes an optional JS function argument as the `completed` callback. */
   void OnCompleted(Napi::Value callback);
-  /** With a true `describe`, the protocol UCX selected is read back and reported (see `protocol`). */
-  void Describe(Napi::Value describe) { this->describe = describe.ToBoolean(); }
+  /** With a true `describe`, the protocol UCX selected is read back and reported (see `protocol`).
+   *  Receives are never described: UCX 1.22 formats a received message's request from memory it
+   *  has not set when the data had already arrived (ucp_tag_msg_recv_nbx completing at once: a
+   *  SIGSEGV in ucp_request_query), and a receive's description says no more than its length and
+   *  memory type, which the caller knows. */
+  void Describe(Napi::Value describe) { this->describe = kind != RequestKind::Recv && describe.ToBoolean(); }
 
   Worker* worker;
   Endpoint* endpoint;

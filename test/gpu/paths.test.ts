@@ -62,7 +62,7 @@ describe.skipIf(skipReason !== undefined || DRY_RUN)('transfer paths read back f
           expect(parseProtocol(sent.protocol!)!.transports).toContain('cuda_ipc');
           const back = transfer(result, 'y', 'cuda -> cuda');
           expect(back.path).toBe('cuda_ipc');
-          expect(back.protocol).toMatch(/ recv length \d+ cuda memory$/);
+          expect(back.protocol).toBeUndefined();  // receives are not described
           const y = result.y as Tensor;
           expect(await firstMismatch(y, 5)).toBe(-1);
           y.release();
@@ -80,7 +80,7 @@ describe.skipIf(skipReason !== undefined || DRY_RUN)('transfer paths read back f
           expect(y.device).toBe('cpu');
           expect(await firstMismatch(y, 9)).toBe(-1);
           const back = transfer(result, 'y', 'cuda -> host');
-          expect(back.protocol).toMatch(/ recv length \d+ host memory$/);
+          expect(back.protocol).toBeUndefined();  // receives are not described
           expect(back.path).toBe('staged');
         } finally {
           y.release();
@@ -120,7 +120,7 @@ describe.skipIf(skipReason !== undefined || DRY_RUN)('transfer paths read back f
           expect(tensor.device).toBe(topology.client);
           expect(await firstMismatch(tensor, 17)).toBe(-1);
           const pulled = transfer(tensor, 't', '@remote pull');
-          expect(pulled.protocol).toMatch(/ recv length \d+ cuda memory$/);
+          expect(pulled.protocol).toBeUndefined();  // receives are not described
           expect(pulled.path).toBe('cuda_ipc');
         } finally {
           tensor.release();

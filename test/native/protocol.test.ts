@@ -64,8 +64,9 @@ describe.each(Object.keys(TRANSPORTS) as TransportName[])('protocol reports over
       if (/rendezvous/.test(row.description)) expect(final.operation, sent.protocol).toMatch(/^rndv_/);
       else expect(final.text).toBe(initial.text);
       expect(pathOfProtocol(final, 'host', 'host'), sent.protocol).toBe(path);
-      // A receive is described by its length and memory type only (UCX 1.22 release builds).
-      expect(parseProtocol(got.protocol!), got.protocol).toMatchObject({ operation: 'recv', memoryType: 'host', transports: [] });
+      // Receives are never described (native/src/request.h says why): asked for, nothing comes back.
+      expect(got.protocol).toBeUndefined();
+      expect(got.length).toBe(size);
     }
     await ep.close();
   }, 120_000);

@@ -64,11 +64,11 @@ describe('unary', () => {
         // The caller's mover travels in the REQUEST: the result comes back the same way.
         const back = callInfo(result)!.transfers.find((t) => t.argument === 'y')!;
         expect(back).toMatchObject({ bytes: size, mover: expected, path: sent.path });
-        // Tag transfers carry UCX's own description: the sender's names the protocol and lane the
-        // path came from, the receiver's only what UCX says of a receive (docs/gpu.md "Transfer paths").
+        // Tag transfers carry UCX's own description on the sending side: the protocol and lane the
+        // path came from; the receiving side predicts (docs/gpu.md "Transfer paths").
         if (expected === 'tag') {
           expect(sent.protocol).toMatch(new RegExp(`^\\{[^}]*\\} (tag|rndv)_send from host memory length ${size} .*${local === 'tcp' ? 'tcp/' : '(posix|sysv|cma)/'}`));
-          expect(back.protocol).toMatch(/ recv length \d+ host memory$/);
+          expect(back.protocol).toBeUndefined();  // receives are not described (native/src/request.h)
         } else {
           expect(sent.protocol).toBeUndefined();
         }
