@@ -9,6 +9,7 @@ import {
   type ClientOptions, type MethodDescriptor, type Placement, type ServerOptions, type ServiceDescriptor,
 } from '../../core/index.ts';
 import { bindPlacement, landingDevice, receiveDeviceIndex } from '../../core/rpc/placement.ts';
+import { thrown } from './fixtures/thrown.ts';
 
 const gpu = cuda.available() && cuda.deviceCount() > 0;
 
@@ -134,13 +135,3 @@ describe.skipIf(gpu)('without a GPU: the option is accepted and @cuda lands in h
     }
   });
 });
-
-function thrown(fn: () => unknown): GdrpcError {
-  try {
-    fn();
-  } catch (error) {
-    expect(error).toBeInstanceOf(GdrpcError);
-    return error as GdrpcError;
-  }
-  throw new Error('expected a throw');
-}

@@ -12,6 +12,7 @@ import { chooseMover } from '../../core/rpc/movers/choose.ts';
 import { CLIENT_OPTIONS, SERVER_OPTIONS } from '../../core/rpc/options.ts';
 import { Echo } from './fixtures/services.ts';
 import { patterned } from './fixtures/tensors.ts';
+import { thrown } from './fixtures/thrown.ts';
 
 const MiB = 1 << 20;
 const F32_MAX = 3.4028234663852886e38;
@@ -71,15 +72,6 @@ async function failure(promise: Promise<unknown>): Promise<GdrpcError> {
   return error as GdrpcError;
 }
 
-function thrown(fn: () => unknown): GdrpcError {
-  try {
-    fn();
-  } catch (error) {
-    expect(error).toBeInstanceOf(GdrpcError);
-    return error as GdrpcError;
-  }
-  throw new Error('expected a throw');
-}
 
 let local: Awaited<ReturnType<typeof startLocal>>;
 let client: Client;
