@@ -1,28 +1,11 @@
 // The CUDA driver shim (contract: docs/binding.md "CUDA shim"). The addon loads libcuda.so.1 on
 // first use; without a driver, available() is false with a reason and the UCX side still works.
-import { Code, GdrpcError } from './errors.ts';
 import { native } from './native.ts';
+import { checkDevice, driver } from './cuda-driver.ts';
 import { checkSize, checkU64, describe, invalid } from './ucx/check.ts';
-import type { NativeCuda } from './ucx/native-types.ts';
 
 export interface CudaDeviceInfo { index: number; name: string; totalMemory: number; pciBusId: string;
   computeCapability: string; uuid: string }
-
-function driver(): NativeCuda {
-  const shim = native().cuda;
-  if (!shim.available()) {
-    throw new GdrpcError(Code.FAILED_PRECONDITION, `CUDA is unavailable: ${shim.unavailableReason() ?? 'unknown reason'}`);
-  }
-  return shim;
-}
-
-function checkDevice(value: unknown, name = 'device'): number {
-  const shim = driver();
-  if (typeof value !== 'number' || !Number.isInteger(value) || value < 0 || value >= shim.deviceCount()) {
-    throw invalid(`${name} must be a device index in [0, ${shim.deviceCount()}), got ${describe(value)}`);
-  }
-  return value;
-}
 
 function checkPointer(value: unknown, name: string): bigint {
   if (checkU64(value, name) === 0n) throw invalid(`${name} must not be a null pointer`);

@@ -3,7 +3,7 @@
 // memory are copied to the host for it); what the examples show is how the tensors travel.
 import { Code, GdrpcError, Server, Tensor } from '../core/index.ts';
 import { Precision, ShardWorker } from '../schemas/gen/tensor_parallel.ts';
-import { fromHalf, toHalf } from './half.ts';
+import { fromHalf, toHalf } from '../core/index.ts';
 import { announce } from './peer.ts';
 
 export const MODEL = 4096;

@@ -8,6 +8,8 @@ import { checkTensorWire } from '../wire/codec.ts';
 import type { TensorWire } from '../wire/frames.ts';
 import type { DType, Placement } from '../schema/descriptor.ts';
 import { chooseMover, moverByName } from './movers/choose.ts';
+import type { CudaEvent } from '../compute/stream.ts';
+import { cuda } from '../cuda.ts';
 import { cudaReceives, memoryTypeOf, ProducerSync } from './movers/memory.ts';
 import type { Mover, MoverName, Outgoing, ProtocolSeen, TransferInfo, TransferScope } from './movers/mover.ts';
 import { bounceFor, contextMapsCuda, copyTensorBytes, stagingReason } from './movers/staging.ts';
@@ -26,13 +28,17 @@ export interface TransferSite { side: Side; label: string }
 const MOVER_OF = { i: 'inline', t: 'tag', r: 'rma' } as const;
 
 /** One tensor on its way out: its send, its report, the memory at both ends, whether gdrpc stages it. */
-interface Sending { outgoing: Outgoing; info: TransferInfo; from: 'host' | 'cuda'; to: 'host' | 'cuda'; staged: boolean }
+interface Sending {
+  outgoing: Outgoing; info: TransferInfo; from: 'host' | 'cuda'; to: 'host' | 'cuda'; staged: boolean;
+  /** The producer of a stream-ordered tensor, awaited before its bytes go. */
+  ready: CudaEvent | undefined;
+}
 
 /** Tensors leaving in one frame. */
 export class OutgoingTensors {
   readonly transfers: TransferInfo[] = [];
   readonly #outgoing: Sending[] = [];
-  /** One device synchronization per frame, before the first CUDA tensor of a device is sent or exposed. */
+  /** Waits for the producers of CUDA tensors (memory.ts ProducerSync). */
   readonly #sync = new ProducerSync();
   /** Bounces to give back if the frame never leaves. */
   readonly #discards: Array<() => void> = [];
@@ -43,8 +49,10 @@ export class OutgoingTensors {
   readonly encode = (value: unknown, where: string, placement: Placement): unknown => {
     if (value instanceof RemoteTensor) return value.wire;
     if (!(value instanceof Tensor)) throw new GdrpcError(Code.INVALID_ARGUMENT, `${where}: expected a Tensor`);
-    this.#sync.before(value);
-    if (placement.kind === 'remote') return exposeRemote(value, this.scope);
+    if (placement.kind === 'remote') {
+      this.#sync.before(value);
+      return exposeRemote(value, this.scope);
+    }
     const { connection } = this.scope;
     const from = memoryTypeOf(value);
     // Where the bytes land: a receiver without CUDA takes @cuda tensors into host memory.
@@ -61,6 +69,9 @@ export class OutgoingTensors {
     if (value.byteLength > connection.peerLimits.maxTensor) {
       throw tensorTooLarge(this.site.side === 'client' ? 'server' : 'client', `${this.site.label}${where}`, value.byteLength, connection.peerLimits.maxTensor);
     }
+    // A tag send reads the tensor only when it starts, after the frame: a stream-ordered tensor's
+    // producer is awaited then, off the event loop. Every other path reads it from here on.
+    const ready = this.#sync.before(value, { defer: mover.name === 'tag' && local === undefined });
     let outgoing: Outgoing;
     if (local !== undefined) {
       const staged = stagedOutgoing(value, mover, this.scope);
@@ -70,7 +81,7 @@ export class OutgoingTensors {
       outgoing = mover.prepare(value, this.scope);
     }
     const info: TransferInfo = { argument: where, bytes: value.byteLength, mover: mover.name, path };
-    this.#outgoing.push({ outgoing, info, from, to, staged: reason !== undefined });
+    this.#outgoing.push({ outgoing, info, from, to, staged: reason !== undefined, ready });
     this.transfers.push(info);
     return outgoing.wire;
   };
@@ -87,7 +98,12 @@ export class OutgoingTensors {
   start(): Promise<void> {
     this.#discards.length = 0;
     if (this.#outgoing.length === 0) return Promise.resolve();
-    return Promise.all(this.#outgoing.map(async (entry) => this.#sent(entry, await entry.outgoing.start()))).then(() => undefined);
+    return Promise.all(this.#outgoing.map(async (entry) => {
+      // A producer event closed meanwhile (its stream closed) says nothing any more: wait for the device.
+      if (entry.ready?.closed === true) cuda.synchronize(entry.ready.device);
+      else if (entry.ready !== undefined) await entry.ready.finished();
+      this.#sent(entry, await entry.outgoing.start());
+    })).then(() => undefined);
   }
 
   #sent({ info, from, to, staged }: Sending, seen: ProtocolSeen | void): void {

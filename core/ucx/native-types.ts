@@ -61,6 +61,22 @@ export interface NativeCuda {
   memset(ptr: bigint, byte: number, bytes: number): void;
   pointerInfo(ptr: bigint): { memoryType: 'host' | 'cuda' | 'unregistered'; device: number };
   synchronize(device: number): void;
+  // Compute (native/src/cuda_compute.cc): handles are opaque bigints, valid in their device's context.
+  moduleLoad(device: number, image: Uint8Array): bigint;
+  moduleUnload(device: number, module: bigint): void;
+  moduleFunction(device: number, module: bigint, name: string): { handle: bigint; maxThreadsPerBlock: number };
+  launch(device: number, fn: bigint, grid: number[], block: number[], sharedBytes: number, stream: bigint, args: Uint8Array): void;
+  streamCreate(device: number): bigint;
+  streamDestroy(device: number, stream: bigint): void;
+  streamSynchronize(device: number, stream: bigint): void;
+  streamQuery(device: number, stream: bigint): boolean;
+  streamWaitEvent(device: number, stream: bigint, event: bigint): void;
+  eventCreate(device: number, timing: boolean): bigint;
+  eventDestroy(device: number, event: bigint): void;
+  eventRecord(device: number, event: bigint, stream: bigint): void;
+  eventQuery(device: number, event: bigint): boolean;
+  eventSynchronize(device: number, event: bigint): void;
+  eventElapsed(device: number, start: bigint, end: bigint): number;
 }
 
 export interface NativeStats { contexts: number; workers: number; endpoints: number; listeners: number;

@@ -3,32 +3,17 @@
 #include <dlfcn.h>
 #include <cstdio>
 #include <vector>
+#include "cuda_compute.h"
+#include "cuda_driver.h"
 #include "status.h"
 
 namespace gdrpc {
 namespace cuda {
 
-#define GDRPC_STR2(x) #x
-#define GDRPC_STR(x) GDRPC_STR2(x)
-// cuda.h maps names such as cuMemAlloc to their current ABI (cuMemAlloc_v2): stringifying the
-// macro-expanded name looks up exactly the symbol a CUDA program built with this header would call.
-#define GDRPC_CUDA_FUNCTIONS(X) \
-  X(cuInit) X(cuDriverGetVersion) X(cuGetErrorString) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) \
-  X(cuDeviceTotalMem) X(cuDeviceGetAttribute) X(cuDeviceGetPCIBusId) X(cuDeviceGetUuid) X(cuDeviceCanAccessPeer) \
-  X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent) X(cuCtxGetCurrent) X(cuCtxSynchronize) X(cuMemGetInfo) \
-  X(cuMemAlloc) X(cuMemFree) X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemcpy) X(cuMemsetD8) X(cuPointerGetAttribute)
+Driver driver;
 
-struct Driver {
-#define GDRPC_FIELD(fn) decltype(&::fn) fn = nullptr;
-  GDRPC_CUDA_FUNCTIONS(GDRPC_FIELD)
-#undef GDRPC_FIELD
-  bool tried = false;
-  bool ok = false;
-  std::string reason;
-  std::vector<CUcontext> contexts;  // retained primary contexts, by device
-};
+Driver& TheDriver() { return driver; }
 
-static Driver driver;
 
 bool Load(std::string* reason) {
   if (!driver.tried) {
@@ -44,6 +29,11 @@ bool Load(std::string* reason) {
   if (driver.fn == nullptr && missing.empty()) missing = GDRPC_STR(fn);
       GDRPC_CUDA_FUNCTIONS(GDRPC_LOAD)
 #undef GDRPC_LOAD
+      // Compute entry points are optional: a driver without one still moves memory.
+#define GDRPC_LOAD_OPTIONAL(fn) \
+  driver.fn = reinterpret_cast<decltype(driver.fn)>(dlsym(library, GDRPC_STR(fn)));
+      GDRPC_CUDA_COMPUTE_FUNCTIONS(GDRPC_LOAD_OPTIONAL)
+#undef GDRPC_LOAD_OPTIONAL
       if (!missing.empty()) {
         driver.reason = "libcuda.so.1 has no symbol " + missing;
       } else {
@@ -286,6 +276,7 @@ Napi::Object Define(Napi::Env env) {
   cuda.Set("memset", Napi::Function::New(env, Memset));
   cuda.Set("pointerInfo", Napi::Function::New(env, PointerInfo));
   cuda.Set("synchronize", Napi::Function::New(env, Synchronize));
+  DefineCompute(env, cuda);
   return cuda;
 }
 

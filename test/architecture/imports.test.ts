@@ -1,11 +1,12 @@
 // The import graph of core/ and codegen/ as a house (docs/architecture.md): no file imports itself
 // back through others, and every area imports only areas on lower floors.
 //
-//   floor 6  cli        core/cli/* (the commands; `gen` comes from codegen)
-//   floor 5  codegen    codegen/** (reads schemas, writes modules; never loads the runtime)
-//   floor 4  rpc        core/rpc/** (client, server, movers)
+//   floor 7  cli        core/cli/* (the commands; `gen` comes from codegen)
+//   floor 6  codegen    codegen/** (reads schemas, writes modules; never loads the runtime)
+//   floor 5  rpc        core/rpc/** (client, server, movers)
+//   floor 4  compute    core/compute/** (streams, events, kernels; what the movers wait for)
 //   floor 3  tensor     core/tensor/**
-//   floor 2  binding    core/native.ts, core/package-root.ts, core/cuda.ts, core/ucx/**
+//   floor 2  binding    core/native.ts, core/package-root.ts, core/cuda.ts, core/cuda-driver.ts, core/ucx/**
 //   floor 1  schema     core/schema/** (the descriptor contract of tensor, rpc and codegen)
 //            wire       core/wire/** (frames and tags; bytes only)
 //            args       core/cli/command-line.ts (argv parsing, shared by cli and codegen's gen)
@@ -21,14 +22,14 @@ import { cyclePath, cycles, importEdges, sourceFiles, type ImportEdge } from './
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const edges = importEdges(root, sourceFiles(root, ['core', 'codegen']));
 
-const FLOORS: Record<string, number> = { errors: 0, schema: 1, wire: 1, args: 1, binding: 2, tensor: 3, rpc: 4, codegen: 5, cli: 6 };
+const FLOORS: Record<string, number> = { errors: 0, schema: 1, wire: 1, args: 1, binding: 2, tensor: 3, compute: 4, rpc: 5, codegen: 6, cli: 7 };
 
 function areaOf(file: string): string {
   if (file === 'core/index.ts') return 'entry';
   if (file === 'core/errors.ts') return 'errors';
   if (file === 'core/cli/command-line.ts') return 'args';
   if (file.startsWith('codegen/')) return 'codegen';
-  if (['core/native.ts', 'core/package-root.ts', 'core/cuda.ts'].includes(file) || file.startsWith('core/ucx/')) return 'binding';
+  if (['core/native.ts', 'core/package-root.ts', 'core/cuda.ts', 'core/cuda-driver.ts'].includes(file) || file.startsWith('core/ucx/')) return 'binding';
   const area = /^core\/([^/]+)\//.exec(file)?.[1];
   if (area === undefined || !(area in FLOORS)) throw new Error(`${file} belongs to no area: give it one in ${import.meta.url}`);
   return area;

@@ -1,4 +1,4 @@
-// IEEE half precision <-> number, for examples that compute on the host (Node 20 has no Float16Array).
+// IEEE half precision <-> number, for host code that reads or writes f16 tensors (Node 20 has no Float16Array).
 
 const f32 = new Float32Array(1);
 const u32 = new Uint32Array(f32.buffer);

@@ -1,0 +1,121 @@
+// gdrpc's own kernels (native/kernels/gdrpc.cu, committed as PTX) behind one interface with two
+// backends: the GPU (launched on a stream) and the host (core/compute/host.ts, the same answers
+// computed in TypeScript), so that a program written against Kernels runs with and without a GPU.
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { Code, GdrpcError } from '../errors.ts';
+import { cuda } from '../cuda.ts';
+import { packageRoot } from '../package-root.ts';
+import { parseDevice, type Device, type Tensor } from '../tensor/index.ts';
+import { invalid } from '../ucx/check.ts';
+import { checkAdd, checkFill, checkGemm, checkOn, type GemmOptions, type Kernels } from './contract.ts';
+import { hostKernels } from './host.ts';
+import { CudaModule, type CudaKernel } from './module.ts';
+import { producedOn } from './ready.ts';
+import { checkStream, CudaStream } from './stream.ts';
+
+/** Where the PTX of the project's kernels lives (in the repository and in the installed package). */
+export function kernelsPtxPath(): string {
+  return join(packageRoot(), 'native', 'kernels', 'gdrpc.ptx');
+}
+
+/** The project's kernels on `device` ('cpu': the host twins). A GPU backend queues its work on
+ *  `options.stream`, or on a stream of its own. */
+export function loadKernels(device: Device, options: { stream?: CudaStream } = {}): Kernels {
+  const parsed = parseDevice(device, 'loadKernels device');
+  if (parsed.kind === 'cpu') {
+    if (options.stream !== undefined) throw invalid('loadKernels: a stream needs a CUDA device');
+    return hostKernels();
+  }
+  if (options.stream !== undefined) {
+    checkStream(options.stream, 'loadKernels options.stream');
+    if (options.stream.device !== parsed.index) throw invalid(`loadKernels: a stream of cuda:${options.stream.device} for cuda:${parsed.index}`);
+  }
+  let ptx: Buffer;
+  try {
+    ptx = readFileSync(kernelsPtxPath());
+  } catch (error) {
+    throw new GdrpcError(Code.FAILED_PRECONDITION, `the kernels' PTX is missing (${kernelsPtxPath()}): run scripts/build-ptx.sh where nvcc is`, { cause: error });
+  }
+  return new GpuKernels(parsed.index!, CudaModule.load(parsed.index!, ptx), options.stream);
+}
+
+const THREADS = 256;
+/** Grid-stride kernels need no more blocks than this to fill any current GPU. */
+const MAX_BLOCKS = 65535;
+/** Rows per block of the two gemm kernels; at most SMALL_M rows take the small one. */
+const SMALL_M = 16;
+
+class GpuKernels implements Kernels {
+  readonly device: Device;
+  readonly stream: CudaStream;
+  readonly #ownsStream: boolean;
+  readonly #fill: CudaKernel;
+  readonly #add: CudaKernel;
+  readonly #checksum: CudaKernel;
+  readonly #gemm: CudaKernel;
+  readonly #gemmSmall: CudaKernel;
+
+  constructor(readonly index: number, readonly module: CudaModule, stream: CudaStream | undefined) {
+    this.device = `cuda:${index}`;
+    this.#ownsStream = stream === undefined;
+    this.stream = stream ?? CudaStream.create(index);
+    this.#fill = module.kernel('gdrpc_fill_f16', ['ptr', 'u64', 'u32', 'f32']);
+    this.#add = module.kernel('gdrpc_add_f16', ['ptr', 'ptr', 'ptr', 'u64']);
+    this.#checksum = module.kernel('gdrpc_checksum', ['ptr', 'u64', 'ptr']);
+    const gemm = ['ptr', 'ptr', 'ptr', 'ptr', 'ptr', 'i32', 'i32', 'i32', 'i32'] as const;
+    this.#gemm = module.kernel('gdrpc_gemm_f16', gemm);
+    this.#gemmSmall = module.kernel('gdrpc_gemm_f16_small', gemm);
+  }
+
+  fill(out: Tensor, options: { seed: number; scale?: number }): void {
+    const { seed, scale } = checkFill(out, options, this.device);
+    if (out.numel === 0) return;
+    this.#fill.launch(this.#shape(out.numel), out, out.numel, seed, scale);
+    producedOn(out, this.stream);
+  }
+
+  add(out: Tensor, a: Tensor, b: Tensor): void {
+    checkAdd(out, a, b, this.device);
+    if (out.numel === 0) return;
+    this.#add.launch(this.#shape(out.numel), out, a, b, out.numel);
+    producedOn(out, this.stream);
+  }
+
+  gemm(out: Tensor, a: Tensor, b: Tensor, options: GemmOptions = {}): void {
+    const { m, n, k } = checkGemm(out, a, b, options, this.device);
+    if (m === 0 || n === 0) return;
+    const kernel = m <= SMALL_M ? this.#gemmSmall : this.#gemm;
+    const rows = m <= SMALL_M ? SMALL_M : 4 * SMALL_M;
+    kernel.launch({ grid: [Math.ceil(n / 64), Math.ceil(m / rows)], block: THREADS, stream: this.stream },
+      a, b, out, options.bias ?? null, options.residual ?? null, m, n, k, options.relu === true ? 1 : 0);
+    producedOn(out, this.stream);
+  }
+
+  async checksum(tensor: Tensor): Promise<bigint> {
+    checkOn(tensor, 'checksum tensor', this.device);
+    const sum = cuda.alloc(this.index, 8);
+    try {
+      cuda.memset(sum, 0, 8);
+      if (tensor.byteLength > 0) this.#checksum.launch(this.#shape(Math.ceil(tensor.byteLength / 4)), tensor, tensor.byteLength, sum);
+      await this.stream.finished();
+      const host = new BigUint64Array(1);
+      cuda.copy(host, sum, 8);
+      return host[0]!;
+    } finally {
+      cuda.free(sum);
+    }
+  }
+
+  finished(): Promise<void> { return this.stream.finished(); }
+
+  close(): void {
+    if (this.module.closed) return;
+    if (this.#ownsStream) this.stream.close();
+    this.module.close();
+  }
+
+  #shape(items: number): { grid: number; block: number; stream: CudaStream } {
+    return { grid: Math.max(1, Math.min(MAX_BLOCKS, Math.ceil(items / THREADS))), block: THREADS, stream: this.stream };
+  }
+}

@@ -1,0 +1,143 @@
+// gdrpc's own kernels: what the examples and the GPU tests compute with. Compiled to PTX by
+// scripts/build-ptx.sh (nvcc on a GPU machine) into gdrpc.ptx, which is committed and loaded at
+// run time by core/compute/kernels.ts. Every kernel has a host twin in core/compute/host.ts that
+// gives the same answer (bit for bit for fill, add and checksum; within f32 rounding for gemm).
+#include <cuda_fp16.h>
+
+// A 32-bit mixing function (an avalanche hash): the pattern of fill and the weights of checksum.
+__device__ __forceinline__ unsigned int gdrpc_mix(unsigned int x) {
+  x ^= x >> 16;
+  x *= 0x7feb352dU;
+  x ^= x >> 15;
+  x *= 0x846ca68bU;
+  x ^= x >> 16;
+  return x;
+}
+
+__device__ __forceinline__ unsigned int gdrpc_pattern(unsigned long long i, unsigned int seed) {
+  return gdrpc_mix(static_cast<unsigned int>(i) ^ gdrpc_mix(static_cast<unsigned int>(i >> 32) ^ seed));
+}
+
+extern "C" {
+
+// out[i] = f16(((pattern(i, seed) & 0xffffff) / 2^24 - 0.5) * scale): values in [-scale/2, scale/2).
+__global__ void gdrpc_fill_f16(__half* out, unsigned long long n, unsigned int seed, float scale) {
+  unsigned long long stride = static_cast<unsigned long long>(gridDim.x) * blockDim.x;
+  for (unsigned long long i = static_cast<unsigned long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    float unit = static_cast<float>(gdrpc_pattern(i, seed) & 0xffffffU) * (1.0f / 16777216.0f);
+    out[i] = __float2half_rn(__fmul_rn(__fsub_rn(unit, 0.5f), scale));
+  }
+}
+
+// out[i] = f16(f32(a[i]) + f32(b[i])); out may be a or b.
+__global__ void gdrpc_add_f16(__half* out, const __half* a, const __half* b, unsigned long long n) {
+  unsigned long long stride = static_cast<unsigned long long>(gridDim.x) * blockDim.x;
+  for (unsigned long long i = static_cast<unsigned long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    out[i] = __float2half_rn(__fadd_rn(__half2float(a[i]), __half2float(b[i])));
+  }
+}
+
+// *sum += sum over 4-byte words w (little endian, the last one zero-padded) of
+// mix(w ^ mix(index of w)): order-free, so the answer does not depend on the launch shape.
+__global__ void gdrpc_checksum(const unsigned char* data, unsigned long long bytes, unsigned long long* sum) {
+  unsigned long long words = (bytes + 3) / 4;
+  unsigned long long stride = static_cast<unsigned long long>(gridDim.x) * blockDim.x;
+  unsigned long long local = 0;
+  for (unsigned long long w = static_cast<unsigned long long>(blockIdx.x) * blockDim.x + threadIdx.x; w < words; w += stride) {
+    unsigned int word = 0;
+    for (int k = 0; k < 4; ++k) {
+      unsigned long long at = w * 4 + k;
+      if (at < bytes) word |= static_cast<unsigned int>(data[at]) << (8 * k);
+    }
+    local += gdrpc_mix(word ^ gdrpc_mix(static_cast<unsigned int>(w)));
+  }
+  for (int offset = 16; offset > 0; offset /= 2) local += __shfl_down_sync(0xffffffffU, local, offset);
+  if ((threadIdx.x & 31) == 0) atomicAdd(sum, local);
+}
+
+// Busy-waits on the GPU for `ns` nanoseconds (one thread): a stand-in for a long kernel in tests
+// of stream ordering.
+__global__ void gdrpc_spin(unsigned long long ns) {
+  unsigned long long start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < ns);
+}
+
+}  // extern "C"
+
+// C[M, N] = epilogue(A[M, K] x B[K, N]) for row-major f16 A, B, C with f32 accumulation.
+// Epilogue, each part optional (null pointer / 0): + bias[N], ReLU, + residual[M, N].
+// 256 threads per block; a block computes a (16 * ROWS) x 64 tile, a thread ROWS x 4 outputs.
+template <int ROWS>
+__device__ __forceinline__ void gdrpc_gemm(const __half* __restrict__ A, const __half* __restrict__ B, __half* C,
+                                           const __half* __restrict__ bias, const __half* residual, int M, int N, int K,
+                                           int relu) {
+  constexpr int BM = 16 * ROWS, BN = 64, BK = 16, THREADS = 256;
+  __shared__ float As[BK][BM + 1];
+  __shared__ float Bs[BK][BN + 4];
+  const int t = threadIdx.x, tx = t % 16, ty = t / 16;
+  const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
+  float acc[ROWS][4];
+#pragma unroll
+  for (int i = 0; i < ROWS; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
+  for (int k0 = 0; k0 < K; k0 += BK) {
+    for (int e = t; e < BM * BK; e += THREADS) {
+      int r = e / BK, c = e % BK, gr = row0 + r, gk = k0 + c;
+      As[c][r] = gr < M && gk < K ? __half2float(A[static_cast<size_t>(gr) * K + gk]) : 0.0f;
+    }
+    for (int e = t; e < BK * BN; e += THREADS) {
+      int r = e / BN, c = e % BN, gk = k0 + r, gc = col0 + c;
+      Bs[r][c] = gk < K && gc < N ? __half2float(B[static_cast<size_t>(gk) * N + gc]) : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < BK; ++k) {
+      float a[ROWS], b[4];
+#pragma unroll
+      for (int i = 0; i < ROWS; ++i) a[i] = As[k][ty * ROWS + i];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) b[j] = Bs[k][tx + 16 * j];
+#pragma unroll
+      for (int i = 0; i < ROWS; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < ROWS; ++i) {
+    int r = row0 + ty * ROWS + i;
+    if (r >= M) continue;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      int c = col0 + tx + 16 * j;
+      if (c >= N) continue;
+      float v = acc[i][j];
+      if (bias != nullptr) v += __half2float(bias[c]);
+      if (relu) v = fmaxf(v, 0.0f);
+      if (residual != nullptr) v += __half2float(residual[static_cast<size_t>(r) * N + c]);
+      C[static_cast<size_t>(r) * N + c] = __float2half_rn(v);
+    }
+  }
+}
+
+extern "C" {
+
+// Tiles of 64 rows: for M above 16.
+__global__ void __launch_bounds__(256) gdrpc_gemm_f16(const __half* A, const __half* B, __half* C, const __half* bias,
+                                                      const __half* residual, int M, int N, int K, int relu) {
+  gdrpc_gemm<4>(A, B, C, bias, residual, M, N, K, relu);
+}
+
+// Tiles of 16 rows: for small batches (M <= 16), where 64-row tiles would be mostly padding.
+__global__ void __launch_bounds__(256) gdrpc_gemm_f16_small(const __half* A, const __half* B, __half* C, const __half* bias,
+                                                            const __half* residual, int M, int N, int K, int relu) {
+  gdrpc_gemm<1>(A, B, C, bias, residual, M, N, K, relu);
+}
+
+}  // extern "C"
