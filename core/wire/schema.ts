@@ -82,16 +82,16 @@ export function mismatch(fields: Fields, map: Record<string, unknown>): string |
 
 function badValue(spec: FieldSpec, value: unknown, map: Record<string, unknown>): string | undefined {
   const check = CHECKS[spec.type];
-  if (!check.accepts(value)) return `expected ${check.expected}, got ${describe(value)}`;
-  if (spec.oneOf !== undefined && !spec.oneOf.includes(value as string)) return `expected one of ${spec.oneOf.join(', ')}, got ${describe(value)}`;
+  if (!check.accepts(value)) return `expected ${check.expected}, got ${shown(value)}`;
+  if (spec.oneOf !== undefined && !spec.oneOf.includes(value as string)) return `expected one of ${spec.oneOf.join(', ')}, got ${shown(value)}`;
   if (spec.lengthIn !== undefined && (value as Uint8Array).length !== map[spec.lengthIn]) {
-    return `${(value as Uint8Array).length} bytes where '${spec.lengthIn}' says ${describe(map[spec.lengthIn])}`;
+    return `${(value as Uint8Array).length} bytes where '${spec.lengthIn}' says ${shown(map[spec.lengthIn])}`;
   }
   return undefined;
 }
 
 /** A short, bounded rendering of a peer's value for an error message. */
-function describe(value: unknown): string {
+function shown(value: unknown): string {
   if (value === null || value === undefined) return String(value);
   if (value instanceof Uint8Array) return `${value.length} bytes`;
   if (Array.isArray(value)) return `an array of ${value.length}`;
