@@ -1,18 +1,21 @@
 // One client connection and the calls in flight on it: routes RESPONSE / ERROR / STREAM_* frames
 // to their call, fails every call when the connection goes.
 import { Code, GdrpcError } from '../errors.ts';
-import { FrameKind } from '../wire/frames.ts';
+import { FrameKind, type Frame, type FrameBody } from '../wire/frames.ts';
 import { MAX_CALL_ID } from '../wire/tag.ts';
 import type { Connection } from './connection.ts';
 import { errorFromFrame } from './status.ts';
 import { refuseRaw } from './transfer.ts';
 
+/** The frames that end a call well. */
+export type FinalFrame = Extract<Frame, { kind: FrameKind.Response | FrameKind.StreamEnd }>;
+
 /** What a call in flight listens to. */
 export interface CallListener {
   /** RESPONSE, STREAM_END or ERROR (as a GdrpcError) ended the call. */
-  final(result: { kind: FrameKind.Response | FrameKind.StreamEnd; body: Record<string, unknown> } | GdrpcError): void;
+  final(result: FinalFrame | GdrpcError): void;
   /** A STREAM_ITEM (server streaming). */
-  item?(body: Record<string, unknown>): void;
+  item?(body: FrameBody<FrameKind.StreamItem>): void;
   /** A CREDIT (client streaming): `n` more items may be sent. */
   credit?(n: number): void;
 }
@@ -26,7 +29,7 @@ export class ClientSession {
 
   constructor(readonly connection: Connection, private readonly onClosed: (error: GdrpcError) => void, onError: (error: GdrpcError) => void = () => {}) {
     connection.setHandler({
-      frame: (kind, call, body) => this.#frame(kind, call, body),
+      frame: (frame) => this.#frame(frame),
       malformed: (_kind, call, error) => {
         const failure = new GdrpcError(Code.INTERNAL, `bad frame from ${connection.peer}: ${error.rawMessage}`, { cause: error });
         onError(failure);
@@ -57,27 +60,29 @@ export class ClientSession {
     this.#calls.delete(id);
   }
 
-  #frame(kind: FrameKind, call: number, body: Record<string, unknown>): void {
-    if (kind === FrameKind.GoAway) {
+  #frame(frame: Frame): void {
+    const { call } = frame;
+    if (frame.kind === FrameKind.GoAway) {
       this.draining = true;
       if (this.#calls.size === 0) this.connection.close(new GdrpcError(Code.UNAVAILABLE, 'server went away'), { graceful: true });
       return;
     }
-    if (kind === FrameKind.Error && call === 0) {
-      this.connection.close(errorFromFrame(body, this.connection.peer));
+    if (frame.kind === FrameKind.Error && call === 0) {
+      this.connection.close(errorFromFrame(frame.body, this.connection.peer));
       return;
     }
     const listener = this.#calls.get(call);
     if (listener === undefined) {
       // A late answer to a call given up on: its tensor bytes are on their way all the same, and
       // the server holds them until they are taken (wire.md "Tag rendezvous").
-      if (kind === FrameKind.Response || kind === FrameKind.StreamItem) void refuseRaw({ connection: this.connection, call }, body.r ?? body.a);
+      if (frame.kind === FrameKind.Response) void refuseRaw({ connection: this.connection, call }, frame.body.r);
+      else if (frame.kind === FrameKind.StreamItem) void refuseRaw({ connection: this.connection, call }, frame.body.a);
       return;
     }
-    if (kind === FrameKind.StreamItem) listener.item?.(body);
-    else if (kind === FrameKind.Credit) listener.credit?.(body.n as number);
-    else if (kind === FrameKind.Response || kind === FrameKind.StreamEnd) this.#finish(call, { kind, body });
-    else if (kind === FrameKind.Error) this.#finish(call, errorFromFrame(body, this.connection.peer));
+    if (frame.kind === FrameKind.StreamItem) listener.item?.(frame.body);
+    else if (frame.kind === FrameKind.Credit) listener.credit?.(frame.body.n);
+    else if (frame.kind === FrameKind.Response || frame.kind === FrameKind.StreamEnd) this.#finish(call, frame);
+    else if (frame.kind === FrameKind.Error) this.#finish(call, errorFromFrame(frame.body, this.connection.peer));
   }
 
   #finish(call: number, result: Parameters<CallListener['final']>[0]): void {

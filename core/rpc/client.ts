@@ -4,10 +4,10 @@ import { EventEmitter } from 'eventemitter3';
 import { Code, GdrpcError } from '../errors.ts';
 import { Tensor, TensorPool, type Device } from '../tensor/index.ts';
 import { checkOptions, describeValue } from '../tensor/options.ts';
-import { FrameKind } from '../wire/frames.ts';
+import { FrameKind, type FrameBody } from '../wire/frames.ts';
 import { attachCallInfo, type CallInfo } from './call-info.ts';
 import { checkCall, isIterable } from './call-checks.ts';
-import { ClientSession } from './client-session.ts';
+import { ClientSession, type FinalFrame } from './client-session.ts';
 import { absoluteDeadline, CallScope } from './deadline.ts';
 import type { MethodDescriptor, Placement } from '../schema/descriptor.ts';
 import { connectAndAdmit } from './handshake.ts';
@@ -32,6 +32,7 @@ import { decodeFields, encodeFields, replaceDeep } from './values.ts';
 const STREAM_WINDOW = 64;
 
 type Row = Record<string, unknown>;
+type RequestBody = FrameBody<FrameKind.Request>;
 
 /** A connection to one gdrpc server, re-established on the next call after it is lost. */
 export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [GdrpcError] }> {
@@ -94,7 +95,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
             .catch((error: unknown) => { cancel(session, final.id); throw error; });
           const result = await final.result;
           if (result.kind !== FrameKind.Response) throw protocolError(session, 'expected RESPONSE');
-          const received = await this.#receive(session, final.id, method, result.body.r as Row, scope, options);
+          const received = await this.#receive(session, final.id, method, result.body.r, scope, options);
           return attachCallInfo(received.values, info(sent.transfers, received.transfers, started));
         } catch (error) {
           if (attempt > 1 || scope.aborted || !(await neverSent(error, sent))) throw error;
@@ -124,7 +125,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
       session = await scope.race(this.#connection());
       const s = session;
       id = s.open({
-        item: (body) => queue.push(this.#receive(s, id, method, body.a as Row, scope, options).then((r) => r.values)),
+        item: (body) => queue.push(this.#receive(s, id, method, body.a, scope, options).then((r) => r.values)),
         final: (result) => {
           ended = true;
           if (result instanceof GdrpcError) queue.fail(result);
@@ -166,7 +167,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
       let credit = STREAM_WINDOW;
       let wake: (() => void) | undefined;
       const final = this.#open(session, scope, (n) => { credit += n; wake?.(); });
-      const frame: Row = { svc: method.service, m: method.name, win: STREAM_WINDOW };
+      const frame: RequestBody = { svc: method.service, m: method.name, win: STREAM_WINDOW };
       const remaining = scope.remainingMs();
       if (remaining !== undefined) frame.to = remaining;
       if (options.metadata !== undefined) frame.md = options.metadata;
@@ -187,7 +188,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
       if (!finished && !scope.aborted) await scope.race(session.connection.send(FrameKind.StreamEnd, final.id, { seq }));
       const result = await final.result;
       if (result.kind !== FrameKind.Response) throw protocolError(session, 'expected RESPONSE');
-      const received = await this.#receive(session, final.id, method, result.body.r as Row, scope, options);
+      const received = await this.#receive(session, final.id, method, result.body.r, scope, options);
       return attachCallInfo(received.values, info(transfers, received.transfers, started));
     } finally {
       scope.dispose();
@@ -234,9 +235,9 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
   }
 
   /** Registers a call whose end is a RESPONSE (or ERROR); the abort of `scope` cancels it. */
-  #open(session: ClientSession, scope: CallScope, onCredit?: (n: number) => void): { id: number; result: Promise<{ kind: FrameKind; body: Row }> } {
+  #open(session: ClientSession, scope: CallScope, onCredit?: (n: number) => void): { id: number; result: Promise<FinalFrame> } {
     let id = 0;
-    const result = new Promise<{ kind: FrameKind; body: Row }>((resolve, reject) => {
+    const result = new Promise<FinalFrame>((resolve, reject) => {
       id = session.open({ final: (r) => (r instanceof GdrpcError ? reject(r) : resolve(r)), ...(onCredit !== undefined ? { credit: onCredit } : {}) });
       scope.onAbort((reason) => {
         cancel(session, id, reason);
@@ -248,7 +249,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
   }
 
   /** Encodes and sends a REQUEST or STREAM_ITEM with its tensors; returns the transfers. */
-  async #send(session: ClientSession, id: number, kind: FrameKind, method: MethodDescriptor, values: Row, options: CallOptions, scope: CallScope, awaitTransfers: boolean, seq = 0, window?: number): Promise<Sent> {
+  async #send(session: ClientSession, id: number, kind: FrameKind.Request | FrameKind.StreamItem, method: MethodDescriptor, values: Row, options: CallOptions, scope: CallScope, awaitTransfers: boolean, seq = 0, window?: number): Promise<Sent> {
     const label = kind === FrameKind.Request ? `${methodName(method)} arguments.` : `${methodName(method)} arguments[${seq}].`;
     const out = new OutgoingTensors({ connection: session.connection, call: id }, { mover: options.mover ?? 'auto', noStaging: options.noStaging ?? false }, { side: 'client', label });
     let encoded: Row;
@@ -258,21 +259,21 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
       out.discard();
       throw error;
     }
-    let frame: Row;
+    let request: RequestBody | undefined;
     if (kind === FrameKind.Request) {
-      frame = { svc: method.service, m: method.name, a: encoded };
+      request = { svc: method.service, m: method.name, a: encoded };
       const remaining = scope.remainingMs();
-      if (remaining !== undefined) frame.to = remaining;
-      if (options.metadata !== undefined) frame.md = options.metadata;
-      if (window !== undefined) frame.win = window;
-      putPolicy(frame, options);
-    } else {
-      frame = { seq, a: encoded };
+      if (remaining !== undefined) request.to = remaining;
+      if (options.metadata !== undefined) request.md = options.metadata;
+      if (window !== undefined) request.win = window;
+      putPolicy(request, options);
     }
     if (scope.aborted) out.discard();
     scope.throwIfAborted();
     // Once the frame is on its way the server expects the bytes it announces, abort or not.
-    const frameSent = session.connection.send(kind, id, frame);
+    const frameSent = request !== undefined
+      ? session.connection.send(FrameKind.Request, id, request)
+      : session.connection.send(FrameKind.StreamItem, id, { seq, a: encoded });
     const moving = frameSent.then(() => out.start(), (error: unknown) => { out.discard(); throw error; });
     moving.catch(() => { /* surfaced through the call's own failure */ });
     // A frame without tensors is not waited for: the answer cannot come before it left, and a
@@ -348,7 +349,7 @@ function cancel(session: ClientSession, id: number, reason?: unknown): void {
 }
 
 /** The caller's transfer choices travel in the REQUEST (`mv`, `ns`) so that results honour them too. */
-function putPolicy(frame: Row, options: CallOptions): void {
+function putPolicy(frame: RequestBody, options: CallOptions): void {
   if (options.mover !== undefined && options.mover !== 'auto') frame.mv = options.mover;
   if (options.noStaging === true) frame.ns = true;
 }

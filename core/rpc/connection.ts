@@ -4,7 +4,7 @@ import { setMaxListeners } from 'node:events';
 import type { Endpoint } from '../ucx/index.ts';
 import { Code, GdrpcError } from '../errors.ts';
 import { decodeFrame, encodeFrame } from '../wire/codec.ts';
-import { FrameKind } from '../wire/frames.ts';
+import { FrameKind, type Frame, type FrameBody } from '../wire/frames.ts';
 import { FRAME_HEADER, packMessage, unpackMessage, type WireFrame } from '../wire/message.ts';
 import { ConnectionKey, controlTag, dataTag, IdSequence, transferOf } from '../wire/tag.ts';
 import type { TakenMessage } from '../ucx/index.ts';
@@ -15,7 +15,8 @@ import type { Runtime } from './runtime.ts';
 
 /** What the side that owns a connection does with its frames. */
 export interface FrameHandler {
-  frame(kind: FrameKind, call: number, body: Record<string, unknown>): void;
+  /** A well-formed frame (checked against the frame table), other than KEEPALIVE and FIN. */
+  frame(frame: Frame): void;
   /** A frame that failed decoding or was too long for the receive buffer. */
   malformed(kind: number, call: number, error: GdrpcError): void;
   /** The connection is gone (closed here, peer gone, liveness); `error` says why. */
@@ -93,10 +94,10 @@ export class Connection implements FrameSink {
   /** Sends a control frame to the peer. Frames sent in the same turn of the event loop leave as
    *  one UCX message (docs/wire.md "Control messages"): with many calls in flight that divides the
    *  messages and the wake-ups they cost. */
-  send(kind: FrameKind, call: number, body: Record<string, unknown>): Promise<void> {
+  send<K extends FrameKind>(kind: K, call: number, body: FrameBody<K>): Promise<void> {
     if (this.#error !== undefined) return Promise.reject(unprocessed(this.#error));
     if (this.peerKey === undefined) return Promise.reject(new GdrpcError(Code.FAILED_PRECONDITION, `no key for ${this.peer} yet (handshake incomplete)`));
-    const bytes = encodeFrame(body);
+    const bytes = encodeFrame(kind, body);
     if (bytes.length + FRAME_HEADER > this.peerLimits.maxFrame) {
       return Promise.reject(new GdrpcError(Code.RESOURCE_EXHAUSTED, `frame of ${bytes.length} bytes exceeds the peer's ${this.peerLimits.maxFrame}-byte frame limit`));
     }
@@ -263,24 +264,24 @@ export class Connection implements FrameSink {
     }
     for (const frame of frames) {
       if (this.#error !== undefined) return;
-      this.#onFrame(frame.kind, frame.call, frame.body);
+      this.#onFrame(frame);
     }
   }
 
-  #onFrame(kind: number, call: number, bytes: Uint8Array): void {
-    let body: Record<string, unknown>;
+  #onFrame(wire: WireFrame): void {
+    let frame: Frame;
     try {
-      body = decodeFrame(kind, bytes);
+      frame = decodeFrame(wire);
     } catch (error) {
-      this.#handler?.malformed(kind, call, GdrpcError.from(error));
+      this.#handler?.malformed(wire.kind, wire.call, GdrpcError.from(error));
       return;
     }
-    if (kind === FrameKind.Keepalive) return;
-    if (kind === FrameKind.Fin) {
-      if (this.admitted) this.exposures.release(body.x as number);
+    if (frame.kind === FrameKind.Keepalive) return;
+    if (frame.kind === FrameKind.Fin) {
+      if (this.admitted) this.exposures.release(frame.body.x);
       return;
     }
-    this.#handler?.frame(kind, call, body);
+    this.#handler?.frame(frame);
   }
 
   onOversized(length: number): void {

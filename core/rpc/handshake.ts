@@ -2,7 +2,7 @@
 // the new endpoint, answer AUTH (with the HMAC proof when challenged), wait for READY.
 import { Endpoint } from '../ucx/index.ts';
 import { Code, GdrpcError, isCode } from '../errors.ts';
-import { FrameKind } from '../wire/frames.ts';
+import { FrameKind, type FrameBody } from '../wire/frames.ts';
 import { ConnectionKey } from '../wire/tag.ts';
 import { authProof } from './auth.ts';
 import { cudaReceives } from './movers/memory.ts';
@@ -45,24 +45,24 @@ function admit(connection: Connection, options: HandshakeOptions): Promise<void>
     const timer = setTimeout(() => fail(new GdrpcError(Code.UNAVAILABLE, `no handshake from ${connection.peer} within ${options.timeoutMs} ms`)), options.timeoutMs);
     const fail = (error: GdrpcError): void => { clearTimeout(timer); reject(error); };
     const handler: FrameHandler = {
-      frame(kind, _call, body) {
-        if (kind === FrameKind.Hello && connection.peerKey === undefined) {
-          connection.peerKey = new ConnectionKey(body.key as bigint);
-          connection.peerLimits = { maxFrame: body.maxFrame as number, maxTensor: body.maxTensor as number, inline: body.inline as number, gpu: body.gpu === true, stages: body.stg === true };
-          const challenge = body.chal as Uint8Array | undefined;
-          const auth: Record<string, unknown> = { key: connection.key.value, live: options.livenessMs, gpu: cudaReceives(), maxFrame: DEFAULT_FRAME_BYTES };
+      frame(frame) {
+        if (frame.kind === FrameKind.Hello && connection.peerKey === undefined) {
+          const hello = frame.body;
+          connection.peerKey = new ConnectionKey(hello.key);
+          connection.peerLimits = { maxFrame: hello.maxFrame, maxTensor: hello.maxTensor, inline: hello.inline, gpu: hello.gpu === true, stages: hello.stg === true };
+          const auth: FrameBody<FrameKind.Auth> = { key: connection.key.value, live: options.livenessMs, gpu: cudaReceives(), maxFrame: DEFAULT_FRAME_BYTES };
           if (stagesCudaReceives(connection.runtime.context)) auth.stg = true;
-          if (challenge !== undefined && options.token !== undefined) auth.proof = authProof(options.token, challenge, connection.peerKey.value, connection.key.value);
-          const livenessMs = Math.min(options.livenessMs, (body.live as number) || options.livenessMs);
+          if (hello.chal !== undefined && options.token !== undefined) auth.proof = authProof(options.token, hello.chal, connection.peerKey.value, connection.key.value);
+          const livenessMs = Math.min(options.livenessMs, hello.live || options.livenessMs);
           connection.liveness.start(livenessMs);
           connection.send(FrameKind.Auth, 0, auth).catch((error) => fail(GdrpcError.from(error, Code.UNAVAILABLE)));
-        } else if (kind === FrameKind.Ready && connection.peerKey !== undefined) {
+        } else if (frame.kind === FrameKind.Ready && connection.peerKey !== undefined) {
           clearTimeout(timer);
           connection.admitted = true;
           resolve();
-        } else if (kind === FrameKind.Error) {
-          const code = isCode(body.code) ? body.code : Code.UNAUTHENTICATED;
-          fail(new GdrpcError(code, `${connection.peer} refused admission: ${String(body.msg)}`));
+        } else if (frame.kind === FrameKind.Error) {
+          const code = isCode(frame.body.code) ? frame.body.code : Code.UNAUTHENTICATED;
+          fail(new GdrpcError(code, `${connection.peer} refused admission: ${frame.body.msg}`));
         }
       },
       malformed(_kind, _call, error) { fail(error); },

@@ -3,7 +3,7 @@
 // the results' bytes have left. Nothing is sent for a call the client cancelled.
 import { Code, GdrpcError } from '../errors.ts';
 import type { PoolShare } from '../tensor/index.ts';
-import { FrameKind } from '../wire/frames.ts';
+import { FrameKind, type FrameBody } from '../wire/frames.ts';
 import type { Connection } from './connection.ts';
 import type { CallScope } from './deadline.ts';
 import type { MethodDescriptor, ServiceDescriptor } from '../schema/descriptor.ts';
@@ -123,7 +123,7 @@ export class ServerCall {
   }
 
   /** A STREAM_ITEM of a client-streaming call. */
-  item(body: Row): void {
+  item(body: FrameBody<FrameKind.StreamItem>): void {
     // No stream, or the call is over (its arguments were released already): nothing will take
     // this item, so its bytes are refused rather than received into a block nobody frees.
     if (this.#items === undefined || this.#over) {
@@ -132,7 +132,7 @@ export class ServerCall {
     }
     let item: Promise<Row>;
     try {
-      item = Promise.resolve(this.#receive(body.a as Row, `arguments[${body.seq as number}].`));
+      item = Promise.resolve(this.#receive(body.a, `arguments[${body.seq}].`));
     } catch (error) {
       item = Promise.reject(error);
     }

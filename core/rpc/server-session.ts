@@ -3,7 +3,7 @@
 import { Code, GdrpcError } from '../errors.ts';
 import { PoolShare } from '../tensor/index.ts';
 import { encodeFrame } from '../wire/codec.ts';
-import { FrameKind } from '../wire/frames.ts';
+import { FrameKind, type Frame, type FrameBody } from '../wire/frames.ts';
 import { packMessage } from '../wire/message.ts';
 import { ConnectionKey, controlTag, HELLO_KEY } from '../wire/tag.ts';
 import { newChallenge, verifyProof } from './auth.ts';
@@ -51,7 +51,7 @@ export class ServerSession {
     connection.frameLimit = host.limits.maxFrame;
     connection.inlineBytes = host.limits.inline;
     connection.setHandler({
-      frame: (kind, call, body) => this.#frame(kind, call, body),
+      frame: (frame) => this.#frame(frame),
       malformed: (kind, call, error) => this.#malformed(kind, call, error),
       closed: (error) => {
         clearTimeout(this.#admissionTimer);
@@ -66,10 +66,10 @@ export class ServerSession {
       connection.close(new GdrpcError(Code.UNAUTHENTICATED, `${this.peer} did not complete admission within ${host.admissionTimeoutMs} ms`));
     }, host.admissionTimeoutMs);
     this.#admissionTimer.unref();
-    const hello: Record<string, unknown> = { key: connection.key.value, maxFrame: host.limits.maxFrame, maxTensor: host.limits.maxTensor, inline: host.limits.inline, live: host.livenessMs, gpu: cudaReceives() };
+    const hello: FrameBody<FrameKind.Hello> = { key: connection.key.value, maxFrame: host.limits.maxFrame, maxTensor: host.limits.maxTensor, inline: host.limits.inline, live: host.livenessMs, gpu: cudaReceives() };
     if (this.#challenge !== undefined) hello.chal = this.#challenge;
     if (stagesCudaReceives(connection.runtime.context)) hello.stg = true;
-    connection.sendRaw(controlTag(HELLO_KEY), packMessage([{ kind: FrameKind.Hello, call: 0, body: encodeFrame(hello) }])).catch(() => connection.close());
+    connection.sendRaw(controlTag(HELLO_KEY), packMessage([{ kind: FrameKind.Hello, call: 0, body: encodeFrame(FrameKind.Hello, hello) }])).catch(() => connection.close());
   }
 
   get admitted(): boolean { return this.connection.admitted; }
@@ -80,20 +80,21 @@ export class ServerSession {
     if (this.connection.admitted && this.connection.isOpen) this.connection.send(FrameKind.GoAway, 0, {}).catch(() => {});
   }
 
-  #frame(kind: FrameKind, call: number, body: Record<string, unknown>): void {
+  #frame(frame: Frame): void {
     if (this.#closing) return;
+    const { call } = frame;
     if (!this.connection.admitted) {
-      if (kind === FrameKind.Auth) this.#auth(body);
-      else this.connection.close(new GdrpcError(Code.UNAUTHENTICATED, `frame ${FrameKind[kind]} before admission`));
+      if (frame.kind === FrameKind.Auth) this.#auth(frame.body);
+      else this.connection.close(new GdrpcError(Code.UNAUTHENTICATED, `frame ${FrameKind[frame.kind]} before admission`));
       return;
     }
-    switch (kind) {
-      case FrameKind.Request: return this.#request(call, body);
+    switch (frame.kind) {
+      case FrameKind.Request: return this.#request(call, frame.body);
       case FrameKind.Cancel: {
         const existing = this.calls.get(call);
         if (existing !== undefined) {
           existing.cancelledByPeer = true;
-          existing.scope.abort(body.code === Code.DEADLINE_EXCEEDED
+          existing.scope.abort(frame.body.code === Code.DEADLINE_EXCEEDED
             ? new GdrpcError(Code.DEADLINE_EXCEEDED, 'deadline exceeded (client)')
             : new GdrpcError(Code.CANCELLED, 'cancelled by the client'));
         }
@@ -101,21 +102,21 @@ export class ServerSession {
       }
       case FrameKind.StreamItem: {
         const existing = this.calls.get(call);
-        if (existing !== undefined) existing.item(body);
-        else void refuseRaw({ connection: this.connection, call }, body.a);
+        if (existing !== undefined) existing.item(frame.body);
+        else void refuseRaw({ connection: this.connection, call }, frame.body.a);
         return;
       }
       case FrameKind.StreamEnd: return this.calls.get(call)?.end();
-      case FrameKind.Credit: return this.calls.get(call)?.credit(body.n as number);
+      case FrameKind.Credit: return this.calls.get(call)?.credit(frame.body.n);
       default:
-        this.#malformed(kind, call, new GdrpcError(Code.INVALID_ARGUMENT, `unexpected ${FrameKind[kind]} frame from a client`));
+        this.#malformed(frame.kind, call, new GdrpcError(Code.INVALID_ARGUMENT, `unexpected ${FrameKind[frame.kind]} frame from a client`));
     }
   }
 
-  #auth(body: Record<string, unknown>): void {
-    const clientKey = new ConnectionKey(body.key as bigint);
+  #auth(body: FrameBody<FrameKind.Auth>): void {
+    const clientKey = new ConnectionKey(body.key);
     this.connection.peerKey = clientKey;
-    if (this.host.token !== undefined && !verifyProof(this.host.token, this.#challenge!, this.connection.key.value, clientKey.value, body.proof as Uint8Array | undefined)) {
+    if (this.host.token !== undefined && !verifyProof(this.host.token, this.#challenge!, this.connection.key.value, clientKey.value, body.proof)) {
       const error = new GdrpcError(Code.UNAUTHENTICATED, body.proof === undefined ? 'this server requires a token' : 'wrong token');
       this.host.error(new GdrpcError(Code.UNAUTHENTICATED, `${this.peer}: ${error.rawMessage}`));
       this.#refuseAndClose(error);
@@ -125,8 +126,8 @@ export class ServerSession {
     clearTimeout(this.#admissionTimer);
     this.connection.peerLimits = { ...this.connection.peerLimits, gpu: body.gpu === true, stages: body.stg === true };
     // Results may now be inline by the caller's choice: keep them within the client's receive buffer.
-    if (typeof body.maxFrame === 'number' && Number.isSafeInteger(body.maxFrame) && body.maxFrame > 0) this.connection.peerLimits.maxFrame = body.maxFrame;
-    const peerLive = typeof body.live === 'number' && body.live > 0 ? body.live : this.host.livenessMs;
+    if (body.maxFrame !== undefined && body.maxFrame > 0) this.connection.peerLimits.maxFrame = body.maxFrame;
+    const peerLive = body.live !== undefined && body.live > 0 ? body.live : this.host.livenessMs;
     this.connection.liveness.start(Math.min(this.host.livenessMs, peerLive));
     this.connection.send(FrameKind.Ready, 0, {}).then(() => this.host.ready(this), () => {});
   }
@@ -139,7 +140,7 @@ export class ServerSession {
     setTimeout(() => this.connection.close(error, { graceful: true }), REFUSAL_LINGER_MS).unref();
   }
 
-  #request(id: number, body: Record<string, unknown>): void {
+  #request(id: number, body: FrameBody<FrameKind.Request>): void {
     const scope = { connection: this.connection, call: id };
     const refuse = (error: GdrpcError): void => {
       void refuseRaw(scope, body.a);
@@ -148,13 +149,13 @@ export class ServerSession {
     if (id === 0 || this.calls.has(id)) return refuse(new GdrpcError(Code.INVALID_ARGUMENT, `call id ${id} is ${id === 0 ? 'reserved' : 'already in use'}`));
     // Not run: the client may retry it elsewhere or on a fresh connection.
     if (this.host.shuttingDown) return refuse(new GdrpcError(Code.UNAVAILABLE, 'server is shutting down', { details: { unprocessed: true } }));
-    const entry = this.host.lookup(body.svc as string, body.m as string);
-    if (entry === undefined) return refuse(new GdrpcError(Code.NOT_FOUND, `unknown method ${String(body.svc)}/${String(body.m)}`));
+    const entry = this.host.lookup(body.svc, body.m);
+    if (entry === undefined) return refuse(new GdrpcError(Code.NOT_FOUND, `unknown method ${body.svc}/${body.m}`));
     if (entry.method.clientStreaming !== (body.a === undefined)) {
       return refuse(new GdrpcError(Code.INVALID_ARGUMENT, `${entry.method.name} is ${entry.method.clientStreaming ? '' : 'not '}client-streaming`));
     }
     const policy = policyOf(body);
-    if (policy === undefined) return refuse(new GdrpcError(Code.INVALID_ARGUMENT, `bad mover ${JSON.stringify(body.mv)} or noStaging ${JSON.stringify(body.ns)} in REQUEST`));
+    if (policy === undefined) return refuse(new GdrpcError(Code.INVALID_ARGUMENT, `bad mover ${JSON.stringify(body.mv)} in REQUEST`));
     // Over capacity: refused at once, unrun, and the caller may retry after a while.
     if (this.calls.size >= this.host.limits.perConnection) {
       return refuse(new GdrpcError(Code.RESOURCE_EXHAUSTED, `more than ${this.host.limits.perConnection} calls in flight on this connection (ServerOptions.maxCallsPerConnection)`, { details: { retryable: true, limit: 'maxCallsPerConnection' } }));
@@ -162,13 +163,13 @@ export class ServerSession {
     if (!this.host.acquireCall()) {
       return refuse(new GdrpcError(Code.RESOURCE_EXHAUSTED, 'server is at its concurrent call limit (ServerOptions.maxCalls)', { details: { retryable: true, limit: 'maxCalls' } }));
     }
-    const deadline = typeof body.to === 'number' ? Date.now() + body.to : undefined;
+    const deadline = body.to !== undefined ? Date.now() + body.to : undefined;
     // No parent signal: the session aborts its calls itself when the connection goes.
     const callScope = new CallScope(deadline);
-    const call = new ServerCall(id, this.connection, entry, callScope, (body.md as Record<string, string> | undefined) ?? {}, this.#env, policy);
-    if (typeof body.win === 'number') call.openWindow(body.win);
+    const call = new ServerCall(id, this.connection, entry, callScope, body.md ?? {}, this.#env, policy);
+    if (body.win !== undefined) call.openWindow(body.win);
     this.calls.set(id, call);
-    void call.run(body.a as Record<string, unknown> | undefined).finally(() => {
+    void call.run(body.a).finally(() => {
       this.calls.delete(id);
       this.host.releaseCall();
     });
@@ -191,11 +192,9 @@ export class ServerSession {
 }
 
 /** The caller's transfer policy from a REQUEST (`mv`, `ns`; absent in old peers' frames: auto, staging
- *  allowed); undefined when either field is malformed. */
-function policyOf(body: Record<string, unknown>): SendPolicy | undefined {
+ *  allowed); undefined for a mover name this side does not know (decoding checked `ns`). */
+function policyOf(body: FrameBody<FrameKind.Request>): SendPolicy | undefined {
   const mover = body.mv ?? 'auto';
-  const noStaging = body.ns ?? false;
   if (mover !== 'auto' && mover !== 'inline' && mover !== 'tag' && mover !== 'rma') return undefined;
-  if (typeof noStaging !== 'boolean') return undefined;
-  return { mover, noStaging };
+  return { mover, noStaging: body.ns ?? false };
 }

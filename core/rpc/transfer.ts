@@ -205,7 +205,7 @@ export class IncomingTensors {
       try {
         const seen = reason !== undefined ? await stagedReceive(mover, pending.wire, dest, this.scope) : await mover.receive(pending.wire, dest, this.scope);
         received.set(pending, dest);
-        const stagedBySender = (pending.wire as { st?: unknown }).st === true;
+        const stagedBySender = pending.wire.st === true;
         this.transfers.push(receivedInfo(pending, mover.name, dest, seen, reason !== undefined || stagedBySender, this.scope));
       } catch (error) {
         failure ??= error;
@@ -254,7 +254,7 @@ function stagedOutgoing(tensor: Tensor, mover: Mover, scope: TransferScope): Out
   let started = false;
   // `st` tells the receiver the bytes went through host memory on this side (docs/wire.md).
   return {
-    wire: Object.assign(outgoing.wire, { st: true }),
+    wire: { ...outgoing.wire, st: true },
     start: () => {
       started = true;
       return outgoing.start().finally(() => bounce.release());

@@ -1,88 +1,51 @@
-// msgpack encoding of control frame bodies, and the shape checks applied to every frame that
-// arrives, before anything else looks at it: a malformed frame becomes INVALID_ARGUMENT here.
+// msgpack encoding of control frame bodies, and the checks applied to every frame that arrives,
+// before anything else looks at it: each body against its kind's row of the frame table
+// (frames.ts), each tensor descriptor against the descriptor table. A malformed frame becomes
+// INVALID_ARGUMENT here.
 import { Packr } from 'msgpackr';
 import { Code, GdrpcError } from '../errors.ts';
-import { FrameKind, WIRE_VERSION, type TensorWire } from './frames.ts';
-import { ConnectionKey } from './tag.ts';
+import { FrameKind, frameSpec, MOVER_FIELDS, TENSOR_FIELDS, WIRE_VERSION, type Frame, type FrameBody, type TensorWire } from './frames.ts';
+import type { WireFrame } from './message.ts';
+import { isMap, mismatch } from './schema.ts';
 
 // Plain msgpack maps (no record extension) so that any msgpack library can read the frames;
 // 64-bit integers decode as bigint so that addresses survive.
 const packr = new Packr({ useRecords: false, int64AsType: 'bigint', mapsAsObjects: true });
 
-/** Encodes a frame body; `v` is set here so that no sender forgets it. */
-export function encodeFrame(body: Record<string, unknown>): Buffer {
-  body.v = WIRE_VERSION;
-  return packr.pack(body);
+/** Encodes the body of a frame of `kind` (which types it); `v` is added here, last as it always
+ *  was, so that no sender forgets it. */
+export function encodeFrame<K extends FrameKind>(_kind: K, body: FrameBody<K>): Buffer {
+  return packr.pack({ ...body, v: WIRE_VERSION });
 }
 
-type Check = (value: unknown) => boolean;
-const isUint = (value: unknown): boolean => typeof value === 'number' && Number.isSafeInteger(value) && value >= 0;
-const isString = (value: unknown): boolean => typeof value === 'string';
-const isBool = (value: unknown): boolean => typeof value === 'boolean';
-const isBytes = (value: unknown): boolean => value instanceof Uint8Array;
-const isKey = (value: unknown): boolean => ConnectionKey.valid(value);
-const isMap = (value: unknown): boolean => typeof value === 'object' && value !== null && !Array.isArray(value) && !(value instanceof Uint8Array);
-const isStringMap = (value: unknown): boolean => isMap(value) && Object.values(value as object).every(isString);
-
-// Required fields per kind; `?` marks optional ones.
-const SCHEMAS: Record<FrameKind, Record<string, Check>> = {
-  [FrameKind.Hello]: { key: isKey, 'chal?': isBytes, maxFrame: isUint, maxTensor: isUint, inline: isUint, live: isUint, 'gpu?': isBool, 'stg?': isBool },
-  [FrameKind.Auth]: { key: isKey, 'proof?': isBytes, 'live?': isUint, 'gpu?': isBool, 'stg?': isBool, 'maxFrame?': isUint },
-  [FrameKind.Ready]: {},
-  [FrameKind.Request]: { svc: isString, m: isString, 'a?': isMap, 'to?': isUint, 'md?': isStringMap, 'win?': isUint, 'mv?': isString, 'ns?': isBool },
-  [FrameKind.Response]: { r: isMap },
-  [FrameKind.Error]: { code: isString, msg: isString, 'det?': isMap },
-  [FrameKind.Cancel]: { 'code?': isString },
-  [FrameKind.StreamItem]: { seq: isUint, a: isMap },
-  [FrameKind.StreamEnd]: { seq: isUint },
-  [FrameKind.Keepalive]: {},
-  [FrameKind.Fin]: { x: isUint },
-  [FrameKind.GoAway]: {},
-  [FrameKind.Credit]: { n: isUint },
-};
-
-// The schemas as [name, optional, check] rows, parsed once: this runs for every frame.
-const ROWS = new Map<number, Array<[string, boolean, Check]>>(Object.entries(SCHEMAS).map(([kind, schema]) => [
-  Number(kind), Object.entries(schema).map(([key, check]): [string, boolean, Check] => [key.replace('?', ''), key.endsWith('?'), check]),
-]));
-
-/** Decodes and checks a frame body of `kind`; INVALID_ARGUMENT for anything malformed. */
-export function decodeFrame(kind: number, bytes: Uint8Array): Record<string, unknown> {
-  const rows = ROWS.get(kind);
-  if (rows === undefined) throw malformed(`unknown frame kind ${kind}`);
+/** Decodes and checks one frame of a message; INVALID_ARGUMENT for anything malformed. Keys the
+ *  table does not list stay in the body, unread (docs/wire.md: extra keys are ignored). */
+export function decodeFrame({ kind, call, body: bytes }: WireFrame): Frame {
+  const spec = frameSpec(kind);
+  if (spec === undefined) throw malformed(`unknown frame kind ${kind}`);
   let body: unknown;
   try {
     body = packr.unpack(bytes);
   } catch (error) {
-    throw malformed(`frame of kind ${FrameKind[kind]} is not msgpack`, error);
+    throw malformed(`${spec.name} frame is not msgpack`, error);
   }
-  if (!isMap(body)) throw malformed(`frame of kind ${FrameKind[kind]} is not a map`);
-  const frame = body as Record<string, unknown>;
-  if (frame.v !== WIRE_VERSION) throw malformed(`wire version ${String(frame.v)} (this peer speaks ${WIRE_VERSION})`);
-  for (const [name, optional, check] of rows) {
-    const value = frame[name];
-    if (value === undefined || value === null) {
-      if (optional) continue;
-      throw malformed(`${FrameKind[kind]} frame lacks '${name}'`);
-    }
-    if (!check(value)) throw malformed(`${FrameKind[kind]} frame has a bad '${name}'`);
-  }
-  return frame;
+  if (!isMap(body)) throw malformed(`${spec.name} frame is not a map`);
+  if (body.v !== WIRE_VERSION) throw malformed(`wire version ${String(body.v)} (this peer speaks ${WIRE_VERSION})`);
+  const wrong = mismatch(spec.fields, body);
+  if (wrong !== undefined) throw malformed(`${spec.name} frame ${wrong}`);
+  // The checks above are what FrameBody promises for this kind.
+  return { kind, call, body } as Frame;
 }
 
 /** Checks a value that claims to be a tensor descriptor (docs/wire.md); INVALID_ARGUMENT if not. */
 export function checkTensorWire(value: unknown, where: string): TensorWire {
   if (!isMap(value)) throw malformed(`${where}: tensor descriptor is not a map`);
-  const t = value as Record<string, unknown>;
-  const ok = isString(t.dt) && Array.isArray(t.sh) && (t.sh as unknown[]).every(isUint) && isUint(t.n)
-    && isString(t.mt) && (t.m === 'i' || t.m === 't' || t.m === 'r' || t.m === 'h');
-  if (!ok) throw malformed(`${where}: tensor descriptor lacks dt/sh/n/mt/m`);
-  const byMover = t.m === 'i' ? isBytes(t.b) && (t.b as Uint8Array).length === t.n
-    : t.m === 't' ? isUint(t.x)
-    : t.m === 'r' ? isUint(t.x) && typeof t.a === 'bigint' && isBytes(t.k)
-    : isString(t.o) && isUint(t.x) && isBytes(t.s);
-  if (!byMover) throw malformed(`${where}: tensor descriptor with mover '${String(t.m)}' lacks its fields`);
-  return t as unknown as TensorWire;
+  const common = mismatch(TENSOR_FIELDS, value);
+  if (common !== undefined) throw malformed(`${where}: tensor descriptor ${common}`);
+  const mover = value.m as keyof typeof MOVER_FIELDS;
+  const own = mismatch(MOVER_FIELDS[mover], value);
+  if (own !== undefined) throw malformed(`${where}: tensor descriptor with mover '${mover}' ${own}`);
+  return value as TensorWire;
 }
 
 function malformed(message: string, cause?: unknown): GdrpcError {

@@ -1,6 +1,8 @@
-// Control frames: what each kind carries. The message header says the kind (message.ts); the body is a msgpack
-// map whose keys are listed here and in docs/wire.md. Bodies are checked field by field when
-// they arrive (codec.ts), because a peer may be hostile or simply another implementation.
+// Control frames: what each kind carries, as one table. The message header says the kind
+// (message.ts); the body is a msgpack map whose fields are listed here, and nowhere else: the
+// body types below come from this table, codec.ts checks every arriving body against it, and
+// test/wire/doc.test.ts checks docs/wire.md against it.
+import { optional, type BodyOf, type Fields } from './schema.ts';
 
 /** Wire format version carried in every frame as `v`. A peer rejects frames of another major. */
 export const WIRE_VERSION = 2;
@@ -13,12 +15,19 @@ export enum FrameKind {
   Auth = 2,
   /** server -> client: admission granted (or an Error frame with call 0 and a disconnect). */
   Ready = 3,
+  /** client -> server: starts a call. */
   Request = 4,
+  /** server -> client: the results of a unary or client-streaming call. */
   Response = 5,
+  /** either way: a call (or, with call 0, the connection) failed. */
   Error = 6,
+  /** client -> server: the caller gave up on the call. */
   Cancel = 7,
+  /** either way: one item of a streamed direction. */
   StreamItem = 8,
+  /** either way: a streamed direction ended. */
   StreamEnd = 9,
+  /** either way: liveness when nothing else was sent. */
   Keepalive = 10,
   /** Receiver -> sender: an RMA exposure has been read (or will never be) and can be released. */
   Fin = 11,
@@ -29,57 +38,94 @@ export enum FrameKind {
   Credit = 14,
 }
 
-/** A tensor value as it travels inside a frame (see docs/wire.md "Tensor descriptors"). */
-export interface TensorWire {
-  /** dtype name */
-  dt: string;
-  /** shape */
-  sh: number[];
-  /** byte length (= product(shape) * element size) */
-  n: number;
-  /** memory type at the sender: 'host' | 'cuda' */
-  mt: string;
-  /** mover: 'i' inline, 't' tag rendezvous, 'r' RMA pull, 'h' remote handle */
-  m: 'i' | 't' | 'r' | 'h';
-  /** inline bytes (m = 'i') */
-  b?: Uint8Array;
-  /** transfer id (m = 't': payload tag's low 32 bits) or exposure id (m = 'r' | 'h') */
-  x?: number;
-  /** remote address (m = 'r') */
-  a?: bigint;
-  /** packed rkey (m = 'r') */
-  k?: Uint8Array;
-  /** owner address "host:port" (m = 'h') */
-  o?: string;
-  /** 16-byte capability that a pull of a remote handle must present (m = 'h') */
-  s?: Uint8Array;
+const uint = { type: 'uint' } as const;
+const str = { type: 'str' } as const;
+const bin = { type: 'bin' } as const;
+const bool = { type: 'bool' } as const;
+const map = { type: 'map' } as const;
+const key = { type: 'key' } as const;
+
+/** One frame kind: the name docs/wire.md gives it and its body's fields (besides `v`). */
+export interface FrameSpec { readonly name: string; readonly fields: Fields }
+
+/** Every frame kind's body (docs/wire.md "Control frames"). Optional fields a peer may omit;
+ *  absence means what the comment says. Values that need the call's context (a REQUEST's `mv`
+ *  names, a CANCEL's `code`) are checked where that context is. */
+export const FRAMES = {
+  [FrameKind.Hello]: {
+    name: 'HELLO',
+    fields: {
+      /** the server's key for this connection */ key,
+      /** present when the server requires a token (gdrpc: 32 bytes) */ chal: optional(bin),
+      maxFrame: uint, maxTensor: uint, inline: uint,
+      /** liveness, ms */ live: uint,
+      /** the server receives `@cuda` tensors into GPU memory (absent: host) */ gpu: optional(bool),
+      /** the server stages what it receives into GPU memory through host memory */ stg: optional(bool),
+    },
+  },
+  [FrameKind.Auth]: {
+    name: 'AUTH',
+    fields: {
+      key, proof: optional(bin), live: optional(uint), gpu: optional(bool), stg: optional(bool),
+      /** largest frame the client reads (absent: unlimited) */ maxFrame: optional(uint),
+    },
+  },
+  [FrameKind.Ready]: { name: 'READY', fields: {} },
+  [FrameKind.Request]: {
+    name: 'REQUEST',
+    fields: {
+      svc: str, m: str,
+      /** argument object (absent on client-streaming calls, whose arguments come as StreamItems) */ a: optional(map),
+      /** milliseconds left until the caller's deadline when the frame was sent */ to: optional(uint),
+      md: optional({ type: 'strmap' }),
+      /** items the other side may send before it waits for CREDIT (absent: no limit) */ win: optional(uint),
+      /** mover the caller forces: 'inline' | 'tag' | 'rma' (absent: auto) */ mv: optional(str),
+      /** no staging through host memory (absent: false) */ ns: optional(bool),
+    },
+  },
+  [FrameKind.Response]: { name: 'RESPONSE', fields: { r: map } },
+  [FrameKind.Error]: { name: 'ERROR', fields: { code: str, msg: str, det: optional(map) } },
+  [FrameKind.Cancel]: { name: 'CANCEL', fields: { /** CANCELLED (default) or DEADLINE_EXCEEDED */ code: optional(str) } },
+  [FrameKind.StreamItem]: { name: 'STREAM_ITEM', fields: { seq: uint, a: map } },
+  [FrameKind.StreamEnd]: { name: 'STREAM_END', fields: { seq: uint } },
+  [FrameKind.Keepalive]: { name: 'KEEPALIVE', fields: {} },
+  [FrameKind.Fin]: { name: 'FIN', fields: { x: uint } },
+  [FrameKind.GoAway]: { name: 'GOAWAY', fields: {} },
+  [FrameKind.Credit]: { name: 'CREDIT', fields: { n: uint } },
+} as const satisfies Record<FrameKind, FrameSpec>;
+
+/** The body of a frame of kind `K`, as decodeFrame hands it out and Connection.send takes it. */
+export type FrameBody<K extends FrameKind> = K extends FrameKind ? BodyOf<(typeof FRAMES)[K]['fields']> : never;
+
+/** A decoded frame: `kind` tells the body's type. */
+export type Frame = { [K in FrameKind]: { kind: K; call: number; body: FrameBody<K> } }[FrameKind];
+
+/** The frame spec of `kind`, or undefined for a kind this version does not have. */
+export function frameSpec(kind: number): FrameSpec | undefined {
+  return Object.hasOwn(FRAMES, kind) ? (FRAMES as Record<number, FrameSpec>)[kind] : undefined;
 }
 
-export interface HelloFrame { v: number; key: bigint; chal?: Uint8Array; maxFrame: number; maxTensor: number; inline: number; live: number; /** the server can receive into CUDA memory */ gpu?: boolean; /** the server stages CUDA receives through host memory */ stg?: boolean }
-export interface AuthFrame { v: number; key: bigint; proof?: Uint8Array; live?: number; /** the client can receive into CUDA memory */ gpu?: boolean; stg?: boolean; /** largest frame the client reads */ maxFrame?: number }
-export interface ReadyFrame { v: number }
-export interface RequestFrame {
-  v: number;
-  svc: string;
-  m: string;
-  /** argument object (absent on client-streaming calls, whose arguments come as StreamItems) */
-  a?: Record<string, unknown>;
-  /** milliseconds left until the caller's deadline when the frame was sent */
-  to?: number;
-  md?: Record<string, string>;
-  /** server streaming: items the server may send before the client grants more (CREDIT); absent: no limit */
-  win?: number;
-  /** mover the caller forces ('inline' | 'tag' | 'rma'); absent: auto */
-  mv?: string;
-  /** no staging through host memory */
-  ns?: boolean;
-}
-export interface ResponseFrame { v: number; r: Record<string, unknown> }
-export interface ErrorFrame { v: number; code: string; msg: string; det?: Record<string, unknown> }
-export interface CancelFrame { v: number; /** why: CANCELLED (default) or DEADLINE_EXCEEDED */ code?: string }
-export interface StreamItemFrame { v: number; seq: number; a: Record<string, unknown> }
-export interface StreamEndFrame { v: number; seq: number }
-export interface KeepaliveFrame { v: number }
-export interface FinFrame { v: number; x: number }
-export interface GoAwayFrame { v: number }
-export interface CreditFrame { v: number; n: number }
+/** Fields every tensor descriptor has (docs/wire.md "Tensor descriptors"). */
+export const TENSOR_FIELDS = {
+  /** dtype name (checked against the dtypes where the descriptor is used) */ dt: str,
+  /** shape */ sh: { type: 'uints' },
+  /** byte length (= product(shape) * element size) */ n: uint,
+  /** memory type at the sender: 'host' | 'cuda' */ mt: str,
+  /** mover: inline, tag rendezvous, RMA pull, remote handle */ m: { type: 'str', oneOf: ['i', 't', 'r', 'h'] },
+} as const satisfies Fields;
+
+/** The fields each mover adds to a descriptor. */
+export const MOVER_FIELDS = {
+  /** the bytes themselves */ i: { b: { type: 'bin', lengthIn: 'n' } },
+  /** x: transfer id (the payload tag's low 32 bits); st: the sender staged through host memory */
+  t: { x: uint, st: optional(bool) },
+  /** x: exposure id; a: remote address; k: packed rkey */
+  r: { x: uint, a: { type: 'u64' }, k: bin, st: optional(bool) },
+  /** o: owner "host:port"; x: exposure id; s: capability a pull presents (gdrpc: 16 bytes) */
+  h: { o: str, x: uint, s: bin },
+} as const satisfies Record<(typeof TENSOR_FIELDS)['m']['oneOf'][number], Fields>;
+
+type MoverFields = typeof MOVER_FIELDS;
+/** A tensor value as it travels inside a frame: the common fields, and those of its mover. */
+export type TensorWire = BodyOf<typeof TENSOR_FIELDS>
+  & Partial<BodyOf<MoverFields['i']> & BodyOf<MoverFields['t']> & BodyOf<MoverFields['r']> & BodyOf<MoverFields['h']>>;
