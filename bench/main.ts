@@ -13,6 +13,7 @@ const suites: Record<string, () => Promise<(opts: SuiteOptions) => Promise<objec
   gpu: async () => (await import('./gpu.ts')).runGpuBench,
   load: async () => (await import('./load.ts')).runLoadBench,
   contention: async () => (await import('./load-contention.ts')).runContentionBench,
+  'tp-mlp': async () => (await import('./tp-mlp.ts')).runTpMlpBench,
 };
 
 const [name, ...rest] = process.argv.slice(2);

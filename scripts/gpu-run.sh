@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (no Node.js, no network): unpacks .gpu-pack/ made by gpu-pack.sh, then
 # runs the GPU test suite and the GPU benchmarks, writing results into the folder given.
-# Usage: bash scripts/gpu-run.sh <results-dir> [tests|bench|consumer|all] [extra vitest args...]
+# Usage: bash scripts/gpu-run.sh <results-dir> [phases] [extra vitest args...]
+#   phases: a comma-separated list of tests, consumer, bench, tp (the tensor-parallel MLP against
+#   PyTorch + NCCL), ptx (recompile the kernels with this machine's nvcc into <results-dir>/ptx and
+#   use that PTX for the phases after it); all = tests,consumer,bench.
+#   GDRPC_GPU_TESTS replaces the list of test files and folders that `tests` runs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: gpu-run.sh <results-dir> [tests|bench|all]}
@@ -41,20 +45,31 @@ timeout 120 node bin/gdrpc.js doctor > "$out/doctor.txt" 2>&1; cat "$out/doctor.
 # Every phase is bounded (the device allows 10 minutes per command): a hung peer ends the phase,
 # and `timeout` kills the whole process group it started.
 tests_limit=${GDRPC_GPU_TESTS_TIMEOUT:-420}
+has() { case ",$what," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+[ "$what" = all ] && what=tests,consumer,bench
+if has ptx; then
+  # The committed PTX may come from another nvcc than the driver here can load; this one can.
+  bash scripts/build-ptx.sh "$out/ptx" 2>&1 | tee -a "$out/tests.log" && cp "$out/ptx/gdrpc.ptx" native/kernels/gdrpc.ptx
+fi
 bench_limit=${GDRPC_GPU_BENCH_TIMEOUT:-420}
 status=0
-if [ "$what" = tests ] || [ "$what" = all ]; then
-  timeout -k 10 "$tests_limit" node node_modules/vitest/vitest.mjs run test/gpu test/native test/tensor test/rpc/cuda.test.ts --reporter=default \
-    --reporter=json --outputFile.json="$out/tests.json" "$@" 2>&1 | tee "$out/tests.log"
+if has tests; then
+  # shellcheck disable=SC2086 # a list of paths
+  timeout -k 10 "$tests_limit" node node_modules/vitest/vitest.mjs run ${GDRPC_GPU_TESTS:-test/gpu test/native test/tensor test/compute test/rpc/cuda.test.ts} --reporter=default \
+    --reporter=json --outputFile.json="$out/tests.json" "$@" 2>&1 | tee -a "$out/tests.log"
   status=${PIPESTATUS[0]}
 fi
-if [ "$what" = consumer ] || [ "$what" = tests ] || [ "$what" = all ]; then
+if has consumer; then
   # The packed package installed in a consumer project, run with plain node on host and GPU memory.
   devices="cpu cuda:0"; [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ] && devices="$devices cuda:1"
   (cd /tmp/gdrpc-consumer && timeout -k 10 120 node "$OLDPWD/scripts/gpu-consumer.mjs" . $devices) 2>&1 | tee -a "$out/tests.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
-if [ "$what" = bench ] || [ "$what" = all ]; then
+if has tp; then
+  timeout -k 10 "$bench_limit" node --import tsx bench/main.ts tp-mlp --json "$out/bench-tp.json" 2>&1 | tee "$out/tp.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+if has bench; then
   timeout -k 10 "$bench_limit" node --import tsx bench/main.ts gpu --json "$out/bench-gpu.json" 2>&1 | tee "$out/bench.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   [ -f "$out/bench-gpu.json" ] && timeout 60 node --import tsx bench/chart.ts "$out/bench-gpu.json" "$out/bench-gpu.svg"
