@@ -53,6 +53,8 @@ export class Peer<Ready = Record<string, unknown>> implements AsyncDisposable {
   readonly #stdout: PeerOutput;
   readonly #stderr: PeerOutput;
   readonly #ready: Promise<Ready>;
+  // Not typed with Ready: a Peer<{ port: number }> must still pass where a Peer is asked for.
+  #settleReady!: { resolve: (info: unknown) => void; reject: (error: Error) => void };
   #readyInfo: Ready | undefined;
   #exit: PeerExit | undefined;
 
@@ -69,27 +71,34 @@ export class Peer<Ready = Record<string, unknown>> implements AsyncDisposable {
     // A peer killed while the test writes to it must not fail the test process with EPIPE.
     this.child.stdin!.on('error', () => {});
     running.add(this as Peer<unknown>);
-    const parse = options.readyLine ?? readyInfo;
-    let onReady: (info: Ready) => void = () => {};
-    let onFailure: (error: Error) => void = () => {};
-    this.#ready = new Promise<Ready>((resolve, reject) => { onReady = resolve; onFailure = reject; });
+    this.#ready = new Promise<Ready>((resolve, reject) => { this.#settleReady = { resolve: resolve as (info: unknown) => void, reject }; });
     this.#ready.catch(() => {});
-    this.#stdout = new PeerOutput(this.child.stdout!, (line) => {
-      if (this.#readyInfo !== undefined) return;
-      try {
-        const info = parse(line);
-        if (info !== undefined) { this.#readyInfo = info as Ready; onReady(info as Ready); }
-      } catch (error) { onFailure(error as Error); }
-    });
+    const parse = options.readyLine ?? readyInfo;
+    this.#stdout = new PeerOutput(this.child.stdout!, (line) => this.#readFromLine(line, parse));
     this.#stderr = new PeerOutput(this.child.stderr!, undefined, options.echoStderr === false ? undefined : process.stderr);
-    this.exited = new Promise<PeerExit>((resolve) => {
+    this.exited = this.#watchExit();
+  }
+
+  #readFromLine(line: string, parse: (line: string) => Record<string, unknown> | undefined): void {
+    if (this.#readyInfo !== undefined) return;
+    try {
+      const info = parse(line) as Ready | undefined;
+      if (info !== undefined) { this.#readyInfo = info; this.#settleReady.resolve(info); }
+    } catch (error) { this.#settleReady.reject(error as Error); }
+  }
+
+  /** Settles once the peer exited and its pipes are read (or had DRAIN_MS to be: a grandchild may
+   *  hold them open); a peer that never got ready fails its readiness with its stderr. */
+  #watchExit(): Promise<PeerExit> {
+    return new Promise<PeerExit>((resolve) => {
       const ended = (exit: PeerExit): void => {
         this.#exit ??= exit;
         const drained = (): void => {
           this.#stdout.close();
           this.#stderr.close();
           running.delete(this as Peer<unknown>);
-          onFailure(new Error(`${this.name} exited (${describeExit(this.#exit!)}) before its ready line; stderr:\n${this.#stderr.tail()}\nstdout:\n${this.#stdout.tail()}`));
+          this.#settleReady.reject(new Error(`${this.name} exited (${describeExit(this.#exit!)}) before its ready line; ` +
+            `stderr:\n${this.#stderr.tail()}\nstdout:\n${this.#stdout.tail()}`));
           resolve(this.#exit!);
         };
         const timer = setTimeout(drained, DRAIN_MS);
@@ -97,7 +106,7 @@ export class Peer<Ready = Record<string, unknown>> implements AsyncDisposable {
       };
       this.child.once('exit', (code, signal) => ended({ code, signal }));
       this.child.once('error', (error) => {
-        onFailure(new Error(`${this.name} could not start: ${error.message}`));
+        this.#settleReady.reject(new Error(`${this.name} could not start: ${error.message}`));
         if (this.child.pid === undefined) ended({ code: null, signal: null });
       });
     });
