@@ -5,7 +5,8 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { Client } from '../core/index.ts';
 import { Echo } from '../test/rpc/fixtures/services.ts';
-import { killAll, startServer } from '../test/rpc/fixtures/peers.ts';
+import { startServer } from '../test/rpc/fixtures/peers.ts';
+import { disposePeers } from '../test/support/peer.ts';
 import { serverStats } from '../test/rpc/fixtures/stats.ts';
 import { fuzz } from '../test/security/fixtures/fuzzer.ts';
 import { describeMachine } from './machine.ts';
@@ -46,7 +47,7 @@ const report = {
 };
 console.log(JSON.stringify(report, null, 2));
 await good.close();
-await killAll();
+await disposePeers();
 if (json !== undefined) {
   mkdirSync(dirname(json), { recursive: true });
   writeFileSync(json, JSON.stringify(report, null, 2) + '\n');

@@ -1,7 +1,6 @@
 // gdrpc between two processes on the GPU: small-call round trip, and the per-call time of a
 // CUDA tensor argument from 4 KiB to 1 GiB through each mover (one call in flight, so the
 // numbers are latencies; throughput is size / per-call time).
-import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { callInfo, Client, TensorPool, type Device, type Tensor } from '../core/index.ts';
 import { Runtime } from '../core/rpc/runtime.ts';
@@ -9,6 +8,7 @@ import { cuda } from '../core/cuda.ts';
 import { benchService } from './gpu-service.ts';
 import { percentile, type BenchResult } from './machine.ts';
 import { unsafeRmaEnabled } from '../core/rpc/runtime.ts';
+import { spawnPeer, type Peer } from '../test/support/peer.ts';
 
 export interface GdrpcOptions { client: Device; server: Device; sizes: number[]; system: string; smallCalls: number }
 
@@ -27,22 +27,9 @@ export function itersFor(size: number): number {
   return Math.max(20, Math.min(3000, Math.round((16 * 2 ** 30) / Math.max(size, 1))));
 }
 
-async function startPeer(device: Device, poolBytes: number): Promise<{ port: number; stop: () => void }> {
+function startPeer(device: Device, poolBytes: number): Promise<Peer<{ port: number }>> {
   const file = fileURLToPath(new URL('./gpu-peer.ts', import.meta.url));
-  const child = spawn(process.execPath, ['--import', 'tsx', file, device, String(poolBytes)], { stdio: ['pipe', 'pipe', 'inherit'] });
-  const stop = (): void => { if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL'); };
-  process.once('exit', stop);
-  let out = '';
-  const port = await new Promise<number>((resolve, reject) => {
-    const timer = setTimeout(() => { stop(); reject(new Error('bench peer did not listen within 60 s')); }, 60_000);
-    child.stdout!.setEncoding('utf8').on('data', (chunk: string) => {
-      out += chunk;
-      const match = /LISTENING (\d+)/.exec(out);
-      if (match) { clearTimeout(timer); resolve(Number(match[1])); }
-    });
-    child.once('exit', (code) => { clearTimeout(timer); reject(new Error(`bench peer exited (${code}) before listening`)); });
-  });
-  return { port, stop };
+  return spawnPeer(file, { args: [device, String(poolBytes)] });
 }
 
 async function timeCalls(iters: number, call: () => Promise<unknown>): Promise<number[]> {
@@ -66,7 +53,7 @@ export async function runGdrpc(options: GdrpcOptions, log: (line: string) => voi
   const results: BenchResult[] = [];
   let client: Client | undefined;
   try {
-    client = await Client.connect({ host: '127.0.0.1', port: peer.port }, { poolBytes: 0 });
+    client = await Client.connect({ host: '127.0.0.1', port: peer.ready.port }, { poolBytes: 0 });
     const c = client;
     const ping = (): Promise<unknown> => c.unary(service.methods.ping!, { n: 1 });
     await timeCalls(Math.min(1000, options.smallCalls), ping);
@@ -96,7 +83,7 @@ export async function runGdrpc(options: GdrpcOptions, log: (line: string) => voi
     await client?.close();
     pool.close({ force: true });
     await runtime.release();
-    peer.stop();
+    await peer.dispose();
   }
   return results;
 }

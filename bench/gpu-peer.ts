@@ -1,7 +1,8 @@
 // The serving process of bench/gpu.ts: a Sink server on the device named in argv, receiving into
-// a pool mapped once. Prints "LISTENING <port>"; exits when stdin closes or after its time limit.
+// a pool mapped once. Announces its port; exits when stdin closes or after its time limit.
 import { Server, type Device, type Tensor } from '../core/index.ts';
 import { benchService, receiveOn } from './gpu-service.ts';
+import { announceReady } from '../test/support/ready-line.ts';
 
 const device = (process.argv[2] ?? 'cpu') as Device;
 const poolBytes = Number(process.argv[3] ?? 64 << 20);
@@ -13,6 +14,6 @@ server.register(benchService(device), {
   sink: (args: { x: Tensor }) => ({ n: args.x.byteLength }),
 }, receiveOn(device));
 const address = await server.listen({ host: '127.0.0.1', port: 0 });
-process.stdout.write(`LISTENING ${address.port}\n`);
+announceReady({ port: address.port });
 process.stdin.resume();
 process.stdin.on('end', () => process.exit(0));

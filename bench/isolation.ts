@@ -3,11 +3,12 @@
 // its own addon built from its own native/) and from this tree, run alternately in one session so that both see the same
 // machine: small-call p50, 1 MiB and 64 MiB host tensor rates (tag mover, shared memory).
 //   node --import tsx bench/isolation.ts --baseline /tmp/gdrpc-base --json bench/results/isolation.json
-import { spawn } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describeMachine } from './machine.ts';
+import { runPeer, spawnPeer } from '../test/support/peer.ts';
+import { readyInfo } from '../test/support/ready-line.ts';
 
 const args = process.argv.slice(2);
 const option = (name: string): string | undefined => { const at = args.indexOf(name); return at >= 0 ? args[at + 1] : undefined; };
@@ -21,31 +22,20 @@ if (baseline === undefined) {
 const current = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const client = resolve(current, 'bench/isolation-client.ts');
 
-function run(file: string, argv: string[], env: NodeJS.ProcessEnv, until: RegExp): Promise<{ line: string; kill: () => void; done: Promise<void> }> {
-  return new Promise((resolveRun, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', file, ...argv], { env: { ...process.env, ...env }, stdio: ['pipe', 'pipe', 'inherit'] });
-    let out = '';
-    const done = new Promise<void>((resolveDone) => child.on('exit', () => resolveDone()));
-    const timer = setTimeout(() => { child.kill('SIGKILL'); reject(new Error(`${file} did not print ${until} within 120 s`)); }, 120_000);
-    child.stdout!.setEncoding('utf8').on('data', (chunk: string) => {
-      out += chunk;
-      const match = until.exec(out);
-      if (match) { clearTimeout(timer); resolveRun({ line: match[0], kill: () => child.kill('SIGKILL'), done }); }
-    });
-    child.on('exit', (code) => { clearTimeout(timer); reject(new Error(`${file} exited (${code}) before ${until}: ${out}`)); });
-  });
+/** The ready info of the server: an older tree's server prints "LISTENING <port>" instead. */
+function serverReady(line: string): Record<string, unknown> | undefined {
+  const legacy = /^LISTENING (\d+)$/.exec(line);
+  return legacy !== null ? { port: Number(legacy[1]) } : readyInfo(line);
 }
 
 async function measure(tree: string): Promise<Record<string, number>> {
-  const server = await run(resolve(tree, 'test/rpc/fixtures/server-main.ts'), [], { GDRPC_TEST_SERVER: JSON.stringify({ poolBytes: 256 << 20, maxTensorBytes: 128 << 20 }) }, /LISTENING (\d+)/);
-  try {
-    const port = /LISTENING (\d+)/.exec(server.line)![1]!;
-    const result = await run(client, [tree, port], {}, /RESULT (.*)\n/);
-    return JSON.parse(/RESULT (.*)/.exec(result.line)![1]!) as Record<string, number>;
-  } finally {
-    server.kill();
-    await server.done;
-  }
+  await using server = await spawnPeer<{ port: number }>(resolve(tree, 'test/rpc/fixtures/server-main.ts'), {
+    env: { GDRPC_TEST_SERVER: JSON.stringify({ poolBytes: 256 << 20, maxTensorBytes: 128 << 20 }) }, readyTimeoutMs: 120_000, readyLine: serverReady,
+  });
+  const result = await runPeer(client, 120_000, { args: [tree, String(server.ready.port)] });
+  const line = /RESULT (.*)/.exec(result.stdout)?.[1];
+  if (line === undefined) throw new Error(`${client} printed no RESULT (${result.timedOut ? 'timed out' : `code ${result.code}`}): ${result.stdout}${result.stderr}`);
+  return JSON.parse(line) as Record<string, number>;
 }
 
 const samples: Record<'baseline' | 'isolated', Array<Record<string, number>>> = { baseline: [], isolated: [] };

@@ -143,15 +143,18 @@ function figures(c: LoadCase, o: Observed) {
 
 /** Runs one case end to end; every process it started is gone when it returns. */
 export async function runLoadCase(c: LoadCase, serverOptions: ServerOptions, log: (line: string) => void) {
-  const server: ServerPeer = new PeerProcess('load server', file('./load-server.ts'), [JSON.stringify(serverOptions)]);
+  const server: ServerPeer = await PeerProcess.start('load server', file('./load-server.ts'), [JSON.stringify(serverOptions)], 60_000);
   const clients: ClientPeer[] = [];
   try {
-    const { port } = await server.next('listening', 60_000);
-    for (const [i, connections] of share(c.connections, c.processes).entries()) {
+    const port = server.peer.ready.port as number;
+    const starting = share(c.connections, c.processes).map((connections, i) => {
       const plan: ClientPlan = { port, connections, inflight: c.inflight, tensorShare: c.tensorShare, minTensorBytes: c.minTensorBytes, maxTensorBytes: c.maxTensorBytes, deadlineMs: c.deadlineMs };
-      clients.push(new PeerProcess(`load client ${i}`, file('./load-client.ts'), [JSON.stringify(plan)]));
-    }
-    for (const client of clients) await client.next('ready', 120_000);
+      return PeerProcess.start<ToClient, FromClient>(`load client ${i}`, file('./load-client.ts'), [JSON.stringify(plan)], 120_000);
+    });
+    // Every started client is ended in the finally below, those that came up beside one that failed too.
+    const started = await Promise.allSettled(starting);
+    for (const outcome of started) if (outcome.status === 'fulfilled') clients.push(outcome.value);
+    for (const outcome of started) if (outcome.status === 'rejected') throw outcome.reason;
     log(`${c.name}: ${c.connections} connections x ${c.inflight} in flight over ${clients.length} client processes, ${c.warmupSeconds} s warm-up, ${c.seconds} s measured (server pid ${server.pid}, clients ${clients.map((p) => p.pid).join(' ')})`);
     return figures(c, await observe(c, server, clients));
   } finally {

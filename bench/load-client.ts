@@ -1,12 +1,14 @@
-// A client process of bench/load.ts: opens the connections of its plan (argv[2], JSON) and says
-// 'ready'; each 'run' keeps the plan's calls in flight for its seconds, lets them settle and sends
-// back a ClientReport (a warm-up is a run whose report is dropped); 'close' closes and exits.
+// A client process of bench/load.ts: opens the connections of its plan (argv[2], JSON) and announces
+// ready (test/support/ready-line.ts); each 'run' keeps the plan's calls in flight for its seconds,
+// lets them settle and sends back a ClientReport (a warm-up is a run whose report is dropped);
+// 'close' closes and exits.
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { Client, GdrpcError, Tensor } from '../core/index.ts';
 import { LatencyHistogram } from './load-histogram.ts';
 import type { CallTally, ClientPlan, FromClient, ToClient } from './load-protocol.ts';
 import { StallMonitor } from './load-stall.ts';
 import { BenchService } from './rpc-service.ts';
+import { announceReady } from '../test/support/ready-line.ts';
 
 const plan = JSON.parse(process.argv[2]!) as ClientPlan;
 const send = (message: FromClient): void => { process.send!(message); };
@@ -104,4 +106,7 @@ process.on('message', (message: ToClient) => {
 // The parent is gone (crashed, killed): nobody will read the report.
 process.on('disconnect', () => process.exit(1));
 
-connectAll().then(() => send({ kind: 'ready' }), (error: unknown) => send({ kind: 'failed', message: `connecting: ${String(error)}` }));
+connectAll().then(() => announceReady(), (error: unknown) => {
+  console.error(`load client: connecting: ${String(error)}`);
+  process.exit(1);
+});

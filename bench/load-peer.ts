@@ -1,26 +1,29 @@
-// A peer process of bench/load.ts, started through tsx with an IPC channel: typed messages both
+// A peer process of bench/load.ts: a test/support peer with an IPC channel, typed messages both
 // ways, waiting for the next message of a kind with a time limit, and an end that kills a straggler.
-import { fork, type ChildProcess } from 'node:child_process';
-import { waitExit } from './process.ts';
+import { spawnPeer, type Peer } from '../test/support/peer.ts';
 
-/** A forked TypeScript program that talks `In` and answers `Out` (each a union tagged by `kind`). */
+/** A TypeScript program that talks `In` and answers `Out` (each a union tagged by `kind`). */
 export class PeerProcess<In extends { kind: string }, Out extends { kind: string }> {
-  readonly #child: ChildProcess;
   readonly #inbox: Out[] = [];
   #wake: (() => void) | undefined;
-  #exited = false;
 
-  constructor(readonly name: string, file: string, args: string[]) {
-    this.#child = fork(file, args, { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
-    this.#child.on('message', (message: Out) => { this.#inbox.push(message); this.#wake?.(); });
-    this.#child.on('exit', () => { this.#exited = true; this.#wake?.(); });
+  private constructor(readonly name: string, readonly peer: Peer) {
+    peer.child.on('message', (message: Out) => { this.#inbox.push(message); this.#wake?.(); });
+    void peer.exited.then(() => this.#wake?.());
+  }
+
+  /** Starts `file` and resolves once it announced ready; `readyTimeoutMs` bounds that. */
+  static async start<In extends { kind: string }, Out extends { kind: string }>(name: string, file: string, args: string[],
+    readyTimeoutMs: number): Promise<PeerProcess<In, Out>> {
+    return new PeerProcess<In, Out>(name, await spawnPeer(file, { args, ipc: true, readyTimeoutMs, name }));
   }
 
   /** The process id (to match what UCX logs with it). */
-  get pid(): number | undefined { return this.#child.pid; }
+  get pid(): number { return this.peer.pid; }
 
+  /** Sends `message` unless the peer is already gone. */
   send(message: In): void {
-    if (this.#child.connected) this.#child.send(message);
+    if (this.peer.child.connected) this.peer.child.send(message);
   }
 
   /** The next message of `kind`; a 'failed' message, an exit or `timeoutMs` rejects. */
@@ -33,7 +36,7 @@ export class PeerProcess<In extends { kind: string }, Out extends { kind: string
         if (message.kind === 'failed') throw new Error(`${this.name}: ${(message as { message?: string }).message ?? 'failed'}`);
         return message as Extract<Out, { kind: K }>;
       }
-      if (this.#exited) throw new Error(`${this.name} exited (${this.#child.exitCode ?? this.#child.signalCode}) before sending '${kind}'`);
+      if (!this.peer.alive) throw new Error(`${this.name} exited (${this.peer.child.exitCode ?? this.peer.child.signalCode}) before sending '${kind}'`);
       const left = until - Date.now();
       if (left <= 0) throw new Error(`${this.name} sent no '${kind}' within ${timeoutMs} ms`);
       await new Promise<void>((resolve) => {
@@ -45,11 +48,12 @@ export class PeerProcess<In extends { kind: string }, Out extends { kind: string
   }
 
   /** Waits for the process to end (after a message that tells it to), killing it after `killAfterMs`. */
-  end(killAfterMs: number): Promise<void> {
-    return waitExit(this.#child, killAfterMs);
+  async end(killAfterMs: number): Promise<void> {
+    await this.peer.end(killAfterMs);
   }
 
+  /** Kills the process and its group at once. */
   kill(): void {
-    if (!this.#exited) this.#child.kill('SIGKILL');
+    void this.peer.kill();
   }
 }

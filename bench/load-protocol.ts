@@ -62,6 +62,6 @@ export interface ServerSnapshot {
 }
 
 export type ToClient = { kind: 'run'; seconds: number } | { kind: 'close' };
-export type FromClient = { kind: 'ready' } | { kind: 'report'; report: ClientReport } | { kind: 'failed'; message: string };
+export type FromClient = { kind: 'report'; report: ClientReport } | { kind: 'failed'; message: string };
 export type ToServer = { kind: 'snapshot'; resetStall?: boolean } | { kind: 'close' };
-export type FromServer = { kind: 'listening'; port: number } | { kind: 'snapshot'; snapshot: ServerSnapshot };
+export type FromServer = { kind: 'snapshot'; snapshot: ServerSnapshot };

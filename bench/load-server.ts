@@ -1,9 +1,10 @@
 // The server process of bench/load.ts: serves BenchService (ping, sink) with the options given as
-// JSON in argv[2], samples its RSS once a second, and answers snapshots over IPC.
+// JSON in argv[2], announces its port, samples its RSS once a second, and answers snapshots over IPC.
 import { Server, type ServerOptions, type Tensor } from '../core/index.ts';
 import type { FromServer, ServerSnapshot, ToServer } from './load-protocol.ts';
 import { BenchService } from './rpc-service.ts';
 import { StallMonitor } from './load-stall.ts';
+import { announceReady } from '../test/support/ready-line.ts';
 
 const options = JSON.parse(process.argv[2] ?? '{}') as ServerOptions;
 const send = (message: FromServer): void => { process.send!(message); };
@@ -46,4 +47,4 @@ process.on('message', (message: ToServer) => {
 process.on('disconnect', () => process.exit(1));
 
 const { port } = await server.listen({ host: '127.0.0.1', port: 0 });
-send({ kind: 'listening', port });
+announceReady({ port });

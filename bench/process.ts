@@ -1,6 +1,7 @@
-// External programs of the benchmarks, always bounded: each runs under coreutils `timeout`
-// in a process group of its own, and the whole group is killed on our own deadline too, so a
-// stuck peer (a Python child, a ucx_perftest server) can never outlive its step.
+// External programs of the benchmarks (ucx_perftest, Python, CPU hogs), always bounded: each runs
+// under coreutils `timeout` in a process group of its own, and the whole group is killed on our
+// own deadline too, so a stuck one (a Python child, a ucx_perftest server) can never outlive its
+// step. The benchmarks' own Node peers are test/support peers (test/support/peer.ts).
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 
 export interface Finished { code: number | null; stdout: string; stderr: string; timedOut: boolean }
@@ -55,31 +56,4 @@ export async function waitForOutput(running: Running, pattern: RegExp, waitMs: n
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
   return false;
-}
-
-/** A Node peer of a benchmark: its process and the port it listens on. */
-export interface ListeningPeer { child: ChildProcess; port: number }
-
-/** Starts a TypeScript peer through tsx and resolves once it prints "PORT <n>". `stdin: 'pipe'`
- *  lets the caller end the peer by closing its stdin. */
-export function startListeningPeer(file: string, args: string[], env: NodeJS.ProcessEnv,
-  stdin: 'pipe' | 'ignore' = 'ignore'): Promise<ListeningPeer> {
-  const child = spawn(process.execPath, ['--import', 'tsx', file, ...args], { env, stdio: [stdin, 'pipe', 'inherit'] });
-  return new Promise((resolve, reject) => {
-    let seen = '';
-    child.stdout!.on('data', (chunk: Buffer) => {
-      seen += chunk.toString();
-      const match = /PORT (\d+)/.exec(seen);
-      if (match) resolve({ child, port: Number(match[1]) });
-    });
-    child.once('exit', (code) => reject(new Error(`${file} ${args.join(' ')} exited (${code}) before listening`)));
-  });
-}
-
-/** Resolves when `child` has exited, killing it if it is still there after `killAfterMs`. */
-export function waitExit(child: ChildProcess, killAfterMs: number): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  const timer = setTimeout(() => child.kill('SIGKILL'), killAfterMs);
-  return exited.finally(() => clearTimeout(timer));
 }

@@ -3,10 +3,11 @@
 // noStaging, so that the staged RMA path is measured too). Prints one
 // JSON row per measurement; run where there is a GPU (the host rows are the control).
 //   node --import tsx bench/rpc-gpu.ts
-import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { Client, Server, cuda, type ServiceDescriptor, type Tensor } from '../core/index.ts';
 import { unsafeRmaEnabled } from '../core/rpc/runtime.ts';
+import { spawnPeer } from '../test/support/peer.ts';
+import { announceReady } from '../test/support/ready-line.ts';
 
 const NAME = 'bench.rpc.v1.GpuSink';
 const sink = (placement: 'host' | 'cuda') => ({
@@ -20,11 +21,10 @@ const SIZES = [4096, 65536, 1 << 20, 16 << 20, 64 << 20];
 if (process.argv[2] === '--serve') {
   const server = Server.create({ poolBytes: 512 << 20, maxTensorBytes: 256 << 20 });
   server.register(Service, { host: () => ({}), cuda: () => ({}) });
-  process.stdout.write(`LISTENING ${(await server.listen({ host: '127.0.0.1' })).port}\n`);
+  announceReady({ port: (await server.listen({ host: '127.0.0.1' })).port });
 } else {
-  const child = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), '--serve'], { stdio: ['ignore', 'pipe', 'inherit'] });
-  const port = await new Promise<number>((resolve) => child.stdout!.on('data', (c: Buffer) => { const m = /LISTENING (\d+)/.exec(String(c)); if (m) resolve(Number(m[1])); }));
-  const client = await Client.connect(`127.0.0.1:${port}`, { poolBytes: 256 << 20 });
+  const server = await spawnPeer<{ port: number }>(fileURLToPath(import.meta.url), { args: ['--serve'] });
+  const client = await Client.connect(`127.0.0.1:${server.ready.port}`, { poolBytes: 256 << 20 });
   const devices = cuda.available() && cuda.deviceCount() > 0 ? (['cpu', 'cuda:0'] as const) : (['cpu'] as const);
   for (const device of devices) {
     for (const bytes of SIZES) {
@@ -47,6 +47,6 @@ if (process.argv[2] === '--serve') {
     }
   }
   await client.close();
-  child.kill();
+  await server.dispose();
   process.exit(0);
 }

@@ -1,8 +1,9 @@
 // The serving side of bench/rpc.ts, in its own process: `gdrpc` or `grpc` as argv[2]. Prints
-// "PORT <n>" when ready; exits when stdin closes.
+// its port when ready (test/support/ready-line.ts); exits when stdin closes.
 import * as grpc from '@grpc/grpc-js';
 import { Server, type Tensor } from '../core/index.ts';
 import { BenchService } from './rpc-service.ts';
+import { announceReady } from '../test/support/ready-line.ts';
 
 const mode = process.argv[2];
 if (mode === 'gdrpc') {
@@ -12,7 +13,7 @@ if (mode === 'gdrpc') {
     sink: (args: { x: Tensor }) => ({ n: args.x.byteLength }),
   });
   const { port } = await server.listen({ host: '127.0.0.1', port: 0 });
-  process.stdout.write(`PORT ${port}\n`);
+  announceReady({ port });
   process.stdin.on('end', () => void server.shutdown({ graceMs: 0 }).then(() => process.exit(0)));
   process.stdin.resume();
 } else {
@@ -29,7 +30,7 @@ if (mode === 'gdrpc') {
   });
   server.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (error, port) => {
     if (error) throw error;
-    process.stdout.write(`PORT ${port}\n`);
+    announceReady({ port });
   });
   process.stdin.on('end', () => server.tryShutdown(() => process.exit(0)));
   process.stdin.resume();

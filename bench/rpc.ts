@@ -1,13 +1,12 @@
 // gdrpc against @grpc/grpc-js on the same workloads, between two processes: small-call round
 // trip, calls/s with 64 in flight, tensor (bytes) throughput from 4 KiB to 256 MiB, and, for
 // gdrpc only, each mover per size (the table behind the 'auto' choice in core/rpc/movers).
-import type { ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import { Client, type Tensor } from '../core/index.ts';
 import { describeMachine, percentile, type BenchResult } from './machine.ts';
 import { BenchService } from './rpc-service.ts';
-import { startListeningPeer, waitExit, type ListeningPeer } from './process.ts';
+import { spawnPeer, type Peer } from '../test/support/peer.ts';
 import { unsafeRmaEnabled } from '../core/rpc/runtime.ts';
 
 const KiB = 1024;
@@ -28,22 +27,15 @@ export interface System {
   close(): Promise<void>;
 }
 
-function startPeer(mode: string, env: Record<string, string> = {}): Promise<ListeningPeer> {
-  return startListeningPeer(fileURLToPath(new URL('./rpc-peer.ts', import.meta.url)), [mode], { ...process.env, ...env }, 'pipe');
-}
-
-/** Ends a peer by closing its stdin (killed if it lingers). */
-function stopPeer(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null) return Promise.resolve();
-  child.stdin!.end();
-  return waitExit(child, 5000);
+function startPeer(mode: string, env: Record<string, string> = {}): Promise<Peer<{ port: number }>> {
+  return spawnPeer(fileURLToPath(new URL('./rpc-peer.ts', import.meta.url)), { args: [mode], env });
 }
 
 /** gdrpc with the default progress model, or with both processes busy-polling `busyPollUs`
  *  after each event (trading CPU for wake-up latency). */
 export async function gdrpcSystem(busyPollUs = 0): Promise<System> {
   const peer = await startPeer('gdrpc', { GDRPC_BUSY_POLL_US: String(busyPollUs) });
-  const client = await Client.connect(`127.0.0.1:${peer.port}`, { poolBytes: 300 * MiB, busyPollUs });
+  const client = await Client.connect(`127.0.0.1:${peer.ready.port}`, { poolBytes: 300 * MiB, busyPollUs });
   // Sources come from the client's mapped pool: registration paid once, as the design intends.
   const sources = new Map<number, Tensor>();
   const source = (bytes: number): Tensor => {
@@ -67,14 +59,15 @@ export async function gdrpcSystem(busyPollUs = 0): Promise<System> {
     close: async () => {
       for (const tensor of sources.values()) tensor.release();
       await client.close();
-      await stopPeer(peer.child);
+      // Closing its stdin ends the peer; one that lingers is killed.
+      await peer.end(5000);
     },
   };
 }
 
 export async function grpcSystem(): Promise<System> {
   const peer = await startPeer('grpc');
-  const client = new grpc.Client(`127.0.0.1:${peer.port}`, grpc.credentials.createInsecure(),
+  const client = new grpc.Client(`127.0.0.1:${peer.ready.port}`, grpc.credentials.createInsecure(),
     { 'grpc.max_receive_message_length': -1, 'grpc.max_send_message_length': -1 });
   const identity = (b: Buffer): Buffer => b;
   const call = (path: string, body: Buffer): Promise<void> => new Promise((resolve, reject) => {
@@ -90,7 +83,7 @@ export async function grpcSystem(): Promise<System> {
       if (body === undefined) { body = Buffer.alloc(bytes, 7); bodies.clear(); bodies.set(bytes, body); }
       return call('/bench.Bench/sink', body);
     },
-    close: async () => { client.close(); await stopPeer(peer.child); },
+    close: async () => { client.close(); await peer.end(5000); },
   };
 }
 

@@ -2,6 +2,7 @@
 //   pingpong <size> <iters>: echo every message back.
 //   stream <size> <iters>:   receive iters messages, then send one ack.
 import { Context, Worker, Listener, MemoryRegion, type Endpoint } from '../core/ucx/index.ts';
+import { announceReady } from '../test/support/ready-line.ts';
 
 export const TAG_DATA = 1n;
 export const TAG_REPLY = 2n;
@@ -54,4 +55,4 @@ listener.once('connection', (ep) => {
     process.exit(1);
   });
 });
-console.log(`PORT ${listener.port}`);
+announceReady({ port: listener.port });

@@ -6,7 +6,7 @@ import { fileURLToPath } from 'node:url';
 import { Context, Worker, Endpoint, MemoryRegion, type MemorySpan } from '../core/ucx/index.ts';
 import { describeMachine, percentile, type BenchResult } from './machine.ts';
 import { perftest, ucxHome } from './perftest.ts';
-import { startListeningPeer, waitExit } from './process.ts';
+import { spawnPeer } from '../test/support/peer.ts';
 
 const TAG_DATA = 1n;
 const TAG_REPLY = 2n;
@@ -23,12 +23,12 @@ interface Session { worker: Worker; span: MemorySpan; ep: Endpoint }
  *  (the peer is killed if it has not finished a few seconds after the client closed). */
 async function withPeer<T>(mode: 'pingpong' | 'stream', tls: string, size: number, iters: number, busyPollUs: number,
   body: (session: Session) => Promise<T>): Promise<T> {
-  const env = { ...process.env, UCX_TLS: tls, GDRPC_BENCH_BUSY_POLL_US: String(busyPollUs) };
-  const peer = await startListeningPeer(join(root, 'bench/ucx-peer.ts'), [mode, String(size), String(iters)], env);
+  const env = { UCX_TLS: tls, GDRPC_BENCH_BUSY_POLL_US: String(busyPollUs) };
+  const peer = await spawnPeer<{ port: number }>(join(root, 'bench/ucx-peer.ts'), { args: [mode, String(size), String(iters)], env });
   const context = Context.create({ config: { TLS: tls } });
   const worker = Worker.create(context, { busyPollUs });
   const region = MemoryRegion.map(context, new ArrayBuffer(Math.max(size, 8)));
-  const ep = Endpoint.connect(worker, { host: '127.0.0.1', port: peer.port });
+  const ep = Endpoint.connect(worker, { host: '127.0.0.1', port: peer.ready.port });
   try {
     // Connection set-up stays out of the timing.
     await ep.flush();
@@ -39,7 +39,7 @@ async function withPeer<T>(mode: 'pingpong' | 'stream', tls: string, size: numbe
     await worker.close();
     region.close();
     context.close();
-    await waitExit(peer.child, 5000);
+    await peer.end(5000);
   }
 }
 

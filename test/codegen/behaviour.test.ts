@@ -1,37 +1,25 @@
 // Calls through the generated clients against real servers (child processes serving the
 // generated handler interfaces over UCX): unary, both streaming kinds, validation on both sides,
 // and @remote tensors handed from a prefill server to a decode server.
-import { spawn, type ChildProcess } from 'node:child_process';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, Code, GdrpcError, serveRemoteTensors, shutdownOwner, Tensor, type MethodDescriptor } from 'gdrpc';
 import { Echo } from '../../schemas/gen/echo.ts';
 import { DecodeWorker, PrefillWorker, RequestState } from '../../schemas/gen/kv_transfer.ts';
 import { Precision, ShardWorker, ShardWorkerDescriptor } from '../../schemas/gen/tensor_parallel.ts';
+import { disposePeers, spawnPeer, type Peer } from '../support/peer.ts';
 import { here } from './fixture-files.ts';
 
-interface Peer { child: ChildProcess; address: string }
+/** A server-main.ts process and the address it listens on. */
+interface ServerPeer { peer: Peer<{ port: number }>; address: string }
 
-async function startServer(): Promise<Peer> {
-  const child = spawn(process.execPath, ['--import', 'tsx', path.join(here, 'behaviour/server-main.ts')], { stdio: ['pipe', 'pipe', 'inherit'] });
-  let out = '';
-  const port = await new Promise<number>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`server did not start: ${out}`)), 30_000);
-    child.stdout!.setEncoding('utf8').on('data', (chunk: string) => {
-      out += chunk;
-      const m = /LISTENING (\d+)/.exec(out);
-      if (m) {
-        clearTimeout(timer);
-        resolve(Number(m[1]));
-      }
-    });
-    child.once('exit', (code) => reject(new Error(`server exited (${code}): ${out}`)));
-  });
-  return { child, address: `127.0.0.1:${port}` };
+async function startServer(): Promise<ServerPeer> {
+  const peer = await spawnPeer<{ port: number }>(path.join(here, 'behaviour/server-main.ts'));
+  return { peer, address: `127.0.0.1:${peer.ready.port}` };
 }
 
-let prefillPeer: Peer;
-let decodePeer: Peer;
+let prefillPeer: ServerPeer;
+let decodePeer: ServerPeer;
 let prefillClient: Client;
 let decodeClient: Client;
 
@@ -47,13 +35,7 @@ afterAll(async () => {
   await shutdownOwner();
   await prefillClient?.close();
   await decodeClient?.close();
-  for (const peer of [prefillPeer, decodePeer]) {
-    if (peer && peer.child.exitCode === null) {
-      const exited = new Promise((resolve) => peer.child.once('exit', resolve));
-      peer.child.kill('SIGKILL');
-      await exited;
-    }
-  }
+  await disposePeers();
 });
 
 const f16 = (shape: number[], fill: number): Tensor =>

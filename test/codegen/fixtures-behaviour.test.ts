@@ -3,7 +3,6 @@
 // can express (every scalar, 64-bit integers, bytes, lists, maps, optionals, recursive structs,
 // enums, every dtype and rank 0, streaming both ways, remote arguments and remote stream items,
 // imported types, struct-scoped dimension names) survives a round trip through the runtime.
-import { spawn, type ChildProcess } from 'node:child_process';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, Code, serveRemoteTensors, shutdownOwner, Tensor, type DType } from 'gdrpc';
@@ -17,39 +16,22 @@ import { Streams } from './fixtures/streaming/expected/streaming.ts';
 import { Color, Trees } from './fixtures/structs_enums/expected/structs_enums.ts';
 import { Moe } from './fixtures/struct_dims/expected/struct_dims.ts';
 import { Tensors } from './fixtures/tensors/expected/tensors.ts';
+import { disposePeers, spawnPeer } from '../support/peer.ts';
 import { here } from './fixture-files.ts';
 
-let child: ChildProcess;
 let client: Client;
 
 beforeAll(async () => {
   // The test process passes @remote tensors: it serves their pulls on loopback.
   serveRemoteTensors({ host: '127.0.0.1' });
-  child = spawn(process.execPath, ['--import', 'tsx', path.join(here, 'behaviour/fixtures-server.ts')], { stdio: ['pipe', 'pipe', 'inherit'] });
-  let out = '';
-  const port = await new Promise<number>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`server did not start: ${out}`)), 30_000);
-    child.stdout!.setEncoding('utf8').on('data', (chunk: string) => {
-      out += chunk;
-      const m = /LISTENING (\d+)/.exec(out);
-      if (m) {
-        clearTimeout(timer);
-        resolve(Number(m[1]));
-      }
-    });
-    child.once('exit', (code) => reject(new Error(`server exited (${code}): ${out}`)));
-  });
-  client = await Client.connect(`127.0.0.1:${port}`);
+  const server = await spawnPeer<{ port: number }>(path.join(here, 'behaviour/fixtures-server.ts'));
+  client = await Client.connect(`127.0.0.1:${server.ready.port}`);
 });
 
 afterAll(async () => {
   await shutdownOwner();
   await client?.close();
-  if (child && child.exitCode === null) {
-    const exited = new Promise((resolve) => child.once('exit', resolve));
-    child.kill('SIGKILL');
-    await exited;
-  }
+  await disposePeers();
 });
 
 const filled = (shape: number[], dtype: DType, value: number | bigint): Tensor => {

@@ -7,10 +7,10 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { Client, Code, Tensor, type ClientOptions } from '../../core/index.ts';
 import { TestClients } from '../rpc/fixtures/clients.ts';
-import { killAll, type Peer } from '../rpc/fixtures/peers.ts';
+import { disposePeers, type Peer } from '../support/peer.ts';
 import { Echo } from '../rpc/fixtures/services.ts';
 import { serverStats, type ServerStats } from '../rpc/fixtures/stats.ts';
-import { armSignal, clientCall, disarmSignals, MiB, nextLine, outcomeWithin, parseResult, startFaultClient, startFaultServer } from './fixtures/process-peers.ts';
+import { armSignal, clientCall, disarmSignals, MiB, outcomeWithin, parseResult, startFaultClient, startFaultServer } from './fixtures/process-peers.ts';
 import { Source } from './fixtures/process-service.ts';
 import { cpuLoad, LoopWatch, type CpuLoad, type LoopReport } from './fixtures/process-watch.ts';
 
@@ -34,7 +34,7 @@ const clients = new TestClients();
 afterEach(async () => {
   disarmSignals();
   await clients.closeAll();
-  await killAll();
+  await disposePeers();
 });
 const connect = (address: string, options?: ClientOptions): Promise<Client> => clients.connect(address, options);
 
@@ -78,12 +78,12 @@ async function faultServerDuring(direction: Direction, signal: NodeJS.Signals): 
     const note = `attempt ${attempt}: ${direction} of ${Math.round(calibrationMs)} ms, ${signal} at ${Math.round(calibrationMs * fraction)} ms`;
     if (outcome === 'OK' && attempt < 4) {
       console.log(`[process-faults] ${note} came after the call ended; again, earlier`);
-      server.kill('SIGKILL');
+      server.kill();
       continue;
     }
     await sleep(250); // lets the failed call's clean-up finish before measuring idleness
     const after = await cpuLoad();
-    server.kill('SIGKILL');
+    server.kill();
     return { outcome, settleMs: Math.round(settledAt - dueAt), loop: watched, after, note };
   }
 }
@@ -134,7 +134,7 @@ function holdings(stats: ServerStats): Record<string, unknown> {
  *  client's or the server's); true when the kill came before the call had ended. */
 async function killDuring(client: Peer, command: string, trigger: { peer: Peer; line: RegExp }, delayMs: number): Promise<boolean> {
   const armed = await armSignal(client.child.pid!, 'SIGKILL', delayMs);
-  const triggered = nextLine(trigger.peer, trigger.line);
+  const triggered = trigger.peer.nextLine(trigger.line);
   client.send(command);
   await triggered;
   armed.fire();
@@ -229,8 +229,8 @@ describe('a client process fails while the server moves 256 MiB', () => {
       // Before: the handler holds its result for a second, the client is stopped at once.
       const before = moment === 'before its result leaves';
       const armed = await armSignal(stopped.child.pid!, 'SIGSTOP', before ? 0 : downloadMs * 0.3);
-      const producing = nextLine(server, /^PRODUCING/);
-      const result = nextLine(stopped, /^RESULT /, 60_000);
+      const producing = server.nextLine(/^PRODUCING/);
+      const result = stopped.nextLine(/^RESULT /, 60_000);
       result.catch(() => { /* awaited below; rejects if the clean-up kills the client first */ });
       stopped.send(`download ${SIZE} ${before ? 1000 : 0}`);
       await producing;
@@ -245,7 +245,7 @@ describe('a client process fails while the server moves 256 MiB', () => {
       const droppedMs = Math.round(performance.now() - stoppedAt);
       const load = await cpuLoad(server.child.pid!);
       const fresh = await freshClientServed(server.address);
-      stopped.kill('SIGCONT');
+      stopped.resume();
       const resumed = parseResult(await result);
       console.log(`[process-faults] client SIGSTOP ${moment} (download ${downloadMs} ms${endedFirst ? '; its call had already ended' : ''}): ` +
         `${pings.served} pings served in 2 s${pings.failed !== undefined ? `, then one ${pings.failed}` : ''}, slowest ${pings.slowestMs} ms; ` +

@@ -6,7 +6,8 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { Code } from '../../core/errors.ts';
 import type { ClientOptions, ServerOptions } from '../../core/index.ts';
 import type { ServerStats } from '../rpc/fixtures/stats.ts';
-import type { HostPeer } from './fixtures/host-peer.ts';
+import { HostClient } from './fixtures/host-calls.ts';
+import type { Peer } from '../support/peer.ts';
 import { networkSupport, TwoHosts, type Role } from './fixtures/netns.ts';
 
 const support = networkSupport();
@@ -20,15 +21,14 @@ const MiB = 1 << 20;
 const SLOW = 240_000;
 
 /** Two hosts with the test server listening on the server host. */
-interface Lab { hosts: TwoHosts; server: HostPeer; port: number }
+interface Lab { hosts: TwoHosts; server: Peer<{ port: number }>; port: number }
 
 async function startLab(options: ServerOptions): Promise<Lab> {
   const hosts = TwoHosts.create();
   try {
     // All addresses: the client reaches it over the veth, an observer on its own host over loopback.
-    const server = hosts.start('server', SERVER, { GDRPC_TEST_HOST: '0.0.0.0', GDRPC_TEST_SERVER: JSON.stringify(options) });
-    const port = Number(/^LISTENING (\d+)$/.exec(await server.waitFor(/^LISTENING \d+$/))![1]);
-    return { hosts, server, port };
+    const server = await hosts.start<{ port: number }>('server', SERVER, { GDRPC_TEST_HOST: '0.0.0.0', GDRPC_TEST_SERVER: JSON.stringify(options) });
+    return { hosts, server, port: server.ready.port };
   } catch (error) {
     await hosts.close();
     throw error;
@@ -37,20 +37,18 @@ async function startLab(options: ServerOptions): Promise<Lab> {
 
 /** A host-client.ts process on `role`'s host: across the veth from the client host, over
  *  loopback from the server host (an observer that the veth's state does not affect). */
-async function startClient(lab: Lab, role: Role, options: ClientOptions = {}): Promise<HostPeer> {
+async function startClient(lab: Lab, role: Role, options: ClientOptions = {}): Promise<HostClient> {
   const address = role === 'client' ? `${lab.hosts.server.address}:${lab.port}` : `127.0.0.1:${lab.port}`;
-  const peer = lab.hosts.start(role, CLIENT, { GDRPC_TEST_CLIENT: JSON.stringify({ address, options }) });
-  await peer.waitFor(/^READY$/);
-  return peer;
+  return new HostClient(await lab.hosts.start(role, CLIENT, { GDRPC_TEST_CLIENT: JSON.stringify({ address, options }) }));
 }
 
-async function serverStats(peer: HostPeer): Promise<ServerStats> {
+async function serverStats(peer: HostClient): Promise<ServerStats> {
   const result = await peer.request({ op: 'stats' });
   expect(result, result.message).toMatchObject({ ok: true });
   return result.stats as ServerStats;
 }
 
-async function expectEcho(client: HostPeer, size: number, seed: number): Promise<number> {
+async function expectEcho(client: HostClient, size: number, seed: number): Promise<number> {
   const result = await client.request({ op: 'echo', size, seed });
   expect(result, result.message).toMatchObject({ ok: true, n: size, same: true });
   return result.ms;
@@ -59,7 +57,7 @@ async function expectEcho(client: HostPeer, size: number, seed: number): Promise
 describe.skipIf(support.namespaces !== undefined)('two hosts', () => {
   describe('across the veth', () => {
     let lab: Lab | undefined;
-    let client: HostPeer;
+    let client: HostClient;
     beforeAll(async () => {
       lab = await startLab({});
       client = await startClient(lab, 'client');

@@ -7,7 +7,8 @@ import { Code, type Client, type ClientOptions, type Tensor } from '../../core/i
 import { codeOf, openClientSide, type ClientSide } from './fixtures/client-side.ts';
 import { announce, DRY_RUN, GPU_MOVERS, MAX_BYTES, MiB, skipReason, topologies, type Topology } from './fixtures/env.ts';
 import { fillTensor, patternDigest } from './fixtures/pattern.ts';
-import { killAll, startGpuServer, type GpuPeer } from './fixtures/peer.ts';
+import { startGpuServer, type GpuPeer } from './fixtures/peer.ts';
+import { disposePeers } from '../support/peer.ts';
 
 announce('test/gpu/faults.test.ts');
 
@@ -22,7 +23,7 @@ let x: Tensor;
 
 afterAll(async () => {
   await side?.close();
-  await killAll();
+  await disposePeers();
 });
 
 async function startServer(topology: Topology): Promise<GpuPeer> {

@@ -7,7 +7,8 @@ import { moverStats, nativeStats, remoteExposures, type Client, type RemoteTenso
 import { openClientSide, type ClientSide } from './fixtures/client-side.ts';
 import { announce, DRY_RUN, GPU_MOVERS, freeBytes, MiB, skipReason, topologies, type Topology } from './fixtures/env.ts';
 import { fillTensor, firstMismatch } from './fixtures/pattern.ts';
-import { killAll, startGpuServer, type GpuPeer } from './fixtures/peer.ts';
+import { startGpuServer, type GpuPeer } from './fixtures/peer.ts';
+import { disposePeers } from '../support/peer.ts';
 import type { ServerStats } from './fixtures/service.ts';
 
 announce('test/gpu/leak.test.ts');
@@ -18,7 +19,7 @@ const SIZE = MiB;
  *  2 MiB); one leaked tensor per call would be 1,000 MiB, one leaked pool 8 MiB or more. */
 const SLACK = 4 * MiB;
 
-afterAll(killAll);
+afterAll(disposePeers);
 
 /** Runs `calls` echo calls alternating tag and rma, pulling a handle every 20th call. */
 async function work(side: ClientSide, client: Client, calls: number, x: Tensor, seed: number): Promise<void> {

@@ -9,7 +9,8 @@ import { gpuService } from './fixtures/service.ts';
 import { openClientSide, type ClientSide } from './fixtures/client-side.ts';
 import { announce, DRY_RUN, MiB, skipReason, topologies } from './fixtures/env.ts';
 import { fillTensor, firstMismatch } from './fixtures/pattern.ts';
-import { killAll, startGpuServer, type GpuPeer } from './fixtures/peer.ts';
+import { startGpuServer, type GpuPeer } from './fixtures/peer.ts';
+import { disposePeers } from '../support/peer.ts';
 
 announce('test/gpu/paths.test.ts');
 
@@ -32,7 +33,7 @@ function expectSenderAgrees(info: TransferInfo, from: 'host' | 'cuda', to: 'host
   expect(info.path, info.protocol).toBe(pathOfProtocol(parsed!, from, to));
 }
 
-afterAll(killAll);
+afterAll(disposePeers);
 
 describe.skipIf(skipReason !== undefined || DRY_RUN)('transfer paths read back from UCX', () => {
   for (const topology of topologies) {

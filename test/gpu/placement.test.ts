@@ -6,7 +6,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, closeProcessPools, Tensor, type ClientOptions, type CudaDevice } from '../../core/index.ts';
 import { announce, deviceCount, DRY_RUN, skipReason } from './fixtures/env.ts';
-import { killAll, startServerProcess, type GpuPeer } from './fixtures/peer.ts';
+import { startServerProcess, type GpuPeer } from './fixtures/peer.ts';
+import { disposePeers } from '../support/peer.ts';
 import { byteSum, patternBytes, PlacementService } from './fixtures/placement-service.ts';
 
 announce('test/gpu/placement.test.ts');
@@ -32,7 +33,7 @@ async function connect(peer: GpuPeer, options: ClientOptions = {}): Promise<Clie
 afterAll(async () => {
   for (const client of clients) await client.close();
   await closeProcessPools();
-  await killAll();
+  await disposePeers();
 });
 
 /** Sends x and z from cuda:0 and h from host memory; the server answers where they landed. */

@@ -6,14 +6,15 @@ import type { Tensor } from '../../core/index.ts';
 import { openClientSide } from './fixtures/client-side.ts';
 import { announce, DRY_RUN, GPU_MOVERS, MiB, skipReason, topologies } from './fixtures/env.ts';
 import { fillTensor } from './fixtures/pattern.ts';
-import { killAll, startGpuServer } from './fixtures/peer.ts';
+import { startGpuServer } from './fixtures/peer.ts';
+import { disposePeers } from '../support/peer.ts';
 import { parseProtocolTables, usedRows } from './fixtures/proto-info.ts';
 
 announce('test/gpu/protocol.test.ts');
 
 const SIZE = 64 * MiB;
 
-afterAll(killAll);
+afterAll(disposePeers);
 
 describe.skipIf(skipReason !== undefined)('protocols UCX used', () => {
   for (const topology of topologies) {
@@ -36,7 +37,7 @@ describe.skipIf(skipReason !== undefined)('protocols UCX used', () => {
         x.release();
         await client.close();
         server.send('shutdown');
-        expect(await server.exited).toBe(0);
+        expect((await server.exited).code).toBe(0);
       } finally {
         await side.close();
         server.kill();

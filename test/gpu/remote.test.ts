@@ -6,14 +6,15 @@ import { Code, RemoteTensor, type Client } from '../../core/index.ts';
 import { codeOf, openClientSide, type ClientSide } from './fixtures/client-side.ts';
 import { announce, MAX_BYTES, MiB, skipReason, topologies } from './fixtures/env.ts';
 import { firstMismatch, patternDigest } from './fixtures/pattern.ts';
-import { killAll, startGpuServer, type GpuPeer } from './fixtures/peer.ts';
+import { startGpuServer, type GpuPeer } from './fixtures/peer.ts';
+import { disposePeers } from '../support/peer.ts';
 
 announce('test/gpu/remote.test.ts');
 
 const SIZES = [MiB, MAX_BYTES].filter((size, i, all) => all.indexOf(size) === i);
 const POOL = MAX_BYTES + 2 * MiB;
 
-afterAll(killAll);
+afterAll(disposePeers);
 
 describe.skipIf(skipReason !== undefined)('remote CUDA tensors', () => {
   for (const topology of topologies) {

@@ -1,18 +1,18 @@
 // A UCX that cannot map CUDA memory (here: the CUDA modules not loaded, UCX_MODULES=^cu*) must
 // still move CUDA tensors, staged through host memory and reported as path 'staged', and a call
 // that demands no staging must fail fast with FAILED_PRECONDITION instead.
-import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { announce, DRY_RUN, GPU_MOVERS, MiB, skipReason, topologies } from './fixtures/env.ts';
-import { killAll, startGpuServer } from './fixtures/peer.ts';
+import { startGpuServer } from './fixtures/peer.ts';
+import { disposePeers, runPeer } from '../support/peer.ts';
 
 announce('test/gpu/staging.test.ts');
 
 const NO_UCX_CUDA = { UCX_MODULES: '^cu*' };
 const SIZES = [4096, 64 * MiB];
 
-afterAll(killAll);
+afterAll(disposePeers);
 
 interface Report {
   memoryTypes: string[]; staged: boolean; stagingReason: string | null;
@@ -21,15 +21,8 @@ interface Report {
 
 async function runStagedClient(settings: object): Promise<{ report: Report | undefined; output: string }> {
   const file = fileURLToPath(new URL('./fixtures/staged-client.ts', import.meta.url));
-  const child = spawn(process.execPath, ['--import', 'tsx', file], {
-    env: { ...process.env, ...NO_UCX_CUDA, GDRPC_STAGED: JSON.stringify(settings) }, stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let output = '';
-  child.stdout.setEncoding('utf8').on('data', (chunk: string) => { output += chunk; });
-  child.stderr.setEncoding('utf8').on('data', (chunk: string) => { output += chunk; });
-  const timer = setTimeout(() => child.kill('SIGKILL'), 150_000);
-  await new Promise((resolve) => child.once('exit', resolve));
-  clearTimeout(timer);
+  const run = await runPeer(file, 150_000, { env: { ...NO_UCX_CUDA, GDRPC_STAGED: JSON.stringify(settings) }, echoStderr: false });
+  const output = run.stdout + run.stderr;
   const line = /RESULT (.*)/.exec(output)?.[1];
   return { report: line === undefined ? undefined : JSON.parse(line) as Report, output };
 }

@@ -6,7 +6,8 @@ import { openClientSide, type ClientSide } from './fixtures/client-side.ts';
 import { DEFAULT_INLINE_BYTES } from '../../core/rpc/connection.ts';
 import { announce, DRY_RUN, GPU_MOVERS, EXPECTED_PATH, MAX_BYTES, MiB, skipReason, topologies } from './fixtures/env.ts';
 import { firstMismatch, fillTensor, patternDigest } from './fixtures/pattern.ts';
-import { killAll, startGpuServer, type GpuPeer } from './fixtures/peer.ts';
+import { startGpuServer, type GpuPeer } from './fixtures/peer.ts';
+import { disposePeers } from '../support/peer.ts';
 
 announce('test/gpu/transfer.test.ts');
 
@@ -31,7 +32,7 @@ function expectTransfer(info: TransferInfo | undefined, bytes: number, mover?: s
   expect(info!.path, info!.protocol).toBe(eager && !DRY_RUN ? 'staged' : EXPECTED_PATH);
 }
 
-afterAll(killAll);
+afterAll(disposePeers);
 
 describe.skipIf(skipReason !== undefined)('CUDA tensors between two processes', () => {
   for (const topology of topologies) {

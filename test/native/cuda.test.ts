@@ -1,13 +1,14 @@
 // The CUDA shim, and tag send/recv and RMA on CUDA memory between two processes. Without a
 // driver only the "unavailable" behaviour runs; the GPU cases skip with the reason printed.
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { cuda } from '../../core/cuda.ts';
 import { Context, MemoryRegion, RemoteKey, Worker } from '../../core/ucx/index.ts';
-import { cleanupPeers, Peer } from './fixture.ts';
+import { NativePeer } from './fixture.ts';
+import { disposePeers } from '../support/peer.ts';
 import { connect, EXACT } from './local.ts';
 import { digest, pattern } from './pattern.ts';
 
-cleanupPeers();
+afterEach(disposePeers);
 const available = cuda.available();
 if (!available) console.log(`CUDA memory cases skipped: ${cuda.unavailableReason()}`);
 
@@ -66,7 +67,7 @@ describe.runIf(available)('CUDA memory', () => {
   });
 
   it.each([1, 8193, 1 << 20, 64 << 20])('tag send/recv of %i bytes between CUDA buffers', async (size) => {
-    const peer = await Peer.start(config);
+    await using peer = await NativePeer.start(config);
     const ep = await connect(worker, peer.port);
     const src = deviceBuffer(size, 3);
     const dst = deviceBuffer(size);
@@ -86,7 +87,7 @@ describe.runIf(available)('CUDA memory', () => {
   }, 120_000);
 
   it.each([8193, 4 << 20])('put and get of %i bytes between CUDA regions', async (size) => {
-    const peer = await Peer.start(config);
+    await using peer = await NativePeer.start(config);
     const ep = await connect(worker, peer.port);
     const remote = await peer.call<{ address: string; rkey: string; memoryType: string }>('exposeCuda', { size, seed: 9 });
     expect(remote.memoryType).toBe('cuda');

@@ -2,6 +2,7 @@
 // 'idle' (context + worker only) and 'leak' (everything open, nothing closed) must exit by
 // themselves, cleanly; 'listening' must stay alive (a listener keeps the loop referenced).
 import { Context, Endpoint, Listener, MemoryRegion, Worker } from '../../core/ucx/index.ts';
+import { announceReady } from '../support/ready-line.ts';
 
 const mode = process.argv[2];
 const context = Context.create({ config: { TLS: 'tcp' } });
@@ -16,4 +17,4 @@ if (mode === 'leak') {
   process.exit(0);
 }
 if (mode === 'listening') Listener.create(worker, { host: '127.0.0.1' });
-console.log('ready');
+announceReady();

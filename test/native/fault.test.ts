@@ -1,14 +1,15 @@
 // A peer killed with SIGKILL while operations are pending: every pending operation on its
 // endpoint rejects with UNAVAILABLE within 2 s, the endpoint reports the failure, and the
 // surviving process keeps working with another peer.
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { GdrpcError } from '../../core/errors.ts';
 import { MemoryRegion, RemoteKey } from '../../core/ucx/index.ts';
-import { cleanupPeers, Peer } from './fixture.ts';
+import { NativePeer } from './fixture.ts';
+import { disposePeers } from '../support/peer.ts';
 import { connect, EXACT, localSide, TRANSPORTS, type TransportName } from './local.ts';
 import { digest, pattern } from './pattern.ts';
 
-cleanupPeers();
+afterEach(disposePeers);
 
 /** Settles `promise` into [error, ms since `start`]. */
 async function outcome(promise: Promise<unknown>, start: () => number): Promise<{ error: unknown; ms: number }> {
@@ -25,7 +26,7 @@ describe.each(Object.keys(TRANSPORTS) as TransportName[])('peer killed over %s',
   const local = localSide(config);
 
   it('rejects pending operations with UNAVAILABLE within 2 s and keeps working', async () => {
-    const doomed = await Peer.start(config);
+    await using doomed = await NativePeer.start(config);
     const ep = await connect(local.worker, doomed.port);
     const remote = await doomed.call<{ address: string; rkey: string }>('expose', { size: 1 << 20, seed: 1 });
     const rkey = RemoteKey.unpack(ep, Buffer.from(remote.rkey, 'base64'));
@@ -41,7 +42,7 @@ describe.each(Object.keys(TRANSPORTS) as TransportName[])('peer killed over %s',
     await new Promise((r) => setTimeout(r, 20));
     expect(local.worker.stats().liveRequests).toBe(4);
     killedAt = performance.now();
-    await doomed.kill('SIGKILL');
+    await doomed.kill();
     const settled = await Promise.all(outcomes);
     const event = await failure;
     const worst = Math.max(...settled.map((s) => s.ms));
@@ -63,7 +64,7 @@ describe.each(Object.keys(TRANSPORTS) as TransportName[])('peer killed over %s',
     region.close();
 
     // The survivor talks to a fresh peer.
-    const next = await Peer.start(config);
+    await using next = await NativePeer.start(config);
     const ep2 = await connect(local.worker, next.port);
     const echoed = next.call('echo', { tag: '42', size: 1 << 20 });
     await next.event('posted');

@@ -1,12 +1,13 @@
 // No leaks: 10,000 send/recv round trips (host buffers and mapped-region spans, with regions
 // mapped and unmapped along the way) leave resident memory flat and every native counter at zero.
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { Context, MemoryRegion, Worker, nativeStats } from '../../core/ucx/index.ts';
-import { cleanupPeers, Peer } from './fixture.ts';
+import { NativePeer } from './fixture.ts';
+import { disposePeers } from '../support/peer.ts';
 import { connect, EXACT } from './local.ts';
 import { fillPattern } from './pattern.ts';
 
-cleanupPeers();
+afterEach(disposePeers);
 const CYCLES = 10_000;
 const WARMUP = 1_000;
 /** Allowed RSS growth between the end of the warm-up and the end of the run. */
@@ -15,7 +16,7 @@ const RSS_BOUND = 16 * 1024 * 1024;
 describe('resource use', () => {
   it(`${CYCLES} round trips leave RSS within ${RSS_BOUND >> 20} MiB and native counters at zero`, async () => {
     const config = { TLS: 'tcp' };
-    const peer = await Peer.start(config);
+    await using peer = await NativePeer.start(config);
     const context = Context.create({ config });
     const worker = Worker.create(context);
     const ep = await connect(worker, peer.port);

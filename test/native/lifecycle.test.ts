@@ -1,15 +1,16 @@
 // Close semantics: double close is a no-op, use after close is FAILED_PRECONDITION, parents
 // refuse to close under live children, Worker.close cancels and closes what hangs off it, and
 // processes exit by themselves when nothing is live.
-import { spawnSync, spawn } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { Context, Endpoint, Listener, MemoryRegion, RemoteKey, Worker, nativeStats } from '../../core/ucx/index.ts';
-import { cleanupPeers, Peer } from './fixture.ts';
+import { NativePeer } from './fixture.ts';
+import { disposePeers, spawnPeer } from '../support/peer.ts';
 import { connect, EXACT } from './local.ts';
 import { pattern } from './pattern.ts';
 
-cleanupPeers();
+afterEach(disposePeers);
 const config = { TLS: 'tcp' };
 const exitChild = fileURLToPath(new URL('./exit-child.ts', import.meta.url));
 
@@ -73,7 +74,7 @@ describe('close semantics', () => {
   });
 
   it('Worker.close cancels pending operations and closes endpoints and listeners', async () => {
-    const peer = await Peer.start(config);
+    await using peer = await NativePeer.start(config);
     const context = Context.create({ config });
     const worker = Worker.create(context);
     const listener = Listener.create(worker, { host: '127.0.0.1' });
@@ -95,22 +96,22 @@ describe('close semantics', () => {
   // send's completion then: the binding must still own the request (it crashed with SIGSEGV in
   // about half the runs under CPU load before).
   it.each([1, 2, 3])('Worker.close with a 256 MiB send to a stopped peer in flight does not crash (%i)', async () => {
-    const peer = await Peer.start(config);
+    await using peer = await NativePeer.start(config);
     const context = Context.create({ config });
     const worker = Worker.create(context);
     const ep = await connect(worker, peer.port);
-    peer.child.kill('SIGSTOP');
+    peer.stop();
     const send = ep.tagSend(0xfeedn, pattern(256 << 20, 2), { untilComplete: true }).then(() => 'OK', (e: { code: string }) => e.code);
     await new Promise((resolve) => setTimeout(resolve, 50));
     await worker.close();
     expect(['CANCELLED', 'UNAVAILABLE']).toContain(await send);
     context.close();
     expect(nativeStats()).toMatchObject({ workers: 0, endpoints: 0, requests: 0 });
-    await peer.kill('SIGKILL');
+    await peer.kill();
   });
 
   it('Endpoint.close rejects its pending sends with CANCELLED', async () => {
-    const peer = await Peer.start(config);
+    await using peer = await NativePeer.start(config);
     const context = Context.create({ config });
     const worker = Worker.create(context);
     const ep = await connect(worker, peer.port);
@@ -166,12 +167,9 @@ describe('process exit', () => {
   });
 
   it('a listener keeps the process alive', async () => {
-    const child = spawn(process.execPath, ['--import', 'tsx', exitChild, 'listening'], { stdio: ['ignore', 'pipe', 'inherit'] });
-    const exited = new Promise((resolve) => child.once('exit', (code, signal) => resolve(signal ?? code)));
-    await new Promise((resolve) => child.stdout!.once('data', resolve));
-    const early = await Promise.race([exited, new Promise((r) => setTimeout(() => r('alive'), 1500))]);
-    child.kill('SIGKILL');
+    await using child = await spawnPeer(exitChild, { args: ['listening'] });
+    const early = await Promise.race([child.exited.then((exit) => exit.signal ?? exit.code), new Promise((r) => setTimeout(() => r('alive'), 1500))]);
+    await child.kill();
     expect(early).toBe('alive');
-    await exited;
   });
 });

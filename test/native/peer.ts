@@ -4,6 +4,7 @@ import { Context, Endpoint, Listener, MemoryRegion, RemoteKey, Worker, nativeSta
 import { GdrpcError } from '../../core/errors.ts';
 import { cuda } from '../../core/cuda.ts';
 import { digest, fillPattern, pattern } from './pattern.ts';
+import { announceReady } from '../support/ready-line.ts';
 
 type Args = Record<string, unknown>;
 let context: Context | undefined;
@@ -155,4 +156,4 @@ process.on('message', async (message: { id: number; cmd: string; args: Args }) =
   }
 });
 process.on('disconnect', () => process.exit(0));
-process.send!({ event: 'ready' });
+announceReady();

@@ -3,15 +3,16 @@
 // class of that table (eager, multi-fragment eager, rendezvous; the boundaries read from the
 // table) is sent, and the report of each send must name the protocol and transport of its row,
 // map to the path class of the transport under test, and the bytes must arrive intact.
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { parseProtocol, pathOfProtocol } from '../../core/rpc/movers/protocol.ts';
 import type { ProtocolReport } from '../../core/ucx/index.ts';
 import { parseProtocolTables, type ProtocolRow } from '../gpu/fixtures/proto-info.ts';
-import { cleanupPeers, Peer } from './fixture.ts';
+import { NativePeer } from './fixture.ts';
+import { disposePeers } from '../support/peer.ts';
 import { connect, EXACT, localSide, TRANSPORTS, type TransportName } from './local.ts';
 import { digest, pattern } from './pattern.ts';
 
-cleanupPeers();
+afterEach(disposePeers);
 const TAG_SEND = 'tagged message by ucp_tag_send* from host memory';
 const LARGEST = 8 << 20;
 
@@ -26,7 +27,7 @@ describe.each(Object.keys(TRANSPORTS) as TransportName[])('protocol reports over
   const local = localSide(config);
 
   it('match the table UCX_PROTO_INFO=y prints, size class by size class', async () => {
-    const peer = await Peer.start(config, { UCX_PROTO_INFO: 'y' }, { captureStdout: true });
+    await using peer = await NativePeer.start(config, { UCX_PROTO_INFO: 'y' });
     const ep = await connect(local.worker, peer.port);
     // The table of the connected endpoint (the wire-up endpoint's is printed empty first).
     let rows: ProtocolRow[] = [];
@@ -72,7 +73,7 @@ describe.each(Object.keys(TRANSPORTS) as TransportName[])('protocol reports over
   }, 120_000);
 
   it('reports nothing extra without describe', async () => {
-    const peer = await Peer.start(config);
+    await using peer = await NativePeer.start(config);
     const ep = await connect(local.worker, peer.port);
     const received = local.worker.tagRecv(Buffer.alloc(64), 7n, EXACT);
     await peer.call('send', { tag: '7', size: 64, seed: 2 });

@@ -1,12 +1,13 @@
 // RMA put/get of host memory through packed remote keys, flush, contents verified; both
 // directions (client endpoint and the server's accepted endpoint).
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { MemoryRegion, RemoteKey } from '../../core/ucx/index.ts';
-import { cleanupPeers, Peer } from './fixture.ts';
+import { NativePeer } from './fixture.ts';
+import { disposePeers } from '../support/peer.ts';
 import { connect, localSide, TRANSPORTS, type TransportName } from './local.ts';
 import { digest, fillPattern, pattern } from './pattern.ts';
 
-cleanupPeers();
+afterEach(disposePeers);
 interface Exposed { address: string; length: number; rkey: string }
 
 describe.each(Object.keys(TRANSPORTS) as TransportName[])('RMA over %s', (transport) => {
@@ -14,7 +15,7 @@ describe.each(Object.keys(TRANSPORTS) as TransportName[])('RMA over %s', (transp
   const local = localSide(config);
 
   it.each([1, 8193, 4 << 20])('puts %i bytes into the peer region', async (size) => {
-    const peer = await Peer.start(config);
+    await using peer = await NativePeer.start(config);
     const ep = await connect(local.worker, peer.port);
     const remote = await peer.call<Exposed>('expose', { size, seed: 1 });
     const rkey = RemoteKey.unpack(ep, Buffer.from(remote.rkey, 'base64'));
@@ -31,7 +32,7 @@ describe.each(Object.keys(TRANSPORTS) as TransportName[])('RMA over %s', (transp
   });
 
   it.each([1, 8193, 4 << 20])('gets %i bytes from the peer region', async (size) => {
-    const peer = await Peer.start(config);
+    await using peer = await NativePeer.start(config);
     const ep = await connect(local.worker, peer.port);
     const remote = await peer.call<Exposed>('expose', { size, seed: 5 });
     const rkey = RemoteKey.unpack(ep, Buffer.from(remote.rkey, 'base64'));
@@ -45,7 +46,7 @@ describe.each(Object.keys(TRANSPORTS) as TransportName[])('RMA over %s', (transp
 
   it('writes a sub-range at an offset and leaves the rest untouched', async () => {
     const size = 64 * 1024;
-    const peer = await Peer.start(config);
+    await using peer = await NativePeer.start(config);
     const ep = await connect(local.worker, peer.port);
     const remote = await peer.call<Exposed>('expose', { size, seed: 7 });
     const rkey = RemoteKey.unpack(ep, Buffer.from(remote.rkey, 'base64'));
@@ -63,7 +64,7 @@ describe.each(Object.keys(TRANSPORTS) as TransportName[])('RMA over %s', (transp
 
   it('lets the accepting side read the client region', async () => {
     const size = 1 << 20;
-    const peer = await Peer.start(config);
+    await using peer = await NativePeer.start(config);
     const ep = await connect(local.worker, peer.port);
     await peer.call('waitConnections', { count: 1 });
     const region = MemoryRegion.map(local.context, new ArrayBuffer(size));

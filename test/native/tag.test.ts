@@ -1,13 +1,14 @@
 // Tag send/recv between two processes over TCP and shared memory, sizes around the eager and
 // rendezvous thresholds, contents verified; mask matching; truncation.
-import { describe, expect, it, vi } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { GdrpcError } from '../../core/errors.ts';
 import type { TakenMessage } from '../../core/ucx/index.ts';
-import { cleanupPeers, Peer } from './fixture.ts';
+import { NativePeer } from './fixture.ts';
+import { disposePeers } from '../support/peer.ts';
 import { connect, EXACT, localSide, TRANSPORTS, type TransportName } from './local.ts';
 import { digest, pattern } from './pattern.ts';
 
-cleanupPeers();
+afterEach(disposePeers);
 const SIZES = [0, 1, 8191, 8193, 1 << 20, 64 << 20];
 
 describe.each(Object.keys(TRANSPORTS) as TransportName[])('tag send/recv over %s', (transport) => {
@@ -15,7 +16,7 @@ describe.each(Object.keys(TRANSPORTS) as TransportName[])('tag send/recv over %s
   const local = localSide(config);
 
   it('connects over the configured transport', async () => {
-    const peer = await Peer.start(config);
+    await using peer = await NativePeer.start(config);
     const ep = await connect(local.worker, peer.port);
     const names = ep.transports().map((t) => t.transport);
     if (transport === 'tcp') expect(names.every((n) => n === 'tcp' || n === '')).toBe(true);
@@ -24,7 +25,7 @@ describe.each(Object.keys(TRANSPORTS) as TransportName[])('tag send/recv over %s
   });
 
   it.each(SIZES)('echoes %i bytes with contents intact', async (size) => {
-    const peer = await Peer.start(config);
+    await using peer = await NativePeer.start(config);
     const ep = await connect(local.worker, peer.port);
     const tag = 0x1000n + BigInt(size);
     const src = pattern(size, size + 1);
@@ -42,7 +43,7 @@ describe.each(Object.keys(TRANSPORTS) as TransportName[])('tag send/recv over %s
   }, 120_000);
 
   it.each([1, 8193, 1 << 20])('takes a %i-byte unexpected message out with tagProbe remove, then receives or drops it', async (size) => {
-    const peer = await Peer.start(config);
+    await using peer = await NativePeer.start(config);
     const ep = await connect(local.worker, peer.port);
     for (const drop of [false, true]) {
       const tag = 0x5000n + BigInt(size) + (drop ? 0x100000n : 0n);
@@ -75,7 +76,7 @@ describe.each(Object.keys(TRANSPORTS) as TransportName[])('tag send/recv over %s
   }, 120_000);
 
   it('matches receives by tag under a mask and reports the sender tag', async () => {
-    const peer = await Peer.start(config);
+    await using peer = await NativePeer.start(config);
     const ep = await connect(local.worker, peer.port);
     // The peer accepts any tag whose high 32 bits are 0xABCD, whatever the low bits.
     const received = peer.call<{ senderTag: string; length: number; digest: string }>('recv', {
@@ -96,7 +97,7 @@ describe.each(Object.keys(TRANSPORTS) as TransportName[])('tag send/recv over %s
   });
 
   it('rejects a receive into a smaller buffer with INVALID_ARGUMENT "truncated"', async () => {
-    const peer = await Peer.start(config);
+    await using peer = await NativePeer.start(config);
     await connect(local.worker, peer.port);
     await peer.call('waitConnections', { count: 1 });
     const small = Buffer.alloc(100);
@@ -114,7 +115,7 @@ describe.each(Object.keys(TRANSPORTS) as TransportName[])('tag send/recv over %s
   // promise settles only once UCX has let go of the buffer.
   it.each([false, true])('cancelling a matched 64 MiB receive (untilComplete: %s)', async (untilComplete) => {
     const size = 64 << 20;
-    const peer = await Peer.start(config);
+    await using peer = await NativePeer.start(config);
     await connect(local.worker, peer.port);
     await peer.call('waitConnections', { count: 1 });
     const sent = peer.call('send', { tag: '78', size, seed: 5 });
@@ -153,7 +154,7 @@ describe.each(MODES)('tag echo over tcp, $mode', ({ options }) => {
   const local = localSide(config, options);
 
   it.each([1, 8193, 1 << 20])('echoes %i bytes', async (size) => {
-    const peer = await Peer.start(config);
+    await using peer = await NativePeer.start(config);
     const ep = await connect(local.worker, peer.port);
     const src = pattern(size, 21);
     const dst = Buffer.alloc(size);

@@ -5,7 +5,8 @@ import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { Client, Code, cuda, GdrpcError, type Tensor } from '../../core/index.ts';
 import { Echo } from './fixtures/services.ts';
 import { TestClients } from './fixtures/clients.ts';
-import { killAll, startServer, type Peer } from './fixtures/peers.ts';
+import { startServer, type ListeningPeer } from './fixtures/peers.ts';
+import { disposePeers } from '../support/peer.ts';
 import { expectPoolsEmpty, serverStats } from './fixtures/stats.ts';
 import { byteSum, patterned } from './fixtures/tensors.ts';
 
@@ -14,7 +15,7 @@ const clients = new TestClients();
 const gpu = cuda.available() && cuda.deviceCount() > 0;
 if (!gpu) console.log(`test/rpc/admission: the CUDA pool case is skipped, no GPU (${cuda.unavailableReason() ?? 'no device'})`);
 
-const connect = (server: Peer): Promise<Client> => clients.connect(server.address, { poolBytes: 0 });
+const connect = (server: ListeningPeer): Promise<Client> => clients.connect(server.address, { poolBytes: 0 });
 
 async function failure(promise: Promise<unknown>): Promise<GdrpcError> {
   const error = await promise.then(() => undefined, (e: unknown) => e);
@@ -48,15 +49,15 @@ async function backToBack(calls: number, call: (x: Tensor, i: number) => Promise
 
 afterEach(async () => {
   await clients.closeAll();
-  await killAll();
+  await disposePeers();
 });
-afterAll(async () => { await killAll(); });
+afterAll(async () => { await disposePeers(); });
 
 describe('memory admission', () => {
   it('back-to-back calls whose arguments fill the pool never fail: each waits for a block to come back', async () => {
     // 16 MiB arguments in a 24 MiB pool, two callers back to back (100 calls): a call's block can
     // only be carved once another call's block (held until its echoed result has left) is back.
-    const server = await startServer({ poolBytes: 24 * MiB, maxTensorBytes: 32 * MiB });
+    await using server = await startServer({ poolBytes: 24 * MiB, maxTensorBytes: 32 * MiB });
     const client = await connect(server);
     const failures = await backToBack(100, async (x, i) => {
       const result = await client.unary(Echo.methods.echo!, { x, tag: String(i) });
@@ -69,7 +70,7 @@ describe('memory admission', () => {
   }, 180_000);
 
   it('a tensor that does not fit waits for a release, then is served', async () => {
-    const server = await startServer({ poolBytes: 8 * MiB, maxTensorBytes: 8 * MiB });
+    await using server = await startServer({ poolBytes: 8 * MiB, maxTensorBytes: 8 * MiB });
     const client = await connect(server);
     const first = patterned(6 * MiB, 1);
     const second = patterned(6 * MiB, 2);
@@ -83,7 +84,7 @@ describe('memory admission', () => {
   });
 
   it('the call\'s deadline ends the wait: DEADLINE_EXCEEDED, and the waiter is gone from the server', async () => {
-    const server = await startServer({ poolBytes: 8 * MiB, maxTensorBytes: 8 * MiB });
+    await using server = await startServer({ poolBytes: 8 * MiB, maxTensorBytes: 8 * MiB });
     const client = await connect(server);
     const stop = new AbortController();
     const holding = client.unary(Echo.methods.hold!, { x: patterned(6 * MiB), ms: 60_000 }, { signal: stop.signal }).catch((e: GdrpcError) => e);
@@ -97,7 +98,7 @@ describe('memory admission', () => {
   });
 
   it('RESOURCE_EXHAUSTED names the server\'s pool and its options: at once when it can never fit, after poolWaitMs otherwise', async () => {
-    const server = await startServer({ poolBytes: 4 * MiB, maxTensorBytes: 16 * MiB, poolWaitMs: 100 });
+    await using server = await startServer({ poolBytes: 4 * MiB, maxTensorBytes: 16 * MiB, poolWaitMs: 100 });
     const client = await connect(server);
     const never = await failure(client.unary(Echo.methods.checksum!, { x: patterned(8 * MiB) }));
     expect(never.code).toBe(Code.RESOURCE_EXHAUSTED);
@@ -124,7 +125,7 @@ describe('memory admission', () => {
   });
 
   it('a connection over its share of the pool lets another connection\'s tensor go first', async () => {
-    const server = await startServer({ poolBytes: 32 * MiB, maxTensorBytes: 16 * MiB, maxPoolBytesPerConnection: 16 * MiB });
+    await using server = await startServer({ poolBytes: 32 * MiB, maxTensorBytes: 16 * MiB, maxPoolBytesPerConnection: 16 * MiB });
     const greedy = await connect(server);
     const other = await connect(server);
     const stop = new AbortController();
@@ -150,7 +151,7 @@ describe('memory admission', () => {
   it('cancel, then reuse of the same pool block: the next call reads its own bytes', async () => {
     // One 16 MiB block fits in the pool at a time: the second call of each pair gets the block the
     // cancelled one was receiving into, only once UCX is done with it.
-    const server = await startServer({ poolBytes: 24 * MiB, maxTensorBytes: 16 * MiB });
+    await using server = await startServer({ poolBytes: 24 * MiB, maxTensorBytes: 16 * MiB });
     const client = await connect(server);
     for (let i = 0; i < 20; i += 1) {
       const stop = new AbortController();
@@ -165,7 +166,7 @@ describe('memory admission', () => {
   }, 120_000);
 
   it.skipIf(!gpu)('back-to-back calls into a CUDA pool wait for its blocks too (bytes checked on the host)', async () => {
-    const server = await startServer({ poolBytes: 24 * MiB, maxTensorBytes: 32 * MiB });
+    await using server = await startServer({ poolBytes: 24 * MiB, maxTensorBytes: 32 * MiB });
     const client = await connect(server);
     const failures = await backToBack(40, async (x) => {
       const result = await client.unary(Echo.methods.echoCuda!, { x });

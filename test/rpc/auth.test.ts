@@ -4,13 +4,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, Code, GdrpcError } from '../../core/index.ts';
 import { FrameKind } from '../../core/wire/frames.ts';
 import { Echo } from './fixtures/services.ts';
-import { killAll, startServer, type Peer } from './fixtures/peers.ts';
+import { startServer, type ListeningPeer } from './fixtures/peers.ts';
+import { disposePeers } from '../support/peer.ts';
 import { RawPeer } from './fixtures/raw-peer.ts';
 import { serverStats } from './fixtures/stats.ts';
 import { patterned } from './fixtures/tensors.ts';
 
 const TOKEN = 'correct horse battery staple';
-let server: Peer;
+let server: ListeningPeer;
 let admitted: Client;
 
 beforeAll(async () => {
@@ -19,7 +20,7 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await admitted?.close();
-  await killAll();
+  await disposePeers();
 });
 
 async function connectError(token: string | undefined): Promise<GdrpcError> {

@@ -4,14 +4,15 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, Code, GdrpcError, callInfo, cuda, type Tensor } from '../../core/index.ts';
 import { Echo } from './fixtures/services.ts';
-import { killAll, startServer, type Peer } from './fixtures/peers.ts';
+import { startServer, type ListeningPeer } from './fixtures/peers.ts';
+import { disposePeers } from '../support/peer.ts';
 import { patterned } from './fixtures/tensors.ts';
 
 const gpu = cuda.available() && cuda.deviceCount() > 0;
 if (!gpu) console.log(`test/rpc/cuda: skipped, no GPU (${cuda.unavailableReason() ?? 'no device'})`);
 const MiB = 1 << 20;
 
-let server: Peer;
+let server: ListeningPeer;
 let client: Client;
 
 /** A patterned tensor of `size` bytes in the client's GPU pool. */
@@ -29,7 +30,7 @@ describe.skipIf(!gpu)('cuda tensors', () => {
   });
   afterAll(async () => {
     await client?.close();
-    await killAll();
+    await disposePeers();
   });
 
   for (const size of [MiB, 64 * MiB]) {

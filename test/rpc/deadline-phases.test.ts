@@ -7,7 +7,8 @@ import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { Client, Code, GdrpcError } from '../../core/index.ts';
 import { Echo } from './fixtures/services.ts';
 import { TestClients } from './fixtures/clients.ts';
-import { killAll, startServer } from './fixtures/peers.ts';
+import { startServer } from './fixtures/peers.ts';
+import { disposePeers } from '../support/peer.ts';
 import { patterned } from './fixtures/tensors.ts';
 
 const LATE_BOUND_MS = 1500;
@@ -15,9 +16,9 @@ const clients = new TestClients();
 
 afterEach(async () => {
   await clients.closeAll();
-  await killAll();
+  await disposePeers();
 });
-afterAll(async () => { await killAll(); });
+afterAll(async () => { await disposePeers(); });
 
 /** Runs `call` with the deadline `ms` from now; returns its error and how late it came. */
 async function lateness(ms: number, call: (deadline: Date) => Promise<unknown>): Promise<{ error: GdrpcError; lateMs: number }> {
@@ -43,7 +44,7 @@ describe('deadlines in every phase', () => {
     const client = await clients.connect(server.address, { livenessMs: 3000 });
     await client.unary(Echo.methods.ping!, { n: 1 });
     const gone = new Promise((resolve) => client.once('disconnect', resolve));
-    server.kill('SIGKILL');
+    server.kill();
     await gone;
     await server.exited;
     // Something that accepts TCP connections on the same port and never answers.
@@ -62,23 +63,23 @@ describe('deadlines in every phase', () => {
   });
 
   it('argument bytes: a 256 MiB upload to a stopped server', async () => {
-    const server = await startServer({ poolBytes: 300 << 20, maxTensorBytes: 300 << 20 });
+    await using server = await startServer({ poolBytes: 300 << 20, maxTensorBytes: 300 << 20 });
     const client = await clients.connect(server.address, { poolBytes: 0 });
     await client.unary(Echo.methods.ping!, { n: 1 });
     const x = patterned(256 << 20, 3);
-    server.kill('SIGSTOP');
+    server.stop();
     try {
       const { error, lateMs } = await lateness(500, (deadline) => client.unary(Echo.methods.checksum!, { x }, { deadline }));
       report('argument bytes', lateMs);
       expect(error.code).toBe(Code.DEADLINE_EXCEEDED);
       expect(lateMs).toBeLessThan(LATE_BOUND_MS);
     } finally {
-      server.kill('SIGCONT');
+      server.resume();
     }
   });
 
   it('handler', async () => {
-    const server = await startServer();
+    await using server = await startServer();
     const client = await clients.connect(server.address);
     const { error, lateMs } = await lateness(300, (deadline) => client.unary(Echo.methods.sleep!, { ms: 10_000 }, { deadline }));
     report('handler', lateMs);
@@ -87,7 +88,7 @@ describe('deadlines in every phase', () => {
   });
 
   it('results: between the items of a stream', async () => {
-    const server = await startServer();
+    await using server = await startServer();
     const client = await clients.connect(server.address);
     const items: number[] = [];
     const { error, lateMs } = await lateness(300, async (deadline) => {

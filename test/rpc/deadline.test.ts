@@ -4,12 +4,13 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, Code, type Tensor } from '../../core/index.ts';
 import { Echo } from './fixtures/services.ts';
-import { killAll, startServer, type Peer } from './fixtures/peers.ts';
+import { startServer, type ListeningPeer } from './fixtures/peers.ts';
+import { disposePeers } from '../support/peer.ts';
 import { codeOf, expectPoolsEmpty, serverStats } from './fixtures/stats.ts';
 import { patterned } from './fixtures/tensors.ts';
 
 const MiB = 1 << 20;
-let server: Peer;
+let server: ListeningPeer;
 let client: Client;
 let big: Tensor;
 
@@ -20,7 +21,7 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await client?.close();
-  await killAll();
+  await disposePeers();
 });
 
 describe('deadlines', () => {

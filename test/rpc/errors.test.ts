@@ -3,11 +3,12 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, Code, GdrpcError, Tensor, registerService } from '../../core/index.ts';
 import { Echo, EchoWrongDType, Missing, MissingMethod } from './fixtures/services.ts';
-import { killAll, startServer, type Peer } from './fixtures/peers.ts';
+import { startServer, type ListeningPeer } from './fixtures/peers.ts';
+import { disposePeers } from '../support/peer.ts';
 import { patterned } from './fixtures/tensors.ts';
 
 const MiB = 1 << 20;
-let server: Peer;
+let server: ListeningPeer;
 let client: Client;
 
 async function serverStats(): Promise<{ runs: Record<string, number>; aborted: string[]; activeCalls: number; pools: Array<{ used: number; liveTensors: number }> }> {
@@ -27,7 +28,7 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await client?.close();
-  await killAll();
+  await disposePeers();
 });
 
 describe('refusals', () => {

@@ -4,7 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { Code, GdrpcError, Server, type UnaryHandler } from '../../core/index.ts';
 import { Echo } from './fixtures/services.ts';
-import { killAll, startPeer } from './fixtures/peers.ts';
+import { disposePeers, spawnPeer } from '../support/peer.ts';
 
 const clientMain = fileURLToPath(new URL('./fixtures/client-main.ts', import.meta.url));
 const server = Server.create({ token: 'events-token' });
@@ -14,7 +14,7 @@ handlers.sleep = (_args, ctx) => new Promise((resolve) => ctx.signal.addEventLis
 server.register(Echo, handlers);
 
 afterAll(async () => {
-  await killAll();
+  await disposePeers();
   await server.shutdown({ graceMs: 0 });
 });
 
@@ -28,14 +28,14 @@ describe('server events', () => {
     server.on('disconnect', ({ peer }) => disconnects.push(peer));
     server.on('error', (error) => errors.push(error));
 
-    const good = await startPeer(clientMain, { GDRPC_TEST_CLIENT: JSON.stringify({ address: `127.0.0.1:${port}`, scenario: 'sleep', token: 'events-token' }) });
+    await using good = await spawnPeer(clientMain, { env: { GDRPC_TEST_CLIENT: JSON.stringify({ address: `127.0.0.1:${port}`, scenario: 'sleep', token: 'events-token' }) } });
     await expect.poll(() => server.activeCalls, { timeout: 5000 }).toBe(1);
     expect(connections).toHaveLength(1);
-    good.kill('SIGKILL');
+    good.kill();
     await expect.poll(() => disconnects, { timeout: 4000 }).toEqual(connections);
     await expect.poll(() => server.activeCalls, { timeout: 4000 }).toBe(0);
 
-    const bad = await startPeer(clientMain, { GDRPC_TEST_CLIENT: JSON.stringify({ address: `127.0.0.1:${port}`, scenario: 'sleep', token: 'wrong' }) }).catch((e: unknown) => e);
+    const bad = await spawnPeer(clientMain, { env: { GDRPC_TEST_CLIENT: JSON.stringify({ address: `127.0.0.1:${port}`, scenario: 'sleep', token: 'wrong' }) } }).catch((e: unknown) => e);
     expect(bad).toBeInstanceOf(Error); // the client process fails to connect and exits
     await expect.poll(() => errors.map((e) => e.code), { timeout: 4000 }).toContain(Code.UNAUTHENTICATED);
     expect(connections).toHaveLength(1);

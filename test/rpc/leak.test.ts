@@ -3,11 +3,12 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, nativeStats, remoteExposures, serveRemoteTensors, shutdownOwner, type Tensor } from '../../core/index.ts';
 import { Echo } from './fixtures/services.ts';
-import { killAll, startServer, type Peer } from './fixtures/peers.ts';
+import { startServer, type ListeningPeer } from './fixtures/peers.ts';
+import { disposePeers } from '../support/peer.ts';
 import { expectPoolsEmpty, serverStats } from './fixtures/stats.ts';
 import { patterned } from './fixtures/tensors.ts';
 
-let server: Peer;
+let server: ListeningPeer;
 let client: Client;
 
 beforeAll(async () => {
@@ -18,7 +19,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await client?.close();
   await shutdownOwner();
-  await killAll();
+  await disposePeers();
 });
 
 describe('resource accounting', () => {

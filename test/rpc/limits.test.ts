@@ -3,9 +3,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, Code, GdrpcError } from '../../core/index.ts';
 import { Echo } from './fixtures/services.ts';
-import { killAll, startServer, type Peer } from './fixtures/peers.ts';
+import { startServer, type ListeningPeer } from './fixtures/peers.ts';
+import { disposePeers } from '../support/peer.ts';
 
-let server: Peer;
+let server: ListeningPeer;
 let a: Client;
 let b: Client;
 
@@ -16,7 +17,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await a?.close();
   await b?.close();
-  await killAll();
+  await disposePeers();
 });
 
 const outcomes = async (calls: Array<Promise<unknown>>): Promise<string[]> =>

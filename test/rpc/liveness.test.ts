@@ -4,41 +4,42 @@ import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Client, Code, GdrpcError, type ClientOptions } from '../../core/index.ts';
 import { Echo } from './fixtures/services.ts';
-import { killAll, startPeer, startServer } from './fixtures/peers.ts';
+import { startServer } from './fixtures/peers.ts';
+import { disposePeers, spawnPeer } from '../support/peer.ts';
 import { TestClients } from './fixtures/clients.ts';
 import { codeOf, serverStats } from './fixtures/stats.ts';
 
 const clients = new TestClients();
 afterEach(async () => {
   await clients.closeAll();
-  await killAll();
+  await disposePeers();
 });
 const connect = (address: string, options?: ClientOptions): Promise<Client> => clients.connect(address, options);
 
 describe('liveness', () => {
   it('a server killed mid-call fails the call UNAVAILABLE within the liveness time', async () => {
-    const server = await startServer();
+    await using server = await startServer();
     const client = await connect(server.address);
     const disconnected = new Promise<GdrpcError>((resolve) => client.once('disconnect', resolve));
     const call = client.unary(Echo.methods.sleep!, { ms: 60_000 });
     await new Promise((resolve) => setTimeout(resolve, 200));
     const killedAt = Date.now();
-    server.kill('SIGKILL');
+    server.kill();
     expect(await codeOf(call)).toBe(Code.UNAVAILABLE);
     expect(Date.now() - killedAt).toBeLessThan(2500);
     expect((await disconnected).code).toBe(Code.UNAVAILABLE);
   });
 
   it('a hung server (stopped, socket open) is detected by keepalive silence', async () => {
-    const server = await startServer({ livenessMs: 5000 });
+    await using server = await startServer({ livenessMs: 5000 });
     const client = await connect(server.address, { livenessMs: 800 });
     const call = client.unary(Echo.methods.sleep!, { ms: 60_000 });
     await new Promise((resolve) => setTimeout(resolve, 200));
     const stoppedAt = Date.now();
-    server.kill('SIGSTOP');
+    server.stop();
     const error = await call.then(() => undefined, (e: GdrpcError) => e);
     const elapsed = Date.now() - stoppedAt;
-    server.kill('SIGKILL');
+    server.kill();
     expect(error?.code).toBe(Code.UNAVAILABLE);
     expect(error?.message).toMatch(/silent/);
     expect(elapsed).toBeGreaterThanOrEqual(500);
@@ -46,14 +47,14 @@ describe('liveness', () => {
   });
 
   it('the server aborts the calls of a client that died', async () => {
-    const server = await startServer();
+    await using server = await startServer();
     const observer = await connect(server.address);
-    const peer = await startPeer(fileURLToPath(new URL('./fixtures/client-main.ts', import.meta.url)), {
-      GDRPC_TEST_CLIENT: JSON.stringify({ address: server.address, scenario: 'sleep' }),
+    await using peer = await spawnPeer(fileURLToPath(new URL('./fixtures/client-main.ts', import.meta.url)), {
+      env: { GDRPC_TEST_CLIENT: JSON.stringify({ address: server.address, scenario: 'sleep' }) },
     });
     await expect.poll(async () => (await serverStats(observer)).runs.sleep ?? 0, { timeout: 5000 }).toBe(1);
     const killedAt = Date.now();
-    peer.kill('SIGKILL');
+    peer.kill();
     await expect.poll(async () => (await serverStats(observer)).aborted.some((a) => /^sleep:.*UNAVAILABLE/.test(a)), { timeout: 4000, interval: 50 }).toBe(true);
     expect(Date.now() - killedAt).toBeLessThan(2500);
     expect((await serverStats(observer)).activeCalls).toBe(1); // only the stats call itself
@@ -70,7 +71,7 @@ describe('liveness', () => {
     const client = await connect(first.address);
     expect((await client.unary(Echo.methods.ping!, { n: 1 })).n).toBe(1);
     const disconnected = new Promise((resolve) => client.once('disconnect', resolve));
-    first.kill('SIGKILL');
+    first.kill();
     await disconnected;
     await first.exited;
     // The old listening socket can linger for a moment after the process is gone.
@@ -87,9 +88,9 @@ describe('liveness', () => {
   });
 
   it('connecting to nothing fails UNAVAILABLE', async () => {
-    const server = await startServer();
+    await using server = await startServer();
     const port = server.port;
-    server.kill('SIGKILL');
+    server.kill();
     await server.exited;
     const error = await Client.connect(`127.0.0.1:${port}`, { connectTimeoutMs: 3000 }).then(() => undefined, (e: unknown) => e);
     expect(error).toBeInstanceOf(GdrpcError);

@@ -7,11 +7,12 @@ import { FrameKind } from '../../core/wire/frames.ts';
 import { ConnectionKey, dataTag } from '../../core/wire/tag.ts';
 import { packMessage } from '../../core/wire/message.ts';
 import { Echo } from './fixtures/services.ts';
-import { killAll, startServer, type Peer } from './fixtures/peers.ts';
+import { startServer, type ListeningPeer } from './fixtures/peers.ts';
+import { disposePeers } from '../support/peer.ts';
 import { RawPeer } from './fixtures/raw-peer.ts';
 import { expectPoolsEmpty, serverStats } from './fixtures/stats.ts';
 
-let server: Peer;
+let server: ListeningPeer;
 let good: Client;
 const packr = new Packr({ useRecords: false });
 const echoRequest = (x: Record<string, unknown>) => ({ svc: Echo.name, m: 'echo', a: { x, tag: 'raw' } });
@@ -22,7 +23,7 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await good?.close();
-  await killAll();
+  await disposePeers();
 });
 
 async function admittedRaw(): Promise<RawPeer> {

@@ -4,15 +4,16 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, closeProcessPools, createPool, nativeStats, processPool, type Tensor } from '../../core/index.ts';
 import { Echo } from './fixtures/services.ts';
-import { killAll, startServer, type Peer } from './fixtures/peers.ts';
+import { startServer, type ListeningPeer } from './fixtures/peers.ts';
+import { disposePeers } from '../support/peer.ts';
 import { patterned } from './fixtures/tensors.ts';
 
-let server: Peer;
+let server: ListeningPeer;
 
 beforeAll(async () => { server = await startServer({ poolBytes: 8 << 20 }); });
 afterAll(async () => {
   await closeProcessPools();
-  await killAll();
+  await disposePeers();
 });
 
 describe('process pools', () => {

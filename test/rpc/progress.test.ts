@@ -3,14 +3,15 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { Client, Code, type GdrpcError } from '../../core/index.ts';
 import { Echo } from './fixtures/services.ts';
-import { killAll, startServer } from './fixtures/peers.ts';
+import { startServer } from './fixtures/peers.ts';
+import { disposePeers } from '../support/peer.ts';
 import { patterned } from './fixtures/tensors.ts';
 
-afterAll(async () => { await killAll(); });
+afterAll(async () => { await disposePeers(); });
 
 describe('progress', () => {
   it('a 256 MiB upload to a stopped server leaves timers running and fails UNAVAILABLE', async () => {
-    const server = await startServer({ poolBytes: 320 << 20, maxTensorBytes: 512 << 20 });
+    await using server = await startServer({ poolBytes: 320 << 20, maxTensorBytes: 512 << 20 });
     const client = await Client.connect(server.address, { livenessMs: 1500, poolBytes: 0 });
     try {
       await client.unary(Echo.methods.ping!, { n: 1 });
@@ -20,7 +21,7 @@ describe('progress', () => {
       const started = Date.now();
       const call = client.unary(Echo.methods.checksum!, { x }).then(() => undefined, (e: GdrpcError) => e);
       // Stopped mid-transfer, once its bytes have started to move.
-      setTimeout(() => server.kill('SIGSTOP'), Number(process.env.STOP_AFTER_MS ?? 30));
+      setTimeout(() => server.stop(), Number(process.env.STOP_AFTER_MS ?? 30));
       const error = await call;
       const elapsed = Date.now() - started;
       clearInterval(timer);
@@ -29,7 +30,7 @@ describe('progress', () => {
       // A frozen loop ticks 0 times; a loaded machine still ticks far more than this.
       expect(ticks).toBeGreaterThan(elapsed / 10 / 10);
     } finally {
-      server.kill('SIGKILL');
+      server.kill();
       await client.close();
     }
   });

@@ -3,12 +3,13 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, Code, remoteExposures, serveRemoteTensors, shutdownOwner, type GdrpcError } from '../../core/index.ts';
 import { Echo } from './fixtures/services.ts';
-import { killAll, startServer, type Peer } from './fixtures/peers.ts';
+import { startServer, type ListeningPeer } from './fixtures/peers.ts';
+import { disposePeers } from '../support/peer.ts';
 import { serverStats } from './fixtures/stats.ts';
 import { byteSum, patterned } from './fixtures/tensors.ts';
 
-let a: Peer;
-let b: Peer;
+let a: ListeningPeer;
+let b: ListeningPeer;
 let client: Client;
 
 beforeAll(async () => {
@@ -20,7 +21,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await client?.close();
   await shutdownOwner();
-  await killAll();
+  await disposePeers();
 });
 
 describe('remote tensors', () => {

@@ -3,18 +3,19 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { Client, Code } from '../../core/index.ts';
 import { Echo } from './fixtures/services.ts';
-import { killAll, startServer } from './fixtures/peers.ts';
+import { startServer } from './fixtures/peers.ts';
+import { disposePeers } from '../support/peer.ts';
 import { codeOf } from './fixtures/stats.ts';
 
 const clients: Client[] = [];
 afterEach(async () => {
   await Promise.all(clients.splice(0).map((client) => client.close()));
-  await killAll();
+  await disposePeers();
 });
 
 describe('shutdown', () => {
   it('drains calls in flight, refuses new ones, then exits', async () => {
-    const server = await startServer();
+    await using server = await startServer();
     const client = await Client.connect(server.address);
     clients.push(client);
     const inFlight = [client.unary(Echo.methods.sleep!, { ms: 800 }), client.unary(Echo.methods.sleep!, { ms: 600 })];
@@ -26,19 +27,19 @@ describe('shutdown', () => {
     const results = await Promise.all(inFlight);
     expect(results.map((r) => r.aborted)).toEqual([false, false]);
     await server.waitFor(/SHUTDOWN/, 5000);
-    expect(await server.exited).toBe(0);
+    expect((await server.exited).code).toBe(0);
     // Exited once drained, long before the 10 s grace.
     expect(Date.now() - started).toBeLessThan(6000);
   });
 
   it('aborts calls that outlast the grace period with UNAVAILABLE', async () => {
-    const server = await startServer();
+    await using server = await startServer();
     const client = await Client.connect(server.address);
     clients.push(client);
     const call = client.unary(Echo.methods.sleep!, { ms: 30_000 });
     await new Promise((resolve) => setTimeout(resolve, 150));
     server.send('shutdown 300');
     expect(await codeOf(call)).toBe(Code.UNAVAILABLE);
-    expect(await server.exited).toBe(0);
+    expect((await server.exited).code).toBe(0);
   });
 });

@@ -6,12 +6,13 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { callInfo, Client, Code, GdrpcError, processPool, closeProcessPools, serveRemoteTensors, shutdownOwner, type Tensor } from '../../core/index.ts';
 import { setHostStagingForTests } from '../../core/rpc/movers/staging.ts';
 import { Echo } from './fixtures/services.ts';
-import { killAll, startServer, type Peer } from './fixtures/peers.ts';
+import { startServer, type ListeningPeer } from './fixtures/peers.ts';
+import { disposePeers } from '../support/peer.ts';
 import { patterned } from './fixtures/tensors.ts';
 
 const KiB = 1024;
-let plain: Peer;
-let staging: Peer;
+let plain: ListeningPeer;
+let staging: ListeningPeer;
 
 async function runs(client: Client): Promise<number> {
   const result = await client.unary(Echo.methods.stats!, {});
@@ -32,7 +33,7 @@ afterAll(async () => {
   setHostStagingForTests(false);
   await shutdownOwner();
   await closeProcessPools();
-  await killAll();
+  await disposePeers();
 });
 
 describe('staging through host memory (forced on host tensors)', () => {

@@ -2,11 +2,12 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, Code, type Tensor } from '../../core/index.ts';
 import { Echo } from './fixtures/services.ts';
-import { killAll, startServer, type Peer } from './fixtures/peers.ts';
+import { startServer, type ListeningPeer } from './fixtures/peers.ts';
+import { disposePeers } from '../support/peer.ts';
 import { codeOf, expectPoolsEmpty, serverStats } from './fixtures/stats.ts';
 import { byteSum, patterned } from './fixtures/tensors.ts';
 
-let server: Peer;
+let server: ListeningPeer;
 let client: Client;
 
 beforeAll(async () => {
@@ -15,7 +16,7 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await client?.close();
-  await killAll();
+  await disposePeers();
 });
 
 async function collect(iterable: AsyncIterable<Record<string, unknown>>): Promise<number[]> {

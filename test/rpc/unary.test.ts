@@ -3,7 +3,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, callInfo, Code, GdrpcError, type Tensor } from '../../core/index.ts';
 import { Echo } from './fixtures/services.ts';
-import { killAll, startServer, type Peer } from './fixtures/peers.ts';
+import { startServer, type ListeningPeer } from './fixtures/peers.ts';
+import { disposePeers } from '../support/peer.ts';
 import { patterned } from './fixtures/tensors.ts';
 
 const MiB = 1 << 20;
@@ -11,7 +12,7 @@ const SIZES = [0, 1, 4095, 4096, 4097, MiB, 64 * MiB];
 // The rma mover is off unless a process opts in (docs/security.md); unsafe-rma.test.ts covers it.
 const MOVERS = ['auto', 'inline', 'tag'] as const;
 
-let server: Peer;
+let server: ListeningPeer;
 let client: Client;
 
 beforeAll(async () => {
@@ -20,7 +21,7 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await client?.close();
-  await killAll();
+  await disposePeers();
 });
 
 describe('unary', () => {

@@ -4,12 +4,13 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, Code, nativeStats, type GdrpcError, type Tensor } from '../../core/index.ts';
 import { Echo } from './fixtures/services.ts';
-import { killAll, startServer, type Peer } from './fixtures/peers.ts';
+import { startServer, type ListeningPeer } from './fixtures/peers.ts';
+import { disposePeers } from '../support/peer.ts';
 import { expectPoolsEmpty } from './fixtures/stats.ts';
 import { patterned } from './fixtures/tensors.ts';
 
 const MiB = 1 << 20;
-let server: Peer;
+let server: ListeningPeer;
 let client: Client;
 const previous = process.env.GDRPC_UNSAFE_RMA;
 
@@ -25,7 +26,7 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await client?.close();
-  await killAll();
+  await disposePeers();
   if (previous === undefined) delete process.env.GDRPC_UNSAFE_RMA;
   else process.env.GDRPC_UNSAFE_RMA = previous;
 });
@@ -49,17 +50,17 @@ describe('rma mover (GDRPC_UNSAFE_RMA=1 on both sides)', () => {
   });
 
   it('memory exposed to a peer that dies is unregistered', async () => {
-    const stopped = await startServer({ livenessMs: 5000 });
+    await using stopped = await startServer({ livenessMs: 5000 });
     const other = await Client.connect(stopped.address, { livenessMs: 800 });
     try {
       await other.unary(Echo.methods.ping!, { n: 0 });
       const before = nativeStats();
-      stopped.kill('SIGSTOP');
+      stopped.stop();
       const call = other.unary(Echo.methods.checksum!, { x: patterned(MiB) }, { mover: 'rma' });
       await new Promise((resolve) => setTimeout(resolve, 100));
       expect(nativeStats().regions).toBe(before.regions + 1);
       expect(await codeOf(call)).toBe(Code.UNAVAILABLE);
-      stopped.kill('SIGKILL');
+      stopped.kill();
       expect(nativeStats().regions).toBe(before.regions);
       expect(nativeStats().rkeys).toBe(before.rkeys);
     } finally {
@@ -68,7 +69,7 @@ describe('rma mover (GDRPC_UNSAFE_RMA=1 on both sides)', () => {
   });
 
   it('a server without the opt-in refuses the RMA descriptor (INVALID_ARGUMENT) and keeps serving', async () => {
-    const strict = await startServer({}, { GDRPC_UNSAFE_RMA: '0' });
+    await using strict = await startServer({}, { GDRPC_UNSAFE_RMA: '0' });
     const other = await Client.connect(strict.address);
     try {
       expect(await codeOf(other.unary(Echo.methods.checksum!, { x: patterned(MiB) }, { mover: 'rma' }))).toBe(Code.INVALID_ARGUMENT);

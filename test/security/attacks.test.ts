@@ -7,13 +7,14 @@ import { Client, Code, GdrpcError, MemoryRegion, RemoteKey, Tensor, nativeStats 
 import { FrameKind } from '../../core/wire/frames.ts';
 import { ConnectionKey, dataTag } from '../../core/wire/tag.ts';
 import { Echo } from '../rpc/fixtures/services.ts';
-import { killAll, startServer, type Peer } from '../rpc/fixtures/peers.ts';
+import { startServer, type ListeningPeer } from '../rpc/fixtures/peers.ts';
+import { disposePeers } from '../support/peer.ts';
 import { RawPeer } from '../rpc/fixtures/raw-peer.ts';
 import { expectPoolsEmpty, serverStats } from '../rpc/fixtures/stats.ts';
 import { patterned } from '../rpc/fixtures/tensors.ts';
 
 const MiB = 1 << 20;
-let server: Peer;
+let server: ListeningPeer;
 let good: Client;
 let secret: { address: bigint; hex: string };
 
@@ -28,7 +29,7 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await good?.close();
-  await killAll();
+  await disposePeers();
 });
 
 /** The well-behaved client is served (its latency is printed: a loaded CI box is no place to assert it). */
@@ -301,7 +302,7 @@ describe('@remote in a process that only calls', () => {
 // forced back on shows the attack is real (the secret is overwritten).
 describe('puts to the server\'s memory', () => {
   async function putInto(victimEnv: Record<string, string>, target: (secret: bigint) => bigint): Promise<{ intact: boolean; alive: boolean }> {
-    const victim = await startServer({ token: 'the-token' }, victimEnv);
+    await using victim = await startServer({ token: 'the-token' }, victimEnv);
     const [, address, hex] = /SECRET ([0-9a-f]+) ([0-9a-f]+)/.exec(victim.output())!;
     const raw = await admitted(victim.port);
     const { span, rkey } = await forgedRma(raw);

@@ -5,11 +5,12 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client } from '../../core/index.ts';
 import { Echo } from '../rpc/fixtures/services.ts';
-import { killAll, startServer, type Peer } from '../rpc/fixtures/peers.ts';
+import { startServer, type ListeningPeer } from '../rpc/fixtures/peers.ts';
+import { disposePeers } from '../support/peer.ts';
 import { expectPoolsEmpty, serverStats } from '../rpc/fixtures/stats.ts';
 import { fuzz } from './fixtures/fuzzer.ts';
 
-let server: Peer;
+let server: ListeningPeer;
 let good: Client;
 
 beforeAll(async () => {
@@ -18,7 +19,7 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await good?.close();
-  await killAll();
+  await disposePeers();
 });
 
 describe('fuzz', () => {

@@ -1,5 +1,5 @@
 // A server process for the golden fixtures: serves each fixture's generated service with handlers
-// that compute something checkable from their arguments. Prints "LISTENING <port>".
+// that compute something checkable from their arguments. Announces its port when ready.
 import { Server, Tensor } from 'gdrpc';
 import { Collections } from '../fixtures/collections/expected/collections.ts';
 import { Docs } from '../fixtures/docs/expected/docs.ts';
@@ -11,6 +11,7 @@ import { Streams } from '../fixtures/streaming/expected/streaming.ts';
 import { Color, Trees, type Node } from '../fixtures/structs_enums/expected/structs_enums.ts';
 import { Moe } from '../fixtures/struct_dims/expected/struct_dims.ts';
 import { Tensors } from '../fixtures/tensors/expected/tensors.ts';
+import { announceReady } from '../../support/ready-line.ts';
 
 const server = Server.create();
 
@@ -102,5 +103,5 @@ Moe.register(server, {
 });
 
 const { port } = await server.listen({ host: '127.0.0.1', port: 0 });
-console.log(`LISTENING ${port}`);
+announceReady({ port });
 process.stdin.resume();

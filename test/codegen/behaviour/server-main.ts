@@ -1,9 +1,10 @@
 // A server process serving the project's generated services (schemas/gen) with small handlers.
-// Prints "LISTENING <port>" when ready; the behaviour test calls it through generated clients.
+// Announces its port when ready; the behaviour test calls it through generated clients.
 import { Client, Server, Tensor, type CallContext } from 'gdrpc';
 import { Echo } from '../../../schemas/gen/echo.ts';
 import { DecodeWorker, PrefillWorker, RequestState, type DecodeWorkerAcceptArgsReceived } from '../../../schemas/gen/kv_transfer.ts';
 import { Precision, ShardWorker, type ShardWorkerForwardArgs, type ShardWorkerHandlers, type ShardWorkerReduceArgs } from '../../../schemas/gen/tensor_parallel.ts';
+import { announceReady } from '../../support/ready-line.ts';
 
 /** A class-based handler set: register must call its methods with `this` bound. */
 class Shard implements ShardWorkerHandlers {
@@ -93,6 +94,6 @@ DecodeWorker.register(server, {
 });
 
 const { port } = await server.listen({ host: '127.0.0.1', port: 0 });
-console.log(`LISTENING ${port}`);
+announceReady({ port });
 process.stdin.resume();
 process.stdin.on('end', () => void server.shutdown({ graceMs: 100 }).then(() => process.exit(0)));
