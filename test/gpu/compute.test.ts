@@ -13,7 +13,8 @@ import {
   loadKernels, producedOn, Tensor, type Kernels,
 } from '../../core/index.ts';
 import { announce, DRY_RUN, skipReason } from './fixtures/env.ts';
-import { killAll, startServerProcess, type GpuPeer } from './fixtures/peer.ts';
+import { disposePeers } from '../support/peer.ts';
+import { startServerProcess, type GpuPeer } from './fixtures/peer.ts';
 import { byteSum, PlacementService } from './fixtures/placement-service.ts';
 
 announce('test/gpu/compute.test.ts');
@@ -170,7 +171,7 @@ describe.skipIf(skip !== undefined)('stream-ordered send', () => {
     await client?.close();
     module?.close();
     await closeProcessPools();
-    await killAll();
+    await disposePeers();
   });
 
   const SPIN_NS = 3_000_000_000;
