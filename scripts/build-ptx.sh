@@ -3,6 +3,11 @@
 # machine). The PTX is committed; its first line records the SHA-256 of the source it came from,
 # which test/compute/ptx.test.ts compares with the source on every run (stale PTX fails).
 #   bash scripts/build-ptx.sh [out-dir]      (default: native/kernels)
+# The PTX ISA version follows nvcc's release and a driver loads only versions it knows: build with
+# an nvcc no newer than the oldest driver to support (the committed PTX: nvcc 13.0, driver 580).
+# Without a toolkit, the PyPI wheels nvidia-cuda-nvcc, nvidia-nvvm, nvidia-cuda-crt,
+# nvidia-cuda-cccl and nvidia-cuda-runtime of one release, unpacked into one folder, make one:
+# NVCC=<folder>/nvidia/cu13/bin/nvcc.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-native/kernels}

@@ -43,8 +43,14 @@ export function loadKernels(device: Device, options: { stream?: CudaStream } = {
 const THREADS = 256;
 /** Grid-stride kernels need no more blocks than this to fill any current GPU. */
 const MAX_BLOCKS = 65535;
-/** Rows per block of the two gemm kernels; at most SMALL_M rows take the small one. */
+/** Rows per block of the tiled gemm; at most SMALL_M rows take the split-K one. */
+const TILE_M = 64;
 const SMALL_M = 16;
+/** Split-K gemm: columns per block, the longest K slice a block takes, and about how many blocks
+ *  to aim for (several per SM of a large GPU: each streams its slice of B). */
+const SPLIT_COLS = 128;
+const MAX_SLICE = 256;
+const TARGET_BLOCKS = 1024;
 
 class GpuKernels implements Kernels {
   readonly device: Device;
@@ -54,7 +60,10 @@ class GpuKernels implements Kernels {
   readonly #add: CudaKernel;
   readonly #checksum: CudaKernel;
   readonly #gemm: CudaKernel;
-  readonly #gemmSmall: CudaKernel;
+  readonly #splitK: CudaKernel;
+  readonly #splitKEpilogue: CudaKernel;
+  /** f32 partial sums of split-K products, grown on demand (ws[slice][m][n]). */
+  #workspace: { ptr: bigint; bytes: number } | undefined;
 
   constructor(readonly index: number, readonly module: CudaModule, stream: CudaStream | undefined) {
     this.device = `cuda:${index}`;
@@ -63,9 +72,9 @@ class GpuKernels implements Kernels {
     this.#fill = module.kernel('gdrpc_fill_f16', ['ptr', 'u64', 'u32', 'f32']);
     this.#add = module.kernel('gdrpc_add_f16', ['ptr', 'ptr', 'ptr', 'u64']);
     this.#checksum = module.kernel('gdrpc_checksum', ['ptr', 'u64', 'ptr']);
-    const gemm = ['ptr', 'ptr', 'ptr', 'ptr', 'ptr', 'i32', 'i32', 'i32', 'i32'] as const;
-    this.#gemm = module.kernel('gdrpc_gemm_f16', gemm);
-    this.#gemmSmall = module.kernel('gdrpc_gemm_f16_small', gemm);
+    this.#gemm = module.kernel('gdrpc_gemm_f16', ['ptr', 'ptr', 'ptr', 'ptr', 'ptr', 'i32', 'i32', 'i32', 'i32']);
+    this.#splitK = module.kernel('gdrpc_gemm_f16_splitk', ['ptr', 'ptr', 'ptr', 'i32', 'i32', 'i32', 'i32']);
+    this.#splitKEpilogue = module.kernel('gdrpc_gemm_f16_splitk_epilogue', ['ptr', 'i32', 'ptr', 'ptr', 'ptr', 'i32', 'i32', 'i32']);
   }
 
   fill(out: Tensor, options: { seed: number; scale?: number }): void {
@@ -85,10 +94,19 @@ class GpuKernels implements Kernels {
   gemm(out: Tensor, a: Tensor, b: Tensor, options: GemmOptions = {}): void {
     const { m, n, k } = checkGemm(out, a, b, options, this.device);
     if (m === 0 || n === 0) return;
-    const kernel = m <= SMALL_M ? this.#gemmSmall : this.#gemm;
-    const rows = m <= SMALL_M ? SMALL_M : 4 * SMALL_M;
-    kernel.launch({ grid: [Math.ceil(n / 64), Math.ceil(m / rows)], block: THREADS, stream: this.stream },
-      a, b, out, options.bias ?? null, options.residual ?? null, m, n, k, options.relu === true ? 1 : 0);
+    const bias = options.bias ?? null;
+    const residual = options.residual ?? null;
+    const relu = options.relu === true ? 1 : 0;
+    if (m <= SMALL_M && k > 0) {
+      const columns = Math.ceil(n / SPLIT_COLS);
+      const slice = Math.min(MAX_SLICE, Math.max(8, Math.ceil(k / Math.ceil(TARGET_BLOCKS / columns) / 8) * 8));
+      const slices = Math.ceil(k / slice);
+      const ws = this.#workspaceOf(slices * m * n * 4);
+      this.#splitK.launch({ grid: [columns, slices], block: THREADS, stream: this.stream }, a, b, ws, m, n, k, slice);
+      this.#splitKEpilogue.launch(this.#shape(m * n), ws, slices, out, bias, residual, m, n, relu);
+    } else {
+      this.#gemm.launch({ grid: [Math.ceil(n / 64), Math.ceil(m / TILE_M)], block: THREADS, stream: this.stream }, a, b, out, bias, residual, m, n, k, relu);
+    }
     producedOn(out, this.stream);
   }
 
@@ -109,8 +127,25 @@ class GpuKernels implements Kernels {
 
   finished(): Promise<void> { return this.stream.finished(); }
 
+  /** The split-K workspace, at least `bytes` long. A smaller one is freed once the work queued
+   *  on the stream (which may still read it) is done. */
+  #workspaceOf(bytes: number): bigint {
+    if (this.#workspace !== undefined && this.#workspace.bytes >= bytes) return this.#workspace.ptr;
+    if (this.#workspace !== undefined) {
+      this.stream.synchronize();
+      cuda.free(this.#workspace.ptr);
+    }
+    this.#workspace = { ptr: cuda.alloc(this.index, bytes), bytes };
+    return this.#workspace.ptr;
+  }
+
   close(): void {
     if (this.module.closed) return;
+    if (this.#workspace !== undefined) {
+      this.stream.synchronize();
+      cuda.free(this.#workspace.ptr);
+      this.#workspace = undefined;
+    }
     if (this.#ownsStream) this.stream.close();
     this.module.close();
   }

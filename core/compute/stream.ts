@@ -5,15 +5,17 @@ import { Code, GdrpcError } from '../errors.ts';
 import { checkDevice, driver } from '../cuda-driver.ts';
 import { checkSignal, describe, invalid } from '../ucx/check.ts';
 
-/** Polls that spin on the event loop before waiting 1 ms between polls (most GPU work that a
- *  caller awaits ends within microseconds; a long kernel must not cost a core). */
-const EAGER_POLLS = 64;
+/** How long a wait polls once per event-loop turn before it polls once a millisecond: GPU work
+ *  that a caller awaits mostly ends within a few ms (a 1 ms timer there would add up to 1 ms to
+ *  every step), while a long kernel must not cost a core for its whole run. */
+const EAGER_POLL_MS = 10;
 
 /** Resolves once `ready()` says so, polling without blocking the event loop. */
 async function pollUntil(ready: () => boolean, signal: AbortSignal | undefined): Promise<void> {
-  for (let polls = 0; !ready(); polls += 1) {
+  const eagerUntil = performance.now() + EAGER_POLL_MS;
+  while (!ready()) {
     signal?.throwIfAborted();
-    if (polls < EAGER_POLLS) await nextTurn();
+    if (performance.now() < eagerUntil) await nextTurn();
     else await sleep(1);
   }
 }

@@ -71,6 +71,7 @@ __global__ void gdrpc_spin(unsigned long long ns) {
 // C[M, N] = epilogue(A[M, K] x B[K, N]) for row-major f16 A, B, C with f32 accumulation.
 // Epilogue, each part optional (null pointer / 0): + bias[N], ReLU, + residual[M, N].
 // 256 threads per block; a block computes a (16 * ROWS) x 64 tile, a thread ROWS x 4 outputs.
+// (For at most 16 rows, gdrpc_gemm_f16_splitk below does better.)
 template <int ROWS>
 __device__ __forceinline__ void gdrpc_gemm(const __half* __restrict__ A, const __half* __restrict__ B, __half* C,
                                            const __half* __restrict__ bias, const __half* residual, int M, int N, int K,
@@ -134,10 +135,84 @@ __global__ void __launch_bounds__(256) gdrpc_gemm_f16(const __half* A, const __h
   gdrpc_gemm<4>(A, B, C, bias, residual, M, N, K, relu);
 }
 
-// Tiles of 16 rows: for small batches (M <= 16), where 64-row tiles would be mostly padding.
-__global__ void __launch_bounds__(256) gdrpc_gemm_f16_small(const __half* A, const __half* B, __half* C, const __half* bias,
-                                                            const __half* residual, int M, int N, int K, int relu) {
-  gdrpc_gemm<1>(A, B, C, bias, residual, M, N, K, relu);
+// Small M (at most 16 rows, a batch of activations against a weight matrix): the product is bound
+// by reading B once, so the work is split over K as well as N for enough blocks to keep every SM
+// streaming. Each block multiplies a K slice of at most 256 rows of B, 128 columns wide; its 8
+// warps take every 8th row of the slice, a lane 4 adjacent columns (one 8-byte load). The sums
+// of each slice go to ws[slice][m][n] in f32; gdrpc_gemm_f16_splitk_epilogue adds the slices
+// in order (so the result does not depend on scheduling) and applies the epilogue.
+__global__ void __launch_bounds__(256) gdrpc_gemm_f16_splitk(const __half* A, const __half* B, float* ws, int M, int N, int K,
+                                                             int kslice) {
+  constexpr int MAXM = 16, SLICE = 256, COLS = 128, WARPS = 8;
+  __shared__ float As[MAXM][SLICE];
+  __shared__ float red[WARPS][COLS];
+  const int quad = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int n0 = blockIdx.x * COLS, c = n0 + quad * 4;
+  const int k0 = blockIdx.y * kslice, k1 = min(K, k0 + kslice);
+  for (int e = threadIdx.x; e < M * kslice; e += blockDim.x) {
+    int m = e / kslice, kk = e % kslice;
+    As[m][kk] = k0 + kk < K ? __half2float(A[static_cast<size_t>(m) * K + k0 + kk]) : 0.0f;
+  }
+  __syncthreads();
+  float acc[MAXM][4];
+#pragma unroll
+  for (int m = 0; m < MAXM; ++m)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) acc[m][j] = 0.0f;
+  const bool vec = N % 4 == 0 && (reinterpret_cast<unsigned long long>(B) & 7) == 0;
+  for (int k = k0 + warp; k < k1; k += WARPS) {
+    const __half* row = B + static_cast<size_t>(k) * N;
+    float b[4];
+    if (vec && c + 3 < N) {
+      uint2 raw = *reinterpret_cast<const uint2*>(row + c);
+      float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&raw.x));
+      float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&raw.y));
+      b[0] = lo.x; b[1] = lo.y; b[2] = hi.x; b[3] = hi.y;
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) b[j] = c + j < N ? __half2float(row[c + j]) : 0.0f;
+    }
+#pragma unroll
+    for (int m = 0; m < MAXM; ++m) {
+      if (m < M) {
+        float a = As[m][k - k0];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[m][j] = fmaf(a, b[j], acc[m][j]);
+      }
+    }
+  }
+  // The 8 warps' sums of each row, added through shared memory (M is the same for the whole block).
+#pragma unroll
+  for (int m = 0; m < MAXM; ++m) {
+    if (m < M) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) red[warp][quad * 4 + j] = acc[m][j];
+      __syncthreads();
+      if (threadIdx.x < COLS && n0 + threadIdx.x < N) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w) sum += red[w][threadIdx.x];
+        ws[(static_cast<size_t>(blockIdx.y) * M + m) * N + n0 + threadIdx.x] = sum;
+      }
+      __syncthreads();
+    }
+  }
+}
+
+// C[m, n] = epilogue(sum over slices s, in order, of ws[s][m][n]).
+__global__ void gdrpc_gemm_f16_splitk_epilogue(const float* ws, int slices, __half* C, const __half* bias, const __half* residual,
+                                               int M, int N, int relu) {
+  const size_t total = static_cast<size_t>(M) * N;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const int n = static_cast<int>(i % N);
+    float v = 0.0f;
+    for (int s = 0; s < slices; ++s) v += ws[static_cast<size_t>(s) * total + i];
+    if (bias != nullptr) v += __half2float(bias[n]);
+    if (relu) v = fmaxf(v, 0.0f);
+    if (residual != nullptr) v += __half2float(residual[i]);
+    C[i] = __float2half_rn(v);
+  }
 }
 
 }  // extern "C"

@@ -186,8 +186,9 @@ describe.skipIf(skip !== undefined)('stream-ordered send', () => {
     const [busy, producer] = [CudaStream.create(0), CudaStream.create(0)];
     const spinEnd = CudaEvent.create(0);
     const x = Tensor.empty([n], 'u8', { device: 'cuda:0' });
-    const z = Tensor.fromArray(new Uint8Array(16).fill(1)).to('cuda:0');
-    const h = Tensor.fromArray(new Uint8Array(16).fill(2));
+    // x, z and h share the schema's n.
+    const z = Tensor.fromArray(new Uint8Array(n).fill(1)).to('cuda:0');
+    const h = Tensor.fromArray(new Uint8Array(n).fill(2));
     try {
       spin.launch({ grid: 1, block: 1, stream: busy }, SPIN_NS);
       spinEnd.record(busy);
@@ -198,7 +199,7 @@ describe.skipIf(skip !== undefined)('stream-ordered send', () => {
       const ms = performance.now() - t0;
       const spinDoneAtReturn = spinEnd.done;
       await producer.finished();
-      const expected = `${byteSum(x.to('cpu').bytes())} 16 32`;
+      const expected = `${byteSum(x.to('cpu').bytes())} ${n} ${2 * n}`;
       await busy.finished();
       return { ms, spinDoneAtReturn, sums: result.sums, expected };
     } finally {
@@ -209,7 +210,7 @@ describe.skipIf(skip !== undefined)('stream-ordered send', () => {
 
   it('a tensor that names its producer waits for that stream only; another waits for the device', async () => {
     // Warm-up: connection, pools, cuda_ipc handles.
-    await client.unary(take, { x: Tensor.zeros([n], 'u8', { device: 'cuda:0' }), z: Tensor.zeros([16], 'u8', { device: 'cuda:0' }), h: Tensor.zeros([16], 'u8') });
+    await client.unary(take, { x: Tensor.zeros([n], 'u8', { device: 'cuda:0' }), z: Tensor.zeros([n], 'u8', { device: 'cuda:0' }), h: Tensor.zeros([n], 'u8') });
     const ordered = await sendDuringSpin(true);
     const synced = await sendDuringSpin(false);
     console.log(`1 MiB send while a 3 s kernel runs on another stream: producer event ${ordered.ms.toFixed(2)} ms, device synchronize ${synced.ms.toFixed(2)} ms`);
