@@ -86,22 +86,24 @@ export class CudaKernel {
       stream = s.handle;
     }
     if (args.length !== this.params.length) throw invalid(`${what} takes ${this.params.length} arguments, got ${args.length}`);
-    driver().launch(this.module.device, this.handle, grid, block, sharedBytes, stream, this.#pack(args));
+    const { bytes, offsets } = this.#pack(args);
+    driver().launch(this.module.device, this.handle, grid, block, sharedBytes, stream, bytes, offsets);
   }
 
-  /** The arguments at their natural alignment, as CU_LAUNCH_PARAM_BUFFER_POINTER reads them. */
-  #pack(args: KernelArg[]): Uint8Array {
+  /** The arguments packed at their natural alignment, and where each one starts. */
+  #pack(args: KernelArg[]): { bytes: Uint8Array; offsets: Uint32Array } {
+    const offsets = new Uint32Array(this.params.length);
     let size = 0;
-    for (const p of this.params) size = align(size, WIDTH[p]) + WIDTH[p];
-    const bytes = new Uint8Array(align(size, 8));
-    const view = new DataView(bytes.buffer);
-    let offset = 0;
-    this.params.forEach((param, i) => {
-      offset = align(offset, WIDTH[param]);
-      write(view, offset, param, args[i]!, `kernel ${this.name} argument ${i} (${param})`, this.module.device);
-      offset += WIDTH[param];
+    this.params.forEach((p, i) => {
+      offsets[i] = align(size, WIDTH[p]);
+      size = offsets[i]! + WIDTH[p];
     });
-    return bytes;
+    const bytes = new Uint8Array(Math.max(size, 1));
+    const view = new DataView(bytes.buffer);
+    this.params.forEach((param, i) => {
+      write(view, offsets[i]!, param, args[i]!, `kernel ${this.name} argument ${i} (${param})`, this.module.device);
+    });
+    return { bytes, offsets };
   }
 }
 

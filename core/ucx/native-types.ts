@@ -65,7 +65,7 @@ export interface NativeCuda {
   moduleLoad(device: number, image: Uint8Array): bigint;
   moduleUnload(device: number, module: bigint): void;
   moduleFunction(device: number, module: bigint, name: string): { handle: bigint; maxThreadsPerBlock: number };
-  launch(device: number, fn: bigint, grid: number[], block: number[], sharedBytes: number, stream: bigint, args: Uint8Array): void;
+  launch(device: number, fn: bigint, grid: number[], block: number[], sharedBytes: number, stream: bigint, args: Uint8Array, offsets: Uint32Array): void;
   streamCreate(device: number): bigint;
   streamDestroy(device: number, stream: bigint): void;
   streamSynchronize(device: number, stream: bigint): void;

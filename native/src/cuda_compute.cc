@@ -94,8 +94,8 @@ static Napi::Value ModuleFunction(const Napi::CallbackInfo& info) {
   return result;
 }
 
-// launch(device, function, grid[3], block[3], sharedBytes, stream, args: Uint8Array packed with
-// each parameter at its natural alignment, as CU_LAUNCH_PARAM_BUFFER_POINTER expects).
+// launch(device, function, grid[3], block[3], sharedBytes, stream, args: Uint8Array, offsets:
+// Uint32Array): parameter i lies at args[offsets[i]] (the driver knows each one's size).
 static Napi::Value Launch(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   GDRPC_REQUIRE(env, IntArg(info, 0), cuLaunchKernel);
@@ -106,11 +106,12 @@ static Napi::Value Launch(const Napi::CallbackInfo& info) {
   unsigned int shared = info[4].As<Napi::Number>().Uint32Value();
   CUstream stream = HandleArg<CUstream>(info, 5);
   Napi::Uint8Array args = info[6].As<Napi::Uint8Array>();
-  size_t size = args.ByteLength();
-  // The driver reads the buffer during the call: a view of the JS bytes is enough.
-  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, args.Data(), CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
+  Napi::Uint32Array offsets = info[7].As<Napi::Uint32Array>();
+  // The driver copies the values during the call: pointers into the JS bytes are enough.
+  std::vector<void*> params(offsets.ElementLength());
+  for (size_t i = 0; i < params.size(); ++i) params[i] = args.Data() + offsets[i];
   Check(env, TheDriver().cuLaunchKernel(function, dim(grid, 0), dim(grid, 1), dim(grid, 2), dim(block, 0), dim(block, 1),
-                                        dim(block, 2), shared, stream, nullptr, size > 0 ? extra : nullptr),
+                                        dim(block, 2), shared, stream, params.empty() ? nullptr : params.data(), nullptr),
         "cuLaunchKernel");
   return env.Undefined();
 }
