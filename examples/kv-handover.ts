@@ -1,11 +1,13 @@
 // KV-cache hand-over between a prefill worker and a decode worker (disaggregated inference).
-// The prefill worker computes the cache blocks of a prompt and calls the decode worker's
-// `accept` with them as @remote tensors: only handles travel in the call; the decode worker
-// pulls each block straight from the prefill worker's memory into its own (GPU memory where
-// there is one), then streams tokens generated from it.
+// The prefill worker produces the cache blocks of a prompt on its GPU (a kernel writes them) and
+// calls the decode worker's `accept` with them as @remote tensors: only handles travel in the
+// call; the decode worker pulls each block straight from the prefill worker's GPU into its own
+// (the second GPU where there are two), checks every block with the checksum kernel there, then
+// streams tokens generated from it. Without a GPU both sides use host memory and the kernels'
+// host twins.
 //   node --import tsx examples/kv-handover.ts
 import { fileURLToPath } from 'node:url';
-import { Client, Code, GdrpcError, Server, Tensor, type RemoteTensor } from '../core/index.ts';
+import { Client, Code, GdrpcError, hostChecksum, loadKernels, Server, Tensor, type Device, type Kernels, type RemoteTensor } from '../core/index.ts';
 import { DecodeWorker, PrefillWorker, RequestState, type KvBlock } from '../schemas/gen/kv_transfer.ts';
 import { Precision } from '../schemas/gen/tensor_parallel.ts';
 import { announce, exampleDevice, role, startRole } from './peer.ts';
@@ -15,23 +17,29 @@ const HEADS = 4;
 const BLOCK = 16;
 const HEAD_DIM = 128;
 
-/** A deterministic stand-in for attention keys/values: bf16 bits derived from position. */
-function cacheBlock(requestId: string, layer: number, index: number, kind: number): Tensor {
-  const bits = new Uint16Array(HEADS * BLOCK * HEAD_DIM);
-  const seed = requestId.length * 131 + layer * 31 + index * 7 + kind;
-  for (let i = 0; i < bits.length; i += 1) bits[i] = (seed * 2654435761 + i * 40503) >>> 16;
-  return Tensor.fromArray(bits, { shape: [HEADS, BLOCK, HEAD_DIM], dtype: 'bf16' });
+/** Where the prefill worker computes (rank 0) and where the decode worker receives (rank 1). */
+const PREFILL_DEVICE: Device = exampleDevice(0);
+const DECODE_DEVICE: Device = exampleDevice(1);
+
+/** A deterministic stand-in for attention keys (kind 0) or values (kind 1): the fill kernel's
+ *  pattern for a seed made of the block's place, written by `kernels` on its device. */
+function cacheBlock(kernels: Kernels, requestId: string, layer: number, index: number, kind: number): Tensor {
+  const t = Tensor.zeros([HEADS, BLOCK, HEAD_DIM], 'bf16', { device: kernels.device });
+  kernels.fill(t, { seed: (requestId.length * 131 + layer * 31 + index * 7 + kind) >>> 0, scale: 2 });
+  return t;
 }
 
 async function prefillWorker(): Promise<void> {
   const server = Server.create();
+  const kernels = loadKernels(PREFILL_DEVICE);
   PrefillWorker.register(server, {
     async prefill({ requestId, tokens, decodeWorker }) {
       const blocksPerLayer = Math.ceil(tokens.numel / BLOCK);
       const blocks: KvBlock[] = [];
       for (let layer = 0; layer < LAYERS; layer += 1) {
         for (let index = 0; index < blocksPerLayer; index += 1) {
-          blocks.push({ layer, index, keys: cacheBlock(requestId, layer, index, 0), values: cacheBlock(requestId, layer, index, 1) });
+          // Queued on the kernels' stream: each block is sent once its own fill is done (stream-ordered).
+          blocks.push({ layer, index, keys: cacheBlock(kernels, requestId, layer, index, 0), values: cacheBlock(kernels, requestId, layer, index, 1) });
         }
       }
       const firstToken = (tokens.toArray() as Int32Array).reduce((a, b) => a + b, 0) % 32000;
@@ -42,6 +50,7 @@ async function prefillWorker(): Promise<void> {
         return { firstToken, blocks: blocks.length, state };
       } finally {
         await client.close();
+        for (const b of blocks) { (b.keys as Tensor).release(); (b.values as Tensor).release(); }
       }
     },
   });
@@ -51,15 +60,22 @@ async function prefillWorker(): Promise<void> {
 async function decodeWorker(): Promise<void> {
   const caches = new Map<string, { blocks: Tensor[]; next: number }>();
   const server = Server.create();
+  const kernels = loadKernels(DECODE_DEVICE);
+  const host = loadKernels('cpu');
   DecodeWorker.register(server, {
     async accept({ requestId, blocks, firstToken }) {
-      const device = exampleDevice();
       // Pull every handle while the call lasts: the prefill worker lets go when it ends.
-      const pulled = await Promise.all(blocks.flatMap((b) => [b.keys, b.values]).map((h: RemoteTensor) => h.pull({ device })));
-      const expected = blocks.flatMap((b) => [cacheBlock(requestId, b.layer, b.index, 0), cacheBlock(requestId, b.layer, b.index, 1)]);
-      if (!pulled.every((t, i) => t.equals(expected[i]!))) throw new Error('a pulled block differs from what the prefill worker computed');
+      const pulled = await Promise.all(blocks.flatMap((b) => [b.keys, b.values]).map((h: RemoteTensor) => h.pull({ device: DECODE_DEVICE })));
+      // Each block's checksum, computed here by the checksum kernel, against the host twins'
+      // answer for the block the prefill worker was asked to make.
+      const kinds = blocks.flatMap((b) => [[b, 0], [b, 1]] as const);
+      for (const [i, t] of pulled.entries()) {
+        const [b, kind] = kinds[i]!;
+        const expected = hostChecksum(cacheBlock(host, requestId, b.layer, b.index, kind).bytes());
+        if (await kernels.checksum(t) !== expected) throw new Error(`block ${b.layer}/${b.index}/${kind} differs from what the prefill worker computed`);
+      }
       caches.set(requestId, { blocks: pulled, next: firstToken });
-      console.log(`decode: pulled ${pulled.length} blocks (${pulled.reduce((n, t) => n + t.byteLength, 0)} bytes) of ${requestId} into ${device}`);
+      console.log(`decode: pulled ${pulled.length} blocks (${pulled.reduce((n, t) => n + t.byteLength, 0)} bytes) of ${requestId} from ${PREFILL_DEVICE} into ${DECODE_DEVICE}; checksums verified on ${DECODE_DEVICE}`);
       return { state: RequestState.READY };
     },
     async *generate({ requestId, maxTokens }) {

@@ -5,14 +5,10 @@
 // and the next x is p_0 + p_1 + ... added in rank order on every shard (so every shard holds the
 // same bits). The partials travel shard to shard with gdrpc, GPU to GPU, and must not be staged
 // through host memory (noStaging). Weights are made on the device by the fill kernel from seeds.
-import { callInfo, Client, cuda, CudaEvent, loadKernels, Server, Tensor, type Device, type Kernels } from '../core/index.ts';
+import { callInfo, Client, CudaEvent, loadKernels, Server, Tensor, type Kernels } from '../core/index.ts';
 import { MlpShard, MlpShardClient, type MlpShape, type RunStats } from '../schemas/gen/mlp.ts';
-import { announce } from './peer.ts';
+import { announce, exampleDevice } from './peer.ts';
 
-/** The device shard `rank` computes on: GPUs in turn (two shards share one GPU if there is one), else the host. */
-export function shardDevice(rank: number): Device {
-  return cuda.available() && cuda.deviceCount() > 0 ? `cuda:${rank % cuda.deviceCount()}` : 'cpu';
-}
 
 /** The weights of one layer on one shard. */
 export interface LayerWeights { up: Tensor; upBias: Tensor; down: Tensor; downBias: Tensor }
@@ -79,7 +75,8 @@ class Inbox {
 
 /** Serves MlpShard; prints LISTENING <port>. */
 export async function serveMlpShard(rank: number): Promise<void> {
-  const device = shardDevice(rank);
+  // GPUs in turn (shards share a GPU when there are fewer), else the host.
+  const device = exampleDevice(rank);
   const kernels = loadKernels(device);
   const server = Server.create({ poolBytes: 64 << 20, ...(device === 'cpu' ? {} : { device: device as `cuda:${number}` }) });
   const inbox = new Inbox();

@@ -36,7 +36,8 @@ export function announce(port: number): void {
   process.stdout.write(`LISTENING ${port}\n`);
 }
 
-/** The device the examples put tensors on: the first GPU where there is one, else host memory. */
-export function exampleDevice(): Device {
-  return cuda.available() && cuda.deviceCount() > 0 ? 'cuda:0' : 'cpu';
+/** The device the examples put tensors on: GPU `rank` (modulo how many there are) where there is
+ *  one, else host memory. */
+export function exampleDevice(rank = 0): Device {
+  return cuda.available() && cuda.deviceCount() > 0 ? `cuda:${rank % cuda.deviceCount()}` : 'cpu';
 }

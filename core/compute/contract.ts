@@ -12,7 +12,7 @@ export interface Kernels {
   readonly device: Device;
   /** The stream work is queued on (GPU only). */
   readonly stream: CudaStream | undefined;
-  /** Fills an f16 tensor with a pattern of `seed`: values in [-scale/2, scale/2) (scale default 1). */
+  /** Fills an f16 or bf16 tensor with a pattern of `seed`: values in [-scale/2, scale/2) (scale default 1). */
   fill(out: Tensor, options: { seed: number; scale?: number }): void;
   /** out = a + b, elementwise, f16 (out may be a or b). */
   add(out: Tensor, a: Tensor, b: Tensor): void;
@@ -43,7 +43,8 @@ function checkF16(t: unknown, what: string, device: Device): Tensor {
 
 /** Fill's arguments, checked: the seed as u32, the scale as a finite number. */
 export function checkFill(out: Tensor, options: { seed: number; scale?: number }, device: Device): { seed: number; scale: number } {
-  checkF16(out, 'fill out', device);
+  const tensor = checkOn(out, 'fill out', device);
+  if (tensor.dtype !== 'f16' && tensor.dtype !== 'bf16') throw invalid(`fill out must be f16 or bf16, got ${tensor.dtype}`);
   const seed = options?.seed;
   if (typeof seed !== 'number' || !Number.isInteger(seed) || seed < 0 || seed > 0xffffffff) throw invalid(`fill seed must be an integer in [0, 2^32), got ${describe(seed)}`);
   const scale = options.scale ?? 1;

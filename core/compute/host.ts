@@ -2,7 +2,7 @@
 // on host tensors. fill, add and checksum give the GPU's answer bit for bit (f32 operations are
 // rounded with Math.fround where the kernel rounds); gemm accumulates in f64, so it may differ
 // from the GPU by f32 rounding in the last bits.
-import { fromHalf, toHalf, type Tensor } from '../tensor/index.ts';
+import { fromHalf, toBf16, toHalf, type Tensor } from '../tensor/index.ts';
 import { checkAdd, checkFill, checkGemm, checkOn, type GemmOptions, type Kernels } from './contract.ts';
 
 const DEVICE = 'cpu';
@@ -16,9 +16,10 @@ export function hostKernels(): Kernels {
       const { seed, scale } = checkFill(out, options, DEVICE);
       const bits = out.toArray() as Uint16Array;
       const s = Math.fround(scale);
+      const round = out.dtype === 'bf16' ? toBf16 : toHalf;
       for (let i = 0; i < bits.length; i += 1) {
         const unit = Math.fround((pattern(i, seed) & 0xffffff) / 16777216);
-        bits[i] = toHalf(Math.fround(Math.fround(unit - 0.5) * s));
+        bits[i] = round(Math.fround(Math.fround(unit - 0.5) * s));
       }
     },
     add(out, a, b) {

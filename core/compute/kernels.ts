@@ -57,6 +57,7 @@ class GpuKernels implements Kernels {
   readonly stream: CudaStream;
   readonly #ownsStream: boolean;
   readonly #fill: CudaKernel;
+  readonly #fillBf16: CudaKernel;
   readonly #add: CudaKernel;
   readonly #checksum: CudaKernel;
   readonly #gemm: CudaKernel;
@@ -70,6 +71,7 @@ class GpuKernels implements Kernels {
     this.#ownsStream = stream === undefined;
     this.stream = stream ?? CudaStream.create(index);
     this.#fill = module.kernel('gdrpc_fill_f16', ['ptr', 'u64', 'u32', 'f32']);
+    this.#fillBf16 = module.kernel('gdrpc_fill_bf16', ['ptr', 'u64', 'u32', 'f32']);
     this.#add = module.kernel('gdrpc_add_f16', ['ptr', 'ptr', 'ptr', 'u64']);
     this.#checksum = module.kernel('gdrpc_checksum', ['ptr', 'u64', 'ptr']);
     this.#gemm = module.kernel('gdrpc_gemm_f16', ['ptr', 'ptr', 'ptr', 'ptr', 'ptr', 'i32', 'i32', 'i32', 'i32']);
@@ -80,7 +82,7 @@ class GpuKernels implements Kernels {
   fill(out: Tensor, options: { seed: number; scale?: number }): void {
     const { seed, scale } = checkFill(out, options, this.device);
     if (out.numel === 0) return;
-    this.#fill.launch(this.#shape(out.numel), out, out.numel, seed, scale);
+    (out.dtype === 'bf16' ? this.#fillBf16 : this.#fill).launch(this.#shape(out.numel), out, out.numel, seed, scale);
     producedOn(out, this.stream);
   }
 

@@ -1,4 +1,4 @@
-// IEEE half precision <-> number, for host code that reads or writes f16 tensors (Node 20 has no Float16Array).
+// IEEE half precision and bfloat16 <-> number, for host code that reads or writes f16 tensors (Node 20 has no Float16Array).
 
 const f32 = new Float32Array(1);
 const u32 = new Uint32Array(f32.buffer);
@@ -33,4 +33,18 @@ export function fromHalf(bits: number): number {
   if (exponent === 0) return sign * mantissa * 2 ** -24;
   if (exponent === 31) return mantissa ? NaN : sign * Infinity;
   return sign * (1 + mantissa / 1024) * 2 ** (exponent - 15);
+}
+
+/** The bf16 bits nearest to `value` (round to nearest even on the f32 bits; NaN stays NaN). */
+export function toBf16(value: number): number {
+  f32[0] = value;
+  const bits = u32[0]!;
+  if ((bits & 0x7fffffff) > 0x7f800000) return (bits >>> 16) | 0x40;
+  return ((bits + 0x7fff + ((bits >>> 16) & 1)) >>> 16) & 0xffff;
+}
+
+/** The number bf16 `bits` stand for. */
+export function fromBf16(bits: number): number {
+  u32[0] = (bits & 0xffff) << 16;
+  return f32[0]!;
 }

@@ -5,4 +5,4 @@ export { DTYPES, isDType, elementSize, type DType, type TypedArray } from './dty
 export { parseDevice, type Device, type DeviceKind } from './device.ts';
 export { checkShape, type ShapeInfo } from './shape.ts';
 export { tensorMeta, parseTensorMeta, type TensorMeta } from './meta.ts';
-export { fromHalf, toHalf } from './half.ts';
+export { fromBf16, fromHalf, toBf16, toHalf } from './half.ts';

@@ -2,6 +2,7 @@
 // scripts/build-ptx.sh (nvcc on a GPU machine) into gdrpc.ptx, which is committed and loaded at
 // run time by core/compute/kernels.ts. Every kernel has a host twin in core/compute/host.ts that
 // gives the same answer (bit for bit for fill, add and checksum; within f32 rounding for gemm).
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 // A 32-bit mixing function (an avalanche hash): the pattern of fill and the weights of checksum.
@@ -26,6 +27,15 @@ __global__ void gdrpc_fill_f16(__half* out, unsigned long long n, unsigned int s
   for (unsigned long long i = static_cast<unsigned long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     float unit = static_cast<float>(gdrpc_pattern(i, seed) & 0xffffffU) * (1.0f / 16777216.0f);
     out[i] = __float2half_rn(__fmul_rn(__fsub_rn(unit, 0.5f), scale));
+  }
+}
+
+// The same values as gdrpc_fill_f16, rounded to bf16.
+__global__ void gdrpc_fill_bf16(__nv_bfloat16* out, unsigned long long n, unsigned int seed, float scale) {
+  unsigned long long stride = static_cast<unsigned long long>(gridDim.x) * blockDim.x;
+  for (unsigned long long i = static_cast<unsigned long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    float unit = static_cast<float>(gdrpc_pattern(i, seed) & 0xffffffU) * (1.0f / 16777216.0f);
+    out[i] = __float2bfloat16_rn(__fmul_rn(__fsub_rn(unit, 0.5f), scale));
   }
 }
 

@@ -2,7 +2,7 @@
 // run on GPUs. Each is checked against an independent reference written here; test/gpu/compute
 // checks that the GPU kernels give the same answers.
 import { describe, expect, it } from 'vitest';
-import { Code, fromHalf, hostChecksum, loadKernels, Tensor, toHalf } from '../../core/index.ts';
+import { Code, fromBf16, fromHalf, hostChecksum, loadKernels, Tensor, toBf16, toHalf } from '../../core/index.ts';
 import { thrown } from '../rpc/fixtures/thrown.ts';
 
 const kernels = loadKernels('cpu');
@@ -51,6 +51,28 @@ describe('host kernels', () => {
       return fromHalf(toHalf((h & 0xffffff) / 2 ** 24 - 0.5));
     });
     expect(numbers(t)).toEqual(expected);
+  });
+
+  it('fill bf16: the same values rounded to bf16', () => {
+    const [h, b] = [empty([256]), Tensor.zeros([256], 'bf16')];
+    kernels.fill(h, { seed: 21, scale: 3 });
+    kernels.fill(b, { seed: 21, scale: 3 });
+    const halves = numbers(h);
+    const bfloats = Array.from(b.toArray() as Uint16Array, fromBf16);
+    // bf16 keeps 8 significant bits, f16 11: each is its value's nearest in its format.
+    bfloats.forEach((v, i) => expect(Math.abs(v - halves[i]!)).toBeLessThanOrEqual(Math.abs(halves[i]!) * 2 ** -8 + 2 ** -14));
+    expect(new Set(bfloats).size).toBeGreaterThan(100);
+  });
+
+  it('toBf16 rounds to nearest even on the f32 bits', () => {
+    expect(toBf16(1)).toBe(0x3f80);
+    expect(toBf16(-2)).toBe(0xc000);
+    // 1 + 2^-8 lies halfway between 1 and 1 + 2^-7: ties go to the even mantissa (1).
+    expect(toBf16(1 + 2 ** -8)).toBe(0x3f80);
+    expect(toBf16(1 + 3 * 2 ** -8)).toBe(0x3f82);
+    expect(fromBf16(toBf16(3.140625))).toBe(3.140625);
+    expect(Number.isNaN(fromBf16(toBf16(NaN)))).toBe(true);
+    expect(fromBf16(toBf16(Infinity))).toBe(Infinity);
   });
 
   it('add: f16 sums rounded once', () => {
@@ -126,6 +148,7 @@ describe('host kernels', () => {
       [() => kernels.gemm(empty([2, 2]), a, empty([3, 2]), { relu: 1 as unknown as boolean }), /relu must be a boolean/],
       [() => kernels.add(empty([2]), empty([3]), empty([2])), /as many elements/],
       [() => kernels.add(Tensor.zeros([2], 'f32'), empty([2]), empty([2])), /add out must be f16/],
+      [() => kernels.fill(Tensor.zeros([2], 'f32'), { seed: 1 }), /fill out must be f16 or bf16, got f32/],
       [() => kernels.fill(empty([2]), { seed: -1 }), /seed must be an integer/],
       [() => kernels.fill(empty([2]), { seed: 1, scale: NaN }), /scale must be a finite number/],
       [() => kernels.fill({} as Tensor, { seed: 1 }), /fill out must be a Tensor/],

@@ -104,6 +104,11 @@ describe.skipIf(skip !== undefined)('GPU compute', () => {
     gpu.fill(filled, { seed: 11 });
     await gpu.finished();
     expect(filled.equals(x.cpu)).toBe(true);
+    const [bfGpu, bfCpu] = [Tensor.zeros([n], 'bf16', { device: 'cuda:0' }), Tensor.zeros([n], 'bf16')];
+    gpu.fill(bfGpu, { seed: 13, scale: 4 });
+    host.fill(bfCpu, { seed: 13, scale: 4 });
+    await gpu.finished();
+    expect(bfGpu.equals(bfCpu)).toBe(true);
     const sum = { cpu: Tensor.zeros([n], 'f16'), gpu: Tensor.zeros([n], 'f16', { device: 'cuda:0' }) };
     host.add(sum.cpu, x.cpu, y.cpu);
     gpu.add(sum.gpu, x.gpu, y.gpu);
