@@ -12,7 +12,7 @@ import type { CudaEvent } from '../compute/stream.ts';
 import { cuda } from '../cuda.ts';
 import { cudaReceives, memoryTypeOf, ProducerSync } from './movers/memory.ts';
 import type { Mover, MoverName, Outgoing, ProtocolSeen, TransferInfo, TransferScope } from './movers/mover.ts';
-import { bounceFor, contextMapsCuda, copyTensorBytes, stagingReason } from './movers/staging.ts';
+import { bounceFor, contextMapsCuda, stagingReason } from './movers/staging.ts';
 import { transferPath } from './movers/path.ts';
 import { parseProtocol, pathOfProtocol } from './movers/protocol.ts';
 import { tensorTooLarge, type Side } from './memory-errors.ts';
@@ -245,7 +245,7 @@ function stagedOutgoing(tensor: Tensor, mover: Mover, scope: TransferScope): Out
   const bounce = bounceFor(tensor, scope.connection.runtime);
   let outgoing: Outgoing;
   try {
-    copyTensorBytes(bounce, tensor);
+    bounce.copyFrom(tensor);
     outgoing = mover.prepare(bounce, scope);
   } catch (error) {
     bounce.release();
@@ -269,7 +269,7 @@ async function stagedReceive(mover: Mover, wire: TensorWire, dest: Tensor, scope
   const bounce = bounceFor(dest, scope.connection.runtime);
   try {
     const seen = await mover.receive(wire, bounce, scope);
-    copyTensorBytes(dest, bounce);
+    dest.copyFrom(bounce);
     return seen;
   } finally {
     bounce.release();
