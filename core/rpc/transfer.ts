@@ -1,7 +1,7 @@
 // The tensors of one frame: on the way out, a mover and a descriptor per tensor and the sends
 // that follow the frame; on the way in, placeholders checked against limits and the descriptor,
-// then allocation and receipt. Every transfer records its mover and path for callInfo(): the
-// sender's from UCX's description of its send, the receiver's predicted (docs/gpu.md "Transfer paths").
+// then allocation and receipt. Each side takes its decisions from one plan per tensor
+// (movers/plan.ts) and records mover and path for callInfo() (movers/report.ts).
 import { Code, GdrpcError } from '../errors.ts';
 import { elementSize, isDType, Tensor } from '../tensor/index.ts';
 import { checkTensorWire } from '../wire/codec.ts';
