@@ -1,35 +1,32 @@
 // The tensors of one frame: on the way out, a mover and a descriptor per tensor and the sends
 // that follow the frame; on the way in, placeholders checked against limits and the descriptor,
-// then allocation and receipt. Every transfer records its mover and path for callInfo(): the
-// sender's from UCX's description of its send, the receiver's predicted (docs/gpu.md "Transfer paths").
+// then allocation and receipt. Each side takes its decisions from one plan per tensor
+// (movers/plan.ts) and records mover and path for callInfo() (movers/report.ts).
 import { Code, GdrpcError } from '../errors.ts';
 import { elementSize, isDType, Tensor } from '../tensor/index.ts';
 import { checkTensorWire } from '../wire/codec.ts';
 import type { TensorWire } from '../wire/frames.ts';
 import type { DType, Placement } from '../schema/descriptor.ts';
-import { chooseMover, moverByName } from './movers/choose.ts';
+import { moverByName } from './movers/choose.ts';
 import type { CudaEvent } from '../compute/stream.ts';
 import { cuda } from '../cuda.ts';
 import { cudaReceives, memoryTypeOf, ProducerSync } from './movers/memory.ts';
-import type { Mover, MoverName, Outgoing, ProtocolSeen, TransferInfo, TransferScope } from './movers/mover.ts';
-import { bounceFor, contextMapsCuda, copyTensorBytes, stagingReason } from './movers/staging.ts';
-import { transferPath } from './movers/path.ts';
-import { parseProtocol, pathOfProtocol } from './movers/protocol.ts';
+import type { Mover, Outgoing, ProtocolSeen, TransferInfo, TransferScope } from './movers/mover.ts';
+import { moverOf, planArrival, planReceive, planSend, type PeerFacts, type SendPolicy, type TransferPlan } from './movers/plan.ts';
+import { reportReceived, reportSent } from './movers/report.ts';
+import { bounceFor, contextMapsCuda, stagingReason } from './movers/staging.ts';
 import { tensorTooLarge, type Side } from './memory-errors.ts';
 import { RemoteTensor, exposeRemote } from './remote.ts';
 
-/** How the sending side wants its tensors moved. */
-export interface SendPolicy { mover: 'auto' | MoverName; noStaging: boolean }
+export type { SendPolicy } from './movers/plan.ts';
 
 /** Which side moves the tensors of a frame, and what names their fields in messages: `label`
  *  precedes a field's path ("Echo.echo arguments." + "x"). */
 export interface TransferSite { side: Side; label: string }
 
-const MOVER_OF = { i: 'inline', t: 'tag', r: 'rma' } as const;
-
-/** One tensor on its way out: its send, its report, the memory at both ends, whether gdrpc stages it. */
+/** One tensor on its way out: its send, its report and its plan. */
 interface Sending {
-  outgoing: Outgoing; info: TransferInfo; from: 'host' | 'cuda'; to: 'host' | 'cuda'; staged: boolean;
+  outgoing: Outgoing; info: TransferInfo; plan: TransferPlan;
   /** The producer of a stream-ordered tensor, awaited before its bytes go. */
   ready: CudaEvent | undefined;
 }
@@ -54,34 +51,28 @@ export class OutgoingTensors {
       return exposeRemote(value, this.scope);
     }
     const { connection } = this.scope;
-    const from = memoryTypeOf(value);
-    // Where the bytes land: a receiver without CUDA takes @cuda tensors into host memory.
-    const to = placement.kind === 'cuda' && connection.peerLimits.gpu ? 'cuda' : 'host';
-    const mover = chooseMover(this.policy.mover, value.byteLength, from, { inline: connection.inlineBytes, maxFrame: connection.peerLimits.maxFrame });
-    // Inline copies through the frame anyway; the other movers hand memory to UCX, which must be able to map it.
-    const local = mover.name === 'inline' ? undefined : stagingReason(value, connection.runtime.context);
-    const reason = local ?? (mover.name !== 'inline' && value.byteLength > 0 && to === 'cuda' && connection.peerLimits.stages
-      ? `${connection.peer} cannot receive into CUDA memory without staging` : undefined);
-    const path = reason !== undefined ? 'staged' : transferPath(mover.name, connection.endpoint, from, to, value.byteLength);
-    if (this.policy.noStaging && path === 'staged') {
-      throw new GdrpcError(Code.FAILED_PRECONDITION, `${where}: ${from} -> ${to} over ${connection.peer} would stage through host memory (noStaging)${reason !== undefined ? `: ${reason}` : ''}`, { path });
-    }
+    const plan = planSend({
+      where, bytes: value.byteLength, from: memoryTypeOf(value), placement, policy: this.policy,
+      receiver: { name: connection.peer, endpoint: connection.endpoint, inlineBytes: connection.inlineBytes, maxFrame: connection.peerLimits.maxFrame, gpu: connection.peerLimits.gpu, stages: connection.peerLimits.stages === true },
+      stagingReason: () => stagingReason(value, connection.runtime.context),
+    });
+    if (plan.refusal !== undefined) throw plan.refusal;
     if (value.byteLength > connection.peerLimits.maxTensor) {
       throw tensorTooLarge(this.site.side === 'client' ? 'server' : 'client', `${this.site.label}${where}`, value.byteLength, connection.peerLimits.maxTensor);
     }
-    // A tag send reads the tensor only when it starts, after the frame: a stream-ordered tensor's
-    // producer is awaited then, off the event loop. Every other path reads it from here on.
-    const ready = this.#sync.before(value, { defer: mover.name === 'tag' && local === undefined });
+    // A deferred producer is awaited when the send starts, after the frame, off the event loop.
+    const ready = this.#sync.before(value, { defer: plan.deferProducer });
+    const mover = moverByName(plan.mover);
     let outgoing: Outgoing;
-    if (local !== undefined) {
+    if (plan.bounce !== undefined) {
       const staged = stagedOutgoing(value, mover, this.scope);
       this.#discards.push(staged.discard);
       outgoing = staged;
     } else {
       outgoing = mover.prepare(value, this.scope);
     }
-    const info: TransferInfo = { argument: where, bytes: value.byteLength, mover: mover.name, path };
-    this.#outgoing.push({ outgoing, info, from, to, staged: reason !== undefined, ready });
+    const info: TransferInfo = { argument: where, bytes: value.byteLength, mover: plan.mover, path: plan.path };
+    this.#outgoing.push({ outgoing, info, plan, ready });
     this.transfers.push(info);
     return outgoing.wire;
   };
@@ -102,19 +93,8 @@ export class OutgoingTensors {
       // A producer event closed meanwhile (its stream closed) says nothing any more: wait for the device.
       if (entry.ready?.closed === true) cuda.synchronize(entry.ready.device);
       else if (entry.ready !== undefined) await entry.ready.finished();
-      this.#sent(entry, await entry.outgoing.start());
+      reportSent(entry.info, entry.plan, await entry.outgoing.start(), this.policy.noStaging, this.scope.connection.peer);
     })).then(() => undefined);
-  }
-
-  #sent({ info, from, to, staged }: Sending, seen: ProtocolSeen | void): void {
-    if (seen === undefined || seen.protocol === '') return;
-    info.protocol = seen.protocol;
-    const parsed = parseProtocol(seen.protocol);
-    if (staged || parsed === undefined) return;
-    info.path = pathOfProtocol(parsed, from, to) ?? info.path;
-    if (this.policy.noStaging && info.path === 'staged') {
-      throw new GdrpcError(Code.FAILED_PRECONDITION, `${info.argument}: UCX moved ${from} -> ${to} over ${this.scope.connection.peer} through host memory (noStaging): ${parsed.text}`, { path: 'staged' });
-    }
   }
 }
 
@@ -159,15 +139,12 @@ export class IncomingTensors {
     if (wire.m === 'h') return new RemoteTensor(wire);
     // Its payload may come before the receive is posted (the allocation can wait): hold it.
     if (wire.m === 't') this.scope.connection.expect(wire.x!);
-    if (this.limits.noStaging) {
-      const to = placement.kind === 'cuda' && cudaReceives() ? 'cuda' : 'host';
-      const context = this.scope.connection.runtime.context;
-      const local = wire.n > 0 && wire.m !== 'i' && to === 'cuda' && !contextMapsCuda(context);
-      const path = local ? 'staged' : transferPath(MOVER_OF[wire.m], this.scope.connection.endpoint, wire.mt === 'cuda' ? 'cuda' : 'host', to, wire.n);
-      if (path === 'staged') {
-        throw new GdrpcError(Code.FAILED_PRECONDITION, `${where}: ${wire.mt} -> ${to} from ${this.scope.connection.peer} would stage through host memory (noStaging)${local ? ': this UCX cannot register CUDA memory' : ''}`, { path });
-      }
-    }
+    const { connection } = this.scope;
+    const plan = planArrival({
+      where, wire, placement, sender: this.#sender(), noStaging: this.limits.noStaging === true,
+      gpu: cudaReceives, mapsCuda: () => contextMapsCuda(connection.runtime.context),
+    });
+    if (plan.refusal !== undefined) throw plan.refusal;
     if (wire.n > this.limits.maxTensor) throw tensorTooLarge(this.site.side, `${this.site.label}${where}`, wire.n, this.limits.maxTensor);
     return pending;
   };
@@ -179,7 +156,7 @@ export class IncomingTensors {
     const work = this.pending.filter((pending) => pending.wire.m !== 'h');
     let failure: unknown;
     await Promise.all(work.map(async (pending) => {
-      const mover = moverByName(MOVER_OF[pending.wire.m as 'i' | 't' | 'r']);
+      const mover = moverByName(moverOf(pending.wire));
       let dest: Tensor;
       try {
         if (failure !== undefined) throw failure;
@@ -196,17 +173,19 @@ export class IncomingTensors {
         return;
       }
       this.allocated.push(dest);
-      const reason = mover.name === 'inline' ? undefined : stagingReason(dest, this.scope.connection.runtime.context);
-      if (reason !== undefined && this.limits.noStaging) {
-        failure ??= new GdrpcError(Code.FAILED_PRECONDITION, `${pending.where}: receiving into ${dest.device} would stage through host memory (noStaging): ${reason}`, { path: 'staged' });
+      const plan = planReceive({
+        where: pending.where, wire: pending.wire, device: dest.device, sender: this.#sender(), noStaging: this.limits.noStaging === true,
+        stagingReason: () => stagingReason(dest, this.scope.connection.runtime.context),
+      });
+      if (plan.refusal !== undefined) {
+        failure ??= plan.refusal;
         await mover.refuse(pending.wire, this.scope);
         return;
       }
       try {
-        const seen = reason !== undefined ? await stagedReceive(mover, pending.wire, dest, this.scope) : await mover.receive(pending.wire, dest, this.scope);
+        const seen = plan.bounce !== undefined ? await stagedReceive(mover, pending.wire, dest, this.scope) : await mover.receive(pending.wire, dest, this.scope);
         received.set(pending, dest);
-        const stagedBySender = pending.wire.st === true;
-        this.transfers.push(receivedInfo(pending, mover.name, dest, seen, reason !== undefined || stagedBySender, this.scope));
+        this.transfers.push(reportReceived(pending.where, plan, seen, this.scope.connection.endpoint));
       } catch (error) {
         failure ??= error;
       }
@@ -221,22 +200,10 @@ export class IncomingTensors {
   releaseAll(): void {
     for (const tensor of this.allocated.splice(0)) tensor.release();
   }
-}
 
-/** What a receiver reports: RMA reads from UCX's description of the get (the reader ran it); tag
- *  receives from the lanes and the memory types, this side's as UCX detected it, because UCX
- *  describes a receive by its length and memory type only. */
-function receivedInfo(pending: PendingTensor, mover: MoverName, dest: Tensor, seen: ProtocolSeen | void, staged: boolean, scope: TransferScope): TransferInfo {
-  const info: TransferInfo = { argument: pending.where, bytes: pending.wire.n, mover, path: 'staged' };
-  const parsed = seen === undefined || seen.protocol === '' ? undefined : parseProtocol(seen.protocol);
-  if (seen !== undefined && seen.protocol !== '') info.protocol = seen.protocol;
-  if (staged) return info;
-  const from = pending.wire.mt === 'cuda' ? 'cuda' : 'host';
-  const detected = parsed?.memoryType;
-  const to = detected === 'host' || detected === 'cuda' ? detected : memoryTypeOf(dest);
-  info.path = (parsed !== undefined ? pathOfProtocol(parsed, to, from) : undefined)
-    ?? transferPath(mover, scope.connection.endpoint, from, to, pending.wire.n);
-  return info;
+  #sender(): PeerFacts {
+    return { name: this.scope.connection.peer, endpoint: this.scope.connection.endpoint };
+  }
 }
 
 /** Sends `tensor` through a host bounce: copied out now (the frame's descriptor then names host
@@ -245,7 +212,7 @@ function stagedOutgoing(tensor: Tensor, mover: Mover, scope: TransferScope): Out
   const bounce = bounceFor(tensor, scope.connection.runtime);
   let outgoing: Outgoing;
   try {
-    copyTensorBytes(bounce, tensor);
+    bounce.copyFrom(tensor);
     outgoing = mover.prepare(bounce, scope);
   } catch (error) {
     bounce.release();
@@ -269,7 +236,7 @@ async function stagedReceive(mover: Mover, wire: TensorWire, dest: Tensor, scope
   const bounce = bounceFor(dest, scope.connection.runtime);
   try {
     const seen = await mover.receive(wire, bounce, scope);
-    copyTensorBytes(dest, bounce);
+    dest.copyFrom(bounce);
     return seen;
   } finally {
     bounce.release();

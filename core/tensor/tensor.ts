@@ -126,6 +126,14 @@ export class Tensor {
     return copy;
   }
 
+  /** Overwrites this tensor's bytes with those of `src` (same byte length; host or device on either side); synchronous. */
+  copyFrom(src: Tensor): void {
+    if (src.byteLength !== this.byteLength) {
+      throw new GdrpcError(Code.INVALID_ARGUMENT, `cannot copy ${src.byteLength} bytes into a tensor of ${this.byteLength}`);
+    }
+    copyStorage(this.#storage, src.#storage);
+  }
+
   /** Same dtype, shape and bytes (device data is copied to the host in pieces to compare). */
   equals(other: Tensor): boolean {
     if (this.dtype !== other.dtype || this.shape.length !== other.shape.length) return false;

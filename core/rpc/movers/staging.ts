@@ -53,13 +53,3 @@ export function bounceFor(like: Tensor, runtime: Runtime): Tensor {
   return runtime.pool('cpu', { bytes: STAGING_POOL_BYTES, allowOverflow: true, ...(pinned ? { pinned: true } : {}) })
     .allocate([...like.shape], like.dtype);
 }
-
-/** Copies all bytes of `src` into `dst` (same length), host or device on either side; synchronous. */
-export function copyTensorBytes(dst: Tensor, src: Tensor): void {
-  if (src.byteLength === 0) return;
-  if (dst.device === 'cpu' && src.device === 'cpu') {
-    dst.bytes().set(src.bytes());
-    return;
-  }
-  cuda.copy(dst.device === 'cpu' ? dst.bytes() : dst.address, src.device === 'cpu' ? src.bytes() : src.address, src.byteLength);
-}
