@@ -53,7 +53,7 @@ async function stubCost(): Promise<BenchResult[]> {
   const settled = Promise.resolve(result);
   const fake = {
     unary(method: typeof ShardWorkerDescriptor.methods.forward, args: Record<string, unknown>) {
-      validateFields(method.args, args, ShardWorkerDescriptor.types, 'arguments');
+      validateFields(method.args, args, method.types, 'arguments');
       return settled;
     },
   } as unknown as Client;

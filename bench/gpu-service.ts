@@ -24,7 +24,6 @@ export function benchService(device: Device): ServiceDescriptor {
   const n = { kind: 'scalar', name: 'f64' } as const;
   return {
     name: BENCH_SERVICE,
-    types: {},
     methods: {
       ping: method('ping', [{ name: 'n', type: { kind: 'scalar', name: 'u32' } }], [{ name: 'n', type: { kind: 'scalar', name: 'u32' } }]),
       sink: method('sink', [{ name: 'x', type: { kind: 'tensor', dtype: 'u8', shape: [{ kind: 'symbol', name: 'n' }], placement: placementOf(device) } }],

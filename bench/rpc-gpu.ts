@@ -15,7 +15,7 @@ const sink = (placement: 'host' | 'cuda') => ({
   args: [{ name: 'x', type: { kind: 'tensor' as const, dtype: 'u8' as const, shape: [{ kind: 'any' as const }], placement: placement === 'cuda' ? { kind: 'cuda' as const, device: 0 } : { kind: 'host' as const } } }],
   results: [],
 });
-const Service: ServiceDescriptor = { name: NAME, types: {}, methods: { host: sink('host'), cuda: sink('cuda') } };
+const Service: ServiceDescriptor = { name: NAME, methods: { host: sink('host'), cuda: sink('cuda') } };
 const SIZES = [4096, 65536, 1 << 20, 16 << 20, 64 << 20];
 
 if (process.argv[2] === '--serve') {

@@ -4,7 +4,6 @@ import type { ServiceDescriptor } from '../core/index.ts';
 const NAME = 'bench.rpc.v1.Bench';
 export const BenchService: ServiceDescriptor = {
   name: NAME,
-  types: {},
   methods: {
     ping: { name: 'ping', service: NAME, args: [], results: [], clientStreaming: false, serverStreaming: false },
     sink: {

@@ -3,7 +3,7 @@
 import type { TypeRef } from '../core/schema/descriptor.ts';
 import type { FieldNode, NameNode } from './ast.ts';
 import type { DiagnosticBag } from './diagnostics.ts';
-import { generatedNames, receivedName, RUNTIME_NAMES } from './emit/naming.ts';
+import { generatedNames, MODULE_TYPES, receivedName, RUNTIME_NAMES } from './emit/naming.ts';
 import type { LoadedFile } from './loader.ts';
 import { DTYPES, SCALARS, type PositionTable } from './lower.ts';
 import { declIndex, type IrSchemaSet, type IrStruct } from './model.ts';
@@ -96,7 +96,7 @@ function unique(names: NameNode[], what: string, diags: DiagnosticBag, each: (n:
   }
 }
 
-/** A declared name must not be one the emitter generates for a service of the same file. */
+/** A declared name must not be one the emitter generates for the file or a service of it. */
 function checkGeneratedCollisions(file: LoadedFile, diags: DiagnosticBag): void {
   const services = file.ast.decls.filter((d) => d.kind === 'service');
   const generated = new Map<string, string>();
@@ -112,6 +112,7 @@ function checkGeneratedCollisions(file: LoadedFile, diags: DiagnosticBag): void 
   for (const decl of file.ast.decls) {
     const owner = generated.get(decl.name.text);
     if (owner !== undefined) diags.error(decl.name.pos, `'${decl.name.text}' collides with a name generated for service '${owner}'; rename one of them`);
+    else if (decl.name.text === MODULE_TYPES) diags.error(decl.name.pos, `'${MODULE_TYPES}' collides with the generated module's table of struct and enum declarations; rename it`);
   }
 }
 

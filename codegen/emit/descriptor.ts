@@ -1,60 +1,61 @@
-// The data-only service descriptor (core/schema/descriptor.ts) and the validators, which hand the
-// descriptor's fields to the runtime's validateFields.
+// The module's table of struct and enum declarations, the data-only service descriptors that
+// point at it, and the validators, which hand a descriptor's fields to the runtime's
+// validateFields.
 import { StructureKind, VariableDeclarationKind, type StatementStructures } from 'ts-morph';
-import type { EnumDescriptor, ServiceDescriptor, StructDescriptor, TypeRef } from '../../core/schema/descriptor.ts';
-import type { IrEnum, IrService, IrStruct } from '../model.ts';
-import { literal, quote } from './literal.ts';
-import { methodNames, serviceNames } from './naming.ts';
+import type { EnumDescriptor, StructDescriptor, TypeTable } from '../../core/schema/descriptor.ts';
+import type { IrFile, IrService } from '../model.ts';
+import { literal, literalKey, quote, reference } from './literal.ts';
+import { methodNames, MODULE_TYPES, serviceNames } from './naming.ts';
 import type { ModuleSymbols } from './symbols.ts';
 
-/** Builds the descriptor data: methods, and every struct and enum they reach (imports included). */
-export function serviceDescriptor(service: IrService, decls: ReadonlyMap<string, IrStruct | IrEnum>): ServiceDescriptor {
-  const types: ServiceDescriptor['types'] = {};
-  const reach = (t: TypeRef): void => {
-    if (t.kind === 'list') reach(t.element);
-    else if (t.kind === 'map') reach(t.value);
-    else if (t.kind === 'optional') reach(t.inner);
-    else if ((t.kind === 'struct' || t.kind === 'enum') && !(t.name in types)) {
-      const decl = decls.get(t.name)!;
-      if ('fields' in decl) {
-        const struct: StructDescriptor = { kind: 'struct', name: decl.fullName, fields: [] };
-        types[t.name] = struct;
-        struct.fields = decl.fields.map((f) => ({ name: f.name, type: f.type }));
-        decl.fields.forEach((f) => reach(f.type));
-      } else {
-        const values = decl.values.map((v) => ({ name: v.name, value: v.value }));
-        types[t.name] = { kind: 'enum', name: decl.fullName, values } satisfies EnumDescriptor;
-      }
-    }
-  };
-  const methods: ServiceDescriptor['methods'] = {};
-  for (const m of service.methods) {
-    const field = (f: { name: string; type: TypeRef }) => ({ name: f.name, type: f.type });
-    methods[m.name] = {
-      name: m.name,
-      service: service.fullName,
-      args: m.args.map(field),
-      results: m.results.map(field),
-      clientStreaming: m.clientStreaming,
-      serverStreaming: m.serverStreaming,
-    };
-    [...m.args, ...m.results].forEach((f) => reach(f.type));
+/** The declarations of one schema file's own structs and enums (not those it imports). */
+export function ownTypes(file: IrFile): TypeTable {
+  const table: TypeTable = {};
+  for (const e of file.enums) {
+    table[e.fullName] = { kind: 'enum', name: e.fullName, values: e.values.map((v) => ({ name: v.name, value: v.value })) } satisfies EnumDescriptor;
   }
-  return { name: service.fullName, methods, types };
+  for (const s of file.structs) {
+    table[s.fullName] = { kind: 'struct', name: s.fullName, fields: s.fields.map((f) => ({ name: f.name, type: f.type })) } satisfies StructDescriptor;
+  }
+  return table;
+}
+
+/**
+ * The module's `types` constant: the tables of the modules it imports, spread, then its own
+ * declarations. An imported declaration is written once, in its own module; spreading a module's
+ * table brings what that module imports too, so every struct a field can reach is in it.
+ */
+export function typesStatement(file: IrFile, symbols: ModuleSymbols): StatementStructures {
+  const spreads = file.imports.map((imported) => `  ...${symbols.moduleTypes(imported)},`);
+  const own = Object.entries(ownTypes(file)).map(([name, decl]) => `  ${literalKey(name)}: ${literal(decl, '  ')},`);
+  const lines = [...spreads, ...own];
+  return {
+    kind: StructureKind.VariableStatement,
+    isExported: true,
+    declarationKind: VariableDeclarationKind.Const,
+    declarations: [{ name: MODULE_TYPES, type: symbols.runtime('TypeTable'), initializer: lines.length === 0 ? '{}' : `{\n${lines.join('\n')}\n}` }],
+    docs: [`Struct and enum declarations of ${file.path}${file.imports.length > 0 ? ' and of the files it imports' : ''}, by fully qualified name; method descriptors carry it to the runtime.`],
+  };
 }
 
 /** The descriptor constant and the validators of one service. */
-export function descriptorStatements(
-  service: IrService, decls: ReadonlyMap<string, IrStruct | IrEnum>, symbols: ModuleSymbols,
-): StatementStructures[] {
+export function descriptorStatements(service: IrService, symbols: ModuleSymbols): StatementStructures[] {
   const names = serviceNames(service);
-  const data = serviceDescriptor(service, decls);
+  const methods = Object.fromEntries(service.methods.map((m) => [m.name, {
+    name: m.name,
+    service: service.fullName,
+    args: m.args.map((f) => ({ name: f.name, type: f.type })),
+    results: m.results.map((f) => ({ name: f.name, type: f.type })),
+    clientStreaming: m.clientStreaming,
+    serverStreaming: m.serverStreaming,
+    types: reference(MODULE_TYPES),
+  }]));
   const out: StatementStructures[] = [
     {
       kind: StructureKind.VariableStatement,
       isExported: true,
       declarationKind: VariableDeclarationKind.Const,
-      declarations: [{ name: names.descriptor, initializer: `${literal(data)} satisfies ${symbols.runtime('ServiceDescriptor')}` }],
+      declarations: [{ name: names.descriptor, initializer: `${literal({ name: service.fullName, methods })} satisfies ${symbols.runtime('ServiceDescriptor')}` }],
       docs: [`Data-only descriptor of ${service.fullName}: what the runtime routes, transfers and validates by.`],
     },
   ];
@@ -68,7 +69,7 @@ export function descriptorStatements(
       parameters: [{ name: 'values', type: 'Record<string, unknown>' }],
       returnType: 'void',
       statements: [
-        `${validateFields}(${names.descriptor}.methods.${m.name}.${list}, values, ${names.descriptor}.types, ${quote(`${service.name}.${m.name} ${what}`)});`,
+        `${validateFields}(${names.descriptor}.methods.${m.name}.${list}, values, ${MODULE_TYPES}, ${quote(`${service.name}.${m.name} ${what}`)});`,
       ],
       docs: [`Checks ${what} of ${service.name}.${m.name} against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT.`],
     });

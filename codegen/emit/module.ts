@@ -1,10 +1,11 @@
 // Emits one TypeScript module per schema file with ts-morph: header, imports, the schema's types,
-// then per service its messages, descriptor, validators, client, handler interface and object.
+// the table of its struct and enum declarations, then per service its messages, descriptor,
+// validators, client, handler interface and object.
 import { IndentationText, Project, QuoteKind, StructureKind, type StatementStructures } from 'ts-morph';
-import { declIndex, type IrEnum, type IrFile, type IrSchemaSet, type IrStruct } from '../model.ts';
-import { descriptorStatements } from './descriptor.ts';
+import { declIndex, type IrFile, type IrSchemaSet, type IrStruct } from '../model.ts';
+import { descriptorStatements, typesStatement } from './descriptor.ts';
 import { enumStatements, messageStatements, structStatements } from './messages.ts';
-import { generatedNames, receivedName } from './naming.ts';
+import { generatedNames, MODULE_TYPES, receivedName } from './naming.ts';
 import { serviceStatements } from './service.ts';
 import { ModuleSymbols, outputPath, type DeclOwners, type ImportExtension } from './symbols.ts';
 import { RemoteIndex, TypeMapper } from './ts-types.ts';
@@ -28,7 +29,6 @@ export function emitModules(ir: IrSchemaSet, options: EmitOptions = {}): Emitted
   const { only, importExtension = 'js' } = options;
   const index = declIndex(ir);
   const owners: DeclOwners = new Map([...index].map(([fullName, v]) => [fullName, { file: v.file, name: v.decl.name }]));
-  const decls = new Map<string, IrStruct | IrEnum>([...index].map(([k, v]) => [k, v.decl]));
   const structs = new Map([...index].filter(([, v]) => v.kind === 'struct').map(([k, v]) => [k, v.decl as IrStruct]));
   const remote = new RemoteIndex(structs);
   // One in-memory project for the whole run: creating it is the expensive part of ts-morph.
@@ -38,27 +38,28 @@ export function emitModules(ir: IrSchemaSet, options: EmitOptions = {}): Emitted
   });
   return ir.files
     .filter((f) => !only || only.has(f.path))
-    .map((file) => ({ path: outputPath(file.path), text: emitModule(project, file, owners, decls, remote, importExtension) }));
+    .map((file) => ({ path: outputPath(file.path), text: emitModule(project, file, owners, remote, importExtension) }));
 }
 
 function emitModule(
-  project: Project, file: IrFile, owners: DeclOwners, decls: ReadonlyMap<string, IrStruct | IrEnum>, remote: RemoteIndex,
-  importExtension: ImportExtension,
+  project: Project, file: IrFile, owners: DeclOwners, remote: RemoteIndex, importExtension: ImportExtension,
 ): string {
   const local = [
     ...file.structs.flatMap((s) => [s.name, receivedName(s.name)]),
     ...file.enums.map((e) => e.name),
     ...generatedNames(file.services),
+    MODULE_TYPES,
   ];
   const symbols = new ModuleSymbols(file, owners, local, importExtension);
   const types = new TypeMapper(symbols, remote);
   const body: StatementStructures[] = [
     ...file.enums.flatMap(enumStatements),
     ...file.structs.flatMap((s) => structStatements(s, types, remote)),
+    typesStatement(file, symbols),
   ];
   for (const service of file.services) {
     body.push(...messageStatements(service, types, remote));
-    body.push(...descriptorStatements(service, decls, symbols));
+    body.push(...descriptorStatements(service, symbols));
     body.push(...serviceStatements(service, symbols, remote));
   }
 

@@ -4,6 +4,9 @@ import type { IrMethod, IrService } from '../model.ts';
 
 const pascal = (s: string): string => s.charAt(0).toUpperCase() + s.slice(1);
 
+/** The constant that holds a generated module's struct and enum declarations. */
+export const MODULE_TYPES = 'types';
+
 /** Names generated for one service. */
 export function serviceNames(service: Pick<IrService, 'name'>) {
   const s = service.name;
@@ -48,6 +51,6 @@ export function generatedNames(services: Array<{ name: string; methods: Array<{ 
 
 /** Names the generated module imports from the runtime or uses from the TypeScript library. */
 export const RUNTIME_NAMES: ReadonlySet<string> = new Set([
-  'Tensor', 'RemoteTensor', 'Client', 'Server', 'CallOptions', 'CallContext', 'ServiceDescriptor', 'validateFields', 'registerService',
+  'Tensor', 'RemoteTensor', 'Client', 'Server', 'CallOptions', 'CallContext', 'ServiceDescriptor', 'TypeTable', 'validateFields',
   'Promise', 'AsyncIterable', 'Iterable', 'Record', 'Uint8Array', 'Array', 'Map', 'Object', 'Error',
 ]);

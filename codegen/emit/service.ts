@@ -34,8 +34,7 @@ export function serviceStatements(service: IrService, symbols: ModuleSymbols, re
       properties: [{ name: '#client', isReadonly: true, type: client }],
       ctors: [{
         parameters: [{ name: 'client', type: client }],
-        // The runtime finds the struct and enum declarations of a call by service name.
-        statements: [`${symbols.runtime('registerService', true)}(${names.descriptor});`, 'this.#client = client;'],
+        statements: ['this.#client = client;'],
       }],
       methods: service.methods.map((m) => clientMethod(service, m, symbols, remote)),
     },

@@ -3,7 +3,7 @@
 import path from 'node:path';
 import type { ImportDeclarationStructure, OptionalKind } from 'ts-morph';
 import type { IrFile } from '../model.ts';
-import { receivedName } from './naming.ts';
+import { MODULE_TYPES, receivedName } from './naming.ts';
 
 /** Where each struct and enum of the set is declared. */
 export type DeclOwners = ReadonlyMap<string, { file: IrFile; name: string }>;
@@ -47,6 +47,11 @@ export class ModuleSymbols {
     if (owner.file === this.file) return exported;
     const spec = relativeSpecifier(this.file.path, owner.file.path, this.importExtension);
     return this.use(spec, exported, false);
+  }
+
+  /** The local name of the `types` constant of the module generated from `schemaPath`. */
+  moduleTypes(schemaPath: string): string {
+    return this.use(relativeSpecifier(this.file.path, schemaPath, this.importExtension), MODULE_TYPES, true);
   }
 
   /** The local name of a runtime export; `value` when the code uses it at run time. */

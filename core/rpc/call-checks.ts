@@ -11,7 +11,8 @@ type Row = Record<string, unknown>;
 
 /** Checks a call's method descriptor, that `api` is the one for its kind, and its options. */
 export function checkCall(api: 'unary' | 'serverStream' | 'clientStream', method: MethodDescriptor, options: CallOptions): void {
-  if (typeof method !== 'object' || method === null || typeof method.service !== 'string' || typeof method.name !== 'string' || !Array.isArray(method.args)) {
+  if (typeof method !== 'object' || method === null || typeof method.service !== 'string' || typeof method.name !== 'string' || !Array.isArray(method.args)
+    || (method.types !== undefined && (typeof method.types !== 'object' || method.types === null))) {
     throw new GdrpcError(Code.INVALID_ARGUMENT, `Client.${api}: expected a method descriptor (Service.methods.name), got ${describeValue(method)}`);
   }
   const kind = method.clientStreaming ? 'clientStream' : method.serverStreaming ? 'serverStream' : 'unary';

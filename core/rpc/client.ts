@@ -19,14 +19,13 @@ import { cudaReceives } from './movers/memory.ts';
 import { DEFAULT_RECEIVE_DEVICE, landingDevice, receiveDeviceIndex, receivingDeviceCount, type CudaDevice } from './placement.ts';
 import type { MoverName, TransferInfo } from './movers/mover.ts';
 import { ALLOCATE, CLIENT_OPTIONS, type CallOptions, type ClientOptions } from './options.ts';
-import { typesOf } from './registry.ts';
 import { DEFAULT_PROCESS_POOL_BYTES } from './process-pool.ts';
 import { setOwnerDialer } from './remote.ts';
 import { Runtime } from './runtime.ts';
 import { ItemQueue } from './stream.ts';
 import { IncomingTensors, OutgoingTensors, PendingTensor, refuseRaw, type Allocate } from './transfer.ts';
 import { validateFields } from './validate.ts';
-import { decodeFields, encodeFields, replaceDeep } from './values.ts';
+import { decodeFields, encodeFields, methodTypes, replaceDeep } from './values.ts';
 
 /** Stream items in flight before the receiving side has taken any (flow control, both ways). */
 const STREAM_WINDOW = 64;
@@ -82,7 +81,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
   async unary(method: MethodDescriptor, args: Row, options: CallOptions = {}): Promise<Row> {
     const started = performance.now();
     checkCall('unary', method, options);
-    const types = typesOf(method.service);
+    const types = methodTypes(method);
     validateFields(method.args, args, types, `${methodName(method)} arguments`);
     const scope = new CallScope(absoluteDeadline(options.deadline), options.signal);
     try {
@@ -113,7 +112,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
 
   async *#serverStream(method: MethodDescriptor, args: Row, options: CallOptions): AsyncGenerator<Row> {
     checkCall('serverStream', method, options);
-    validateFields(method.args, args, typesOf(method.service), `${methodName(method)} arguments`);
+    validateFields(method.args, args, methodTypes(method), `${methodName(method)} arguments`);
     const scope = new CallScope(absoluteDeadline(options.deadline), options.signal);
     let session: ClientSession | undefined;
     let id = 0;
@@ -159,7 +158,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
     const started = performance.now();
     checkCall('clientStream', method, options);
     if (!isIterable(args)) throw new GdrpcError(Code.INVALID_ARGUMENT, `${methodName(method)}: clientStream takes an iterable or async iterable of argument objects, got ${describeValue(args)}`);
-    const types = typesOf(method.service);
+    const types = methodTypes(method);
     const scope = new CallScope(absoluteDeadline(options.deadline), options.signal);
     try {
       const session = await scope.race(this.#connection());
@@ -254,7 +253,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
     const out = new OutgoingTensors({ connection: session.connection, call: id }, { mover: options.mover ?? 'auto', noStaging: options.noStaging ?? false }, { side: 'client', label });
     let encoded: Row;
     try {
-      encoded = encodeFields(method.args, values, typesOf(method.service), out.encode, '');
+      encoded = encodeFields(method.args, values, methodTypes(method), out.encode, '');
     } catch (error) {
       out.discard();
       throw error;
@@ -294,7 +293,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
   async #receive(session: ClientSession, id: number, method: MethodDescriptor, wire: Row, scope: CallScope, options: CallOptions): Promise<{ values: Row; transfers: TransferInfo[] }> {
     const incoming = new IncomingTensors({ connection: session.connection, call: id }, { maxTensor: Number.MAX_SAFE_INTEGER, noStaging: options.noStaging ?? false },
       { side: 'client', label: `${methodName(method)} results.` });
-    const types = typesOf(method.service);
+    const types = methodTypes(method);
     let values: Row;
     try {
       values = decodeFields(method.results, wire, types, incoming.decode, '');

@@ -10,5 +10,4 @@ export { moverStats } from './movers/memory.ts';
 export { processPool, createPool, closeProcessPools, DEFAULT_PROCESS_POOL_BYTES } from './process-pool.ts';
 export { validateFields } from './validate.ts';
 export { RemoteTensor, remoteExposures } from './remote.ts';
-export { registerService } from './registry.ts';
 export { DEFAULT_LIVENESS_MS } from './liveness.ts';

@@ -6,7 +6,7 @@ import type { PoolShare } from '../tensor/index.ts';
 import { FrameKind, type FrameBody } from '../wire/frames.ts';
 import type { Connection } from './connection.ts';
 import type { CallScope } from './deadline.ts';
-import type { MethodDescriptor, ServiceDescriptor } from '../schema/descriptor.ts';
+import type { MethodDescriptor, TypeTable } from '../schema/descriptor.ts';
 import { handlerContractError, handlerError, HandlerFailure, runHandler, type FailedCall } from './handler-failure.ts';
 import { methodName } from './method-name.ts';
 import { bindPlacement } from './placement.ts';
@@ -38,7 +38,8 @@ export type Handler = UnaryHandler | ServerStreamHandler | ClientStreamHandler;
 export interface MethodEntry {
   method: MethodDescriptor;
   handler: Handler;
-  types: ServiceDescriptor['types'];
+  /** The method's struct and enum declarations (empty when its descriptor carries none). */
+  types: TypeTable;
   /** The device a bare `@cuda` argument lands on (RegisterOptions.device; undefined: the server's). */
   receiveOn?: number;
   /** Results fields computed per call (the built-in pull answers with the handle's shape). */

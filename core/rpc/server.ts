@@ -12,11 +12,11 @@ import { serverAllocationFailed } from './memory-errors.ts';
 import { cudaReceives } from './movers/memory.ts';
 import { REGISTER_OPTIONS, SERVER_OPTIONS, type ServerOptions, type RegisterOptions } from './options.ts';
 import { DEFAULT_RECEIVE_DEVICE, landingDevice, receiveDeviceIndex, receivingDeviceCount, type CudaDevice } from './placement.ts';
-import { registerService } from './registry.ts';
 import { lookupRemote, OWNER_SERVICE, pullResultFields, setOwnerListener } from './remote.ts';
 import { Runtime } from './runtime.ts';
 import { type AllocationWait, type CallContext, type CallEnvironment, type Handler, type MethodEntry } from './server-call.ts';
 import { ServerSession, type SessionHost } from './server-session.ts';
+import { methodTypes } from './values.ts';
 
 type Handlers = Record<string, Handler>;
 
@@ -69,12 +69,11 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
     for (const [name, method] of Object.entries(service.methods)) {
       const handler = handlers[name];
       if (typeof handler !== 'function') throw new GdrpcError(Code.INVALID_ARGUMENT, `no handler for ${service.name}/${name}`);
-      this.#methods.set(`${service.name}/${method.name}`, { method, handler, types: service.types, receiveOn });
+      this.#methods.set(`${service.name}/${method.name}`, { method, handler, types: methodTypes(method), receiveOn });
     }
     for (const name of Object.keys(handlers)) {
       if (service.methods[name] === undefined) throw new GdrpcError(Code.INVALID_ARGUMENT, `${service.name} has no method ${name}`);
     }
-    registerService(service);
     return this;
   }
 

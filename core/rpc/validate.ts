@@ -2,12 +2,10 @@
 // what it sends, the receiver checks the decoded header *before* allocating or running anything
 // (tensors are then still descriptors that only carry dtype and shape).
 import { Code, GdrpcError } from '../errors.ts';
-import type { Dim, DType, FieldDescriptor, ScalarName, ServiceDescriptor, TypeRef } from '../schema/descriptor.ts';
+import type { Dim, DType, FieldDescriptor, ScalarName, TypeRef, TypeTable } from '../schema/descriptor.ts';
 
 /** Anything with a dtype and a shape: a Tensor, a RemoteTensor, or a tensor still on the wire. */
 export interface TensorShaped { readonly dtype: DType | string; readonly shape: readonly number[] }
-
-type Types = ServiceDescriptor['types'];
 
 const INT_RANGES: Partial<Record<ScalarName, [number, number]>> = {
   i8: [-128, 127], i16: [-32768, 32767], i32: [-2147483648, 2147483647],
@@ -26,7 +24,7 @@ const F32_MAX = 3.4028234663852886e38;
  *  A dimension name binds within its scope (docs/schema.md): the method's own fields share one
  *  binding, and each struct value has its own (every element of a list<S> binds its names anew).
  *  `what` names the object ("Echo.echo arguments"); a field's path is appended to it. */
-export function validateFields(fields: FieldDescriptor[], values: Record<string, unknown>, types: Types, what: string): void {
+export function validateFields(fields: FieldDescriptor[], values: Record<string, unknown>, types: TypeTable, what: string): void {
   if (typeof values !== 'object' || values === null || Array.isArray(values)) {
     const names = fields.map((field) => field.name).join(', ');
     throw invalid(`${what}: expected an object with the fields { ${names} }, got ${describe(values)}`);
@@ -35,7 +33,7 @@ export function validateFields(fields: FieldDescriptor[], values: Record<string,
   for (const field of fields) checkValue(field.type, values[field.name], `${what}.${field.name}`, types, symbols);
 }
 
-function checkValue(type: TypeRef, value: unknown, where: string, types: Types, symbols: Map<string, { size: number; where: string }>): void {
+function checkValue(type: TypeRef, value: unknown, where: string, types: TypeTable, symbols: Map<string, { size: number; where: string }>): void {
   if (type.kind === 'optional') {
     if (value === undefined || value === null) return;
     checkValue(type.inner, value, where, types, symbols);
@@ -61,7 +59,8 @@ function checkValue(type: TypeRef, value: unknown, where: string, types: Types, 
     case 'struct': {
       const struct = types[type.name];
       if (!isPlainObject(value)) throw invalid(`${where}: expected a ${type.name} object, got ${describe(value)}`);
-      // A caller that does not know the service's types (registry.ts) leaves the check to the receiver.
+      // A struct the table does not declare fails when the value is encoded or decoded (values.ts);
+      // validateFields is public, and a caller checking one message may pass a partial table.
       if (struct?.kind !== 'struct') return;
       // A struct's dimension names are its own: they bind per value, not with the method's.
       const own = new Map<string, { size: number; where: string }>();

@@ -3,9 +3,14 @@
 // move afterwards, once the placeholders have been validated). Scalars are normalised here:
 // 64-bit integers become bigint, enum names become their values.
 import { Code, GdrpcError } from '../errors.ts';
-import type { FieldDescriptor, Placement, ServiceDescriptor, TypeRef } from '../schema/descriptor.ts';
+import type { FieldDescriptor, MethodDescriptor, Placement, TypeRef, TypeTable } from '../schema/descriptor.ts';
 
-type Types = ServiceDescriptor['types'];
+const NO_TYPES: TypeTable = Object.freeze({});
+
+/** The struct and enum declarations a method's fields are read with (none when it carries none). */
+export function methodTypes(method: MethodDescriptor): TypeTable {
+  return method.types ?? NO_TYPES;
+}
 
 /** Called for every tensor-typed value found while encoding; returns its wire descriptor. */
 export type EncodeTensor = (value: unknown, where: string, placement: Placement) => unknown;
@@ -13,7 +18,7 @@ export type EncodeTensor = (value: unknown, where: string, placement: Placement)
 export type DecodeTensor = (wire: unknown, where: string, placement: Placement) => unknown;
 
 /** Encodes an object of fields for the wire. */
-export function encodeFields(fields: FieldDescriptor[], values: Record<string, unknown>, types: Types, onTensor: EncodeTensor, what: string): Record<string, unknown> {
+export function encodeFields(fields: FieldDescriptor[], values: Record<string, unknown>, types: TypeTable, onTensor: EncodeTensor, what: string): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   for (const field of fields) {
     const value = values[field.name];
@@ -22,7 +27,7 @@ export function encodeFields(fields: FieldDescriptor[], values: Record<string, u
   return out;
 }
 
-function encodeValue(type: TypeRef, value: unknown, types: Types, onTensor: EncodeTensor, where: string): unknown {
+function encodeValue(type: TypeRef, value: unknown, types: TypeTable, onTensor: EncodeTensor, where: string): unknown {
   switch (type.kind) {
     case 'scalar': return value;
     case 'optional': return value === undefined || value === null ? null : encodeValue(type.inner, value, types, onTensor, where);
@@ -47,7 +52,7 @@ function encodeValue(type: TypeRef, value: unknown, types: Types, onTensor: Enco
 
 /** Decodes a wire object of fields; tensors become whatever `onTensor` returns. Shape errors
  *  (a list that is not an array, ...) are INVALID_ARGUMENT; validateFields checks the rest. */
-export function decodeFields(fields: FieldDescriptor[], wire: Record<string, unknown>, types: Types, onTensor: DecodeTensor, what: string): Record<string, unknown> {
+export function decodeFields(fields: FieldDescriptor[], wire: Record<string, unknown>, types: TypeTable, onTensor: DecodeTensor, what: string): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   for (const field of fields) {
     const value = wire[field.name];
@@ -56,7 +61,7 @@ export function decodeFields(fields: FieldDescriptor[], wire: Record<string, unk
   return out;
 }
 
-function decodeValue(type: TypeRef, value: unknown, types: Types, onTensor: DecodeTensor, where: string): unknown {
+function decodeValue(type: TypeRef, value: unknown, types: TypeTable, onTensor: DecodeTensor, where: string): unknown {
   switch (type.kind) {
     case 'scalar':
       if ((type.name === 'i64' || type.name === 'u64') && typeof value === 'number' && Number.isSafeInteger(value)) return BigInt(value);
@@ -94,5 +99,5 @@ export function replaceDeep(value: unknown, map: (item: unknown) => unknown): un
 }
 
 function unknownType(name: string, where: string): GdrpcError {
-  return new GdrpcError(Code.INTERNAL, `${where}: the service descriptor does not define type ${name}`);
+  return new GdrpcError(Code.INTERNAL, `${where}: the method descriptor's types do not declare ${name}`);
 }

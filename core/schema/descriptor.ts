@@ -1,5 +1,8 @@
 // Service descriptors: the data the code generator emits and the runtime reads. They are plain
 // JSON-compatible objects so that another language's generator can produce the same thing.
+// Everything a call needs is reachable from its method descriptor, types included: the runtime
+// keeps no table of services, so two services of one name, or a descriptor used before any
+// client of its service exists, cannot give a call the wrong (or no) struct declarations.
 
 /** Element types a tensor can hold. */
 export type DType =
@@ -48,6 +51,9 @@ export interface EnumDescriptor {
   values: Array<{ name: string; value: number }>;
 }
 
+/** Struct and enum declarations by fully qualified name. */
+export type TypeTable = Record<string, StructDescriptor | EnumDescriptor>;
+
 export interface MethodDescriptor {
   /** Method name as declared, e.g. "forward". */
   name: string;
@@ -59,12 +65,16 @@ export interface MethodDescriptor {
   clientStreaming: boolean;
   /** Results leave as a stream of result objects. */
   serverStreaming: boolean;
+  /**
+   * Declarations of every struct and enum the fields reach. On the method rather than the service
+   * because a call is given only its method; a generated module points every method at its one
+   * `types` constant. Absent: the fields reach no struct or enum.
+   */
+  types?: TypeTable;
 }
 
 export interface ServiceDescriptor {
   /** Fully qualified, e.g. "llm.tp.v1.ShardWorker". */
   name: string;
   methods: Record<string, MethodDescriptor>;
-  /** Every struct and enum the methods reach, by fully qualified name (imports included). */
-  types: Record<string, StructDescriptor | EnumDescriptor>;
 }

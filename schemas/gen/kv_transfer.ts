@@ -2,8 +2,8 @@
 // Disaggregated inference: a prefill worker computes the KV cache of a prompt and hands it to a
 // decode worker as remote tensors; the decode worker pulls them straight into its own memory.
 
-import { type CallContext, type CallOptions, type Client, registerService, type RemoteTensor, type Server, type ServiceDescriptor, type Tensor, validateFields } from 'gdrpc';
-import type { Precision } from './tensor_parallel.js';
+import { type CallContext, type CallOptions, type Client, type RemoteTensor, type Server, type ServiceDescriptor, type Tensor, type TypeTable, validateFields } from 'gdrpc';
+import { type Precision, types as tensor_parallel_types } from './tensor_parallel.js';
 
 /** Where a request is in its life. */
 export const RequestState = {
@@ -41,6 +41,55 @@ export type KvBlockReceived = {
   keys: RemoteTensor;
   /** Schema: `tensor<bf16, [heads, 16, 128]> @remote` */
   values: RemoteTensor;
+};
+
+/** Struct and enum declarations of kv_transfer.gdrpc and of the files it imports, by fully qualified name; method descriptors carry it to the runtime. */
+export const types: TypeTable = {
+  ...tensor_parallel_types,
+  'gdrpc.kv.v1.RequestState': {
+    kind: 'enum',
+    name: 'gdrpc.kv.v1.RequestState',
+    values: [
+      { name: 'PREFILLING', value: 0 },
+      { name: 'READY', value: 1 },
+      { name: 'DECODING', value: 2 },
+      { name: 'DONE', value: 3 },
+    ],
+  },
+  'gdrpc.kv.v1.KvBlock': {
+    kind: 'struct',
+    name: 'gdrpc.kv.v1.KvBlock',
+    fields: [
+      { name: 'layer', type: { kind: 'scalar', name: 'u32' } },
+      { name: 'index', type: { kind: 'scalar', name: 'u32' } },
+      {
+        name: 'keys',
+        type: {
+          kind: 'tensor',
+          dtype: 'bf16',
+          shape: [
+            { kind: 'symbol', name: 'heads' },
+            { kind: 'fixed', size: 16 },
+            { kind: 'fixed', size: 128 },
+          ],
+          placement: { kind: 'remote' },
+        },
+      },
+      {
+        name: 'values',
+        type: {
+          kind: 'tensor',
+          dtype: 'bf16',
+          shape: [
+            { kind: 'symbol', name: 'heads' },
+            { kind: 'fixed', size: 16 },
+            { kind: 'fixed', size: 128 },
+          ],
+          placement: { kind: 'remote' },
+        },
+      },
+    ],
+  },
 };
 
 /** Arguments of PrefillWorker.prefill. */
@@ -87,35 +136,19 @@ export const PrefillWorkerDescriptor = {
       ],
       clientStreaming: false,
       serverStreaming: false,
-    },
-  },
-  types: {
-    'gdrpc.tp.v1.Precision': {
-      kind: 'enum',
-      name: 'gdrpc.tp.v1.Precision',
-      values: [{ name: 'F16', value: 0 }, { name: 'BF16', value: 1 }, { name: 'F32', value: 2 }],
-    },
-    'gdrpc.kv.v1.RequestState': {
-      kind: 'enum',
-      name: 'gdrpc.kv.v1.RequestState',
-      values: [
-        { name: 'PREFILLING', value: 0 },
-        { name: 'READY', value: 1 },
-        { name: 'DECODING', value: 2 },
-        { name: 'DONE', value: 3 },
-      ],
+      types,
     },
   },
 } satisfies ServiceDescriptor;
 
 /** Checks arguments of PrefillWorker.prefill against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validatePrefillWorkerPrefillArgs(values: Record<string, unknown>): void {
-  validateFields(PrefillWorkerDescriptor.methods.prefill.args, values, PrefillWorkerDescriptor.types, 'PrefillWorker.prefill arguments');
+  validateFields(PrefillWorkerDescriptor.methods.prefill.args, values, types, 'PrefillWorker.prefill arguments');
 }
 
 /** Checks results of PrefillWorker.prefill against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validatePrefillWorkerPrefillResults(values: Record<string, unknown>): void {
-  validateFields(PrefillWorkerDescriptor.methods.prefill.results, values, PrefillWorkerDescriptor.types, 'PrefillWorker.prefill results');
+  validateFields(PrefillWorkerDescriptor.methods.prefill.results, values, types, 'PrefillWorker.prefill results');
 }
 
 /** Typed client of gdrpc.kv.v1.PrefillWorker. The runtime validates arguments before sending and results on arrival. */
@@ -123,7 +156,6 @@ export class PrefillWorkerClient {
   readonly #client: Client;
 
   constructor(client: Client) {
-    registerService(PrefillWorkerDescriptor);
     this.#client = client;
   }
 
@@ -210,6 +242,7 @@ export const DecodeWorkerDescriptor = {
       results: [{ name: 'state', type: { kind: 'enum', name: 'gdrpc.kv.v1.RequestState' } }],
       clientStreaming: false,
       serverStreaming: false,
+      types,
     },
     generate: {
       name: 'generate',
@@ -224,74 +257,29 @@ export const DecodeWorkerDescriptor = {
       ],
       clientStreaming: false,
       serverStreaming: true,
-    },
-  },
-  types: {
-    'gdrpc.kv.v1.KvBlock': {
-      kind: 'struct',
-      name: 'gdrpc.kv.v1.KvBlock',
-      fields: [
-        { name: 'layer', type: { kind: 'scalar', name: 'u32' } },
-        { name: 'index', type: { kind: 'scalar', name: 'u32' } },
-        {
-          name: 'keys',
-          type: {
-            kind: 'tensor',
-            dtype: 'bf16',
-            shape: [
-              { kind: 'symbol', name: 'heads' },
-              { kind: 'fixed', size: 16 },
-              { kind: 'fixed', size: 128 },
-            ],
-            placement: { kind: 'remote' },
-          },
-        },
-        {
-          name: 'values',
-          type: {
-            kind: 'tensor',
-            dtype: 'bf16',
-            shape: [
-              { kind: 'symbol', name: 'heads' },
-              { kind: 'fixed', size: 16 },
-              { kind: 'fixed', size: 128 },
-            ],
-            placement: { kind: 'remote' },
-          },
-        },
-      ],
-    },
-    'gdrpc.kv.v1.RequestState': {
-      kind: 'enum',
-      name: 'gdrpc.kv.v1.RequestState',
-      values: [
-        { name: 'PREFILLING', value: 0 },
-        { name: 'READY', value: 1 },
-        { name: 'DECODING', value: 2 },
-        { name: 'DONE', value: 3 },
-      ],
+      types,
     },
   },
 } satisfies ServiceDescriptor;
 
 /** Checks arguments of DecodeWorker.accept against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateDecodeWorkerAcceptArgs(values: Record<string, unknown>): void {
-  validateFields(DecodeWorkerDescriptor.methods.accept.args, values, DecodeWorkerDescriptor.types, 'DecodeWorker.accept arguments');
+  validateFields(DecodeWorkerDescriptor.methods.accept.args, values, types, 'DecodeWorker.accept arguments');
 }
 
 /** Checks results of DecodeWorker.accept against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateDecodeWorkerAcceptResults(values: Record<string, unknown>): void {
-  validateFields(DecodeWorkerDescriptor.methods.accept.results, values, DecodeWorkerDescriptor.types, 'DecodeWorker.accept results');
+  validateFields(DecodeWorkerDescriptor.methods.accept.results, values, types, 'DecodeWorker.accept results');
 }
 
 /** Checks arguments of DecodeWorker.generate against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateDecodeWorkerGenerateArgs(values: Record<string, unknown>): void {
-  validateFields(DecodeWorkerDescriptor.methods.generate.args, values, DecodeWorkerDescriptor.types, 'DecodeWorker.generate arguments');
+  validateFields(DecodeWorkerDescriptor.methods.generate.args, values, types, 'DecodeWorker.generate arguments');
 }
 
 /** Checks results of DecodeWorker.generate against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateDecodeWorkerGenerateResults(values: Record<string, unknown>): void {
-  validateFields(DecodeWorkerDescriptor.methods.generate.results, values, DecodeWorkerDescriptor.types, 'DecodeWorker.generate results');
+  validateFields(DecodeWorkerDescriptor.methods.generate.results, values, types, 'DecodeWorker.generate results');
 }
 
 /** Typed client of gdrpc.kv.v1.DecodeWorker. The runtime validates arguments before sending and results on arrival. */
@@ -299,7 +287,6 @@ export class DecodeWorkerClient {
   readonly #client: Client;
 
   constructor(client: Client) {
-    registerService(DecodeWorkerDescriptor);
     this.#client = client;
   }
 

@@ -3,7 +3,7 @@
 // up projection and a row slice of every down projection, and the shards all-reduce their partial
 // activations among themselves, GPU to GPU.
 
-import { type CallContext, type CallOptions, type Client, registerService, type Server, type ServiceDescriptor, type Tensor, validateFields } from 'gdrpc';
+import { type CallContext, type CallOptions, type Client, type Server, type ServiceDescriptor, type Tensor, type TypeTable, validateFields } from 'gdrpc';
 
 /** The model's sizes and where the weights come from (generated on each shard's device from seeds). */
 export type MlpShape = {
@@ -22,6 +22,30 @@ export type RunStats = {
   totalMs: number;
   /** Path of each partial this shard sent in the last layer, e.g. "rank 1: cuda_ipc". */
   paths: string[];
+};
+
+/** Struct and enum declarations of mlp.gdrpc, by fully qualified name; method descriptors carry it to the runtime. */
+export const types: TypeTable = {
+  'gdrpc.mlp.v1.MlpShape': {
+    kind: 'struct',
+    name: 'gdrpc.mlp.v1.MlpShape',
+    fields: [
+      { name: 'layers', type: { kind: 'scalar', name: 'u32' } },
+      { name: 'model', type: { kind: 'scalar', name: 'u32' } },
+      { name: 'hidden', type: { kind: 'scalar', name: 'u32' } },
+      { name: 'seed', type: { kind: 'scalar', name: 'u32' } },
+    ],
+  },
+  'gdrpc.mlp.v1.RunStats': {
+    kind: 'struct',
+    name: 'gdrpc.mlp.v1.RunStats',
+    fields: [
+      { name: 'computeMs', type: { kind: 'scalar', name: 'f64' } },
+      { name: 'reduceMs', type: { kind: 'scalar', name: 'f64' } },
+      { name: 'totalMs', type: { kind: 'scalar', name: 'f64' } },
+      { name: 'paths', type: { kind: 'list', element: { kind: 'scalar', name: 'string' } } },
+    ],
+  },
 };
 
 /** Arguments of MlpShard.setup. */
@@ -78,6 +102,7 @@ export const MlpShardDescriptor = {
       results: [{ name: 'device', type: { kind: 'scalar', name: 'string' } }],
       clientStreaming: false,
       serverStreaming: false,
+      types,
     },
     run: {
       name: 'run',
@@ -107,6 +132,7 @@ export const MlpShardDescriptor = {
       ],
       clientStreaming: false,
       serverStreaming: false,
+      types,
     },
     contribute: {
       name: 'contribute',
@@ -128,60 +154,39 @@ export const MlpShardDescriptor = {
       results: [],
       clientStreaming: false,
       serverStreaming: false,
-    },
-  },
-  types: {
-    'gdrpc.mlp.v1.MlpShape': {
-      kind: 'struct',
-      name: 'gdrpc.mlp.v1.MlpShape',
-      fields: [
-        { name: 'layers', type: { kind: 'scalar', name: 'u32' } },
-        { name: 'model', type: { kind: 'scalar', name: 'u32' } },
-        { name: 'hidden', type: { kind: 'scalar', name: 'u32' } },
-        { name: 'seed', type: { kind: 'scalar', name: 'u32' } },
-      ],
-    },
-    'gdrpc.mlp.v1.RunStats': {
-      kind: 'struct',
-      name: 'gdrpc.mlp.v1.RunStats',
-      fields: [
-        { name: 'computeMs', type: { kind: 'scalar', name: 'f64' } },
-        { name: 'reduceMs', type: { kind: 'scalar', name: 'f64' } },
-        { name: 'totalMs', type: { kind: 'scalar', name: 'f64' } },
-        { name: 'paths', type: { kind: 'list', element: { kind: 'scalar', name: 'string' } } },
-      ],
+      types,
     },
   },
 } satisfies ServiceDescriptor;
 
 /** Checks arguments of MlpShard.setup against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateMlpShardSetupArgs(values: Record<string, unknown>): void {
-  validateFields(MlpShardDescriptor.methods.setup.args, values, MlpShardDescriptor.types, 'MlpShard.setup arguments');
+  validateFields(MlpShardDescriptor.methods.setup.args, values, types, 'MlpShard.setup arguments');
 }
 
 /** Checks results of MlpShard.setup against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateMlpShardSetupResults(values: Record<string, unknown>): void {
-  validateFields(MlpShardDescriptor.methods.setup.results, values, MlpShardDescriptor.types, 'MlpShard.setup results');
+  validateFields(MlpShardDescriptor.methods.setup.results, values, types, 'MlpShard.setup results');
 }
 
 /** Checks arguments of MlpShard.run against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateMlpShardRunArgs(values: Record<string, unknown>): void {
-  validateFields(MlpShardDescriptor.methods.run.args, values, MlpShardDescriptor.types, 'MlpShard.run arguments');
+  validateFields(MlpShardDescriptor.methods.run.args, values, types, 'MlpShard.run arguments');
 }
 
 /** Checks results of MlpShard.run against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateMlpShardRunResults(values: Record<string, unknown>): void {
-  validateFields(MlpShardDescriptor.methods.run.results, values, MlpShardDescriptor.types, 'MlpShard.run results');
+  validateFields(MlpShardDescriptor.methods.run.results, values, types, 'MlpShard.run results');
 }
 
 /** Checks arguments of MlpShard.contribute against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateMlpShardContributeArgs(values: Record<string, unknown>): void {
-  validateFields(MlpShardDescriptor.methods.contribute.args, values, MlpShardDescriptor.types, 'MlpShard.contribute arguments');
+  validateFields(MlpShardDescriptor.methods.contribute.args, values, types, 'MlpShard.contribute arguments');
 }
 
 /** Checks results of MlpShard.contribute against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateMlpShardContributeResults(values: Record<string, unknown>): void {
-  validateFields(MlpShardDescriptor.methods.contribute.results, values, MlpShardDescriptor.types, 'MlpShard.contribute results');
+  validateFields(MlpShardDescriptor.methods.contribute.results, values, types, 'MlpShard.contribute results');
 }
 
 /** Typed client of gdrpc.mlp.v1.MlpShard. The runtime validates arguments before sending and results on arrival. */
@@ -189,7 +194,6 @@ export class MlpShardClient {
   readonly #client: Client;
 
   constructor(client: Client) {
-    registerService(MlpShardDescriptor);
     this.#client = client;
   }
 

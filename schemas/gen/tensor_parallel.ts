@@ -2,7 +2,7 @@
 // Tensor-parallel MLP: each shard worker owns a column slice of the up projection and a row
 // slice of the down projection; the coordinator all-reduces the partial activations.
 
-import { type CallContext, type CallOptions, type Client, registerService, type Server, type ServiceDescriptor, type Tensor, validateFields } from 'gdrpc';
+import { type CallContext, type CallOptions, type Client, type Server, type ServiceDescriptor, type Tensor, type TypeTable, validateFields } from 'gdrpc';
 
 /** Element types the shard workers compute in. */
 export const Precision = {
@@ -27,6 +27,41 @@ export type PartialActivation = {
   rank: number;
   /** Schema: `tensor<f16, [batch, 4096]> @cuda` */
   y: Tensor;
+};
+
+/** Struct and enum declarations of tensor_parallel.gdrpc, by fully qualified name; method descriptors carry it to the runtime. */
+export const types: TypeTable = {
+  'gdrpc.tp.v1.Precision': {
+    kind: 'enum',
+    name: 'gdrpc.tp.v1.Precision',
+    values: [{ name: 'F16', value: 0 }, { name: 'BF16', value: 1 }, { name: 'F32', value: 2 }],
+  },
+  'gdrpc.tp.v1.ShardInfo': {
+    kind: 'struct',
+    name: 'gdrpc.tp.v1.ShardInfo',
+    fields: [
+      { name: 'rank', type: { kind: 'scalar', name: 'u32' } },
+      { name: 'worldSize', type: { kind: 'scalar', name: 'u32' } },
+      { name: 'precision', type: { kind: 'enum', name: 'gdrpc.tp.v1.Precision' } },
+      { name: 'hiddenShard', type: { kind: 'scalar', name: 'u32' } },
+    ],
+  },
+  'gdrpc.tp.v1.PartialActivation': {
+    kind: 'struct',
+    name: 'gdrpc.tp.v1.PartialActivation',
+    fields: [
+      { name: 'rank', type: { kind: 'scalar', name: 'u32' } },
+      {
+        name: 'y',
+        type: {
+          kind: 'tensor',
+          dtype: 'f16',
+          shape: [{ kind: 'symbol', name: 'batch' }, { kind: 'fixed', size: 4096 }],
+          placement: { kind: 'cuda' },
+        },
+      },
+    ],
+  },
 };
 
 /** Arguments of ShardWorker.info. */
@@ -86,6 +121,7 @@ export const ShardWorkerDescriptor = {
       results: [{ name: 'shard', type: { kind: 'struct', name: 'gdrpc.tp.v1.ShardInfo' } }],
       clientStreaming: false,
       serverStreaming: false,
+      types,
     },
     loadWeights: {
       name: 'loadWeights',
@@ -114,6 +150,7 @@ export const ShardWorkerDescriptor = {
       results: [],
       clientStreaming: false,
       serverStreaming: false,
+      types,
     },
     forward: {
       name: 'forward',
@@ -143,6 +180,7 @@ export const ShardWorkerDescriptor = {
       results: [{ name: 'partial', type: { kind: 'struct', name: 'gdrpc.tp.v1.PartialActivation' } }],
       clientStreaming: false,
       serverStreaming: false,
+      types,
     },
     reduce: {
       name: 'reduce',
@@ -166,81 +204,49 @@ export const ShardWorkerDescriptor = {
       ],
       clientStreaming: false,
       serverStreaming: false,
-    },
-  },
-  types: {
-    'gdrpc.tp.v1.ShardInfo': {
-      kind: 'struct',
-      name: 'gdrpc.tp.v1.ShardInfo',
-      fields: [
-        { name: 'rank', type: { kind: 'scalar', name: 'u32' } },
-        { name: 'worldSize', type: { kind: 'scalar', name: 'u32' } },
-        { name: 'precision', type: { kind: 'enum', name: 'gdrpc.tp.v1.Precision' } },
-        { name: 'hiddenShard', type: { kind: 'scalar', name: 'u32' } },
-      ],
-    },
-    'gdrpc.tp.v1.Precision': {
-      kind: 'enum',
-      name: 'gdrpc.tp.v1.Precision',
-      values: [{ name: 'F16', value: 0 }, { name: 'BF16', value: 1 }, { name: 'F32', value: 2 }],
-    },
-    'gdrpc.tp.v1.PartialActivation': {
-      kind: 'struct',
-      name: 'gdrpc.tp.v1.PartialActivation',
-      fields: [
-        { name: 'rank', type: { kind: 'scalar', name: 'u32' } },
-        {
-          name: 'y',
-          type: {
-            kind: 'tensor',
-            dtype: 'f16',
-            shape: [{ kind: 'symbol', name: 'batch' }, { kind: 'fixed', size: 4096 }],
-            placement: { kind: 'cuda' },
-          },
-        },
-      ],
+      types,
     },
   },
 } satisfies ServiceDescriptor;
 
 /** Checks arguments of ShardWorker.info against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateShardWorkerInfoArgs(values: Record<string, unknown>): void {
-  validateFields(ShardWorkerDescriptor.methods.info.args, values, ShardWorkerDescriptor.types, 'ShardWorker.info arguments');
+  validateFields(ShardWorkerDescriptor.methods.info.args, values, types, 'ShardWorker.info arguments');
 }
 
 /** Checks results of ShardWorker.info against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateShardWorkerInfoResults(values: Record<string, unknown>): void {
-  validateFields(ShardWorkerDescriptor.methods.info.results, values, ShardWorkerDescriptor.types, 'ShardWorker.info results');
+  validateFields(ShardWorkerDescriptor.methods.info.results, values, types, 'ShardWorker.info results');
 }
 
 /** Checks arguments of ShardWorker.loadWeights against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateShardWorkerLoadWeightsArgs(values: Record<string, unknown>): void {
-  validateFields(ShardWorkerDescriptor.methods.loadWeights.args, values, ShardWorkerDescriptor.types, 'ShardWorker.loadWeights arguments');
+  validateFields(ShardWorkerDescriptor.methods.loadWeights.args, values, types, 'ShardWorker.loadWeights arguments');
 }
 
 /** Checks results of ShardWorker.loadWeights against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateShardWorkerLoadWeightsResults(values: Record<string, unknown>): void {
-  validateFields(ShardWorkerDescriptor.methods.loadWeights.results, values, ShardWorkerDescriptor.types, 'ShardWorker.loadWeights results');
+  validateFields(ShardWorkerDescriptor.methods.loadWeights.results, values, types, 'ShardWorker.loadWeights results');
 }
 
 /** Checks arguments of ShardWorker.forward against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateShardWorkerForwardArgs(values: Record<string, unknown>): void {
-  validateFields(ShardWorkerDescriptor.methods.forward.args, values, ShardWorkerDescriptor.types, 'ShardWorker.forward arguments');
+  validateFields(ShardWorkerDescriptor.methods.forward.args, values, types, 'ShardWorker.forward arguments');
 }
 
 /** Checks results of ShardWorker.forward against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateShardWorkerForwardResults(values: Record<string, unknown>): void {
-  validateFields(ShardWorkerDescriptor.methods.forward.results, values, ShardWorkerDescriptor.types, 'ShardWorker.forward results');
+  validateFields(ShardWorkerDescriptor.methods.forward.results, values, types, 'ShardWorker.forward results');
 }
 
 /** Checks arguments of ShardWorker.reduce against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateShardWorkerReduceArgs(values: Record<string, unknown>): void {
-  validateFields(ShardWorkerDescriptor.methods.reduce.args, values, ShardWorkerDescriptor.types, 'ShardWorker.reduce arguments');
+  validateFields(ShardWorkerDescriptor.methods.reduce.args, values, types, 'ShardWorker.reduce arguments');
 }
 
 /** Checks results of ShardWorker.reduce against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateShardWorkerReduceResults(values: Record<string, unknown>): void {
-  validateFields(ShardWorkerDescriptor.methods.reduce.results, values, ShardWorkerDescriptor.types, 'ShardWorker.reduce results');
+  validateFields(ShardWorkerDescriptor.methods.reduce.results, values, types, 'ShardWorker.reduce results');
 }
 
 /** Typed client of gdrpc.tp.v1.ShardWorker. The runtime validates arguments before sending and results on arrival. */
@@ -248,7 +254,6 @@ export class ShardWorkerClient {
   readonly #client: Client;
 
   constructor(client: Client) {
-    registerService(ShardWorkerDescriptor);
     this.#client = client;
   }
 

@@ -91,7 +91,7 @@ describe('gdrpc gen', () => {
     expect(await runGen([at('schemas/app'), '--out', at('gen')])).toBe(2);
     expect(stderr).toMatch(/a\.gdrpc:2:8: error: imported file "\.\.\/lib\/b\.gdrpc" is outside the input directories/);
     expect(await runGen([at('schemas/app'), at('schemas/lib'), '--out', at('gen')])).toBe(0);
-    expect(readFileSync(at('gen/app/a.ts'), 'utf8')).toContain("import type { B } from '../lib/b.js';");
+    expect(readFileSync(at('gen/app/a.ts'), 'utf8')).toContain("import { type B, types as b_types } from '../lib/b.js';");
     expect(existsSync(at('gen/lib/b.ts'))).toBe(true);
   });
 

@@ -101,7 +101,7 @@ const echo: MethodDescriptor = {
   name: 'echo', service: 'test.rpc.v1.Bare', clientStreaming: false, serverStreaming: false,
   args: fields, results: [...fields, { name: 'devices', type: { kind: 'scalar', name: 'string' } }],
 };
-const Bare: ServiceDescriptor = { name: 'test.rpc.v1.Bare', types: {}, methods: { echo } };
+const Bare: ServiceDescriptor = { name: 'test.rpc.v1.Bare', methods: { echo } };
 const bareHandlers = {
   echo: (args: { x: Tensor; z: Tensor; h: Tensor }) => ({ ...args, devices: [args.x.device, args.z.device, args.h.device].join(' ') }),
 };

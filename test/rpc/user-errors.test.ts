@@ -28,7 +28,7 @@ const gainMethod = (factor: 'f32' | 'f64'): MethodDescriptor => ({
   ],
   results: [{ name: 'factor', type: { kind: 'scalar', name: 'f32' } }],
 });
-const Gain: ServiceDescriptor = { name: 'test.rpc.v1.Gain', types: {}, methods: { apply: gainMethod('f32') } };
+const Gain: ServiceDescriptor = { name: 'test.rpc.v1.Gain', methods: { apply: gainMethod('f32') } };
 const GainLoose = gainMethod('f64');
 const apply = Gain.methods.apply!;
 

@@ -2,7 +2,7 @@
 // mover choice and path classes (including the staging refusal, which needs no GPU to decide).
 import { describe, expect, it } from 'vitest';
 import { Packr } from 'msgpackr';
-import { Code, GdrpcError, Tensor, validateFields, type FieldDescriptor, type ServiceDescriptor } from '../../core/index.ts';
+import { Code, GdrpcError, Tensor, validateFields, type FieldDescriptor, type TypeTable } from '../../core/index.ts';
 import { decodeFrame, encodeFrame, checkTensorWire } from '../../core/wire/codec.ts';
 import { FrameKind, WIRE_VERSION } from '../../core/wire/frames.ts';
 import { CONTROL_MASK, ConnectionKey, controlKey, controlTag, dataParts, dataTag, transferOf } from '../../core/wire/tag.ts';
@@ -88,7 +88,7 @@ describe('frames', () => {
 
 describe('validateFields', () => {
   const tensor = (dtype: 'f32' | 'u8', dims: FieldDescriptor['type']): FieldDescriptor['type'] => dims;
-  const types: ServiceDescriptor['types'] = {
+  const types: TypeTable = {
     'p.Block': { kind: 'struct', name: 'p.Block', fields: [{ name: 'k', type: { kind: 'tensor', dtype: 'f32', shape: [{ kind: 'symbol', name: 'n' }, { kind: 'fixed', size: 2 }], placement: { kind: 'host' } } }] },
     'p.Mode': { kind: 'enum', name: 'p.Mode', values: [{ name: 'A', value: 0 }, { name: 'B', value: 3 }] },
   };
