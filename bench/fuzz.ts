@@ -4,7 +4,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { Client } from '../core/index.ts';
-import { Echo } from '../test/rpc/fixtures/services.ts';
+import { EchoDescriptor } from '../test/schemas/gen/rpc/echo.ts';
 import { startServer } from '../test/rpc/fixtures/peers.ts';
 import { disposePeers } from '../test/support/peer.ts';
 import { serverStats } from '../test/rpc/fixtures/stats.ts';
@@ -26,7 +26,7 @@ let stop = false;
 const steady = (async () => {
   while (!stop && failed === undefined) {
     try {
-      await good.unary(Echo.methods.ping!, { n: served });
+      await good.unary(EchoDescriptor.methods.ping, { n: served });
       served += 1;
     } catch (error) {
       failed = error;
@@ -35,7 +35,7 @@ const steady = (async () => {
   }
 })();
 console.log(`fuzz: ${frames} frames, seed ${seed}`);
-const result = await fuzz({ port: server.port, token: 'fuzz', service: Echo.name, frames, seed });
+const result = await fuzz({ port: server.port, token: 'fuzz', service: EchoDescriptor.name, frames, seed });
 stop = true;
 await steady;
 const alive = server.child.exitCode === null && server.child.signalCode === null;

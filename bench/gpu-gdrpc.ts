@@ -5,7 +5,8 @@ import { fileURLToPath } from 'node:url';
 import { callInfo, Client, TensorPool, type Device, type Tensor } from '../core/index.ts';
 import { Runtime } from '../core/rpc/runtime.ts';
 import { cuda } from '../core/cuda.ts';
-import { benchService } from './gpu-service.ts';
+import { SinkDescriptor } from './schemas/gen/gpu_sink.ts';
+import { receivingOn } from '../test/support/receive-placement.ts';
 import { percentile, type BenchResult } from './machine.ts';
 import { unsafeRmaEnabled } from '../core/rpc/runtime.ts';
 import { spawnPeer, type Peer } from '../test/support/peer.ts';
@@ -49,13 +50,13 @@ export async function runGdrpc(options: GdrpcOptions, log: (line: string) => voi
   const peer = await startPeer(options.server, poolBytes);
   const runtime = Runtime.acquire();
   const pool = TensorPool.create(runtime.context, { device: options.client, bytes: poolBytes });
-  const service = benchService(options.client);
+  const service = receivingOn(SinkDescriptor, options.client);
   const results: BenchResult[] = [];
   let client: Client | undefined;
   try {
     client = await Client.connect({ host: '127.0.0.1', port: peer.ready.port }, { poolBytes: 0 });
     const c = client;
-    const ping = (): Promise<unknown> => c.unary(service.methods.ping!, { n: 1 });
+    const ping = (): Promise<unknown> => c.unary(service.methods.ping, { n: 1 });
     await timeCalls(Math.min(1000, options.smallCalls), ping);
     results.push(row(options.system, 'small_call_rtt', 0, await timeCalls(options.smallCalls, ping)));
     log(`${options.system}: small call p50 ${results.at(-1)!.p50_us!.toFixed(1)} us`);
@@ -66,7 +67,7 @@ export async function runGdrpc(options: GdrpcOptions, log: (line: string) => voi
           if (options.client !== 'cpu') {
             cuda.memset(x.address, 0x5a, size);  // synchronous: contents in place before any send
           }
-          const sink = (): Promise<Record<string, unknown>> => c.unary(service.methods.sink!, { x }, { mover });
+          const sink = (): Promise<Record<string, unknown>> => c.unary(service.methods.sink, { x }, { mover });
           const iters = itersFor(size);
           await timeCalls(Math.max(3, Math.round(iters / 10)), sink);
           const path = callInfo(await sink())?.transfers[0]?.path ?? 'unknown';

@@ -1,11 +1,17 @@
 // One side of bench/isolation.ts: a client built from the gdrpc tree at argv[2] calls a test
 // server of the same tree on port argv[3] and prints its figures as one JSON line.
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 
 const [root, port] = process.argv.slice(2) as [string, string];
 const core = await import(pathToFileURL(join(root, 'core/index.ts')).href);
-const { Echo } = await import(pathToFileURL(join(root, 'test/rpc/fixtures/services.ts')).href);
+// The test server's Echo as that tree declares it: generated in newer trees, hand-written in
+// test/rpc/fixtures/services.ts in trees from before test/schemas (the usual baseline).
+const generated = join(root, 'test/schemas/gen/rpc/echo.ts');
+const Echo = existsSync(generated)
+  ? (await import(pathToFileURL(generated).href)).EchoDescriptor
+  : (await import(pathToFileURL(join(root, 'test/rpc/fixtures/services.ts')).href)).Echo;
 const MiB = 1 << 20;
 
 const client = await core.Client.connect(`127.0.0.1:${port}`, { poolBytes: 256 * MiB });

@@ -7,7 +7,7 @@ import { Client, GdrpcError, Tensor } from '../core/index.ts';
 import { LatencyHistogram } from './load-histogram.ts';
 import type { CallTally, ClientPlan, FromClient, ToClient } from './load-protocol.ts';
 import { StallMonitor } from './load-stall.ts';
-import { BenchService } from './rpc-service.ts';
+import { BenchDescriptor } from './schemas/gen/rpc_bench.ts';
 import { announceReady } from '../test/support/ready-line.ts';
 
 const plan = JSON.parse(process.argv[2]!) as ClientPlan;
@@ -67,8 +67,8 @@ async function runLoad(seconds: number): Promise<void> {
       const t0 = performance.now();
       let failed = false;
       try {
-        if (withTensor) await client.unary(BenchService.methods.sink!, { x: Tensor.fromArray(source.subarray(0, bytes)) }, { deadline: plan.deadlineMs });
-        else await client.unary(BenchService.methods.ping!, {}, { deadline: plan.deadlineMs });
+        if (withTensor) await client.unary(BenchDescriptor.methods.sink, { x: Tensor.fromArray(source.subarray(0, bytes)) }, { deadline: plan.deadlineMs });
+        else await client.unary(BenchDescriptor.methods.ping, {}, { deadline: plan.deadlineMs });
       } catch (error) {
         failed = true;
         const e = GdrpcError.from(error);

@@ -1,8 +1,8 @@
-// The server process of bench/load.ts: serves BenchService (ping, sink) with the options given as
+// The server process of bench/load.ts: serves Bench (ping, sink; bench/schemas/rpc_bench.gdrpc) with the options given as
 // JSON in argv[2], announces its port, samples its RSS once a second, and answers snapshots over IPC.
 import { Server, type ServerOptions, type Tensor } from '../core/index.ts';
 import type { FromServer, ServerSnapshot, ToServer } from './load-protocol.ts';
-import { BenchService } from './rpc-service.ts';
+import { BenchDescriptor } from './schemas/gen/rpc_bench.ts';
 import { StallMonitor } from './load-stall.ts';
 import { announceReady } from '../test/support/ready-line.ts';
 
@@ -10,7 +10,7 @@ const options = JSON.parse(process.argv[2] ?? '{}') as ServerOptions;
 const send = (message: FromServer): void => { process.send!(message); };
 
 const server = Server.create(options);
-server.register(BenchService, {
+server.register(BenchDescriptor, {
   ping: () => ({}),
   sink: (args: { x: Tensor }) => ({ n: args.x.byteLength }),
 });

@@ -4,23 +4,17 @@
 // JSON row per measurement; run where there is a GPU (the host rows are the control).
 //   node --import tsx bench/rpc-gpu.ts
 import { fileURLToPath } from 'node:url';
-import { Client, Server, cuda, type ServiceDescriptor, type Tensor } from '../core/index.ts';
+import { Client, Server, cuda, type Tensor } from '../core/index.ts';
 import { unsafeRmaEnabled } from '../core/rpc/runtime.ts';
 import { spawnPeer } from '../test/support/peer.ts';
 import { announceReady } from '../test/support/ready-line.ts';
+import { GpuSink, GpuSinkDescriptor } from './schemas/gen/rpc_bench.ts';
 
-const NAME = 'bench.rpc.v1.GpuSink';
-const sink = (placement: 'host' | 'cuda') => ({
-  name: placement, service: NAME, clientStreaming: false, serverStreaming: false,
-  args: [{ name: 'x', type: { kind: 'tensor' as const, dtype: 'u8' as const, shape: [{ kind: 'any' as const }], placement: placement === 'cuda' ? { kind: 'cuda' as const, device: 0 } : { kind: 'host' as const } } }],
-  results: [],
-});
-const Service: ServiceDescriptor = { name: NAME, methods: { host: sink('host'), cuda: sink('cuda') } };
 const SIZES = [4096, 65536, 1 << 20, 16 << 20, 64 << 20];
 
 if (process.argv[2] === '--serve') {
   const server = Server.create({ poolBytes: 512 << 20, maxTensorBytes: 256 << 20 });
-  server.register(Service, { host: () => ({}), cuda: () => ({}) });
+  GpuSink.register(server, { host: () => ({}), cuda: () => ({}) });
   announceReady({ port: (await server.listen({ host: '127.0.0.1' })).port });
 } else {
   const server = await spawnPeer<{ port: number }>(fileURLToPath(import.meta.url), { args: ['--serve'] });
@@ -30,7 +24,7 @@ if (process.argv[2] === '--serve') {
     for (const bytes of SIZES) {
       const x: Tensor = client.pool(device).allocate([bytes], 'u8');
       for (const mover of unsafeRmaEnabled() ? ['tag', 'rma'] as const : ['tag'] as const) {
-        const method = Service.methods[device === 'cpu' ? 'host' : 'cuda']!;
+        const method = GpuSinkDescriptor.methods[device === 'cpu' ? 'host' : 'cuda'];
         await client.unary(method, { x }, { mover });
         const samples: number[] = [];
         const until = performance.now() + 400;

@@ -2,13 +2,13 @@
 // its port when ready (test/support/ready-line.ts); exits when stdin closes.
 import * as grpc from '@grpc/grpc-js';
 import { Server, type Tensor } from '../core/index.ts';
-import { BenchService } from './rpc-service.ts';
+import { BenchDescriptor } from './schemas/gen/rpc_bench.ts';
 import { announceReady } from '../test/support/ready-line.ts';
 
 const mode = process.argv[2];
 if (mode === 'gdrpc') {
   const server = Server.create({ poolBytes: 600 << 20, maxTensorBytes: 512 << 20, maxCallsPerConnection: 1024 });
-  server.register(BenchService, {
+  server.register(BenchDescriptor, {
     ping: () => ({}),
     sink: (args: { x: Tensor }) => ({ n: args.x.byteLength }),
   });

@@ -5,7 +5,7 @@ import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import { Client, type Tensor } from '../core/index.ts';
 import { describeMachine, percentile, type BenchResult } from './machine.ts';
-import { BenchService } from './rpc-service.ts';
+import { BenchDescriptor } from './schemas/gen/rpc_bench.ts';
 import { spawnPeer, type Peer } from '../test/support/peer.ts';
 import { unsafeRmaEnabled } from '../core/rpc/runtime.ts';
 
@@ -51,10 +51,10 @@ export async function gdrpcSystem(busyPollUs = 0): Promise<System> {
   };
   return {
     name: busyPollUs > 0 ? `gdrpc-busypoll-${busyPollUs}us` : 'gdrpc',
-    ping: async () => { await client.unary(BenchService.methods.ping!, {}); },
+    ping: async () => { await client.unary(BenchDescriptor.methods.ping, {}); },
     sink: async (bytes, mover) => {
       const x = source(bytes);
-      await client.unary(BenchService.methods.sink!, { x }, mover === undefined ? {} : { mover });
+      await client.unary(BenchDescriptor.methods.sink, { x }, mover === undefined ? {} : { mover });
     },
     close: async () => {
       for (const tensor of sources.values()) tensor.release();

@@ -1,6 +1,6 @@
 // Golden files: every fixture under fixtures/ is regenerated and compared byte for byte with its
-// committed expected/ output; the project's own schemas/gen is checked for staleness through the
-// `gen --check` command itself.
+// committed expected/ output; the project's own schemas/gen, and the test and bench services'
+// test/schemas/gen and bench/schemas/gen, are checked for staleness through `gen --check` itself.
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -61,6 +61,20 @@ describe('schemas/gen', () => {
       // And compatible with what is deployed (evolution rules, docs/schema.md): after a deliberate
       // breaking change, refresh it with `npx gdrpc gen schemas --ir > schemas/deployed.ir.json`.
       expect(await runGen(['schemas', '--out', 'schemas/gen', '--check', '--baseline', 'schemas/deployed.ir.json'])).toBe(0);
+    } finally {
+      process.chdir(cwd);
+    }
+  });
+});
+
+// The services the test suites and benchmarks call are schemas too; their committed modules must
+// match them, or a suite would run against a descriptor that its schema no longer describes.
+describe.each([['test/schemas'], ['bench/schemas']])('%s/gen', (dir) => {
+  it(`is up to date with ${dir}/**/*.gdrpc (gdrpc gen --check)`, async () => {
+    const cwd = process.cwd();
+    process.chdir(repoRoot);
+    try {
+      expect(await runGen([dir, '--out', `${dir}/gen`, '--check', '--quiet'])).toBe(0);
     } finally {
       process.chdir(cwd);
     }

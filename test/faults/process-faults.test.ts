@@ -8,10 +8,10 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { Client, Code, Tensor, type ClientOptions } from '../../core/index.ts';
 import { TestClients } from '../rpc/fixtures/clients.ts';
 import { disposePeers, type Peer } from '../support/peer.ts';
-import { Echo } from '../rpc/fixtures/services.ts';
+import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { serverStats, type ServerStats } from '../rpc/fixtures/stats.ts';
 import { armSignal, clientCall, disarmSignals, MiB, outcomeWithin, parseResult, startFaultClient, startFaultServer } from './fixtures/process-peers.ts';
-import { Source } from './fixtures/process-service.ts';
+import { SourceDescriptor } from '../schemas/gen/faults/source.ts';
 import { cpuLoad, LoopWatch, type CpuLoad, type LoopReport } from './fixtures/process-watch.ts';
 
 const SIZE = 256 * MiB;
@@ -44,9 +44,9 @@ const cores = (load: CpuLoad): string => `cpu ${load.cpu.toFixed(2)}, demand ${l
 /** One 256 MiB transfer from this process to the server (upload) or back (download). */
 async function transfer(client: Client, direction: Direction): Promise<void> {
   if (direction === 'upload') {
-    await client.unary(Echo.methods.sink!, { x: Tensor.fromArray(new Uint8Array(SIZE)) });
+    await client.unary(EchoDescriptor.methods.sink, { x: Tensor.fromArray(new Uint8Array(SIZE)) });
   } else {
-    const result = await client.unary(Source.methods.produce!, { n: SIZE, delayMs: 0 });
+    const result = await client.unary(SourceDescriptor.methods.produce, { n: SIZE, delayMs: 0 });
     (result.y as Tensor).release();
   }
 }
@@ -147,7 +147,7 @@ async function freshClientServed(address: string): Promise<string> {
   // Tracked: closed by the clean-up should this take longer than we wait.
   const served = clients.connect(address, { connectTimeoutMs: 10_000 }).then(async (client) => {
     try {
-      await client.unary(Echo.methods.ping!, { n: 1 });
+      await client.unary(EchoDescriptor.methods.ping, { n: 1 });
     } finally {
       await client.close();
     }
@@ -163,7 +163,7 @@ async function pingFor(client: Client, ms: number): Promise<{ served: number; fa
   const until = performance.now() + ms;
   while (performance.now() < until) {
     const started = performance.now();
-    const outcome = await outcomeWithin(client.unary(Echo.methods.ping!, { n: served }), HUNG_MS);
+    const outcome = await outcomeWithin(client.unary(EchoDescriptor.methods.ping, { n: served }), HUNG_MS);
     slowestMs = Math.max(slowestMs, Math.round(performance.now() - started));
     if (outcome !== 'OK') return { served, failed: outcome, slowestMs };
     served += 1;

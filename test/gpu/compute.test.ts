@@ -15,7 +15,8 @@ import {
 import { announce, DRY_RUN, skipReason } from './fixtures/env.ts';
 import { disposePeers } from '../support/peer.ts';
 import { startServerProcess, type GpuPeer } from './fixtures/peer.ts';
-import { byteSum, PlacementService } from './fixtures/placement-service.ts';
+import { PlacementDescriptor } from '../schemas/gen/gpu/placement.ts';
+import { byteSum } from './fixtures/host-pattern.ts';
 
 announce('test/gpu/compute.test.ts');
 const skip = skipReason ?? (DRY_RUN ? 'the dry run has no GPU to compute on (test/compute runs the host kernels)' : undefined);
@@ -181,7 +182,7 @@ describe.skipIf(skip !== undefined)('stream-ordered send', () => {
 
   const SPIN_NS = 3_000_000_000;
   const n = 1 << 20;
-  const { take } = PlacementService.methods as Record<'take', NonNullable<(typeof PlacementService.methods)[string]>>;
+  const { take } = PlacementDescriptor.methods;
 
   /** Sends x (filled on `producer`) while a 3 s kernel runs on another stream; returns how long
    *  the call took, whether the spin was still running when it returned, and the sums. */

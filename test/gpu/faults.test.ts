@@ -85,7 +85,7 @@ describe.skipIf(skipReason !== undefined)('faults during GPU transfers', () => {
           try {
             const client = await connect(server);
             const sinkMany = (k: number, deadline?: number): Promise<unknown> =>
-              client.unary(side.service.methods.sinkMany!, { xs: Array.from({ length: k }, () => x) }, { mover, ...(deadline !== undefined ? { deadline } : {}) });
+              client.unary(side.service.methods.sinkMany, { xs: Array.from({ length: k }, () => x) }, { mover, ...(deadline !== undefined ? { deadline } : {}) });
             const { k, ms } = await calibrate((n) => sinkMany(n));
             const ranBefore = (await side.stats(server.address)).runs.sinkMany ?? 0;
             const started = performance.now();
@@ -102,7 +102,7 @@ describe.skipIf(skipReason !== undefined)('faults during GPU transfers', () => {
             // The server's own deadline stopped the call before its handler (host dry run: see above).
             if (!DRY_RUN) expect((await side.stats(server.address)).runs.sinkMany ?? 0).toBe(ranBefore);
             // The connection and both pools still work, contents exact.
-            const digest = await client.unary(side.service.methods.digest!, { x }, { mover });
+            const digest = await client.unary(side.service.methods.digest, { x }, { mover });
             expect(digest.sha).toBe(await patternDigest(LONG, SEED));
           } finally {
             server.kill();
@@ -114,7 +114,7 @@ describe.skipIf(skipReason !== undefined)('faults during GPU transfers', () => {
           try {
             const client = await connect(server);
             const sinkMany = (k: number): Promise<unknown> =>
-              client.unary(side.service.methods.sinkMany!, { xs: Array.from({ length: k }, () => x) }, { mover });
+              client.unary(side.service.methods.sinkMany, { xs: Array.from({ length: k }, () => x) }, { mover });
             const { k, ms } = await calibrate(sinkMany);
             const call = codeOf(sinkMany(k));
             await new Promise((resolve) => setTimeout(resolve, ms / 2));
@@ -127,7 +127,7 @@ describe.skipIf(skipReason !== undefined)('faults during GPU transfers', () => {
             expect(code).toBe(Code.UNAVAILABLE);
             expect(afterKill).toBeLessThan(10_000);
             // The next call on the same client fails fast too instead of hanging.
-            expect(await codeOf(client.unary(side.service.methods.ping!, { n: 1 }, { deadline: 15_000 }))).toBe(Code.UNAVAILABLE);
+            expect(await codeOf(client.unary(side.service.methods.ping, { n: 1 }, { deadline: 15_000 }))).toBe(Code.UNAVAILABLE);
           } finally {
             server.kill();
           }
@@ -143,7 +143,7 @@ describe.skipIf(skipReason !== undefined)('faults during GPU transfers', () => {
       try {
         const client = await connect(server, { poolBytes: K_MAX * LONG + MiB });
         const fillMany = async (k: number): Promise<void> => {
-          const result = await client.unary(side.service.methods.fillMany!, { k, n: LONG, seed: SEED });
+          const result = await client.unary(side.service.methods.fillMany, { k, n: LONG, seed: SEED });
           for (const y of result.ys as Tensor[]) y.release();
         };
         const { k, ms } = await calibrate(fillMany);

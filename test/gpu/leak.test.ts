@@ -24,12 +24,12 @@ afterAll(disposePeers);
 /** Runs `calls` echo calls alternating tag and rma, pulling a handle every 20th call. */
 async function work(side: ClientSide, client: Client, calls: number, x: Tensor, seed: number): Promise<void> {
   for (let i = 0; i < calls; i += 1) {
-    const result = await client.unary(side.service.methods.echo!, { x }, { mover: GPU_MOVERS[i % GPU_MOVERS.length]! });
+    const result = await client.unary(side.service.methods.echo, { x }, { mover: GPU_MOVERS[i % GPU_MOVERS.length]! });
     const y = result.y as Tensor;
     if (i % 100 === 0) expect(await firstMismatch(y, seed)).toBe(-1);
     y.release();
     if (i % 20 === 19) {
-      const shared = await client.unary(side.service.methods.share!, { n: SIZE, seed: 77 });
+      const shared = await client.unary(side.service.methods.share, { n: SIZE, seed: 77 });
       const pulled = await (shared.h as RemoteTensor).pull({ pool: side.pool });
       pulled.release();
     }

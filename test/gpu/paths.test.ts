@@ -56,7 +56,7 @@ describe.skipIf(skipReason !== undefined || DRY_RUN)('transfer paths read back f
         const x = side.pool.allocate([SIZE], 'u8');
         try {
           await fillTensor(x, 5);
-          const result = await client.unary(side.service.methods.echo!, { x }, { mover: 'tag', noStaging: true });
+          const result = await client.unary(side.service.methods.echo, { x }, { mover: 'tag', noStaging: true });
           const sent = transfer(result, 'x', 'cuda -> cuda');
           expectSenderAgrees(sent, 'cuda', 'cuda');
           expect(sent.path).toBe('cuda_ipc');
@@ -75,7 +75,7 @@ describe.skipIf(skipReason !== undefined || DRY_RUN)('transfer paths read back f
       it('GPU to host (issue 14): a result landing in host memory never reports cuda_ipc', async () => {
         // The caller's copy of the service places results in host memory; the server fills on its GPU.
         const hostSide = gpuService('cpu');
-        const result = await client.unary(hostSide.methods.fill!, { n: SIZE, seed: 9 });
+        const result = await client.unary(hostSide.methods.fill, { n: SIZE, seed: 9 });
         const y = result.y as Tensor;
         try {
           expect(y.device).toBe('cpu');
@@ -87,7 +87,7 @@ describe.skipIf(skipReason !== undefined || DRY_RUN)('transfer paths read back f
           y.release();
         }
         // And noStaging refuses it before the bytes move (the receiver predicts from UCX's memory types).
-        const error = await client.unary(hostSide.methods.fill!, { n: SIZE, seed: 9 }, { noStaging: true }).catch((e: unknown) => e);
+        const error = await client.unary(hostSide.methods.fill, { n: SIZE, seed: 9 }, { noStaging: true }).catch((e: unknown) => e);
         expect(error).toBeInstanceOf(GdrpcError);
         expect((error as GdrpcError).code).toBe(Code.FAILED_PRECONDITION);
         expect((error as GdrpcError).path).toBe('staged');
@@ -98,12 +98,12 @@ describe.skipIf(skipReason !== undefined || DRY_RUN)('transfer paths read back f
         const x = Tensor.empty([SIZE], 'u8', { device: 'cpu' });
         try {
           await fillTensor(x, 13);
-          const result = await client.unary(side.service.methods.digest!, { x }, { mover: 'tag' });
+          const result = await client.unary(side.service.methods.digest, { x }, { mover: 'tag' });
           const sent = transfer(result, 'x', 'host -> cuda');
           expectSenderAgrees(sent, 'host', 'cuda');
           expect(sent.path).not.toBe('cuda_ipc');
           // noStaging: refused, before (predicted) or after (UCX said so) the bytes moved.
-          const error = await client.unary(side.service.methods.digest!, { x }, { mover: 'tag', noStaging: true }).catch((e: unknown) => e);
+          const error = await client.unary(side.service.methods.digest, { x }, { mover: 'tag', noStaging: true }).catch((e: unknown) => e);
           if (sent.path === 'staged') {
             expect(error).toBeInstanceOf(GdrpcError);
             expect((error as GdrpcError).code).toBe(Code.FAILED_PRECONDITION);
@@ -114,7 +114,7 @@ describe.skipIf(skipReason !== undefined || DRY_RUN)('transfer paths read back f
       }, 120_000);
 
       it('@remote pull onto the caller\'s GPU: the pulled tensor carries the pull\'s transfer report', async () => {
-        const result = await client.unary(side.service.methods.share!, { n: SIZE, seed: 17 });
+        const result = await client.unary(side.service.methods.share, { n: SIZE, seed: 17 });
         const handle = result.h as RemoteTensor;
         const tensor = await handle.pull({ pool: side.pool });
         try {

@@ -8,7 +8,8 @@ import { Client, closeProcessPools, Tensor, type ClientOptions, type CudaDevice 
 import { announce, deviceCount, DRY_RUN, skipReason } from './fixtures/env.ts';
 import { startServerProcess, type GpuPeer } from './fixtures/peer.ts';
 import { disposePeers } from '../support/peer.ts';
-import { byteSum, patternBytes, PlacementService } from './fixtures/placement-service.ts';
+import { PlacementDescriptor } from '../schemas/gen/gpu/placement.ts';
+import { byteSum, patternBytes } from './fixtures/host-pattern.ts';
 
 announce('test/gpu/placement.test.ts');
 // A dry run has no devices to tell apart.
@@ -17,7 +18,7 @@ const runs = skipReason === undefined && !DRY_RUN;
 const twoGpus = runs && deviceCount >= 2;
 
 const SIZES = [1, 64 << 10, 4 << 20];
-const { take, give } = PlacementService.methods as Record<'take' | 'give', NonNullable<(typeof PlacementService.methods)[string]>>;
+const { take, give } = PlacementDescriptor.methods;
 
 async function startServer(options: { server?: CudaDevice; register?: CudaDevice }): Promise<GpuPeer> {
   return startServerProcess('./placement-server.ts', { GDRPC_PLACEMENT_SERVER: JSON.stringify(options) });

@@ -31,7 +31,7 @@ describe.skipIf(skipReason !== undefined)('protocols UCX used', () => {
         // The result follows the caller's mover: tag echo = server receives and sends by tag; RMA echo =
         // server reads with ucp_get and exposes its result (the client's get is not in this table).
         for (const mover of GPU_MOVERS) {
-          const result = await client.unary(side.service.methods.echo!, { x }, { mover });
+          const result = await client.unary(side.service.methods.echo, { x }, { mover });
           (result.y as Tensor).release();
         }
         x.release();

@@ -42,7 +42,7 @@ describe.skipIf(skipReason !== undefined)('remote CUDA tensors', () => {
       for (const size of SIZES) {
         it(`pulls a ${size}-byte handle into the caller's pool on ${topology.client}`, async () => {
           const seed = 11 + (size % 7);
-          const result = await toOwner.unary(side.service.methods.share!, { n: size, seed });
+          const result = await toOwner.unary(side.service.methods.share, { n: size, seed });
           const handle = result.h as RemoteTensor;
           expect(handle).toBeInstanceOf(RemoteTensor);
           expect(handle.byteLength).toBe(size);
@@ -64,9 +64,9 @@ describe.skipIf(skipReason !== undefined)('remote CUDA tensors', () => {
       it('lets a third process pull a handle straight from its owner', async () => {
         const size = Math.min(64 * MiB, MAX_BYTES);
         const seed = 23;
-        const result = await toOwner.unary(side.service.methods.share!, { n: size, seed });
+        const result = await toOwner.unary(side.service.methods.share, { n: size, seed });
         const handle = result.h as RemoteTensor;
-        const digest = await toThird.unary(side.service.methods.pullDigest!, { h: handle });
+        const digest = await toThird.unary(side.service.methods.pullDigest, { h: handle });
         expect(digest.sha).toBe(await patternDigest(size, seed));
         // The third party used up the handle; the caller cannot pull it any more.
         expect(await codeOf(handle.pull({ pool: side.pool }))).toBe(Code.NOT_FOUND);

@@ -59,7 +59,7 @@ describe.skipIf(skipReason !== undefined)('CUDA tensors between two processes', 
             const x = side.pool.allocate([size], 'u8');
             try {
               await fillTensor(x, seed);
-              const result = await client.unary(side.service.methods.echo!, { x }, { mover });
+              const result = await client.unary(side.service.methods.echo, { x }, { mover });
               const y = result.y as Tensor;
               try {
                 expect(y.device).toBe(topology.client);
@@ -82,7 +82,7 @@ describe.skipIf(skipReason !== undefined)('CUDA tensors between two processes', 
             const x = side.pool.allocate([size], 'u8');
             try {
               await fillTensor(x, seed);
-              const result = await client.unary(side.service.methods.digest!, { x }, { mover });
+              const result = await client.unary(side.service.methods.digest, { x }, { mover });
               expect(result.n).toBe(size);
               expect(result.sha).toBe(await patternDigest(size, seed));
               expectTransfer(callInfo(result)!.transfers.find((t) => t.argument === 'x'), size, mover);
@@ -96,7 +96,7 @@ describe.skipIf(skipReason !== undefined)('CUDA tensors between two processes', 
       for (const size of SIZES) {
         it(`returns a ${size}-byte result made on the server`, async () => {
           const seed = (size % 239) + 5;
-          const result = await client.unary(side.service.methods.fill!, { n: size, seed });
+          const result = await client.unary(side.service.methods.fill, { n: size, seed });
           const y = result.y as Tensor;
           try {
             expect(y.device).toBe(topology.client);

@@ -3,7 +3,7 @@
 // fails RESOURCE_EXHAUSTED, saying whose pool and which option, only when it cannot be served.
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { Client, Code, cuda, GdrpcError, type Tensor } from '../../core/index.ts';
-import { Echo } from './fixtures/services.ts';
+import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { TestClients } from './fixtures/clients.ts';
 import { startServer, type ListeningPeer } from './fixtures/peers.ts';
 import { disposePeers } from '../support/peer.ts';
@@ -60,7 +60,7 @@ describe('memory admission', () => {
     await using server = await startServer({ poolBytes: 24 * MiB, maxTensorBytes: 32 * MiB });
     const client = await connect(server);
     const failures = await backToBack(100, async (x, i) => {
-      const result = await client.unary(Echo.methods.echo!, { x, tag: String(i) });
+      const result = await client.unary(EchoDescriptor.methods.echo, { x, tag: String(i) });
       const y = result.y as Tensor;
       if (i % 10 === 0) expect(byteSum(y)).toBe(byteSum(x));
       y.release();
@@ -74,9 +74,9 @@ describe('memory admission', () => {
     const client = await connect(server);
     const first = patterned(6 * MiB, 1);
     const second = patterned(6 * MiB, 2);
-    const holding = client.unary(Echo.methods.hold!, { x: first, ms: 300 });
+    const holding = client.unary(EchoDescriptor.methods.hold, { x: first, ms: 300 });
     await expect.poll(async () => (await serverStats(client)).runs.hold ?? 0, { timeout: 20_000, interval: 20 }).toBe(1);
-    const waiting = client.unary(Echo.methods.checksum!, { x: second });
+    const waiting = client.unary(EchoDescriptor.methods.checksum, { x: second });
     const [held, checked] = await Promise.all([holding, waiting]);
     expect(held.sum).toBe(byteSum(first));
     expect(checked.sum).toBe(byteSum(second));
@@ -87,9 +87,9 @@ describe('memory admission', () => {
     await using server = await startServer({ poolBytes: 8 * MiB, maxTensorBytes: 8 * MiB });
     const client = await connect(server);
     const stop = new AbortController();
-    const holding = client.unary(Echo.methods.hold!, { x: patterned(6 * MiB), ms: 60_000 }, { signal: stop.signal }).catch((e: GdrpcError) => e);
+    const holding = client.unary(EchoDescriptor.methods.hold, { x: patterned(6 * MiB), ms: 60_000 }, { signal: stop.signal }).catch((e: GdrpcError) => e);
     await expect.poll(async () => (await serverStats(client)).runs.hold ?? 0, { timeout: 20_000, interval: 20 }).toBe(1);
-    const error = await failure(client.unary(Echo.methods.checksum!, { x: patterned(6 * MiB) }, { deadline: 300 }));
+    const error = await failure(client.unary(EchoDescriptor.methods.checksum, { x: patterned(6 * MiB) }, { deadline: 300 }));
     expect(error.code).toBe(Code.DEADLINE_EXCEEDED);
     await waitingAtServer(client, 0);
     stop.abort();
@@ -100,7 +100,7 @@ describe('memory admission', () => {
   it('RESOURCE_EXHAUSTED names the server\'s pool and its options: at once when it can never fit, after poolWaitMs otherwise', async () => {
     await using server = await startServer({ poolBytes: 4 * MiB, maxTensorBytes: 16 * MiB, poolWaitMs: 100 });
     const client = await connect(server);
-    const never = await failure(client.unary(Echo.methods.checksum!, { x: patterned(8 * MiB) }));
+    const never = await failure(client.unary(EchoDescriptor.methods.checksum, { x: patterned(8 * MiB) }));
     expect(never.code).toBe(Code.RESOURCE_EXHAUSTED);
     expect(never.message).toMatch(/^\[RESOURCE_EXHAUSTED\] server tensor pool on cpu/);
     expect(never.message).toMatch(/never fit/);
@@ -110,9 +110,9 @@ describe('memory admission', () => {
     expect(never.details).toMatchObject({ side: 'server', retryable: false, requested: 8 * MiB, capacity: 4 * MiB, options: ['poolBytes', 'allowPoolOverflow'] });
 
     const stop = new AbortController();
-    const holding = client.unary(Echo.methods.hold!, { x: patterned(3 * MiB), ms: 60_000 }, { signal: stop.signal }).catch((e: GdrpcError) => e);
+    const holding = client.unary(EchoDescriptor.methods.hold, { x: patterned(3 * MiB), ms: 60_000 }, { signal: stop.signal }).catch((e: GdrpcError) => e);
     await expect.poll(async () => (await serverStats(client)).runs.hold ?? 0, { timeout: 20_000, interval: 20 }).toBe(1);
-    const expired = await failure(client.unary(Echo.methods.checksum!, { x: patterned(3 * MiB) }));
+    const expired = await failure(client.unary(EchoDescriptor.methods.checksum, { x: patterned(3 * MiB) }));
     expect(expired.code).toBe(Code.RESOURCE_EXHAUSTED);
     expect(expired.message).toMatch(/waited \d+ ms/);
     expect(expired.message).toMatch(/poolWaitMs 100/);
@@ -120,7 +120,7 @@ describe('memory admission', () => {
     stop.abort();
     await holding;
     // The connection is healthy: the next call goes through.
-    expect((await client.unary(Echo.methods.ping!, { n: 7 })).n).toBe(7);
+    expect((await client.unary(EchoDescriptor.methods.ping, { n: 7 })).n).toBe(7);
     await expectPoolsEmpty(client);
   });
 
@@ -132,13 +132,13 @@ describe('memory admission', () => {
     // Alone, greedy fills the pool: 4 x 8 MiB, the first held briefly, the others until the end;
     // its fifth waits.
     const holds = [500, 60_000, 60_000, 60_000, 0];
-    const greedyCalls = holds.map((ms, i) => greedy.unary(Echo.methods.hold!, { x: patterned(8 * MiB, i), ms }, { signal: stop.signal })
+    const greedyCalls = holds.map((ms, i) => greedy.unary(EchoDescriptor.methods.hold, { x: patterned(8 * MiB, i), ms }, { signal: stop.signal })
       .then(() => 'OK', (e: GdrpcError) => e.code));
     await waitingAtServer(other, 1);
     // Other's tensor arrives after greedy's fifth; greedy holds twice its share, so the block the
     // first hold frees goes to other (first come, first served would give it to greedy's fifth,
     // and other would wait for blocks that are held to the end).
-    const result = await other.unary(Echo.methods.checksum!, { x: patterned(8 * MiB, 9) });
+    const result = await other.unary(EchoDescriptor.methods.checksum, { x: patterned(8 * MiB, 9) });
     expect(result.sum).toBe(byteSum(patterned(8 * MiB, 9)));
     stop.abort();
     const outcomes = await Promise.all(greedyCalls);
@@ -155,10 +155,10 @@ describe('memory admission', () => {
     const client = await connect(server);
     for (let i = 0; i < 20; i += 1) {
       const stop = new AbortController();
-      const cancelled = client.unary(Echo.methods.checksum!, { x: patterned(16 * MiB, i) }, { signal: stop.signal }).catch((e: GdrpcError) => e);
+      const cancelled = client.unary(EchoDescriptor.methods.checksum, { x: patterned(16 * MiB, i) }, { signal: stop.signal }).catch((e: GdrpcError) => e);
       setTimeout(() => stop.abort(), i % 5);
       const x = patterned(16 * MiB, 100 + i);
-      const next = await client.unary(Echo.methods.checksum!, { x });
+      const next = await client.unary(EchoDescriptor.methods.checksum, { x });
       expect(next.sum).toBe(byteSum(x));
       await cancelled;
     }
@@ -169,7 +169,7 @@ describe('memory admission', () => {
     await using server = await startServer({ poolBytes: 24 * MiB, maxTensorBytes: 32 * MiB });
     const client = await connect(server);
     const failures = await backToBack(40, async (x) => {
-      const result = await client.unary(Echo.methods.echoCuda!, { x });
+      const result = await client.unary(EchoDescriptor.methods.echoCuda, { x });
       const y = result.y as Tensor;
       expect(result.device).toBe('cuda:0');
       const host = y.to('cpu');

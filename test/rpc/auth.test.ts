@@ -3,7 +3,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, Code, GdrpcError } from '../../core/index.ts';
 import { FrameKind } from '../../core/wire/frames.ts';
-import { Echo } from './fixtures/services.ts';
+import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer, type ListeningPeer } from './fixtures/peers.ts';
 import { disposePeers } from '../support/peer.ts';
 import { RawPeer } from './fixtures/raw-peer.ts';
@@ -31,7 +31,7 @@ async function connectError(token: string | undefined): Promise<GdrpcError> {
 
 describe('admission', () => {
   it('the right token is admitted and calls work (including tensors by tag rendezvous)', async () => {
-    const result = await admitted.unary(Echo.methods.echo!, { x: patterned(100_000), tag: 'ok' }, { mover: 'tag' });
+    const result = await admitted.unary(EchoDescriptor.methods.echo, { x: patterned(100_000), tag: 'ok' }, { mover: 'tag' });
     expect(result.tag).toBe('ok');
   });
 
@@ -63,7 +63,7 @@ describe('admission', () => {
       try {
         if (mode === 'bad-proof') await raw.auth(undefined, new Uint8Array(32));
         // A request that would make the server answer with an RMA descriptor (rkey) if it ran.
-        await raw.sendBody(FrameKind.Request, 1, { svc: Echo.name, m: 'echo', a: { x: { dt: 'u8', sh: [4], n: 4, mt: 'host', m: 'i', b: new Uint8Array(4) }, tag: 'x' } });
+        await raw.sendBody(FrameKind.Request, 1, { svc: EchoDescriptor.name, m: 'echo', a: { x: { dt: 'u8', sh: [4], n: 4, mt: 'host', m: 'i', b: new Uint8Array(4) }, tag: 'x' } });
         const frames = await raw.drain(700);
         expect(frames.every((f) => f.kind === FrameKind.Error)).toBe(true);
         expect(frames.some((f) => f.kind === FrameKind.Response || f.kind === FrameKind.Ready)).toBe(false);

@@ -3,7 +3,7 @@
 // host memory (RMA reads of GPU memory in UCX 1.22) while letting cuda_ipc through.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, Code, GdrpcError, callInfo, cuda, type Tensor } from '../../core/index.ts';
-import { Echo } from './fixtures/services.ts';
+import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer, type ListeningPeer } from './fixtures/peers.ts';
 import { disposePeers } from '../support/peer.ts';
 import { patterned } from './fixtures/tensors.ts';
@@ -36,7 +36,7 @@ describe.skipIf(!gpu)('cuda tensors', () => {
   for (const size of [MiB, 64 * MiB]) {
     it(`${size} bytes GPU to GPU by tag over cuda_ipc, noStaging`, async () => {
       const { gpu: x, host } = onGpu(size);
-      const result = await client.unary(Echo.methods.echoCuda!, { x }, { mover: 'tag', noStaging: true });
+      const result = await client.unary(EchoDescriptor.methods.echoCuda, { x }, { mover: 'tag', noStaging: true });
       const y = result.y as Tensor;
       expect(result.device).toBe('cuda:0');
       expect(y.device).toBe('cuda:0');
@@ -52,7 +52,7 @@ describe.skipIf(!gpu)('cuda tensors', () => {
   for (const size of [1, 4096]) {
     it(`${size} bytes GPU to GPU by tag: the path UCX describes`, async () => {
       const { gpu: x, host } = onGpu(size);
-      const result = await client.unary(Echo.methods.echoCuda!, { x }, { mover: 'tag' });
+      const result = await client.unary(EchoDescriptor.methods.echoCuda, { x }, { mover: 'tag' });
       const y = result.y as Tensor;
       expect(y.to('cpu').equals(host)).toBe(true);
       const sent = callInfo(result)!.transfers[0]!;
@@ -69,11 +69,11 @@ describe.skipIf(!gpu)('cuda tensors', () => {
   it('RMA (unless cuda_ipc GET is on) and inline of GPU memory stage through the host: refused under noStaging, correct without', async () => {
     const { gpu: x, host } = onGpu(MiB);
     for (const mover of rmaDirect ? ['inline'] as const : ['rma', 'inline'] as const) {
-      const error = await client.unary(Echo.methods.echoCuda!, { x }, { mover, noStaging: true }).catch((e: unknown) => e);
+      const error = await client.unary(EchoDescriptor.methods.echoCuda, { x }, { mover, noStaging: true }).catch((e: unknown) => e);
       expect(error).toBeInstanceOf(GdrpcError);
       expect((error as GdrpcError).code).toBe(Code.FAILED_PRECONDITION);
       expect((error as GdrpcError).path).toBe('staged');
-      const result = await client.unary(Echo.methods.echoCuda!, { x }, { mover });
+      const result = await client.unary(EchoDescriptor.methods.echoCuda, { x }, { mover });
       expect((result.y as Tensor).to('cpu').equals(host)).toBe(true);
       expect(callInfo(result)!.transfers[0]).toMatchObject({ mover, path: 'staged' });
       (result.y as Tensor).release();
@@ -84,7 +84,7 @@ describe.skipIf(!gpu)('cuda tensors', () => {
   it('a GPU tensor outside any pool is registered for the call and sent', async () => {
     const host = patterned(3 * MiB, 7);
     const x = host.to('cuda:0');
-    const result = await client.unary(Echo.methods.echoCuda!, { x }, { noStaging: true });
+    const result = await client.unary(EchoDescriptor.methods.echoCuda, { x }, { noStaging: true });
     expect((result.y as Tensor).to('cpu').equals(host)).toBe(true);
     (result.y as Tensor).release();
     x.release();

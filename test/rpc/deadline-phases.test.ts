@@ -5,7 +5,7 @@
 import { createServer, type Server as NetServer, type Socket } from 'node:net';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { Client, Code, GdrpcError } from '../../core/index.ts';
-import { Echo } from './fixtures/services.ts';
+import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { TestClients } from './fixtures/clients.ts';
 import { startServer } from './fixtures/peers.ts';
 import { disposePeers } from '../support/peer.ts';
@@ -42,7 +42,7 @@ describe('deadlines in every phase', () => {
       server = await startServer({ port }).catch((error: unknown) => { if (attempt >= 10) throw error; return undefined; });
     }
     const client = await clients.connect(server.address, { livenessMs: 3000 });
-    await client.unary(Echo.methods.ping!, { n: 1 });
+    await client.unary(EchoDescriptor.methods.ping, { n: 1 });
     const gone = new Promise((resolve) => client.once('disconnect', resolve));
     server.kill();
     await gone;
@@ -52,7 +52,7 @@ describe('deadlines in every phase', () => {
     const silent: NetServer = createServer((socket) => { sockets.push(socket); });
     await new Promise<void>((resolve, reject) => { silent.once('error', reject); silent.listen(server.port, '127.0.0.1', resolve); });
     try {
-      const { error, lateMs } = await lateness(400, (deadline) => client.unary(Echo.methods.ping!, { n: 2 }, { deadline }));
+      const { error, lateMs } = await lateness(400, (deadline) => client.unary(EchoDescriptor.methods.ping, { n: 2 }, { deadline }));
       report('handshake', lateMs);
       expect(error.code).toBe(Code.DEADLINE_EXCEEDED);
       expect(lateMs).toBeLessThan(LATE_BOUND_MS);
@@ -65,11 +65,11 @@ describe('deadlines in every phase', () => {
   it('argument bytes: a 256 MiB upload to a stopped server', async () => {
     await using server = await startServer({ poolBytes: 300 << 20, maxTensorBytes: 300 << 20 });
     const client = await clients.connect(server.address, { poolBytes: 0 });
-    await client.unary(Echo.methods.ping!, { n: 1 });
+    await client.unary(EchoDescriptor.methods.ping, { n: 1 });
     const x = patterned(256 << 20, 3);
     server.stop();
     try {
-      const { error, lateMs } = await lateness(500, (deadline) => client.unary(Echo.methods.checksum!, { x }, { deadline }));
+      const { error, lateMs } = await lateness(500, (deadline) => client.unary(EchoDescriptor.methods.checksum, { x }, { deadline }));
       report('argument bytes', lateMs);
       expect(error.code).toBe(Code.DEADLINE_EXCEEDED);
       expect(lateMs).toBeLessThan(LATE_BOUND_MS);
@@ -81,7 +81,7 @@ describe('deadlines in every phase', () => {
   it('handler', async () => {
     await using server = await startServer();
     const client = await clients.connect(server.address);
-    const { error, lateMs } = await lateness(300, (deadline) => client.unary(Echo.methods.sleep!, { ms: 10_000 }, { deadline }));
+    const { error, lateMs } = await lateness(300, (deadline) => client.unary(EchoDescriptor.methods.sleep, { ms: 10_000 }, { deadline }));
     report('handler', lateMs);
     expect(error.code).toBe(Code.DEADLINE_EXCEEDED);
     expect(lateMs).toBeLessThan(LATE_BOUND_MS);
@@ -92,7 +92,7 @@ describe('deadlines in every phase', () => {
     const client = await clients.connect(server.address);
     const items: number[] = [];
     const { error, lateMs } = await lateness(300, async (deadline) => {
-      for await (const item of client.serverStream(Echo.methods.count!, { upTo: 1000, delayMs: 50 }, { deadline })) items.push(item.i as number);
+      for await (const item of client.serverStream(EchoDescriptor.methods.count, { upTo: 1000, delayMs: 50 }, { deadline })) items.push(item.i as number);
     });
     report('stream results', lateMs);
     expect(error.code).toBe(Code.DEADLINE_EXCEEDED);

@@ -3,7 +3,7 @@
 // every buffer.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, Code, type Tensor } from '../../core/index.ts';
-import { Echo } from './fixtures/services.ts';
+import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer, type ListeningPeer } from './fixtures/peers.ts';
 import { disposePeers } from '../support/peer.ts';
 import { codeOf, expectPoolsEmpty, serverStats } from './fixtures/stats.ts';
@@ -27,14 +27,14 @@ afterAll(async () => {
 describe('deadlines', () => {
   it('a deadline already past fails DEADLINE_EXCEEDED and never reaches the handler', async () => {
     const before = (await serverStats(client)).runs.sleep ?? 0;
-    expect(await codeOf(client.unary(Echo.methods.sleep!, { ms: 10 }, { deadline: new Date(Date.now() - 1) }))).toBe(Code.DEADLINE_EXCEEDED);
-    expect(await codeOf(client.unary(Echo.methods.echo!, { x: big, tag: 'd' }, { deadline: 0 }))).toBe(Code.DEADLINE_EXCEEDED);
+    expect(await codeOf(client.unary(EchoDescriptor.methods.sleep, { ms: 10 }, { deadline: new Date(Date.now() - 1) }))).toBe(Code.DEADLINE_EXCEEDED);
+    expect(await codeOf(client.unary(EchoDescriptor.methods.echo, { x: big, tag: 'd' }, { deadline: 0 }))).toBe(Code.DEADLINE_EXCEEDED);
     expect((await serverStats(client)).runs.sleep ?? 0).toBe(before);
   });
 
   it('a deadline during the handler fails the call on time and aborts ctx.signal on the server', async () => {
     const started = Date.now();
-    expect(await codeOf(client.unary(Echo.methods.sleep!, { ms: 5000 }, { deadline: 300 }))).toBe(Code.DEADLINE_EXCEEDED);
+    expect(await codeOf(client.unary(EchoDescriptor.methods.sleep, { ms: 5000 }, { deadline: 300 }))).toBe(Code.DEADLINE_EXCEEDED);
     expect(Date.now() - started).toBeLessThan(1500);
     await expect.poll(async () => (await serverStats(client)).aborted.some((a) => /sleep:.*deadline/.test(a)), { timeout: 5000 }).toBe(true);
   });
@@ -42,22 +42,22 @@ describe('deadlines', () => {
   for (const mover of ['tag'] as const) {
     it(`a deadline during a 64 MiB ${mover} transfer fails the call; buffers come back`, async () => {
       const started = Date.now();
-      expect(await codeOf(client.unary(Echo.methods.echo!, { x: big, tag: 'mid' }, { deadline: 15, mover }))).toBe(Code.DEADLINE_EXCEEDED);
+      expect(await codeOf(client.unary(EchoDescriptor.methods.echo, { x: big, tag: 'mid' }, { deadline: 15, mover }))).toBe(Code.DEADLINE_EXCEEDED);
       expect(Date.now() - started).toBeLessThan(1000);
-      expect((await client.unary(Echo.methods.ping!, { n: 9 })).n).toBe(9);
+      expect((await client.unary(EchoDescriptor.methods.ping, { n: 9 })).n).toBe(9);
       await expectPoolsEmpty(client);
     });
   }
 
   for (const deadline of [2 ** 31, 2 ** 31 + 5, 1e12, Number.MAX_SAFE_INTEGER, Infinity]) {
     it(`a deadline of ${deadline} ms is far away, not overflowed: the call completes`, async () => {
-      const result = await client.unary(Echo.methods.sleep!, { ms: 50 }, { deadline });
+      const result = await client.unary(EchoDescriptor.methods.sleep, { ms: 50 }, { deadline });
       expect(result.aborted).toBe(false);
     });
   }
 
   it('a deadline after the transfer lets the call complete', async () => {
-    const result = await client.unary(Echo.methods.echo!, { x: big, tag: 'late' }, { deadline: 60_000 });
+    const result = await client.unary(EchoDescriptor.methods.echo, { x: big, tag: 'late' }, { deadline: 60_000 });
     const y = result.y as Tensor;
     expect(y.equals(big)).toBe(true);
     y.release();
@@ -70,7 +70,7 @@ describe('cancellation', () => {
     const before = (await serverStats(client)).aborted.length;
     setTimeout(() => controller.abort(), 200);
     const started = Date.now();
-    expect(await codeOf(client.unary(Echo.methods.sleep!, { ms: 5000 }, { signal: controller.signal }))).toBe(Code.CANCELLED);
+    expect(await codeOf(client.unary(EchoDescriptor.methods.sleep, { ms: 5000 }, { signal: controller.signal }))).toBe(Code.CANCELLED);
     expect(Date.now() - started).toBeLessThan(1000);
     await expect.poll(async () => (await serverStats(client)).aborted.slice(before).some((a) => /^sleep:.*cancel/i.test(a)), { timeout: 5000 }).toBe(true);
   });
@@ -79,15 +79,15 @@ describe('cancellation', () => {
     it(`aborting mid-transfer (${mover}) fails CANCELLED and leaves nothing behind`, async () => {
       const controller = new AbortController();
       setTimeout(() => controller.abort(), 10);
-      expect(await codeOf(client.unary(Echo.methods.echo!, { x: big, tag: 'c' }, { signal: controller.signal, mover }))).toBe(Code.CANCELLED);
-      expect((await client.unary(Echo.methods.ping!, { n: 10 })).n).toBe(10);
+      expect(await codeOf(client.unary(EchoDescriptor.methods.echo, { x: big, tag: 'c' }, { signal: controller.signal, mover }))).toBe(Code.CANCELLED);
+      expect((await client.unary(EchoDescriptor.methods.ping, { n: 10 })).n).toBe(10);
       await expectPoolsEmpty(client);
     });
   }
 
   it('an already aborted signal never sends the call', async () => {
     const before = (await serverStats(client)).runs.sleep ?? 0;
-    expect(await codeOf(client.unary(Echo.methods.sleep!, { ms: 1 }, { signal: AbortSignal.abort() }))).toBe(Code.CANCELLED);
+    expect(await codeOf(client.unary(EchoDescriptor.methods.sleep, { ms: 1 }, { signal: AbortSignal.abort() }))).toBe(Code.CANCELLED);
     expect((await serverStats(client)).runs.sleep ?? 0).toBe(before);
   });
 });

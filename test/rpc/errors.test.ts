@@ -1,8 +1,9 @@
 // Status codes a caller sees for calls the server must refuse, and proof that the refusal came
 // before the handler ran or anything was allocated.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Client, Code, GdrpcError, Tensor } from '../../core/index.ts';
-import { Echo, EchoWrongDType, Missing, MissingMethod } from './fixtures/services.ts';
+import { Client, Code, GdrpcError, Tensor, registerService } from '../../core/index.ts';
+import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
+import { EchoWrongDType, Missing, MissingMethod } from './fixtures/services.ts';
 import { startServer, type ListeningPeer } from './fixtures/peers.ts';
 import { disposePeers } from '../support/peer.ts';
 import { patterned } from './fixtures/tensors.ts';
@@ -12,7 +13,7 @@ let server: ListeningPeer;
 let client: Client;
 
 async function serverStats(): Promise<{ runs: Record<string, number>; aborted: string[]; activeCalls: number; pools: Array<{ used: number; liveTensors: number }> }> {
-  const result = await client.unary(Echo.methods.stats!, {});
+  const result = await client.unary(EchoDescriptor.methods.stats, {});
   return JSON.parse(result.json as string);
 }
 
@@ -45,45 +46,46 @@ describe('refusals', () => {
     expect((error as GdrpcError).message).toMatch(/dtype f32, declared u8/);
     expect((await serverStats()).runs.echo ?? 0).toBe(before);
     // The refused payload left nothing pending: the connection still works.
-    expect((await client.unary(Echo.methods.ping!, { n: 3 })).n).toBe(3);
+    expect((await client.unary(EchoDescriptor.methods.ping, { n: 3 })).n).toBe(3);
   });
 
   it('a wrong rank or a symbol bound twice differently is INVALID_ARGUMENT (caller side)', async () => {
     const x = Tensor.fromArray(new Uint8Array(6), { shape: [2, 3] });
-    expect(await codeOf(client.unary(Echo.methods.echo!, { x, tag: 'r' }))).toBe(Code.INVALID_ARGUMENT);
-    expect(await codeOf(client.unary(Echo.methods.echo!, { x: patterned(4) }))).toBe(Code.INVALID_ARGUMENT);
-    expect(await codeOf(client.unary(Echo.methods.ping!, { n: -1 }))).toBe(Code.INVALID_ARGUMENT);
+    expect(await codeOf(client.unary(EchoDescriptor.methods.echo, { x, tag: 'r' }))).toBe(Code.INVALID_ARGUMENT);
+    expect(await codeOf(client.unary(EchoDescriptor.methods.echo, { x: patterned(4) }))).toBe(Code.INVALID_ARGUMENT);
+    expect(await codeOf(client.unary(EchoDescriptor.methods.ping, { n: -1 }))).toBe(Code.INVALID_ARGUMENT);
   });
 
   it('a tensor over the server limit is RESOURCE_EXHAUSTED before allocation', async () => {
-    const error = await client.unary(Echo.methods.echo!, { x: patterned(3 * MiB), tag: 'big' }).catch((e: GdrpcError) => e);
+    const error = await client.unary(EchoDescriptor.methods.echo, { x: patterned(3 * MiB), tag: 'big' }).catch((e: GdrpcError) => e);
     expect((error as GdrpcError).code).toBe(Code.RESOURCE_EXHAUSTED);
     const stats = await serverStats();
     expect(stats.pools.every((pool) => pool.used === 0)).toBe(true);
   });
 
   it('a frame over the server limit is RESOURCE_EXHAUSTED', async () => {
-    const error = await client.unary(Echo.methods.echo!, { x: patterned(100 * 1024), tag: 'inline' }, { mover: 'inline' }).catch((e: GdrpcError) => e);
+    const error = await client.unary(EchoDescriptor.methods.echo, { x: patterned(100 * 1024), tag: 'inline' }, { mover: 'inline' }).catch((e: GdrpcError) => e);
     expect((error as GdrpcError).code).toBe(Code.RESOURCE_EXHAUSTED);
-    expect((await client.unary(Echo.methods.ping!, { n: 4 })).n).toBe(4);
+    expect((await client.unary(EchoDescriptor.methods.ping, { n: 4 })).n).toBe(4);
   });
 
   it('a full pool makes an argument wait for memory, not fail; the pool recovers', async () => {
     // 4 MiB pool: two concurrent 1.5 MiB tensors fit; the third waits until one is released.
-    const calls = [1, 2, 3].map(() => client.unary(Echo.methods.echo!, { x: patterned(1.5 * MiB), tag: 'p' }));
+    const calls = [1, 2, 3].map(() => client.unary(EchoDescriptor.methods.echo, { x: patterned(1.5 * MiB), tag: 'p' }));
     const settled = await Promise.allSettled(calls);
     const codes = settled.map((s) => (s.status === 'fulfilled' ? 'OK' : (s.reason as GdrpcError).code));
     expect(codes).toEqual(['OK', 'OK', 'OK']);
     for (const s of settled) if (s.status === 'fulfilled') (s.value.y as Tensor).release();
     // Everything came back: one more fits.
-    const ok = await client.unary(Echo.methods.echo!, { x: patterned(1.5 * MiB), tag: 'p' });
+    const ok = await client.unary(EchoDescriptor.methods.echo, { x: patterned(1.5 * MiB), tag: 'p' });
     expect((ok.y as Tensor).byteLength).toBe(1.5 * MiB);
     (ok.y as Tensor).release();
     await expect.poll(async () => (await serverStats()).pools.every((pool) => pool.used === 0), { timeout: 5000 }).toBe(true);
   });
 
-  it('noStaging is honoured for host memory (nothing to stage)', async () => {
-    const result = await client.unary(Echo.methods.echo!, { x: patterned(64 * 1024), tag: 'ns' }, { noStaging: true });
+  it('noStaging is honoured for host memory (nothing to stage) and services registered by name', async () => {
+    registerService(EchoDescriptor);
+    const result = await client.unary(EchoDescriptor.methods.echo, { x: patterned(64 * 1024), tag: 'ns' }, { noStaging: true });
     expect((result.y as Tensor).byteLength).toBe(64 * 1024);
     (result.y as Tensor).release();
   });

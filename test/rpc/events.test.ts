@@ -3,15 +3,15 @@
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { Code, GdrpcError, Server, type UnaryHandler } from '../../core/index.ts';
-import { Echo } from './fixtures/services.ts';
+import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { disposePeers, spawnPeer } from '../support/peer.ts';
 
 const clientMain = fileURLToPath(new URL('./fixtures/client-main.ts', import.meta.url));
 const server = Server.create({ token: 'events-token' });
 const unimplemented = (name: string): UnaryHandler => () => { throw new GdrpcError(Code.UNIMPLEMENTED, name); };
-const handlers: Record<string, UnaryHandler> = Object.fromEntries(Object.keys(Echo.methods).map((name) => [name, unimplemented(name)]));
+const handlers: Record<string, UnaryHandler> = Object.fromEntries(Object.keys(EchoDescriptor.methods).map((name) => [name, unimplemented(name)]));
 handlers.sleep = (_args, ctx) => new Promise((resolve) => ctx.signal.addEventListener('abort', () => resolve({ aborted: true })));
-server.register(Echo, handlers);
+server.register(EchoDescriptor, handlers);
 
 afterAll(async () => {
   await disposePeers();

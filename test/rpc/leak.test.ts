@@ -2,7 +2,7 @@
 // tensors, no rkeys, no extra regions, endpoints or requests, no remote exposures.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, nativeStats, remoteExposures, serveRemoteTensors, shutdownOwner, type Tensor } from '../../core/index.ts';
-import { Echo } from './fixtures/services.ts';
+import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer, type ListeningPeer } from './fixtures/peers.ts';
 import { disposePeers } from '../support/peer.ts';
 import { expectPoolsEmpty, serverStats } from './fixtures/stats.ts';
@@ -26,7 +26,7 @@ describe('resource accounting', () => {
   it('10,000 calls leave no registration or memory behind', async () => {
     // Warm up so that lazily created pools and endpoints count as the baseline.
     for (const mover of ['inline', 'tag'] as const) {
-      const r = await client.unary(Echo.methods.echo!, { x: patterned(20_000), tag: 'w' }, { mover });
+      const r = await client.unary(EchoDescriptor.methods.echo, { x: patterned(20_000), tag: 'w' }, { mover });
       (r.y as Tensor).release();
     }
     const serverBefore = (await serverStats(client)).native;
@@ -41,14 +41,14 @@ describe('resource accounting', () => {
         const i = issued;
         issued += 1;
         switch (i % kinds) {
-          case 0: await client.unary(Echo.methods.ping!, { n: i }); break;
-          case 1: { const r = await client.unary(Echo.methods.echo!, { x: small, tag: 's' }); (r.y as Tensor).release(); break; }
-          case 2: { const r = await client.unary(Echo.methods.echo!, { x: medium, tag: 't' }, { mover: 'tag' }); (r.y as Tensor).release(); break; }
-          case 3: { const r = await client.unary(Echo.methods.echo!, { x: medium, tag: 'r' }, { mover: 'tag' }); (r.y as Tensor).release(); break; }
-          case 4: await client.unary(Echo.methods.sleep!, { ms: 50 }, { deadline: 1 }).catch(() => {}); break;
-          case 5: for await (const _ of client.serverStream(Echo.methods.count!, { upTo: 3, delayMs: 0 })) { /* drain */ } break;
-          case 6: await client.clientStream(Echo.methods.sum!, [{ x: small }, { x: medium }]); break;
-          case 7: if (i % 64 === 7) await client.unary(Echo.methods.pullSum!, { h: medium }); else await client.unary(Echo.methods.checksum!, { x: medium }, { mover: 'tag' }); break;
+          case 0: await client.unary(EchoDescriptor.methods.ping, { n: i }); break;
+          case 1: { const r = await client.unary(EchoDescriptor.methods.echo, { x: small, tag: 's' }); (r.y as Tensor).release(); break; }
+          case 2: { const r = await client.unary(EchoDescriptor.methods.echo, { x: medium, tag: 't' }, { mover: 'tag' }); (r.y as Tensor).release(); break; }
+          case 3: { const r = await client.unary(EchoDescriptor.methods.echo, { x: medium, tag: 'r' }, { mover: 'tag' }); (r.y as Tensor).release(); break; }
+          case 4: await client.unary(EchoDescriptor.methods.sleep, { ms: 50 }, { deadline: 1 }).catch(() => {}); break;
+          case 5: for await (const _ of client.serverStream(EchoDescriptor.methods.count, { upTo: 3, delayMs: 0 })) { /* drain */ } break;
+          case 6: await client.clientStream(EchoDescriptor.methods.sum, [{ x: small }, { x: medium }]); break;
+          case 7: if (i % 64 === 7) await client.unary(EchoDescriptor.methods.pullSum, { h: medium }); else await client.unary(EchoDescriptor.methods.checksum, { x: medium }, { mover: 'tag' }); break;
         }
       }
     }

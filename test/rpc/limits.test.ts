@@ -2,7 +2,7 @@
 // and recovered from as soon as calls finish.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, Code, GdrpcError } from '../../core/index.ts';
-import { Echo } from './fixtures/services.ts';
+import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer, type ListeningPeer } from './fixtures/peers.ts';
 import { disposePeers } from '../support/peer.ts';
 
@@ -25,31 +25,31 @@ const outcomes = async (calls: Array<Promise<unknown>>): Promise<string[]> =>
 
 describe('concurrency limits', () => {
   it('refuses the call over the per-connection limit, at once, saying which option and that a retry may work', async () => {
-    const calls = [0, 1, 2].map(() => a.unary(Echo.methods.sleep!, { ms: 300 }));
+    const calls = [0, 1, 2].map(() => a.unary(EchoDescriptor.methods.sleep, { ms: 300 }));
     expect(await outcomes(calls)).toEqual(['OK', 'OK', Code.RESOURCE_EXHAUSTED].sort());
-    const refused = (await Promise.allSettled([0, 1, 2].map(() => a.unary(Echo.methods.sleep!, { ms: 300 }))))
+    const refused = (await Promise.allSettled([0, 1, 2].map(() => a.unary(EchoDescriptor.methods.sleep, { ms: 300 }))))
       .find((s) => s.status === 'rejected') as PromiseRejectedResult;
     expect((refused.reason as GdrpcError).message).toMatch(/maxCallsPerConnection/);
     expect((refused.reason as GdrpcError).details).toMatchObject({ retryable: true, limit: 'maxCallsPerConnection' });
   });
 
   it('refuses the call over the global limit, whichever connection it comes on', async () => {
-    const calls = [a, a, b, b].map((client) => client.unary(Echo.methods.sleep!, { ms: 300 }));
+    const calls = [a, a, b, b].map((client) => client.unary(EchoDescriptor.methods.sleep, { ms: 300 }));
     expect(await outcomes(calls)).toEqual(['OK', 'OK', 'OK', Code.RESOURCE_EXHAUSTED].sort());
     // Capacity is back once they finished.
-    expect(await outcomes([a.unary(Echo.methods.ping!, { n: 1 }), b.unary(Echo.methods.ping!, { n: 2 })])).toEqual(['OK', 'OK']);
+    expect(await outcomes([a.unary(EchoDescriptor.methods.ping, { n: 1 }), b.unary(EchoDescriptor.methods.ping, { n: 2 })])).toEqual(['OK', 'OK']);
   });
 });
 
 describe('frame limit on the client side', () => {
   it('fails a tensorless call whose request exceeds the server\'s frame limit, at once, and keeps the connection', async () => {
     const started = performance.now();
-    const error = await a.unary(Echo.methods.ping!, { n: 1 }, { metadata: { k: 'x'.repeat(5 << 20) } }).then(
+    const error = await a.unary(EchoDescriptor.methods.ping, { n: 1 }, { metadata: { k: 'x'.repeat(5 << 20) } }).then(
       () => undefined, (e: unknown) => e as GdrpcError);
     expect(error).toBeInstanceOf(GdrpcError);
     expect(error!.code).toBe(Code.RESOURCE_EXHAUSTED);
     expect(error!.message).toMatch(/frame limit/);
     expect(performance.now() - started).toBeLessThan(2000);
-    expect(await a.unary(Echo.methods.ping!, { n: 7 })).toBeDefined();
+    expect(await a.unary(EchoDescriptor.methods.ping, { n: 7 })).toBeDefined();
   });
 });

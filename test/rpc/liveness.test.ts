@@ -3,7 +3,7 @@
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Client, Code, GdrpcError, type ClientOptions } from '../../core/index.ts';
-import { Echo } from './fixtures/services.ts';
+import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer } from './fixtures/peers.ts';
 import { disposePeers, spawnPeer } from '../support/peer.ts';
 import { TestClients } from './fixtures/clients.ts';
@@ -21,7 +21,7 @@ describe('liveness', () => {
     await using server = await startServer();
     const client = await connect(server.address);
     const disconnected = new Promise<GdrpcError>((resolve) => client.once('disconnect', resolve));
-    const call = client.unary(Echo.methods.sleep!, { ms: 60_000 });
+    const call = client.unary(EchoDescriptor.methods.sleep, { ms: 60_000 });
     await new Promise((resolve) => setTimeout(resolve, 200));
     const killedAt = Date.now();
     server.kill();
@@ -33,7 +33,7 @@ describe('liveness', () => {
   it('a hung server (stopped, socket open) is detected by keepalive silence', async () => {
     await using server = await startServer({ livenessMs: 5000 });
     const client = await connect(server.address, { livenessMs: 800 });
-    const call = client.unary(Echo.methods.sleep!, { ms: 60_000 });
+    const call = client.unary(EchoDescriptor.methods.sleep, { ms: 60_000 });
     await new Promise((resolve) => setTimeout(resolve, 200));
     const stoppedAt = Date.now();
     server.stop();
@@ -69,7 +69,7 @@ describe('liveness', () => {
       first = await startServer({ port }).catch((error: unknown) => { if (attempt >= 10) throw error; return undefined; });
     }
     const client = await connect(first.address);
-    expect((await client.unary(Echo.methods.ping!, { n: 1 })).n).toBe(1);
+    expect((await client.unary(EchoDescriptor.methods.ping, { n: 1 })).n).toBe(1);
     const disconnected = new Promise((resolve) => client.once('disconnect', resolve));
     first.kill();
     await disconnected;
@@ -82,7 +82,7 @@ describe('liveness', () => {
         return new Promise<undefined>((resolve) => setTimeout(() => resolve(undefined), 300));
       });
     }
-    expect((await client.unary(Echo.methods.ping!, { n: 2 })).n).toBe(2);
+    expect((await client.unary(EchoDescriptor.methods.ping, { n: 2 })).n).toBe(2);
     expect((await serverStats(client)).runs.ping).toBe(1); // served by the new process
     second.kill();
   });

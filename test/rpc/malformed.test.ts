@@ -6,7 +6,7 @@ import { Client, Code } from '../../core/index.ts';
 import { FrameKind } from '../../core/wire/frames.ts';
 import { ConnectionKey, dataTag } from '../../core/wire/tag.ts';
 import { packMessage } from '../../core/wire/message.ts';
-import { Echo } from './fixtures/services.ts';
+import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer, type ListeningPeer } from './fixtures/peers.ts';
 import { disposePeers } from '../support/peer.ts';
 import { RawPeer } from './fixtures/raw-peer.ts';
@@ -15,7 +15,7 @@ import { expectPoolsEmpty, serverStats } from './fixtures/stats.ts';
 let server: ListeningPeer;
 let good: Client;
 const packr = new Packr({ useRecords: false });
-const echoRequest = (x: Record<string, unknown>) => ({ svc: Echo.name, m: 'echo', a: { x, tag: 'raw' } });
+const echoRequest = (x: Record<string, unknown>) => ({ svc: EchoDescriptor.name, m: 'echo', a: { x, tag: 'raw' } });
 
 beforeAll(async () => {
   server = await startServer({ maxFrameBytes: 64 * 1024, maxTensorBytes: 1 << 20, poolBytes: 4 << 20 });
@@ -35,21 +35,21 @@ async function admittedRaw(): Promise<RawPeer> {
 }
 
 async function stillServing(): Promise<void> {
-  expect((await good.unary(Echo.methods.ping!, { n: 5 })).n).toBe(5);
+  expect((await good.unary(EchoDescriptor.methods.ping, { n: 5 })).n).toBe(5);
 }
 
 describe('malformed input', () => {
   const callErrors: Array<[string, (raw: RawPeer) => Promise<void>, string]> = [
     ['bytes that are not msgpack', (raw) => raw.sendBytes(FrameKind.Request, 3, new Uint8Array([0xc1, 0xff, 0x00])), Code.INVALID_ARGUMENT],
     ['a map without the method', (raw) => raw.sendBody(FrameKind.Request, 3, { a: {} }), Code.INVALID_ARGUMENT],
-    ['another wire version', (raw) => raw.sendBytes(FrameKind.Request, 3, packr.pack({ v: 99, svc: Echo.name, m: 'ping', a: { n: 1 } })), Code.INVALID_ARGUMENT],
+    ['another wire version', (raw) => raw.sendBytes(FrameKind.Request, 3, packr.pack({ v: 99, svc: EchoDescriptor.name, m: 'ping', a: { n: 1 } })), Code.INVALID_ARGUMENT],
     ['a tensor whose bytes do not match its shape', (raw) => raw.sendBody(FrameKind.Request, 3, echoRequest({ dt: 'u8', sh: [8], n: 4, mt: 'host', m: 'i', b: new Uint8Array(4) })), Code.INVALID_ARGUMENT],
     ['an unknown dtype', (raw) => raw.sendBody(FrameKind.Request, 3, echoRequest({ dt: 'q7', sh: [4], n: 4, mt: 'host', m: 'i', b: new Uint8Array(4) })), Code.INVALID_ARGUMENT],
-    ['a scalar of the wrong type', (raw) => raw.sendBody(FrameKind.Request, 3, { svc: Echo.name, m: 'ping', a: { n: 'seven' } }), Code.INVALID_ARGUMENT],
+    ['a scalar of the wrong type', (raw) => raw.sendBody(FrameKind.Request, 3, { svc: EchoDescriptor.name, m: 'ping', a: { n: 'seven' } }), Code.INVALID_ARGUMENT],
     ['a huge tag tensor (limit before allocation)', (raw) => raw.sendBody(FrameKind.Request, 3, echoRequest({ dt: 'u8', sh: [2 ** 40], n: 2 ** 40, mt: 'host', m: 't', x: 5 })), Code.RESOURCE_EXHAUSTED],
-    ['an unknown mover in the REQUEST', (raw) => raw.sendBody(FrameKind.Request, 3, { svc: Echo.name, m: 'ping', a: { n: 1 }, mv: 'teleport' }), Code.INVALID_ARGUMENT],
-    ['a noStaging that is not a boolean', (raw) => raw.sendBody(FrameKind.Request, 3, { svc: Echo.name, m: 'ping', a: { n: 1 }, ns: 1 }), Code.INVALID_ARGUMENT],
-    ['a frame over the frame limit', (raw) => raw.sendBody(FrameKind.Request, 3, { svc: Echo.name, m: 'ping', a: { n: 1 }, pad: new Uint8Array(100 * 1024) }), Code.RESOURCE_EXHAUSTED],
+    ['an unknown mover in the REQUEST', (raw) => raw.sendBody(FrameKind.Request, 3, { svc: EchoDescriptor.name, m: 'ping', a: { n: 1 }, mv: 'teleport' }), Code.INVALID_ARGUMENT],
+    ['a noStaging that is not a boolean', (raw) => raw.sendBody(FrameKind.Request, 3, { svc: EchoDescriptor.name, m: 'ping', a: { n: 1 }, ns: 1 }), Code.INVALID_ARGUMENT],
+    ['a frame over the frame limit', (raw) => raw.sendBody(FrameKind.Request, 3, { svc: EchoDescriptor.name, m: 'ping', a: { n: 1 }, pad: new Uint8Array(100 * 1024) }), Code.RESOURCE_EXHAUSTED],
   ];
   for (const [name, send, code] of callErrors) {
     it(`${name}: ERROR ${code} for the call`, async () => {
@@ -85,7 +85,7 @@ describe('malformed input', () => {
       await raw.endpoint.tagSend(dataTag(new ConnectionKey(raw.serverKey), 12345), new Uint8Array(1000));
       await raw.endpoint.tagSend(dataTag(new ConnectionKey(0xabcdef_00000000n), 1), new Uint8Array(10));
       await stillServing();
-      await raw.sendBody(FrameKind.Request, 4, { svc: Echo.name, m: 'ping', a: { n: 8 } });
+      await raw.sendBody(FrameKind.Request, 4, { svc: EchoDescriptor.name, m: 'ping', a: { n: 8 } });
       const frame = await raw.receive();
       expect(frame?.kind).toBe(FrameKind.Response);
       expect(frame?.body.r).toEqual({ n: 8 });
@@ -97,7 +97,7 @@ describe('malformed input', () => {
   it('frames of one message are handled in order; a malformed message is refused whole', async () => {
     const raw = await admittedRaw();
     try {
-      const frame = (call: number, n: number) => ({ kind: FrameKind.Request, call, body: packr.pack({ v: 2, svc: Echo.name, m: 'ping', a: { n } }) });
+      const frame = (call: number, n: number) => ({ kind: FrameKind.Request, call, body: packr.pack({ v: 2, svc: EchoDescriptor.name, m: 'ping', a: { n } }) });
       await raw.sendMessage(packMessage([frame(21, 1), frame(22, 2)]));
       const answers = [await raw.receive(), await raw.receive()];
       expect(answers.map((f) => [f?.kind, f?.call, (f?.body.r as { n: number } | undefined)?.n])).toEqual([[FrameKind.Response, 21, 1], [FrameKind.Response, 22, 2]]);
@@ -116,7 +116,7 @@ describe('malformed input', () => {
     try {
       const item = { kind: FrameKind.StreamItem, call: 5, body: packr.pack({ v: 2, seq: 0, a: { x: { dt: 'u8', sh: [4], n: 4, mt: 'host', m: 'i', b: new Uint8Array(4) } } }) };
       await raw.sendMessage(packMessage([
-        { kind: FrameKind.Request, call: 5, body: packr.pack({ v: 2, svc: Echo.name, m: 'sum' }) },
+        { kind: FrameKind.Request, call: 5, body: packr.pack({ v: 2, svc: EchoDescriptor.name, m: 'sum' }) },
         { kind: FrameKind.StreamEnd, call: 5, body: new Uint8Array([0x81, 0xa1, 0x76, 0x02, 0x00]) },
         item, item,
       ]));

@@ -6,9 +6,10 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import {
   Client, closeProcessPools, Code, cuda, GdrpcError, Server, Tensor,
-  type ClientOptions, type MethodDescriptor, type Placement, type ServerOptions, type ServiceDescriptor,
+  type ClientOptions, type Placement, type ServerOptions,
 } from '../../core/index.ts';
 import { bindPlacement, landingDevice, receiveDeviceIndex } from '../../core/rpc/placement.ts';
+import { BareDescriptor } from '../schemas/gen/rpc/bare.ts';
 import { thrown } from './fixtures/thrown.ts';
 
 const gpu = cuda.available() && cuda.deviceCount() > 0;
@@ -72,12 +73,12 @@ describe('device option checks', () => {
     expect(error.rawMessage).toMatch(/^ServerOptions\.device must be 'cuda:N' \(where a bare @cuda tensor is received\), got /);
   });
   it.each(BAD_DEVICES.map((value) => [describeBad(value), value]))('RegisterOptions.device %s', (_name, device) => {
-    const error = thrown(() => Server.create().register(Bare, bareHandlers, { device } as { device: 'cuda:0' }));
+    const error = thrown(() => Server.create().register(BareDescriptor, bareHandlers, { device } as { device: 'cuda:0' }));
     expect(error.code).toBe(Code.INVALID_ARGUMENT);
     expect(error.rawMessage).toMatch(/^Server\.register\(test\.rpc\.v1\.Bare\) options\.device must be 'cuda:N' /);
   });
   it('register options that are not an object', () => {
-    const error = thrown(() => Server.create().register(Bare, bareHandlers, 'cuda:1' as never));
+    const error = thrown(() => Server.create().register(BareDescriptor, bareHandlers, 'cuda:1' as never));
     expect(error.rawMessage).toBe('Server.register(test.rpc.v1.Bare) options must be an object, got "cuda:1"');
   });
   it.each(BAD_DEVICES.map((value) => [describeBad(value), value]))('ClientOptions.device %s', async (_name, device) => {
@@ -89,19 +90,12 @@ describe('device option checks', () => {
   it.skipIf(!gpu)('a device past the last one of this machine', () => {
     const device = `cuda:${cuda.deviceCount()}` as const;
     expect(thrown(() => Server.create({ device })).rawMessage).toMatch(/^ServerOptions\.device must be a CUDA device of this machine/);
-    expect(thrown(() => Server.create().register(Bare, bareHandlers, { device })).rawMessage).toMatch(/^Server\.register\(test\.rpc\.v1\.Bare\) options\.device must be a CUDA device/);
+    expect(thrown(() => Server.create().register(BareDescriptor, bareHandlers, { device })).rawMessage).toMatch(/^Server\.register\(test\.rpc\.v1\.Bare\) options\.device must be a CUDA device/);
   });
 });
 
-// Bare.echo(x: tensor<u8>[n] @cuda, z: tensor<u8>[n] @cuda(0), h: tensor<u8>[n] @host)
-//   -> (x, z, h, devices: string): the handler reports where its arguments landed.
-const vec = (placement: Placement) => ({ kind: 'tensor' as const, dtype: 'u8' as const, shape: [{ kind: 'symbol' as const, name: 'n' }], placement });
-const fields = [{ name: 'x', type: vec(BARE) }, { name: 'z', type: vec({ kind: 'cuda', device: 0 }) }, { name: 'h', type: vec(HOST) }];
-const echo: MethodDescriptor = {
-  name: 'echo', service: 'test.rpc.v1.Bare', clientStreaming: false, serverStreaming: false,
-  args: fields, results: [...fields, { name: 'devices', type: { kind: 'scalar', name: 'string' } }],
-};
-const Bare: ServiceDescriptor = { name: 'test.rpc.v1.Bare', methods: { echo } };
+// Bare.echo (test/schemas/rpc/bare.gdrpc): the handler reports where its arguments landed.
+const { echo } = BareDescriptor.methods;
 const bareHandlers = {
   echo: (args: { x: Tensor; z: Tensor; h: Tensor }) => ({ ...args, devices: [args.x.device, args.z.device, args.h.device].join(' ') }),
 };
@@ -118,7 +112,7 @@ describe.skipIf(gpu)('without a GPU: the option is accepted and @cuda lands in h
     ['RegisterOptions.device', {}, { device: 'cuda:1' }],
     ['both', { device: 'cuda:3' }, { device: 'cuda:1' }],
   ])('%s', async (_name, serverOptions, registerOptions) => {
-    const server = Server.create(serverOptions).register(Bare, bareHandlers, registerOptions);
+    const server = Server.create(serverOptions).register(BareDescriptor, bareHandlers, registerOptions);
     closing.push(() => server.shutdown({ graceMs: 0 }));
     const { port } = await server.listen({ host: '127.0.0.1', port: 0 });
     const client = await Client.connect(`127.0.0.1:${port}`, { device: 'cuda:5' });

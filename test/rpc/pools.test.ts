@@ -3,7 +3,7 @@
 // received it; createPool gives a caller its own pool on the same UCX context.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, closeProcessPools, createPool, nativeStats, processPool, type Tensor } from '../../core/index.ts';
-import { Echo } from './fixtures/services.ts';
+import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer, type ListeningPeer } from './fixtures/peers.ts';
 import { disposePeers } from '../support/peer.ts';
 import { patterned } from './fixtures/tensors.ts';
@@ -25,7 +25,7 @@ describe('process pools', () => {
     x.bytes().set(patterned(64 * 1024, 5).bytes());
     const client = await Client.connect(server.address, { poolBytes: 1 << 20 });
     expect(client.pool('cpu')).toBe(shared);  // already larger than this client asks for
-    const result = await client.unary(Echo.methods.echo!, { x, tag: 'p' }, { mover: 'tag' });
+    const result = await client.unary(EchoDescriptor.methods.echo, { x, tag: 'p' }, { mover: 'tag' });
     const y = result.y as Tensor;
     expect(y.pool).toBe(shared);
     await client.close();
@@ -40,7 +40,7 @@ describe('process pools', () => {
     // A second client reuses the same pool: no new registration.
     const regions = nativeStats().regions;
     const again = await Client.connect(server.address);
-    const second = await again.unary(Echo.methods.echo!, { x: patterned(64 * 1024, 6), tag: 'q' }, { mover: 'tag' });
+    const second = await again.unary(EchoDescriptor.methods.echo, { x: patterned(64 * 1024, 6), tag: 'q' }, { mover: 'tag' });
     expect((second.y as Tensor).pool).toBe(shared);
     expect(nativeStats().regions).toBe(regions);
     (second.y as Tensor).release();

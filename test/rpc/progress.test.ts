@@ -2,7 +2,7 @@
 // process's timers keep running and the call fails on the liveness time instead of freezing.
 import { afterAll, describe, expect, it } from 'vitest';
 import { Client, Code, type GdrpcError } from '../../core/index.ts';
-import { Echo } from './fixtures/services.ts';
+import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer } from './fixtures/peers.ts';
 import { disposePeers } from '../support/peer.ts';
 import { patterned } from './fixtures/tensors.ts';
@@ -14,12 +14,12 @@ describe('progress', () => {
     await using server = await startServer({ poolBytes: 320 << 20, maxTensorBytes: 512 << 20 });
     const client = await Client.connect(server.address, { livenessMs: 1500, poolBytes: 0 });
     try {
-      await client.unary(Echo.methods.ping!, { n: 1 });
+      await client.unary(EchoDescriptor.methods.ping, { n: 1 });
       const x = patterned(256 << 20, 4);
       let ticks = 0;
       const timer = setInterval(() => { ticks += 1; }, 10);
       const started = Date.now();
-      const call = client.unary(Echo.methods.checksum!, { x }).then(() => undefined, (e: GdrpcError) => e);
+      const call = client.unary(EchoDescriptor.methods.checksum, { x }).then(() => undefined, (e: GdrpcError) => e);
       // Stopped mid-transfer, once its bytes have started to move.
       setTimeout(() => server.stop(), Number(process.env.STOP_AFTER_MS ?? 30));
       const error = await call;

@@ -2,7 +2,7 @@
 // the owner lets go after one pull or at the end of the call; a stale or forged handle is NOT_FOUND.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, Code, remoteExposures, serveRemoteTensors, shutdownOwner, type GdrpcError } from '../../core/index.ts';
-import { Echo } from './fixtures/services.ts';
+import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer, type ListeningPeer } from './fixtures/peers.ts';
 import { disposePeers } from '../support/peer.ts';
 import { serverStats } from './fixtures/stats.ts';
@@ -28,7 +28,7 @@ describe('remote tensors', () => {
   for (const size of [0, 5, 100_000, 3 << 20]) {
     it(`the callee pulls a ${size}-byte handle from the caller`, async () => {
       const h = patterned(size, 9);
-      const result = await client.unary(Echo.methods.pullSum!, { h });
+      const result = await client.unary(EchoDescriptor.methods.pullSum, { h });
       expect(result.sum).toBe(byteSum(h));
       expect(remoteExposures()).toBe(0);
     });
@@ -36,25 +36,25 @@ describe('remote tensors', () => {
 
   it('a third service pulls directly from the owner', async () => {
     const h = patterned(1 << 20, 4);
-    const result = await client.unary(Echo.methods.relay!, { h, to: b.address });
+    const result = await client.unary(EchoDescriptor.methods.relay, { h, to: b.address });
     expect(result.sum).toBe(byteSum(h));
     expect(remoteExposures()).toBe(0);
   });
 
   it('a pull after release, or with a forged capability, is NOT_FOUND', async () => {
     const h = patterned(4096, 2);
-    const result = await client.unary(Echo.methods.pullTwice!, { h });
+    const result = await client.unary(EchoDescriptor.methods.pullTwice, { h });
     expect(result).toEqual({ sum: byteSum(h), again: 'NOT_FOUND', forged: 'NOT_FOUND' });
   });
 
   it('a handle not pulled before its call ends is released; a later pull is NOT_FOUND', async () => {
     const h = patterned(1 << 16, 1);
-    const error = await client.unary(Echo.methods.latePull!, { h, ms: 400 }, { deadline: 150 }).then(() => undefined, (e: GdrpcError) => e);
+    const error = await client.unary(EchoDescriptor.methods.latePull, { h, ms: 400 }, { deadline: 150 }).then(() => undefined, (e: GdrpcError) => e);
     expect(error?.code).toBe(Code.DEADLINE_EXCEEDED);
     expect(remoteExposures()).toBe(0);
     await expect.poll(async () => (await serverStats(client)).aborted.includes('late:NOT_FOUND'), { timeout: 5000 }).toBe(true);
     // The same handle pulled within its call works.
-    await client.unary(Echo.methods.latePull!, { h, ms: 1 });
+    await client.unary(EchoDescriptor.methods.latePull, { h, ms: 1 });
     await expect.poll(async () => (await serverStats(client)).aborted.includes('late:OK'), { timeout: 5000 }).toBe(true);
     expect(remoteExposures()).toBe(0);
   });

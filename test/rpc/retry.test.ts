@@ -3,15 +3,15 @@
 // once more; a call that may have run is never retried. Server and client share this process.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, Code, GdrpcError, Server } from '../../core/index.ts';
-import { Echo } from './fixtures/services.ts';
+import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 
 const server = Server.create();
 const plan: Array<'ok' | 'unprocessed' | 'failed'> = [];
 let runs = 0;
 let client: Client;
 
-server.register(Echo, {
-  ...Object.fromEntries(Object.keys(Echo.methods).map((name) => [name, () => { throw new GdrpcError(Code.UNIMPLEMENTED, name); }])),
+server.register(EchoDescriptor, {
+  ...Object.fromEntries(Object.keys(EchoDescriptor.methods).map((name) => [name, () => { throw new GdrpcError(Code.UNIMPLEMENTED, name); }])),
   ping: (args: { n: number }) => {
     runs += 1;
     const next = plan.shift() ?? 'ok';
@@ -34,14 +34,14 @@ describe('transparent retry', () => {
   it('a call refused unprocessed is retried once and succeeds', async () => {
     runs = 0;
     plan.splice(0, plan.length, 'unprocessed', 'ok');
-    expect((await client.unary(Echo.methods.ping!, { n: 5 })).n).toBe(5);
+    expect((await client.unary(EchoDescriptor.methods.ping, { n: 5 })).n).toBe(5);
     expect(runs).toBe(2);
   });
 
   it('only once: a second unprocessed refusal reaches the caller', async () => {
     runs = 0;
     plan.splice(0, plan.length, 'unprocessed', 'unprocessed', 'ok');
-    const error = await client.unary(Echo.methods.ping!, { n: 6 }).then(() => undefined, (e: unknown) => e as GdrpcError);
+    const error = await client.unary(EchoDescriptor.methods.ping, { n: 6 }).then(() => undefined, (e: unknown) => e as GdrpcError);
     expect(error?.code).toBe(Code.UNAVAILABLE);
     expect(error?.details?.unprocessed).toBe(true);
     expect(runs).toBe(2);
@@ -50,7 +50,7 @@ describe('transparent retry', () => {
   it('a call that may have run is not retried', async () => {
     runs = 0;
     plan.splice(0, plan.length, 'failed', 'ok');
-    const error = await client.unary(Echo.methods.ping!, { n: 7 }).then(() => undefined, (e: unknown) => e as GdrpcError);
+    const error = await client.unary(EchoDescriptor.methods.ping, { n: 7 }).then(() => undefined, (e: unknown) => e as GdrpcError);
     expect(error?.code).toBe(Code.UNAVAILABLE);
     expect(error?.message).toMatch(/went away midway/);
     expect(runs).toBe(1);
@@ -59,7 +59,7 @@ describe('transparent retry', () => {
   it('a call whose deadline has passed is not retried', async () => {
     runs = 0;
     plan.splice(0, plan.length, 'unprocessed', 'ok');
-    const error = await client.unary(Echo.methods.ping!, { n: 8 }, { deadline: new Date(Date.now() - 1) }).then(() => undefined, (e: unknown) => e as GdrpcError);
+    const error = await client.unary(EchoDescriptor.methods.ping, { n: 8 }, { deadline: new Date(Date.now() - 1) }).then(() => undefined, (e: unknown) => e as GdrpcError);
     expect(error?.code).toBe(Code.DEADLINE_EXCEEDED);
     expect(runs).toBe(0);
     plan.splice(0);

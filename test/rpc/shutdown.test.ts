@@ -2,7 +2,7 @@
 // outlast the grace period are aborted with UNAVAILABLE.
 import { afterEach, describe, expect, it } from 'vitest';
 import { Client, Code } from '../../core/index.ts';
-import { Echo } from './fixtures/services.ts';
+import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer } from './fixtures/peers.ts';
 import { disposePeers } from '../support/peer.ts';
 import { codeOf } from './fixtures/stats.ts';
@@ -18,12 +18,12 @@ describe('shutdown', () => {
     await using server = await startServer();
     const client = await Client.connect(server.address);
     clients.push(client);
-    const inFlight = [client.unary(Echo.methods.sleep!, { ms: 800 }), client.unary(Echo.methods.sleep!, { ms: 600 })];
+    const inFlight = [client.unary(EchoDescriptor.methods.sleep, { ms: 800 }), client.unary(EchoDescriptor.methods.sleep, { ms: 600 })];
     await new Promise((resolve) => setTimeout(resolve, 150));
     const started = Date.now();
     server.send('shutdown 10000');
     await new Promise((resolve) => setTimeout(resolve, 100));
-    expect(await codeOf(client.unary(Echo.methods.ping!, { n: 1 }))).toBe(Code.UNAVAILABLE);
+    expect(await codeOf(client.unary(EchoDescriptor.methods.ping, { n: 1 }))).toBe(Code.UNAVAILABLE);
     const results = await Promise.all(inFlight);
     expect(results.map((r) => r.aborted)).toEqual([false, false]);
     await server.waitFor(/SHUTDOWN/, 5000);
@@ -36,7 +36,7 @@ describe('shutdown', () => {
     await using server = await startServer();
     const client = await Client.connect(server.address);
     clients.push(client);
-    const call = client.unary(Echo.methods.sleep!, { ms: 30_000 });
+    const call = client.unary(EchoDescriptor.methods.sleep, { ms: 30_000 });
     await new Promise((resolve) => setTimeout(resolve, 150));
     server.send('shutdown 300');
     expect(await codeOf(call)).toBe(Code.UNAVAILABLE);

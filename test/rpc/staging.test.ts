@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { callInfo, Client, Code, GdrpcError, processPool, closeProcessPools, serveRemoteTensors, shutdownOwner, type Tensor } from '../../core/index.ts';
 import { setHostStagingForTests } from '../../core/rpc/movers/staging.ts';
-import { Echo } from './fixtures/services.ts';
+import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer, type ListeningPeer } from './fixtures/peers.ts';
 import { disposePeers } from '../support/peer.ts';
 import { patterned } from './fixtures/tensors.ts';
@@ -15,7 +15,7 @@ let plain: ListeningPeer;
 let staging: ListeningPeer;
 
 async function runs(client: Client): Promise<number> {
-  const result = await client.unary(Echo.methods.stats!, {});
+  const result = await client.unary(EchoDescriptor.methods.stats, {});
   return (JSON.parse(result.json as string) as { runs: Record<string, number> }).runs.echo ?? 0;
 }
 
@@ -43,7 +43,7 @@ describe('staging through host memory (forced on host tensors)', () => {
     try {
       for (const mover of ['tag'] as const) {
         const x = patterned(64 * KiB, 7);
-        const result = await client.unary(Echo.methods.echo!, { x, tag: mover }, { mover });
+        const result = await client.unary(EchoDescriptor.methods.echo, { x, tag: mover }, { mover });
         const y = result.y as Tensor;
         expect(y.equals(x)).toBe(true);
         expect(callInfo(result)!.transfers.map((t) => `${t.argument}:${t.mover}:${t.path}`)).toEqual([`x:${mover}:staged`, `y:${mover}:staged`]);
@@ -52,7 +52,7 @@ describe('staging through host memory (forced on host tensors)', () => {
       // Bounces come from the process's host pool (no CUDA here: not pinned) and all went back.
       expect(processPool('cpu').stats()).toMatchObject({ used: 0, liveTensors: 0 });
       // Empty and inline tensors are never staged.
-      const empty = await client.unary(Echo.methods.echo!, { x: patterned(0), tag: 'e' }, { mover: 'tag', noStaging: true });
+      const empty = await client.unary(EchoDescriptor.methods.echo, { x: patterned(0), tag: 'e' }, { mover: 'tag', noStaging: true });
       expect(callInfo(empty)!.transfers.every((t) => t.path === 'inline')).toBe(true);
     } finally {
       setHostStagingForTests(false);
@@ -66,7 +66,7 @@ describe('staging through host memory (forced on host tensors)', () => {
     try {
       const h = patterned(256 * KiB, 11);
       const expected = h.bytes().reduce((sum, byte) => sum + byte, 0);
-      const result = await client.unary(Echo.methods.pullSum!, { h });
+      const result = await client.unary(EchoDescriptor.methods.pullSum, { h });
       expect(result.sum).toBe(expected);
       await expect.poll(() => processPool('cpu').stats().used, { timeout: 5000 }).toBe(0);
     } finally {
@@ -80,7 +80,7 @@ describe('staging through host memory (forced on host tensors)', () => {
     const client = await Client.connect(plain.address);
     try {
       const before = await runs(client);
-      const error = await failure(client.unary(Echo.methods.echo!, { x: patterned(64 * KiB), tag: 'ns' }, { mover: 'tag', noStaging: true }));
+      const error = await failure(client.unary(EchoDescriptor.methods.echo, { x: patterned(64 * KiB), tag: 'ns' }, { mover: 'tag', noStaging: true }));
       expect(error.code).toBe(Code.FAILED_PRECONDITION);
       expect(error.message).toMatch(/x: .*stage through host memory \(noStaging\): host staging forced/);
       expect(await runs(client)).toBe(before);
@@ -95,7 +95,7 @@ describe('staging through host memory (forced on host tensors)', () => {
     try {
       const x = patterned(64 * KiB, 3);
       // Staging allowed: the server stages both ways, the caller does not.
-      const ok = await client.unary(Echo.methods.echo!, { x, tag: 'ok' }, { mover: 'tag' });
+      const ok = await client.unary(EchoDescriptor.methods.echo, { x, tag: 'ok' }, { mover: 'tag' });
       expect((ok.y as Tensor).equals(x)).toBe(true);
       // The caller reports its own side for x; y says it was staged by the server (`st`).
       // x went between two processes on one node: TCP loopback, or shared memory where trusted
@@ -105,14 +105,14 @@ describe('staging through host memory (forced on host tensors)', () => {
       (ok.y as Tensor).release();
 
       const before = await runs(client);
-      const argument = await failure(client.unary(Echo.methods.echo!, { x, tag: 'a' }, { mover: 'tag', noStaging: true }));
+      const argument = await failure(client.unary(EchoDescriptor.methods.echo, { x, tag: 'a' }, { mover: 'tag', noStaging: true }));
       expect(argument.code).toBe(Code.FAILED_PRECONDITION);
       expect(argument.message).toMatch(/x: receiving into cpu would stage/);
       expect(await runs(client)).toBe(before);
 
       // A 1 KiB argument goes inline (never staged); the server sends its result by tag
       // (inlineBytes 0), which it would stage: refused once the handler has run.
-      const result = await failure(client.unary(Echo.methods.echo!, { x: patterned(KiB), tag: 'r' }, { noStaging: true }));
+      const result = await failure(client.unary(EchoDescriptor.methods.echo, { x: patterned(KiB), tag: 'r' }, { noStaging: true }));
       expect(result.code).toBe(Code.FAILED_PRECONDITION);
       expect(result.message).toMatch(/y: .*stage through host memory \(noStaging\)/);
       expect(await runs(client)).toBe(before + 1);

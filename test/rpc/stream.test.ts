@@ -1,7 +1,7 @@
 // Streaming both ways: order, tensors in items, and early ends from either side.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, Code, type Tensor } from '../../core/index.ts';
-import { Echo } from './fixtures/services.ts';
+import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer, type ListeningPeer } from './fixtures/peers.ts';
 import { disposePeers } from '../support/peer.ts';
 import { codeOf, expectPoolsEmpty, serverStats } from './fixtures/stats.ts';
@@ -27,14 +27,14 @@ async function collect(iterable: AsyncIterable<Record<string, unknown>>): Promis
 
 describe('server streaming', () => {
   it('delivers every item in order, then ends', async () => {
-    expect(await collect(client.serverStream(Echo.methods.count!, { upTo: 50, delayMs: 0 }))).toEqual([...Array(50).keys()]);
-    expect(await collect(client.serverStream(Echo.methods.count!, { upTo: 0, delayMs: 0 }))).toEqual([]);
+    expect(await collect(client.serverStream(EchoDescriptor.methods.count, { upTo: 50, delayMs: 0 }))).toEqual([...Array(50).keys()]);
+    expect(await collect(client.serverStream(EchoDescriptor.methods.count, { upTo: 0, delayMs: 0 }))).toEqual([]);
   });
 
   it('breaking out of the loop cancels the handler on the server', async () => {
     const before = (await serverStats(client)).aborted.filter((a) => a === 'count').length;
     const seen: number[] = [];
-    for await (const item of client.serverStream(Echo.methods.count!, { upTo: 100_000, delayMs: 5 })) {
+    for await (const item of client.serverStream(EchoDescriptor.methods.count, { upTo: 100_000, delayMs: 5 })) {
       seen.push(item.i as number);
       if (seen.length === 3) break;
     }
@@ -45,7 +45,7 @@ describe('server streaming', () => {
   it('a slow reader holds the server to the stream window', async () => {
     const before = (await serverStats(client)).produced;
     let taken = 0;
-    for await (const _ of client.serverStream(Echo.methods.count!, { upTo: 100_000, delayMs: 0 })) {
+    for await (const _ of client.serverStream(EchoDescriptor.methods.count, { upTo: 100_000, delayMs: 0 })) {
       taken += 1;
       if (taken === 1) {
         await new Promise((resolve) => setTimeout(resolve, 400));
@@ -62,7 +62,7 @@ describe('server streaming', () => {
     const controller = new AbortController();
     const seen: number[] = [];
     const run = (async () => {
-      for await (const item of client.serverStream(Echo.methods.count!, { upTo: 100_000, delayMs: 5 }, { signal: controller.signal })) {
+      for await (const item of client.serverStream(EchoDescriptor.methods.count, { upTo: 100_000, delayMs: 5 }, { signal: controller.signal })) {
         seen.push(item.i as number);
         if (seen.length === 2) controller.abort();
       }
@@ -74,7 +74,7 @@ describe('server streaming', () => {
   it('a deadline mid-stream ends the iteration with DEADLINE_EXCEEDED', async () => {
     const seen: number[] = [];
     const run = (async () => {
-      for await (const item of client.serverStream(Echo.methods.count!, { upTo: 100_000, delayMs: 10 }, { deadline: 150 })) seen.push(item.i as number);
+      for await (const item of client.serverStream(EchoDescriptor.methods.count, { upTo: 100_000, delayMs: 10 }, { deadline: 150 })) seen.push(item.i as number);
     })();
     expect(await codeOf(run)).toBe(Code.DEADLINE_EXCEEDED);
     expect(seen.length).toBeGreaterThan(0);
@@ -85,7 +85,7 @@ describe('client streaming', () => {
   it('sends items with tensors of several sizes; the server sees all of them', async () => {
     const sizes = [0, 1, 100, 8192, 9000, 300_000, 1 << 20];
     const tensors = sizes.map((size, i) => patterned(size, i));
-    const result = await client.clientStream(Echo.methods.sum!, tensors.map((x) => ({ x })));
+    const result = await client.clientStream(EchoDescriptor.methods.sum, tensors.map((x) => ({ x })));
     expect(result.items).toBe(sizes.length);
     expect(result.total).toBe(tensors.reduce((sum, t) => sum + byteSum(t), 0));
     await expectPoolsEmpty(client);
@@ -95,7 +95,7 @@ describe('client streaming', () => {
     async function* items(): AsyncGenerator<{ x: Tensor }> {
       for (let i = 0; i < 20; i += 1) yield { x: patterned(20_000, i) };
     }
-    const result = await client.clientStream(Echo.methods.sum!, items());
+    const result = await client.clientStream(EchoDescriptor.methods.sum, items());
     expect(result.items).toBe(20);
   });
 
@@ -108,8 +108,8 @@ describe('client streaming', () => {
         await new Promise((resolve) => setTimeout(resolve, 5));
       }
     }
-    expect(await codeOf(client.clientStream(Echo.methods.sum!, items(), { signal: controller.signal }))).toBe(Code.CANCELLED);
-    expect((await client.unary(Echo.methods.ping!, { n: 1 })).n).toBe(1);
+    expect(await codeOf(client.clientStream(EchoDescriptor.methods.sum, items(), { signal: controller.signal }))).toBe(Code.CANCELLED);
+    expect((await client.unary(EchoDescriptor.methods.ping, { n: 1 })).n).toBe(1);
     await expectPoolsEmpty(client);
   });
 
@@ -121,7 +121,7 @@ describe('client streaming', () => {
         yield { x: patterned(100, produced) };
       }
     }
-    const result = await client.clientStream(Echo.methods.slowFirst!, endless(), { deadline: 20_000 });
+    const result = await client.clientStream(EchoDescriptor.methods.slowFirst, endless(), { deadline: 20_000 });
     expect(result.items).toBe(1);
     // 64 in flight, plus the one the loop has taken from the generator while waiting for credit.
     expect(produced).toBeLessThanOrEqual(65);
@@ -137,7 +137,7 @@ describe('client streaming', () => {
         await new Promise((resolve) => setTimeout(resolve, 2));
       }
     }
-    const result = await client.clientStream(Echo.methods.first!, endless(), { deadline: 20_000 });
+    const result = await client.clientStream(EchoDescriptor.methods.first, endless(), { deadline: 20_000 });
     expect(result.items).toBe(1);
     expect(result.total).toBe(byteSum(patterned(10_000, 1)));
     expect(produced).toBeLessThan(1000);

@@ -2,7 +2,7 @@
 // between two processes over real UCX.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, callInfo, Code, GdrpcError, type Tensor } from '../../core/index.ts';
-import { Echo } from './fixtures/services.ts';
+import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer, type ListeningPeer } from './fixtures/peers.ts';
 import { disposePeers } from '../support/peer.ts';
 import { patterned } from './fixtures/tensors.ts';
@@ -26,16 +26,16 @@ afterAll(async () => {
 
 describe('unary', () => {
   it('calls a method without tensors', async () => {
-    const result = await client.unary(Echo.methods.ping!, { n: 41 });
+    const result = await client.unary(EchoDescriptor.methods.ping, { n: 41 });
     expect(result).toEqual({ n: 41 });
     expect(callInfo(result)?.transfers).toEqual([]);
   });
 
   it('refuses the rma mover by default: FAILED_PRECONDITION before anything is sent', async () => {
-    const error = await client.unary(Echo.methods.echo!, { x: patterned(MiB), tag: 'r' }, { mover: 'rma' }).catch((e: unknown) => e);
+    const error = await client.unary(EchoDescriptor.methods.echo, { x: patterned(MiB), tag: 'r' }, { mover: 'rma' }).catch((e: unknown) => e);
     expect((error as GdrpcError).code).toBe(Code.FAILED_PRECONDITION);
     expect((error as GdrpcError).message).toMatch(/GDRPC_UNSAFE_RMA/);
-    expect((await client.unary(Echo.methods.ping!, { n: 2 })).n).toBe(2);
+    expect((await client.unary(EchoDescriptor.methods.ping, { n: 2 })).n).toBe(2);
   });
 
   for (const mover of MOVERS) {
@@ -44,12 +44,12 @@ describe('unary', () => {
         const x = patterned(size, size % 251);
         if (mover === 'inline' && size > 4 * MiB) {
           // Larger than the server's frame limit: refused before anything is sent.
-          const error = await client.unary(Echo.methods.echo!, { x, tag: 't' }, { mover }).catch((e: unknown) => e);
+          const error = await client.unary(EchoDescriptor.methods.echo, { x, tag: 't' }, { mover }).catch((e: unknown) => e);
           expect(error).toBeInstanceOf(GdrpcError);
           expect((error as GdrpcError).code).toBe(Code.RESOURCE_EXHAUSTED);
           return;
         }
-        const result = await client.unary(Echo.methods.echo!, { x, tag: `t${size}` }, { mover });
+        const result = await client.unary(EchoDescriptor.methods.echo, { x, tag: `t${size}` }, { mover });
         const y = result.y as Tensor;
         expect(result.tag).toBe(`t${size}`);
         expect(y.dtype).toBe('u8');
@@ -83,7 +83,7 @@ describe('unary', () => {
     const x = patterned(size, 7);
     process.env.GDRPC_PROTOCOL_REPORTS = '0';
     try {
-      const result = await client.unary(Echo.methods.echo!, { x, tag: 'quiet' }, { mover: 'tag' });
+      const result = await client.unary(EchoDescriptor.methods.echo, { x, tag: 'quiet' }, { mover: 'tag' });
       const y = result.y as Tensor;
       expect(y.equals(x)).toBe(true);
       const local = /^(y|yes|1|on)$/i.test(process.env.UCX_MM_ERROR_HANDLING ?? '') ? 'shm' : 'tcp';

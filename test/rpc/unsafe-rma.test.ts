@@ -3,7 +3,7 @@
 // refuses RMA descriptors instead of unpacking a peer's rkey.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, Code, nativeStats, type GdrpcError, type Tensor } from '../../core/index.ts';
-import { Echo } from './fixtures/services.ts';
+import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer, type ListeningPeer } from './fixtures/peers.ts';
 import { disposePeers } from '../support/peer.ts';
 import { expectPoolsEmpty } from './fixtures/stats.ts';
@@ -35,7 +35,7 @@ describe('rma mover (GDRPC_UNSAFE_RMA=1 on both sides)', () => {
   for (const size of [1, 4097, MiB, 64 * MiB]) {
     it(`echoes ${size} bytes exactly`, async () => {
       const x = patterned(size, size % 251);
-      const result = await client.unary(Echo.methods.echo!, { x, tag: 'r' }, { mover: 'rma' });
+      const result = await client.unary(EchoDescriptor.methods.echo, { x, tag: 'r' }, { mover: 'rma' });
       const y = result.y as Tensor;
       expect(y.equals(x)).toBe(true);
       y.release();
@@ -44,8 +44,8 @@ describe('rma mover (GDRPC_UNSAFE_RMA=1 on both sides)', () => {
 
   it('a deadline during a 64 MiB transfer fails the call; buffers come back', async () => {
     const big = patterned(64 * MiB, 3);
-    expect(await codeOf(client.unary(Echo.methods.echo!, { x: big, tag: 'mid' }, { deadline: 15, mover: 'rma' }))).toBe(Code.DEADLINE_EXCEEDED);
-    expect((await client.unary(Echo.methods.ping!, { n: 9 })).n).toBe(9);
+    expect(await codeOf(client.unary(EchoDescriptor.methods.echo, { x: big, tag: 'mid' }, { deadline: 15, mover: 'rma' }))).toBe(Code.DEADLINE_EXCEEDED);
+    expect((await client.unary(EchoDescriptor.methods.ping, { n: 9 })).n).toBe(9);
     await expectPoolsEmpty(client);
   });
 
@@ -53,10 +53,10 @@ describe('rma mover (GDRPC_UNSAFE_RMA=1 on both sides)', () => {
     await using stopped = await startServer({ livenessMs: 5000 });
     const other = await Client.connect(stopped.address, { livenessMs: 800 });
     try {
-      await other.unary(Echo.methods.ping!, { n: 0 });
+      await other.unary(EchoDescriptor.methods.ping, { n: 0 });
       const before = nativeStats();
       stopped.stop();
-      const call = other.unary(Echo.methods.checksum!, { x: patterned(MiB) }, { mover: 'rma' });
+      const call = other.unary(EchoDescriptor.methods.checksum, { x: patterned(MiB) }, { mover: 'rma' });
       await new Promise((resolve) => setTimeout(resolve, 100));
       expect(nativeStats().regions).toBe(before.regions + 1);
       expect(await codeOf(call)).toBe(Code.UNAVAILABLE);
@@ -72,8 +72,8 @@ describe('rma mover (GDRPC_UNSAFE_RMA=1 on both sides)', () => {
     await using strict = await startServer({}, { GDRPC_UNSAFE_RMA: '0' });
     const other = await Client.connect(strict.address);
     try {
-      expect(await codeOf(other.unary(Echo.methods.checksum!, { x: patterned(MiB) }, { mover: 'rma' }))).toBe(Code.INVALID_ARGUMENT);
-      expect((await other.unary(Echo.methods.ping!, { n: 4 })).n).toBe(4);
+      expect(await codeOf(other.unary(EchoDescriptor.methods.checksum, { x: patterned(MiB) }, { mover: 'rma' }))).toBe(Code.INVALID_ARGUMENT);
+      expect((await other.unary(EchoDescriptor.methods.ping, { n: 4 })).n).toBe(4);
     } finally {
       await other.close();
     }

@@ -10,27 +10,22 @@ import {
 } from '../../core/index.ts';
 import { chooseMover } from '../../core/rpc/movers/choose.ts';
 import { CLIENT_OPTIONS, SERVER_OPTIONS } from '../../core/rpc/options.ts';
-import { Echo } from './fixtures/services.ts';
+import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
+import { GainDescriptor } from '../schemas/gen/rpc/gain.ts';
 import { patterned } from './fixtures/tensors.ts';
 import { thrown } from './fixtures/thrown.ts';
 
 const MiB = 1 << 20;
 const F32_MAX = 3.4028234663852886e38;
 
-// Gain.apply(factor: f32, count: u8, offset: i64) -> (factor: f32). GainLoose declares factor f64,
-// as an older client might: only the server's check stands between 1e300 and the handler.
-const gainMethod = (factor: 'f32' | 'f64'): MethodDescriptor => ({
-  name: 'apply', service: 'test.rpc.v1.Gain', clientStreaming: false, serverStreaming: false,
-  args: [
-    { name: 'factor', type: { kind: 'scalar', name: factor } },
-    { name: 'count', type: { kind: 'scalar', name: 'u8' } },
-    { name: 'offset', type: { kind: 'optional', inner: { kind: 'scalar', name: 'i64' } } },
-  ],
-  results: [{ name: 'factor', type: { kind: 'scalar', name: 'f32' } }],
-});
-const Gain: ServiceDescriptor = { name: 'test.rpc.v1.Gain', methods: { apply: gainMethod('f32') } };
-const GainLoose = gainMethod('f64');
-const apply = Gain.methods.apply!;
+// Gain.apply (test/schemas/rpc/gain.gdrpc). GainLoose is written by hand because it disagrees
+// with the server on purpose: it declares factor f64, as an older client might, so only the
+// server's check stands between 1e300 and the handler.
+const { apply } = GainDescriptor.methods;
+const GainLoose: MethodDescriptor = {
+  ...apply,
+  args: apply.args.map((field) => field.name === 'factor' ? { name: 'factor', type: { kind: 'scalar', name: 'f64' } } : field),
+};
 
 /** How Echo.ping's handler fails, by `n`. */
 const PING_FAILURES: Record<number, () => never | undefined> = {
@@ -41,7 +36,7 @@ const PING_FAILURES: Record<number, () => never | undefined> = {
 };
 
 function echoHandlers(): Record<string, UnaryHandler> {
-  const handlers: Record<string, UnaryHandler> = Object.fromEntries(Object.keys(Echo.methods).map((name) => [name, () => { throw new GdrpcError(Code.UNIMPLEMENTED, name); }]));
+  const handlers: Record<string, UnaryHandler> = Object.fromEntries(Object.keys(EchoDescriptor.methods).map((name) => [name, () => { throw new GdrpcError(Code.UNIMPLEMENTED, name); }]));
   handlers.echo = (args: { x: Tensor; tag: string }) => ({ y: args.x, tag: args.tag });
   handlers.ping = (args: { n: number }) => {
     const fail = PING_FAILURES[args.n];
@@ -58,8 +53,8 @@ function echoHandlers(): Record<string, UnaryHandler> {
 /** An in-process server with Echo and Gain; its `error` events are collected in `errors`. */
 async function startLocal(options: ServerOptions = {}): Promise<{ server: Server; address: string; errors: GdrpcError[] }> {
   const server = Server.create(options);
-  server.register(Echo, echoHandlers());
-  server.register(Gain, { apply: (args: { factor: number }) => ({ factor: args.factor }) });
+  server.register(EchoDescriptor, echoHandlers());
+  server.register(GainDescriptor, { apply: (args: { factor: number }) => ({ factor: args.factor }) });
   const errors: GdrpcError[] = [];
   server.on('error', (error) => errors.push(error));
   const { port } = await server.listen({ host: '127.0.0.1', port: 0 });
@@ -128,7 +123,7 @@ describe('options: every bad value is INVALID_ARGUMENT naming the option', () =>
   });
 
   it("CallOptions.mover 'bogus' names the option and the movers there are (it was a TypeError)", async () => {
-    const error = await failure(client.unary(Echo.methods.echo!, { x: patterned(64 * 1024), tag: 'm' }, { mover: 'bogus' as 'tag' }));
+    const error = await failure(client.unary(EchoDescriptor.methods.echo, { x: patterned(64 * 1024), tag: 'm' }, { mover: 'bogus' as 'tag' }));
     expect(error.code).toBe(Code.INVALID_ARGUMENT);
     expect(error.rawMessage).toBe(`CallOptions.mover must be one of 'auto', 'inline', 'tag', 'rma', got "bogus"`);
     expect(error.details).toEqual({ option: 'CallOptions.mover' });
@@ -145,17 +140,17 @@ describe('options: every bad value is INVALID_ARGUMENT naming the option', () =>
     ['options that are null', null as unknown as CallOptions, /CallOptions must be an object, got null/],
   ];
   it.each(badCalls)('CallOptions with %s: unary, serverStream and clientStream all reject', async (_, options, message) => {
-    expect((await failure(client.unary(Echo.methods.ping!, { n: 5 }, options))).rawMessage).toMatch(message);
-    const iterate = async (): Promise<void> => { for await (const _item of client.serverStream(Echo.methods.count!, { upTo: 1, delayMs: 0 }, options)) { /* none */ } };
+    expect((await failure(client.unary(EchoDescriptor.methods.ping, { n: 5 }, options))).rawMessage).toMatch(message);
+    const iterate = async (): Promise<void> => { for await (const _item of client.serverStream(EchoDescriptor.methods.count, { upTo: 1, delayMs: 0 }, options)) { /* none */ } };
     expect((await failure(iterate())).rawMessage).toMatch(message);
-    expect((await failure(client.clientStream(Echo.methods.sum!, [], options))).rawMessage).toMatch(message);
+    expect((await failure(client.clientStream(EchoDescriptor.methods.sum, [], options))).rawMessage).toMatch(message);
   });
 
   it('a missing method descriptor, or one called through the wrong API, says what to call', async () => {
     expect((await failure(client.unary(undefined as unknown as MethodDescriptor, {}))).rawMessage).toMatch(/^Client\.unary: expected a method descriptor/);
-    expect((await failure(client.unary(Echo.methods.count!, { upTo: 1, delayMs: 0 }))).rawMessage)
+    expect((await failure(client.unary(EchoDescriptor.methods.count, { upTo: 1, delayMs: 0 }))).rawMessage)
       .toBe('Echo.count is server-streaming: call it with Client.serverStream, not Client.unary');
-    expect((await failure(client.clientStream(Echo.methods.sum!, 5 as unknown as []))).rawMessage).toMatch(/Echo\.sum: clientStream takes an iterable/);
+    expect((await failure(client.clientStream(EchoDescriptor.methods.sum, 5 as unknown as []))).rawMessage).toMatch(/Echo\.sum: clientStream takes an iterable/);
   });
 
   it('tensor and pool options', async () => {
@@ -178,7 +173,7 @@ describe('options: every bad value is INVALID_ARGUMENT naming the option', () =>
   it('Server.register and Server.shutdown options', async () => {
     const server = Server.create();
     expect(thrown(() => server.register(undefined as unknown as ServiceDescriptor, {})).rawMessage).toMatch(/^Server\.register: expected a service descriptor/);
-    expect(thrown(() => server.register(Gain, null as unknown as Record<string, UnaryHandler>)).rawMessage).toMatch(/^Server\.register\(test\.rpc\.v1\.Gain\): expected an object of handlers/);
+    expect(thrown(() => server.register(GainDescriptor, null as unknown as Record<string, UnaryHandler>)).rawMessage).toMatch(/^Server\.register\(test\.rpc\.v1\.Gain\): expected an object of handlers/);
     expect((await failure(server.shutdown({ graceMs: -1 }))).rawMessage).toMatch(/Server\.shutdown options\.graceMs must be milliseconds/);
     await server.shutdown();
   });
@@ -243,7 +238,7 @@ describe('scalar ranges, with messages naming the method and the field', () => {
 
 describe('handler failures', () => {
   it("a plain Error: the server emits 'error' with method and call id; the client gets a generic INTERNAL", async () => {
-    const error = await failure(client.unary(Echo.methods.ping!, { n: 1 }));
+    const error = await failure(client.unary(EchoDescriptor.methods.ping, { n: 1 }));
     expect(error.code).toBe(Code.INTERNAL);
     expect(error.rawMessage).toMatch(/^internal error in handler Echo\.ping \(the server logged the cause; ServerOptions\.exposeErrorMessages/);
     expect(error.message).not.toMatch(/secret/);
@@ -253,12 +248,12 @@ describe('handler failures', () => {
     const [report] = local.errors;
     expect(report!.code).toBe(Code.INTERNAL);
     expect(report!.rawMessage).toBe('handler Echo.ping failed: secret db password wrong');
-    expect(report!.details).toMatchObject({ method: 'Echo.ping', service: Echo.name, call: expect.any(Number), peer: expect.any(String) });
+    expect(report!.details).toMatchObject({ method: 'Echo.ping', service: EchoDescriptor.name, call: expect.any(Number), peer: expect.any(String) });
     expect((report!.cause as Error).message).toBe('secret db password wrong');
   });
 
   it('a GdrpcError thrown on purpose reaches the client as thrown, and is not reported', async () => {
-    const error = await failure(client.unary(Echo.methods.ping!, { n: 2 }));
+    const error = await failure(client.unary(EchoDescriptor.methods.ping, { n: 2 }));
     expect(error.code).toBe(Code.FAILED_PRECONDITION);
     expect(error.rawMessage).toBe('model not loaded');
     expect(error.details).toMatchObject({ model: 'llama', retryAfterMs: 50 });
@@ -266,13 +261,13 @@ describe('handler failures', () => {
   });
 
   it('results that do not match the schema, a thrown string, a failing stream: reported, and the caller told', async () => {
-    const bad = await failure(client.unary(Echo.methods.ping!, { n: 3 }));
+    const bad = await failure(client.unary(EchoDescriptor.methods.ping, { n: 3 }));
     expect(bad.code).toBe(Code.INTERNAL);
     expect(bad.rawMessage).toBe('handler Echo.ping returned bad results: Echo.ping results: expected an object with the fields { n }, got undefined');
-    const bare = await failure(client.unary(Echo.methods.ping!, { n: 4 }));
+    const bare = await failure(client.unary(EchoDescriptor.methods.ping, { n: 4 }));
     expect(bare.rawMessage).toMatch(/^internal error in handler Echo\.ping /);
     const items: unknown[] = [];
-    const stream = await failure((async () => { for await (const item of client.serverStream(Echo.methods.count!, { upTo: 3, delayMs: 0 })) items.push(item); })());
+    const stream = await failure((async () => { for await (const item of client.serverStream(EchoDescriptor.methods.count, { upTo: 3, delayMs: 0 })) items.push(item); })());
     expect(items).toEqual([{ i: 0 }]);
     expect(stream.rawMessage).toMatch(/^internal error in handler Echo\.count /);
     expect(local.errors.map((e) => e.rawMessage)).toEqual([
@@ -287,8 +282,8 @@ describe('handler failures', () => {
     const written: string[] = [];
     vi.spyOn(process.stderr, 'write').mockImplementation((chunk: string | Uint8Array) => { written.push(String(chunk)); return true; });
     try {
-      expect((await failure(caller.unary(Echo.methods.ping!, { n: 1 }))).code).toBe(Code.INTERNAL);
-      await failure(caller.unary(Echo.methods.ping!, { n: 2 }));  // deliberate: not printed
+      expect((await failure(caller.unary(EchoDescriptor.methods.ping, { n: 1 }))).code).toBe(Code.INTERNAL);
+      await failure(caller.unary(EchoDescriptor.methods.ping, { n: 2 }));  // deliberate: not printed
     } finally {
       vi.restoreAllMocks();
       await caller.close();
@@ -302,7 +297,7 @@ describe('handler failures', () => {
     const { server, address, errors } = await startLocal({ exposeErrorMessages: true });
     const caller = await Client.connect(address);
     try {
-      const error = await failure(caller.unary(Echo.methods.ping!, { n: 1 }));
+      const error = await failure(caller.unary(EchoDescriptor.methods.ping, { n: 1 }));
       expect(error.code).toBe(Code.INTERNAL);
       expect(error.rawMessage).toBe('internal error in handler Echo.ping: secret db password wrong');
       expect(errors).toHaveLength(1);
@@ -318,7 +313,7 @@ describe('RESOURCE_EXHAUSTED for memory says whose pool or limit, and which opti
     const { server, address, errors } = await startLocal({ poolBytes: MiB });
     const caller = await Client.connect(address);
     try {
-      const error = await failure(caller.unary(Echo.methods.echo!, { x: patterned(2 * MiB), tag: 'big' }));
+      const error = await failure(caller.unary(EchoDescriptor.methods.echo, { x: patterned(2 * MiB), tag: 'big' }));
       expect(error.code).toBe(Code.RESOURCE_EXHAUSTED);
       expect(error.rawMessage).toBe('server tensor pool on cpu: Echo.echo arguments.x can never fit: 2097152 bytes (2 MiB) requested, '
         + 'pool capacity 1048576 bytes (1 MiB); raise ServerOptions.poolBytes (1048576), or set allowPoolOverflow: true '
@@ -335,7 +330,7 @@ describe('RESOURCE_EXHAUSTED for memory says whose pool or limit, and which opti
     const { server, address } = await startLocal({ maxTensorBytes: 64 * 1024 });
     const caller = await Client.connect(address);
     try {
-      const error = await failure(caller.unary(Echo.methods.echo!, { x: patterned(MiB), tag: 'big' }));
+      const error = await failure(caller.unary(EchoDescriptor.methods.echo, { x: patterned(MiB), tag: 'big' }));
       expect(error.code).toBe(Code.RESOURCE_EXHAUSTED);
       expect(error.rawMessage).toBe("Echo.echo arguments.x: a tensor of 1048576 bytes (1 MiB) exceeds the server's limit of 65536 bytes (64 KiB) (ServerOptions.maxTensorBytes)");
       expect(error.details).toEqual({ side: 'server', requested: MiB, capacity: 64 * 1024, limit: 'maxTensorBytes', options: ['maxTensorBytes'], retryable: false });
@@ -350,13 +345,13 @@ describe('RESOURCE_EXHAUSTED for memory says whose pool or limit, and which opti
     processPool('cpu').close({ force: true });
     const small = processPool('cpu', { bytes: MiB, allowOverflow: false });
     try {
-      const error = await failure(client.unary(Echo.methods.echo!, { x: patterned(2 * MiB), tag: 'back' }));
+      const error = await failure(client.unary(EchoDescriptor.methods.echo, { x: patterned(2 * MiB), tag: 'back' }));
       expect(error.code).toBe(Code.RESOURCE_EXHAUSTED);
       expect(error.rawMessage).toMatch(/^client tensor pool on cpu \(the process pool results are received into\) can never fit Echo\.echo results\.y: 2097152 bytes \(2 MiB\) requested/);
       expect(error.rawMessage).toMatch(/raise ClientOptions\.poolBytes/);
       expect(error.details).toMatchObject({ side: 'client', device: 'cpu', requested: 2 * MiB, capacity: MiB, options: ['poolBytes', 'allowOverflow'], retryable: false });
       // The refused bytes left nothing behind: the next call works.
-      expect((await client.unary(Echo.methods.ping!, { n: 9 })).n).toBe(9);
+      expect((await client.unary(EchoDescriptor.methods.ping, { n: 9 })).n).toBe(9);
     } finally {
       small.close({ force: true });
     }

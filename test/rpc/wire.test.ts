@@ -2,7 +2,7 @@
 // mover choice and path classes (including the staging refusal, which needs no GPU to decide).
 import { describe, expect, it } from 'vitest';
 import { Packr } from 'msgpackr';
-import { Code, GdrpcError, Tensor, validateFields, type FieldDescriptor, type TypeTable } from '../../core/index.ts';
+import { Code, GdrpcError, Tensor, validateFields } from '../../core/index.ts';
 import { decodeFrame, encodeFrame, checkTensorWire } from '../../core/wire/codec.ts';
 import { FrameKind, WIRE_VERSION } from '../../core/wire/frames.ts';
 import { CONTROL_MASK, ConnectionKey, controlKey, controlTag, dataParts, dataTag, transferOf } from '../../core/wire/tag.ts';
@@ -10,6 +10,7 @@ import { packMessage, unpackMessage } from '../../core/wire/message.ts';
 import { chooseMover } from '../../core/rpc/movers/choose.ts';
 import { transferPath } from '../../core/rpc/movers/path.ts';
 import type { Endpoint } from '../../core/ucx/index.ts';
+import { ValidationDescriptor } from '../schemas/gen/rpc/validation.ts';
 
 const packr = new Packr({ useRecords: false, int64AsType: 'bigint', mapsAsObjects: true });
 
@@ -87,18 +88,9 @@ describe('frames', () => {
 });
 
 describe('validateFields', () => {
-  const tensor = (dtype: 'f32' | 'u8', dims: FieldDescriptor['type']): FieldDescriptor['type'] => dims;
-  const types: TypeTable = {
-    'p.Block': { kind: 'struct', name: 'p.Block', fields: [{ name: 'k', type: { kind: 'tensor', dtype: 'f32', shape: [{ kind: 'symbol', name: 'n' }, { kind: 'fixed', size: 2 }], placement: { kind: 'host' } } }] },
-    'p.Mode': { kind: 'enum', name: 'p.Mode', values: [{ name: 'A', value: 0 }, { name: 'B', value: 3 }] },
-  };
-  const fields: FieldDescriptor[] = [
-    { name: 'x', type: tensor('f32', { kind: 'tensor', dtype: 'f32', shape: [{ kind: 'symbol', name: 'n' }, { kind: 'any' }], placement: { kind: 'host' } }) },
-    { name: 'blocks', type: { kind: 'list', element: { kind: 'struct', name: 'p.Block' } } },
-    { name: 'mode', type: { kind: 'enum', name: 'p.Mode' } },
-    { name: 'count', type: { kind: 'scalar', name: 'u64' } },
-    { name: 'note', type: { kind: 'optional', inner: { kind: 'scalar', name: 'string' } } },
-  ];
+  // The arguments of p.Validation.check (test/schemas/rpc/validation.gdrpc).
+  const { types } = ValidationDescriptor;
+  const fields = ValidationDescriptor.methods.check.args;
   const f32 = (...shape: number[]) => Tensor.fromArray(new Float32Array(shape.reduce((a, b) => a * b, 1)), { shape });
 
   it('accepts values that match, with symbols bound consistently across fields', () => {

@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, Code, GdrpcError, MemoryRegion, RemoteKey, Tensor, nativeStats } from '../../core/index.ts';
 import { FrameKind } from '../../core/wire/frames.ts';
 import { ConnectionKey, dataTag } from '../../core/wire/tag.ts';
-import { Echo } from '../rpc/fixtures/services.ts';
+import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer, type ListeningPeer } from '../rpc/fixtures/peers.ts';
 import { disposePeers } from '../support/peer.ts';
 import { RawPeer } from '../rpc/fixtures/raw-peer.ts';
@@ -35,7 +35,7 @@ afterAll(async () => {
 /** The well-behaved client is served (its latency is printed: a loaded CI box is no place to assert it). */
 async function stillServing(label: string): Promise<void> {
   const started = performance.now();
-  expect((await good.unary(Echo.methods.ping!, { n: 7 })).n).toBe(7);
+  expect((await good.unary(EchoDescriptor.methods.ping, { n: 7 })).n).toBe(7);
   console.log(`[${label}] well-behaved call served in ${(performance.now() - started).toFixed(1)} ms`);
 }
 
@@ -89,7 +89,7 @@ describe('memory is never served to a peer', () => {
   it('asking for RMA results gets FAILED_PRECONDITION and no rkey', async () => {
     const raw = await admitted();
     try {
-      await raw.sendBody(FrameKind.Request, 5, { svc: Echo.name, m: 'echo', a: { x: { dt: 'u8', sh: [4], n: 4, mt: 'host', m: 'i', b: new Uint8Array(4) }, tag: 'r' }, mv: 'rma' });
+      await raw.sendBody(FrameKind.Request, 5, { svc: EchoDescriptor.name, m: 'echo', a: { x: { dt: 'u8', sh: [4], n: 4, mt: 'host', m: 'i', b: new Uint8Array(4) }, tag: 'r' }, mv: 'rma' });
       const frame = await raw.receive();
       expect(frame?.kind).toBe(FrameKind.Error);
       expect(frame?.body.code).toBe(Code.FAILED_PRECONDITION);
@@ -108,7 +108,7 @@ describe('memory is never served to a peer', () => {
     it(`an RMA descriptor with ${name} is INVALID_ARGUMENT; the server never unpacks it`, async () => {
       const raw = await admitted();
       try {
-        await raw.sendBody(FrameKind.Request, 6, { svc: Echo.name, m: 'checksum', a: { x: { dt: 'u8', sh: [4096], n: 4096, mt: 'host', m: 'r', x: 1, a: address, k: rkey } } });
+        await raw.sendBody(FrameKind.Request, 6, { svc: EchoDescriptor.name, m: 'checksum', a: { x: { dt: 'u8', sh: [4096], n: 4096, mt: 'host', m: 'r', x: 1, a: address, k: rkey } } });
         const frames = await raw.drain(500);
         const error = frames.find((f) => f.kind === FrameKind.Error);
         expect(error?.call).toBe(6);
@@ -124,7 +124,7 @@ describe('memory is never served to a peer', () => {
   it('a remote handle where tensor bytes are declared is INVALID_ARGUMENT', async () => {
     const raw = await admitted();
     try {
-      await raw.sendBody(FrameKind.Request, 8, { svc: Echo.name, m: 'checksum', a: { x: { dt: 'u8', sh: [4], n: 4, mt: 'host', m: 'h', o: '127.0.0.1:1', x: 1, s: new Uint8Array(16) } } });
+      await raw.sendBody(FrameKind.Request, 8, { svc: EchoDescriptor.name, m: 'checksum', a: { x: { dt: 'u8', sh: [4], n: 4, mt: 'host', m: 'h', o: '127.0.0.1:1', x: 1, s: new Uint8Array(16) } } });
       const frame = await raw.receive();
       expect([frame?.kind, frame?.call, frame?.body.code]).toEqual([FrameKind.Error, 8, Code.INVALID_ARGUMENT]);
     } finally {
@@ -138,9 +138,9 @@ describe('no frame or byte reaches another connection', () => {
     const raw = await RawPeer.connect(server.port);
     const before = (await serverStats(good)).runs;
     // A victim call in flight while the attacker tries to cancel it and to run handlers.
-    const victim = good.unary(Echo.methods.sleep!, { ms: 600 });
+    const victim = good.unary(EchoDescriptor.methods.sleep, { ms: 600 });
     try {
-      const request = { svc: Echo.name, m: 'ping', a: { n: 1 } };
+      const request = { svc: EchoDescriptor.name, m: 'ping', a: { n: 1 } };
       const keys = [0n, ...Array.from({ length: 300 }, (_, i) => BigInt(i + 1)),
         ...Array.from({ length: 300 }, () => ConnectionKey.draw(() => true).value),
         raw.serverKey + 1n, raw.serverKey - 1n, raw.serverKey ^ 0xffffn];
@@ -166,11 +166,11 @@ describe('no frame or byte reaches another connection', () => {
     const raw = await admitted();
     try {
       const x = patterned(2 * MiB, 5);
-      const expected = (await good.unary(Echo.methods.checksum!, { x })).sum;
+      const expected = (await good.unary(EchoDescriptor.methods.checksum, { x })).sum;
       // Flood payload tags of random keys (and of the attacker's own prefix) while the victim sends.
       const junk = new Uint8Array(2 * MiB).fill(0xee);
       const flood = Promise.all(Array.from({ length: 64 }, (_, i) => raw.endpoint.tagSend(dataTag(ConnectionKey.draw(() => true), i), junk.subarray(0, 4096)).catch(() => {})));
-      const results = await Promise.all(Array.from({ length: 3 }, () => good.unary(Echo.methods.checksum!, { x })));
+      const results = await Promise.all(Array.from({ length: 3 }, () => good.unary(EchoDescriptor.methods.checksum, { x })));
       await flood;
       expect(results.map((r) => r.sum)).toEqual(Array(3).fill(expected));
     } finally {
@@ -220,13 +220,13 @@ describe('admission and limits', () => {
     const raw = await admitted();
     try {
       for (const call of [11, 12]) {
-        await raw.sendBody(FrameKind.Request, call, { svc: Echo.name, m: 'checksum', a: { x: { dt: 'u8', sh: [4 * MiB], n: 4 * MiB, mt: 'host', m: 't', x: call } } });
+        await raw.sendBody(FrameKind.Request, call, { svc: EchoDescriptor.name, m: 'checksum', a: { x: { dt: 'u8', sh: [4 * MiB], n: 4 * MiB, mt: 'host', m: 't', x: call } } });
       }
       // The attacker's connection is closed once the bytes are overdue; the pool is whole again.
       expect(await closedWithin(raw, 10_000)).toBe('closed');
       await expectPoolsEmpty(good);
       const x = patterned(6 * MiB, 1);
-      expect((await good.unary(Echo.methods.checksum!, { x })).n).toBe(6 * MiB);
+      expect((await good.unary(EchoDescriptor.methods.checksum, { x })).n).toBe(6 * MiB);
     } finally {
       await raw.close();
     }
@@ -288,7 +288,7 @@ describe('admission and limits', () => {
 describe('@remote in a process that only calls', () => {
   it('is refused (FAILED_PRECONDITION) instead of opening a listener nobody configured', async () => {
     const listenersBefore = nativeStats().listeners;
-    const error = await good.unary(Echo.methods.pullSum!, { h: Tensor.fromArray(new Uint8Array(16)) }).catch((e: unknown) => e);
+    const error = await good.unary(EchoDescriptor.methods.pullSum, { h: Tensor.fromArray(new Uint8Array(16)) }).catch((e: unknown) => e);
     expect((error as GdrpcError).code).toBe(Code.FAILED_PRECONDITION);
     expect((error as GdrpcError).message).toMatch(/serveRemoteTensors/);
     expect(nativeStats().listeners).toBe(listenersBefore);

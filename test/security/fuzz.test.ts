@@ -4,7 +4,7 @@
 // (`npm run fuzz` runs the same fuzzer for 1,000,000 frames.)
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client } from '../../core/index.ts';
-import { Echo } from '../rpc/fixtures/services.ts';
+import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer, type ListeningPeer } from '../rpc/fixtures/peers.ts';
 import { disposePeers } from '../support/peer.ts';
 import { expectPoolsEmpty, serverStats } from '../rpc/fixtures/stats.ts';
@@ -31,12 +31,12 @@ describe('fuzz', () => {
     let stop = false;
     const steady = (async () => {
       while (!stop) {
-        expect((await good.unary(Echo.methods.ping!, { n: served })).n).toBe(served);
+        expect((await good.unary(EchoDescriptor.methods.ping, { n: served })).n).toBe(served);
         served += 1;
         await new Promise((resolve) => setTimeout(resolve, 20));
       }
     })();
-    const result = await fuzz({ port: server.port, token: 'fuzz', service: Echo.name, frames: 100_000, seed });
+    const result = await fuzz({ port: server.port, token: 'fuzz', service: EchoDescriptor.name, frames: 100_000, seed });
     stop = true;
     await steady;
     console.log(`[fuzz] ${result.frames} frames in ${result.messages} messages, ${result.reconnects} reconnects, ${(result.ms / 1000).toFixed(1)} s; ${served} well-behaved calls served meanwhile`);
@@ -44,7 +44,7 @@ describe('fuzz', () => {
     expect(served).toBeGreaterThan(0);
     expect(server.child.exitCode).toBeNull();
     expect(server.child.signalCode).toBeNull();
-    expect((await good.unary(Echo.methods.ping!, { n: 1 })).n).toBe(1);
+    expect((await good.unary(EchoDescriptor.methods.ping, { n: 1 })).n).toBe(1);
     await expectPoolsEmpty(good);
     await expect.poll(async () => (await serverStats(good)).activeCalls, { timeout: 15_000 }).toBe(1);
   }, 300_000);
