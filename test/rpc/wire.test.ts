@@ -89,7 +89,7 @@ describe('frames', () => {
 
 describe('validateFields', () => {
   // The arguments of p.Validation.check (test/schemas/rpc/validation.gdrpc).
-  const { types } = ValidationDescriptor;
+  const { types } = ValidationDescriptor.methods.check;
   const fields = ValidationDescriptor.methods.check.args;
   const f32 = (...shape: number[]) => Tensor.fromArray(new Float32Array(shape.reduce((a, b) => a * b, 1)), { shape });
 

@@ -3,7 +3,7 @@
 // host memory (the GPU suite's dry run, the benchmarks' host rows, a test's host-memory caller)
 // cannot say so through that option, and on a machine with a GPU a bare `@cuda` would still land
 // on cuda:0. So such a side uses a copy of the generated descriptor with those tensors on @host.
-import type { MethodDescriptor, Placement, ServiceDescriptor, TypeRef } from '../../core/schema/descriptor.ts';
+import type { MethodDescriptor, Placement, ServiceDescriptor, TypeRef, TypeTable } from '../../core/schema/descriptor.ts';
 import type { CudaDevice } from '../../core/rpc/placement.ts';
 import type { Device } from '../../core/tensor/index.ts';
 
@@ -19,10 +19,12 @@ export type Placed<S extends ServiceDescriptor> = ServiceDescriptor & { methods:
 export function receivingOn<S extends ServiceDescriptor>(service: S, device: Device): Placed<S> {
   if (device !== 'cpu') return service as Placed<S>;
   const methods = Object.fromEntries(Object.entries(service.methods).map(([name, method]) =>
-    [name, { ...method, args: method.args.map(onHost), results: method.results.map(onHost) }]));
-  const types = Object.fromEntries(Object.entries(service.types).map(([name, type]) =>
-    [name, type.kind === 'struct' ? { ...type, fields: type.fields.map(onHost) } : type]));
-  return { ...service, methods, types } as Placed<S>;
+    [name, { ...method, args: method.args.map(onHost), results: method.results.map(onHost), ...(method.types !== undefined ? { types: typesOnHost(method.types) } : {}) }]));
+  return { ...service, methods } as Placed<S>;
+}
+
+function typesOnHost(types: TypeTable): TypeTable {
+  return Object.fromEntries(Object.entries(types).map(([name, type]) => [name, type.kind === 'struct' ? { ...type, fields: type.fields.map(onHost) } : type]));
 }
 
 function onHost<F extends { type: TypeRef }>(field: F): F {

@@ -2,7 +2,10 @@
 // The service bench/gpu.ts calls: a round trip without tensors and a sink that takes a tensor
 // without touching it, so a call's time is the framework plus the transfer.
 
-import { type CallContext, type CallOptions, type Client, registerService, type Server, type ServiceDescriptor, type Tensor, validateFields } from 'gdrpc';
+import { type CallContext, type CallOptions, type Client, type Server, type ServiceDescriptor, type Tensor, type TypeTable, validateFields } from 'gdrpc';
+
+/** Struct and enum declarations of gpu_sink.gdrpc, by fully qualified name; method descriptors carry it to the runtime. */
+export const types: TypeTable = {};
 
 /** Arguments of Sink.ping. */
 export type SinkPingArgs = {
@@ -36,6 +39,7 @@ export const SinkDescriptor = {
       results: [{ name: 'n', type: { kind: 'scalar', name: 'u32' } }],
       clientStreaming: false,
       serverStreaming: false,
+      types,
     },
     sink: {
       name: 'sink',
@@ -54,29 +58,29 @@ export const SinkDescriptor = {
       results: [{ name: 'n', type: { kind: 'scalar', name: 'f64' } }],
       clientStreaming: false,
       serverStreaming: false,
+      types,
     },
   },
-  types: {},
 } satisfies ServiceDescriptor;
 
 /** Checks arguments of Sink.ping against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateSinkPingArgs(values: Record<string, unknown>): void {
-  validateFields(SinkDescriptor.methods.ping.args, values, SinkDescriptor.types, 'Sink.ping arguments');
+  validateFields(SinkDescriptor.methods.ping.args, values, types, 'Sink.ping arguments');
 }
 
 /** Checks results of Sink.ping against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateSinkPingResults(values: Record<string, unknown>): void {
-  validateFields(SinkDescriptor.methods.ping.results, values, SinkDescriptor.types, 'Sink.ping results');
+  validateFields(SinkDescriptor.methods.ping.results, values, types, 'Sink.ping results');
 }
 
 /** Checks arguments of Sink.sink against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateSinkSinkArgs(values: Record<string, unknown>): void {
-  validateFields(SinkDescriptor.methods.sink.args, values, SinkDescriptor.types, 'Sink.sink arguments');
+  validateFields(SinkDescriptor.methods.sink.args, values, types, 'Sink.sink arguments');
 }
 
 /** Checks results of Sink.sink against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateSinkSinkResults(values: Record<string, unknown>): void {
-  validateFields(SinkDescriptor.methods.sink.results, values, SinkDescriptor.types, 'Sink.sink results');
+  validateFields(SinkDescriptor.methods.sink.results, values, types, 'Sink.sink results');
 }
 
 /** Typed client of bench.gpu.v1.Sink. The runtime validates arguments before sending and results on arrival. */
@@ -84,7 +88,6 @@ export class SinkClient {
   readonly #client: Client;
 
   constructor(client: Client) {
-    registerService(SinkDescriptor);
     this.#client = client;
   }
 

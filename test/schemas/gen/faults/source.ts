@@ -2,7 +2,10 @@
 // A service whose results are large while its requests are small: the download direction of the
 // process fault tests (test.rpc.v1.Echo can only return what it was sent).
 
-import { type CallContext, type CallOptions, type Client, registerService, type Server, type ServiceDescriptor, type Tensor, validateFields } from 'gdrpc';
+import { type CallContext, type CallOptions, type Client, type Server, type ServiceDescriptor, type Tensor, type TypeTable, validateFields } from 'gdrpc';
+
+/** Struct and enum declarations of faults/source.gdrpc, by fully qualified name; method descriptors carry it to the runtime. */
+export const types: TypeTable = {};
 
 /** Arguments of Source.produce. */
 export type SourceProduceArgs = {
@@ -40,19 +43,19 @@ export const SourceDescriptor = {
       ],
       clientStreaming: false,
       serverStreaming: false,
+      types,
     },
   },
-  types: {},
 } satisfies ServiceDescriptor;
 
 /** Checks arguments of Source.produce against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateSourceProduceArgs(values: Record<string, unknown>): void {
-  validateFields(SourceDescriptor.methods.produce.args, values, SourceDescriptor.types, 'Source.produce arguments');
+  validateFields(SourceDescriptor.methods.produce.args, values, types, 'Source.produce arguments');
 }
 
 /** Checks results of Source.produce against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateSourceProduceResults(values: Record<string, unknown>): void {
-  validateFields(SourceDescriptor.methods.produce.results, values, SourceDescriptor.types, 'Source.produce results');
+  validateFields(SourceDescriptor.methods.produce.results, values, types, 'Source.produce results');
 }
 
 /** Typed client of test.faults.v1.Source. The runtime validates arguments before sending and results on arrival. */
@@ -60,7 +63,6 @@ export class SourceClient {
   readonly #client: Client;
 
   constructor(client: Client) {
-    registerService(SourceDescriptor);
     this.#client = client;
   }
 

@@ -2,7 +2,10 @@
 // The service the GPU suite calls. Every tensor is a bare `@cuda`: it lands on the receiving
 // side's `device` option, so one schema serves a client and a server on different GPUs.
 
-import { type CallContext, type CallOptions, type Client, registerService, type RemoteTensor, type Server, type ServiceDescriptor, type Tensor, validateFields } from 'gdrpc';
+import { type CallContext, type CallOptions, type Client, type RemoteTensor, type Server, type ServiceDescriptor, type Tensor, type TypeTable, validateFields } from 'gdrpc';
+
+/** Struct and enum declarations of gpu/gpu_echo.gdrpc, by fully qualified name; method descriptors carry it to the runtime. */
+export const types: TypeTable = {};
 
 /** Arguments of GpuEcho.ping. */
 export type GpuEchoPingArgs = {
@@ -139,6 +142,7 @@ export const GpuEchoDescriptor = {
       results: [{ name: 'n', type: { kind: 'scalar', name: 'u32' } }],
       clientStreaming: false,
       serverStreaming: false,
+      types,
     },
     echo: {
       name: 'echo',
@@ -167,6 +171,7 @@ export const GpuEchoDescriptor = {
       ],
       clientStreaming: false,
       serverStreaming: false,
+      types,
     },
     fill: {
       name: 'fill',
@@ -188,6 +193,7 @@ export const GpuEchoDescriptor = {
       ],
       clientStreaming: false,
       serverStreaming: false,
+      types,
     },
     digest: {
       name: 'digest',
@@ -209,6 +215,7 @@ export const GpuEchoDescriptor = {
       ],
       clientStreaming: false,
       serverStreaming: false,
+      types,
     },
     sink: {
       name: 'sink',
@@ -227,6 +234,7 @@ export const GpuEchoDescriptor = {
       results: [{ name: 'n', type: { kind: 'scalar', name: 'f64' } }],
       clientStreaming: false,
       serverStreaming: false,
+      types,
     },
     sinkMany: {
       name: 'sinkMany',
@@ -248,6 +256,7 @@ export const GpuEchoDescriptor = {
       results: [{ name: 'count', type: { kind: 'scalar', name: 'u32' } }],
       clientStreaming: false,
       serverStreaming: false,
+      types,
     },
     fillMany: {
       name: 'fillMany',
@@ -273,6 +282,7 @@ export const GpuEchoDescriptor = {
       ],
       clientStreaming: false,
       serverStreaming: false,
+      types,
     },
     share: {
       name: 'share',
@@ -294,6 +304,7 @@ export const GpuEchoDescriptor = {
       ],
       clientStreaming: false,
       serverStreaming: false,
+      types,
     },
     pullDigest: {
       name: 'pullDigest',
@@ -312,6 +323,7 @@ export const GpuEchoDescriptor = {
       results: [{ name: 'sha', type: { kind: 'scalar', name: 'string' } }],
       clientStreaming: false,
       serverStreaming: false,
+      types,
     },
     stats: {
       name: 'stats',
@@ -320,109 +332,109 @@ export const GpuEchoDescriptor = {
       results: [{ name: 'json', type: { kind: 'scalar', name: 'string' } }],
       clientStreaming: false,
       serverStreaming: false,
+      types,
     },
   },
-  types: {},
 } satisfies ServiceDescriptor;
 
 /** Checks arguments of GpuEcho.ping against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateGpuEchoPingArgs(values: Record<string, unknown>): void {
-  validateFields(GpuEchoDescriptor.methods.ping.args, values, GpuEchoDescriptor.types, 'GpuEcho.ping arguments');
+  validateFields(GpuEchoDescriptor.methods.ping.args, values, types, 'GpuEcho.ping arguments');
 }
 
 /** Checks results of GpuEcho.ping against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateGpuEchoPingResults(values: Record<string, unknown>): void {
-  validateFields(GpuEchoDescriptor.methods.ping.results, values, GpuEchoDescriptor.types, 'GpuEcho.ping results');
+  validateFields(GpuEchoDescriptor.methods.ping.results, values, types, 'GpuEcho.ping results');
 }
 
 /** Checks arguments of GpuEcho.echo against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateGpuEchoEchoArgs(values: Record<string, unknown>): void {
-  validateFields(GpuEchoDescriptor.methods.echo.args, values, GpuEchoDescriptor.types, 'GpuEcho.echo arguments');
+  validateFields(GpuEchoDescriptor.methods.echo.args, values, types, 'GpuEcho.echo arguments');
 }
 
 /** Checks results of GpuEcho.echo against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateGpuEchoEchoResults(values: Record<string, unknown>): void {
-  validateFields(GpuEchoDescriptor.methods.echo.results, values, GpuEchoDescriptor.types, 'GpuEcho.echo results');
+  validateFields(GpuEchoDescriptor.methods.echo.results, values, types, 'GpuEcho.echo results');
 }
 
 /** Checks arguments of GpuEcho.fill against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateGpuEchoFillArgs(values: Record<string, unknown>): void {
-  validateFields(GpuEchoDescriptor.methods.fill.args, values, GpuEchoDescriptor.types, 'GpuEcho.fill arguments');
+  validateFields(GpuEchoDescriptor.methods.fill.args, values, types, 'GpuEcho.fill arguments');
 }
 
 /** Checks results of GpuEcho.fill against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateGpuEchoFillResults(values: Record<string, unknown>): void {
-  validateFields(GpuEchoDescriptor.methods.fill.results, values, GpuEchoDescriptor.types, 'GpuEcho.fill results');
+  validateFields(GpuEchoDescriptor.methods.fill.results, values, types, 'GpuEcho.fill results');
 }
 
 /** Checks arguments of GpuEcho.digest against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateGpuEchoDigestArgs(values: Record<string, unknown>): void {
-  validateFields(GpuEchoDescriptor.methods.digest.args, values, GpuEchoDescriptor.types, 'GpuEcho.digest arguments');
+  validateFields(GpuEchoDescriptor.methods.digest.args, values, types, 'GpuEcho.digest arguments');
 }
 
 /** Checks results of GpuEcho.digest against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateGpuEchoDigestResults(values: Record<string, unknown>): void {
-  validateFields(GpuEchoDescriptor.methods.digest.results, values, GpuEchoDescriptor.types, 'GpuEcho.digest results');
+  validateFields(GpuEchoDescriptor.methods.digest.results, values, types, 'GpuEcho.digest results');
 }
 
 /** Checks arguments of GpuEcho.sink against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateGpuEchoSinkArgs(values: Record<string, unknown>): void {
-  validateFields(GpuEchoDescriptor.methods.sink.args, values, GpuEchoDescriptor.types, 'GpuEcho.sink arguments');
+  validateFields(GpuEchoDescriptor.methods.sink.args, values, types, 'GpuEcho.sink arguments');
 }
 
 /** Checks results of GpuEcho.sink against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateGpuEchoSinkResults(values: Record<string, unknown>): void {
-  validateFields(GpuEchoDescriptor.methods.sink.results, values, GpuEchoDescriptor.types, 'GpuEcho.sink results');
+  validateFields(GpuEchoDescriptor.methods.sink.results, values, types, 'GpuEcho.sink results');
 }
 
 /** Checks arguments of GpuEcho.sinkMany against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateGpuEchoSinkManyArgs(values: Record<string, unknown>): void {
-  validateFields(GpuEchoDescriptor.methods.sinkMany.args, values, GpuEchoDescriptor.types, 'GpuEcho.sinkMany arguments');
+  validateFields(GpuEchoDescriptor.methods.sinkMany.args, values, types, 'GpuEcho.sinkMany arguments');
 }
 
 /** Checks results of GpuEcho.sinkMany against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateGpuEchoSinkManyResults(values: Record<string, unknown>): void {
-  validateFields(GpuEchoDescriptor.methods.sinkMany.results, values, GpuEchoDescriptor.types, 'GpuEcho.sinkMany results');
+  validateFields(GpuEchoDescriptor.methods.sinkMany.results, values, types, 'GpuEcho.sinkMany results');
 }
 
 /** Checks arguments of GpuEcho.fillMany against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateGpuEchoFillManyArgs(values: Record<string, unknown>): void {
-  validateFields(GpuEchoDescriptor.methods.fillMany.args, values, GpuEchoDescriptor.types, 'GpuEcho.fillMany arguments');
+  validateFields(GpuEchoDescriptor.methods.fillMany.args, values, types, 'GpuEcho.fillMany arguments');
 }
 
 /** Checks results of GpuEcho.fillMany against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateGpuEchoFillManyResults(values: Record<string, unknown>): void {
-  validateFields(GpuEchoDescriptor.methods.fillMany.results, values, GpuEchoDescriptor.types, 'GpuEcho.fillMany results');
+  validateFields(GpuEchoDescriptor.methods.fillMany.results, values, types, 'GpuEcho.fillMany results');
 }
 
 /** Checks arguments of GpuEcho.share against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateGpuEchoShareArgs(values: Record<string, unknown>): void {
-  validateFields(GpuEchoDescriptor.methods.share.args, values, GpuEchoDescriptor.types, 'GpuEcho.share arguments');
+  validateFields(GpuEchoDescriptor.methods.share.args, values, types, 'GpuEcho.share arguments');
 }
 
 /** Checks results of GpuEcho.share against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateGpuEchoShareResults(values: Record<string, unknown>): void {
-  validateFields(GpuEchoDescriptor.methods.share.results, values, GpuEchoDescriptor.types, 'GpuEcho.share results');
+  validateFields(GpuEchoDescriptor.methods.share.results, values, types, 'GpuEcho.share results');
 }
 
 /** Checks arguments of GpuEcho.pullDigest against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateGpuEchoPullDigestArgs(values: Record<string, unknown>): void {
-  validateFields(GpuEchoDescriptor.methods.pullDigest.args, values, GpuEchoDescriptor.types, 'GpuEcho.pullDigest arguments');
+  validateFields(GpuEchoDescriptor.methods.pullDigest.args, values, types, 'GpuEcho.pullDigest arguments');
 }
 
 /** Checks results of GpuEcho.pullDigest against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateGpuEchoPullDigestResults(values: Record<string, unknown>): void {
-  validateFields(GpuEchoDescriptor.methods.pullDigest.results, values, GpuEchoDescriptor.types, 'GpuEcho.pullDigest results');
+  validateFields(GpuEchoDescriptor.methods.pullDigest.results, values, types, 'GpuEcho.pullDigest results');
 }
 
 /** Checks arguments of GpuEcho.stats against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateGpuEchoStatsArgs(values: Record<string, unknown>): void {
-  validateFields(GpuEchoDescriptor.methods.stats.args, values, GpuEchoDescriptor.types, 'GpuEcho.stats arguments');
+  validateFields(GpuEchoDescriptor.methods.stats.args, values, types, 'GpuEcho.stats arguments');
 }
 
 /** Checks results of GpuEcho.stats against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateGpuEchoStatsResults(values: Record<string, unknown>): void {
-  validateFields(GpuEchoDescriptor.methods.stats.results, values, GpuEchoDescriptor.types, 'GpuEcho.stats results');
+  validateFields(GpuEchoDescriptor.methods.stats.results, values, types, 'GpuEcho.stats results');
 }
 
 /** Typed client of test.gpu.v1.GpuEcho. The runtime validates arguments before sending and results on arrival. */
@@ -430,7 +442,6 @@ export class GpuEchoClient {
   readonly #client: Client;
 
   constructor(client: Client) {
-    registerService(GpuEchoDescriptor);
     this.#client = client;
   }
 

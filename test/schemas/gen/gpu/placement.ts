@@ -2,7 +2,10 @@
 // The service of test/gpu/placement.test.ts: one tensor of each placement both ways, so that a
 // test sees where a bare `@cuda`, an absolute `@cuda(0)` and a `@host` tensor land on each side.
 
-import { type CallContext, type CallOptions, type Client, registerService, type Server, type ServiceDescriptor, type Tensor, validateFields } from 'gdrpc';
+import { type CallContext, type CallOptions, type Client, type Server, type ServiceDescriptor, type Tensor, type TypeTable, validateFields } from 'gdrpc';
+
+/** Struct and enum declarations of gpu/placement.gdrpc, by fully qualified name; method descriptors carry it to the runtime. */
+export const types: TypeTable = {};
 
 /** Arguments of Placement.take. */
 export type PlacementTakeArgs = {
@@ -77,6 +80,7 @@ export const PlacementDescriptor = {
       ],
       clientStreaming: false,
       serverStreaming: false,
+      types,
     },
     give: {
       name: 'give',
@@ -113,29 +117,29 @@ export const PlacementDescriptor = {
       ],
       clientStreaming: false,
       serverStreaming: false,
+      types,
     },
   },
-  types: {},
 } satisfies ServiceDescriptor;
 
 /** Checks arguments of Placement.take against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validatePlacementTakeArgs(values: Record<string, unknown>): void {
-  validateFields(PlacementDescriptor.methods.take.args, values, PlacementDescriptor.types, 'Placement.take arguments');
+  validateFields(PlacementDescriptor.methods.take.args, values, types, 'Placement.take arguments');
 }
 
 /** Checks results of Placement.take against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validatePlacementTakeResults(values: Record<string, unknown>): void {
-  validateFields(PlacementDescriptor.methods.take.results, values, PlacementDescriptor.types, 'Placement.take results');
+  validateFields(PlacementDescriptor.methods.take.results, values, types, 'Placement.take results');
 }
 
 /** Checks arguments of Placement.give against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validatePlacementGiveArgs(values: Record<string, unknown>): void {
-  validateFields(PlacementDescriptor.methods.give.args, values, PlacementDescriptor.types, 'Placement.give arguments');
+  validateFields(PlacementDescriptor.methods.give.args, values, types, 'Placement.give arguments');
 }
 
 /** Checks results of Placement.give against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validatePlacementGiveResults(values: Record<string, unknown>): void {
-  validateFields(PlacementDescriptor.methods.give.results, values, PlacementDescriptor.types, 'Placement.give results');
+  validateFields(PlacementDescriptor.methods.give.results, values, types, 'Placement.give results');
 }
 
 /** Typed client of test.gpu.v1.Placement. The runtime validates arguments before sending and results on arrival. */
@@ -143,7 +147,6 @@ export class PlacementClient {
   readonly #client: Client;
 
   constructor(client: Client) {
-    registerService(PlacementDescriptor);
     this.#client = client;
   }
 

@@ -2,7 +2,10 @@
 // The service of test/rpc/placement.test.ts: one tensor of each placement, so that a call shows
 // where a bare `@cuda`, an absolute `@cuda(0)` and a `@host` tensor land for a `device` option.
 
-import { type CallContext, type CallOptions, type Client, registerService, type Server, type ServiceDescriptor, type Tensor, validateFields } from 'gdrpc';
+import { type CallContext, type CallOptions, type Client, type Server, type ServiceDescriptor, type Tensor, type TypeTable, validateFields } from 'gdrpc';
+
+/** Struct and enum declarations of rpc/bare.gdrpc, by fully qualified name; method descriptors carry it to the runtime. */
+export const types: TypeTable = {};
 
 /** Arguments of Bare.echo. */
 export type BareEchoArgs = {
@@ -93,19 +96,19 @@ export const BareDescriptor = {
       ],
       clientStreaming: false,
       serverStreaming: false,
+      types,
     },
   },
-  types: {},
 } satisfies ServiceDescriptor;
 
 /** Checks arguments of Bare.echo against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateBareEchoArgs(values: Record<string, unknown>): void {
-  validateFields(BareDescriptor.methods.echo.args, values, BareDescriptor.types, 'Bare.echo arguments');
+  validateFields(BareDescriptor.methods.echo.args, values, types, 'Bare.echo arguments');
 }
 
 /** Checks results of Bare.echo against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateBareEchoResults(values: Record<string, unknown>): void {
-  validateFields(BareDescriptor.methods.echo.results, values, BareDescriptor.types, 'Bare.echo results');
+  validateFields(BareDescriptor.methods.echo.results, values, types, 'Bare.echo results');
 }
 
 /** Typed client of test.rpc.v1.Bare. The runtime validates arguments before sending and results on arrival. */
@@ -113,7 +116,6 @@ export class BareClient {
   readonly #client: Client;
 
   constructor(client: Client) {
-    registerService(BareDescriptor);
     this.#client = client;
   }
 

@@ -2,7 +2,10 @@
 // The service most RPC, fault and security tests call: tensors and scalars back, sleeps,
 // streams and remote handles, each method shaped for the behaviour a test looks at.
 
-import { type CallContext, type CallOptions, type Client, registerService, type RemoteTensor, type Server, type ServiceDescriptor, type Tensor, validateFields } from 'gdrpc';
+import { type CallContext, type CallOptions, type Client, type RemoteTensor, type Server, type ServiceDescriptor, type Tensor, type TypeTable, validateFields } from 'gdrpc';
+
+/** Struct and enum declarations of rpc/echo.gdrpc, by fully qualified name; method descriptors carry it to the runtime. */
+export const types: TypeTable = {};
 
 /** Arguments of Echo.echo. */
 export type EchoEchoArgs = {
@@ -248,6 +251,7 @@ export const EchoDescriptor = {
       ],
       clientStreaming: false,
       serverStreaming: false,
+      types,
     },
     echoCuda: {
       name: 'echoCuda',
@@ -277,6 +281,7 @@ export const EchoDescriptor = {
       ],
       clientStreaming: false,
       serverStreaming: false,
+      types,
     },
     ping: {
       name: 'ping',
@@ -285,6 +290,7 @@ export const EchoDescriptor = {
       results: [{ name: 'n', type: { kind: 'scalar', name: 'u32' } }],
       clientStreaming: false,
       serverStreaming: false,
+      types,
     },
     sleep: {
       name: 'sleep',
@@ -293,6 +299,7 @@ export const EchoDescriptor = {
       results: [{ name: 'aborted', type: { kind: 'scalar', name: 'bool' } }],
       clientStreaming: false,
       serverStreaming: false,
+      types,
     },
     checksum: {
       name: 'checksum',
@@ -314,6 +321,7 @@ export const EchoDescriptor = {
       ],
       clientStreaming: false,
       serverStreaming: false,
+      types,
     },
     sink: {
       name: 'sink',
@@ -336,6 +344,7 @@ export const EchoDescriptor = {
       ],
       clientStreaming: false,
       serverStreaming: false,
+      types,
     },
     hold: {
       name: 'hold',
@@ -355,6 +364,7 @@ export const EchoDescriptor = {
       results: [{ name: 'sum', type: { kind: 'scalar', name: 'f64' } }],
       clientStreaming: false,
       serverStreaming: false,
+      types,
     },
     count: {
       name: 'count',
@@ -366,6 +376,7 @@ export const EchoDescriptor = {
       results: [{ name: 'i', type: { kind: 'scalar', name: 'u32' } }],
       clientStreaming: false,
       serverStreaming: true,
+      types,
     },
     sum: {
       name: 'sum',
@@ -387,6 +398,7 @@ export const EchoDescriptor = {
       ],
       clientStreaming: true,
       serverStreaming: false,
+      types,
     },
     first: {
       name: 'first',
@@ -408,6 +420,7 @@ export const EchoDescriptor = {
       ],
       clientStreaming: true,
       serverStreaming: false,
+      types,
     },
     slowFirst: {
       name: 'slowFirst',
@@ -429,6 +442,7 @@ export const EchoDescriptor = {
       ],
       clientStreaming: true,
       serverStreaming: false,
+      types,
     },
     pullSum: {
       name: 'pullSum',
@@ -447,6 +461,7 @@ export const EchoDescriptor = {
       results: [{ name: 'sum', type: { kind: 'scalar', name: 'f64' } }],
       clientStreaming: false,
       serverStreaming: false,
+      types,
     },
     pullTwice: {
       name: 'pullTwice',
@@ -469,6 +484,7 @@ export const EchoDescriptor = {
       ],
       clientStreaming: false,
       serverStreaming: false,
+      types,
     },
     latePull: {
       name: 'latePull',
@@ -488,6 +504,7 @@ export const EchoDescriptor = {
       results: [],
       clientStreaming: false,
       serverStreaming: false,
+      types,
     },
     relay: {
       name: 'relay',
@@ -507,6 +524,7 @@ export const EchoDescriptor = {
       results: [{ name: 'sum', type: { kind: 'scalar', name: 'f64' } }],
       clientStreaming: false,
       serverStreaming: false,
+      types,
     },
     stats: {
       name: 'stats',
@@ -515,169 +533,169 @@ export const EchoDescriptor = {
       results: [{ name: 'json', type: { kind: 'scalar', name: 'string' } }],
       clientStreaming: false,
       serverStreaming: false,
+      types,
     },
   },
-  types: {},
 } satisfies ServiceDescriptor;
 
 /** Checks arguments of Echo.echo against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateEchoEchoArgs(values: Record<string, unknown>): void {
-  validateFields(EchoDescriptor.methods.echo.args, values, EchoDescriptor.types, 'Echo.echo arguments');
+  validateFields(EchoDescriptor.methods.echo.args, values, types, 'Echo.echo arguments');
 }
 
 /** Checks results of Echo.echo against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateEchoEchoResults(values: Record<string, unknown>): void {
-  validateFields(EchoDescriptor.methods.echo.results, values, EchoDescriptor.types, 'Echo.echo results');
+  validateFields(EchoDescriptor.methods.echo.results, values, types, 'Echo.echo results');
 }
 
 /** Checks arguments of Echo.echoCuda against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateEchoEchoCudaArgs(values: Record<string, unknown>): void {
-  validateFields(EchoDescriptor.methods.echoCuda.args, values, EchoDescriptor.types, 'Echo.echoCuda arguments');
+  validateFields(EchoDescriptor.methods.echoCuda.args, values, types, 'Echo.echoCuda arguments');
 }
 
 /** Checks results of Echo.echoCuda against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateEchoEchoCudaResults(values: Record<string, unknown>): void {
-  validateFields(EchoDescriptor.methods.echoCuda.results, values, EchoDescriptor.types, 'Echo.echoCuda results');
+  validateFields(EchoDescriptor.methods.echoCuda.results, values, types, 'Echo.echoCuda results');
 }
 
 /** Checks arguments of Echo.ping against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateEchoPingArgs(values: Record<string, unknown>): void {
-  validateFields(EchoDescriptor.methods.ping.args, values, EchoDescriptor.types, 'Echo.ping arguments');
+  validateFields(EchoDescriptor.methods.ping.args, values, types, 'Echo.ping arguments');
 }
 
 /** Checks results of Echo.ping against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateEchoPingResults(values: Record<string, unknown>): void {
-  validateFields(EchoDescriptor.methods.ping.results, values, EchoDescriptor.types, 'Echo.ping results');
+  validateFields(EchoDescriptor.methods.ping.results, values, types, 'Echo.ping results');
 }
 
 /** Checks arguments of Echo.sleep against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateEchoSleepArgs(values: Record<string, unknown>): void {
-  validateFields(EchoDescriptor.methods.sleep.args, values, EchoDescriptor.types, 'Echo.sleep arguments');
+  validateFields(EchoDescriptor.methods.sleep.args, values, types, 'Echo.sleep arguments');
 }
 
 /** Checks results of Echo.sleep against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateEchoSleepResults(values: Record<string, unknown>): void {
-  validateFields(EchoDescriptor.methods.sleep.results, values, EchoDescriptor.types, 'Echo.sleep results');
+  validateFields(EchoDescriptor.methods.sleep.results, values, types, 'Echo.sleep results');
 }
 
 /** Checks arguments of Echo.checksum against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateEchoChecksumArgs(values: Record<string, unknown>): void {
-  validateFields(EchoDescriptor.methods.checksum.args, values, EchoDescriptor.types, 'Echo.checksum arguments');
+  validateFields(EchoDescriptor.methods.checksum.args, values, types, 'Echo.checksum arguments');
 }
 
 /** Checks results of Echo.checksum against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateEchoChecksumResults(values: Record<string, unknown>): void {
-  validateFields(EchoDescriptor.methods.checksum.results, values, EchoDescriptor.types, 'Echo.checksum results');
+  validateFields(EchoDescriptor.methods.checksum.results, values, types, 'Echo.checksum results');
 }
 
 /** Checks arguments of Echo.sink against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateEchoSinkArgs(values: Record<string, unknown>): void {
-  validateFields(EchoDescriptor.methods.sink.args, values, EchoDescriptor.types, 'Echo.sink arguments');
+  validateFields(EchoDescriptor.methods.sink.args, values, types, 'Echo.sink arguments');
 }
 
 /** Checks results of Echo.sink against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateEchoSinkResults(values: Record<string, unknown>): void {
-  validateFields(EchoDescriptor.methods.sink.results, values, EchoDescriptor.types, 'Echo.sink results');
+  validateFields(EchoDescriptor.methods.sink.results, values, types, 'Echo.sink results');
 }
 
 /** Checks arguments of Echo.hold against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateEchoHoldArgs(values: Record<string, unknown>): void {
-  validateFields(EchoDescriptor.methods.hold.args, values, EchoDescriptor.types, 'Echo.hold arguments');
+  validateFields(EchoDescriptor.methods.hold.args, values, types, 'Echo.hold arguments');
 }
 
 /** Checks results of Echo.hold against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateEchoHoldResults(values: Record<string, unknown>): void {
-  validateFields(EchoDescriptor.methods.hold.results, values, EchoDescriptor.types, 'Echo.hold results');
+  validateFields(EchoDescriptor.methods.hold.results, values, types, 'Echo.hold results');
 }
 
 /** Checks arguments of Echo.count against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateEchoCountArgs(values: Record<string, unknown>): void {
-  validateFields(EchoDescriptor.methods.count.args, values, EchoDescriptor.types, 'Echo.count arguments');
+  validateFields(EchoDescriptor.methods.count.args, values, types, 'Echo.count arguments');
 }
 
 /** Checks results of Echo.count against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateEchoCountResults(values: Record<string, unknown>): void {
-  validateFields(EchoDescriptor.methods.count.results, values, EchoDescriptor.types, 'Echo.count results');
+  validateFields(EchoDescriptor.methods.count.results, values, types, 'Echo.count results');
 }
 
 /** Checks arguments of Echo.sum against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateEchoSumArgs(values: Record<string, unknown>): void {
-  validateFields(EchoDescriptor.methods.sum.args, values, EchoDescriptor.types, 'Echo.sum arguments');
+  validateFields(EchoDescriptor.methods.sum.args, values, types, 'Echo.sum arguments');
 }
 
 /** Checks results of Echo.sum against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateEchoSumResults(values: Record<string, unknown>): void {
-  validateFields(EchoDescriptor.methods.sum.results, values, EchoDescriptor.types, 'Echo.sum results');
+  validateFields(EchoDescriptor.methods.sum.results, values, types, 'Echo.sum results');
 }
 
 /** Checks arguments of Echo.first against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateEchoFirstArgs(values: Record<string, unknown>): void {
-  validateFields(EchoDescriptor.methods.first.args, values, EchoDescriptor.types, 'Echo.first arguments');
+  validateFields(EchoDescriptor.methods.first.args, values, types, 'Echo.first arguments');
 }
 
 /** Checks results of Echo.first against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateEchoFirstResults(values: Record<string, unknown>): void {
-  validateFields(EchoDescriptor.methods.first.results, values, EchoDescriptor.types, 'Echo.first results');
+  validateFields(EchoDescriptor.methods.first.results, values, types, 'Echo.first results');
 }
 
 /** Checks arguments of Echo.slowFirst against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateEchoSlowFirstArgs(values: Record<string, unknown>): void {
-  validateFields(EchoDescriptor.methods.slowFirst.args, values, EchoDescriptor.types, 'Echo.slowFirst arguments');
+  validateFields(EchoDescriptor.methods.slowFirst.args, values, types, 'Echo.slowFirst arguments');
 }
 
 /** Checks results of Echo.slowFirst against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateEchoSlowFirstResults(values: Record<string, unknown>): void {
-  validateFields(EchoDescriptor.methods.slowFirst.results, values, EchoDescriptor.types, 'Echo.slowFirst results');
+  validateFields(EchoDescriptor.methods.slowFirst.results, values, types, 'Echo.slowFirst results');
 }
 
 /** Checks arguments of Echo.pullSum against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateEchoPullSumArgs(values: Record<string, unknown>): void {
-  validateFields(EchoDescriptor.methods.pullSum.args, values, EchoDescriptor.types, 'Echo.pullSum arguments');
+  validateFields(EchoDescriptor.methods.pullSum.args, values, types, 'Echo.pullSum arguments');
 }
 
 /** Checks results of Echo.pullSum against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateEchoPullSumResults(values: Record<string, unknown>): void {
-  validateFields(EchoDescriptor.methods.pullSum.results, values, EchoDescriptor.types, 'Echo.pullSum results');
+  validateFields(EchoDescriptor.methods.pullSum.results, values, types, 'Echo.pullSum results');
 }
 
 /** Checks arguments of Echo.pullTwice against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateEchoPullTwiceArgs(values: Record<string, unknown>): void {
-  validateFields(EchoDescriptor.methods.pullTwice.args, values, EchoDescriptor.types, 'Echo.pullTwice arguments');
+  validateFields(EchoDescriptor.methods.pullTwice.args, values, types, 'Echo.pullTwice arguments');
 }
 
 /** Checks results of Echo.pullTwice against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateEchoPullTwiceResults(values: Record<string, unknown>): void {
-  validateFields(EchoDescriptor.methods.pullTwice.results, values, EchoDescriptor.types, 'Echo.pullTwice results');
+  validateFields(EchoDescriptor.methods.pullTwice.results, values, types, 'Echo.pullTwice results');
 }
 
 /** Checks arguments of Echo.latePull against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateEchoLatePullArgs(values: Record<string, unknown>): void {
-  validateFields(EchoDescriptor.methods.latePull.args, values, EchoDescriptor.types, 'Echo.latePull arguments');
+  validateFields(EchoDescriptor.methods.latePull.args, values, types, 'Echo.latePull arguments');
 }
 
 /** Checks results of Echo.latePull against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateEchoLatePullResults(values: Record<string, unknown>): void {
-  validateFields(EchoDescriptor.methods.latePull.results, values, EchoDescriptor.types, 'Echo.latePull results');
+  validateFields(EchoDescriptor.methods.latePull.results, values, types, 'Echo.latePull results');
 }
 
 /** Checks arguments of Echo.relay against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateEchoRelayArgs(values: Record<string, unknown>): void {
-  validateFields(EchoDescriptor.methods.relay.args, values, EchoDescriptor.types, 'Echo.relay arguments');
+  validateFields(EchoDescriptor.methods.relay.args, values, types, 'Echo.relay arguments');
 }
 
 /** Checks results of Echo.relay against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateEchoRelayResults(values: Record<string, unknown>): void {
-  validateFields(EchoDescriptor.methods.relay.results, values, EchoDescriptor.types, 'Echo.relay results');
+  validateFields(EchoDescriptor.methods.relay.results, values, types, 'Echo.relay results');
 }
 
 /** Checks arguments of Echo.stats against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateEchoStatsArgs(values: Record<string, unknown>): void {
-  validateFields(EchoDescriptor.methods.stats.args, values, EchoDescriptor.types, 'Echo.stats arguments');
+  validateFields(EchoDescriptor.methods.stats.args, values, types, 'Echo.stats arguments');
 }
 
 /** Checks results of Echo.stats against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateEchoStatsResults(values: Record<string, unknown>): void {
-  validateFields(EchoDescriptor.methods.stats.results, values, EchoDescriptor.types, 'Echo.stats results');
+  validateFields(EchoDescriptor.methods.stats.results, values, types, 'Echo.stats results');
 }
 
 /** Typed client of test.rpc.v1.Echo. The runtime validates arguments before sending and results on arrival. */
@@ -685,7 +703,6 @@ export class EchoClient {
   readonly #client: Client;
 
   constructor(client: Client) {
-    registerService(EchoDescriptor);
     this.#client = client;
   }
 

@@ -3,7 +3,7 @@
 // dimension, a list of structs whose `n` each value binds apart from the method's, an enum with a
 // gap, a u64 and an optional string. The package is `p` because the test matches messages naming `p.Mode`.
 
-import { type CallContext, type CallOptions, type Client, registerService, type Server, type ServiceDescriptor, type Tensor, validateFields } from 'gdrpc';
+import { type CallContext, type CallOptions, type Client, type Server, type ServiceDescriptor, type Tensor, type TypeTable, validateFields } from 'gdrpc';
 
 export const Mode = {
   A: 0,
@@ -15,6 +15,26 @@ export type Mode = (typeof Mode)[keyof typeof Mode];
 export type Block = {
   /** Schema: `tensor<f32, [n, 2]> @host` */
   k: Tensor;
+};
+
+/** Struct and enum declarations of rpc/validation.gdrpc, by fully qualified name; method descriptors carry it to the runtime. */
+export const types: TypeTable = {
+  'p.Mode': { kind: 'enum', name: 'p.Mode', values: [{ name: 'A', value: 0 }, { name: 'B', value: 3 }] },
+  'p.Block': {
+    kind: 'struct',
+    name: 'p.Block',
+    fields: [
+      {
+        name: 'k',
+        type: {
+          kind: 'tensor',
+          dtype: 'f32',
+          shape: [{ kind: 'symbol', name: 'n' }, { kind: 'fixed', size: 2 }],
+          placement: { kind: 'host' },
+        },
+      },
+    ],
+  },
 };
 
 /** Arguments of Validation.check. */
@@ -55,36 +75,19 @@ export const ValidationDescriptor = {
       results: [],
       clientStreaming: false,
       serverStreaming: false,
+      types,
     },
-  },
-  types: {
-    'p.Block': {
-      kind: 'struct',
-      name: 'p.Block',
-      fields: [
-        {
-          name: 'k',
-          type: {
-            kind: 'tensor',
-            dtype: 'f32',
-            shape: [{ kind: 'symbol', name: 'n' }, { kind: 'fixed', size: 2 }],
-            placement: { kind: 'host' },
-          },
-        },
-      ],
-    },
-    'p.Mode': { kind: 'enum', name: 'p.Mode', values: [{ name: 'A', value: 0 }, { name: 'B', value: 3 }] },
   },
 } satisfies ServiceDescriptor;
 
 /** Checks arguments of Validation.check against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateValidationCheckArgs(values: Record<string, unknown>): void {
-  validateFields(ValidationDescriptor.methods.check.args, values, ValidationDescriptor.types, 'Validation.check arguments');
+  validateFields(ValidationDescriptor.methods.check.args, values, types, 'Validation.check arguments');
 }
 
 /** Checks results of Validation.check against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateValidationCheckResults(values: Record<string, unknown>): void {
-  validateFields(ValidationDescriptor.methods.check.results, values, ValidationDescriptor.types, 'Validation.check results');
+  validateFields(ValidationDescriptor.methods.check.results, values, types, 'Validation.check results');
 }
 
 /** Typed client of p.Validation. The runtime validates arguments before sending and results on arrival. */
@@ -92,7 +95,6 @@ export class ValidationClient {
   readonly #client: Client;
 
   constructor(client: Client) {
-    registerService(ValidationDescriptor);
     this.#client = client;
   }
 
