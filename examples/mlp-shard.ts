@@ -47,6 +47,10 @@ export function sumInOrder(kernels: Kernels, parts: Tensor[], out: Tensor): Tens
   return out;
 }
 
+/** Below this, UCX sends CUDA memory eagerly through host memory (its rendezvous threshold was
+ *  1,290 bytes for CUDA over TCP on the H200 machine); from here on it takes cuda_ipc. */
+const EAGER_BYTES = 4096;
+
 interface Contribution { partial: Tensor; taken: () => void }
 
 /** Partials from the other shards, by run, layer and rank; a waiter per layer. */
@@ -135,12 +139,19 @@ export async function serveMlpShard(rank: number): Promise<void> {
           // Host kernels have run by now; GPU ones are timed by their events below.
           const hostCompute = performance.now() - t0;
           // The sends wait for the partial's producer (the gemm) on their own, not for the device.
-          const sends = others.map((r) => peers[r]!.contribute({ run, layer: l, rank, partial }, { noStaging: true }).then((result) => ({ r, result })));
+          // GPU to GPU or not at all (noStaging), except below a few KiB: there UCX sends CUDA
+          // memory eagerly through a host copy (under its rendezvous threshold), which noStaging
+          // would refuse.
+          const noStaging = partial.byteLength >= EAGER_BYTES;
+          const sending = Promise.all(others.map((r) => peers[r]!.contribute({ run, layer: l, rank, partial }, { noStaging }).then((result) => ({ r, result }))));
+          // Awaited below, after the peers' partials are in: marked handled now so that a send
+          // failing meanwhile fails this run instead of the process (an unhandled rejection).
+          sending.catch(() => {});
           const incoming = await inbox.take(run, l, others);
           const next = sumInOrder(kernels, peers.map((_, r) => (r === rank ? partial : incoming.get(r)!.partial)), buf.acc[l % 2]!);
           await kernels.finished();
           for (const c of incoming.values()) c.taken();
-          const sent = await Promise.all(sends);
+          const sent = await sending;
           // Compute is the GPU time of the two matrix products; the rest of the layer is the all-reduce.
           const compute = timing !== undefined ? timing[1]!.elapsedSince(timing[0]!) : hostCompute;
           stats.computeMs += compute;
