@@ -9,9 +9,10 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
-  Client, closeProcessPools, Code, CudaEvent, CudaModule, CudaStream, fromHalf, GdrpcError, hostChecksum, kernelsPtxPath,
+  Client, closeProcessPools, Code, CudaEvent, CudaModule, CudaStream, fromHalf, hostChecksum, kernelsPtxPath,
   loadKernels, producedOn, Tensor, type Kernels,
 } from '../../core/index.ts';
+import { thrown } from '../rpc/fixtures/thrown.ts';
 import { announce, DRY_RUN, skipReason } from './fixtures/env.ts';
 import { disposePeers } from '../support/peer.ts';
 import { startServerProcess, type GpuPeer } from './fixtures/peer.ts';
@@ -24,16 +25,6 @@ if (skip !== undefined) console.log(`test/gpu/compute.test.ts skipped: ${skip}`)
 
 const ptx = (): string => readFileSync(kernelsPtxPath(), 'utf8');
 const host = loadKernels('cpu');
-
-function failure(call: () => unknown): GdrpcError {
-  try {
-    call();
-  } catch (error) {
-    expect(error).toBeInstanceOf(GdrpcError);
-    return error as GdrpcError;
-  }
-  throw new Error('expected a throw');
-}
 
 /** The same f16 tensor on the host and on cuda:0, filled by the host twin. */
 function pair(shape: number[], seed: number): { cpu: Tensor; gpu: Tensor } {
@@ -48,7 +39,7 @@ describe.skipIf(skip !== undefined)('GPU compute', () => {
   afterAll(() => gpu?.close());
 
   it('a module that does not compile fails INVALID_ARGUMENT with the driver error and the JIT log', () => {
-    const error = failure(() => CudaModule.load(0, '.version 8.0\n.target sm_80\n.address_size 64\n.visible .entry broken( { bogus; }\n'));
+    const error = thrown(() => CudaModule.load(0, '.version 8.0\n.target sm_80\n.address_size 64\n.visible .entry broken( { bogus; }\n'));
     expect(error.code).toBe(Code.INVALID_ARGUMENT);
     expect(error.details?.cudaError).toBe('CUDA_ERROR_INVALID_PTX');
     expect(error.message).toMatch(/cuModuleLoadDataEx: CUDA_ERROR_INVALID_PTX .*: .+/);
@@ -57,17 +48,17 @@ describe.skipIf(skip !== undefined)('GPU compute', () => {
   it('an unknown kernel and bad launches are refused before the GPU sees them', () => {
     const module = CudaModule.load(0, ptx());
     try {
-      const missing = failure(() => module.kernel('no_such_kernel', []));
+      const missing = thrown(() => module.kernel('no_such_kernel', []));
       expect(missing.details?.cudaError).toBe('CUDA_ERROR_NOT_FOUND');
       expect(missing.message).toContain('no_such_kernel');
       const fill = module.kernel('gdrpc_fill_f16', ['ptr', 'u64', 'u32', 'f32']);
       const t = Tensor.zeros([4], 'f16');
-      expect(failure(() => fill.launch({ grid: 1, block: 1 }, t, 4, 1, 1)).message).toMatch(/a tensor on cpu for a kernel on cuda:0/);
-      expect(failure(() => fill.launch({ grid: 1, block: 1 }, 0n, 4)).message).toMatch(/takes 4 arguments, got 2/);
-      expect(failure(() => fill.launch({ grid: 1, block: 2048 }, 0n, 4, 1, 1)).message).toMatch(/block\[0\] must be an integer in \[1, 1024\]/);
-      expect(failure(() => fill.launch({ grid: 1, block: 1 }, 0n, 4, -1, 1)).message).toMatch(/argument 2 \(u32\)/);
+      expect(thrown(() => fill.launch({ grid: 1, block: 1 }, t, 4, 1, 1)).message).toMatch(/a tensor on cpu for a kernel on cuda:0/);
+      expect(thrown(() => fill.launch({ grid: 1, block: 1 }, 0n, 4)).message).toMatch(/takes 4 arguments, got 2/);
+      expect(thrown(() => fill.launch({ grid: 1, block: 2048 }, 0n, 4, 1, 1)).message).toMatch(/block\[0\] must be an integer in \[1, 1024\]/);
+      expect(thrown(() => fill.launch({ grid: 1, block: 1 }, 0n, 4, -1, 1)).message).toMatch(/argument 2 \(u32\)/);
       module.close();
-      expect(failure(() => fill.launch({ grid: 1, block: 1 }, 0n, 0, 1, 1)).message).toMatch(/module is closed/);
+      expect(thrown(() => fill.launch({ grid: 1, block: 1 }, 0n, 0, 1, 1)).message).toMatch(/module is closed/);
     } finally {
       module.close();
     }
@@ -92,7 +83,7 @@ describe.skipIf(skip !== undefined)('GPU compute', () => {
       expect(a.idle).toBe(true);
       // The kernel spun on the GPU clock for 500 ms: the events measured at least that.
       expect(end.elapsedSince(start)).toBeGreaterThanOrEqual(499);
-      expect(failure(() => afterB.elapsedSince(start)).message).toMatch(/timing: true/);
+      expect(thrown(() => afterB.elapsedSince(start)).message).toMatch(/timing: true/);
     } finally {
       for (const x of [a, b, start, end, module]) x.close();
     }
