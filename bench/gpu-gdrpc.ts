@@ -2,7 +2,7 @@
 // CUDA tensor argument from 4 KiB to 1 GiB through each mover (one call in flight, so the
 // numbers are latencies; throughput is size / per-call time).
 import { fileURLToPath } from 'node:url';
-import { callInfo, Client, TensorPool, type Device, type Tensor } from '../core/index.ts';
+import { callInfo, Client, type Device, type Tensor } from '../core/index.ts';
 import { Runtime } from '../core/rpc/runtime.ts';
 import { cuda } from '../core/cuda.ts';
 import { SinkDescriptor } from './schemas/gen/gpu_sink.ts';
@@ -48,13 +48,14 @@ export async function runGdrpc(options: GdrpcOptions, log: (line: string) => voi
   const maxSize = Math.max(...options.sizes);
   const poolBytes = maxSize + (1 << 20);
   const peer = await startPeer(options.server, poolBytes);
-  const runtime = Runtime.acquire();
-  const pool = TensorPool.create(runtime.context, { device: options.client, bytes: poolBytes });
+  // The client's own runtime, so that the pool it sends from is mapped on the client's context.
+  const runtime = Runtime.create();
+  const pool = runtime.createPool({ device: options.client, bytes: poolBytes });
   const service = receivingOn(SinkDescriptor, options.client);
   const results: BenchResult[] = [];
   let client: Client | undefined;
   try {
-    client = await Client.connect({ host: '127.0.0.1', port: peer.ready.port }, { poolBytes: 0 });
+    client = await Client.connect({ host: '127.0.0.1', port: peer.ready.port }, { poolBytes: 0, runtime });
     const c = client;
     const ping = (): Promise<unknown> => c.unary(service.methods.ping, { n: 1 });
     await timeCalls(Math.min(1000, options.smallCalls), ping);
@@ -83,7 +84,7 @@ export async function runGdrpc(options: GdrpcOptions, log: (line: string) => voi
   } finally {
     await client?.close();
     pool.close({ force: true });
-    await runtime.release();
+    await runtime.close();
     await peer.dispose();
   }
   return results;

@@ -20,7 +20,7 @@ import { DEFAULT_RECEIVE_DEVICE, landingDevice, receiveDeviceIndex, receivingDev
 import type { MoverName, TransferInfo } from './movers/mover.ts';
 import { ALLOCATE, CLIENT_OPTIONS, type CallOptions, type ClientOptions } from './options.ts';
 import { DEFAULT_PROCESS_POOL_BYTES } from './process-pool.ts';
-import { setOwnerDialer } from './remote.ts';
+import type { OwnerDialer } from './remote.ts';
 import { Runtime } from './runtime.ts';
 import { ItemQueue } from './stream.ts';
 import { IncomingTensors, OutgoingTensors, PendingTensor, refuseRaw, type Allocate } from './transfer.ts';
@@ -38,7 +38,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
   readonly #runtime: Runtime;
   readonly #host: string;
   readonly #port: number;
-  readonly #options: Required<Omit<ClientOptions, 'token' | 'busyPollUs' | 'device'>> & { token?: string };
+  readonly #options: Required<Omit<ClientOptions, 'token' | 'busyPollUs' | 'device' | 'runtime'>> & { token?: string };
   /** The device a bare `@cuda` result lands on (ClientOptions.device). */
   readonly #receiveOn: number;
   #session: ClientSession | undefined;
@@ -62,7 +62,10 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
     checkOptions('ClientOptions', options, CLIENT_OPTIONS);
     const receiveOn = receiveDeviceIndex('ClientOptions.device', options.device, receivingDeviceCount()) ?? DEFAULT_RECEIVE_DEVICE;
     const { host, port } = parseAddress(address);
-    const client = new Client(Runtime.acquire(options.busyPollUs !== undefined ? { busyPollUs: options.busyPollUs } : {}), host, port, options, receiveOn);
+    // busyPollUs only shapes a default runtime this call creates; a given runtime has its own.
+    const runtime = options.runtime ?? Runtime.default(options.busyPollUs !== undefined ? { busyPollUs: options.busyPollUs } : {});
+    const client = new Client(runtime, host, port, options, receiveOn);
+    runtime.attach(client, () => client.close());
     try {
       await client.#connection();
     } catch (error) {
@@ -194,14 +197,14 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
     }
   }
 
-  /** The process's mapped pool on `device` (processPool; at least this client's poolBytes if given): tensors allocated from it are sent without a registration per call and can be
+  /** The runtime's mapped pool on `device` (processPool; at least this client's poolBytes if given): tensors allocated from it are sent without a registration per call and can be
    *  exposed for RMA as they are. Results are received into it. It outlives this client. */
   pool(device: Device = 'cpu'): TensorPool {
     if (this.#closed) throw new GdrpcError(Code.FAILED_PRECONDITION, 'client is closed');
     return this.#runtime.pool(device, { bytes: this.#options.poolBytes || DEFAULT_PROCESS_POOL_BYTES, allowOverflow: true, grow: this.#explicitPoolBytes });
   }
 
-  /** Cancels calls in flight and closes the connection. The process pools stay (see pool()). */
+  /** Cancels calls in flight and closes the connection. The runtime's pools stay (see pool()). */
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
@@ -211,7 +214,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
     for (const session of new Set([current, connecting])) {
       session?.connection.close(new GdrpcError(Code.CANCELLED, 'client closed'), { graceful: true });
     }
-    await this.#runtime.release();
+    await this.#runtime.detach(this);
   }
 
   /** The ready session, connecting (again) when there is none. */
@@ -292,7 +295,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
   /** Decodes a result object, validates it, receives its tensors. */
   async #receive(session: ClientSession, id: number, method: MethodDescriptor, wire: Row, scope: CallScope, options: CallOptions): Promise<{ values: Row; transfers: TransferInfo[] }> {
     const incoming = new IncomingTensors({ connection: session.connection, call: id }, { maxTensor: Number.MAX_SAFE_INTEGER, noStaging: options.noStaging ?? false },
-      { side: 'client', label: `${methodName(method)} results.` });
+      { side: 'client', label: `${methodName(method)} results.`, dialOwner: ownerDialer(this.#runtime) });
     const types = methodTypes(method);
     let values: Row;
     try {
@@ -373,9 +376,13 @@ export function parseAddress(address: string | { host: string; port: number }): 
   return parsed;
 }
 
-// RemoteTensor.pull's client. No pool unless the caller gave one: a process that only pulls should
-// not map a 64 MiB pool for it (a one-off registration per pull instead; pass `pool` to avoid it).
-setOwnerDialer(async (owner, token) => {
-  const client = await Client.connect(owner, { poolBytes: 0, ...(token !== undefined ? { token } : {}) });
-  return { unary: (method, args, allocate) => client.unary(method, args, { [ALLOCATE]: allocate }), close: () => client.close() };
-});
+/** How remote handles that arrived on `runtime` are pulled. No pool unless the caller gave one: a
+ *  process that only pulls should not map a 64 MiB pool for it (a one-off registration per pull
+ *  instead; pass `pool` to avoid it). A handle from the default runtime pulls through whichever
+ *  default runtime is open then: the one it came on may have closed with its last client. */
+export function ownerDialer(runtime: Runtime): OwnerDialer {
+  return async (owner, token) => {
+    const client = await Client.connect(owner, { poolBytes: 0, ...(runtime.implicit ? {} : { runtime }), ...(token !== undefined ? { token } : {}) });
+    return { unary: (method, args, allocate) => client.unary(method, args, { [ALLOCATE]: allocate }), close: () => client.close() };
+  };
+}

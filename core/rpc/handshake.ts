@@ -51,7 +51,7 @@ function admit(connection: Connection, options: HandshakeOptions): Promise<void>
           connection.peerKey = new ConnectionKey(hello.key);
           connection.peerLimits = { maxFrame: hello.maxFrame, maxTensor: hello.maxTensor, inline: hello.inline, gpu: hello.gpu === true, stages: hello.stg === true };
           const auth: FrameBody<FrameKind.Auth> = { key: connection.key.value, live: options.livenessMs, gpu: cudaReceives(), maxFrame: DEFAULT_FRAME_BYTES };
-          if (stagesCudaReceives(connection.runtime.context)) auth.stg = true;
+          if (stagesCudaReceives(connection.runtime)) auth.stg = true;
           if (hello.chal !== undefined && options.token !== undefined) auth.proof = authProof(options.token, hello.chal, connection.peerKey.value, connection.key.value);
           const livenessMs = Math.min(options.livenessMs, hello.live || options.livenessMs);
           connection.liveness.start(livenessMs);

@@ -4,7 +4,7 @@
 // call-checks.ts need not import those back.
 import { Accept, isRecord, rule, type OptionRules } from '../tensor/options.ts';
 import type { MoverName } from './movers/mover.ts';
-import { BUSY_POLL_US } from './runtime.ts';
+import { BUSY_POLL_US, Runtime } from './runtime.ts';
 import type { Allocate } from './transfer.ts';
 import type { CudaDevice } from './placement.ts';
 import { isDevice } from '../tensor/device.ts';
@@ -26,6 +26,8 @@ export interface CallOptions {
 }
 
 export interface ClientOptions {
+  /** The runtime this client runs on (worker, pools, remote tensors); default Runtime.default(). */
+  runtime?: Runtime;
   /** Shared token for servers that require admission (never sent: HMAC challenge-response). */
   token?: string;
   /** A silent server is declared gone after this long (default 10000 ms; a dead one is seen sooner, by UCX). */
@@ -35,9 +37,10 @@ export interface ClientOptions {
   /** Largest host tensor sent inline (default 4 KiB). */
   inlineBytes?: number;
   /** Keep progressing the worker this long after each event before sleeping (lower latency for
-   *  CPU); the process's first Client or Server decides. Default 0 (or GDRPC_BUSY_POLL_US). */
+   *  CPU); the first Client or Server of the default runtime decides (a given `runtime` was made
+   *  with its own). Default 0 (or GDRPC_BUSY_POLL_US). */
   busyPollUs?: number;
-  /** Size of the process pools results are received into, when this client creates them (default
+  /** Size of the runtime's pools results are received into, when this client creates them (default
    *  64 MiB; 0: plain allocations per result, no pool). */
   poolBytes?: number;
   /** Where `@cuda` results are received (default cuda:0); `@cuda(N)` stays on N, and without a
@@ -46,6 +49,8 @@ export interface ClientOptions {
 }
 
 export interface ServerOptions {
+  /** The runtime this server runs on (worker, pools, remote tensors); default Runtime.default(). */
+  runtime?: Runtime;
   /** Calls in flight per connection (default 256); more get RESOURCE_EXHAUSTED. */
   maxCallsPerConnection?: number;
   /** Calls in flight over all connections (default 4096). */
@@ -111,10 +116,13 @@ const METADATA = rule('an object whose values are strings', (v) => isRecord(v) &
 // the peer sends them so; host memory is the schema's `@host`.
 const RECEIVE_DEVICE = rule("'cuda:N' (where a bare @cuda tensor is received)", (v) => isDevice(v) && v !== 'cpu');
 
+/** Runtime.create() or Runtime.default(), not closed yet. */
+export const RUNTIME = rule('an open Runtime (Runtime.create())', (v) => v instanceof Runtime && !v.closed);
+
 export const CLIENT_OPTIONS: OptionRules<ClientOptions> = {
   token: Accept.nonEmptyString, livenessMs: Accept.positiveMs, connectTimeoutMs: Accept.positiveMs,
   inlineBytes: Accept.bytes, busyPollUs: BUSY_POLL_US, poolBytes: Accept.bytes,
-  device: RECEIVE_DEVICE,
+  device: RECEIVE_DEVICE, runtime: RUNTIME,
 };
 
 export const SERVER_OPTIONS: OptionRules<ServerOptions> = {
@@ -123,7 +131,7 @@ export const SERVER_OPTIONS: OptionRules<ServerOptions> = {
   maxPoolBytesPerConnection: Accept.positiveBytes, token: Accept.nonEmptyString, admissionTimeoutMs: Accept.positiveMs,
   transferTimeoutMs: Accept.positiveMs, maxConnections: Accept.count, maxConnectionsPerAddress: Accept.count,
   livenessMs: Accept.positiveMs, inlineBytes: Accept.bytes, busyPollUs: BUSY_POLL_US, exposureHoldMs: Accept.ms,
-  exposeErrorMessages: Accept.boolean, device: RECEIVE_DEVICE,
+  exposeErrorMessages: Accept.boolean, device: RECEIVE_DEVICE, runtime: RUNTIME,
 };
 
 export const REGISTER_OPTIONS: OptionRules<RegisterOptions> = { device: RECEIVE_DEVICE };

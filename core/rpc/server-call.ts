@@ -12,6 +12,7 @@ import { methodName } from './method-name.ts';
 import { bindPlacement } from './placement.ts';
 import { errorFrame } from './status.ts';
 import { ItemQueue } from './stream.ts';
+import type { OwnerDialer } from './remote.ts';
 import { IncomingTensors, OutgoingTensors, PendingTensor, refuseRaw, type Allocate, type SendPolicy } from './transfer.ts';
 import { validateFields } from './validate.ts';
 import { decodeFields, encodeFields, replaceDeep } from './values.ts';
@@ -60,6 +61,8 @@ export interface CallEnvironment {
   exposeErrorMessages: boolean;
   /** Reports a handler failure that was not a deliberate GdrpcError (Server 'error' event). */
   reportHandlerError(report: GdrpcError): void;
+  /** How remote handles received in arguments are pulled (through the server's runtime). */
+  dialOwner: OwnerDialer;
 }
 
 /** A call in progress on the server. */
@@ -177,7 +180,7 @@ export class ServerCall {
     const name = methodName(method);
     // Stream items' paths start with "arguments[seq]." already.
     const label = what === '' ? `${name} arguments.` : `${name} `;
-    const incoming = new IncomingTensors(scope, { maxTensor: this.env.maxTensor, noStaging: this.policy.noStaging }, { side: 'server', label });
+    const incoming = new IncomingTensors(scope, { maxTensor: this.env.maxTensor, noStaging: this.policy.noStaging }, { side: 'server', label, dialOwner: this.env.dialOwner });
     this.#incoming.push(incoming);
     let values: Row;
     try {

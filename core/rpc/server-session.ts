@@ -68,7 +68,7 @@ export class ServerSession {
     this.#admissionTimer.unref();
     const hello: FrameBody<FrameKind.Hello> = { key: connection.key.value, maxFrame: host.limits.maxFrame, maxTensor: host.limits.maxTensor, inline: host.limits.inline, live: host.livenessMs, gpu: cudaReceives() };
     if (this.#challenge !== undefined) hello.chal = this.#challenge;
-    if (stagesCudaReceives(connection.runtime.context)) hello.stg = true;
+    if (stagesCudaReceives(connection.runtime)) hello.stg = true;
     connection.sendRaw(controlTag(HELLO_KEY), packMessage([{ kind: FrameKind.Hello, call: 0, body: encodeFrame(FrameKind.Hello, hello) }])).catch(() => connection.close());
   }
 

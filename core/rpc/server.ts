@@ -1,7 +1,7 @@
 // The serving side: Server.create, register, listen, graceful shutdown, events.
 import { EventEmitter } from 'eventemitter3';
 import { Code, GdrpcError } from '../errors.ts';
-import { Tensor, TensorPool, type Device } from '../tensor/index.ts';
+import { Tensor, type Device, type TensorPool } from '../tensor/index.ts';
 import { Accept, checkOptions, describeValue } from '../tensor/options.ts';
 import { Listener } from '../ucx/index.ts';
 import { Connection, DEFAULT_INLINE_BYTES, DEFAULT_TRANSFER_TIMEOUT_MS } from './connection.ts';
@@ -12,7 +12,8 @@ import { serverAllocationFailed } from './memory-errors.ts';
 import { cudaReceives } from './movers/memory.ts';
 import { REGISTER_OPTIONS, SERVER_OPTIONS, type ServerOptions, type RegisterOptions } from './options.ts';
 import { DEFAULT_RECEIVE_DEVICE, landingDevice, receiveDeviceIndex, receivingDeviceCount, type CudaDevice } from './placement.ts';
-import { lookupRemote, OWNER_SERVICE, pullResultFields, setOwnerListener } from './remote.ts';
+import { ownerDialer } from './client.ts';
+import { OWNER_SERVICE, pullResultFields } from './remote.ts';
 import { Runtime } from './runtime.ts';
 import { type AllocationWait, type CallContext, type CallEnvironment, type Handler, type MethodEntry } from './server-call.ts';
 import { ServerSession, type SessionHost } from './server-session.ts';
@@ -22,11 +23,12 @@ type Handlers = Record<string, Handler>;
 
 /** A gdrpc server: services, a listener, the connections and their calls. */
 export class Server extends EventEmitter<{ connection: [{ peer: string }]; disconnect: [{ peer: string }]; error: [GdrpcError] }> {
-  readonly #options: Required<Omit<ServerOptions, 'token' | 'busyPollUs' | 'maxPoolBytesPerConnection' | 'device'>> & { token?: string; busyPollUs?: number; maxPoolBytesPerConnection?: number };
+  readonly #options: Required<Omit<ServerOptions, 'token' | 'busyPollUs' | 'maxPoolBytesPerConnection' | 'device' | 'runtime'>> & { token?: string; busyPollUs?: number; maxPoolBytesPerConnection?: number; runtime?: Runtime };
   readonly #methods = new Map<string, MethodEntry>();
   readonly #sessions = new Set<ServerSession>();
   readonly #pools = new Map<Device, TensorPool>();
   readonly #perAddress = new Map<string, number>();
+  /** The runtime listen() attached to; kept after shutdown for handlers still pulling handles. */
   #runtime: Runtime | undefined;
   #listener: Listener | undefined;
   #address: { host: string; port: number } | undefined;
@@ -46,7 +48,7 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
       maxCallsPerConnection: 256, maxCalls: 4096, maxFrameBytes: 4 << 20, maxTensorBytes: 1 << 30, poolBytes: 128 << 20,
       allowPoolOverflow: false, poolWaitMs: 10_000, livenessMs: DEFAULT_LIVENESS_MS, admissionTimeoutMs: 5000, transferTimeoutMs: DEFAULT_TRANSFER_TIMEOUT_MS, maxConnections: 1024, maxConnectionsPerAddress: 64, inlineBytes: DEFAULT_INLINE_BYTES, exposureHoldMs: 30_000, exposeErrorMessages: false, ...options,
     };
-    this.#methods.set(`${OWNER_SERVICE}/pull`, ownerPullEntry());
+    this.#methods.set(`${OWNER_SERVICE}/pull`, ownerPullEntry((x, secret) => this.#runtime!.owner.lookup(x, secret)));
     this.#host = this.#makeHost();
   }
 
@@ -86,7 +88,8 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
   bind(options: { host?: string; port?: number } = {}): { host: string; port: number } {
     if (this.#listener !== undefined) throw new GdrpcError(Code.FAILED_PRECONDITION, 'server is already listening');
     if (this.#shuttingDown) throw new GdrpcError(Code.FAILED_PRECONDITION, 'server has been shut down');
-    const runtime = Runtime.acquire(this.#options.busyPollUs !== undefined ? { busyPollUs: this.#options.busyPollUs } : {});
+    const runtime = this.#options.runtime ?? Runtime.default(this.#options.busyPollUs !== undefined ? { busyPollUs: this.#options.busyPollUs } : {});
+    runtime.attach(this, () => this.shutdown({ graceMs: 0 }));
     this.#runtime = runtime;
     runtime.dispatcher.ensureFrameBytes(this.#options.maxFrameBytes);
     const listener = Listener.create(runtime.worker, {
@@ -97,7 +100,7 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
     listener.on('error', (error) => this.emit('error', error));
     this.#listener = listener;
     this.#address = { host: listener.host, port: listener.port };
-    listening.add(this);
+    runtime.owner.listening(this, true);
     return this.#address;
   }
 
@@ -114,7 +117,9 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
     checkOptions('Server.shutdown options', options, { graceMs: Accept.ms });
     if (this.#shuttingDown) return;
     this.#shuttingDown = true;
-    listening.delete(this);
+    const runtime = this.#runtime;
+    runtime?.owner.listening(this, false);
+    if (runtime?.owner.dedicated === this) runtime.owner.dedicated = undefined;
     this.#listener?.close();
     for (const session of this.#sessions) session.goAway();
     const graceMs = options.graceMs ?? 5000;
@@ -146,8 +151,7 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
     await Promise.race([flushed, new Promise((resolve) => setTimeout(resolve, CLOSE_FLUSH_MS).unref())]);
     for (const pool of this.#pools.values()) pool.close({ force: true });
     this.#pools.clear();
-    await this.#runtime?.release();
-    this.#runtime = undefined;
+    await runtime?.detach(this);
   }
 
   /** Why a new connection from `address` is refused (connection limits), or undefined. */
@@ -194,6 +198,7 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
       exposeErrorMessages: this.#options.exposeErrorMessages,
       // Never silent: a handler's bug goes to stderr when the application does not listen. A
       // listener that throws must not take the call (and the process) down with it.
+      dialOwner: (owner, token) => ownerDialer(server.#runtime!)(owner, token),
       reportHandlerError: (report) => {
         if (server.listenerCount('error') === 0) {
           process.stderr.write(failureText(report));
@@ -252,7 +257,8 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
     }
     let pool = this.#pools.get(device);
     if (pool === undefined) {
-      pool = TensorPool.create(this.#runtime!.context, { device, bytes: this.#options.poolBytes, allowOverflow: this.#options.allowPoolOverflow });
+      // The runtime makes and tracks it like every pool; sizing and overflow stay this server's own.
+      pool = this.#runtime!.createPool({ device, bytes: this.#options.poolBytes, allowOverflow: this.#options.allowPoolOverflow });
       this.#pools.set(device, pool);
     }
     // Say whose memory ran out and what to change: the caller sees this message.
@@ -271,35 +277,30 @@ function hostOf(peer: string): string {
   return colon < 0 ? peer : peer.slice(0, colon);
 }
 
-// Servers of this process that listen: the first one also answers pulls of remote tensors, with
-// its own address and token. A process without one serves them only where serveRemoteTensors()
-// was told to: never on an address, or without a token, that nobody chose.
-const listening = new Set<Server>();
-let ownerServer: Server | undefined;
-setOwnerListener(() => {
-  const first = listening.values().next().value as Server | undefined;
-  if (first?.address !== undefined) return first.address;
-  if (ownerServer?.address !== undefined) return ownerServer.address;
-  throw new GdrpcError(Code.FAILED_PRECONDITION, 'passing an @remote tensor needs a listening Server in this process, or serveRemoteTensors({ host, token }) to say where pulls are served');
-});
-
-/** Serves pulls of this process's `@remote` tensors on `host:port` (port 0: any), admitting only
- *  peers that prove `token`, for a process that has no listening Server of its own. */
-export function serveRemoteTensors(options: { host: string; port?: number; token?: string }): { host: string; port: number } {
+/** Serves pulls of the `@remote` tensors of `runtime` (default: the default runtime) on
+ *  `host:port` (port 0: any), admitting only peers that prove `token`, for a runtime that has no
+ *  listening Server of its own. */
+export function serveRemoteTensors(options: { host: string; port?: number; token?: string; runtime?: Runtime }): { host: string; port: number } {
   if (typeof options?.host !== 'string' || options.host.length === 0) throw new GdrpcError(Code.INVALID_ARGUMENT, 'serveRemoteTensors needs options.host (the address pulls come to)');
-  if (ownerServer?.address !== undefined) return ownerServer.address;
-  ownerServer = Server.create({ poolBytes: 0, ...(options.token !== undefined ? { token: options.token } : {}) });
-  return ownerServer.bind({ host: options.host, port: options.port ?? 0 });
+  const runtime = options.runtime ?? Runtime.default();
+  const current = runtime.owner.dedicated;
+  if (current?.address !== undefined) return current.address;
+  const server = Server.create({ poolBytes: 0, runtime, ...(options.token !== undefined ? { token: options.token } : {}) });
+  runtime.owner.dedicated = server;
+  try {
+    return server.bind({ host: options.host, port: options.port ?? 0 });
+  } catch (error) {
+    runtime.owner.dedicated = undefined;
+    throw error;
+  }
 }
 
-/** Stops the server that serveRemoteTensors started (tests, clean exit). */
-export async function shutdownOwner(): Promise<void> {
-  const server = ownerServer;
-  ownerServer = undefined;
-  await server?.shutdown({ graceMs: 0 });
+/** Stops the server that serveRemoteTensors started on `runtime` (default: the default runtime). */
+export async function shutdownOwner(runtime: Runtime | undefined = Runtime.current()): Promise<void> {
+  await runtime?.owner.dedicated?.shutdown({ graceMs: 0 });
 }
 
-function ownerPullEntry(): MethodEntry {
+function ownerPullEntry(lookup: (x: number, secret: Uint8Array) => { tensor: Tensor; pulled: () => void }): MethodEntry {
   return {
     method: {
       name: 'pull', service: OWNER_SERVICE, clientStreaming: false, serverStreaming: false,
@@ -308,7 +309,7 @@ function ownerPullEntry(): MethodEntry {
     },
     types: {},
     handler: (args: { x: number; s: Uint8Array }, ctx: CallContext) => {
-      const { tensor, pulled } = lookupRemote(args.x, args.s);
+      const { tensor, pulled } = lookup(args.x, args.s);
       ctx.afterSend(pulled);
       return { t: tensor };
     },

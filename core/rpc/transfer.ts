@@ -14,15 +14,18 @@ import { cudaReceives, memoryTypeOf, ProducerSync } from './movers/memory.ts';
 import type { Mover, Outgoing, ProtocolSeen, TransferInfo, TransferScope } from './movers/mover.ts';
 import { moverOf, planArrival, planReceive, planSend, type PeerFacts, type SendPolicy, type TransferPlan } from './movers/plan.ts';
 import { reportReceived, reportSent } from './movers/report.ts';
-import { bounceFor, contextMapsCuda, stagingReason } from './movers/staging.ts';
+import { bounceFor, stagingReason } from './movers/staging.ts';
 import { tensorTooLarge, type Side } from './memory-errors.ts';
-import { RemoteTensor, exposeRemote } from './remote.ts';
+import { RemoteTensor, exposeRemote, type OwnerDialer } from './remote.ts';
 
 export type { SendPolicy } from './movers/plan.ts';
 
 /** Which side moves the tensors of a frame, and what names their fields in messages: `label`
  *  precedes a field's path ("Echo.echo arguments." + "x"). */
 export interface TransferSite { side: Side; label: string }
+
+/** A receiving site also says how remote handles that arrive there are pulled. */
+export interface IncomingSite extends TransferSite { dialOwner: OwnerDialer }
 
 /** One tensor on its way out: its send, its report and its plan. */
 interface Sending {
@@ -54,7 +57,7 @@ export class OutgoingTensors {
     const plan = planSend({
       where, bytes: value.byteLength, from: memoryTypeOf(value), placement, policy: this.policy,
       receiver: { name: connection.peer, endpoint: connection.endpoint, inlineBytes: connection.inlineBytes, maxFrame: connection.peerLimits.maxFrame, gpu: connection.peerLimits.gpu, stages: connection.peerLimits.stages === true },
-      stagingReason: () => stagingReason(value, connection.runtime.context),
+      stagingReason: () => stagingReason(value, connection.runtime),
     });
     if (plan.refusal !== undefined) throw plan.refusal;
     if (value.byteLength > connection.peerLimits.maxTensor) {
@@ -116,7 +119,7 @@ export class IncomingTensors {
   /** Tensors allocated here; the side that owns the call releases them. */
   readonly allocated: Tensor[] = [];
 
-  constructor(private readonly scope: TransferScope, private readonly limits: { maxTensor: number; noStaging?: boolean }, private readonly site: TransferSite) {}
+  constructor(private readonly scope: TransferScope, private readonly limits: { maxTensor: number; noStaging?: boolean }, private readonly site: IncomingSite) {}
 
   /** The DecodeTensor callback of decodeFields: checks the descriptor before anything is allocated. */
   readonly decode = (value: unknown, where: string, placement: Placement): unknown => {
@@ -136,13 +139,13 @@ export class IncomingTensors {
     }
     const pending = new PendingTensor(wire, where, placement);
     this.pending.push(pending);
-    if (wire.m === 'h') return new RemoteTensor(wire);
+    if (wire.m === 'h') return new RemoteTensor(wire, this.site.dialOwner);
     // Its payload may come before the receive is posted (the allocation can wait): hold it.
     if (wire.m === 't') this.scope.connection.expect(wire.x!);
     const { connection } = this.scope;
     const plan = planArrival({
       where, wire, placement, sender: this.#sender(), noStaging: this.limits.noStaging === true,
-      gpu: cudaReceives, mapsCuda: () => contextMapsCuda(connection.runtime.context),
+      gpu: cudaReceives, mapsCuda: () => connection.runtime.mapsCuda,
     });
     if (plan.refusal !== undefined) throw plan.refusal;
     if (wire.n > this.limits.maxTensor) throw tensorTooLarge(this.site.side, `${this.site.label}${where}`, wire.n, this.limits.maxTensor);
@@ -175,7 +178,7 @@ export class IncomingTensors {
       this.allocated.push(dest);
       const plan = planReceive({
         where: pending.where, wire: pending.wire, device: dest.device, sender: this.#sender(), noStaging: this.limits.noStaging === true,
-        stagingReason: () => stagingReason(dest, this.scope.connection.runtime.context),
+        stagingReason: () => stagingReason(dest, this.scope.connection.runtime),
       });
       if (plan.refusal !== undefined) {
         failure ??= plan.refusal;

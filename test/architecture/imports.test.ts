@@ -17,7 +17,10 @@
 // read one without the other.
 import { describe, expect, it } from 'vitest';
 import { fileURLToPath } from 'node:url';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { cyclePath, cycles, importEdges, sourceFiles, type ImportEdge } from './import-graph.ts';
+import { moduleState } from './module-state.ts';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const edges = importEdges(root, sourceFiles(root, ['core', 'codegen']));
@@ -81,5 +84,45 @@ describe('import graph', () => {
       for (const e of edges) if (e.from === file && !reached.has(e.to)) { reached.add(e.to); queue.push(e.to); }
     }
     expect([...reached].filter((f) => ['codegen', 'cli', 'args'].includes(areaOf(f)))).toEqual([]);
+  });
+});
+
+/** Files whose module state is a cache of facts that never change for the process: the loaded
+ *  native addon and the package's own directory. */
+const STATE_EXEMPT_FILES = ['core/native.ts', 'core/package-root.ts'];
+
+/** Module-level state that stays, with why; this list may only shrink ("file: name"). */
+const ALLOWED_STATE: Record<string, string> = {
+  // The one process-wide slot STYLE.md 14 leaves: which Runtime a Client or Server without
+  // `runtime` uses. Everything that slot leads to is the Runtime's and closes with it.
+  'core/rpc/runtime.ts: #default': 'the default runtime of the process',
+  // A tensor's producer is a property of the tensor, not of a runtime: producedOn() takes no
+  // runtime, a tensor may be sent on several, and the entry dies with the tensor (weak key). It
+  // would be a Tensor field if the tensor area could name compute's CudaEvent (it is below).
+  'core/compute/ready.ts: producers': 'per-tensor producer event, weakly keyed',
+  // Facts about one endpoint that UCX fixes at connect: weakly keyed, gone with the endpoint.
+  'core/rpc/movers/path.ts: cache': "per-endpoint transport names, weakly keyed",
+  // A pool region's packed rkey, fixed for the region's life: weakly keyed, gone with the region.
+  'core/rpc/movers/rma.ts: packed': 'per-region packed rkey, weakly keyed',
+  // A brand: which objects are TensorPools (tensor.ts may not import pool.ts). Weakly keyed, it
+  // says what an object is, never how much of anything the process holds.
+  'core/tensor/storage.ts: pools': 'TensorPool brand, weakly keyed',
+};
+
+describe('module-level state', () => {
+  it('the scan finds let, mutated collections and mutable statics, nothing else', () => {
+    const source = [
+      'let a = 1;', 'export let b: number;', 'const m = new Map<string, number>();', 'm.set("x", 1);',
+      'const frozen = new Set([1]);', 'frozen.has(1);', '// let commented = 1;', 'function f() {', '  let local = 1;', '}',
+      'class C {', '  static #slot: C | undefined;', '  static readonly LIMIT = 1;', '  static create(): C { return new C(); }', '}',
+    ].join('\n');
+    expect(moduleState(source).map((s) => `${s.kind} ${s.name}`)).toEqual(['let a', 'let b', 'collection m', 'static #slot']);
+  });
+
+  it('core/ keeps process-wide state in the Runtime, apart from the listed exceptions', () => {
+    const found = sourceFiles(root, ['core'])
+      .filter((file) => !STATE_EXEMPT_FILES.includes(file))
+      .flatMap((file) => moduleState(readFileSync(join(root, file), 'utf8')).map((state) => `${file}: ${state.name}`));
+    expect(found.sort()).toEqual(Object.keys(ALLOWED_STATE).sort());
   });
 });

@@ -3,8 +3,7 @@
 // UCX cannot map GPU memory. Contents must survive, paths read 'staged', and noStaging refuses on
 // either side (the caller's sends and receipts, the server's receipts and results).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { callInfo, Client, Code, GdrpcError, processPool, closeProcessPools, serveRemoteTensors, shutdownOwner, type Tensor } from '../../core/index.ts';
-import { setHostStagingForTests } from '../../core/rpc/movers/staging.ts';
+import { callInfo, Client, Code, GdrpcError, processPool, closeProcessPools, Runtime, serveRemoteTensors, shutdownOwner, type Tensor } from '../../core/index.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer, type ListeningPeer } from './fixtures/peers.ts';
 import { disposePeers } from '../support/peer.ts';
@@ -13,6 +12,11 @@ import { patterned } from './fixtures/tensors.ts';
 const KiB = 1024;
 let plain: ListeningPeer;
 let staging: ListeningPeer;
+
+/** The internal switch, on the default runtime (the owner server below keeps it open). */
+function setHostStagingForTests(on: boolean): void {
+  Runtime.default().hostStagingForTests = on;
+}
 
 async function runs(client: Client): Promise<number> {
   const result = await client.unary(EchoDescriptor.methods.stats, {});

@@ -8,12 +8,9 @@ import type { CudaEvent } from '../../compute/stream.ts';
 import { producerOf } from '../../compute/ready.ts';
 import { Code, GdrpcError } from '../../errors.ts';
 
-let oneOffRegistrations = 0;
-
-/** Counters of memory registered per transfer because the tensor was not in a mapped pool. */
-export function moverStats(): { oneOffRegistrations: number } {
-  return { oneOffRegistrations };
-}
+/** Counters of memory registered per transfer because the tensor was not in a mapped pool (one
+ *  set per Runtime). */
+export interface MoverStats { oneOffRegistrations: number }
 
 /** Whether this process receives `@cuda` tensors into GPU memory (else into host memory). */
 export function cudaReceives(): boolean {
@@ -26,10 +23,10 @@ export function memoryTypeOf(tensor: Tensor): 'host' | 'cuda' {
 }
 
 /** A span covering `tensor`, and how to give it back. */
-export function mappedSpan(tensor: Tensor, context: Context): { span: MemorySpan; release: () => void } {
+export function mappedSpan(tensor: Tensor, context: Context, stats: MoverStats): { span: MemorySpan; release: () => void } {
   const span = tensor.span();
   if (span !== undefined) return { span, release: () => {} };
-  oneOffRegistrations += 1;
+  stats.oneOffRegistrations += 1;
   const memoryType = memoryTypeOf(tensor);
   const region = MemoryRegion.map(context, { address: tensor.address, length: tensor.byteLength, memoryType });
   // What UCX detected (ucp_mem_query), not what was asked: a device pointer treated as host memory
@@ -43,11 +40,11 @@ export function mappedSpan(tensor: Tensor, context: Context): { span: MemorySpan
 }
 
 /** What a tag send or receive of `tensor` takes: the mapped span, or the host bytes. */
-export function tagBuffer(tensor: Tensor, context: Context): { buffer: TagBuffer; release: () => void } {
+export function tagBuffer(tensor: Tensor, context: Context, stats: MoverStats): { buffer: TagBuffer; release: () => void } {
   const span = tensor.span();
   if (span !== undefined) return { buffer: span, release: () => {} };
   if (tensor.device === 'cpu') return { buffer: tensor.bytes(), release: () => {} };
-  const mapped = mappedSpan(tensor, context);
+  const mapped = mappedSpan(tensor, context, stats);
   return { buffer: mapped.span, release: mapped.release };
 }
 

@@ -14,7 +14,7 @@ export const rmaMover: Mover = {
 
   prepare(tensor: Tensor, { connection, call }: TransferScope): Outgoing {
     if (!connection.runtime.rma) throw rmaDisabled();
-    const { span, release } = mappedSpan(tensor, connection.runtime.context);
+    const { span, release } = mappedSpan(tensor, connection.runtime.context, connection.runtime.stats);
     let done!: () => void;
     const released = new Promise<void>((resolve) => { done = resolve; });
     const x = connection.exposures.add(call, () => { release(); done(); });
@@ -31,7 +31,7 @@ export const rmaMover: Mover = {
       sendFin(wire, connection, call);
       throw new GdrpcError(Code.INVALID_ARGUMENT, 'RMA descriptor refused: this process does not perform RMA (GDRPC_UNSAFE_RMA unset; docs/security.md)');
     }
-    const { span, release } = mappedSpan(dest, connection.runtime.context);
+    const { span, release } = mappedSpan(dest, connection.runtime.context, connection.runtime.stats);
     let rkey: RemoteKey | undefined;
     try {
       rkey = RemoteKey.unpack(connection.endpoint, wire.k!);

@@ -5,46 +5,25 @@
 // 'staged', and a call that demands noStaging is refused before anything moves.
 import { cuda } from '../../cuda.ts';
 import type { Tensor } from '../../tensor/index.ts';
-import type { Context } from '../../ucx/index.ts';
 import type { Runtime } from '../runtime.ts';
 
 /** Size of the process's pinned bounce pool; larger tensors register a one-off bounce (counted). */
 export const STAGING_POOL_BYTES = 64 << 20;
 
-let hostStaging = false;
-
-/** Internal, for tests on machines without a GPU: stage host tensors too (non-inline, non-empty),
- *  through an ordinary host bounce, so that the staging logic runs end to end on host memory. */
-export function setHostStagingForTests(on: boolean): void {
-  hostStaging = on;
-}
-
-// ucp_context_query does not change for a context's life.
-const canMap = new WeakMap<Context, boolean>();
-/** Whether this UCX context can register CUDA memory at all. */
-export function contextMapsCuda(context: Context): boolean {
-  let answer = canMap.get(context);
-  if (answer === undefined) {
-    answer = context.memoryTypes().includes('cuda');
-    canMap.set(context, answer);
-  }
-  return answer;
-}
-
 /** Why `tensor` cannot be handed to UCX as it is and must go through a host bounce, or undefined. */
-export function stagingReason(tensor: Tensor, context: Context): string | undefined {
+export function stagingReason(tensor: Tensor, runtime: Runtime): string | undefined {
   if (tensor.byteLength === 0) return undefined;
-  if (tensor.device === 'cpu') return hostStaging ? 'host staging forced for tests' : undefined;
+  if (tensor.device === 'cpu') return runtime.hostStagingForTests ? 'host staging forced for tests' : undefined;
   const pool = tensor.pool;
   if (pool?.staged === true) return `its pool on ${tensor.device} is not mapped by UCX: ${pool.stagingReason ?? 'unknown reason'}`;
   if (tensor.span() !== undefined) return undefined;
-  if (!contextMapsCuda(context)) return `this UCX cannot register CUDA memory (it supports ${context.memoryTypes().join(', ')})`;
+  if (!runtime.mapsCuda) return `this UCX cannot register CUDA memory (it supports ${runtime.context.memoryTypes().join(', ')})`;
   return undefined;
 }
 
 /** Whether this process stages what it receives into GPU memory (announced to peers as `stg`). */
-export function stagesCudaReceives(context: Context): boolean {
-  return cuda.available() && cuda.deviceCount() > 0 && !contextMapsCuda(context);
+export function stagesCudaReceives(runtime: Runtime): boolean {
+  return cuda.available() && cuda.deviceCount() > 0 && !runtime.mapsCuda;
 }
 
 /** A host tensor shaped like `like`, from the process's bounce pool (pinned where CUDA exists). */

@@ -19,7 +19,7 @@ export const tagMover: Mover = {
     return {
       wire,
       async start(): Promise<ProtocolSeen | void> {
-        const { buffer, release } = tagBuffer(tensor, connection.runtime.context);
+        const { buffer, release } = tagBuffer(tensor, connection.runtime.context, connection.runtime.stats);
         try {
           // Settles once UCX is done reading: the caller may then reuse or free the tensor. UCX's
           // description of the send is the path the call reports.
@@ -34,7 +34,7 @@ export const tagMover: Mover = {
   },
 
   async receive(wire: TensorWire, dest: Tensor, { connection }: TransferScope): Promise<ProtocolSeen | void> {
-    const { buffer, release } = tagBuffer(dest, connection.runtime.context);
+    const { buffer, release } = tagBuffer(dest, connection.runtime.context, connection.runtime.stats);
     try {
       // Only the connection's end cancels this receive: cancelling it while the bytes are on the
       // way would leave them unmatched in UCX (docs/wire.md "Tag rendezvous").
