@@ -78,19 +78,23 @@ export function checksum(bytes: Uint8Array): bigint {
   return BigInt.asUintN(64, total + BigInt(partial));
 }
 
+/** Every f16 value by its bits (never written after this): reading weights through it is many
+ *  times faster than decoding each one. */
+const HALVES = Float64Array.from({ length: 65536 }, (_, bits) => fromHalf(bits));
+
 function gemm(out: Tensor, a: Tensor, b: Tensor, options: GemmOptions, m: number, n: number, k: number): void {
   const [o, x, w] = [out, a, b].map((t) => t.toArray() as Uint16Array) as [Uint16Array, Uint16Array, Uint16Array];
   const bias = options.bias?.toArray() as Uint16Array | undefined;
   const residual = options.residual?.toArray() as Uint16Array | undefined;
-  const wf = Float64Array.from(w, fromHalf);
+  const table = HALVES;
   const row = new Float64Array(n);
   for (let r = 0; r < m; r += 1) {
     row.fill(0);
     for (let i = 0; i < k; i += 1) {
-      const v = fromHalf(x[r * k + i]!);
+      const v = table[x[r * k + i]!]!;
       if (v === 0) continue;
       const base = i * n;
-      for (let c = 0; c < n; c += 1) row[c]! += v * wf[base + c]!;
+      for (let c = 0; c < n; c += 1) row[c]! += v * table[w[base + c]!]!;
     }
     for (let c = 0; c < n; c += 1) {
       let v = Math.fround(row[c]!);
