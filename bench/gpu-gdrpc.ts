@@ -3,12 +3,12 @@
 // numbers are latencies; throughput is size / per-call time).
 import { fileURLToPath } from 'node:url';
 import { callInfo, Client, type Device, type Tensor } from '../core/index.ts';
-import { Runtime } from '../core/rpc/runtime.ts';
+import { Runtime } from '../core/rpc/runtime/runtime.ts';
 import { cuda } from '../core/cuda.ts';
 import { SinkDescriptor } from './schemas/gen/gpu_sink.ts';
 import { receivingOn } from '../test/support/receive-placement.ts';
 import { percentile, type BenchResult } from './machine.ts';
-import { unsafeRmaEnabled } from '../core/rpc/runtime.ts';
+import { unsafeRmaEnabled } from '../core/rpc/runtime/runtime.ts';
 import { spawnPeer, type Peer } from '../test/support/peer.ts';
 
 export interface GdrpcOptions { client: Device; server: Device; sizes: number[]; system: string; smallCalls: number }

@@ -5,7 +5,7 @@
 //   node --import tsx bench/rpc-gpu.ts
 import { fileURLToPath } from 'node:url';
 import { Client, Server, cuda, type Tensor } from '../core/index.ts';
-import { unsafeRmaEnabled } from '../core/rpc/runtime.ts';
+import { unsafeRmaEnabled } from '../core/rpc/runtime/runtime.ts';
 import { spawnPeer } from '../test/support/peer.ts';
 import { announceReady } from '../test/support/ready-line.ts';
 import { GpuSink, GpuSinkDescriptor } from './schemas/gen/rpc_bench.ts';

@@ -1,13 +1,13 @@
 // gdrpc against @grpc/grpc-js on the same workloads, between two processes: small-call round
 // trip, calls/s with 64 in flight, tensor (bytes) throughput from 4 KiB to 256 MiB, and, for
-// gdrpc only, each mover per size (the table behind the 'auto' choice in core/rpc/movers).
+// gdrpc only, each mover per size (the table behind the 'auto' choice in core/rpc/transfer/movers).
 import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import { Client, type Tensor } from '../core/index.ts';
 import { describeMachine, percentile, type BenchResult } from './machine.ts';
 import { BenchDescriptor } from './schemas/gen/rpc_bench.ts';
 import { spawnPeer, type Peer } from '../test/support/peer.ts';
-import { unsafeRmaEnabled } from '../core/rpc/runtime.ts';
+import { unsafeRmaEnabled } from '../core/rpc/runtime/runtime.ts';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;

@@ -2,7 +2,7 @@
 // is INVALID_ARGUMENT naming `Owner.option`, the value and what is allowed, raised where the options
 // are given: left for later, it surfaced as a TypeError deep in a transfer, or as a timer that fired
 // at once (Node runs a setTimeout of NaN or of more than 2^31 ms after 1 ms). Here, in the lowest
-// layer of the runtime API, so that tensor and RPC options read alike (core/rpc/options.ts).
+// layer of the runtime API, so that tensor and RPC options read alike (core/rpc/call/options.ts).
 import { Code, GdrpcError } from '../errors.ts';
 
 /** What one option accepts: the test, and the words that say it in an error. */

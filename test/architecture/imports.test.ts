@@ -95,15 +95,15 @@ const STATE_EXEMPT_FILES = ['core/native.ts', 'core/package-root.ts'];
 const ALLOWED_STATE: Record<string, string> = {
   // The one process-wide slot STYLE.md 14 leaves: which Runtime a Client or Server without
   // `runtime` uses. Everything that slot leads to is the Runtime's and closes with it.
-  'core/rpc/runtime.ts: #default': 'the default runtime of the process',
+  'core/rpc/runtime/runtime.ts: #default': 'the default runtime of the process',
   // A tensor's producer is a property of the tensor, not of a runtime: producedOn() takes no
   // runtime, a tensor may be sent on several, and the entry dies with the tensor (weak key). It
   // would be a Tensor field if the tensor area could name compute's CudaEvent (it is below).
   'core/compute/ready.ts: producers': 'per-tensor producer event, weakly keyed',
   // Facts about one endpoint that UCX fixes at connect: weakly keyed, gone with the endpoint.
-  'core/rpc/movers/path.ts: cache': "per-endpoint transport names, weakly keyed",
+  'core/rpc/transfer/movers/path.ts: cache': "per-endpoint transport names, weakly keyed",
   // A pool region's packed rkey, fixed for the region's life: weakly keyed, gone with the region.
-  'core/rpc/movers/rma.ts: packed': 'per-region packed rkey, weakly keyed',
+  'core/rpc/transfer/movers/rma.ts: packed': 'per-region packed rkey, weakly keyed',
   // A brand: which objects are TensorPools (tensor.ts may not import pool.ts). Weakly keyed, it
   // says what an object is, never how much of anything the process holds.
   'core/tensor/storage.ts: pools': 'TensorPool brand, weakly keyed',

@@ -3,7 +3,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { callInfo, type Client, type Tensor, type TransferInfo } from '../../core/index.ts';
 import { openClientSide, type ClientSide } from './fixtures/client-side.ts';
-import { DEFAULT_INLINE_BYTES } from '../../core/rpc/connection.ts';
+import { DEFAULT_INLINE_BYTES } from '../../core/rpc/connection/connection.ts';
 import { announce, DRY_RUN, GPU_MOVERS, EXPECTED_PATH, MAX_BYTES, MiB, skipReason, topologies } from './fixtures/env.ts';
 import { firstMismatch, fillTensor, patternDigest } from './fixtures/pattern.ts';
 import { startGpuServer, type GpuPeer } from './fixtures/peer.ts';

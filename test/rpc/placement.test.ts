@@ -8,7 +8,7 @@ import {
   Client, closeProcessPools, Code, cuda, GdrpcError, Server, Tensor,
   type ClientOptions, type Placement, type ServerOptions,
 } from '../../core/index.ts';
-import { bindPlacement, landingDevice, receiveDeviceIndex } from '../../core/rpc/placement.ts';
+import { bindPlacement, landingDevice, receiveDeviceIndex } from '../../core/rpc/call/placement.ts';
 import { BareDescriptor } from '../schemas/gen/rpc/bare.ts';
 import { thrown } from './fixtures/thrown.ts';
 

@@ -4,7 +4,7 @@
 // cannot say so through that option, and on a machine with a GPU a bare `@cuda` would still land
 // on cuda:0. So such a side uses a copy of the generated descriptor with those tensors on @host.
 import type { MethodDescriptor, Placement, ServiceDescriptor, TypeRef, TypeTable } from '../../core/schema/descriptor.ts';
-import type { CudaDevice } from '../../core/rpc/placement.ts';
+import type { CudaDevice } from '../../core/rpc/call/placement.ts';
 import type { Device } from '../../core/tensor/index.ts';
 
 /** The `device` option (Client.connect, Server.register) that puts a bare `@cuda` on `device`. */

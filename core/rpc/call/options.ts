@@ -1,0 +1,142 @@
+// The RPC options objects and their rules (core/tensor/options.ts says why they are checked up
+// front). Each table has a rule for every option of its type: the compiler fails when one is added
+// without a rule. The types live here, below client.ts and server.ts, so that the tables and
+// call-checks.ts need not import those back.
+import { Accept, isRecord, rule, type OptionRules } from '../../tensor/options.ts';
+import type { MoverName } from '../transfer/movers/mover.ts';
+import { BUSY_POLL_US, Runtime } from '../runtime/runtime.ts';
+import type { Allocate } from '../transfer/transfer.ts';
+import type { CudaDevice } from './placement.ts';
+import { isDevice } from '../../tensor/device.ts';
+
+/** Internal call option: where result tensors go (RemoteTensor.pull uses it). */
+export const ALLOCATE: unique symbol = Symbol('gdrpc.allocate');
+
+export interface CallOptions {
+  /** Milliseconds from now, or an absolute Date. Covers transfers as well as the handler. */
+  deadline?: number | Date;
+  signal?: AbortSignal;
+  metadata?: Record<string, string>;
+  /** Force a tensor mover for arguments and results; default 'auto' (the measured best per memory type and size). */
+  mover?: 'auto' | MoverName;
+  /** Fail with FAILED_PRECONDITION instead of staging tensor bytes through host memory, on either
+   *  side, arguments and results alike (the server is told in the REQUEST). */
+  noStaging?: boolean;
+  [ALLOCATE]?: Allocate | undefined;
+}
+
+export interface ClientOptions {
+  /** The runtime this client runs on (worker, pools, remote tensors); default Runtime.default(). */
+  runtime?: Runtime;
+  /** Shared token for servers that require admission (never sent: HMAC challenge-response). */
+  token?: string;
+  /** A silent server is declared gone after this long (default 10000 ms; a dead one is seen sooner, by UCX). */
+  livenessMs?: number;
+  /** Handshake time limit (default 5000 ms). */
+  connectTimeoutMs?: number;
+  /** Largest host tensor sent inline (default 4 KiB). */
+  inlineBytes?: number;
+  /** Keep progressing the worker this long after each event before sleeping (lower latency for
+   *  CPU); the first Client or Server of the default runtime decides (a given `runtime` was made
+   *  with its own). Default 0 (or GDRPC_BUSY_POLL_US). */
+  busyPollUs?: number;
+  /** Size of the runtime's pools results are received into, when this client creates them (default
+   *  64 MiB; 0: plain allocations per result, no pool). */
+  poolBytes?: number;
+  /** Where `@cuda` results are received (default cuda:0); `@cuda(N)` stays on N, and without a
+   *  GPU `@cuda` results are host memory. */
+  device?: CudaDevice;
+}
+
+export interface ServerOptions {
+  /** The runtime this server runs on (worker, pools, remote tensors); default Runtime.default(). */
+  runtime?: Runtime;
+  /** Calls in flight per connection (default 256); more get RESOURCE_EXHAUSTED. */
+  maxCallsPerConnection?: number;
+  /** Calls in flight over all connections (default 4096). */
+  maxCalls?: number;
+  /** Largest control frame accepted (default 4 MiB, inline tensors included). */
+  maxFrameBytes?: number;
+  /** Largest single tensor accepted, checked before allocation (default 1 GiB). */
+  maxTensorBytes?: number;
+  /** Receiving pool per device, mapped once (default 128 MiB; 0: plain allocations). */
+  poolBytes?: number;
+  /** When the pool is full, register a one-off allocation instead of waiting (default false). */
+  allowPoolOverflow?: boolean;
+  /** An argument tensor that does not fit in the pool now waits, first come first served, this long
+   *  at most (and never past its call's deadline) for blocks that other calls free, then fails
+   *  RESOURCE_EXHAUSTED (default 10000 ms; 0: fail at once). */
+  poolWaitMs?: number;
+  /** Pool bytes one connection's calls may hold before its waiting tensors let other connections'
+   *  go first (default half of poolBytes); a connection alone may use the whole pool. */
+  maxPoolBytesPerConnection?: number;
+  /** Shared token clients must prove (HMAC challenge-response) before any call. */
+  token?: string;
+  /** A connection that has not completed the handshake by then is closed (default 5000 ms);
+   *  nothing it sends extends this. */
+  admissionTimeoutMs?: number;
+  /** Tensor bytes a client announced must arrive within this long once the server waits for
+   *  them (default 30 s); otherwise the connection is closed and the pool block returns. */
+  transferTimeoutMs?: number;
+  /** Connections open at once, admitted or not (default 1024); more are rejected at connect. */
+  maxConnections?: number;
+  /** Connections open at once from one peer IP address (default 64). */
+  maxConnectionsPerAddress?: number;
+  /** A silent client is declared gone after this long (default 10000 ms; a dead one is seen sooner, by UCX). */
+  livenessMs?: number;
+  /** Largest host tensor the server sends inline (default 4 KiB). */
+  inlineBytes?: number;
+  /** Keep progressing the worker this long after each event before sleeping (see ClientOptions). */
+  busyPollUs?: number;
+  /** How long results exposed for RMA wait for the client's FIN (default 30 s). */
+  exposureHoldMs?: number;
+  /** Send the message of a handler's plain Error (not a GdrpcError) to the client instead of a
+   *  generic "internal error in handler ..." (default false: such messages may hold secrets). */
+  exposeErrorMessages?: boolean;
+  /** Where `@cuda` arguments are received (default cuda:0; register() may say otherwise per
+   *  service); `@cuda(N)` stays on N, and without a GPU `@cuda` arguments are host memory. */
+  device?: CudaDevice;
+}
+
+/** Options of one service's registration (Server.register). */
+export interface RegisterOptions {
+  /** Where this service's `@cuda` arguments are received (default: ServerOptions.device). */
+  device?: CudaDevice;
+}
+
+/** Movers a caller may force (CallOptions.mover). */
+export const MOVER_CHOICES = ['auto', 'inline', 'tag', 'rma'] as const;
+
+const DEADLINE = rule('milliseconds from now (a number; Infinity: none) or a valid Date',
+  (v) => (typeof v === 'number' && !Number.isNaN(v)) || (v instanceof Date && !Number.isNaN(v.getTime())));
+// The server refuses a REQUEST whose metadata holds anything but strings, as malformed.
+const METADATA = rule('an object whose values are strings', (v) => isRecord(v) && Object.values(v).every((item) => typeof item === 'string'));
+
+// Not 'cpu': the handshake tells the peer that this side takes `@cuda` tensors in GPU memory, and
+// the peer sends them so; host memory is the schema's `@host`.
+const RECEIVE_DEVICE = rule("'cuda:N' (where a bare @cuda tensor is received)", (v) => isDevice(v) && v !== 'cpu');
+
+/** Runtime.create() or Runtime.default(), not closed yet. */
+export const RUNTIME = rule('an open Runtime (Runtime.create())', (v) => v instanceof Runtime && !v.closed);
+
+export const CLIENT_OPTIONS: OptionRules<ClientOptions> = {
+  token: Accept.nonEmptyString, livenessMs: Accept.positiveMs, connectTimeoutMs: Accept.positiveMs,
+  inlineBytes: Accept.bytes, busyPollUs: BUSY_POLL_US, poolBytes: Accept.bytes,
+  device: RECEIVE_DEVICE, runtime: RUNTIME,
+};
+
+export const SERVER_OPTIONS: OptionRules<ServerOptions> = {
+  maxCallsPerConnection: Accept.count, maxCalls: Accept.count, maxFrameBytes: Accept.positiveBytes,
+  maxTensorBytes: Accept.bytes, poolBytes: Accept.bytes, allowPoolOverflow: Accept.boolean, poolWaitMs: Accept.ms,
+  maxPoolBytesPerConnection: Accept.positiveBytes, token: Accept.nonEmptyString, admissionTimeoutMs: Accept.positiveMs,
+  transferTimeoutMs: Accept.positiveMs, maxConnections: Accept.count, maxConnectionsPerAddress: Accept.count,
+  livenessMs: Accept.positiveMs, inlineBytes: Accept.bytes, busyPollUs: BUSY_POLL_US, exposureHoldMs: Accept.ms,
+  exposeErrorMessages: Accept.boolean, device: RECEIVE_DEVICE, runtime: RUNTIME,
+};
+
+export const REGISTER_OPTIONS: OptionRules<RegisterOptions> = { device: RECEIVE_DEVICE };
+
+export const CALL_OPTIONS: OptionRules<CallOptions> = {
+  deadline: DEADLINE, signal: Accept.signal, metadata: METADATA,
+  mover: Accept.oneOf(...MOVER_CHOICES), noStaging: Accept.boolean,
+};

@@ -1,0 +1,79 @@
+// The queue behind a streamed direction: the side that receives frames pushes items (promises,
+// so that an item whose tensors are still arriving keeps its place), the consumer iterates.
+import { GdrpcError } from '../../errors.ts';
+
+/** An async iterable fed by pushes; ends on close(), fails on fail(). */
+export class ItemQueue<T> implements AsyncIterable<T> {
+  readonly #items: Array<Promise<T>> = [];
+  #waiter: (() => void) | undefined;
+  #ended = false;
+  #error: GdrpcError | undefined;
+  #onReturn: (() => void) | undefined;
+
+  #onTake: (() => void) | undefined;
+
+  /** `onReturn` runs when the consumer stops early (break / return / throw in for-await);
+   *  `onTake` after each item the consumer has taken. */
+  constructor(onReturn?: () => void, onTake?: () => void) {
+    this.#onReturn = onReturn;
+    this.#onTake = onTake;
+  }
+
+  push(item: Promise<T>): void {
+    // Marked handled first: an item pushed after the stream ended (a peer's STREAM_ITEM behind a
+    // frame that failed the call) is dropped, and its rejection must not reach the process.
+    item.catch(() => { /* surfaced when consumed */ });
+    if (this.#ended) return;
+    this.#items.push(item);
+    this.#wake();
+  }
+
+  /** No more items after those pushed. */
+  close(): void {
+    this.#ended = true;
+    this.#wake();
+  }
+
+  /** Ends the stream with an error after the items already pushed. */
+  fail(error: GdrpcError): void {
+    if (this.#ended) return;
+    this.#error = error;
+    this.#ended = true;
+    this.#wake();
+  }
+
+  /** Number of items not yet consumed. */
+  get backlog(): number { return this.#items.length; }
+
+  #wake(): void {
+    const waiter = this.#waiter;
+    this.#waiter = undefined;
+    waiter?.();
+  }
+
+  async *[Symbol.asyncIterator](): AsyncIterator<T> {
+    let finished = false;
+    try {
+      for (;;) {
+        const next = this.#items.shift();
+        if (next !== undefined) {
+          const item = await next;
+          this.#onTake?.();
+          yield item;
+          continue;
+        }
+        if (this.#ended) {
+          finished = true;
+          if (this.#error !== undefined) throw this.#error;
+          return;
+        }
+        await new Promise<void>((resolve) => { this.#waiter = resolve; });
+      }
+    } finally {
+      if (!finished) {
+        this.#ended = true;
+        this.#onReturn?.();
+      }
+    }
+  }
+}

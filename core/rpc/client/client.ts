@@ -1,0 +1,388 @@
+// The caller's side: Client.connect, unary / server-streaming / client-streaming calls, deadlines,
+// cancellation, reconnection on the next call after the connection is lost.
+import { EventEmitter } from 'eventemitter3';
+import { Code, GdrpcError } from '../../errors.ts';
+import { Tensor, TensorPool, type Device } from '../../tensor/index.ts';
+import { checkOptions, describeValue } from '../../tensor/options.ts';
+import { FrameKind, type FrameBody } from '../../wire/frames.ts';
+import { attachCallInfo, type CallInfo } from '../call/call-info.ts';
+import { checkCall, isIterable } from '../call/call-checks.ts';
+import { ClientSession, type FinalFrame } from './client-session.ts';
+import { absoluteDeadline, CallScope } from '../call/deadline.ts';
+import type { MethodDescriptor, Placement } from '../../schema/descriptor.ts';
+import { connectAndAdmit } from '../connection/handshake.ts';
+import { DEFAULT_LIVENESS_MS } from '../connection/liveness.ts';
+import { clientAllocationFailed } from '../call/memory-errors.ts';
+import { methodName } from '../call/method-name.ts';
+import { DEFAULT_INLINE_BYTES } from '../connection/connection.ts';
+import { cudaReceives } from '../transfer/movers/memory.ts';
+import { DEFAULT_RECEIVE_DEVICE, landingDevice, receiveDeviceIndex, receivingDeviceCount, type CudaDevice } from '../call/placement.ts';
+import type { MoverName, TransferInfo } from '../transfer/movers/mover.ts';
+import { ALLOCATE, CLIENT_OPTIONS, type CallOptions, type ClientOptions } from '../call/options.ts';
+import { DEFAULT_PROCESS_POOL_BYTES } from '../runtime/process-pool.ts';
+import type { OwnerDialer } from '../remote/remote.ts';
+import { Runtime } from '../runtime/runtime.ts';
+import { ItemQueue } from '../call/stream.ts';
+import { IncomingTensors, OutgoingTensors, PendingTensor, refuseRaw, type Allocate } from '../transfer/transfer.ts';
+import { validateFields } from '../call/validate.ts';
+import { decodeFields, encodeFields, methodTypes, replaceDeep } from '../call/values.ts';
+
+/** Stream items in flight before the receiving side has taken any (flow control, both ways). */
+const STREAM_WINDOW = 64;
+
+type Row = Record<string, unknown>;
+type RequestBody = FrameBody<FrameKind.Request>;
+
+/** A connection to one gdrpc server, re-established on the next call after it is lost. */
+export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [GdrpcError] }> {
+  readonly #runtime: Runtime;
+  readonly #host: string;
+  readonly #port: number;
+  readonly #options: Required<Omit<ClientOptions, 'token' | 'busyPollUs' | 'device' | 'runtime'>> & { token?: string };
+  /** The device a bare `@cuda` result lands on (ClientOptions.device). */
+  readonly #receiveOn: number;
+  #session: ClientSession | undefined;
+  #connecting: Promise<ClientSession> | undefined;
+  #closed = false;
+  /** Only a poolBytes the caller gave grows the process pool; the default does not. */
+  readonly #explicitPoolBytes: boolean;
+
+  private constructor(runtime: Runtime, host: string, port: number, options: ClientOptions, receiveOn: number) {
+    super();
+    this.#explicitPoolBytes = options.poolBytes !== undefined && options.poolBytes > 0;
+    this.#runtime = runtime;
+    this.#host = host;
+    this.#port = port;
+    this.#options = { livenessMs: DEFAULT_LIVENESS_MS, connectTimeoutMs: 5000, poolBytes: DEFAULT_PROCESS_POOL_BYTES, inlineBytes: DEFAULT_INLINE_BYTES, ...options };
+    this.#receiveOn = receiveOn;
+  }
+
+  /** Connects to a server ("host:port" or {host, port}) and completes the handshake. */
+  static async connect(address: string | { host: string; port: number }, options: ClientOptions = {}): Promise<Client> {
+    checkOptions('ClientOptions', options, CLIENT_OPTIONS);
+    const receiveOn = receiveDeviceIndex('ClientOptions.device', options.device, receivingDeviceCount()) ?? DEFAULT_RECEIVE_DEVICE;
+    const { host, port } = parseAddress(address);
+    // busyPollUs only shapes a default runtime this call creates; a given runtime has its own.
+    const runtime = options.runtime ?? Runtime.default(options.busyPollUs !== undefined ? { busyPollUs: options.busyPollUs } : {});
+    const client = new Client(runtime, host, port, options, receiveOn);
+    runtime.attach(client, () => client.close());
+    try {
+      await client.#connection();
+    } catch (error) {
+      await client.close();
+      throw error;
+    }
+    return client;
+  }
+
+  /** "host:port" of the server. */
+  get address(): string { return `${this.#host}:${this.#port}`; }
+
+  /** One request, one response. A call whose request certainly never reached the server (the
+   *  connection was already gone, or the server refused it unrun while shutting down) is tried
+   *  once more on a fresh connection, as gRPC does; a call that may have run never is. */
+  async unary(method: MethodDescriptor, args: Row, options: CallOptions = {}): Promise<Row> {
+    const started = performance.now();
+    checkCall('unary', method, options);
+    const types = methodTypes(method);
+    validateFields(method.args, args, types, `${methodName(method)} arguments`);
+    const scope = new CallScope(absoluteDeadline(options.deadline), options.signal);
+    try {
+      for (let attempt = 1; ; attempt += 1) {
+        const session = await scope.race(this.#connection());
+        let sent: Sent | undefined;
+        try {
+          const final = this.#open(session, scope);
+          sent = await this.#send(session, final.id, FrameKind.Request, method, args, options, scope, true)
+            .catch((error: unknown) => { cancel(session, final.id); throw error; });
+          const result = await final.result;
+          if (result.kind !== FrameKind.Response) throw protocolError(session, 'expected RESPONSE');
+          const received = await this.#receive(session, final.id, method, result.body.r, scope, options);
+          return attachCallInfo(received.values, info(sent.transfers, received.transfers, started));
+        } catch (error) {
+          if (attempt > 1 || scope.aborted || !(await neverSent(error, sent))) throw error;
+        }
+      }
+    } finally {
+      scope.dispose();
+    }
+  }
+
+  /** One request, a stream of responses (an async iterable; breaking out of it cancels the call). */
+  serverStream(method: MethodDescriptor, args: Row, options: CallOptions = {}): AsyncIterable<Row> {
+    return { [Symbol.asyncIterator]: () => this.#serverStream(method, args, options)[Symbol.asyncIterator]() };
+  }
+
+  async *#serverStream(method: MethodDescriptor, args: Row, options: CallOptions): AsyncGenerator<Row> {
+    checkCall('serverStream', method, options);
+    validateFields(method.args, args, methodTypes(method), `${methodName(method)} arguments`);
+    const scope = new CallScope(absoluteDeadline(options.deadline), options.signal);
+    let session: ClientSession | undefined;
+    let id = 0;
+    let ended = false;
+    const queue = new ItemQueue<Row>(() => {
+      if (!ended && session !== undefined) cancel(session, id);
+    });
+    try {
+      session = await scope.race(this.#connection());
+      const s = session;
+      id = s.open({
+        item: (body) => queue.push(this.#receive(s, id, method, body.a, scope, options).then((r) => r.values)),
+        final: (result) => {
+          ended = true;
+          if (result instanceof GdrpcError) queue.fail(result);
+          else queue.close();
+        },
+      });
+      scope.onAbort((reason) => {
+        if (!ended) cancel(s, id, reason);
+        ended = true;
+        queue.fail(reason);
+      });
+      await this.#send(s, id, FrameKind.Request, method, args, options, scope, false, 0, STREAM_WINDOW);
+      // Credit goes back as the caller takes items, so a slow reader slows the server down
+      // instead of piling items up here.
+      let taken = 0;
+      for await (const item of queue) {
+        yield item;
+        taken += 1;
+        if (taken === STREAM_WINDOW / 2 && !ended) {
+          taken = 0;
+          s.connection.send(FrameKind.Credit, id, { n: STREAM_WINDOW / 2 }).catch(() => {});
+        }
+      }
+    } finally {
+      scope.dispose();
+    }
+  }
+
+  /** A stream of requests, one response. */
+  async clientStream(method: MethodDescriptor, args: AsyncIterable<Row> | Iterable<Row>, options: CallOptions = {}): Promise<Row> {
+    const started = performance.now();
+    checkCall('clientStream', method, options);
+    if (!isIterable(args)) throw new GdrpcError(Code.INVALID_ARGUMENT, `${methodName(method)}: clientStream takes an iterable or async iterable of argument objects, got ${describeValue(args)}`);
+    const types = methodTypes(method);
+    const scope = new CallScope(absoluteDeadline(options.deadline), options.signal);
+    try {
+      const session = await scope.race(this.#connection());
+      // The server grants credit as its handler takes items: a slow handler slows this loop.
+      let credit = STREAM_WINDOW;
+      let wake: (() => void) | undefined;
+      const final = this.#open(session, scope, (n) => { credit += n; wake?.(); });
+      const frame: RequestBody = { svc: method.service, m: method.name, win: STREAM_WINDOW };
+      const remaining = scope.remainingMs();
+      if (remaining !== undefined) frame.to = remaining;
+      if (options.metadata !== undefined) frame.md = options.metadata;
+      putPolicy(frame, options);
+      await scope.race(session.connection.send(FrameKind.Request, final.id, frame));
+      const transfers: TransferInfo[] = [];
+      let seq = 0;
+      let finished = false;
+      const settled = final.result.then(() => { finished = true; }, () => { finished = true; });
+      for await (const item of args) {
+        while (credit <= 0 && !finished) await scope.race(Promise.race([new Promise<void>((resolve) => { wake = resolve; }), settled]));
+        if (finished || scope.aborted) break;
+        credit -= 1;
+        validateFields(method.args, item, types, `${methodName(method)} arguments[${seq}]`);
+        transfers.push(...(await this.#send(session, final.id, FrameKind.StreamItem, method, item, options, scope, true, seq)).transfers);
+        seq += 1;
+      }
+      if (!finished && !scope.aborted) await scope.race(session.connection.send(FrameKind.StreamEnd, final.id, { seq }));
+      const result = await final.result;
+      if (result.kind !== FrameKind.Response) throw protocolError(session, 'expected RESPONSE');
+      const received = await this.#receive(session, final.id, method, result.body.r, scope, options);
+      return attachCallInfo(received.values, info(transfers, received.transfers, started));
+    } finally {
+      scope.dispose();
+    }
+  }
+
+  /** The runtime's mapped pool on `device` (processPool; at least this client's poolBytes if given): tensors allocated from it are sent without a registration per call and can be
+   *  exposed for RMA as they are. Results are received into it. It outlives this client. */
+  pool(device: Device = 'cpu'): TensorPool {
+    if (this.#closed) throw new GdrpcError(Code.FAILED_PRECONDITION, 'client is closed');
+    return this.#runtime.pool(device, { bytes: this.#options.poolBytes || DEFAULT_PROCESS_POOL_BYTES, allowOverflow: true, grow: this.#explicitPoolBytes });
+  }
+
+  /** Cancels calls in flight and closes the connection. The runtime's pools stay (see pool()). */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    // Both are this client's: a session still draining after a GOAWAY and a reconnect under way.
+    const current = this.#session;
+    const connecting = await this.#connecting?.catch(() => undefined);
+    for (const session of new Set([current, connecting])) {
+      session?.connection.close(new GdrpcError(Code.CANCELLED, 'client closed'), { graceful: true });
+    }
+    await this.#runtime.detach(this);
+  }
+
+  /** The ready session, connecting (again) when there is none. */
+  #connection(): Promise<ClientSession> {
+    if (this.#closed) return Promise.reject(new GdrpcError(Code.FAILED_PRECONDITION, 'client is closed'));
+    if (this.#session?.usable) return Promise.resolve(this.#session);
+    this.#connecting ??= connectAndAdmit(this.#runtime, this.#host, this.#port, {
+      livenessMs: this.#options.livenessMs, timeoutMs: this.#options.connectTimeoutMs,
+      ...(this.#options.token !== undefined ? { token: this.#options.token } : {}),
+    }).then((connection) => {
+      connection.inlineBytes = this.#options.inlineBytes;
+      const session = new ClientSession(connection, (error) => {
+        if (this.#session === session) this.#session = undefined;
+        if (!this.#closed) this.emit('disconnect', error);
+      }, (error) => this.emit('error', error));
+      this.#session = session;
+      return session;
+    }).finally(() => { this.#connecting = undefined; });
+    return this.#connecting;
+  }
+
+  /** Registers a call whose end is a RESPONSE (or ERROR); the abort of `scope` cancels it. */
+  #open(session: ClientSession, scope: CallScope, onCredit?: (n: number) => void): { id: number; result: Promise<FinalFrame> } {
+    let id = 0;
+    const result = new Promise<FinalFrame>((resolve, reject) => {
+      id = session.open({ final: (r) => (r instanceof GdrpcError ? reject(r) : resolve(r)), ...(onCredit !== undefined ? { credit: onCredit } : {}) });
+      scope.onAbort((reason) => {
+        cancel(session, id, reason);
+        reject(reason);
+      });
+    });
+    result.catch(() => {}).finally(() => session.connection.exposures.releaseCall(id));
+    return { id, result };
+  }
+
+  /** Encodes and sends a REQUEST or STREAM_ITEM with its tensors; returns the transfers. */
+  async #send(session: ClientSession, id: number, kind: FrameKind.Request | FrameKind.StreamItem, method: MethodDescriptor, values: Row, options: CallOptions, scope: CallScope, awaitTransfers: boolean, seq = 0, window?: number): Promise<Sent> {
+    const label = kind === FrameKind.Request ? `${methodName(method)} arguments.` : `${methodName(method)} arguments[${seq}].`;
+    const out = new OutgoingTensors({ connection: session.connection, call: id }, { mover: options.mover ?? 'auto', noStaging: options.noStaging ?? false }, { side: 'client', label });
+    let encoded: Row;
+    try {
+      encoded = encodeFields(method.args, values, methodTypes(method), out.encode, '');
+    } catch (error) {
+      out.discard();
+      throw error;
+    }
+    let request: RequestBody | undefined;
+    if (kind === FrameKind.Request) {
+      request = { svc: method.service, m: method.name, a: encoded };
+      const remaining = scope.remainingMs();
+      if (remaining !== undefined) request.to = remaining;
+      if (options.metadata !== undefined) request.md = options.metadata;
+      if (window !== undefined) request.win = window;
+      putPolicy(request, options);
+    }
+    if (scope.aborted) out.discard();
+    scope.throwIfAborted();
+    // Once the frame is on its way the server expects the bytes it announces, abort or not.
+    const frameSent = request !== undefined
+      ? session.connection.send(FrameKind.Request, id, request)
+      : session.connection.send(FrameKind.StreamItem, id, { seq, a: encoded });
+    const moving = frameSent.then(() => out.start(), (error: unknown) => { out.discard(); throw error; });
+    moving.catch(() => { /* surfaced through the call's own failure */ });
+    // A frame without tensors is not waited for: the answer cannot come before it left, and a
+    // failed send fails the connection, hence the call. A frame the connection refused (over the
+    // peer's frame limit) leaves it open, so that refusal ends the call here.
+    if (out.transfers.length === 0) {
+      frameSent.catch((error: unknown) => { if (session.connection.isOpen) scope.abort(GdrpcError.from(error)); });
+    } else {
+      await scope.race(frameSent);
+    }
+    // Tag sends complete when the server has the bytes; RMA exposures when it sent FIN. The
+    // response can only follow either, so waiting here adds no latency and keeps errors ordered.
+    if (awaitTransfers && out.transfers.some((t) => t.mover === 'tag')) await scope.race(moving);
+    return { transfers: out.transfers, frame: frameSent };
+  }
+
+  /** Decodes a result object, validates it, receives its tensors. */
+  async #receive(session: ClientSession, id: number, method: MethodDescriptor, wire: Row, scope: CallScope, options: CallOptions): Promise<{ values: Row; transfers: TransferInfo[] }> {
+    const incoming = new IncomingTensors({ connection: session.connection, call: id }, { maxTensor: Number.MAX_SAFE_INTEGER, noStaging: options.noStaging ?? false },
+      { side: 'client', label: `${methodName(method)} results.`, dialOwner: ownerDialer(this.#runtime) });
+    const types = methodTypes(method);
+    let values: Row;
+    try {
+      values = decodeFields(method.results, wire, types, incoming.decode, '');
+      validateFields(method.results, values, types, `${methodName(method)} results`);
+    } catch (error) {
+      await refuseRaw({ connection: session.connection, call: id }, wire);
+      if (error instanceof GdrpcError && error.code === Code.FAILED_PRECONDITION) throw error;
+      throw new GdrpcError(Code.INTERNAL, `server ${session.connection.peer} sent bad results: ${GdrpcError.from(error).rawMessage}`, { cause: error });
+    }
+    const allocate = options[ALLOCATE] ?? ((shape, dtype, placement, field) => this.#allocate(shape, dtype, placement, field));
+    const receiving = incoming.receive(allocate);
+    let received: Map<PendingTensor, Tensor>;
+    try {
+      received = await scope.race(receiving);
+    } catch (error) {
+      // The bytes keep arriving after an abort: give their memory back once they have.
+      receiving.then(() => incoming.releaseAll(), () => {});
+      throw error;
+    }
+    replaceDeep(values, (item) => (item instanceof PendingTensor ? received.get(item) ?? item : item));
+    return { values, transfers: incoming.transfers };
+  }
+
+  #allocate(shape: number[], dtype: Parameters<Allocate>[1], placement: Placement, field: string): Tensor {
+    const device = landingDevice(placement, this.#receiveOn, cudaReceives());
+    try {
+      if (this.#options.poolBytes === 0) return Tensor.empty(shape, dtype, { device });
+      return this.pool(device).allocate(shape, dtype);
+    } catch (error) {
+      throw clientAllocationFailed(error, field);
+    }
+  }
+}
+
+/** A frame handed to the connection: its transfers, and the frame's own send. */
+interface Sent { transfers: TransferInfo[]; frame: Promise<void> }
+
+/** Whether a failed call certainly never reached the server: the error says so, or the
+ *  connection was lost and its REQUEST never left (its send was refused, not attempted). */
+async function neverSent(error: unknown, sent: Sent | undefined): Promise<boolean> {
+  if (!(error instanceof GdrpcError)) return false;
+  if (error.details?.unprocessed === true) return true;
+  if (error.code !== Code.UNAVAILABLE || sent === undefined) return false;
+  return sent.frame.then(() => false, (sendError: unknown) => sendError instanceof GdrpcError && sendError.details?.unprocessed === true);
+}
+
+function cancel(session: ClientSession, id: number, reason?: unknown): void {
+  session.forget(id);
+  session.connection.exposures.releaseCall(id);
+  const code = reason instanceof GdrpcError && reason.code === Code.DEADLINE_EXCEEDED ? Code.DEADLINE_EXCEEDED : Code.CANCELLED;
+  if (session.connection.isOpen) session.connection.send(FrameKind.Cancel, id, { code }).catch(() => {});
+}
+
+/** The caller's transfer choices travel in the REQUEST (`mv`, `ns`) so that results honour them too. */
+function putPolicy(frame: RequestBody, options: CallOptions): void {
+  if (options.mover !== undefined && options.mover !== 'auto') frame.mv = options.mover;
+  if (options.noStaging === true) frame.ns = true;
+}
+
+function info(sent: TransferInfo[], received: TransferInfo[], started: number): CallInfo {
+  return { transfers: [...sent, ...received], durationMs: performance.now() - started };
+}
+
+function protocolError(session: ClientSession, what: string): GdrpcError {
+  return new GdrpcError(Code.INTERNAL, `protocol error from ${session.connection.peer}: ${what}`);
+}
+
+
+/** Splits "host:port" (or passes {host, port} through), checking the port. */
+export function parseAddress(address: string | { host: string; port: number }): { host: string; port: number } {
+  const parsed = typeof address === 'string'
+    ? { host: address.slice(0, address.lastIndexOf(':')), port: Number(address.slice(address.lastIndexOf(':') + 1)) }
+    : typeof address === 'object' && address !== null ? address : { host: '', port: 0 };
+  if (!parsed.host || typeof parsed.host !== 'string' || !Number.isInteger(parsed.port) || parsed.port <= 0 || parsed.port > 65535) {
+    throw new GdrpcError(Code.INVALID_ARGUMENT, `bad address ${JSON.stringify(address)}: expected "host:port"`);
+  }
+  return parsed;
+}
+
+/** How remote handles that arrived on `runtime` are pulled. No pool unless the caller gave one: a
+ *  process that only pulls should not map a 64 MiB pool for it (a one-off registration per pull
+ *  instead; pass `pool` to avoid it). A handle from the default runtime pulls through whichever
+ *  default runtime is open then: the one it came on may have closed with its last client. */
+export function ownerDialer(runtime: Runtime): OwnerDialer {
+  return async (owner, token) => {
+    const client = await Client.connect(owner, { poolBytes: 0, ...(runtime.implicit ? {} : { runtime }), ...(token !== undefined ? { token } : {}) });
+    return { unary: (method, args, allocate) => client.unary(method, args, { [ALLOCATE]: allocate }), close: () => client.close() };
+  };
+}

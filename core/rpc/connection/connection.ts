@@ -1,0 +1,325 @@
+// One gdrpc connection (one UCX endpoint), either side: framing, liveness, exposures, teardown.
+// The client and server add their call handling on top through a FrameHandler.
+import { setMaxListeners } from 'node:events';
+import type { Endpoint } from '../../ucx/index.ts';
+import { Code, GdrpcError } from '../../errors.ts';
+import { decodeFrame, encodeFrame } from '../../wire/codec.ts';
+import { FrameKind, type Frame, type FrameBody } from '../../wire/frames.ts';
+import { FRAME_HEADER, packMessage, unpackMessage, type WireFrame } from '../../wire/message.ts';
+import { ConnectionKey, controlTag, dataTag, IdSequence, transferOf } from '../../wire/tag.ts';
+import type { TakenMessage } from '../../ucx/index.ts';
+import type { FrameSink } from '../runtime/dispatcher.ts';
+import { Exposures } from './exposures.ts';
+import { Liveness } from './liveness.ts';
+import type { Runtime } from '../runtime/runtime.ts';
+
+/** What the side that owns a connection does with its frames. */
+export interface FrameHandler {
+  /** A well-formed frame (checked against the frame table), other than KEEPALIVE and FIN. */
+  frame(frame: Frame): void;
+  /** A frame that failed decoding or was too long for the receive buffer. */
+  malformed(kind: number, call: number, error: GdrpcError): void;
+  /** The connection is gone (closed here, peer gone, liveness); `error` says why. */
+  closed(error: GdrpcError): void;
+}
+
+/** Limits and settings the peer announced in the handshake. */
+export interface PeerLimits {
+  maxFrame: number; maxTensor: number; inline: number;
+  /** receives @cuda tensors into GPU memory */ gpu: boolean;
+  /** stages what it receives into GPU memory through host memory (its UCX cannot map CUDA) */ stages?: boolean;
+}
+
+interface QueuedFrame extends WireFrame { resolve: () => void; reject: (error: unknown) => void }
+
+/** Default time announced tensor bytes have to arrive once their receive is posted. */
+export const DEFAULT_TRANSFER_TIMEOUT_MS = 30_000;
+
+/** Largest host tensor sent inline by default (bytes); movers/choose.ts says why 4 KiB. */
+export const DEFAULT_INLINE_BYTES = 4096;
+
+/** Tensor payloads a connection holds for frames still on their way; more closes it. */
+export const MAX_HELD_PAYLOADS = 64;
+/** Wake-ups with work per second above which the worker counts as moving data (a peer sending
+ *  bulk over TCP makes hundreds; UCX's keepalive of a stopped peer, one). */
+const STREAMING_WAKES_PER_S = 10;
+/** How long a held payload waits for the frame that announces it before it is dropped. */
+const HOLD_MS = 10_000;
+
+/** A connection: frames out, frames in (via the dispatcher), liveness, exposures, close. */
+export class Connection implements FrameSink {
+  /** The key this side drew: the peer tags what it sends here with it (wire/tag.ts). */
+  readonly key: ConnectionKey;
+  /** The key the peer drew (from HELLO or AUTH); undefined until the handshake tells it. */
+  peerKey: ConnectionKey | undefined;
+  /** Admission is complete (READY sent or received); before it only handshake frames count. */
+  admitted = false;
+  peerLimits: PeerLimits = { maxFrame: Number.MAX_SAFE_INTEGER, maxTensor: Number.MAX_SAFE_INTEGER, inline: 0, gpu: false };
+  /** Largest host tensor this side sends inline. */
+  inlineBytes = DEFAULT_INLINE_BYTES;
+  /** Announced tensor bytes that have not arrived by then close the connection (ms). */
+  transferTimeoutMs = DEFAULT_TRANSFER_TIMEOUT_MS;
+  /** Largest frame this side accepts on this connection (the worker's buffer may be larger). */
+  frameLimit = Number.MAX_SAFE_INTEGER;
+  readonly exposures = new Exposures();
+  readonly transfers = new IdSequence();
+  readonly liveness: Liveness;
+  readonly #abort = new AbortController();
+  #error: GdrpcError | undefined;
+  #handler: FrameHandler | undefined;
+  /** Payloads that arrived before their receive was posted, by transfer id. */
+  readonly #held = new Map<number, { message: TakenMessage; at: number }>();
+  /** Transfers announced by frames already read whose receive is not posted yet (the
+   *  destination may be waiting for pool memory): their payloads are held without limit. */
+  readonly #expected = new Set<number>();
+
+  constructor(readonly runtime: Runtime, readonly endpoint: Endpoint, livenessMs: number) {
+    // Every receive tied to the connection listens to this signal: many at once is normal.
+    setMaxListeners(0, this.#abort.signal);
+    this.key = runtime.dispatcher.register(this);
+    this.liveness = new Liveness(livenessMs, () => this.#keepalive(), (silentMs) => {
+      this.close(new GdrpcError(Code.UNAVAILABLE, `peer ${this.peer} silent for ${silentMs} ms (liveness ${this.liveness.timeoutMs} ms)`));
+    }, () => this.#dataMoving() && this.#incoming > 0);  // sampled every tick, transfers or not
+    endpoint.on('error', (error) => this.close(new GdrpcError(Code.UNAVAILABLE, `connection to ${this.peer} failed: ${error.rawMessage}`, { cause: error, ucsStatus: error.ucsStatus })));
+  }
+
+  get peer(): string { return this.endpoint.peer; }
+  /** Aborts when the connection closes; every wait tied to the connection listens to it. */
+  get signal(): AbortSignal { return this.#abort.signal; }
+  get closedError(): GdrpcError | undefined { return this.#error; }
+  get isOpen(): boolean { return this.#error === undefined; }
+
+  setHandler(handler: FrameHandler): void { this.#handler = handler; }
+
+  /** Sends a control frame to the peer. Frames sent in the same turn of the event loop leave as
+   *  one UCX message (docs/wire.md "Control messages"): with many calls in flight that divides the
+   *  messages and the wake-ups they cost. */
+  send<K extends FrameKind>(kind: K, call: number, body: FrameBody<K>): Promise<void> {
+    if (this.#error !== undefined) return Promise.reject(unprocessed(this.#error));
+    if (this.peerKey === undefined) return Promise.reject(new GdrpcError(Code.FAILED_PRECONDITION, `no key for ${this.peer} yet (handshake incomplete)`));
+    const bytes = encodeFrame(kind, body);
+    if (bytes.length + FRAME_HEADER > this.peerLimits.maxFrame) {
+      return Promise.reject(new GdrpcError(Code.RESOURCE_EXHAUSTED, `frame of ${bytes.length} bytes exceeds the peer's ${this.peerLimits.maxFrame}-byte frame limit`));
+    }
+    return new Promise<void>((resolve, reject) => {
+      if (this.#queue.length === 0) queueMicrotask(() => this.#flush());
+      this.#queue.push({ kind, call, body: bytes, resolve, reject });
+    });
+  }
+
+  #queue: QueuedFrame[] = [];
+
+  #flush(): void {
+    const queue = this.#queue;
+    this.#queue = [];
+    if (this.#error !== undefined) {
+      // Closed since these were queued: none of them was handed to UCX.
+      const error = unprocessed(this.#error);
+      for (const frame of queue) frame.reject(error);
+      return;
+    }
+    let start = 0;
+    while (start < queue.length) {
+      // As many frames as fit in one peer message.
+      let end = start;
+      let size = 0;
+      while (end < queue.length && (end === start || size + FRAME_HEADER + queue[end]!.body.length <= this.peerLimits.maxFrame)) {
+        size += FRAME_HEADER + queue[end]!.body.length;
+        end += 1;
+      }
+      const group = queue.slice(start, end);
+      start = end;
+      // send() queued nothing before the handshake gave the peer's key, and a key is never taken back.
+      const sent = this.sendRaw(controlTag(this.peerKey!.value), packMessage(group));
+      sent.then(() => { for (const f of group) f.resolve(); }, (error: unknown) => { for (const f of group) f.reject(error); });
+    }
+  }
+
+  /** Sends a frame whose tag and bytes the caller built (handshake, tests of malformed input). */
+  sendRaw(tag: bigint, bytes: Uint8Array): Promise<void> {
+    this.liveness.sent();
+    const slot = this.runtime.sendSlots.take(bytes);
+    const sent = this.endpoint.tagSend(tag, slot?.view ?? bytes);
+    if (slot !== undefined) sent.then(slot.release, slot.release);
+    return sent.catch((error: unknown) => {
+      const failure = this.#error ?? GdrpcError.from(error, Code.UNAVAILABLE);
+      // Refused by UCX before anything left (binding: details.unsent): the peer never saw it.
+      throw error instanceof GdrpcError && error.details?.unsent === true ? unprocessed(failure) : failure;
+    });
+  }
+
+  /** Tag of tensor bytes this side sends on this connection. */
+  outgoingDataTag(transfer: number): bigint {
+    if (this.peerKey === undefined) throw new GdrpcError(Code.FAILED_PRECONDITION, 'handshake incomplete');
+    return dataTag(this.peerKey, transfer);
+  }
+  /** Tag of tensor bytes this side receives on this connection. */
+  incomingDataTag(transfer: number): bigint { return dataTag(this.key, transfer); }
+
+  /** A held payload of `transfer` (it arrived before its frame was read), taken out; or undefined. */
+  takeHeld(transfer: number): TakenMessage | undefined {
+    this.#expected.delete(transfer);
+    const held = this.#held.get(transfer);
+    if (held === undefined) return undefined;
+    this.#held.delete(transfer);
+    return held.message;
+  }
+
+  /** Runs the receive of a tensor payload from the peer, counted as an incoming transfer (for
+   *  liveness: a peer whose bytes are arriving is not silent). */
+  async receiving<T>(receive: () => Promise<T>): Promise<T> {
+    this.#incoming += 1;
+    try {
+      return await receive();
+    } finally {
+      this.#incoming -= 1;
+    }
+  }
+
+  #incoming = 0;
+
+  #sample = { at: performance.now(), activity: 0 };
+
+  /** Whether the worker has been moving data since the last look (UCX cannot say for which
+   *  endpoint): a rate of wake-ups with work, well above what keepalives alone cause. */
+  #dataMoving(): boolean {
+    const worker = this.runtime.worker;
+    if (worker.closed) return false;
+    const now = performance.now();
+    const activity = worker.activity();
+    const rate = ((activity - this.#sample.activity) * 1000) / Math.max(1, now - this.#sample.at);
+    this.#sample = { at: now, activity };
+    return rate >= STREAMING_WAKES_PER_S;
+  }
+
+  /** A frame announced the payload of `transfer`; its receive (or refusal) comes later. */
+  expect(transfer: number): void {
+    if (this.#error !== undefined) return;
+    this.#expected.add(transfer);
+  }
+
+  onStrayData(message: TakenMessage, low: number): void {
+    const dispatcher = this.runtime.dispatcher;
+    if (this.#error !== undefined) return dispatcher.drop(message);
+    if (!this.admitted) {
+      dispatcher.drop(message);
+      this.close(new GdrpcError(Code.UNAUTHENTICATED, `${this.peer} sent tensor bytes before admission`));
+      return;
+    }
+    const transfer = transferOf(this.key, low);
+    if (this.#expected.has(transfer) && !this.#held.has(transfer)) {
+      // Announced, its call bounds how long it waits (deadline, pool wait, refusal).
+      this.#held.set(transfer, { message, at: Date.now() });
+      return;
+    }
+    if (this.#expireHeld() >= MAX_HELD_PAYLOADS || this.#held.has(transfer)) {
+      dispatcher.drop(message);
+      this.close(new GdrpcError(Code.RESOURCE_EXHAUSTED, `${this.peer} sent more than ${MAX_HELD_PAYLOADS} tensor payloads that no frame announced`));
+      return;
+    }
+    this.#held.set(transfer, { message, at: Date.now() });
+    // Dropped after HOLD_MS even if nothing else arrives for this connection.
+    this.#holdTimer ??= setTimeout(() => this.#sweepHeld(), HOLD_MS + 1).unref();
+  }
+
+  #holdTimer: NodeJS.Timeout | undefined;
+
+  #sweepHeld(): void {
+    this.#holdTimer = undefined;
+    if (this.#error !== undefined) return;
+    if (this.#expireHeld() > 0) this.#holdTimer = setTimeout(() => this.#sweepHeld(), HOLD_MS + 1).unref();
+  }
+
+  /** Drops held payloads no frame announced within HOLD_MS; returns how many unannounced remain. */
+  #expireHeld(): number {
+    const now = Date.now();
+    let unannounced = 0;
+    for (const [id, held] of this.#held) {
+      if (this.#expected.has(id)) continue;
+      if (now - held.at > HOLD_MS) {
+        this.#held.delete(id);
+        this.runtime.dispatcher.drop(held.message);
+      } else {
+        unannounced += 1;
+      }
+    }
+    return unannounced;
+  }
+
+  onMessage(bytes: Uint8Array): void {
+    this.liveness.received();
+    if (this.#error !== undefined) return;
+    let frames: WireFrame[];
+    try {
+      frames = unpackMessage(bytes);
+    } catch (error) {
+      this.#handler?.malformed(0, 0, GdrpcError.from(error));
+      return;
+    }
+    if (bytes.length > this.frameLimit) {
+      // Too long to be processed, but its frame headers still say which calls to fail.
+      const error = new GdrpcError(Code.RESOURCE_EXHAUSTED, `message of ${bytes.length} bytes exceeds the ${this.frameLimit}-byte frame limit`);
+      for (const frame of frames) if (this.#error === undefined) this.#handler?.malformed(frame.kind, frame.call, error);
+      return;
+    }
+    for (const frame of frames) {
+      if (this.#error !== undefined) return;
+      this.#onFrame(frame);
+    }
+  }
+
+  #onFrame(wire: WireFrame): void {
+    let frame: Frame;
+    try {
+      frame = decodeFrame(wire);
+    } catch (error) {
+      this.#handler?.malformed(wire.kind, wire.call, GdrpcError.from(error));
+      return;
+    }
+    if (frame.kind === FrameKind.Keepalive) return;
+    if (frame.kind === FrameKind.Fin) {
+      if (this.admitted) this.exposures.release(frame.body.x);
+      return;
+    }
+    this.#handler?.frame(frame);
+  }
+
+  onOversized(length: number): void {
+    this.liveness.received();
+    const error = new GdrpcError(Code.RESOURCE_EXHAUSTED, `message of ${length} bytes exceeds the ${this.runtime.dispatcher.frameBytes}-byte frame limit`);
+    this.#handler?.malformed(0, 0, error);
+  }
+
+  /** Closes the connection (idempotent): releases exposures, stops liveness, closes the endpoint
+   *  (force when the peer is gone) and tells the handler. */
+  close(error: GdrpcError = new GdrpcError(Code.UNAVAILABLE, 'connection closed'), options: { graceful?: boolean } = {}): void {
+    if (this.#error !== undefined) return;
+    this.#error = error;
+    this.liveness.stop();
+    this.exposures.releaseAll();
+    for (const held of this.#held.values()) this.runtime.dispatcher.drop(held.message);
+    this.#held.clear();
+    this.#expected.clear();
+    clearTimeout(this.#holdTimer);
+    this.runtime.dispatcher.unregister(this.key);
+    this.#abort.abort(error);
+    const force = !options.graceful || this.endpoint.failed;
+    this.#endpointClosed = this.endpoint.close({ force }).catch(() => { /* already failed: nothing left to release */ });
+    this.#handler?.closed(error);
+  }
+
+  #endpointClosed: Promise<void> | undefined;
+  /** Settles when UCX has closed the endpoint (a graceful close first flushes what was sent). */
+  get endpointClosed(): Promise<void> { return this.#endpointClosed ?? Promise.resolve(); }
+
+  #keepalive(): void {
+    if (this.peerKey === undefined) return;
+    this.send(FrameKind.Keepalive, 0, {}).catch(() => { /* the liveness timer or error event reports it */ });
+  }
+}
+
+/** `error` marked as certainly not having reached the peer (a call failing with it never ran
+ *  there and may be retried). */
+function unprocessed(error: GdrpcError): GdrpcError {
+  return new GdrpcError(error.code, error.rawMessage, { cause: error, details: { ...(error.details ?? {}), unprocessed: true } });
+}

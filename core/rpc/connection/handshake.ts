@@ -1,0 +1,74 @@
+// The client half of the handshake (docs/wire.md "Handshake and admission"): wait for HELLO on
+// the new endpoint, answer AUTH (with the HMAC proof when challenged), wait for READY.
+import { Endpoint } from '../../ucx/index.ts';
+import { Code, GdrpcError, isCode } from '../../errors.ts';
+import { FrameKind, type FrameBody } from '../../wire/frames.ts';
+import { ConnectionKey } from '../../wire/tag.ts';
+import { authProof } from './auth.ts';
+import { cudaReceives } from '../transfer/movers/memory.ts';
+import { stagesCudaReceives } from '../transfer/movers/staging.ts';
+import { Connection, type FrameHandler } from './connection.ts';
+import type { FrameSink } from '../runtime/dispatcher.ts';
+import { DEFAULT_FRAME_BYTES, type Runtime } from '../runtime/runtime.ts';
+
+export interface HandshakeOptions { token?: string; livenessMs: number; timeoutMs: number; name?: string }
+
+/** Connects to host:port and completes admission; the connection comes back ready for calls. */
+export async function connectAndAdmit(runtime: Runtime, host: string, port: number, options: HandshakeOptions): Promise<Connection> {
+  // Only one outgoing handshake per worker at a time: HELLO carries no hint of which endpoint it
+  // came from (UCX tag matching does not say), so the one pending endpoint is the one it is for.
+  // After HELLO, everything arrives under the key this side drew, which only that server learns.
+  const forward: FrameSink & { target?: Connection } = {
+    onMessage(bytes) { this.target?.onMessage(bytes); },
+    onOversized(length) { this.target?.onOversized(length); },
+    onStrayData(message, low) { if (this.target !== undefined) this.target.onStrayData(message, low); else runtime.dispatcher.drop(message); },
+  };
+  const endTurn = await runtime.dispatcher.awaitHelloTurn(forward);
+  let connection: Connection | undefined;
+  try {
+    const endpoint = Endpoint.connect(runtime.worker, { host, port, name: options.name ?? 'gdrpc-client' });
+    connection = new Connection(runtime, endpoint, options.livenessMs);
+    forward.target = connection;
+    await admit(connection, options);
+    return connection;
+  } catch (error) {
+    const failure = GdrpcError.from(error, Code.UNAVAILABLE);
+    connection?.close(failure);
+    throw failure;
+  } finally {
+    endTurn();
+  }
+}
+
+function admit(connection: Connection, options: HandshakeOptions): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => fail(new GdrpcError(Code.UNAVAILABLE, `no handshake from ${connection.peer} within ${options.timeoutMs} ms`)), options.timeoutMs);
+    const fail = (error: GdrpcError): void => { clearTimeout(timer); reject(error); };
+    const handler: FrameHandler = {
+      frame(frame) {
+        if (frame.kind === FrameKind.Hello && connection.peerKey === undefined) {
+          const hello = frame.body;
+          connection.peerKey = new ConnectionKey(hello.key);
+          connection.peerLimits = { maxFrame: hello.maxFrame, maxTensor: hello.maxTensor, inline: hello.inline, gpu: hello.gpu === true, stages: hello.stg === true };
+          const auth: FrameBody<FrameKind.Auth> = { key: connection.key.value, live: options.livenessMs, gpu: cudaReceives(), maxFrame: DEFAULT_FRAME_BYTES };
+          if (stagesCudaReceives(connection.runtime)) auth.stg = true;
+          if (hello.chal !== undefined && options.token !== undefined) auth.proof = authProof(options.token, hello.chal, connection.peerKey.value, connection.key.value);
+          const livenessMs = Math.min(options.livenessMs, hello.live || options.livenessMs);
+          connection.liveness.start(livenessMs);
+          connection.send(FrameKind.Auth, 0, auth).catch((error) => fail(GdrpcError.from(error, Code.UNAVAILABLE)));
+        } else if (frame.kind === FrameKind.Ready && connection.peerKey !== undefined) {
+          clearTimeout(timer);
+          connection.admitted = true;
+          resolve();
+        } else if (frame.kind === FrameKind.Error) {
+          const code = isCode(frame.body.code) ? frame.body.code : Code.UNAUTHENTICATED;
+          fail(new GdrpcError(code, `${connection.peer} refused admission: ${frame.body.msg}`));
+        }
+      },
+      malformed(_kind, _call, error) { fail(error); },
+      closed(error) { fail(error); },
+    };
+    connection.setHandler(handler);
+    connection.liveness.start(options.timeoutMs);
+  });
+}

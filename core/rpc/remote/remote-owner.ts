@@ -1,0 +1,80 @@
+// The owner side of remote tensors (`@remote` placement) for one Runtime: the table of exposed
+// tensors and the Server that answers their pulls (docs/wire.md "Remote handle"). The 16-byte
+// capability makes handles unguessable, and an entry is looked up, never an address trusted, so a
+// pull after release is NOT_FOUND and never reads other memory.
+import { randomBytes, timingSafeEqual } from 'node:crypto';
+import { networkInterfaces } from 'node:os';
+import { Code, GdrpcError } from '../../errors.ts';
+import type { Tensor } from '../../tensor/index.ts';
+import type { TensorWire } from '../../wire/frames.ts';
+import { memoryTypeOf } from '../transfer/movers/memory.ts';
+
+/** What the owner needs of a Server: where it listens, and how to stop it. */
+export interface OwnerServer {
+  readonly address: { host: string; port: number } | undefined;
+  shutdown(options?: { graceMs?: number }): Promise<void>;
+}
+
+interface Entry { tensor: Tensor; secret: Uint8Array; release: () => void }
+
+/** One runtime's exposed remote tensors and the servers that can answer pulls of them. */
+export class RemoteOwner {
+  readonly #entries = new Map<number, Entry>();
+  #nextId = 1;
+  /** Servers of this runtime that listen: the first also answers pulls, with its own address and token. */
+  readonly #listening = new Set<OwnerServer>();
+  /** The server serveRemoteTensors started, for a runtime without a listening Server of its own:
+   *  pulls are never served on an address, or without a token, that nobody chose. */
+  dedicated: OwnerServer | undefined;
+
+  /** A server of this runtime started or stopped listening. */
+  listening(server: OwnerServer, on: boolean): void {
+    if (on) this.#listening.add(server);
+    else this.#listening.delete(server);
+  }
+
+  /** Where pulls are served; FAILED_PRECONDITION when nowhere. */
+  address(): { host: string; port: number } {
+    const first = this.#listening.values().next().value as OwnerServer | undefined;
+    if (first?.address !== undefined) return first.address;
+    if (this.dedicated?.address !== undefined) return this.dedicated.address;
+    throw new GdrpcError(Code.FAILED_PRECONDITION, 'passing an @remote tensor needs a listening Server on this runtime, or serveRemoteTensors({ host, token }) to say where pulls are served');
+  }
+
+  /** Registers `tensor` for a peer at `peer` ("host:port"); `track` ties the entry's life to the
+   *  call (it gets the entry's removal and returns what releases it). Returns the handle. */
+  expose(tensor: Tensor, peer: string, track: (forget: () => void) => () => void): TensorWire {
+    const listen = this.address();
+    const x = this.#nextId;
+    this.#nextId = x >= 0xffff_ffff ? 1 : x + 1;
+    const secret = randomBytes(16);
+    const release = track(() => { this.#entries.delete(x); });
+    this.#entries.set(x, { tensor, secret, release });
+    return {
+      dt: tensor.dtype, sh: [...tensor.shape], n: tensor.byteLength, mt: memoryTypeOf(tensor), m: 'h',
+      o: `${advertisedHost(listen.host, peer)}:${listen.port}`, x, s: secret,
+    };
+  }
+
+  /** The tensor behind handle `x` if `secret` matches; NOT_FOUND otherwise (unknown, released, wrong). */
+  lookup(x: number, secret: Uint8Array): { tensor: Tensor; pulled: () => void } {
+    const entry = this.#entries.get(x);
+    if (entry === undefined || secret.length !== entry.secret.length || !timingSafeEqual(secret, entry.secret)) {
+      throw new GdrpcError(Code.NOT_FOUND, `remote tensor ${x} is unknown or has been released`);
+    }
+    return { tensor: entry.tensor, pulled: entry.release };
+  }
+
+  /** Remote tensors currently exposed (leak checks). */
+  get size(): number { return this.#entries.size; }
+}
+
+function advertisedHost(bound: string, peer: string): string {
+  if (bound !== '0.0.0.0' && bound !== '::') return bound;
+  const peerHost = peer.slice(0, peer.lastIndexOf(':'));
+  if (peerHost === '127.0.0.1' || peerHost === 'localhost' || peerHost === '::1') return '127.0.0.1';
+  for (const addresses of Object.values(networkInterfaces())) {
+    for (const address of addresses ?? []) if (address.family === 'IPv4' && !address.internal) return address.address;
+  }
+  return '127.0.0.1';
+}

@@ -1,0 +1,196 @@
+// Everything a Client or Server shares with the others of its runtime: the UCX context and worker
+// (DESIGN.md "Progress model"), the control-frame dispatcher, the pools mapped on the context, the
+// remote-tensor owner and the counters. An application may hold several (each its own worker);
+// the simple case uses the default one, which closes itself when its last user goes.
+// Pools live as long as the context, not as long as the Client that first wanted one, so that a
+// peer's cuda_ipc mapping of a pool (UCX keeps those cached) never points at memory a closed
+// client freed and reallocated.
+import { Context, Worker } from '../../ucx/index.ts';
+import { TensorPool, type Device, type TensorPoolOptions } from '../../tensor/index.ts';
+import { Dispatcher } from './dispatcher.ts';
+import { Accept, checkOptions, invalidOption } from '../../tensor/options.ts';
+import { Code, GdrpcError } from '../../errors.ts';
+import type { MoverStats } from '../transfer/movers/memory.ts';
+import { RemoteOwner } from '../remote/remote-owner.ts';
+import { SendSlots } from './send-slots.ts';
+
+/** Largest control frame any connection in this process accepts (the receive buffer size). */
+export const DEFAULT_FRAME_BYTES = 4 << 20;
+
+/** Worker busy polling (at most 10 s, as the binding allows): the busyPollUs option's rule. */
+export const BUSY_POLL_US = Accept.integer(0, 10_000_000, 'microseconds');
+
+/** Whether GDRPC_UNSAFE_RMA asks for the RMA mover, giving up isolation between peers. */
+export function unsafeRmaEnabled(): boolean {
+  return /^(1|y|yes|on|true)$/i.test(process.env.GDRPC_UNSAFE_RMA ?? '');
+}
+
+/** GDRPC_BUSY_POLL_US, checked: a typo there would otherwise fail every Client and Server with a
+ *  message about an option nobody passed. */
+function busyPollFromEnvironment(): number {
+  const text = process.env.GDRPC_BUSY_POLL_US;
+  if (text === undefined || text.trim() === '') return 0;
+  const value = Number(text);
+  if (!BUSY_POLL_US.accepts(value)) throw invalidOption('GDRPC_BUSY_POLL_US', text, BUSY_POLL_US.expected);
+  return value;
+}
+
+/** Options of Runtime.create. */
+export interface RuntimeOptions {
+  /** Keep progressing the worker this long after each event before sleeping (lower latency for
+   *  CPU). Default GDRPC_BUSY_POLL_US from the environment, else 0. */
+  busyPollUs?: number;
+}
+
+/** A UCX context and worker with the pools, remote tensors and counters of the Clients and
+ *  Servers made on it. Runtime.create() makes one the caller closes; Runtime.default() is the
+ *  process's implicit one. */
+export class Runtime {
+  // The one process-wide slot: which runtime Clients and Servers without `runtime` use.
+  static #default: Runtime | undefined;
+  /** Where small control frames are sent from. */
+  readonly sendSlots = new SendSlots();
+  /** Remote tensors exposed by calls on this runtime, and where their pulls are served. */
+  readonly owner = new RemoteOwner();
+  /** Memory registered per transfer because a tensor was not in a mapped pool (moverStats). */
+  readonly stats: MoverStats = { oneOffRegistrations: 0 };
+  /** Internal, for tests on machines without a GPU: stage host tensors too (non-inline, non-empty),
+   *  through an ordinary host bounce, so that the staging logic runs end to end on host memory. */
+  hostStagingForTests = false;
+  /** The pool per device that pool() hands out (the largest asked for so far). */
+  readonly #pools = new Map<string, TensorPool>();
+  readonly #all = new Set<TensorPool>();
+  /** Clients and Servers on this runtime, each with how to close it. */
+  readonly #users = new Map<object, () => Promise<void>>();
+  /** processPool() keeps the default runtime open until closeProcessPools(). */
+  #poolHold = false;
+  #mapsCuda: boolean | undefined;
+  #closing: Promise<void> | undefined;
+
+  private constructor(readonly context: Context, readonly worker: Worker, readonly dispatcher: Dispatcher, readonly rma: boolean, readonly implicit: boolean) {}
+
+  /** A runtime of the caller's own: its own UCX context and worker, closed by close(). */
+  static create(options: RuntimeOptions = {}): Runtime {
+    checkOptions('RuntimeOptions', options, { busyPollUs: BUSY_POLL_US });
+    return Runtime.#open(options, false);
+  }
+
+  /** The process's default runtime, created on first use (with `busyPollUs`, else
+   *  GDRPC_BUSY_POLL_US, else 0: later callers share what the first chose). It closes itself when
+   *  its last Client, Server and processPool hold are gone; the next use makes a new one. */
+  static default(options: RuntimeOptions = {}): Runtime {
+    Runtime.#default ??= Runtime.#open(options, true);
+    return Runtime.#default;
+  }
+
+  /** The default runtime if one is open; never creates one (stats of a process that has none). */
+  static current(): Runtime | undefined { return Runtime.#default; }
+
+  static #open(options: RuntimeOptions, implicit: boolean): Runtime {
+    // Without the RMA feature UCX serves no get or put from a peer, emulated or not: a context
+    // with it would let any peer that connects read and write this process's host memory
+    // through UCX's software RMA emulation (docs/security.md).
+    const rma = unsafeRmaEnabled();
+    const busyPollUs = options.busyPollUs ?? busyPollFromEnvironment();
+    const context = Context.create({ features: rma ? ['tag', 'rma', 'wakeup'] : ['tag', 'wakeup'] });
+    let worker: Worker;
+    try {
+      worker = Worker.create(context, { busyPollUs });
+    } catch (error) {
+      context.close();
+      throw error;
+    }
+    return new Runtime(context, worker, new Dispatcher(worker, DEFAULT_FRAME_BYTES), rma, implicit);
+  }
+
+  /** Whether close() has begun. */
+  get closed(): boolean { return this.#closing !== undefined; }
+
+  /** Whether this UCX context can register CUDA memory at all (ucp_context_query: fixed for its life). */
+  get mapsCuda(): boolean {
+    this.#mapsCuda ??= this.context.memoryTypes().includes('cuda');
+    return this.#mapsCuda;
+  }
+
+  /** Internal: `user` (a Client or Server) now runs on this runtime; close() closes it first. */
+  attach(user: object, close: () => Promise<void>): void {
+    if (this.closed) throw new GdrpcError(Code.FAILED_PRECONDITION, 'the runtime is closed');
+    this.#users.set(user, close);
+  }
+
+  /** Internal: `user` is done; the default runtime closes with its last user. */
+  async detach(user: object): Promise<void> {
+    if (!this.#users.delete(user)) return;
+    // While close() runs, the users it closes come back here: they must not wait for it.
+    if (this.#closing === undefined && this.#idle()) await this.close();
+  }
+
+  /** Internal: keeps the default runtime open for processPool until releasePoolHold(). */
+  holdPools(): void { if (this.implicit) this.#poolHold = true; }
+
+  /** Internal: closeProcessPools(); the default runtime closes when no user is left either. */
+  async releasePoolHold(): Promise<void> {
+    if (!this.#poolHold) return;
+    this.#poolHold = false;
+    if (this.#closing === undefined && this.#idle()) await this.close();
+  }
+
+  #idle(): boolean { return this.implicit && !this.#poolHold && this.#users.size === 0; }
+
+  /** The runtime's pool on `device` (pinned host memory with `pinned`), created on first use with
+   *  `bytes`. With `grow`, a request for more bytes than it has makes a larger one that later requests get;
+   *  the smaller stays until the runtime closes (its tensors may be live, a peer may map it). */
+  pool(device: Device, options: { bytes: number; allowOverflow?: boolean; pinned?: boolean; grow?: boolean }): TensorPool {
+    const key = options.pinned === true ? `${device}+pinned` : device;
+    let pool = this.#pools.get(key);
+    if (pool === undefined || pool.closed || (options.grow === true && pool.stats().capacity < options.bytes)) {
+      pool = this.createPool({ device, bytes: options.bytes, allowOverflow: options.allowOverflow ?? true, ...(options.pinned === true ? { pinned: true } : {}) });
+      this.#pools.set(key, pool);
+    }
+    return pool;
+  }
+
+  /** A new pool on this runtime's context, closed with it unless closed before. */
+  createPool(options: TensorPoolOptions): TensorPool {
+    if (this.closed) throw new GdrpcError(Code.FAILED_PRECONDITION, 'the runtime is closed');
+    for (const pool of this.#all) if (pool.closed) this.#all.delete(pool);
+    const pool = TensorPool.create(this.context, options);
+    this.#all.add(pool);
+    return pool;
+  }
+
+  /** The open pools made here, for stats and tests. */
+  pools(): TensorPool[] { return [...this.#all].filter((pool) => !pool.closed); }
+
+  /** Closes the Clients and Servers on this runtime (servers without grace), then the pools
+   *  (tensors still held become released), the worker and the context. */
+  close(): Promise<void> {
+    this.#closing ??= this.#close();
+    return this.#closing;
+  }
+
+  async #close(): Promise<void> {
+    if (Runtime.#default === this) Runtime.#default = undefined;
+    await Promise.allSettled([...this.#users.values()].map((close) => close()));
+    this.#users.clear();
+    for (const pool of this.#all) {
+      if (pool.closed) continue;
+      // A region UCX still uses cannot be unmapped; the worker must close regardless.
+      try {
+        pool.close({ force: true });
+      } catch (error) {
+        process.emitWarning(`closing the runtime's pool on ${pool.device}: ${(error as Error).message}`, { code: 'GDRPC_POOL_CLOSE' });
+      }
+    }
+    this.#all.clear();
+    this.#pools.clear();
+    this.dispatcher.stop();
+    await this.worker.close();
+    this.context.close();
+  }
+}
+
+/** Counters of `runtime`'s movers (default: the default runtime; zeros when none is open). */
+export function moverStats(runtime: Runtime | undefined = Runtime.current()): MoverStats {
+  return { ...(runtime?.stats ?? { oneOffRegistrations: 0 }) };
+}

@@ -1,0 +1,305 @@
+// One call on the server: receive the arguments (checked before anything is allocated), run the
+// handler under the call's signal, send the results or the stream, release the arguments once
+// the results' bytes have left. Nothing is sent for a call the client cancelled.
+import { Code, GdrpcError } from '../../errors.ts';
+import type { PoolShare } from '../../tensor/index.ts';
+import { FrameKind, type FrameBody } from '../../wire/frames.ts';
+import type { Connection } from '../connection/connection.ts';
+import type { CallScope } from '../call/deadline.ts';
+import type { MethodDescriptor, TypeTable } from '../../schema/descriptor.ts';
+import { handlerContractError, handlerError, HandlerFailure, runHandler, type FailedCall } from './handler-failure.ts';
+import { methodName } from '../call/method-name.ts';
+import { bindPlacement } from '../call/placement.ts';
+import { errorFrame } from '../call/status.ts';
+import { ItemQueue } from '../call/stream.ts';
+import type { OwnerDialer } from '../remote/remote.ts';
+import { IncomingTensors, OutgoingTensors, PendingTensor, refuseRaw, type Allocate, type SendPolicy } from '../transfer/transfer.ts';
+import { validateFields } from '../call/validate.ts';
+import { decodeFields, encodeFields, replaceDeep } from '../call/values.ts';
+
+type Row = Record<string, unknown>;
+
+export interface CallContext {
+  /** Aborts on client cancel, deadline, disconnect, shutdown. */
+  signal: AbortSignal;
+  /** Epoch ms. */
+  deadline: number | undefined;
+  metadata: Record<string, string>;
+  peer: string;
+  /** Runs `fn` once this call is over and its results' bytes have left (or will never leave: the
+   *  call failed or was cancelled), e.g. to release a tensor the handler returned from its own pool. */
+  afterSend(fn: () => void): void;
+}
+export type UnaryHandler = (args: any, ctx: CallContext) => Promise<Row> | Row;
+export type ServerStreamHandler = (args: any, ctx: CallContext) => AsyncIterable<Row>;
+export type ClientStreamHandler = (args: AsyncIterable<any>, ctx: CallContext) => Promise<Row>;
+export type Handler = UnaryHandler | ServerStreamHandler | ClientStreamHandler;
+
+/** A registered method and what it needs at run time. */
+export interface MethodEntry {
+  method: MethodDescriptor;
+  handler: Handler;
+  /** The method's struct and enum declarations (empty when its descriptor carries none). */
+  types: TypeTable;
+  /** The device a bare `@cuda` argument lands on (RegisterOptions.device; undefined: the server's). */
+  receiveOn?: number;
+  /** Results fields computed per call (the built-in pull answers with the handle's shape). */
+  resultsOf?: (result: Row) => MethodDescriptor['results'];
+}
+
+/** What an argument allocation may wait on: the call's end, and its connection's pool share. */
+export interface AllocationWait { signal: AbortSignal; share: PoolShare | undefined }
+
+/** What a call needs from its server. */
+export interface CallEnvironment {
+  allocate: (shape: Parameters<Allocate>[0], dtype: Parameters<Allocate>[1], placement: Parameters<Allocate>[2], wait: AllocationWait, field: string) => ReturnType<Allocate>;
+  /** The connection's share of the server's pools (set per session). */
+  share?: PoolShare;
+  maxTensor: number;
+  exposureHoldMs: number;
+  /** ServerOptions.exposeErrorMessages. */
+  exposeErrorMessages: boolean;
+  /** Reports a handler failure that was not a deliberate GdrpcError (Server 'error' event). */
+  reportHandlerError(report: GdrpcError): void;
+  /** How remote handles received in arguments are pulled (through the server's runtime). */
+  dialOwner: OwnerDialer;
+}
+
+/** A call in progress on the server. */
+export class ServerCall {
+  /** Set when the client cancelled: nothing more is sent. */
+  cancelledByPeer = false;
+  readonly #incoming: IncomingTensors[] = [];
+  /** Receives still running (an abort does not stop bytes already on their way). */
+  readonly #receiving: Array<Promise<unknown>> = [];
+  readonly #afterSend: Array<() => void> = [];
+  #items: ItemQueue<Row> | undefined;
+  /** Stream items the client will still take (unlimited unless the REQUEST opened a window). */
+  #credit = Number.MAX_SAFE_INTEGER;
+  #creditWaiter: (() => void) | undefined;
+  /** Client streaming with a window: CREDIT goes back after this many items taken. */
+  #grantEvery: number | undefined;
+  #taken = 0;
+  /** run() has ended: later stream items are refused. */
+  #over = false;
+
+  constructor(readonly id: number, readonly connection: Connection, readonly entry: MethodEntry, readonly scope: CallScope,
+    readonly metadata: Record<string, string>, private readonly env: CallEnvironment,
+    /** The caller's mover and noStaging (from the REQUEST): they apply to results as to arguments. */
+    private readonly policy: SendPolicy = { mover: 'auto', noStaging: false }) {}
+
+  /** Runs the call to its end; never rejects (failures become ERROR frames). */
+  async run(args: Row | undefined): Promise<void> {
+    const { method, handler } = this.entry;
+    const scope = this.scope;
+    const ctx: CallContext = {
+      // Made on first use: most handlers never look at it.
+      get signal() { return scope.signal; },
+      deadline: scope.deadline, metadata: this.metadata, peer: this.connection.peer,
+      afterSend: (fn) => { this.#afterSend.push(fn); },
+    };
+    let sent: Promise<void> = Promise.resolve();
+    try {
+      if (method.clientStreaming) {
+        this.#items = new ItemQueue<Row>(undefined, () => this.#took());
+        this.scope.onAbort((reason) => this.#items?.fail(reason));
+        const items = this.#items;
+        const result = await this.scope.race(Promise.resolve(runHandler(() => (handler as ClientStreamHandler)(items, ctx))));
+        sent = (await this.#respond(result)).moving;
+      } else {
+        const received = this.#receive(args ?? {});
+        const values = received instanceof Promise ? await received : received;
+        if (method.serverStreaming) await this.#stream(runHandler(() => (handler as ServerStreamHandler)(values, ctx)));
+        else sent = (await this.#respond(await this.#settle(runHandler(() => (handler as UnaryHandler)(values, ctx))))).moving;
+      }
+    } catch (error) {
+      this.#fail(error);
+    } finally {
+      this.#over = true;
+      this.scope.dispose();
+      this.#items?.close();
+      // Argument tensors go back to the pool once nothing reads them: after the results' bytes left.
+      void Promise.allSettled([sent, ...this.#receiving]).then(() => {
+        for (const incoming of this.#incoming) incoming.releaseAll();
+        for (const fn of this.#afterSend) fn();
+      });
+    }
+  }
+
+  /** A STREAM_ITEM of a client-streaming call. */
+  item(body: FrameBody<FrameKind.StreamItem>): void {
+    // No stream, or the call is over (its arguments were released already): nothing will take
+    // this item, so its bytes are refused rather than received into a block nobody frees.
+    if (this.#items === undefined || this.#over) {
+      void refuseRaw({ connection: this.connection, call: this.id }, body.a);
+      return;
+    }
+    let item: Promise<Row>;
+    try {
+      item = Promise.resolve(this.#receive(body.a, `arguments[${body.seq}].`));
+    } catch (error) {
+      item = Promise.reject(error);
+    }
+    this.#items.push(item);
+  }
+
+  /** Opens the stream window the REQUEST asked for (`win`): items this server may send (server
+   *  streaming), or items the client sends before it waits for our CREDIT (client streaming). */
+  openWindow(n: number): void {
+    if (this.entry.method.clientStreaming) this.#grantEvery = Math.max(1, Math.floor(n / 2));
+    else this.#credit = n;
+  }
+
+  /** CREDIT from the client: `n` more items may go. */
+  credit(n: number): void {
+    this.#credit += n;
+    const waiter = this.#creditWaiter;
+    this.#creditWaiter = undefined;
+    waiter?.();
+  }
+
+  /** The handler took an item of a client stream: grant credit back every #grantEvery. */
+  #took(): void {
+    if (this.#grantEvery === undefined) return;
+    this.#taken += 1;
+    if (this.#taken < this.#grantEvery) return;
+    this.#taken = 0;
+    if (this.connection.isOpen) this.connection.send(FrameKind.Credit, this.id, { n: this.#grantEvery }).catch(() => {});
+  }
+
+  /** STREAM_END of a client-streaming call. */
+  end(): void {
+    this.#items?.close();
+  }
+
+  /** Decodes, validates, then allocates and receives one argument object (synchronously when it
+   *  carries no tensor bytes to wait for: the common small call skips every await). */
+  #receive(wire: Row, what = ''): Row | Promise<Row> {
+    const scope = { connection: this.connection, call: this.id };
+    const { method, types } = this.entry;
+    const name = methodName(method);
+    // Stream items' paths start with "arguments[seq]." already.
+    const label = what === '' ? `${name} arguments.` : `${name} `;
+    const incoming = new IncomingTensors(scope, { maxTensor: this.env.maxTensor, noStaging: this.policy.noStaging }, { side: 'server', label, dialOwner: this.env.dialOwner });
+    this.#incoming.push(incoming);
+    let values: Row;
+    try {
+      values = decodeFields(method.args, wire, types, incoming.decode, what);
+      validateFields(method.args, values, types, `${label}${what}`.slice(0, -1));
+    } catch (error) {
+      // Settle the announced bytes in the background: the ERROR must not wait for a sender that
+      // may never send them.
+      void refuseRaw(scope, wire);
+      throw error;
+    }
+    if (incoming.pending.every((p) => p.wire.m === 'h')) return values;
+    const wait: AllocationWait = { signal: this.scope.signal, share: this.env.share };
+    const receiving = incoming.receive((shape, dtype, placement, field) => this.env.allocate(shape, dtype, bindPlacement(placement, this.entry.receiveOn), wait, field));
+    // Its failure reaches the caller through the race below; run() waits for it before releasing.
+    receiving.catch(() => {});
+    this.#receiving.push(receiving);
+    return this.scope.race(receiving).then((received) => {
+      replaceDeep(values, (item) => (item instanceof PendingTensor ? received.get(item) ?? item : item));
+      return values;
+    });
+  }
+
+  /** The handler's result, or the scope's error if the call ends first (a plain object is used
+   *  as it is: no promise, no race). */
+  #settle(result: Row | Promise<Row>): Row | Promise<Row> {
+    // race() also takes care of a promise whose call already ended: its rejection is not unhandled.
+    if (result instanceof Promise) return this.scope.race(result);
+    this.scope.throwIfAborted();
+    return result;
+  }
+
+  /** Sends RESPONSE; resolves (once the frame is out) to the promise of its transfers. */
+  async #respond(result: Row): Promise<{ moving: Promise<void> }> {
+    this.scope.throwIfAborted();
+    const out = this.#encode(FrameKind.Response, result);
+    const frameSent = this.connection.send(FrameKind.Response, this.id, { r: out.encoded });
+    if (out.tensors.transfers.length === 0) {
+      frameSent.catch(() => {});
+      return { moving: frameSent.then(() => {}, () => {}) };
+    }
+    await frameSent.catch((error: unknown) => { out.tensors.discard(); throw error; });
+    return { moving: this.#startTransfers(out.tensors) };
+  }
+
+  async #stream(items: AsyncIterable<Row>): Promise<void> {
+    let seq = 0;
+    if (typeof (items as Partial<AsyncIterable<Row>> | null)?.[Symbol.asyncIterator] !== 'function') {
+      throw this.#contractBroken('must return an async iterable of result objects (write it as an async function*)');
+    }
+    const iterator = items[Symbol.asyncIterator]();
+    const off = this.scope.onAbort(() => { void iterator.return?.(); });
+    try {
+      for (;;) {
+        // Ask the handler for an item only when the client will take it.
+        while (this.#credit <= 0) await this.scope.race(new Promise<void>((resolve) => { this.#creditWaiter = resolve; }));
+        const next = await this.scope.race(runHandler(() => iterator.next()));
+        if (next.done) break;
+        this.#credit -= 1;
+        const out = this.#encode(FrameKind.StreamItem, next.value);
+        await this.connection.send(FrameKind.StreamItem, this.id, { seq, a: out.encoded })
+          .catch((error: unknown) => { out.tensors.discard(); throw error; });
+        seq += 1;
+        // One item's bytes at a time: a slow reader slows the producer instead of filling memory.
+        await this.scope.race(this.#startTransfers(out.tensors));
+      }
+    } finally {
+      off();
+    }
+    this.scope.throwIfAborted();
+    await this.connection.send(FrameKind.StreamEnd, this.id, { seq });
+  }
+
+  #encode(kind: FrameKind, result: Row): { encoded: Row; tensors: OutgoingTensors } {
+    const name = methodName(this.entry.method);
+    const fields = this.entry.resultsOf?.(result) ?? this.entry.method.results;
+    try {
+      validateFields(fields, result, this.entry.types, `${name} ${kind === FrameKind.Response ? 'results' : 'stream item'}`);
+    } catch (error) {
+      throw this.#contractBroken(`returned bad results: ${GdrpcError.from(error).rawMessage}`);
+    }
+    const tensors = new OutgoingTensors({ connection: this.connection, call: this.id }, this.policy, { side: 'server', label: `${name} results.` });
+    try {
+      return { encoded: encodeFields(fields, result, this.entry.types, tensors.encode, ''), tensors };
+    } catch (error) {
+      tensors.discard();
+      throw error;
+    }
+  }
+
+  #startTransfers(tensors: OutgoingTensors): Promise<void> {
+    const moving = tensors.start();
+    moving.catch(() => {});
+    if (tensors.transfers.some((t) => t.mover === 'rma')) {
+      // The reader may never send FIN: release after a while regardless.
+      setTimeout(() => this.connection.exposures.releaseCall(this.id), this.env.exposureHoldMs).unref();
+    }
+    return moving;
+  }
+
+  #fail(error: unknown): void {
+    let reply = error;
+    if (error instanceof HandlerFailure) {
+      const outcome = handlerError(error.thrown, this.#failedCall(), this.env.exposeErrorMessages);
+      if (outcome.report !== undefined) this.env.reportHandlerError(outcome.report);
+      reply = outcome.reply;
+    }
+    if (this.cancelledByPeer || !this.connection.isOpen) return;
+    this.connection.send(FrameKind.Error, this.id, errorFrame(reply)).catch(() => {});
+  }
+
+  /** A handler that broke its contract: reported on the server, and the error the caller gets. */
+  #contractBroken(message: string): GdrpcError {
+    const error = handlerContractError(message, this.#failedCall());
+    this.env.reportHandlerError(error);
+    return error;
+  }
+
+  #failedCall(): FailedCall {
+    return { method: this.entry.method, call: this.id, peer: this.connection.peer };
+  }
+}

@@ -1,0 +1,200 @@
+// One connection from the server's side: admission (HELLO, AUTH, READY), then routing of call
+// frames to ServerCalls, limits, and the teardown of its calls when the connection goes.
+import { Code, GdrpcError } from '../../errors.ts';
+import { PoolShare } from '../../tensor/index.ts';
+import { encodeFrame } from '../../wire/codec.ts';
+import { FrameKind, type Frame, type FrameBody } from '../../wire/frames.ts';
+import { packMessage } from '../../wire/message.ts';
+import { ConnectionKey, controlTag, HELLO_KEY } from '../../wire/tag.ts';
+import { newChallenge, verifyProof } from '../connection/auth.ts';
+import { cudaReceives } from '../transfer/movers/memory.ts';
+import { stagesCudaReceives } from '../transfer/movers/staging.ts';
+import type { Connection } from '../connection/connection.ts';
+import { CallScope } from '../call/deadline.ts';
+import { ServerCall, type CallEnvironment, type MethodEntry } from './server-call.ts';
+import { errorFrame } from '../call/status.ts';
+import { refuseRaw, type SendPolicy } from '../transfer/transfer.ts';
+
+/** What a session needs from its server. */
+export interface SessionHost {
+  readonly token: string | undefined;
+  readonly livenessMs: number;
+  /** A connection that has not completed admission by then is closed. */
+  readonly admissionTimeoutMs: number;
+  readonly limits: { maxFrame: number; maxTensor: number; inline: number; perConnection: number; poolBytesPerConnection: number };
+  readonly env: CallEnvironment;
+  readonly shuttingDown: boolean;
+  lookup(service: string, method: string): MethodEntry | undefined;
+  /** Takes a slot of the global concurrency limit; false when none is free. */
+  acquireCall(): boolean;
+  releaseCall(): void;
+  ready(session: ServerSession): void;
+  closed(session: ServerSession, error: GdrpcError): void;
+  error(error: GdrpcError): void;
+}
+
+/** How long a refused connection stays open for its ERROR frame to be read. */
+const REFUSAL_LINGER_MS = 200;
+
+export class ServerSession {
+  readonly calls = new Map<number, ServerCall>();
+  /** Refused: ignore everything until the connection closes. */
+  #closing = false;
+  readonly #challenge: Uint8Array | undefined;
+  #admissionTimer: NodeJS.Timeout | undefined;
+  /** The server's call environment with this connection's pool share. */
+  readonly #env: CallEnvironment;
+
+  constructor(readonly connection: Connection, private readonly host: SessionHost) {
+    this.#env = { ...host.env, share: new PoolShare(host.limits.poolBytesPerConnection) };
+    this.#challenge = host.token !== undefined ? newChallenge() : undefined;
+    connection.frameLimit = host.limits.maxFrame;
+    connection.inlineBytes = host.limits.inline;
+    connection.setHandler({
+      frame: (frame) => this.#frame(frame),
+      malformed: (kind, call, error) => this.#malformed(kind, call, error),
+      closed: (error) => {
+        clearTimeout(this.#admissionTimer);
+        for (const call of this.calls.values()) call.scope.abort(error);
+        host.closed(this, error);
+      },
+    });
+    connection.liveness.start(host.livenessMs);
+    // Admission has a deadline of its own that no frame extends (KEEPALIVE included): a peer that
+    // never proves the token holds a connection slot for this long at most.
+    this.#admissionTimer = setTimeout(() => {
+      connection.close(new GdrpcError(Code.UNAUTHENTICATED, `${this.peer} did not complete admission within ${host.admissionTimeoutMs} ms`));
+    }, host.admissionTimeoutMs);
+    this.#admissionTimer.unref();
+    const hello: FrameBody<FrameKind.Hello> = { key: connection.key.value, maxFrame: host.limits.maxFrame, maxTensor: host.limits.maxTensor, inline: host.limits.inline, live: host.livenessMs, gpu: cudaReceives() };
+    if (this.#challenge !== undefined) hello.chal = this.#challenge;
+    if (stagesCudaReceives(connection.runtime)) hello.stg = true;
+    connection.sendRaw(controlTag(HELLO_KEY), packMessage([{ kind: FrameKind.Hello, call: 0, body: encodeFrame(FrameKind.Hello, hello) }])).catch(() => connection.close());
+  }
+
+  get admitted(): boolean { return this.connection.admitted; }
+  get peer(): string { return this.connection.peer; }
+
+  /** Tells the client to start no new calls here (shutdown). */
+  goAway(): void {
+    if (this.connection.admitted && this.connection.isOpen) this.connection.send(FrameKind.GoAway, 0, {}).catch(() => {});
+  }
+
+  #frame(frame: Frame): void {
+    if (this.#closing) return;
+    const { call } = frame;
+    if (!this.connection.admitted) {
+      if (frame.kind === FrameKind.Auth) this.#auth(frame.body);
+      else this.connection.close(new GdrpcError(Code.UNAUTHENTICATED, `frame ${FrameKind[frame.kind]} before admission`));
+      return;
+    }
+    switch (frame.kind) {
+      case FrameKind.Request: return this.#request(call, frame.body);
+      case FrameKind.Cancel: {
+        const existing = this.calls.get(call);
+        if (existing !== undefined) {
+          existing.cancelledByPeer = true;
+          existing.scope.abort(frame.body.code === Code.DEADLINE_EXCEEDED
+            ? new GdrpcError(Code.DEADLINE_EXCEEDED, 'deadline exceeded (client)')
+            : new GdrpcError(Code.CANCELLED, 'cancelled by the client'));
+        }
+        return;
+      }
+      case FrameKind.StreamItem: {
+        const existing = this.calls.get(call);
+        if (existing !== undefined) existing.item(frame.body);
+        else void refuseRaw({ connection: this.connection, call }, frame.body.a);
+        return;
+      }
+      case FrameKind.StreamEnd: return this.calls.get(call)?.end();
+      case FrameKind.Credit: return this.calls.get(call)?.credit(frame.body.n);
+      default:
+        this.#malformed(frame.kind, call, new GdrpcError(Code.INVALID_ARGUMENT, `unexpected ${FrameKind[frame.kind]} frame from a client`));
+    }
+  }
+
+  #auth(body: FrameBody<FrameKind.Auth>): void {
+    const clientKey = new ConnectionKey(body.key);
+    this.connection.peerKey = clientKey;
+    if (this.host.token !== undefined && !verifyProof(this.host.token, this.#challenge!, this.connection.key.value, clientKey.value, body.proof)) {
+      const error = new GdrpcError(Code.UNAUTHENTICATED, body.proof === undefined ? 'this server requires a token' : 'wrong token');
+      this.host.error(new GdrpcError(Code.UNAUTHENTICATED, `${this.peer}: ${error.rawMessage}`));
+      this.#refuseAndClose(error);
+      return;
+    }
+    this.connection.admitted = true;
+    clearTimeout(this.#admissionTimer);
+    this.connection.peerLimits = { ...this.connection.peerLimits, gpu: body.gpu === true, stages: body.stg === true };
+    // Results may now be inline by the caller's choice: keep them within the client's receive buffer.
+    if (body.maxFrame !== undefined && body.maxFrame > 0) this.connection.peerLimits.maxFrame = body.maxFrame;
+    const peerLive = body.live !== undefined && body.live > 0 ? body.live : this.host.livenessMs;
+    this.connection.liveness.start(Math.min(this.host.livenessMs, peerLive));
+    this.connection.send(FrameKind.Ready, 0, {}).then(() => this.host.ready(this), () => {});
+  }
+
+  /** ERROR (call 0), then a close a little later: closing at once could make the client see the
+   *  disconnect before it has read why. */
+  #refuseAndClose(error: GdrpcError): void {
+    this.#closing = true;
+    this.connection.send(FrameKind.Error, 0, errorFrame(error)).catch(() => {});
+    setTimeout(() => this.connection.close(error, { graceful: true }), REFUSAL_LINGER_MS).unref();
+  }
+
+  #request(id: number, body: FrameBody<FrameKind.Request>): void {
+    const scope = { connection: this.connection, call: id };
+    const refuse = (error: GdrpcError): void => {
+      void refuseRaw(scope, body.a);
+      this.connection.send(FrameKind.Error, id, errorFrame(error)).catch(() => {});
+    };
+    if (id === 0 || this.calls.has(id)) return refuse(new GdrpcError(Code.INVALID_ARGUMENT, `call id ${id} is ${id === 0 ? 'reserved' : 'already in use'}`));
+    // Not run: the client may retry it elsewhere or on a fresh connection.
+    if (this.host.shuttingDown) return refuse(new GdrpcError(Code.UNAVAILABLE, 'server is shutting down', { details: { unprocessed: true } }));
+    const entry = this.host.lookup(body.svc, body.m);
+    if (entry === undefined) return refuse(new GdrpcError(Code.NOT_FOUND, `unknown method ${body.svc}/${body.m}`));
+    if (entry.method.clientStreaming !== (body.a === undefined)) {
+      return refuse(new GdrpcError(Code.INVALID_ARGUMENT, `${entry.method.name} is ${entry.method.clientStreaming ? '' : 'not '}client-streaming`));
+    }
+    const policy = policyOf(body);
+    if (policy === undefined) return refuse(new GdrpcError(Code.INVALID_ARGUMENT, `bad mover ${JSON.stringify(body.mv)} in REQUEST`));
+    // Over capacity: refused at once, unrun, and the caller may retry after a while.
+    if (this.calls.size >= this.host.limits.perConnection) {
+      return refuse(new GdrpcError(Code.RESOURCE_EXHAUSTED, `more than ${this.host.limits.perConnection} calls in flight on this connection (ServerOptions.maxCallsPerConnection)`, { details: { retryable: true, limit: 'maxCallsPerConnection' } }));
+    }
+    if (!this.host.acquireCall()) {
+      return refuse(new GdrpcError(Code.RESOURCE_EXHAUSTED, 'server is at its concurrent call limit (ServerOptions.maxCalls)', { details: { retryable: true, limit: 'maxCalls' } }));
+    }
+    const deadline = body.to !== undefined ? Date.now() + body.to : undefined;
+    // No parent signal: the session aborts its calls itself when the connection goes.
+    const callScope = new CallScope(deadline);
+    const call = new ServerCall(id, this.connection, entry, callScope, body.md ?? {}, this.#env, policy);
+    if (body.win !== undefined) call.openWindow(body.win);
+    this.calls.set(id, call);
+    void call.run(body.a).finally(() => {
+      this.calls.delete(id);
+      this.host.releaseCall();
+    });
+  }
+
+  #malformed(kind: number, call: number, error: GdrpcError): void {
+    this.host.error(new GdrpcError(error.code, `${this.peer}: ${error.rawMessage}`, { cause: error }));
+    if (!this.connection.admitted || call === 0) {
+      // Nothing to tie the frame to: tell the peer if we can, then drop the connection.
+      if (this.connection.peerKey !== undefined) this.#refuseAndClose(error);
+      else this.connection.close(error);
+      return;
+    }
+    const existing = this.calls.get(call);
+    existing?.scope.abort(error);
+    if (existing !== undefined) existing.cancelledByPeer = true;
+    this.connection.send(FrameKind.Error, call, errorFrame(error)).catch(() => {});
+    void kind;
+  }
+}
+
+/** The caller's transfer policy from a REQUEST (`mv`, `ns`; absent in old peers' frames: auto, staging
+ *  allowed); undefined for a mover name this side does not know (decoding checked `ns`). */
+function policyOf(body: FrameBody<FrameKind.Request>): SendPolicy | undefined {
+  const mover = body.mv ?? 'auto';
+  if (mover !== 'auto' && mover !== 'inline' && mover !== 'tag' && mover !== 'rma') return undefined;
+  return { mover, noStaging: body.ns ?? false };
+}

@@ -1,0 +1,318 @@
+// The serving side: Server.create, register, listen, graceful shutdown, events.
+import { EventEmitter } from 'eventemitter3';
+import { Code, GdrpcError } from '../../errors.ts';
+import { Tensor, type Device, type TensorPool } from '../../tensor/index.ts';
+import { Accept, checkOptions, describeValue } from '../../tensor/options.ts';
+import { Listener } from '../../ucx/index.ts';
+import { Connection, DEFAULT_INLINE_BYTES, DEFAULT_TRANSFER_TIMEOUT_MS } from '../connection/connection.ts';
+import type { DType, Placement, ServiceDescriptor } from '../../schema/descriptor.ts';
+import { failureText } from './handler-failure.ts';
+import { DEFAULT_LIVENESS_MS } from '../connection/liveness.ts';
+import { serverAllocationFailed } from '../call/memory-errors.ts';
+import { cudaReceives } from '../transfer/movers/memory.ts';
+import { REGISTER_OPTIONS, SERVER_OPTIONS, type ServerOptions, type RegisterOptions } from '../call/options.ts';
+import { DEFAULT_RECEIVE_DEVICE, landingDevice, receiveDeviceIndex, receivingDeviceCount, type CudaDevice } from '../call/placement.ts';
+import { ownerDialer } from '../client/client.ts';
+import { OWNER_SERVICE, pullResultFields } from '../remote/remote.ts';
+import { Runtime } from '../runtime/runtime.ts';
+import { type AllocationWait, type CallContext, type CallEnvironment, type Handler, type MethodEntry } from './server-call.ts';
+import { ServerSession, type SessionHost } from './server-session.ts';
+import { methodTypes } from '../call/values.ts';
+
+type Handlers = Record<string, Handler>;
+
+/** A gdrpc server: services, a listener, the connections and their calls. */
+export class Server extends EventEmitter<{ connection: [{ peer: string }]; disconnect: [{ peer: string }]; error: [GdrpcError] }> {
+  readonly #options: Required<Omit<ServerOptions, 'token' | 'busyPollUs' | 'maxPoolBytesPerConnection' | 'device' | 'runtime'>> & { token?: string; busyPollUs?: number; maxPoolBytesPerConnection?: number; runtime?: Runtime };
+  readonly #methods = new Map<string, MethodEntry>();
+  readonly #sessions = new Set<ServerSession>();
+  readonly #pools = new Map<Device, TensorPool>();
+  readonly #perAddress = new Map<string, number>();
+  /** The runtime listen() attached to; kept after shutdown for handlers still pulling handles. */
+  #runtime: Runtime | undefined;
+  #listener: Listener | undefined;
+  #address: { host: string; port: number } | undefined;
+  /** The device a bare `@cuda` argument lands on, unless its service was registered with another. */
+  readonly #receiveOn: number;
+  #activeCalls = 0;
+  #drained: (() => void) | undefined;
+  #sessionsGone: (() => void) | undefined;
+  #shuttingDown = false;
+  readonly #host: SessionHost;
+
+  private constructor(options: ServerOptions) {
+    super();
+    checkOptions('ServerOptions', options, SERVER_OPTIONS);
+    this.#receiveOn = receiveDeviceIndex('ServerOptions.device', options.device, receivingDeviceCount()) ?? DEFAULT_RECEIVE_DEVICE;
+    this.#options = {
+      maxCallsPerConnection: 256, maxCalls: 4096, maxFrameBytes: 4 << 20, maxTensorBytes: 1 << 30, poolBytes: 128 << 20,
+      allowPoolOverflow: false, poolWaitMs: 10_000, livenessMs: DEFAULT_LIVENESS_MS, admissionTimeoutMs: 5000, transferTimeoutMs: DEFAULT_TRANSFER_TIMEOUT_MS, maxConnections: 1024, maxConnectionsPerAddress: 64, inlineBytes: DEFAULT_INLINE_BYTES, exposureHoldMs: 30_000, exposeErrorMessages: false, ...options,
+    };
+    this.#methods.set(`${OWNER_SERVICE}/pull`, ownerPullEntry((x, secret) => this.#runtime!.owner.lookup(x, secret)));
+    this.#host = this.#makeHost();
+  }
+
+  /** A server with these limits; nothing is opened until listen(). */
+  static create(options: ServerOptions = {}): Server {
+    return new Server(options);
+  }
+
+  /** Serves `service` with `handlers` (one per method name). */
+  register(service: ServiceDescriptor, handlers: Handlers, options?: RegisterOptions): this {
+    if (typeof service !== 'object' || service === null || typeof service.name !== 'string' || typeof service.methods !== 'object' || service.methods === null) {
+      throw new GdrpcError(Code.INVALID_ARGUMENT, `Server.register: expected a service descriptor (the generated ...Descriptor), got ${describeValue(service)}`);
+    }
+    if (typeof handlers !== 'object' || handlers === null) {
+      throw new GdrpcError(Code.INVALID_ARGUMENT, `Server.register(${service.name}): expected an object of handlers by method name, got ${describeValue(handlers)}`);
+    }
+    const owner = `Server.register(${service.name}) options`;
+    checkOptions(owner, options, REGISTER_OPTIONS);
+    const receiveOn = receiveDeviceIndex(`${owner}.device`, options?.device, receivingDeviceCount());
+    for (const [name, method] of Object.entries(service.methods)) {
+      const handler = handlers[name];
+      if (typeof handler !== 'function') throw new GdrpcError(Code.INVALID_ARGUMENT, `no handler for ${service.name}/${name}`);
+      this.#methods.set(`${service.name}/${method.name}`, { method, handler, types: methodTypes(method), receiveOn });
+    }
+    for (const name of Object.keys(handlers)) {
+      if (service.methods[name] === undefined) throw new GdrpcError(Code.INVALID_ARGUMENT, `${service.name} has no method ${name}`);
+    }
+    return this;
+  }
+
+  /** Starts listening (port 0: any free port); resolves to the bound address. */
+  async listen(options: { host?: string; port?: number } = {}): Promise<{ host: string; port: number }> {
+    return this.bind(options);
+  }
+
+  /** listen(), synchronously: for the owner of remote tensors, which needs an address at once. */
+  bind(options: { host?: string; port?: number } = {}): { host: string; port: number } {
+    if (this.#listener !== undefined) throw new GdrpcError(Code.FAILED_PRECONDITION, 'server is already listening');
+    if (this.#shuttingDown) throw new GdrpcError(Code.FAILED_PRECONDITION, 'server has been shut down');
+    const runtime = this.#options.runtime ?? Runtime.default(this.#options.busyPollUs !== undefined ? { busyPollUs: this.#options.busyPollUs } : {});
+    runtime.attach(this, () => this.shutdown({ graceMs: 0 }));
+    this.#runtime = runtime;
+    runtime.dispatcher.ensureFrameBytes(this.#options.maxFrameBytes);
+    const listener = Listener.create(runtime.worker, {
+      host: options.host ?? '0.0.0.0', port: options.port ?? 0,
+      accept: ({ clientAddress }) => this.#admissible(clientAddress) === undefined,
+    });
+    listener.on('connection', (endpoint) => this.#accept(runtime, endpoint));
+    listener.on('error', (error) => this.emit('error', error));
+    this.#listener = listener;
+    this.#address = { host: listener.host, port: listener.port };
+    runtime.owner.listening(this, true);
+    return this.#address;
+  }
+
+  /** The bound address, once listening. */
+  get address(): { host: string; port: number } | undefined { return this.#address; }
+  /** Calls in flight. */
+  get activeCalls(): number { return this.#activeCalls; }
+  /** Pool statistics per device (for leak checks). */
+  poolStats(): Array<ReturnType<TensorPool['stats']>> { return [...this.#pools.values()].map((pool) => pool.stats()); }
+
+  /** Stops accepting, lets calls in flight finish for up to graceMs (default 5000), aborts the
+   *  rest (UNAVAILABLE), closes connections, pools and the listener. */
+  async shutdown(options: { graceMs?: number } = {}): Promise<void> {
+    checkOptions('Server.shutdown options', options, { graceMs: Accept.ms });
+    if (this.#shuttingDown) return;
+    this.#shuttingDown = true;
+    const runtime = this.#runtime;
+    runtime?.owner.listening(this, false);
+    if (runtime?.owner.dedicated === this) runtime.owner.dedicated = undefined;
+    this.#listener?.close();
+    for (const session of this.#sessions) session.goAway();
+    const graceMs = options.graceMs ?? 5000;
+    if (this.#activeCalls > 0) {
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, graceMs);
+        this.#drained = () => { clearTimeout(timer); resolve(); };
+      });
+    }
+    const stop = new GdrpcError(Code.UNAVAILABLE, 'server shut down');
+    for (const session of this.#sessions) for (const call of session.calls.values()) call.scope.abort(stop);
+    // Give aborted calls a moment to send their ERROR before the connections go.
+    if (this.#activeCalls > 0) await new Promise((resolve) => setTimeout(resolve, 50));
+    // A client closes a drained connection itself once it has read the last response there.
+    // Waiting for that (bounded) instead of closing first keeps the last responses from being cut
+    // off: UCX's flush over TCP is local, and a socket closed with unread input sends a reset.
+    if (this.#sessions.size > 0) {
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, CLIENT_CLOSE_WAIT_MS);
+        timer.unref();
+        this.#sessionsGone = () => { clearTimeout(timer); resolve(); };
+      });
+    }
+    const sessions = [...this.#sessions];
+    for (const session of sessions) session.connection.close(stop, { graceful: true });
+    // Let graceful closes flush the last responses before the worker closes what is left by
+    // force (a process that exits right after shutdown() otherwise cut them off: reset).
+    const flushed = Promise.allSettled(sessions.map((session) => session.connection.endpointClosed));
+    await Promise.race([flushed, new Promise((resolve) => setTimeout(resolve, CLOSE_FLUSH_MS).unref())]);
+    for (const pool of this.#pools.values()) pool.close({ force: true });
+    this.#pools.clear();
+    await runtime?.detach(this);
+  }
+
+  /** Why a new connection from `address` is refused (connection limits), or undefined. */
+  #admissible(address: string): string | undefined {
+    if (this.#shuttingDown) return 'the server is shutting down';
+    if (this.#sessions.size >= this.#options.maxConnections) return `${this.#sessions.size} connections open (maxConnections)`;
+    const fromAddress = this.#perAddress.get(address) ?? 0;
+    if (fromAddress >= this.#options.maxConnectionsPerAddress) return `${fromAddress} connections open from ${address} (maxConnectionsPerAddress)`;
+    return undefined;
+  }
+
+  #accept(runtime: Runtime, endpoint: ConstructorParameters<typeof Connection>[1]): void {
+    const address = hostOf(endpoint.peer);
+    // The listener's accept hook refused most; connections accepted meanwhile are counted here.
+    const refusal = this.#admissible(address);
+    if (refusal !== undefined) {
+      this.emit('error', new GdrpcError(Code.RESOURCE_EXHAUSTED, `refused a connection from ${endpoint.peer}: ${refusal}`));
+      void endpoint.close({ force: true }).catch(() => {});
+      return;
+    }
+    this.#perAddress.set(address, (this.#perAddress.get(address) ?? 0) + 1);
+    const connection = new Connection(runtime, endpoint, this.#options.livenessMs);
+    connection.transferTimeoutMs = this.#options.transferTimeoutMs;
+    const session = new ServerSession(connection, this.#host);
+    this.#sessions.add(session);
+  }
+
+  /** What this process dropped from peers: control messages under keys of no connection, and
+   *  tensor payloads nobody received (monitoring; a steady rise means someone is probing). */
+  dropped(): { messages: number; payloads: number } {
+    const stats = this.#runtime?.dispatcher.stats();
+    return { messages: stats?.unattributed ?? 0, payloads: stats?.droppedPayloads ?? 0 };
+  }
+
+  /** Connections open and counted against the limits (tests, monitoring). */
+  get connectionCount(): number { return this.#sessions.size; }
+
+  #makeHost(): SessionHost {
+    const server = this;
+    const env: CallEnvironment = {
+      allocate: (shape, dtype, placement, wait, field) => server.#allocate(shape, dtype, placement, wait, field),
+      maxTensor: this.#options.maxTensorBytes,
+      exposureHoldMs: this.#options.exposureHoldMs,
+      exposeErrorMessages: this.#options.exposeErrorMessages,
+      // Never silent: a handler's bug goes to stderr when the application does not listen. A
+      // listener that throws must not take the call (and the process) down with it.
+      dialOwner: (owner, token) => ownerDialer(server.#runtime!)(owner, token),
+      reportHandlerError: (report) => {
+        if (server.listenerCount('error') === 0) {
+          process.stderr.write(failureText(report));
+          return;
+        }
+        try {
+          server.emit('error', report);
+        } catch (listenerError) {
+          process.stderr.write(`${failureText(report)}gdrpc server: and the 'error' listener threw: ${String((listenerError as Error)?.stack ?? listenerError)}\n`);
+        }
+      },
+    };
+    return {
+      get token() { return server.#options.token; },
+      get livenessMs() { return server.#options.livenessMs; },
+      get admissionTimeoutMs() { return server.#options.admissionTimeoutMs; },
+      get shuttingDown() { return server.#shuttingDown; },
+      limits: {
+        maxFrame: this.#options.maxFrameBytes, maxTensor: this.#options.maxTensorBytes, inline: this.#options.inlineBytes, perConnection: this.#options.maxCallsPerConnection,
+        poolBytesPerConnection: this.#options.maxPoolBytesPerConnection ?? Math.max(1, Math.floor(this.#options.poolBytes / 2)),
+      },
+      env,
+      lookup: (service, method) => server.#methods.get(`${service}/${method}`),
+      acquireCall: () => {
+        if (server.#activeCalls >= server.#options.maxCalls) return false;
+        server.#activeCalls += 1;
+        return true;
+      },
+      releaseCall: () => {
+        server.#activeCalls -= 1;
+        if (server.#activeCalls === 0) server.#drained?.();
+      },
+      ready: (session) => server.emit('connection', { peer: session.peer }),
+      closed: (session, _error) => {
+        if (!server.#sessions.delete(session)) return;
+        if (server.#sessions.size === 0) server.#sessionsGone?.();
+        const address = hostOf(session.peer);
+        const left = (server.#perAddress.get(address) ?? 1) - 1;
+        if (left > 0) server.#perAddress.set(address, left);
+        else server.#perAddress.delete(address);
+        if (session.admitted) server.emit('disconnect', { peer: session.peer });
+      },
+      error: (error) => server.emit('error', error),
+    };
+  }
+
+  #allocate(shape: number[], dtype: DType, placement: Placement, wait: AllocationWait, field: string): Tensor | Promise<Tensor> {
+    const device = landingDevice(placement, this.#receiveOn, cudaReceives());
+    const failed = (error: unknown): never => { throw serverAllocationFailed(error, field, this.#options); };
+    if (this.#options.poolBytes === 0) {
+      try {
+        return Tensor.empty(shape, dtype, { device });
+      } catch (error) {
+        return failed(error);
+      }
+    }
+    let pool = this.#pools.get(device);
+    if (pool === undefined) {
+      // The runtime makes and tracks it like every pool; sizing and overflow stay this server's own.
+      pool = this.#runtime!.createPool({ device, bytes: this.#options.poolBytes, allowOverflow: this.#options.allowPoolOverflow });
+      this.#pools.set(device, pool);
+    }
+    // Say whose memory ran out and what to change: the caller sees this message.
+    return pool.allocateWhenFree(shape, dtype, { maxWaitMs: this.#options.poolWaitMs, signal: wait.signal, share: wait.share }).catch(failed);
+  }
+}
+
+/** How long shutdown waits for drained clients to close their connections themselves. */
+const CLIENT_CLOSE_WAIT_MS = 2000;
+/** How long shutdown waits for graceful endpoint closes before the worker forces the rest. */
+const CLOSE_FLUSH_MS = 2000;
+
+/** The host part of "host:port" (IPv6 hosts keep their colons). */
+function hostOf(peer: string): string {
+  const colon = peer.lastIndexOf(':');
+  return colon < 0 ? peer : peer.slice(0, colon);
+}
+
+/** Serves pulls of the `@remote` tensors of `runtime` (default: the default runtime) on
+ *  `host:port` (port 0: any), admitting only peers that prove `token`, for a runtime that has no
+ *  listening Server of its own. */
+export function serveRemoteTensors(options: { host: string; port?: number; token?: string; runtime?: Runtime }): { host: string; port: number } {
+  if (typeof options?.host !== 'string' || options.host.length === 0) throw new GdrpcError(Code.INVALID_ARGUMENT, 'serveRemoteTensors needs options.host (the address pulls come to)');
+  const runtime = options.runtime ?? Runtime.default();
+  const current = runtime.owner.dedicated;
+  if (current?.address !== undefined) return current.address;
+  const server = Server.create({ poolBytes: 0, runtime, ...(options.token !== undefined ? { token: options.token } : {}) });
+  runtime.owner.dedicated = server;
+  try {
+    return server.bind({ host: options.host, port: options.port ?? 0 });
+  } catch (error) {
+    runtime.owner.dedicated = undefined;
+    throw error;
+  }
+}
+
+/** Stops the server that serveRemoteTensors started on `runtime` (default: the default runtime). */
+export async function shutdownOwner(runtime: Runtime | undefined = Runtime.current()): Promise<void> {
+  await runtime?.owner.dedicated?.shutdown({ graceMs: 0 });
+}
+
+function ownerPullEntry(lookup: (x: number, secret: Uint8Array) => { tensor: Tensor; pulled: () => void }): MethodEntry {
+  return {
+    method: {
+      name: 'pull', service: OWNER_SERVICE, clientStreaming: false, serverStreaming: false,
+      args: [{ name: 'x', type: { kind: 'scalar', name: 'u32' } }, { name: 's', type: { kind: 'scalar', name: 'bytes' } }],
+      results: [],
+    },
+    types: {},
+    handler: (args: { x: number; s: Uint8Array }, ctx: CallContext) => {
+      const { tensor, pulled } = lookup(args.x, args.s);
+      ctx.afterSend(pulled);
+      return { t: tensor };
+    },
+    resultsOf: (result) => pullResultFields(result.t as Tensor),
+  };
+}

@@ -1,0 +1,89 @@
+// Tag rendezvous mover: the sender tag-sends the bytes right after the frame; the receiver, having
+// allocated its destination, posts a receive with the exact payload tag. UCX picks the transport
+// (shared memory, cuda_ipc, RDMA or TCP) and the protocol (eager or rendezvous) by size.
+import { Code, GdrpcError } from '../../../errors.ts';
+import type { Tensor } from '../../../tensor/index.ts';
+import type { TensorWire } from '../../../wire/frames.ts';
+import { EXACT_MASK } from '../../../wire/tag.ts';
+import type { TagBuffer, TagRecvResult } from '../../../ucx/index.ts';
+import type { Mover, Outgoing, ProtocolSeen, TransferScope } from './mover.ts';
+import { memoryTypeOf, tagBuffer } from './memory.ts';
+import { protocolReports } from './protocol.ts';
+
+export const tagMover: Mover = {
+  name: 'tag',
+
+  prepare(tensor: Tensor, { connection }: TransferScope): Outgoing {
+    const x = connection.transfers.next();
+    const wire: TensorWire = { dt: tensor.dtype, sh: [...tensor.shape], n: tensor.byteLength, mt: memoryTypeOf(tensor), m: 't', x };
+    return {
+      wire,
+      async start(): Promise<ProtocolSeen | void> {
+        const { buffer, release } = tagBuffer(tensor, connection.runtime.context, connection.runtime.stats);
+        try {
+          // Settles once UCX is done reading: the caller may then reuse or free the tensor. UCX's
+          // description of the send is the path the call reports.
+          return await connection.endpoint.tagSend(connection.outgoingDataTag(x), buffer, { untilComplete: true, describe: protocolReports() });
+        } catch (error) {
+          throw connection.closedError ?? GdrpcError.from(error, Code.UNAVAILABLE);
+        } finally {
+          release();
+        }
+      },
+    };
+  },
+
+  async receive(wire: TensorWire, dest: Tensor, { connection }: TransferScope): Promise<ProtocolSeen | void> {
+    const { buffer, release } = tagBuffer(dest, connection.runtime.context, connection.runtime.stats);
+    try {
+      // Only the connection's end cancels this receive: cancelling it while the bytes are on the
+      // way would leave them unmatched in UCX (docs/wire.md "Tag rendezvous").
+      const result = await receivePayload(connection, wire.x!, buffer);
+      if (result.length !== wire.n) {
+        throw new GdrpcError(Code.INVALID_ARGUMENT, `tensor payload of ${result.length} bytes, descriptor said ${wire.n}`);
+      }
+      return { protocol: result.protocol ?? '' };
+    } catch (error) {
+      throw connection.closedError ?? GdrpcError.from(error);
+    } finally {
+      release();
+    }
+  },
+
+  async refuse(wire: TensorWire, { connection }: TransferScope): Promise<void> {
+    // Match the payload into one byte: UCX completes the sender and reports truncation here.
+    await receivePayload(connection, wire.x!, new Uint8Array(1)).catch(() => { /* truncation is the expected outcome */ });
+  },
+};
+
+/** Receives the payload of `transfer`: one the dispatcher already took out of UCX's queue (it came
+ *  before its frame was read), else through a receive posted with its exact tag. */
+function receivePayload(connection: TransferScope['connection'], transfer: number, buffer: TagBuffer): Promise<TagRecvResult> {
+  return connection.receiving(() => receiveOrTake(connection, transfer, buffer));
+}
+
+async function receiveOrTake(connection: TransferScope['connection'], transfer: number, buffer: TagBuffer): Promise<TagRecvResult> {
+  const worker = connection.runtime.worker;
+  const held = connection.takeHeld(transfer);
+  // Every receive settles only when UCX is done writing `buffer`, whatever the outcome: its
+  // memory (a pool block) goes back only then.
+  if (held !== undefined) return worker.tagRecvTaken(held, buffer, { untilComplete: true, describe: protocolReports() });
+  // Bytes a peer announced but does not send must not hold the destination (a pool block) for
+  // ever: past the transfer timeout the receive is cancelled and the connection closed, which
+  // also ends a rendezvous UCX had already matched (that one cannot be cancelled by itself).
+  const stop = new AbortController();
+  const timer = setTimeout(() => {
+    stop.abort();
+    if (connection.isOpen) {
+      connection.close(new GdrpcError(Code.DEADLINE_EXCEEDED, `${connection.peer} announced tensor bytes (transfer ${transfer}) that did not arrive within ${connection.transferTimeoutMs} ms`));
+    }
+  }, connection.transferTimeoutMs);
+  const onClose = (): void => stop.abort();
+  connection.signal.addEventListener('abort', onClose, { once: true });
+  try {
+    return await worker.tagRecv(buffer, connection.incomingDataTag(transfer), EXACT_MASK, { signal: stop.signal, untilComplete: true, describe: protocolReports() });
+  } finally {
+    clearTimeout(timer);
+    connection.signal.removeEventListener('abort', onClose);
+  }
+}

@@ -1,0 +1,264 @@
+// The tensors of one frame: on the way out, a mover and a descriptor per tensor and the sends
+// that follow the frame; on the way in, placeholders checked against limits and the descriptor,
+// then allocation and receipt. Each side takes its decisions from one plan per tensor
+// (movers/plan.ts) and records mover and path for callInfo() (movers/report.ts).
+import { Code, GdrpcError } from '../../errors.ts';
+import { elementSize, isDType, Tensor } from '../../tensor/index.ts';
+import { checkTensorWire } from '../../wire/codec.ts';
+import type { TensorWire } from '../../wire/frames.ts';
+import type { DType, Placement } from '../../schema/descriptor.ts';
+import { moverByName } from './movers/choose.ts';
+import type { CudaEvent } from '../../compute/stream.ts';
+import { cuda } from '../../cuda.ts';
+import { cudaReceives, memoryTypeOf, ProducerSync } from './movers/memory.ts';
+import type { Mover, Outgoing, ProtocolSeen, TransferInfo, TransferScope } from './movers/mover.ts';
+import { moverOf, planArrival, planReceive, planSend, type PeerFacts, type SendPolicy, type TransferPlan } from './movers/plan.ts';
+import { reportReceived, reportSent } from './movers/report.ts';
+import { bounceFor, stagingReason } from './movers/staging.ts';
+import { tensorTooLarge, type Side } from '../call/memory-errors.ts';
+import { RemoteTensor, exposeRemote, type OwnerDialer } from '../remote/remote.ts';
+
+export type { SendPolicy } from './movers/plan.ts';
+
+/** Which side moves the tensors of a frame, and what names their fields in messages: `label`
+ *  precedes a field's path ("Echo.echo arguments." + "x"). */
+export interface TransferSite { side: Side; label: string }
+
+/** A receiving site also says how remote handles that arrive there are pulled. */
+export interface IncomingSite extends TransferSite { dialOwner: OwnerDialer }
+
+/** One tensor on its way out: its send, its report and its plan. */
+interface Sending {
+  outgoing: Outgoing; info: TransferInfo; plan: TransferPlan;
+  /** The producer of a stream-ordered tensor, awaited before its bytes go. */
+  ready: CudaEvent | undefined;
+}
+
+/** Tensors leaving in one frame. */
+export class OutgoingTensors {
+  readonly transfers: TransferInfo[] = [];
+  readonly #outgoing: Sending[] = [];
+  /** Waits for the producers of CUDA tensors (memory.ts ProducerSync). */
+  readonly #sync = new ProducerSync();
+  /** Bounces to give back if the frame never leaves. */
+  readonly #discards: Array<() => void> = [];
+
+  constructor(private readonly scope: TransferScope, private readonly policy: SendPolicy, private readonly site: TransferSite) {}
+
+  /** The EncodeTensor callback of encodeFields. */
+  readonly encode = (value: unknown, where: string, placement: Placement): unknown => {
+    if (value instanceof RemoteTensor) return value.wire;
+    if (!(value instanceof Tensor)) throw new GdrpcError(Code.INVALID_ARGUMENT, `${where}: expected a Tensor`);
+    if (placement.kind === 'remote') {
+      this.#sync.before(value);
+      return exposeRemote(value, this.scope);
+    }
+    const { connection } = this.scope;
+    const plan = planSend({
+      where, bytes: value.byteLength, from: memoryTypeOf(value), placement, policy: this.policy,
+      receiver: { name: connection.peer, endpoint: connection.endpoint, inlineBytes: connection.inlineBytes, maxFrame: connection.peerLimits.maxFrame, gpu: connection.peerLimits.gpu, stages: connection.peerLimits.stages === true },
+      stagingReason: () => stagingReason(value, connection.runtime),
+    });
+    if (plan.refusal !== undefined) throw plan.refusal;
+    if (value.byteLength > connection.peerLimits.maxTensor) {
+      throw tensorTooLarge(this.site.side === 'client' ? 'server' : 'client', `${this.site.label}${where}`, value.byteLength, connection.peerLimits.maxTensor);
+    }
+    // A deferred producer is awaited when the send starts, after the frame, off the event loop.
+    const ready = this.#sync.before(value, { defer: plan.deferProducer });
+    const mover = moverByName(plan.mover);
+    let outgoing: Outgoing;
+    if (plan.bounce !== undefined) {
+      const staged = stagedOutgoing(value, mover, this.scope);
+      this.#discards.push(staged.discard);
+      outgoing = staged;
+    } else {
+      outgoing = mover.prepare(value, this.scope);
+    }
+    const info: TransferInfo = { argument: where, bytes: value.byteLength, mover: plan.mover, path: plan.path };
+    this.#outgoing.push({ outgoing, info, plan, ready });
+    this.transfers.push(info);
+    return outgoing.wire;
+  };
+
+  /** Gives back what encode took for staging when the frame will not be sent (encoding failed
+   *  midway, the call was aborted, the send failed); no-op for transfers already started. */
+  discard(): void {
+    for (const discard of this.#discards.splice(0)) discard();
+  }
+
+  /** Starts every transfer (after the frame went out); resolves when the memory may be reused.
+   *  Each transfer's path then becomes what UCX says its send did; under noStaging a send that UCX
+   *  moved through host memory rejects (the bytes have moved: the call fails). */
+  start(): Promise<void> {
+    this.#discards.length = 0;
+    if (this.#outgoing.length === 0) return Promise.resolve();
+    return Promise.all(this.#outgoing.map(async (entry) => {
+      // A producer event closed meanwhile (its stream closed) says nothing any more: wait for the device.
+      if (entry.ready?.closed === true) cuda.synchronize(entry.ready.device);
+      else if (entry.ready !== undefined) await entry.ready.finished();
+      reportSent(entry.info, entry.plan, await entry.outgoing.start(), this.policy.noStaging, this.scope.connection.peer);
+    })).then(() => undefined);
+  }
+}
+
+/** A tensor announced in a received frame, not yet received. */
+export class PendingTensor {
+  constructor(readonly wire: TensorWire, readonly where: string, readonly placement: Placement) {}
+  get dtype(): string { return this.wire.dt; }
+  get shape(): readonly number[] { return this.wire.sh; }
+}
+
+/** Allocates the destination of an incoming tensor (possibly waiting for pool memory); `field`
+ *  names it for messages ("Echo.echo arguments.x"). */
+export type Allocate = (shape: number[], dtype: DType, placement: Placement, field: string) => Tensor | Promise<Tensor>;
+
+/** Tensors arriving in one frame. */
+export class IncomingTensors {
+  readonly transfers: TransferInfo[] = [];
+  readonly pending: PendingTensor[] = [];
+  /** Tensors allocated here; the side that owns the call releases them. */
+  readonly allocated: Tensor[] = [];
+
+  constructor(private readonly scope: TransferScope, private readonly limits: { maxTensor: number; noStaging?: boolean }, private readonly site: IncomingSite) {}
+
+  /** The DecodeTensor callback of decodeFields: checks the descriptor before anything is allocated. */
+  readonly decode = (value: unknown, where: string, placement: Placement): unknown => {
+    const wire = checkTensorWire(value, where);
+    if (!isDType(wire.dt)) throw new GdrpcError(Code.INVALID_ARGUMENT, `${where}: unknown dtype ${wire.dt}`);
+    const numel = wire.sh.reduce((product, size) => product * size, 1);
+    if (numel * elementSize(wire.dt) !== wire.n) {
+      throw new GdrpcError(Code.INVALID_ARGUMENT, `${where}: ${wire.n} bytes do not match shape [${wire.sh.join(', ')}] of ${wire.dt}`);
+    }
+    // A handle where bytes are declared, or bytes where a handle is: the handler would get the
+    // wrong kind of object.
+    if ((wire.m === 'h') !== (placement.kind === 'remote')) {
+      throw new GdrpcError(Code.INVALID_ARGUMENT, `${where}: ${wire.m === 'h' ? 'a remote handle where tensor bytes are declared' : 'tensor bytes where a remote handle is declared'}`);
+    }
+    if (wire.m === 'r' && !this.scope.connection.runtime.rma) {
+      throw new GdrpcError(Code.INVALID_ARGUMENT, `${where}: RMA descriptor refused: this process does not perform RMA (docs/security.md)`);
+    }
+    const pending = new PendingTensor(wire, where, placement);
+    this.pending.push(pending);
+    if (wire.m === 'h') return new RemoteTensor(wire, this.site.dialOwner);
+    // Its payload may come before the receive is posted (the allocation can wait): hold it.
+    if (wire.m === 't') this.scope.connection.expect(wire.x!);
+    const { connection } = this.scope;
+    const plan = planArrival({
+      where, wire, placement, sender: this.#sender(), noStaging: this.limits.noStaging === true,
+      gpu: cudaReceives, mapsCuda: () => connection.runtime.mapsCuda,
+    });
+    if (plan.refusal !== undefined) throw plan.refusal;
+    if (wire.n > this.limits.maxTensor) throw tensorTooLarge(this.site.side, `${this.site.label}${where}`, wire.n, this.limits.maxTensor);
+    return pending;
+  };
+
+  /** Allocates and receives every pending tensor, replacing placeholders in `values`. On failure
+   *  everything allocated is released and what was not received is refused. */
+  async receive(allocate: Allocate): Promise<Map<PendingTensor, Tensor>> {
+    const received = new Map<PendingTensor, Tensor>();
+    const work = this.pending.filter((pending) => pending.wire.m !== 'h');
+    let failure: unknown;
+    await Promise.all(work.map(async (pending) => {
+      const mover = moverByName(moverOf(pending.wire));
+      let dest: Tensor;
+      try {
+        if (failure !== undefined) throw failure;
+        const allocated = allocate([...pending.wire.sh], pending.wire.dt as DType, pending.placement, `${this.site.label}${pending.where}`);
+        dest = allocated instanceof Tensor ? allocated : await allocated;
+        // Another tensor of this frame failed while this one waited for memory.
+        if (failure !== undefined) {
+          dest.release();
+          throw failure;
+        }
+      } catch (error) {
+        failure ??= error;
+        await mover.refuse(pending.wire, this.scope);
+        return;
+      }
+      this.allocated.push(dest);
+      const plan = planReceive({
+        where: pending.where, wire: pending.wire, device: dest.device, sender: this.#sender(), noStaging: this.limits.noStaging === true,
+        stagingReason: () => stagingReason(dest, this.scope.connection.runtime),
+      });
+      if (plan.refusal !== undefined) {
+        failure ??= plan.refusal;
+        await mover.refuse(pending.wire, this.scope);
+        return;
+      }
+      try {
+        const seen = plan.bounce !== undefined ? await stagedReceive(mover, pending.wire, dest, this.scope) : await mover.receive(pending.wire, dest, this.scope);
+        received.set(pending, dest);
+        this.transfers.push(reportReceived(pending.where, plan, seen, this.scope.connection.endpoint));
+      } catch (error) {
+        failure ??= error;
+      }
+    }));
+    if (failure !== undefined) {
+      this.releaseAll();
+      throw GdrpcError.from(failure);
+    }
+    return received;
+  }
+
+  releaseAll(): void {
+    for (const tensor of this.allocated.splice(0)) tensor.release();
+  }
+
+  #sender(): PeerFacts {
+    return { name: this.scope.connection.peer, endpoint: this.scope.connection.endpoint };
+  }
+}
+
+/** Sends `tensor` through a host bounce: copied out now (the frame's descriptor then names host
+ *  memory, which is what UCX reads), the bounce released once the mover is done with it. */
+function stagedOutgoing(tensor: Tensor, mover: Mover, scope: TransferScope): Outgoing & { discard(): void } {
+  const bounce = bounceFor(tensor, scope.connection.runtime);
+  let outgoing: Outgoing;
+  try {
+    bounce.copyFrom(tensor);
+    outgoing = mover.prepare(bounce, scope);
+  } catch (error) {
+    bounce.release();
+    throw error;
+  }
+  let started = false;
+  // `st` tells the receiver the bytes went through host memory on this side (docs/wire.md).
+  return {
+    wire: { ...outgoing.wire, st: true },
+    start: () => {
+      started = true;
+      return outgoing.start().finally(() => bounce.release());
+    },
+    // The frame never left: nobody will read the bounce (an RMA exposure goes with the call).
+    discard: () => { if (!started) bounce.release(); },
+  };
+}
+
+/** Receives into a host bounce, then copies into `dest`. */
+async function stagedReceive(mover: Mover, wire: TensorWire, dest: Tensor, scope: TransferScope): Promise<ProtocolSeen | void> {
+  const bounce = bounceFor(dest, scope.connection.runtime);
+  try {
+    const seen = await mover.receive(wire, bounce, scope);
+    dest.copyFrom(bounce);
+    return seen;
+  } finally {
+    bounce.release();
+  }
+}
+
+/** The placeholders of a decoded frame whose descriptors arrived, even if decoding failed midway. */
+export function refuseRaw(scope: TransferScope, wireObject: unknown): Promise<void> {
+  // A frame rejected before decoding still announced tag payloads and exposures: settle them so
+  // that the sender completes. Walk generically for anything shaped like a descriptor.
+  const found: TensorWire[] = [];
+  const walk = (value: unknown): void => {
+    if (Array.isArray(value)) value.forEach(walk);
+    else if (typeof value === 'object' && value !== null && !(value instanceof Uint8Array)) {
+      const record = value as Record<string, unknown>;
+      if ((record.m === 't' || record.m === 'r') && typeof record.x === 'number') found.push(record as unknown as TensorWire);
+      else Object.values(record).forEach(walk);
+    }
+  };
+  walk(wireObject);
+  return Promise.all(found.map((wire) => moverByName(wire.m === 't' ? 'tag' : 'rma').refuse(wire, scope))).then(() => undefined);
+}
