@@ -11,39 +11,30 @@ import { run } from './process.ts';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const LIMIT_MS = 300_000;
+const WHAT = 'examples/tensor-parallel.ts (gdrpc) and bench/nccl_tp_mlp.py (PyTorch + NCCL) back to back: one tensor-parallel MLP step, and the all-reduce alone';
 
-/** Example flags from the suite's (each `--name value`), with the issue's size as the default on a GPU. */
-function exampleFlags(flags: string[]): Record<string, string> {
-  const values: Record<string, string> = { shards: '2', batch: '8', model: '4096', hidden: '16384', layers: '4', steps: '20' };
-  for (let i = 0; i < flags.length; i += 2) {
-    const name = flags[i]!.replace(/^--/, '');
-    if (!(name in values) || flags[i + 1] === undefined) throw new Error(`tp-mlp: unknown flag ${flags[i]} (known: ${Object.keys(values).map((k) => `--${k}`).join(' ')})`);
-    values[name] = flags[i + 1]!;
-  }
-  return values;
-}
+/** The sizes the example ran with (its own defaults where no flag said), for the reference. */
+const SIZES = ['shards', 'batch', 'model', 'hidden', 'layers', 'steps'] as const;
 
 export async function runTpMlpBench(opts: { json?: string; flags: string[] }): Promise<object> {
-  const values = exampleFlags(opts.flags);
-  const args = Object.entries(values).flatMap(([k, v]) => [`--${k}`, v]);
   const dir = mkdtempSync(join(tmpdir(), 'gdrpc-tp-'));
   try {
     const out = join(dir, 'gdrpc.json');
-    const example = await run(process.execPath, ['--import', 'tsx', join(root, 'examples/tensor-parallel.ts'), ...args, '--json', out], { limitMs: LIMIT_MS, cwd: root });
+    // The example checks the flags and picks the sizes (the issue's on a GPU, small ones on the host).
+    const example = await run(process.execPath, ['--import', 'tsx', join(root, 'examples/tensor-parallel.ts'), ...opts.flags, '--json', out], { limitMs: LIMIT_MS, cwd: root });
     console.log(example.stdout.trim());
-    if (example.code !== 0) console.error(`tensor-parallel example failed (exit ${example.code}): ${example.stderr.slice(-1500)}`);
-    const gdrpc = example.code === 0 ? JSON.parse(readFileSync(out, 'utf8')) as object : { failed: `exit ${example.code}`, stderr: example.stderr.slice(-1500) };
+    if (example.code !== 0) {
+      console.error(`tensor-parallel example failed (exit ${example.code}): ${example.stderr.slice(-1500)}`);
+      return { machine: describeMachine(), what: WHAT, gdrpc: { failed: `exit ${example.code}`, stderr: example.stderr.slice(-1500) }, reference: { skipped: 'the example failed' } };
+    }
+    const gdrpc = JSON.parse(readFileSync(out, 'utf8')) as GdrpcRun & Record<(typeof SIZES)[number], number>;
     const python = process.env.GDRPC_PYTHON ?? 'python3';
-    const torch = await run(python, [join(root, 'bench/nccl_tp_mlp.py'), ...args], { limitMs: LIMIT_MS, cwd: root });
+    const torch = await run(python, [join(root, 'bench/nccl_tp_mlp.py'), ...SIZES.flatMap((k) => [`--${k}`, String(gdrpc[k])])], { limitMs: LIMIT_MS, cwd: root });
     const line = torch.stdout.trim().split('\n').reverse().find((l) => l.startsWith('{'));
     const reference = line !== undefined ? JSON.parse(line) as object : { failed: `exit ${torch.code}`, stderr: torch.stderr.slice(-1500) };
     console.log(`pytorch+nccl: ${JSON.stringify(reference)}`);
-    if (opts.json !== undefined) writeFileSync(opts.json.replace(/\.json$/, '') + '.svg', renderTpChart(gdrpc as GdrpcRun, reference as TorchRun));
-    return {
-      machine: describeMachine(),
-      what: 'examples/tensor-parallel.ts (gdrpc) and bench/nccl_tp_mlp.py (PyTorch + NCCL) back to back: one tensor-parallel MLP step, and the all-reduce alone',
-      gdrpc, reference,
-    };
+    if (opts.json !== undefined) writeFileSync(opts.json.replace(/\.json$/, '') + '.svg', renderTpChart(gdrpc, reference as TorchRun));
+    return { machine: describeMachine(), what: WHAT, gdrpc, reference };
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

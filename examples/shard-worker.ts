@@ -3,6 +3,7 @@
 // in GPU memory and travel GPU to GPU; without a GPU the kernels' host twins do the same work.
 import { Code, GdrpcError, loadKernels, Server, Tensor, toHalf, type CallContext } from '../core/index.ts';
 import { Precision, ShardWorker } from '../schemas/gen/tensor_parallel.ts';
+import { sumInOrder } from './mlp-shard.ts';
 import { announce, exampleDevice } from './peer.ts';
 
 export const MODEL = 4096;
@@ -57,9 +58,8 @@ export async function serveShard(rank: number, world: number): Promise<void> {
       if (batch === undefined || partials.some((p) => p.y.shape[0] !== batch)) {
         throw new GdrpcError(Code.INVALID_ARGUMENT, 'reduce: partials must be non-empty and share one batch size');
       }
-      const y = result([batch, MODEL], ctx);
-      kernels.add(y, partials[0]!.y, partials.length > 1 ? partials[1]!.y : Tensor.zeros([batch, MODEL], 'f16', { device }));
-      for (const p of partials.slice(2)) kernels.add(y, y, p.y);
+      // One partial is its own sum: an argument, released only after the result has left.
+      const y = sumInOrder(kernels, partials.map((p) => p.y), result([batch, MODEL], ctx));
       await kernels.finished();
       return { y };
     },

@@ -9,6 +9,7 @@ const DEVICE = 'cpu';
 
 /** Kernels that compute on the host, synchronously. */
 export function hostKernels(): Kernels {
+  let halves: Float64Array | undefined;
   return {
     device: DEVICE,
     stream: undefined,
@@ -29,7 +30,8 @@ export function hostKernels(): Kernels {
     },
     gemm(out, a, b, options: GemmOptions = {}) {
       const { m, n, k } = checkGemm(out, a, b, options, DEVICE);
-      gemm(out, a, b, options, m, n, k);
+      halves ??= halfTable();
+      gemm(out, a, b, options, m, n, k, halves);
     },
     async checksum(tensor: Tensor) {
       checkOn(tensor, 'checksum tensor', DEVICE);
@@ -78,15 +80,17 @@ export function checksum(bytes: Uint8Array): bigint {
   return BigInt.asUintN(64, total + BigInt(partial));
 }
 
-/** Every f16 value by its bits (never written after this): reading weights through it is many
- *  times faster than decoding each one. */
-const HALVES = Float64Array.from({ length: 65536 }, (_, bits) => fromHalf(bits));
+/** Every f16 value by its bits: reading weights through it is many times faster than decoding
+ *  each one. Building it takes about 12 ms, so it is made on a backend's first gemm, not when
+ *  gdrpc is imported. */
+function halfTable(): Float64Array {
+  return Float64Array.from({ length: 65536 }, (_, bits) => fromHalf(bits));
+}
 
-function gemm(out: Tensor, a: Tensor, b: Tensor, options: GemmOptions, m: number, n: number, k: number): void {
+function gemm(out: Tensor, a: Tensor, b: Tensor, options: GemmOptions, m: number, n: number, k: number, table: Float64Array): void {
   const [o, x, w] = [out, a, b].map((t) => t.toArray() as Uint16Array) as [Uint16Array, Uint16Array, Uint16Array];
   const bias = options.bias?.toArray() as Uint16Array | undefined;
   const residual = options.residual?.toArray() as Uint16Array | undefined;
-  const table = HALVES;
   const row = new Float64Array(n);
   for (let r = 0; r < m; r += 1) {
     row.fill(0);

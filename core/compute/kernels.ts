@@ -43,8 +43,9 @@ export function loadKernels(device: Device, options: { stream?: CudaStream } = {
 const THREADS = 256;
 /** Grid-stride kernels need no more blocks than this to fill any current GPU. */
 const MAX_BLOCKS = 65535;
-/** Rows per block of the tiled gemm; at most SMALL_M rows take the split-K one. */
+/** Rows and columns per block of the tiled gemm; at most SMALL_M rows take the split-K one. */
 const TILE_M = 64;
+const TILE_N = 64;
 const SMALL_M = 16;
 /** Split-K gemm: columns per block, the longest K slice a block takes, and about how many blocks
  *  to aim for (several per SM of a large GPU: each streams its slice of B). */
@@ -107,7 +108,7 @@ class GpuKernels implements Kernels {
       this.#splitK.launch({ grid: [columns, slices], block: THREADS, stream: this.stream }, a, b, ws, m, n, k, slice);
       this.#splitKEpilogue.launch(this.#shape(m * n), ws, slices, out, bias, residual, m, n, relu);
     } else {
-      this.#gemm.launch({ grid: [Math.ceil(n / 64), Math.ceil(m / TILE_M)], block: THREADS, stream: this.stream }, a, b, out, bias, residual, m, n, k, relu);
+      this.#gemm.launch({ grid: [Math.ceil(n / TILE_N), Math.ceil(m / TILE_M)], block: THREADS, stream: this.stream }, a, b, out, bias, residual, m, n, k, relu);
     }
     producedOn(out, this.stream);
   }
@@ -129,25 +130,25 @@ class GpuKernels implements Kernels {
 
   finished(): Promise<void> { return this.stream.finished(); }
 
-  /** The split-K workspace, at least `bytes` long. A smaller one is freed once the work queued
-   *  on the stream (which may still read it) is done. */
+  /** The split-K workspace, at least `bytes` long (a smaller one is freed first). */
   #workspaceOf(bytes: number): bigint {
     if (this.#workspace !== undefined && this.#workspace.bytes >= bytes) return this.#workspace.ptr;
-    if (this.#workspace !== undefined) {
-      this.stream.synchronize();
-      cuda.free(this.#workspace.ptr);
-    }
+    this.#freeWorkspace();
     this.#workspace = { ptr: cuda.alloc(this.index, bytes), bytes };
     return this.#workspace.ptr;
   }
 
+  /** Frees the workspace once the work queued on the stream, which may still read it, is done. */
+  #freeWorkspace(): void {
+    if (this.#workspace === undefined) return;
+    this.stream.synchronize();
+    cuda.free(this.#workspace.ptr);
+    this.#workspace = undefined;
+  }
+
   close(): void {
     if (this.module.closed) return;
-    if (this.#workspace !== undefined) {
-      this.stream.synchronize();
-      cuda.free(this.#workspace.ptr);
-      this.#workspace = undefined;
-    }
+    this.#freeWorkspace();
     if (this.#ownsStream) this.stream.close();
     this.module.close();
   }

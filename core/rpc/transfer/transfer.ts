@@ -9,8 +9,7 @@ import type { TensorWire } from '../../wire/frames.ts';
 import type { DType, Placement } from '../../schema/descriptor.ts';
 import { moverByName } from './movers/choose.ts';
 import type { CudaEvent } from '../../compute/stream.ts';
-import { cuda } from '../../cuda.ts';
-import { cudaReceives, memoryTypeOf, ProducerSync } from './movers/memory.ts';
+import { cudaReceives, memoryTypeOf, ProducerSync, producerDone } from './movers/memory.ts';
 import type { Mover, Outgoing, ProtocolSeen, TransferInfo, TransferScope } from './movers/mover.ts';
 import { moverOf, planArrival, planReceive, planSend, type PeerFacts, type SendPolicy, type TransferPlan } from './movers/plan.ts';
 import { reportReceived, reportSent } from './movers/report.ts';
@@ -93,9 +92,7 @@ export class OutgoingTensors {
     this.#discards.length = 0;
     if (this.#outgoing.length === 0) return Promise.resolve();
     return Promise.all(this.#outgoing.map(async (entry) => {
-      // A producer event closed meanwhile (its stream closed) says nothing any more: wait for the device.
-      if (entry.ready?.closed === true) cuda.synchronize(entry.ready.device);
-      else if (entry.ready !== undefined) await entry.ready.finished();
+      if (entry.ready !== undefined) await producerDone(entry.ready);
       reportSent(entry.info, entry.plan, await entry.outgoing.start(), this.policy.noStaging, this.scope.connection.peer);
     })).then(() => undefined);
   }

@@ -72,3 +72,10 @@ export class ProducerSync {
     return undefined;
   }
 }
+
+/** Waits for a producer event that ProducerSync.before deferred. An event closed meanwhile (its
+ *  stream closed) no longer says anything, so the whole device is synchronized instead. */
+export async function producerDone(event: CudaEvent): Promise<void> {
+  if (event.closed) cuda.synchronize(event.device);
+  else await event.finished();
+}
