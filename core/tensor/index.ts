@@ -1,5 +1,5 @@
 // Public surface of core/tensor.
-export { Tensor, type AllocateOptions } from './tensor.ts';
+export { Tensor, type AllocateOptions, type TensorPoolLike } from './tensor.ts';
 export { PoolShare, TensorPool, type PoolWaitOptions, type TensorPoolOptions, type TensorPoolStats } from './pool.ts';
 export { DTYPES, isDType, elementSize, type DType, type TypedArray } from './dtype.ts';
 export { parseDevice, type Device, type DeviceKind } from './device.ts';

@@ -10,8 +10,10 @@ import { checkDType, type DType } from './dtype.ts';
 import { mapMemory, type MappedMemory } from './mapped-memory.ts';
 import { Accept, checkOptions, invalidOption, rule, type OptionRules } from './options.ts';
 import { checkShape } from './shape.ts';
-import { markPool, Storage } from './storage.ts';
-import { Tensor } from './tensor.ts';
+import { Storage } from './storage.ts';
+import { markPool, Tensor, type TensorPoolLike, type TensorPoolStats } from './tensor.ts';
+
+export type { TensorPoolStats };
 
 /** Options of TensorPool.create. */
 export interface TensorPoolOptions {
@@ -22,17 +24,6 @@ export interface TensorPoolOptions {
   allowOverflow?: boolean;
   /** 'cpu' pools only: page-locked memory (cuMemHostAlloc), for staging to and from GPUs; needs CUDA. */
   pinned?: boolean;
-}
-
-/** What a pool holds now. `used` counts arena bytes in live blocks (256-byte granules), not overflow. */
-export interface TensorPoolStats {
-  device: Device;
-  capacity: number;
-  used: number;
-  liveTensors: number;
-  overflowRegistrations: number;
-  /** allocateWhenFree calls waiting for blocks. */
-  waiting: number;
 }
 
 /** A claimant's share of pools (a server gives one to each connection): while it holds `limit`
@@ -64,13 +55,13 @@ interface Waiter {
   bytes: number;
   share: PoolShare | undefined;
   /** Hands it `storage`; it leaves the queue. */
-  serve(storage: Storage): void;
+  serve(storage: Storage<TensorPool>): void;
   /** Ends its wait with `error`; it leaves the queue. */
   fail(error: unknown): void;
 }
 
 /** A per-device arena mapped with UCX once; tensors are carved from it and returned on release. */
-export class TensorPool {
+export class TensorPool implements TensorPoolLike {
   readonly context: Context;
   readonly device: Device;
   readonly allowOverflow: boolean;
@@ -78,7 +69,7 @@ export class TensorPool {
   readonly #where: DeviceKind;
   readonly #arena: Arena;
   readonly #memory: MappedMemory;
-  readonly #live = new Set<Storage>();
+  readonly #live = new Set<Storage<TensorPool>>();
   /** allocateWhenFree calls waiting for blocks, in arrival order. */
   readonly #waiters: Waiter[] = [];
   #overflowRegistrations = 0;
@@ -160,10 +151,10 @@ export class TensorPool {
     }
   }
 
-  #wait(bytes: number, options: PoolWaitOptions): Promise<Storage> {
+  #wait(bytes: number, options: PoolWaitOptions): Promise<Storage<TensorPool>> {
     const { signal, share, maxWaitMs } = options;
     const started = Date.now();
-    return new Promise<Storage>((resolve, reject) => {
+    return new Promise<Storage<TensorPool>>((resolve, reject) => {
       let timer: NodeJS.Timeout | undefined;
       const stopWaiting = (): void => {
         const index = this.#waiters.indexOf(waiter);
@@ -207,7 +198,7 @@ export class TensorPool {
     }
   }
 
-  #carve(byteLength: number, share: PoolShare | undefined): Storage | undefined {
+  #carve(byteLength: number, share: PoolShare | undefined): Storage<TensorPool> | undefined {
     const offset = this.#arena.allocate(byteLength);
     if (offset === undefined) return undefined;
     if (share !== undefined) share.held += byteLength;
@@ -227,7 +218,7 @@ export class TensorPool {
       { details: { device: this.device, requested: byteLength, capacity, used, largestFree, ...extra } });
   }
 
-  #overflow(byteLength: number): Storage {
+  #overflow(byteLength: number): Storage<TensorPool> {
     if (!this.allowOverflow) {
       throw this.#exhausted(byteLength, this.#waiters.length > 0 ? `${this.#waiters.length} allocation(s) waiting` : '');
     }
@@ -240,9 +231,9 @@ export class TensorPool {
     return this.#storageAt(memory, 0, byteLength, () => memory.close());
   }
 
-  #storageAt(memory: MappedMemory, offset: number, byteLength: number, giveBack: () => void): Storage {
+  #storageAt(memory: MappedMemory, offset: number, byteLength: number, giveBack: () => void): Storage<TensorPool> {
     const region = memory.region;
-    const storage: Storage = new Storage({
+    const storage: Storage<TensorPool> = new Storage<TensorPool>({
       device: this.device,
       byteLength,
       pool: this,

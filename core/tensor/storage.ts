@@ -4,10 +4,9 @@ import { Code, GdrpcError } from '../errors.ts';
 import { cuda } from '../cuda.ts';
 import { addressOf, type MemorySpan } from '../ucx/index.ts';
 import { parseDevice, requireCudaDevice, type Device } from './device.ts';
-import type { TensorPool } from './pool.ts';
 
 /** What a storage is made of; exactly one of `host` (cpu) and `address` (cuda) describes the bytes. */
-export interface StorageInit {
+export interface StorageInit<Pool extends object = object> {
   device: Device;
   byteLength: number;
   /** The bytes of a cpu storage. */
@@ -18,21 +17,23 @@ export interface StorageInit {
   span?: () => MemorySpan | undefined;
   /** Gives the bytes back (pool free, cuMemFree); called once. */
   free?: () => void;
-  pool?: TensorPool;
+  /** The pool the bytes were carved from; storage.ts only keeps it for its tensor to name. */
+  pool?: Pool;
 }
 
-/** The memory of one tensor; released once, after which every access fails. */
-export class Storage {
+/** The memory of one tensor; released once, after which every access fails. `Pool` is what the
+ *  bytes were carved from (tensor.ts names it; this file sits below the pool and cannot). */
+export class Storage<Pool extends object = object> {
   readonly device: Device;
   readonly byteLength: number;
-  readonly pool: TensorPool | undefined;
+  readonly pool: Pool | undefined;
   readonly #host: Uint8Array | undefined;
   #address: bigint | undefined;
   readonly #span: (() => MemorySpan | undefined) | undefined;
   #free: (() => void) | undefined;
   #released = false;
 
-  constructor(init: StorageInit) {
+  constructor(init: StorageInit<Pool>) {
     this.device = init.device;
     this.byteLength = init.byteLength;
     this.pool = init.pool;
@@ -87,22 +88,8 @@ export class Storage {
   }
 }
 
-// Every TensorPool, so that tensor.ts can check a `pool` option without importing pool.ts, which
-// imports tensor.ts to build the tensors it hands out.
-const pools = new WeakSet<object>();
-
-/** Called by each TensorPool as it is constructed. */
-export function markPool(pool: TensorPool): void {
-  pools.add(pool);
-}
-
-/** Whether `value` is a TensorPool. */
-export function isTensorPool(value: unknown): value is TensorPool {
-  return typeof value === 'object' && value !== null && pools.has(value);
-}
-
 /** Unpooled memory for `byteLength` bytes on `device`: a fresh (zeroed) ArrayBuffer, or cuMemAlloc. */
-export function allocateStorage(device: Device, byteLength: number): Storage {
+export function allocateStorage(device: Device, byteLength: number): Storage<never> {
   const where = parseDevice(device);
   if (where.kind === 'cpu') return new Storage({ device, byteLength, host: new Uint8Array(hostBuffer(byteLength)) });
   requireCudaDevice(where.index);

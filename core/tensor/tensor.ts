@@ -8,14 +8,53 @@ import { copyStorage, sameBytes } from './copy.ts';
 import { isDevice, parseDevice, type Device } from './device.ts';
 import { checkDType, DTYPES, dtypeOfArray, elementSize, isDType, viewOf, type DType, type TypedArray } from './dtype.ts';
 import { checkOptions, rule, type OptionRules } from './options.ts';
-import type { TensorPool } from './pool.ts';
 import { checkShape, type ShapeInfo } from './shape.ts';
-import { allocateStorage, isTensorPool, Storage } from './storage.ts';
+import { allocateStorage, Storage } from './storage.ts';
+
+/** What a pool holds now. `used` counts arena bytes in live blocks (256-byte granules), not overflow. */
+export interface TensorPoolStats {
+  device: Device;
+  capacity: number;
+  used: number;
+  liveTensors: number;
+  overflowRegistrations: number;
+  /** allocateWhenFree calls waiting for blocks. */
+  waiting: number;
+}
+
+/** A TensorPool as its tensors and allocation options see it. TensorPool (pool.ts) is the one
+ *  implementation; it builds Tensors, so this file names it by what it offers instead of importing
+ *  it, and the two files read one after the other. */
+export interface TensorPoolLike {
+  readonly device: Device;
+  readonly allowOverflow: boolean;
+  readonly pinned: boolean;
+  /** True when UCX could not map the pool's memory as its own type (movers stage it). */
+  readonly staged: boolean;
+  readonly stagingReason: string | undefined;
+  readonly closed: boolean;
+  allocate(shape: number[], dtype: DType): Tensor;
+  stats(): TensorPoolStats;
+}
+
+// Every TensorPool, branded as it is constructed, so that a `pool` option is checked to be a real
+// pool (not an object of the same shape) without this file importing pool.ts.
+const pools = new WeakSet<object>();
+
+/** Called by each TensorPool as it is constructed. */
+export function markPool(pool: TensorPoolLike): void {
+  pools.add(pool);
+}
+
+/** Whether `value` is a TensorPool. */
+export function isTensorPool(value: unknown): value is TensorPoolLike {
+  return typeof value === 'object' && value !== null && pools.has(value);
+}
 
 /** Where to allocate: a device (default 'cpu') or a pool (whose device it must match). */
 export interface AllocateOptions {
   device?: Device;
-  pool?: TensorPool;
+  pool?: TensorPoolLike;
 }
 
 const DEVICE = rule(`'cpu' or 'cuda:N'`, isDevice);
@@ -32,10 +71,10 @@ export class Tensor {
   readonly shape: readonly number[];
   readonly numel: number;
   readonly byteLength: number;
-  readonly #storage: Storage;
+  readonly #storage: Storage<TensorPoolLike>;
 
   /** Internal: use fromArray/empty/zeros or TensorPool.allocate; `info` must come from checkShape. */
-  constructor(dtype: DType, info: ShapeInfo, storage: Storage) {
+  constructor(dtype: DType, info: ShapeInfo, storage: Storage<TensorPoolLike>) {
     this.dtype = dtype;
     this.shape = info.shape;
     this.numel = info.numel;
@@ -95,7 +134,7 @@ export class Tensor {
   /** First byte (host or device pointer). */
   get address(): bigint { return this.#storage.address; }
   /** The pool this tensor was carved from (or overflowed from), if any. */
-  get pool(): TensorPool | undefined { return this.#storage.pool; }
+  get pool(): TensorPoolLike | undefined { return this.#storage.pool; }
   /** True once release() ran (or its pool was force-closed). */
   get released(): boolean { return this.#storage.released; }
 
@@ -112,7 +151,7 @@ export class Tensor {
   bytes(): Uint8Array { return this.#storage.hostBytes(); }
 
   /** A copy on `device` (from `options.pool` when given); host<->GPU and GPU<->GPU through cuMemcpy. */
-  to(device: Device, options: { pool?: TensorPool } = {}): Tensor {
+  to(device: Device, options: { pool?: TensorPoolLike } = {}): Tensor {
     this.#storage.assertLive();
     parseDevice(device, 'Tensor.to device');
     checkOptions('Tensor.to options', options, { pool: POOL });

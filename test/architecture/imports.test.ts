@@ -38,12 +38,6 @@ function areaOf(file: string): string {
   return area;
 }
 
-/** Circles that only type imports close, not broken yet (issue 12); this list may only shrink.
- *  tensor: a Storage names its TensorPool and a Tensor its pool (type only), while the pool builds
- *  the tensors it hands out; breaking it means TensorPool.allocate hands out Storage, an API change. */
-const KNOWN_TYPE_CIRCLES: string[][] = [
-  ['core/tensor/copy.ts', 'core/tensor/mapped-memory.ts', 'core/tensor/pool.ts', 'core/tensor/storage.ts', 'core/tensor/tensor.ts'],
-];
 
 function describeCycles(found: string[][], from: ImportEdge[]): string {
   return found.map((scc) => `${scc.length} files: ${cyclePath(from, scc)}`).join('\n');
@@ -63,9 +57,9 @@ describe('import graph', () => {
     expect(found, describeCycles(found, runtime)).toEqual([]);
   });
 
-  it('has no circle of imports, type-only ones included, beyond the known ones', () => {
+  it('has no circle of imports, type-only ones included', () => {
     const found = cycles(edges);
-    expect(found, describeCycles(found, edges)).toEqual(KNOWN_TYPE_CIRCLES);
+    expect(found, describeCycles(found, edges)).toEqual([]);
   });
 
   it('imports only downward between areas', () => {
@@ -106,7 +100,7 @@ const ALLOWED_STATE: Record<string, string> = {
   'core/rpc/transfer/movers/rma.ts: packed': 'per-region packed rkey, weakly keyed',
   // A brand: which objects are TensorPools (tensor.ts may not import pool.ts). Weakly keyed, it
   // says what an object is, never how much of anything the process holds.
-  'core/tensor/storage.ts: pools': 'TensorPool brand, weakly keyed',
+  'core/tensor/tensor.ts: pools': 'TensorPool brand, weakly keyed',
 };
 
 describe('module-level state', () => {
