@@ -1,6 +1,6 @@
 // gdrpc against @grpc/grpc-js on the same workloads, between two processes: small-call round
 // trip, calls/s with 64 in flight, tensor (bytes) throughput from 4 KiB to 256 MiB, and, for
-// gdrpc only, each mover per size (the table behind the 'auto' choice in core/rpc/transfer/movers).
+// gdrpc only, each mover per size (the table behind the 'auto' choice in core/rpc/movers).
 import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import { Client, type Tensor } from '../core/index.ts';

@@ -27,6 +27,10 @@ const edges = importEdges(root, sourceFiles(root, ['core', 'codegen']));
 
 const FLOORS: Record<string, number> = { errors: 0, schema: 1, wire: 1, args: 1, binding: 2, tensor: 3, compute: 4, rpc: 5, codegen: 6, cli: 7 };
 
+/** The folders of core/rpc by floor (docs/architecture.md): a call's life from the process's
+ *  runtime up to the two sides. */
+const RPC_FLOORS: Record<string, number> = { runtime: 0, connection: 1, movers: 2, remote: 3, transfer: 4, call: 5, client: 6, server: 7 };
+
 function areaOf(file: string): string {
   if (file === 'core/index.ts') return 'entry';
   if (file === 'core/errors.ts') return 'errors';
@@ -70,6 +74,18 @@ describe('import graph', () => {
     expect(upward).toEqual([]);
   });
 
+  it('imports only downward between the folders of core/rpc', () => {
+    const folderOf = (file: string) => /^core\/rpc\/([^/]+)\//.exec(file)?.[1];
+    const files = new Set(edges.flatMap((e) => [e.from, e.to]));
+    const folders = new Set([...files].map(folderOf).filter((f) => f !== undefined));
+    expect([...folders].sort(), 'a new folder needs a floor in RPC_FLOORS').toEqual(Object.keys(RPC_FLOORS).sort());
+    const upward = edges.filter((e) => {
+      const [a, b] = [folderOf(e.from), folderOf(e.to)];
+      return a !== undefined && b !== undefined && a !== b && RPC_FLOORS[b]! >= RPC_FLOORS[a]!;
+    }).map((e) => `${e.from} -> ${e.to}${e.typeOnly ? ' (type)' : ''}`);
+    expect(upward).toEqual([]);
+  });
+
   it('keeps codegen and the CLI out of the runtime entry', () => {
     const reached = new Set<string>(['core/index.ts']);
     const queue = ['core/index.ts'];
@@ -95,9 +111,9 @@ const ALLOWED_STATE: Record<string, string> = {
   // would be a Tensor field if the tensor area could name compute's CudaEvent (it is below).
   'core/compute/ready.ts: producers': 'per-tensor producer event, weakly keyed',
   // Facts about one endpoint that UCX fixes at connect: weakly keyed, gone with the endpoint.
-  'core/rpc/transfer/movers/path.ts: cache': "per-endpoint transport names, weakly keyed",
+  'core/rpc/movers/path.ts: cache': "per-endpoint transport names, weakly keyed",
   // A pool region's packed rkey, fixed for the region's life: weakly keyed, gone with the region.
-  'core/rpc/transfer/movers/rma.ts: packed': 'per-region packed rkey, weakly keyed',
+  'core/rpc/movers/rma.ts: packed': 'per-region packed rkey, weakly keyed',
   // A brand: which objects are TensorPools (tensor.ts may not import pool.ts). Weakly keyed, it
   // says what an object is, never how much of anything the process holds.
   'core/tensor/tensor.ts: pools': 'TensorPool brand, weakly keyed',

@@ -4,7 +4,7 @@
 // The descriptions are printed, so that a run on new hardware shows what UCX said.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { callInfo, Client, Code, GdrpcError, RemoteTensor, Tensor, type TransferInfo } from '../../core/index.ts';
-import { parseProtocol, pathOfProtocol } from '../../core/rpc/transfer/movers/protocol.ts';
+import { parseProtocol, pathOfProtocol } from '../../core/rpc/movers/protocol.ts';
 import { gpuService } from './fixtures/service.ts';
 import { openClientSide, type ClientSide } from './fixtures/client-side.ts';
 import { announce, DRY_RUN, MiB, skipReason, topologies } from './fixtures/env.ts';

@@ -4,7 +4,7 @@
 // table) is sent, and the report of each send must name the protocol and transport of its row,
 // map to the path class of the transport under test, and the bytes must arrive intact.
 import { afterEach, describe, expect, it } from 'vitest';
-import { parseProtocol, pathOfProtocol } from '../../core/rpc/transfer/movers/protocol.ts';
+import { parseProtocol, pathOfProtocol } from '../../core/rpc/movers/protocol.ts';
 import type { ProtocolReport } from '../../core/ucx/index.ts';
 import { parseProtocolTables, type ProtocolRow } from '../gpu/fixtures/proto-info.ts';
 import { NativePeer } from './fixture.ts';

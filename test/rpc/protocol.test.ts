@@ -2,7 +2,7 @@
 // verbatim from UCX 1.22 on the CPU box; the GPU ones follow the format of UCX's proto v2 query
 // functions (rndv_mtype.inl, proto_rndv.c) and are checked for real by test/gpu/paths.test.ts.
 import { describe, expect, it } from 'vitest';
-import { parseProtocol, pathOfProtocol } from '../../core/rpc/transfer/movers/protocol.ts';
+import { parseProtocol, pathOfProtocol } from '../../core/rpc/movers/protocol.ts';
 
 const OBSERVED = {
   tcpEager: '{cpml|proto|init} tag_send from host memory length 8193 eager zero-copy copy-out tcp/lo 10.2 MB/s 767.92 us',

@@ -5,9 +5,9 @@ import { describe, expect, it } from 'vitest';
 import { Code, GdrpcError } from '../../core/errors.ts';
 import type { Placement } from '../../core/schema/descriptor.ts';
 import type { Endpoint } from '../../core/ucx/index.ts';
-import { planArrival, planReceive, planSend, moverOf, type ArrivalFacts, type ReceiveFacts, type SendFacts, type TransferPlan } from '../../core/rpc/transfer/movers/plan.ts';
-import { rmaMover } from '../../core/rpc/transfer/movers/rma.ts';
-import type { TransferScope } from '../../core/rpc/transfer/movers/mover.ts';
+import { planArrival, planReceive, planSend, moverOf, type ArrivalFacts, type ReceiveFacts, type SendFacts, type TransferPlan } from '../../core/rpc/movers/plan.ts';
+import { rmaMover } from '../../core/rpc/movers/rma.ts';
+import type { TransferScope } from '../../core/rpc/movers/mover.ts';
 import { Tensor } from '../../core/tensor/index.ts';
 
 const KiB = 1024;

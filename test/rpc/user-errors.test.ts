@@ -8,7 +8,7 @@ import {
   Client, closeProcessPools, Code, createPool, GdrpcError, processPool, Server, Tensor, TensorPool, validateFields,
   type CallOptions, type ClientOptions, type MethodDescriptor, type ServerOptions, type ServiceDescriptor, type UnaryHandler,
 } from '../../core/index.ts';
-import { chooseMover } from '../../core/rpc/transfer/movers/choose.ts';
+import { chooseMover } from '../../core/rpc/movers/choose.ts';
 import { CLIENT_OPTIONS, SERVER_OPTIONS } from '../../core/rpc/call/options.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { GainDescriptor } from '../schemas/gen/rpc/gain.ts';

@@ -7,8 +7,8 @@ import { decodeFrame, encodeFrame, checkTensorWire } from '../../core/wire/codec
 import { FrameKind, WIRE_VERSION } from '../../core/wire/frames.ts';
 import { CONTROL_MASK, ConnectionKey, controlKey, controlTag, dataParts, dataTag, transferOf } from '../../core/wire/tag.ts';
 import { packMessage, unpackMessage } from '../../core/wire/message.ts';
-import { chooseMover } from '../../core/rpc/transfer/movers/choose.ts';
-import { transferPath } from '../../core/rpc/transfer/movers/path.ts';
+import { chooseMover } from '../../core/rpc/movers/choose.ts';
+import { transferPath } from '../../core/rpc/movers/path.ts';
 import type { Endpoint } from '../../core/ucx/index.ts';
 import { ValidationDescriptor } from '../schemas/gen/rpc/validation.ts';
 

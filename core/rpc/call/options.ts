@@ -3,7 +3,7 @@
 // without a rule. The types live here, below client.ts and server.ts, so that the tables and
 // call-checks.ts need not import those back.
 import { Accept, isRecord, rule, type OptionRules } from '../../tensor/options.ts';
-import type { MoverName } from '../transfer/movers/mover.ts';
+import type { MoverName } from '../movers/mover.ts';
 import { BUSY_POLL_US, Runtime } from '../runtime/runtime.ts';
 import type { Allocate } from '../transfer/transfer.ts';
 import type { CudaDevice } from './placement.ts';

@@ -6,7 +6,7 @@ import { cuda } from '../../cuda.ts';
 import { invalidOption } from '../../tensor/options.ts';
 import type { Device } from '../../tensor/index.ts';
 import type { Placement } from '../../schema/descriptor.ts';
-import { cudaReceives } from '../transfer/movers/memory.ts';
+import { cudaReceives } from '../runtime/memory-support.ts';
 
 /** A CUDA device name, as the `device` options take it. */
 export type CudaDevice = `cuda:${number}`;

@@ -5,8 +5,7 @@ import { Code, GdrpcError, isCode } from '../../errors.ts';
 import { FrameKind, type FrameBody } from '../../wire/frames.ts';
 import { ConnectionKey } from '../../wire/tag.ts';
 import { authProof } from './auth.ts';
-import { cudaReceives } from '../transfer/movers/memory.ts';
-import { stagesCudaReceives } from '../transfer/movers/staging.ts';
+import { cudaReceives } from '../runtime/memory-support.ts';
 import { Connection, type FrameHandler } from './connection.ts';
 import type { FrameSink } from '../runtime/dispatcher.ts';
 import { DEFAULT_FRAME_BYTES, type Runtime } from '../runtime/runtime.ts';
@@ -51,7 +50,7 @@ function admit(connection: Connection, options: HandshakeOptions): Promise<void>
           connection.peerKey = new ConnectionKey(hello.key);
           connection.peerLimits = { maxFrame: hello.maxFrame, maxTensor: hello.maxTensor, inline: hello.inline, gpu: hello.gpu === true, stages: hello.stg === true };
           const auth: FrameBody<FrameKind.Auth> = { key: connection.key.value, live: options.livenessMs, gpu: cudaReceives(), maxFrame: DEFAULT_FRAME_BYTES };
-          if (stagesCudaReceives(connection.runtime)) auth.stg = true;
+          if (connection.runtime.stagesCudaReceives) auth.stg = true;
           if (hello.chal !== undefined && options.token !== undefined) auth.proof = authProof(options.token, hello.chal, connection.peerKey.value, connection.key.value);
           const livenessMs = Math.min(options.livenessMs, hello.live || options.livenessMs);
           connection.liveness.start(livenessMs);

@@ -9,8 +9,8 @@ import { isDevice } from '../../tensor/device.ts';
 import { Accept, checkOptions, rule, type OptionRules } from '../../tensor/options.ts';
 import type { TensorWire } from '../../wire/frames.ts';
 import type { DType, MethodDescriptor, Placement } from '../../schema/descriptor.ts';
-import type { TransferScope } from '../transfer/movers/mover.ts';
-import { attachCallInfo, callInfo } from '../call/call-info.ts';
+import type { TransferScope } from '../movers/mover.ts';
+import { attachCallInfo, callInfo } from '../movers/call-info.ts';
 import { Runtime } from '../runtime/runtime.ts';
 
 /** Service name of the owner side of remote tensors. */

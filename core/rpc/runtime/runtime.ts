@@ -10,8 +10,8 @@ import { TensorPool, type Device, type TensorPoolOptions } from '../../tensor/in
 import { Dispatcher } from './dispatcher.ts';
 import { Accept, checkOptions, invalidOption } from '../../tensor/options.ts';
 import { Code, GdrpcError } from '../../errors.ts';
-import type { MoverStats } from '../transfer/movers/memory.ts';
-import { RemoteOwner } from '../remote/remote-owner.ts';
+import { cudaReceives, type MoverStats } from './memory-support.ts';
+import { RemoteOwner } from './remote-owner.ts';
 import { SendSlots } from './send-slots.ts';
 
 /** Largest control frame any connection in this process accepts (the receive buffer size). */
@@ -110,6 +110,12 @@ export class Runtime {
   get mapsCuda(): boolean {
     this.#mapsCuda ??= this.context.memoryTypes().includes('cuda');
     return this.#mapsCuda;
+  }
+
+  /** Whether this process stages what it receives into GPU memory: it has GPUs, but this UCX cannot
+   *  register CUDA memory (announced to peers as `stg`, docs/gpu.md "Memory that UCX cannot map"). */
+  get stagesCudaReceives(): boolean {
+    return cudaReceives() && !this.mapsCuda;
   }
 
   /** Internal: `user` (a Client or Server) now runs on this runtime; close() closes it first. */

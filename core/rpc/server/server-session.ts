@@ -7,8 +7,7 @@ import { FrameKind, type Frame, type FrameBody } from '../../wire/frames.ts';
 import { packMessage } from '../../wire/message.ts';
 import { ConnectionKey, controlTag, HELLO_KEY } from '../../wire/tag.ts';
 import { newChallenge, verifyProof } from '../connection/auth.ts';
-import { cudaReceives } from '../transfer/movers/memory.ts';
-import { stagesCudaReceives } from '../transfer/movers/staging.ts';
+import { cudaReceives } from '../runtime/memory-support.ts';
 import type { Connection } from '../connection/connection.ts';
 import { CallScope } from '../call/deadline.ts';
 import { ServerCall, type CallEnvironment, type MethodEntry } from './server-call.ts';
@@ -68,7 +67,7 @@ export class ServerSession {
     this.#admissionTimer.unref();
     const hello: FrameBody<FrameKind.Hello> = { key: connection.key.value, maxFrame: host.limits.maxFrame, maxTensor: host.limits.maxTensor, inline: host.limits.inline, live: host.livenessMs, gpu: cudaReceives() };
     if (this.#challenge !== undefined) hello.chal = this.#challenge;
-    if (stagesCudaReceives(connection.runtime)) hello.stg = true;
+    if (connection.runtime.stagesCudaReceives) hello.stg = true;
     connection.sendRaw(controlTag(HELLO_KEY), packMessage([{ kind: FrameKind.Hello, call: 0, body: encodeFrame(FrameKind.Hello, hello) }])).catch(() => connection.close());
   }
 

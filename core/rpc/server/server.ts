@@ -8,8 +8,8 @@ import { Connection, DEFAULT_INLINE_BYTES, DEFAULT_TRANSFER_TIMEOUT_MS } from '.
 import type { DType, Placement, ServiceDescriptor } from '../../schema/descriptor.ts';
 import { failureText } from './handler-failure.ts';
 import { DEFAULT_LIVENESS_MS } from '../connection/liveness.ts';
-import { serverAllocationFailed } from '../call/memory-errors.ts';
-import { cudaReceives } from '../transfer/movers/memory.ts';
+import { serverAllocationFailed } from '../transfer/memory-errors.ts';
+import { cudaReceives } from '../runtime/memory-support.ts';
 import { REGISTER_OPTIONS, SERVER_OPTIONS, type ServerOptions, type RegisterOptions } from '../call/options.ts';
 import { DEFAULT_RECEIVE_DEVICE, landingDevice, receiveDeviceIndex, receivingDeviceCount, type CudaDevice } from '../call/placement.ts';
 import { ownerDialer } from '../client/client.ts';

@@ -7,17 +7,18 @@ import { elementSize, isDType, Tensor } from '../../tensor/index.ts';
 import { checkTensorWire } from '../../wire/codec.ts';
 import type { TensorWire } from '../../wire/frames.ts';
 import type { DType, Placement } from '../../schema/descriptor.ts';
-import { moverByName } from './movers/choose.ts';
+import { moverByName } from '../movers/choose.ts';
 import type { CudaEvent } from '../../compute/stream.ts';
-import { cudaReceives, memoryTypeOf, ProducerSync, producerDone } from './movers/memory.ts';
-import type { Mover, Outgoing, ProtocolSeen, TransferInfo, TransferScope } from './movers/mover.ts';
-import { moverOf, planArrival, planReceive, planSend, type PeerFacts, type SendPolicy, type TransferPlan } from './movers/plan.ts';
-import { reportReceived, reportSent } from './movers/report.ts';
-import { bounceFor, stagingReason } from './movers/staging.ts';
-import { tensorTooLarge, type Side } from '../call/memory-errors.ts';
+import { ProducerSync, producerDone } from '../movers/memory.ts';
+import { cudaReceives, memoryTypeOf } from '../runtime/memory-support.ts';
+import type { Mover, Outgoing, ProtocolSeen, TransferInfo, TransferScope } from '../movers/mover.ts';
+import { moverOf, planArrival, planReceive, planSend, type PeerFacts, type SendPolicy, type TransferPlan } from '../movers/plan.ts';
+import { reportReceived, reportSent } from '../movers/report.ts';
+import { bounceFor, stagingReason } from '../movers/staging.ts';
+import { tensorTooLarge, type Side } from './memory-errors.ts';
 import { RemoteTensor, exposeRemote, type OwnerDialer } from '../remote/remote.ts';
 
-export type { SendPolicy } from './movers/plan.ts';
+export type { SendPolicy } from '../movers/plan.ts';
 
 /** Which side moves the tensors of a frame, and what names their fields in messages: `label`
  *  precedes a field's path ("Echo.echo arguments." + "x"). */

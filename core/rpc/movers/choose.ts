@@ -26,7 +26,7 @@
 // is not (no cuda_ipc RMA lane in UCX 1.22), so 'auto' never picks RMA for CUDA memory, and
 // path.ts reports RMA on GPU memory as staged. On host memory the two are even within run-to-run
 // noise at every size, so 'auto' keeps tag there too: no exposure to hold, no FIN round trip.
-import { Code, GdrpcError } from '../../../errors.ts';
+import { Code, GdrpcError } from '../../errors.ts';
 import type { Mover, MoverName } from './mover.ts';
 import { inlineMover } from './inline.ts';
 import { rmaMover } from './rma.ts';

@@ -1,26 +1,13 @@
 // Memory a mover can hand to UCX: a tensor's mapped span when it has one (pool tensors), a
 // one-off registration otherwise (counted, so the cost of missing pools shows), or for host tag
 // operations simply the bytes (UCX registers or copies them itself).
-import { MemoryRegion, type Context, type MemorySpan, type TagBuffer } from '../../../ucx/index.ts';
-import type { Tensor } from '../../../tensor/index.ts';
-import { cuda } from '../../../cuda.ts';
-import type { CudaEvent } from '../../../compute/stream.ts';
-import { producerOf } from '../../../compute/ready.ts';
-import { Code, GdrpcError } from '../../../errors.ts';
-
-/** Counters of memory registered per transfer because the tensor was not in a mapped pool (one
- *  set per Runtime). */
-export interface MoverStats { oneOffRegistrations: number }
-
-/** Whether this process receives `@cuda` tensors into GPU memory (else into host memory). */
-export function cudaReceives(): boolean {
-  return cuda.available() && cuda.deviceCount() > 0;
-}
-
-/** 'host' or 'cuda', as the wire says it. */
-export function memoryTypeOf(tensor: Tensor): 'host' | 'cuda' {
-  return tensor.device === 'cpu' ? 'host' : 'cuda';
-}
+import { MemoryRegion, type Context, type MemorySpan, type TagBuffer } from '../../ucx/index.ts';
+import type { Tensor } from '../../tensor/index.ts';
+import { cuda } from '../../cuda.ts';
+import type { CudaEvent } from '../../compute/stream.ts';
+import { producerOf } from '../../compute/ready.ts';
+import { Code, GdrpcError } from '../../errors.ts';
+import { memoryTypeOf, type MoverStats } from '../runtime/memory-support.ts';
 
 /** A span covering `tensor`, and how to give it back. */
 export function mappedSpan(tensor: Tensor, context: Context, stats: MoverStats): { span: MemorySpan; release: () => void } {

@@ -1,9 +1,9 @@
 // Inline mover: the bytes ride inside the frame (small host tensors; always for 0 bytes).
-import { cuda } from '../../../cuda.ts';
-import type { Tensor } from '../../../tensor/index.ts';
-import type { TensorWire } from '../../../wire/frames.ts';
+import { cuda } from '../../cuda.ts';
+import type { Tensor } from '../../tensor/index.ts';
+import type { TensorWire } from '../../wire/frames.ts';
 import type { Mover, Outgoing } from './mover.ts';
-import { memoryTypeOf } from './memory.ts';
+import { memoryTypeOf } from '../runtime/memory-support.ts';
 
 export const inlineMover: Mover = {
   name: 'inline',

@@ -1,12 +1,13 @@
 // RMA pull mover: the sender exposes {address, rkey} of memory it keeps unchanged; the receiver
 // reads it with ucp_get into its own buffer and sends FIN; the sender then releases it. This is
 // the mover behind remote tensor handles, where the reader decides when (and whether) to read.
-import { RemoteKey } from '../../../ucx/index.ts';
-import { Code, GdrpcError } from '../../../errors.ts';
-import type { Tensor } from '../../../tensor/index.ts';
-import { FrameKind, type TensorWire } from '../../../wire/frames.ts';
+import { RemoteKey } from '../../ucx/index.ts';
+import { Code, GdrpcError } from '../../errors.ts';
+import type { Tensor } from '../../tensor/index.ts';
+import { FrameKind, type TensorWire } from '../../wire/frames.ts';
 import type { Mover, Outgoing, ProtocolSeen, TransferScope } from './mover.ts';
-import { mappedSpan, memoryTypeOf } from './memory.ts';
+import { mappedSpan } from './memory.ts';
+import { memoryTypeOf } from '../runtime/memory-support.ts';
 import { protocolReports } from './protocol.ts';
 
 export const rmaMover: Mover = {

@@ -1,8 +1,8 @@
 // The interface every tensor mover implements, and what a transfer reports. A mover moves the
 // bytes of one tensor between two processes once the frame that describes it has been sent.
-import type { Tensor } from '../../../tensor/index.ts';
-import type { TensorWire } from '../../../wire/frames.ts';
-import type { Connection } from '../../connection/connection.ts';
+import type { Tensor } from '../../tensor/index.ts';
+import type { TensorWire } from '../../wire/frames.ts';
+import type { Connection } from '../connection/connection.ts';
 
 export type MoverName = 'inline' | 'tag' | 'rma';
 export type TransferPath = 'inline' | 'shm' | 'tcp' | 'cuda_ipc' | 'rdma' | 'staged';

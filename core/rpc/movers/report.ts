@@ -2,8 +2,8 @@
 // description of this side's request where there is one. A sender's send is described in full; a
 // receive says only its length and memory type, so the receiver maps what it can and predicts the
 // rest from the lanes (docs/gpu.md "Transfer paths").
-import { Code, GdrpcError } from '../../../errors.ts';
-import type { Endpoint } from '../../../ucx/index.ts';
+import { Code, GdrpcError } from '../../errors.ts';
+import type { Endpoint } from '../../ucx/index.ts';
 import type { ProtocolSeen, TransferInfo } from './mover.ts';
 import { transferPath } from './path.ts';
 import type { TransferPlan } from './plan.ts';

@@ -2,7 +2,7 @@
 // and the memory types at both ends, before anything moves: noStaging refuses on it, and a receiver
 // reports it (UCX does not describe a receive's protocol). A sender reports what UCX says it did
 // instead (protocol.ts).
-import type { Endpoint } from '../../../ucx/index.ts';
+import type { Endpoint } from '../../ucx/index.ts';
 import type { MoverName, TransferPath } from './mover.ts';
 
 const SHM = new Set(['posix', 'sysv', 'xpmem', 'cma', 'knem']);

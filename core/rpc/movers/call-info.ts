@@ -1,6 +1,6 @@
 // The per-call report attached to results: which movers and paths the tensors took, and how long
 // the call lasted. Kept off the enumerable fields so that results stay plain objects.
-import type { TransferInfo } from '../transfer/movers/mover.ts';
+import type { TransferInfo } from './mover.ts';
 
 /** Every unary/client-streaming result object carries its call's transfers here (non-enumerable). */
 export const CALL_INFO: unique symbol = Symbol('gdrpc.callInfo');

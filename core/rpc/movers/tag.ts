@@ -1,13 +1,14 @@
 // Tag rendezvous mover: the sender tag-sends the bytes right after the frame; the receiver, having
 // allocated its destination, posts a receive with the exact payload tag. UCX picks the transport
 // (shared memory, cuda_ipc, RDMA or TCP) and the protocol (eager or rendezvous) by size.
-import { Code, GdrpcError } from '../../../errors.ts';
-import type { Tensor } from '../../../tensor/index.ts';
-import type { TensorWire } from '../../../wire/frames.ts';
-import { EXACT_MASK } from '../../../wire/tag.ts';
-import type { TagBuffer, TagRecvResult } from '../../../ucx/index.ts';
+import { Code, GdrpcError } from '../../errors.ts';
+import type { Tensor } from '../../tensor/index.ts';
+import type { TensorWire } from '../../wire/frames.ts';
+import { EXACT_MASK } from '../../wire/tag.ts';
+import type { TagBuffer, TagRecvResult } from '../../ucx/index.ts';
 import type { Mover, Outgoing, ProtocolSeen, TransferScope } from './mover.ts';
-import { memoryTypeOf, tagBuffer } from './memory.ts';
+import { tagBuffer } from './memory.ts';
+import { memoryTypeOf } from '../runtime/memory-support.ts';
 import { protocolReports } from './protocol.ts';
 
 export const tagMover: Mover = {

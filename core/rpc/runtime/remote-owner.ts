@@ -7,7 +7,7 @@ import { networkInterfaces } from 'node:os';
 import { Code, GdrpcError } from '../../errors.ts';
 import type { Tensor } from '../../tensor/index.ts';
 import type { TensorWire } from '../../wire/frames.ts';
-import { memoryTypeOf } from '../transfer/movers/memory.ts';
+import { memoryTypeOf } from './memory-support.ts';
 
 /** What the owner needs of a Server: where it listens, and how to stop it. */
 export interface OwnerServer {

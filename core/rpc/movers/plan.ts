@@ -5,10 +5,10 @@
 // allocated yet) and again when its destination exists. Facts that cost a call into UCX or CUDA
 // are functions, asked only when a decision needs them: planning calls no more than the decisions
 // did before they were gathered here, and tests can plan without a GPU or an endpoint.
-import { Code, GdrpcError } from '../../../errors.ts';
-import type { Placement } from '../../../schema/descriptor.ts';
-import type { Endpoint } from '../../../ucx/index.ts';
-import type { TensorWire } from '../../../wire/frames.ts';
+import { Code, GdrpcError } from '../../errors.ts';
+import type { Placement } from '../../schema/descriptor.ts';
+import type { Endpoint } from '../../ucx/index.ts';
+import type { TensorWire } from '../../wire/frames.ts';
 import { chooseMover } from './choose.ts';
 import type { MoverName, TransferPath } from './mover.ts';
 import { transferPath } from './path.ts';

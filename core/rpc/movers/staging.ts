@@ -3,9 +3,9 @@
 // bytes go through a bounce tensor in the process's pinned host pool: device -> bounce before a
 // send, bounce -> device after a receive. Each side decides for its own memory; the path is then
 // 'staged', and a call that demands noStaging is refused before anything moves.
-import { cuda } from '../../../cuda.ts';
-import type { Tensor } from '../../../tensor/index.ts';
-import type { Runtime } from '../../runtime/runtime.ts';
+import { cuda } from '../../cuda.ts';
+import type { Tensor } from '../../tensor/index.ts';
+import type { Runtime } from '../runtime/runtime.ts';
 
 /** Size of the process's pinned bounce pool; larger tensors register a one-off bounce (counted). */
 export const STAGING_POOL_BYTES = 64 << 20;
@@ -19,11 +19,6 @@ export function stagingReason(tensor: Tensor, runtime: Runtime): string | undefi
   if (tensor.span() !== undefined) return undefined;
   if (!runtime.mapsCuda) return `this UCX cannot register CUDA memory (it supports ${runtime.context.memoryTypes().join(', ')})`;
   return undefined;
-}
-
-/** Whether this process stages what it receives into GPU memory (announced to peers as `stg`). */
-export function stagesCudaReceives(runtime: Runtime): boolean {
-  return cuda.available() && cuda.deviceCount() > 0 && !runtime.mapsCuda;
 }
 
 /** A host tensor shaped like `like`, from the process's bounce pool (pinned where CUDA exists). */
