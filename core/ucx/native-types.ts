@@ -20,7 +20,7 @@ export interface NativeWorker {
   progress(): boolean;
   cancel(id: number): void;
   activity(): number;
-  stats(): { liveRequests: number; liveEndpoints: number; liveListeners: number; liveRegions: number; takenMessages: number };
+  stats(): { liveRequests: number; liveEndpoints: number; liveListeners: number; liveRegions: number; takenMessages: number; stuckSpins: number; stuckSleeps: number };
   close(): void;
 }
 export type ListenerEvent = 'request' | 'connection' | 'error';

@@ -37,7 +37,7 @@ export interface TagOptions {
    *  UCX's "eager short" into the next eager protocol for messages that would have used it. */
   describe?: boolean;
 }
-export interface WorkerStats { liveRequests: number; liveEndpoints: number; liveListeners: number; liveRegions: number; takenMessages: number }
+export interface WorkerStats { liveRequests: number; liveEndpoints: number; liveListeners: number; liveRegions: number; takenMessages: number; stuckSpins: number; stuckSleeps: number }
 
 /** What a worker closes when it closes: its endpoints and listeners. */
 interface Child { close(options?: { force?: boolean }): unknown }

@@ -2,6 +2,7 @@
 
 #include <exception>
 #include <chrono>
+#include <cstdlib>
 #include "context.h"
 #include "endpoint.h"
 #include "listener.h"
@@ -15,6 +16,17 @@ namespace gdrpc {
 constexpr uint64_t kWakeBudgetNs = 2000000;
 /** How soon a worker that stays BUSY with nothing to progress is looked at again. */
 constexpr unsigned kStuckRetryMs = 1;
+/** How long such a worker is progressed in place first, while the last such spell paid off. */
+constexpr uint64_t kStuckSpinNs = 200000;
+
+/** GDRPC_STUCK_SPIN_US, when it is a number (0 turns the spin off), else kStuckSpinNs. */
+static uint64_t StuckSpinNs() {
+  const char* text = std::getenv("GDRPC_STUCK_SPIN_US");
+  if (text == nullptr || *text == '\0') return kStuckSpinNs;
+  char* end = nullptr;
+  unsigned long long us = std::strtoull(text, &end, 10);
+  return *end == '\0' ? static_cast<uint64_t>(us) * 1000 : kStuckSpinNs;
+}
 
 static uint64_t NowNs() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -40,6 +52,7 @@ Worker::Worker(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Worker>(info) 
   context_ = Context::Unwrap(info[0].As<Napi::Object>());
   context_->CheckOpen(env);
   busyPollNs_ = static_cast<uint64_t>(info[1].As<Napi::Number>().Int64Value()) * 1000;
+  stuckSpinNs_ = StuckSpinNs();
   unsigned watchdogMs = info[2].As<Napi::Number>().Uint32Value();
 
   ucp_worker_params_t params{};
@@ -187,6 +200,11 @@ void Worker::OnWake() {
         lastActivityNs_ = now;
         activeWakes_++;
         stuckBusy_ = 0;
+        if (stuckSinceNs_ != 0) {
+          stuckSinceNs_ = 0;
+          stuckSpins_++;
+        }
+        stuckSpinPays_ = true;
       }
       if (busyPollNs_ > 0) {
         bool spin = now - lastActivityNs_ < busyPollNs_;
@@ -202,10 +220,17 @@ void Worker::OnWake() {
         stuckBusy_ = 0;
         break;
       }
-      // BUSY once more although progress found nothing to do: a transport holds work it cannot
-      // finish now (seen with shared memory after a peer died mid-message). Looping or kicking
-      // would spin a core for as long as that lasts; come back a little later instead.
+      // BUSY once more although progress found nothing to do: a transport holds work that no fd
+      // will announce. A CUDA copy in flight (cuda_ipc, cuda_copy) finishes in microseconds and is
+      // seen only by polling: progress in place for a short spell. A transport stuck for good
+      // (shared memory after a peer died mid-message) would spin a core for as long as that
+      // lasts: once a spell has found nothing, the next ones sleep kStuckRetryMs at once.
       if (++stuckBusy_ >= 2) {
+        if (stuckSinceNs_ == 0) stuckSinceNs_ = now;
+        if (stuckSpinPays_ && now - stuckSinceNs_ < stuckSpinNs_) continue;
+        stuckSpinPays_ = false;
+        stuckSinceNs_ = 0;
+        stuckSleeps_++;
         wakeup_->KickAfter(kStuckRetryMs);
         break;
       }
@@ -345,6 +370,8 @@ Napi::Value Worker::Stats(const Napi::CallbackInfo& info) {
   stats.Set("liveListeners", static_cast<double>(listeners_.size()));
   stats.Set("takenMessages", static_cast<double>(taken_.size()));
   stats.Set("liveRegions", static_cast<double>(context_ != nullptr ? context_->regionCount() : 0));
+  stats.Set("stuckSpins", static_cast<double>(stuckSpins_));
+  stats.Set("stuckSleeps", static_cast<double>(stuckSleeps_));
   return stats;
 }
 

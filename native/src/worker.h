@@ -93,6 +93,11 @@ class Worker : public Napi::ObjectWrap<Worker> {
   uint64_t lastActivityNs_ = 0;
   uint64_t activeWakes_ = 0;      // wake-up passes that found work (see activity())
   unsigned stuckBusy_ = 0;        // consecutive arms that said BUSY with nothing progressed
+  uint64_t stuckSinceNs_ = 0;     // when the present BUSY-with-nothing-to-do spell began (0: none)
+  uint64_t stuckSpinNs_ = 0;      // how long such a spell is progressed before sleeping (GDRPC_STUCK_SPIN_US)
+  bool stuckSpinPays_ = true;     // whether the last spell ended in progress (else the next sleeps at once)
+  uint64_t stuckSpins_ = 0;       // spells that ended in progress while spinning (stats)
+  uint64_t stuckSleeps_ = 0;      // spells that slept kStuckRetryMs (stats)
   bool driving_ = false;
   uint32_t internalId_ = 0xffffffffu;  // ids for requests JS cannot cancel (JS ids count up from 1)
 };
