@@ -4,8 +4,39 @@
 
 import { type CallContext, type CallOptions, type Client, type RemoteTensor, type Server, type ServiceDescriptor, type Tensor, type TypeTable, validateFields } from 'gdrpc';
 
+/** One handle in a list: a struct binds its own n, so the handles may differ in size. */
+export type Shared = {
+  /** Schema: `tensor<u8, [n]> @remote` */
+  h: Tensor | RemoteTensor;
+  seed: number;
+};
+
+/** {@link Shared} as the receiver sees it: remote tensors arrive as handles to pull. */
+export type SharedReceived = {
+  /** Schema: `tensor<u8, [n]> @remote` */
+  h: RemoteTensor;
+  seed: number;
+};
+
 /** Struct and enum declarations of rpc/echo.gdrpc, by fully qualified name; method descriptors carry it to the runtime. */
-export const types: TypeTable = {};
+export const types: TypeTable = {
+  'test.rpc.v1.Shared': {
+    kind: 'struct',
+    name: 'test.rpc.v1.Shared',
+    fields: [
+      {
+        name: 'h',
+        type: {
+          kind: 'tensor',
+          dtype: 'u8',
+          shape: [{ kind: 'symbol', name: 'n' }],
+          placement: { kind: 'remote' },
+        },
+      },
+      { name: 'seed', type: { kind: 'scalar', name: 'u32' } },
+    ],
+  },
+};
 
 /** Arguments of Echo.echo. */
 export type EchoEchoArgs = {
@@ -208,6 +239,22 @@ export type EchoRelayArgsReceived = {
 /** Results of Echo.relay. */
 export type EchoRelayResults = {
   sum: number;
+};
+
+/** Arguments of Echo.share. */
+export type EchoShareArgs = {
+  count: number;
+  size: number;
+};
+
+/** Results of Echo.share. */
+export type EchoShareResults = {
+  items: Shared[];
+};
+
+/** Results of Echo.share as the client receives them. */
+export type EchoShareResultsReceived = {
+  items: SharedReceived[];
 };
 
 /** Arguments of Echo.stats. */
@@ -526,6 +573,23 @@ export const EchoDescriptor = {
       serverStreaming: false,
       types,
     },
+    share: {
+      name: 'share',
+      service: 'test.rpc.v1.Echo',
+      args: [
+        { name: 'count', type: { kind: 'scalar', name: 'u32' } },
+        { name: 'size', type: { kind: 'scalar', name: 'u32' } },
+      ],
+      results: [
+        {
+          name: 'items',
+          type: { kind: 'list', element: { kind: 'struct', name: 'test.rpc.v1.Shared' } },
+        },
+      ],
+      clientStreaming: false,
+      serverStreaming: false,
+      types,
+    },
     stats: {
       name: 'stats',
       service: 'test.rpc.v1.Echo',
@@ -688,6 +752,16 @@ export function validateEchoRelayResults(values: Record<string, unknown>): void 
   validateFields(EchoDescriptor.methods.relay.results, values, types, 'Echo.relay results');
 }
 
+/** Checks arguments of Echo.share against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
+export function validateEchoShareArgs(values: Record<string, unknown>): void {
+  validateFields(EchoDescriptor.methods.share.args, values, types, 'Echo.share arguments');
+}
+
+/** Checks results of Echo.share against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
+export function validateEchoShareResults(values: Record<string, unknown>): void {
+  validateFields(EchoDescriptor.methods.share.results, values, types, 'Echo.share results');
+}
+
 /** Checks arguments of Echo.stats against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateEchoStatsArgs(values: Record<string, unknown>): void {
   validateFields(EchoDescriptor.methods.stats.args, values, types, 'Echo.stats arguments');
@@ -781,6 +855,14 @@ export class EchoClient {
     return this.#client.unary(EchoDescriptor.methods.relay, args, options) as Promise<EchoRelayResults>;
   }
 
+  /**
+   * Returns `count` handles to tensors of `size + i` bytes made here, patterned with seed i, for
+   * the caller to pull (RemoteTensor.pullAll).
+   */
+  share(args: EchoShareArgs, options?: CallOptions): Promise<EchoShareResultsReceived> {
+    return this.#client.unary(EchoDescriptor.methods.share, args, options) as Promise<EchoShareResultsReceived>;
+  }
+
   /** Reports what the server knows about its last calls (for tests). */
   stats(args: EchoStatsArgs = {}, options?: CallOptions): Promise<EchoStatsResults> {
     return this.#client.unary(EchoDescriptor.methods.stats, args, options) as Promise<EchoStatsResults>;
@@ -814,6 +896,11 @@ export interface EchoHandlers {
   latePull(args: EchoLatePullArgsReceived, ctx: CallContext): Promise<EchoLatePullResults> | EchoLatePullResults;
   /** Passes a remote handle on to a third server, which pulls it. */
   relay(args: EchoRelayArgsReceived, ctx: CallContext): Promise<EchoRelayResults> | EchoRelayResults;
+  /**
+   * Returns `count` handles to tensors of `size + i` bytes made here, patterned with seed i, for
+   * the caller to pull (RemoteTensor.pullAll).
+   */
+  share(args: EchoShareArgs, ctx: CallContext): Promise<EchoShareResults> | EchoShareResults;
   /** Reports what the server knows about its last calls (for tests). */
   stats(args: EchoStatsArgs, ctx: CallContext): Promise<EchoStatsResults> | EchoStatsResults;
 }
@@ -844,6 +931,7 @@ export const Echo = {
       pullTwice: (args: EchoPullTwiceArgsReceived, ctx: CallContext) => handlers.pullTwice(args, ctx),
       latePull: (args: EchoLatePullArgsReceived, ctx: CallContext) => handlers.latePull(args, ctx),
       relay: (args: EchoRelayArgsReceived, ctx: CallContext) => handlers.relay(args, ctx),
+      share: (args: EchoShareArgs, ctx: CallContext) => handlers.share(args, ctx),
       stats: (args: EchoStatsArgs, ctx: CallContext) => handlers.stats(args, ctx),
     });
   },
