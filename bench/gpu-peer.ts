@@ -1,6 +1,7 @@
 // The serving process of bench/gpu.ts: a Sink server on the device named in argv, receiving into
 // a pool mapped once. Announces its port; exits when stdin closes or after its time limit.
-import { Server, type Device, type Tensor } from '../core/index.ts';
+import { cuda } from '../core/cuda.ts';
+import { Runtime, Server, type Device, type Tensor, type TensorPool } from '../core/index.ts';
 import { SinkDescriptor } from './schemas/gen/gpu_sink.ts';
 import { receiveOn, receivingOn } from '../test/support/receive-placement.ts';
 import { announceReady } from '../test/support/ready-line.ts';
@@ -9,10 +10,30 @@ const device = (process.argv[2] ?? 'cpu') as Device;
 const poolBytes = Number(process.argv[3] ?? 64 << 20);
 setTimeout(() => process.exit(3), Number(process.env.GDRPC_BENCH_PEER_TTL_MS ?? 900_000)).unref();
 
+// The blocks of the last `blocks` call (handles to them stay valid while the caller's connection
+// lasts), carved from a pool of their own.
+const blocks: Tensor[] = [];
+let blockPool: TensorPool | undefined;
+
 const server = Server.create({ poolBytes, maxTensorBytes: poolBytes });
 server.register(receivingOn(SinkDescriptor, device), {
   ping: (args: { n: number }) => ({ n: args.n }),
   sink: (args: { x: Tensor }) => ({ n: args.x.byteLength }),
+  blocks: (args: { count: number; bytes: number }) => {
+    for (const block of blocks.splice(0)) block.release();
+    const needed = args.count * args.bytes + (1 << 20);
+    if (blockPool === undefined || blockPool.stats().capacity < needed) {
+      blockPool?.close({ force: true });
+      blockPool = Runtime.default().createPool({ device, bytes: needed });
+    }
+    for (let i = 0; i < args.count; i += 1) {
+      const block = blockPool.allocate([args.bytes], 'u8');
+      if (device === 'cpu') block.bytes().fill(i & 0xff);
+      else cuda.memset(block.address, i & 0xff, args.bytes);
+      blocks.push(block);
+    }
+    return { items: blocks.map((h) => ({ h })) };
+  },
 }, receiveOn(device));
 const address = await server.listen({ host: '127.0.0.1', port: 0 });
 announceReady({ port: address.port });

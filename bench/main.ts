@@ -14,6 +14,7 @@ const suites: Record<string, () => Promise<(opts: SuiteOptions) => Promise<objec
   load: async () => (await import('./load.ts')).runLoadBench,
   contention: async () => (await import('./load-contention.ts')).runContentionBench,
   'tp-mlp': async () => (await import('./tp-mlp.ts')).runTpMlpBench,
+  'kv-blocks': async () => (await import('./kv-blocks.ts')).runKvBlocksBench,
   'wake-spin': async () => (await import('./wake-spin.ts')).runWakeSpinBench,
 };
 

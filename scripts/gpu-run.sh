@@ -3,7 +3,7 @@
 # runs the GPU test suite and the GPU benchmarks, writing results into the folder given.
 # Usage: bash scripts/gpu-run.sh <results-dir> [phases] [extra vitest args...]
 #   phases: a comma-separated list of tests, consumer, bench, tp (the tensor-parallel MLP against
-#   PyTorch + NCCL), ptx (recompile the kernels with this machine's nvcc into <results-dir>/ptx and
+#   PyTorch + NCCL), kv (KV blocks: RemoteTensor.pullAll against a pull each and the raw copy), ptx (recompile the kernels with this machine's nvcc into <results-dir>/ptx and
 #   use that PTX for the phases after it); all = tests,consumer,bench.
 #   GDRPC_GPU_TESTS replaces the list of test files and folders that `tests` runs.
 set -uo pipefail
@@ -67,6 +67,10 @@ if has consumer; then
 fi
 if has tp; then
   timeout -k 10 "$bench_limit" node --import tsx bench/main.ts tp-mlp --json "$out/bench-tp.json" 2>&1 | tee "$out/tp.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+if has kv; then
+  timeout -k 10 "$bench_limit" node --import tsx bench/main.ts kv-blocks --json "$out/bench-kv.json" 2>&1 | tee "$out/kv.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 if has bench; then

@@ -2,10 +2,38 @@
 // The service bench/gpu.ts calls: a round trip without tensors and a sink that takes a tensor
 // without touching it, so a call's time is the framework plus the transfer.
 
-import { type CallContext, type CallOptions, type Client, type Server, type ServiceDescriptor, type Tensor, type TypeTable, validateFields } from 'gdrpc';
+import { type CallContext, type CallOptions, type Client, type RemoteTensor, type Server, type ServiceDescriptor, type Tensor, type TypeTable, validateFields } from 'gdrpc';
+
+/** A block of a KV cache, left with its owner until pulled. */
+export type Block = {
+  /** Schema: `tensor<u8, [n]> @remote` */
+  h: Tensor | RemoteTensor;
+};
+
+/** {@link Block} as the receiver sees it: remote tensors arrive as handles to pull. */
+export type BlockReceived = {
+  /** Schema: `tensor<u8, [n]> @remote` */
+  h: RemoteTensor;
+};
 
 /** Struct and enum declarations of gpu_sink.gdrpc, by fully qualified name; method descriptors carry it to the runtime. */
-export const types: TypeTable = {};
+export const types: TypeTable = {
+  'bench.gpu.v1.Block': {
+    kind: 'struct',
+    name: 'bench.gpu.v1.Block',
+    fields: [
+      {
+        name: 'h',
+        type: {
+          kind: 'tensor',
+          dtype: 'u8',
+          shape: [{ kind: 'symbol', name: 'n' }],
+          placement: { kind: 'remote' },
+        },
+      },
+    ],
+  },
+};
 
 /** Arguments of Sink.ping. */
 export type SinkPingArgs = {
@@ -26,6 +54,22 @@ export type SinkSinkArgs = {
 /** Results of Sink.sink. */
 export type SinkSinkResults = {
   n: number;
+};
+
+/** Arguments of Sink.blocks. */
+export type SinkBlocksArgs = {
+  count: number;
+  bytes: number;
+};
+
+/** Results of Sink.blocks. */
+export type SinkBlocksResults = {
+  items: Block[];
+};
+
+/** Results of Sink.blocks as the client receives them. */
+export type SinkBlocksResultsReceived = {
+  items: BlockReceived[];
 };
 
 /** Data-only descriptor of bench.gpu.v1.Sink: what the runtime routes, transfers and validates by. */
@@ -60,6 +104,23 @@ export const SinkDescriptor = {
       serverStreaming: false,
       types,
     },
+    blocks: {
+      name: 'blocks',
+      service: 'bench.gpu.v1.Sink',
+      args: [
+        { name: 'count', type: { kind: 'scalar', name: 'u32' } },
+        { name: 'bytes', type: { kind: 'scalar', name: 'u32' } },
+      ],
+      results: [
+        {
+          name: 'items',
+          type: { kind: 'list', element: { kind: 'struct', name: 'bench.gpu.v1.Block' } },
+        },
+      ],
+      clientStreaming: false,
+      serverStreaming: false,
+      types,
+    },
   },
 } satisfies ServiceDescriptor;
 
@@ -83,6 +144,16 @@ export function validateSinkSinkResults(values: Record<string, unknown>): void {
   validateFields(SinkDescriptor.methods.sink.results, values, types, 'Sink.sink results');
 }
 
+/** Checks arguments of Sink.blocks against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
+export function validateSinkBlocksArgs(values: Record<string, unknown>): void {
+  validateFields(SinkDescriptor.methods.blocks.args, values, types, 'Sink.blocks arguments');
+}
+
+/** Checks results of Sink.blocks against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
+export function validateSinkBlocksResults(values: Record<string, unknown>): void {
+  validateFields(SinkDescriptor.methods.blocks.results, values, types, 'Sink.blocks results');
+}
+
 /** Typed client of bench.gpu.v1.Sink. The runtime validates arguments before sending and results on arrival. */
 export class SinkClient {
   readonly #client: Client;
@@ -100,6 +171,14 @@ export class SinkClient {
   sink(args: SinkSinkArgs, options?: CallOptions): Promise<SinkSinkResults> {
     return this.#client.unary(SinkDescriptor.methods.sink, args, options) as Promise<SinkSinkResults>;
   }
+
+  /**
+   * `count` blocks of `bytes` each, made on this side's device, as handles to pull (bench
+   * kv-blocks); a call releases the blocks of the call before it.
+   */
+  blocks(args: SinkBlocksArgs, options?: CallOptions): Promise<SinkBlocksResultsReceived> {
+    return this.#client.unary(SinkDescriptor.methods.blocks, args, options) as Promise<SinkBlocksResultsReceived>;
+  }
 }
 
 /** What a server of bench.gpu.v1.Sink implements; the runtime validates arguments before a handler is called. */
@@ -107,6 +186,11 @@ export interface SinkHandlers {
   ping(args: SinkPingArgs, ctx: CallContext): Promise<SinkPingResults> | SinkPingResults;
   /** A bare `@cuda`: the tensor lands on the receiving side's `device` option. */
   sink(args: SinkSinkArgs, ctx: CallContext): Promise<SinkSinkResults> | SinkSinkResults;
+  /**
+   * `count` blocks of `bytes` each, made on this side's device, as handles to pull (bench
+   * kv-blocks); a call releases the blocks of the call before it.
+   */
+  blocks(args: SinkBlocksArgs, ctx: CallContext): Promise<SinkBlocksResults> | SinkBlocksResults;
 }
 
 /** bench.gpu.v1.Sink: descriptor, typed client and handler registration. */
@@ -122,6 +206,7 @@ export const Sink = {
     return server.register(SinkDescriptor, {
       ping: (args: SinkPingArgs, ctx: CallContext) => handlers.ping(args, ctx),
       sink: (args: SinkSinkArgs, ctx: CallContext) => handlers.sink(args, ctx),
+      blocks: (args: SinkBlocksArgs, ctx: CallContext) => handlers.blocks(args, ctx),
     });
   },
 };

@@ -1,0 +1,99 @@
+// `npm run bench -- kv-blocks [--blocks N] [--block-bytes B] [--rounds R] --json <file>`: KV-cache
+// hand-over as the decode side sees it. An owner process makes N blocks of B bytes on its device
+// (cuda:1 when there are two GPUs, else the one GPU, else host memory) and hands them out as
+// @remote handles; this process pulls them into a pool on its own device:
+//   - pullAll: RemoteTensor.pullAll, one connection, many pulls in flight;
+//   - pull each: a pull() per handle (a connection each), 32 at a time (the owner's default
+//     maxConnectionsPerAddress is 64);
+//   - one tensor: the same bytes as one handle, one pull (the transfer alone, no per-block cost);
+//   - and, on a GPU, the raw copy of the same bytes between the same devices (PyTorch), the ceiling.
+// Each round runs every way once, in turn.
+import { fileURLToPath } from 'node:url';
+import { cuda } from '../core/cuda.ts';
+import { callInfo, Client, RemoteTensor, Runtime, type Device, type Tensor } from '../core/index.ts';
+import { SinkDescriptor } from './schemas/gen/gpu_sink.ts';
+import { runPython } from './gpu-external.ts';
+import { describeMachine, type BenchResult } from './machine.ts';
+import { spawnPeer } from '../test/support/peer.ts';
+
+const KiB = 1024;
+const EACH_IN_FLIGHT = 32;
+
+function flag(flags: string[], name: string, fallback: number): number {
+  const at = flags.indexOf(name);
+  if (at < 0) return fallback;
+  const value = Number(flags[at + 1]);
+  if (!Number.isInteger(value) || value <= 0) throw new Error(`${name} takes a positive integer`);
+  return value;
+}
+
+/** Runs `work` over `items` with `lanes` of it in flight. */
+async function inLanes<T, R>(items: readonly T[], lanes: number, work: (item: T) => Promise<R>): Promise<R[]> {
+  const out: R[] = new Array(items.length);
+  let next = 0;
+  await Promise.all(Array.from({ length: Math.min(lanes, items.length) }, async () => {
+    while (next < items.length) {
+      const i = next++;
+      out[i] = await work(items[i]!);
+    }
+  }));
+  return out;
+}
+
+export async function runKvBlocksBench(opts: { json?: string; flags: string[] }): Promise<object> {
+  const gpus = cuda.available() ? cuda.deviceCount() : 0;
+  const local: Device = gpus > 0 ? 'cuda:0' : 'cpu';
+  const remote: Device = gpus > 1 ? 'cuda:1' : local;
+  const count = flag(opts.flags, '--blocks', gpus > 0 ? 4096 : 512);
+  const blockBytes = flag(opts.flags, '--block-bytes', 32 * KiB);
+  const rounds = flag(opts.flags, '--rounds', 3);
+  const total = count * blockBytes;
+  const peer = await spawnPeer<{ port: number }>(fileURLToPath(new URL('./gpu-peer.ts', import.meta.url)), { args: [remote, String(1 << 20)] });
+  const runtime = Runtime.create();
+  const pool = runtime.createPool({ device: local, bytes: total + (1 << 20) });
+  const samples: Record<string, number[]> = { pullAll: [], 'pull each': [], 'one tensor': [] };
+  const paths = new Set<string>();
+  let client: Client | undefined;
+  try {
+    client = await Client.connect({ host: '127.0.0.1', port: peer.ready.port }, { runtime, poolBytes: 0 });
+    const handles = async (n: number, bytes: number): Promise<RemoteTensor[]> =>
+      ((await client!.unary(SinkDescriptor.methods.blocks, { count: n, bytes })).items as Array<{ h: RemoteTensor }>).map((item) => item.h);
+    const timed = async (name: string, handlesOf: () => Promise<RemoteTensor[]>, pull: (hs: RemoteTensor[]) => Promise<Tensor[]>): Promise<void> => {
+      const hs = await handlesOf();
+      const started = process.hrtime.bigint();
+      const tensors = await pull(hs);
+      samples[name]!.push(Number(process.hrtime.bigint() - started) / 1e3);
+      const seen = tensors[0] === undefined ? undefined : callInfo(tensors[0])?.transfers[0];
+      if (seen !== undefined) paths.add(`${name}: ${seen.mover}/${seen.path}`);
+      for (const t of tensors) t.release();
+    };
+    for (let round = 0; round <= rounds; round += 1) {  // round 0 warms up and is not kept
+      await timed('pullAll', () => handles(count, blockBytes), (hs) => RemoteTensor.pullAll(hs, { pool }));
+      await timed('pull each', () => handles(count, blockBytes), (hs) => inLanes(hs, EACH_IN_FLIGHT, (h) => h.pull({ pool })));
+      await timed('one tensor', () => handles(1, total), (hs) => RemoteTensor.pullAll(hs, { pool }));
+      if (round === 0) for (const s of Object.values(samples)) s.length = 0;
+      else console.log(`round ${round}: ${Object.entries(samples).map(([k, v]) => `${k} ${(v.at(-1)! / 1000).toFixed(2)} ms`).join(', ')}`);
+    }
+  } finally {
+    await client?.close();
+    pool.close({ force: true });
+    await runtime.close();
+    await peer.dispose();
+  }
+  const rows: BenchResult[] = Object.entries(samples).map(([name, us]) => {
+    const sorted = [...us].sort((a, b) => a - b);
+    const p50 = sorted[Math.floor(sorted.length / 2)]!;
+    return {
+      system: `gdrpc ${name}`, workload: name === 'one tensor' ? `one tensor of ${total} B` : `${count} blocks of ${blockBytes} B`,
+      bytes: total, p50_us: p50, p99_us: sorted.at(-1)!, ops_per_s: (count * 1e6) / p50, gbps: total / p50 / 1e3, iterations: us.length,
+    };
+  });
+  let copy: { results: BenchResult[]; skipped: unknown[] } = { results: [], skipped: [{ system: 'cuda-copy', reason: 'no GPU' }] };
+  if (gpus > 0) copy = await runPython('gpu_copy_bench.py', ['--sizes', String(total), ...(gpus > 1 ? ['--peer'] : [])], 'cuda-copy', 120_000, (line) => console.log(line));
+  for (const r of rows) console.log(`${r.system}: ${r.workload} in ${(r.p50_us! / 1000).toFixed(2)} ms, ${r.gbps!.toFixed(2)} GB/s, ${Math.round(r.ops_per_s!)} blocks/s`);
+  return {
+    machine: describeMachine(),
+    what: `${count} blocks of ${blockBytes} B pulled from ${remote} (another process) into a pool on ${local}: RemoteTensor.pullAll, a pull() each (${EACH_IN_FLIGHT} in flight), the same bytes as one tensor, and the raw copy; ${rounds} rounds after a warm-up`,
+    paths: [...paths], results: rows, copy: copy.results, skipped: copy.skipped,
+  };
+}
