@@ -8,7 +8,7 @@ import { Tensor, TensorPool, type Device } from '../../tensor/index.ts';
 import { isDevice } from '../../tensor/device.ts';
 import { Accept, checkOptions, rule, type OptionRules } from '../../tensor/options.ts';
 import type { TensorWire } from '../../wire/frames.ts';
-import type { DType, MethodDescriptor, Placement } from '../../schema/descriptor.ts';
+import type { DType, MethodDescriptor, Placement, TypeRef } from '../../schema/descriptor.ts';
 import type { TransferScope } from '../movers/mover.ts';
 import { attachCallInfo, callInfo } from '../movers/call-info.ts';
 import { Runtime } from '../runtime/runtime.ts';
@@ -18,7 +18,8 @@ export const OWNER_SERVICE = 'gdrpc.Owner';
 
 /** One pull from an owner: a Client made for it. */
 export interface OwnerClient {
-  unary(method: MethodDescriptor, args: Record<string, unknown>, allocate: ((shape: number[], dtype: DType) => Tensor) | undefined): Promise<Record<string, unknown>>;
+  /** `allocate` gets each result tensor's field ("... results.ts[3]") besides its shape and dtype. */
+  unary(method: MethodDescriptor, args: Record<string, unknown>, allocate: ((shape: number[], dtype: DType, placement: Placement, field: string) => Tensor) | undefined): Promise<Record<string, unknown>>;
   close(): Promise<void>;
 }
 
@@ -47,8 +48,12 @@ export interface PullOptions { device?: Device; into?: Tensor; pool?: TensorPool
  *  one connection keeps in flight. */
 export interface PullAllOptions { device?: Device; into?: readonly Tensor[]; pool?: TensorPool; token?: string; maxInFlight?: number }
 
-/** Pulls one connection keeps in flight by default (a server's maxCallsPerConnection is 256). */
-export const DEFAULT_PULLS_IN_FLIGHT = 64;
+/** Tensors one connection of pullAll keeps in flight by default. */
+export const DEFAULT_PULLS_IN_FLIGHT = 512;
+/** Most handles one gdrpc.Owner/pullMany call takes (the owner refuses more). */
+export const MAX_PULLS_PER_CALL = 1024;
+/** Handles pullAll asks for in one pullMany call. */
+const PULL_BATCH = 128;
 
 const DEVICE = rule(`'cpu' or 'cuda:N'`, isDevice);
 const POOL = rule('a TensorPool', (value) => value instanceof TensorPool);
@@ -56,7 +61,7 @@ const PULL_OPTIONS: OptionRules<PullOptions> = {
   device: DEVICE, into: rule('a Tensor', (value) => value instanceof Tensor), pool: POOL, token: Accept.nonEmptyString,
 };
 const PULL_ALL_OPTIONS: OptionRules<PullAllOptions> = {
-  device: DEVICE, pool: POOL, token: Accept.nonEmptyString, maxInFlight: Accept.integer(1, 256, 'pulls'),
+  device: DEVICE, pool: POOL, token: Accept.nonEmptyString, maxInFlight: Accept.integer(1, 65_536, 'tensors'),
   into: rule('an array of Tensors', (value) => Array.isArray(value) && value.every((t) => t instanceof Tensor)),
 };
 
@@ -93,10 +98,13 @@ export class RemoteTensor {
     }
   }
 
-  /** Fetches many handles as one operation: one connection per owner (not one per handle), up to
-   *  `maxInFlight` pulls in flight on each, one promise for all. The tensors come back in the
+  /** Fetches many handles as one operation: one connection per owner (not one per handle), the
+   *  handles asked for in batches (gdrpc.Owner/pullMany: one request and one answer for up to
+   *  128 tensors of one dtype and shape, whose bytes then move side by side), up to `maxInFlight`
+   *  tensors in flight on each connection, one promise for all. The tensors come back in the
    *  order of `handles`. If any pull fails, the others are let finish, every tensor this call
-   *  made is released, and the first failure is thrown; tensors given in `into` stay the caller's. */
+   *  made is released, and the first failure is thrown; tensors given in `into` stay the caller's.
+   *  An owner without pullMany is pulled from one handle at a time, on the same connection. */
   static async pullAll(handles: readonly RemoteTensor[], options: PullAllOptions = {}): Promise<Tensor[]> {
     if (!Array.isArray(handles) || !handles.every((h) => h instanceof RemoteTensor)) {
       throw new GdrpcError(Code.INVALID_ARGUMENT, 'RemoteTensor.pullAll takes an array of RemoteTensors');
@@ -106,40 +114,79 @@ export class RemoteTensor {
     if (into !== undefined && into.length !== handles.length) {
       throw new GdrpcError(Code.INVALID_ARGUMENT, `RemoteTensor.pullAll: ${into.length} tensors in into for ${handles.length} handles`);
     }
-    // One connection per owner and dialer (the runtime a handle arrived on), each with its queue.
-    const groups = new Map<OwnerDialer, Map<string, number[]>>();
+    const landing = (i: number): Landing => (into !== undefined ? { into: into[i]! } : options.pool !== undefined ? { pool: options.pool } : { device: options.device ?? 'cpu' });
+    // One connection per owner and dialer (the runtime a handle arrived on); on it, batches of
+    // handles that share a dtype, a shape and where they land.
+    const groups = new Map<OwnerDialer, Map<string, number[][]>>();
     for (const [i, handle] of handles.entries()) {
       handle.#checkInto(into?.[i]);
-      const byOwner = groups.get(handle.#dialer()) ?? new Map<string, number[]>();
-      groups.set(handle.#dialer(), byOwner);
-      byOwner.set(handle.owner, [...(byOwner.get(handle.owner) ?? []), i]);
+      const dial = handle.#dialer();
+      const byOwner = groups.get(dial) ?? new Map<string, number[][]>();
+      groups.set(dial, byOwner);
+      const batches = byOwner.get(handle.owner) ?? [];
+      byOwner.set(handle.owner, batches);
+      const key = batchKey(handle, landingDevice(landing(i)));
+      const open = batches.findLast((b) => b.length < PULL_BATCH && batchKey(handles[b[0]!]!, landingDevice(landing(b[0]!))) === key);
+      if (open !== undefined) open.push(i);
+      else batches.push([i]);
     }
     const results: Array<Tensor | undefined> = new Array(handles.length);
     const failures: unknown[] = [];
-    const inFlight = options.maxInFlight ?? DEFAULT_PULLS_IN_FLIGHT;
-    const landing = (i: number): Landing => (into !== undefined ? { into: into[i]! } : options.pool !== undefined ? { pool: options.pool } : { device: options.device ?? 'cpu' });
-    const pullGroup = async (dial: OwnerDialer, owner: string, indices: number[]): Promise<void> => {
+    const lanes = Math.max(1, Math.ceil((options.maxInFlight ?? DEFAULT_PULLS_IN_FLIGHT) / PULL_BATCH));
+    const pullGroup = async (dial: OwnerDialer, owner: string, batches: number[][]): Promise<void> => {
       const client = await dial(owner, options.token);
       try {
         let next = 0;
+        let batched = true;  // until the owner says it has no pullMany
         const lane = async (): Promise<void> => {
-          while (next < indices.length && failures.length === 0) {
-            const i = indices[next++]!;
-            results[i] = await handles[i]!.#pullThrough(client, landing(i));
+          while (next < batches.length && failures.length === 0) {
+            const batch = batches[next++]!;
+            if (batched) {
+              try {
+                const tensors = await RemoteTensor.#pullBatch(client, batch.map((i) => handles[i]!), landing(batch[0]!), into === undefined ? undefined : batch.map((i) => into[i]!));
+                for (const [k, i] of batch.entries()) results[i] = tensors[k];
+                continue;
+              } catch (error) {
+                if (!isUnknownMethod(error)) throw error;
+                batched = false;
+              }
+            }
+            for (const i of batch) results[i] = await handles[i]!.#pullThrough(client, landing(i));
           }
         };
-        await Promise.all(Array.from({ length: Math.min(inFlight, indices.length) }, () => lane().catch((error: unknown) => { failures.push(error); })));
+        await Promise.all(Array.from({ length: Math.min(lanes, batches.length) }, () => lane().catch((error: unknown) => { failures.push(error); })));
       } finally {
         await client.close();
       }
     };
-    const groupRuns = [...groups].flatMap(([dial, byOwner]) => [...byOwner].map(([owner, indices]) => pullGroup(dial, owner, indices)));
-    for (const outcome of await Promise.allSettled(groupRuns)) if (outcome.status === 'rejected') failures.push(outcome.reason);
+    const runs = [...groups].flatMap(([dial, byOwner]) => [...byOwner].map(([owner, batches]) => pullGroup(dial, owner, batches)));
+    for (const outcome of await Promise.allSettled(runs)) if (outcome.status === 'rejected') failures.push(outcome.reason);
     if (failures.length > 0) {
       if (into === undefined) for (const tensor of results) tensor?.release();
       throw failures[0];
     }
     return results as Tensor[];
+  }
+
+  /** One gdrpc.Owner/pullMany call for handles of one dtype and shape that land alike. */
+  static async #pullBatch(client: OwnerClient, batch: RemoteTensor[], landing: Landing, into: Tensor[] | undefined): Promise<Tensor[]> {
+    const first = batch[0]!;
+    const element: TypeRef = { kind: 'tensor', dtype: first.dtype, shape: first.shape.map((size) => ({ kind: 'fixed', size })), placement: placementOf(landingDevice(landing)) };
+    const method: MethodDescriptor = {
+      name: 'pullMany', service: OWNER_SERVICE, clientStreaming: false, serverStreaming: false,
+      args: [{ name: 'xs', type: { kind: 'list', element: { kind: 'scalar', name: 'u32' } } }, { name: 'ss', type: { kind: 'list', element: { kind: 'scalar', name: 'bytes' } } }],
+      results: [{ name: 'ts', type: { kind: 'list', element } }],
+    };
+    const pool = landing.pool;
+    // Each result tensor is allocated with its field, "... results.ts[k]": into[k] is its place.
+    const allocate = into !== undefined ? (_shape: number[], _dtype: DType, _placement: Placement, field: string) => into[Number(/\[(\d+)\]$/.exec(field)?.[1] ?? NaN)]!
+      : pool !== undefined ? (shape: number[], dtype: DType) => pool.allocate(shape, dtype) : undefined;
+    const result = await client.unary(method, { xs: batch.map((h) => h.wire.x!), ss: batch.map((h) => h.wire.s!) }, allocate);
+    const tensors = result.ts as Tensor[];
+    // Each tensor carries the report of its own transfer: callInfo(tensor).
+    const info = callInfo(result);
+    if (info === undefined) return tensors;
+    return tensors.map((tensor, k) => attachCallInfo(tensor, { ...info, transfers: info.transfers.filter((t) => t.argument === `ts[${k}]`) }));
   }
 
   #dialer(): OwnerDialer {
@@ -156,8 +203,7 @@ export class RemoteTensor {
   /** One pull over a connection to the owner: gdrpc.Owner/pull answers with the tensor. */
   async #pullThrough(client: OwnerClient, landing: Landing): Promise<Tensor> {
     const { into, pool } = landing;
-    const device = into?.device ?? pool?.device ?? landing.device ?? 'cpu';
-    const placement: Placement = device === 'cpu' ? { kind: 'host' } : { kind: 'cuda', device: Number(device.slice(5)) };
+    const placement = placementOf(landingDevice(landing));
     const method: MethodDescriptor = {
       name: 'pull', service: OWNER_SERVICE, clientStreaming: false, serverStreaming: false,
       args: [{ name: 'x', type: { kind: 'scalar', name: 'u32' } }, { name: 's', type: { kind: 'scalar', name: 'bytes' } }],
@@ -170,6 +216,24 @@ export class RemoteTensor {
     const info = callInfo(result);
     return info === undefined ? result.t as Tensor : attachCallInfo(result.t as Tensor, info);
   }
+}
+
+function landingDevice(landing: Landing): Device {
+  return landing.into?.device ?? landing.pool?.device ?? landing.device ?? 'cpu';
+}
+
+function placementOf(device: Device): Placement {
+  return device === 'cpu' ? { kind: 'host' } : { kind: 'cuda', device: Number(device.slice(5)) };
+}
+
+/** Handles that one pullMany call can carry together: same dtype, shape and landing device. */
+function batchKey(handle: RemoteTensor, device: Device): string {
+  return `${handle.dtype}|${handle.shape.join(',')}|${device}`;
+}
+
+/** Whether `error` is an owner's answer that it has no such method (an owner before pullMany). */
+function isUnknownMethod(error: unknown): boolean {
+  return error instanceof GdrpcError && error.code === Code.NOT_FOUND && error.rawMessage.startsWith('unknown method');
 }
 
 /** The result field a pull answers with, shaped like the handle's tensor. */

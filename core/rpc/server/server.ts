@@ -13,7 +13,7 @@ import { cudaReceives } from '../runtime/memory-support.ts';
 import { REGISTER_OPTIONS, SERVER_OPTIONS, type ServerOptions, type RegisterOptions } from '../call/options.ts';
 import { DEFAULT_RECEIVE_DEVICE, landingDevice, receiveDeviceIndex, receivingDeviceCount, type CudaDevice } from '../call/placement.ts';
 import { ownerDialer } from '../client/client.ts';
-import { OWNER_SERVICE, pullResultFields } from '../remote/remote.ts';
+import { MAX_PULLS_PER_CALL, OWNER_SERVICE, pullResultFields } from '../remote/remote.ts';
 import { Runtime } from '../runtime/runtime.ts';
 import { type AllocationWait, type CallContext, type CallEnvironment, type Handler, type MethodEntry } from './server-call.ts';
 import { ServerSession, type SessionHost } from './server-session.ts';
@@ -49,6 +49,7 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
       allowPoolOverflow: false, poolWaitMs: 10_000, livenessMs: DEFAULT_LIVENESS_MS, admissionTimeoutMs: 5000, transferTimeoutMs: DEFAULT_TRANSFER_TIMEOUT_MS, maxConnections: 1024, maxConnectionsPerAddress: 64, inlineBytes: DEFAULT_INLINE_BYTES, exposureHoldMs: 30_000, exposeErrorMessages: false, ...options,
     };
     this.#methods.set(`${OWNER_SERVICE}/pull`, ownerPullEntry((x, secret) => this.#runtime!.owner.lookup(x, secret)));
+    this.#methods.set(`${OWNER_SERVICE}/pullMany`, ownerPullManyEntry((x, secret) => this.#runtime!.owner.lookup(x, secret)));
     this.#host = this.#makeHost();
   }
 
@@ -314,5 +315,33 @@ function ownerPullEntry(lookup: (x: number, secret: Uint8Array) => { tensor: Ten
       return { t: tensor };
     },
     resultsOf: (result) => pullResultFields(result.t as Tensor),
+  };
+}
+
+/** gdrpc.Owner/pullMany: many handles of one dtype and shape in one call (RemoteTensor.pullAll).
+ *  All or nothing: one unknown handle fails the call NOT_FOUND and leaves the others pullable. */
+function ownerPullManyEntry(lookup: (x: number, secret: Uint8Array) => { tensor: Tensor; pulled: () => void }): MethodEntry {
+  return {
+    method: {
+      name: 'pullMany', service: OWNER_SERVICE, clientStreaming: false, serverStreaming: false,
+      args: [{ name: 'xs', type: { kind: 'list', element: { kind: 'scalar', name: 'u32' } } }, { name: 'ss', type: { kind: 'list', element: { kind: 'scalar', name: 'bytes' } } }],
+      results: [],
+    },
+    types: {},
+    handler: (args: { xs: number[]; ss: Uint8Array[] }, ctx: CallContext) => {
+      const { xs, ss } = args;
+      if (xs.length !== ss.length) throw new GdrpcError(Code.INVALID_ARGUMENT, `pullMany: ${xs.length} handles but ${ss.length} capabilities`);
+      if (xs.length === 0 || xs.length > MAX_PULLS_PER_CALL) throw new GdrpcError(Code.INVALID_ARGUMENT, `pullMany takes 1 to ${MAX_PULLS_PER_CALL} handles, got ${xs.length}`);
+      const found = xs.map((x, i) => lookup(x, ss[i]!));
+      const first = found[0]!.tensor;
+      const odd = found.findIndex(({ tensor }) => tensor.dtype !== first.dtype || tensor.shape.length !== first.shape.length || tensor.shape.some((d, k) => d !== first.shape[k]));
+      if (odd >= 0) throw new GdrpcError(Code.INVALID_ARGUMENT, `pullMany: handle ${odd} is not a ${first.dtype} [${first.shape.join(', ')}] tensor like the first; pull those apart`);
+      ctx.afterSend(() => { for (const { pulled } of found) pulled(); });
+      return { ts: found.map(({ tensor }) => tensor) };
+    },
+    resultsOf: (result) => {
+      const [field] = pullResultFields((result.ts as Tensor[])[0]!);
+      return [{ name: 'ts', type: { kind: 'list', element: field!.type } }];
+    },
   };
 }

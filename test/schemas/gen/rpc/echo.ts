@@ -245,6 +245,7 @@ export type EchoRelayResults = {
 export type EchoShareArgs = {
   count: number;
   size: number;
+  uniform: boolean;
 };
 
 /** Results of Echo.share. */
@@ -579,6 +580,7 @@ export const EchoDescriptor = {
       args: [
         { name: 'count', type: { kind: 'scalar', name: 'u32' } },
         { name: 'size', type: { kind: 'scalar', name: 'u32' } },
+        { name: 'uniform', type: { kind: 'scalar', name: 'bool' } },
       ],
       results: [
         {
@@ -856,8 +858,8 @@ export class EchoClient {
   }
 
   /**
-   * Returns `count` handles to tensors of `size + i` bytes made here, patterned with seed i, for
-   * the caller to pull (RemoteTensor.pullAll).
+   * Returns `count` handles to tensors made here, patterned with seed i, for the caller to pull
+   * (RemoteTensor.pullAll): of `size` bytes each when `uniform`, else of `size + i`.
    */
   share(args: EchoShareArgs, options?: CallOptions): Promise<EchoShareResultsReceived> {
     return this.#client.unary(EchoDescriptor.methods.share, args, options) as Promise<EchoShareResultsReceived>;
@@ -897,8 +899,8 @@ export interface EchoHandlers {
   /** Passes a remote handle on to a third server, which pulls it. */
   relay(args: EchoRelayArgsReceived, ctx: CallContext): Promise<EchoRelayResults> | EchoRelayResults;
   /**
-   * Returns `count` handles to tensors of `size + i` bytes made here, patterned with seed i, for
-   * the caller to pull (RemoteTensor.pullAll).
+   * Returns `count` handles to tensors made here, patterned with seed i, for the caller to pull
+   * (RemoteTensor.pullAll): of `size` bytes each when `uniform`, else of `size + i`.
    */
   share(args: EchoShareArgs, ctx: CallContext): Promise<EchoShareResults> | EchoShareResults;
   /** Reports what the server knows about its last calls (for tests). */
