@@ -27,6 +27,8 @@ const RECEIVE_SLICE_MESSAGES = 256;
 const RECEIVE_SLICE_MS = 4;
 /** Most payloads taken in one drain pass, so that a flood cannot hold the event loop. */
 const DRAIN_BATCH = 4096;
+/** Drain passes in a row that may wait for the control loop (see drainPayloads). */
+const MAX_DRAIN_DEFERRALS = 8;
 
 /** Counters of what the dispatcher dropped (for tests and diagnostics). */
 export interface DispatcherStats { unattributed: number; droppedPayloads: number; connections: number }
@@ -42,6 +44,8 @@ export class Dispatcher {
   #running = false;
   #drainTimer: NodeJS.Timeout | undefined;
   readonly #stats: DispatcherStats = { unattributed: 0, droppedPayloads: 0, connections: 0 };
+  /** Drain passes in a row put off because a control message was waiting. */
+  #deferrals = 0;
   static readonly #sink = new Uint8Array(1);
 
   constructor(private readonly worker: Worker, frameBytes: number) {
@@ -161,6 +165,16 @@ export class Dispatcher {
    *  connection, dropping those of no connection. Runs on a timer; tests call it directly. */
   drainPayloads(): void {
     if (this.#stop.signal.aborted || this.worker.closed) return;
+    // A peer sends a frame before the payloads it announces, and UCX keeps one peer's messages in
+    // order: while a control message still waits to be read, the payloads behind it may be its
+    // own, announced as soon as the loop reads it. Taking them now would count them as strays
+    // (a batch of many tensors overran the limit so). Wait for the loop, a few passes at most, so
+    // that a peer flooding control messages cannot keep its strays in UCX's queue for ever.
+    if (this.#deferrals < MAX_DRAIN_DEFERRALS && this.worker.tagProbe(CONTROL_BIT, CONTROL_MASK) !== null) {
+      this.#deferrals += 1;
+      return;
+    }
+    this.#deferrals = 0;
     for (let taken = 0; taken < DRAIN_BATCH; taken += 1) {
       // Bit 63 clear: every non-control message, whatever its class byte.
       const message = this.worker.tagProbe(0n, CONTROL_MASK, { remove: true });
