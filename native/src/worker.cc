@@ -289,11 +289,21 @@ Napi::Value Worker::TagProbe(const Napi::CallbackInfo& info) {
   uint64_t tag = info[0].As<Napi::BigInt>().Uint64Value(&lossless);
   uint64_t mask = info[1].As<Napi::BigInt>().Uint64Value(&lossless);
   int remove = info.Length() > 2 && info[2].ToBoolean().Value() ? 1 : 0;
+  // A message is taken only while no completion waits to be handed to JS: one of them may be the
+  // receive of the frame that announces this message (a peer's frame precedes its payloads), and
+  // taking the payload first would make it look unannounced. The loop settles them; probe later.
+  if (remove != 0 && !events_.empty()) {
+    Kick();
+    return env.Null();
+  }
   ucp_tag_recv_info_t probe{};
   ucp_tag_message_h message = ucp_tag_probe_nb(worker_, tag, mask, remove, &probe);
   if (message == nullptr) {
     ucp_worker_progress(worker_);  // a probe alone does not move messages in; one pass may
-    if (!events_.empty()) Kick();  // completions that pass queued are settled from the loop
+    if (!events_.empty()) {
+      Kick();  // completions that pass queued are settled from the loop
+      if (remove != 0) return env.Null();
+    }
     message = ucp_tag_probe_nb(worker_, tag, mask, remove, &probe);
     if (message == nullptr) return env.Null();
   }

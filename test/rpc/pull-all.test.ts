@@ -66,6 +66,24 @@ describe('RemoteTensor.pullAll', () => {
     }
   });
 
+  it('2,048 blocks of 32 KiB, four times: batches whose payloads outrun their frames keep the connection', async () => {
+    // 512 tensors in flight arrive faster than their RESPONSE frames are read; before the binding
+    // held payloads back while a frame's receive waited to be settled, this lost the connection
+    // ("sent more than 64 tensor payloads that no frame announced") in about half the runs.
+    const blocks = Runtime.default().createPool({ device: 'cpu', bytes: (2048 * 32 + 1024) << 10 });
+    for (let round = 0; round < 4; round += 1) {
+      const handles = await share(2048, 32 << 10, true);
+      const tensors = await RemoteTensor.pullAll(handles, { pool: blocks });
+      try {
+        expect(tensors).toHaveLength(2048);
+        for (const i of [0, 1, 1023, 2047]) expect(tensors[i]!.equals(patterned(32 << 10, i)), `block ${i}`).toBe(true);
+      } finally {
+        for (const tensor of tensors) tensor.release();
+      }
+    }
+    blocks.close();
+  });
+
   it('one pull each opens one connection each: what pullAll saves', async () => {
     const handles = await share(5, 64);
     const before = (await serverStats(client)).accepted;

@@ -169,7 +169,9 @@ export class Dispatcher {
     // order: while a control message still waits to be read, the payloads behind it may be its
     // own, announced as soon as the loop reads it. Taking them now would count them as strays
     // (a batch of many tensors overran the limit so). Wait for the loop, a few passes at most, so
-    // that a peer flooding control messages cannot keep its strays in UCX's queue for ever.
+    // that a peer flooding control messages cannot keep its strays in UCX's queue for ever. (A
+    // control receive that has completed but is not yet settled in JS is the binding's to see:
+    // tagProbe with `remove` takes nothing then.)
     if (this.#deferrals < MAX_DRAIN_DEFERRALS && this.worker.tagProbe(CONTROL_BIT, CONTROL_MASK) !== null) {
       this.#deferrals += 1;
       return;
