@@ -5,7 +5,7 @@
 // and the fallback for an owner without pullMany.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { callInfo, Client, Code, GdrpcError, RemoteTensor, Runtime, Tensor, type MethodDescriptor, type TensorPool } from '../../core/index.ts';
-import type { OwnerClient, OwnerDialer } from '../../core/rpc/remote/remote.ts';
+import { PULL_MANY_ARGS, type OwnerClient, type OwnerDialer } from '../../core/rpc/remote/remote.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer, type ListeningPeer } from './fixtures/peers.ts';
 import { disposePeers } from '../support/peer.ts';
@@ -159,7 +159,7 @@ describe('RemoteTensor.pullAll', () => {
 describe('gdrpc.Owner/pullMany called by hand (what a hostile peer can send)', () => {
   const pullMany = (results: MethodDescriptor['results']): MethodDescriptor => ({
     name: 'pullMany', service: 'gdrpc.Owner', clientStreaming: false, serverStreaming: false,
-    args: [{ name: 'xs', type: { kind: 'list', element: { kind: 'scalar', name: 'u32' } } }, { name: 'ss', type: { kind: 'list', element: { kind: 'scalar', name: 'bytes' } } }],
+    args: PULL_MANY_ARGS,
     results,
   });
   const asked = (handles: RemoteTensor[]) => ({ xs: handles.map((h) => h.wire.x!), ss: handles.map((h) => h.wire.s!) });

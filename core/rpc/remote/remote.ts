@@ -52,6 +52,8 @@ export interface PullAllOptions { device?: Device; into?: readonly Tensor[]; poo
 export const DEFAULT_PULLS_IN_FLIGHT = 512;
 /** Most handles one gdrpc.Owner/pullMany call takes (the owner refuses more). */
 export const MAX_PULLS_PER_CALL = 1024;
+/** The arguments of gdrpc.Owner/pullMany: the handles' ids and capabilities, in order. */
+export const PULL_MANY_ARGS: MethodDescriptor['args'] = [{ name: 'xs', type: { kind: 'list', element: { kind: 'scalar', name: 'u32' } } }, { name: 'ss', type: { kind: 'list', element: { kind: 'scalar', name: 'bytes' } } }];
 /** Handles pullAll asks for in one pullMany call. */
 const PULL_BATCH = 128;
 
@@ -174,7 +176,7 @@ export class RemoteTensor {
     const element: TypeRef = { kind: 'tensor', dtype: first.dtype, shape: first.shape.map((size) => ({ kind: 'fixed', size })), placement: placementOf(landingDevice(landing)) };
     const method: MethodDescriptor = {
       name: 'pullMany', service: OWNER_SERVICE, clientStreaming: false, serverStreaming: false,
-      args: [{ name: 'xs', type: { kind: 'list', element: { kind: 'scalar', name: 'u32' } } }, { name: 'ss', type: { kind: 'list', element: { kind: 'scalar', name: 'bytes' } } }],
+      args: PULL_MANY_ARGS,
       results: [{ name: 'ts', type: { kind: 'list', element } }],
     };
     const pool = landing.pool;

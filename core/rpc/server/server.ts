@@ -13,7 +13,7 @@ import { cudaReceives } from '../runtime/memory-support.ts';
 import { REGISTER_OPTIONS, SERVER_OPTIONS, type ServerOptions, type RegisterOptions } from '../call/options.ts';
 import { DEFAULT_RECEIVE_DEVICE, landingDevice, receiveDeviceIndex, receivingDeviceCount, type CudaDevice } from '../call/placement.ts';
 import { ownerDialer } from '../client/client.ts';
-import { MAX_PULLS_PER_CALL, OWNER_SERVICE, pullResultFields } from '../remote/remote.ts';
+import { MAX_PULLS_PER_CALL, OWNER_SERVICE, PULL_MANY_ARGS, pullResultFields } from '../remote/remote.ts';
 import { Runtime } from '../runtime/runtime.ts';
 import { type AllocationWait, type CallContext, type CallEnvironment, type Handler, type MethodEntry } from './server-call.ts';
 import { ServerSession, type SessionHost } from './server-session.ts';
@@ -324,7 +324,7 @@ function ownerPullManyEntry(lookup: (x: number, secret: Uint8Array) => { tensor:
   return {
     method: {
       name: 'pullMany', service: OWNER_SERVICE, clientStreaming: false, serverStreaming: false,
-      args: [{ name: 'xs', type: { kind: 'list', element: { kind: 'scalar', name: 'u32' } } }, { name: 'ss', type: { kind: 'list', element: { kind: 'scalar', name: 'bytes' } } }],
+      args: PULL_MANY_ARGS,
       results: [],
     },
     types: {},
