@@ -178,6 +178,42 @@ export class Connection implements FrameSink {
 
   #incoming = 0;
 
+  /** Receives of announced payloads by transfer id, with when each is overdue. One timer per
+   *  connection watches them all (a timer and an AbortController per receive cost as much as the
+   *  receive's own work when a frame announces hundreds of tensors). */
+  readonly #watched = new Map<number, number>();
+  #watchTimer: NodeJS.Timeout | undefined;
+
+  /** Watches the receive of `transfer`: when its bytes have not arrived within transferTimeoutMs
+   *  the connection closes, which cancels the receive with it (a rendezvous UCX had already
+   *  matched cannot be cancelled by itself). Returns what ends the watch. */
+  watchTransfer(transfer: number): () => void {
+    this.#watched.set(transfer, performance.now() + this.transferTimeoutMs);
+    this.#watchTimer ??= setTimeout(() => this.#checkOverdue(), this.transferTimeoutMs);
+    return () => {
+      this.#watched.delete(transfer);
+      if (this.#watched.size === 0 && this.#watchTimer !== undefined) {
+        clearTimeout(this.#watchTimer);
+        this.#watchTimer = undefined;
+      }
+    };
+  }
+
+  #checkOverdue(): void {
+    this.#watchTimer = undefined;
+    if (this.#error !== undefined) return;
+    const now = performance.now();
+    let next = Infinity;
+    for (const [transfer, due] of this.#watched) {
+      if (due <= now) {
+        this.close(new GdrpcError(Code.DEADLINE_EXCEEDED, `${this.peer} announced tensor bytes (transfer ${transfer}) that did not arrive within ${this.transferTimeoutMs} ms`));
+        return;
+      }
+      next = Math.min(next, due);
+    }
+    if (next !== Infinity) this.#watchTimer = setTimeout(() => this.#checkOverdue(), Math.max(1, next - now));
+  }
+
   #sample = { at: performance.now(), activity: 0 };
 
   /** Whether the worker has been moving data since the last look (UCX cannot say for which
@@ -301,6 +337,9 @@ export class Connection implements FrameSink {
     this.#held.clear();
     this.#expected.clear();
     clearTimeout(this.#holdTimer);
+    clearTimeout(this.#watchTimer);
+    this.#watchTimer = undefined;
+    this.#watched.clear();
     this.runtime.dispatcher.unregister(this.key);
     this.#abort.abort(error);
     const force = !options.graceful || this.endpoint.failed;

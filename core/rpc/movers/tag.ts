@@ -70,21 +70,12 @@ async function receiveOrTake(connection: TransferScope['connection'], transfer: 
   // memory (a pool block) goes back only then.
   if (held !== undefined) return worker.tagRecvTaken(held, buffer, { untilComplete: true, describe: protocolReports() });
   // Bytes a peer announced but does not send must not hold the destination (a pool block) for
-  // ever: past the transfer timeout the receive is cancelled and the connection closed, which
-  // also ends a rendezvous UCX had already matched (that one cannot be cancelled by itself).
-  const stop = new AbortController();
-  const timer = setTimeout(() => {
-    stop.abort();
-    if (connection.isOpen) {
-      connection.close(new GdrpcError(Code.DEADLINE_EXCEEDED, `${connection.peer} announced tensor bytes (transfer ${transfer}) that did not arrive within ${connection.transferTimeoutMs} ms`));
-    }
-  }, connection.transferTimeoutMs);
-  const onClose = (): void => stop.abort();
-  connection.signal.addEventListener('abort', onClose, { once: true });
+  // ever: past the transfer timeout the connection closes (Connection.watchTransfer), and its
+  // end cancels this receive.
+  const unwatch = connection.watchTransfer(transfer);
   try {
-    return await worker.tagRecv(buffer, connection.incomingDataTag(transfer), EXACT_MASK, { signal: stop.signal, untilComplete: true, describe: protocolReports() });
+    return await worker.tagRecv(buffer, connection.incomingDataTag(transfer), EXACT_MASK, { signal: connection.signal, untilComplete: true, describe: protocolReports() });
   } finally {
-    clearTimeout(timer);
-    connection.signal.removeEventListener('abort', onClose);
+    unwatch();
   }
 }
