@@ -32,4 +32,9 @@ run "cuda, UCX_RNDV_THRESH=1024" UCX_MEM_EVENTS=no UCX_RNDV_THRESH=1024 -- "${la
 run "cuda, UCX_RNDV_SCHEME=get_zcopy" UCX_MEM_EVENTS=no UCX_RNDV_SCHEME=get_zcopy -- "${lat[@]}"
 run "cuda, UCX_TLS=cuda_ipc,cuda_copy,tcp,self" UCX_MEM_EVENTS=no UCX_TLS=cuda_ipc,cuda_copy,tcp,self -- "${lat[@]}"
 run "cuda, UCX_RNDV_PIPELINE_ERROR_HANDLING=n" UCX_MEM_EVENTS=no UCX_RNDV_PIPELINE_ERROR_HANDLING=n -- "${lat[@]}"
+# Memory events without some of the process-wide hooks that crashed Node (docs/binding.md).
+run "cuda, UCX_MEM_EVENTS=yes UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_MALLOC_HOOKS=n" UCX_MEM_EVENTS=yes UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_MALLOC_HOOKS=n -- "${lat[@]}"
+run "cuda, UCX_MEM_EVENTS=yes UCX_MEM_MMAP_HOOK_MODE=none" UCX_MEM_EVENTS=yes UCX_MEM_MMAP_HOOK_MODE=none -- "${lat[@]}"
+run "cuda, UCX_MEM_EVENTS=yes UCX_MEM_CUDA_HOOK_MODE=none" UCX_MEM_EVENTS=yes UCX_MEM_CUDA_HOOK_MODE=none -- "${lat[@]}"
+run "cuda, UCX_MEM_EVENTS=no UCX_CUDA_IPC_CACHE=y" UCX_MEM_EVENTS=no UCX_CUDA_IPC_CACHE=y -- "${lat[@]}"
 run "host (reference)" UCX_MEM_EVENTS=no -- -t tag_lat -m host -s "$size" -n 1000
