@@ -10,11 +10,19 @@ import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer, type ListeningPeer } from './fixtures/peers.ts';
 import { disposePeers } from '../support/peer.ts';
 import { codeOf, serverStats } from './fixtures/stats.ts';
+import { rejection } from './fixtures/thrown.ts';
 import { patterned } from './fixtures/tensors.ts';
 
 let owner: ListeningPeer;
 let client: Client;
 let pool: TensorPool;
+
+/** The message of the INVALID_ARGUMENT `promise` rejects with (fails the test otherwise). */
+async function invalidArgument(promise: Promise<unknown>): Promise<string> {
+  const error = await rejection(promise);
+  expect(error.code).toBe(Code.INVALID_ARGUMENT);
+  return error.rawMessage;
+}
 
 /** `count` handles from the owner, the i-th patterned with seed i: `size + i` bytes each, or
  *  `size` bytes each when `uniform`. */
@@ -135,19 +143,13 @@ describe('RemoteTensor.pullAll', () => {
 
   it('refuses bad input before connecting: not handles, into of another length or size, bad maxInFlight', async () => {
     const handles = await share(2, 10);
-    const refused = async (promise: Promise<unknown>): Promise<string> => {
-      const error = await promise.then(() => undefined, (e: unknown) => e);
-      expect(error).toBeInstanceOf(GdrpcError);
-      expect((error as GdrpcError).code).toBe(Code.INVALID_ARGUMENT);
-      return (error as GdrpcError).rawMessage;
-    };
     const before = (await serverStats(client)).accepted;
-    expect(await refused(RemoteTensor.pullAll('nope' as unknown as RemoteTensor[]))).toMatch(/array of RemoteTensors/);
-    expect(await refused(RemoteTensor.pullAll([handles[0]!, {} as RemoteTensor]))).toMatch(/array of RemoteTensors/);
-    expect(await refused(RemoteTensor.pullAll(handles, { into: [Tensor.zeros([10], 'u8')] }))).toMatch(/1 tensors in into for 2 handles/);
-    expect(await refused(RemoteTensor.pullAll(handles, { into: [Tensor.zeros([10], 'u8'), Tensor.zeros([9], 'u8')] }))).toMatch(/pull into a u8 tensor of 9 bytes/);
-    expect(await refused(RemoteTensor.pullAll(handles, { maxInFlight: 0 }))).toMatch(/maxInFlight/);
-    expect(await refused(RemoteTensor.pullAll(handles, { into: 'x' as unknown as Tensor[] }))).toMatch(/into must be an array of Tensors/);
+    expect(await invalidArgument(RemoteTensor.pullAll('nope' as unknown as RemoteTensor[]))).toMatch(/array of RemoteTensors/);
+    expect(await invalidArgument(RemoteTensor.pullAll([handles[0]!, {} as RemoteTensor]))).toMatch(/array of RemoteTensors/);
+    expect(await invalidArgument(RemoteTensor.pullAll(handles, { into: [Tensor.zeros([10], 'u8')] }))).toMatch(/1 tensors in into for 2 handles/);
+    expect(await invalidArgument(RemoteTensor.pullAll(handles, { into: [Tensor.zeros([10], 'u8'), Tensor.zeros([9], 'u8')] }))).toMatch(/pull into a u8 tensor of 9 bytes/);
+    expect(await invalidArgument(RemoteTensor.pullAll(handles, { maxInFlight: 0 }))).toMatch(/maxInFlight/);
+    expect(await invalidArgument(RemoteTensor.pullAll(handles, { into: 'x' as unknown as Tensor[] }))).toMatch(/into must be an array of Tensors/);
     expect((await serverStats(client)).accepted).toBe(before);
     // The handles were not spent by the refusals.
     const tensors = await RemoteTensor.pullAll(handles);
@@ -157,22 +159,12 @@ describe('RemoteTensor.pullAll', () => {
 });
 
 describe('gdrpc.Owner/pullMany called by hand (what a hostile peer can send)', () => {
-  const pullMany = (results: MethodDescriptor['results']): MethodDescriptor => ({
-    name: 'pullMany', service: 'gdrpc.Owner', clientStreaming: false, serverStreaming: false,
-    args: PULL_MANY_ARGS,
-    results,
-  });
+  const pullMany: MethodDescriptor = { name: 'pullMany', service: 'gdrpc.Owner', clientStreaming: false, serverStreaming: false, args: PULL_MANY_ARGS, results: [] };
   const asked = (handles: RemoteTensor[]) => ({ xs: handles.map((h) => h.wire.x!), ss: handles.map((h) => h.wire.s!) });
 
   it('refuses mismatched lists, empty or oversized batches and mixed shapes, spending nothing', async () => {
     const handles = await share(3, 16);  // 16, 17 and 18 bytes
-    const method = pullMany([]);
-    const refusal = async (args: Record<string, unknown>): Promise<string> => {
-      const error = await client.unary(method, args).then(() => undefined, (e: unknown) => e);
-      expect(error).toBeInstanceOf(GdrpcError);
-      expect((error as GdrpcError).code).toBe(Code.INVALID_ARGUMENT);
-      return (error as GdrpcError).rawMessage;
-    };
+    const refusal = (args: Record<string, unknown>): Promise<string> => invalidArgument(client.unary(pullMany, args));
     expect(await refusal({ xs: [handles[0]!.wire.x!], ss: [] })).toMatch(/1 handles but 0 capabilities/);
     expect(await refusal({ xs: [], ss: [] })).toMatch(/takes 1 to 1024 handles, got 0/);
     expect(await refusal({ xs: new Array(1025).fill(1), ss: new Array(1025).fill(new Uint8Array(16)) })).toMatch(/got 1025/);

@@ -8,6 +8,7 @@ import {
   type RemoteTensor, type UnaryHandler,
 } from '../../core/index.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
+import { rejection } from './fixtures/thrown.ts';
 import { byteSum, patterned } from './fixtures/tensors.ts';
 
 let serving: Runtime;
@@ -32,11 +33,6 @@ async function echoServer(runtime: Runtime): Promise<Server> {
   return server;
 }
 
-async function failure(promise: Promise<unknown>): Promise<GdrpcError> {
-  const error = await promise.then(() => undefined, (e: unknown) => e);
-  expect(error).toBeInstanceOf(GdrpcError);
-  return error as GdrpcError;
-}
 
 beforeAll(async () => {
   serving = Runtime.create();
@@ -75,7 +71,7 @@ describe('two runtimes in one process', () => {
     try {
       const h = patterned(256 * 1024, 5);
       // Nothing on the calling runtime serves pulls yet: a listening server elsewhere does not count.
-      expect((await failure(client.unary(EchoDescriptor.methods.pullSum, { h }))).code).toBe(Code.FAILED_PRECONDITION);
+      expect((await rejection(client.unary(EchoDescriptor.methods.pullSum, { h }))).code).toBe(Code.FAILED_PRECONDITION);
       serveRemoteTensors({ host: '127.0.0.1', runtime: calling });
       const result = await client.unary(EchoDescriptor.methods.pullSum, { h });
       expect(result.sum).toBe(byteSum(h));
@@ -93,11 +89,11 @@ describe('two runtimes in one process', () => {
     const toDoomed = await Client.connect(doomedServer.address!, { runtime: calling });
     await doomed.close();
     expect(doomed.closed).toBe(true);
-    expect((await failure(client.unary(EchoDescriptor.methods.echo, { x: patterned(8), tag: 'late' }))).code).toBe(Code.FAILED_PRECONDITION);
-    expect((await failure(Client.connect(address, { runtime: doomed }))).code).toBe(Code.INVALID_ARGUMENT);
+    expect((await rejection(client.unary(EchoDescriptor.methods.echo, { x: patterned(8), tag: 'late' }))).code).toBe(Code.FAILED_PRECONDITION);
+    expect((await rejection(Client.connect(address, { runtime: doomed }))).code).toBe(Code.INVALID_ARGUMENT);
     expect(() => doomed.createPool({ device: 'cpu', bytes: 1 << 20 })).toThrow(/closed/);
     // The server that closed with it is gone; the runtimes left still talk to each other.
-    expect((await failure(toDoomed.unary(EchoDescriptor.methods.echo, { x: patterned(8), tag: 'gone' }, { deadline: 3000 }))).code).toMatch(/UNAVAILABLE|DEADLINE_EXCEEDED/);
+    expect((await rejection(toDoomed.unary(EchoDescriptor.methods.echo, { x: patterned(8), tag: 'gone' }, { deadline: 3000 }))).code).toMatch(/UNAVAILABLE|DEADLINE_EXCEEDED/);
     await toDoomed.close();
     const survivor = await Client.connect(address, { runtime: calling });
     try {

@@ -120,6 +120,7 @@ export class RemoteTensor {
     // One connection per owner and dialer (the runtime a handle arrived on); on it, batches of
     // handles that share a dtype, a shape and where they land.
     const groups = new Map<OwnerDialer, Map<string, number[][]>>();
+    const open = new Map<OwnerDialer, Map<string, number[]>>();  // the batch still filling, per owner and batch key
     for (const [i, handle] of handles.entries()) {
       handle.#checkInto(into?.[i]);
       const dial = handle.#dialer();
@@ -127,10 +128,17 @@ export class RemoteTensor {
       groups.set(dial, byOwner);
       const batches = byOwner.get(handle.owner) ?? [];
       byOwner.set(handle.owner, batches);
-      const key = batchKey(handle, landingDevice(landing(i)));
-      const open = batches.findLast((b) => b.length < PULL_BATCH && batchKey(handles[b[0]!]!, landingDevice(landing(b[0]!))) === key);
-      if (open !== undefined) open.push(i);
-      else batches.push([i]);
+      const filling = open.get(dial) ?? new Map<string, number[]>();
+      open.set(dial, filling);
+      const key = `${handle.owner}|${handle.dtype}|${handle.shape.join(',')}|${landingDevice(landing(i))}`;
+      const batch = filling.get(key);
+      if (batch !== undefined && batch.length < PULL_BATCH) {
+        batch.push(i);
+      } else {
+        const fresh = [i];
+        batches.push(fresh);
+        filling.set(key, fresh);
+      }
     }
     const results: Array<Tensor | undefined> = new Array(handles.length);
     const failures: unknown[] = [];
@@ -173,7 +181,7 @@ export class RemoteTensor {
   /** One gdrpc.Owner/pullMany call for handles of one dtype and shape that land alike. */
   static async #pullBatch(client: OwnerClient, batch: RemoteTensor[], landing: Landing, into: Tensor[] | undefined): Promise<Tensor[]> {
     const first = batch[0]!;
-    const element: TypeRef = { kind: 'tensor', dtype: first.dtype, shape: first.shape.map((size) => ({ kind: 'fixed', size })), placement: placementOf(landingDevice(landing)) };
+    const element = fixedTensorType(first.dtype, first.shape, placementOf(landingDevice(landing)));
     const method: MethodDescriptor = {
       name: 'pullMany', service: OWNER_SERVICE, clientStreaming: false, serverStreaming: false,
       args: PULL_MANY_ARGS,
@@ -209,7 +217,7 @@ export class RemoteTensor {
     const method: MethodDescriptor = {
       name: 'pull', service: OWNER_SERVICE, clientStreaming: false, serverStreaming: false,
       args: [{ name: 'x', type: { kind: 'scalar', name: 'u32' } }, { name: 's', type: { kind: 'scalar', name: 'bytes' } }],
-      results: [{ name: 't', type: { kind: 'tensor', dtype: this.dtype, shape: this.shape.map((size) => ({ kind: 'fixed', size })), placement } }],
+      results: [{ name: 't', type: fixedTensorType(this.dtype, this.shape, placement) }],
     };
     const allocate = into !== undefined ? () => into
       : pool !== undefined ? (shape: number[], dtype: DType) => pool.allocate(shape, dtype) : undefined;
@@ -228,9 +236,9 @@ function placementOf(device: Device): Placement {
   return device === 'cpu' ? { kind: 'host' } : { kind: 'cuda', device: Number(device.slice(5)) };
 }
 
-/** Handles that one pullMany call can carry together: same dtype, shape and landing device. */
-function batchKey(handle: RemoteTensor, device: Device): string {
-  return `${handle.dtype}|${handle.shape.join(',')}|${device}`;
+/** A tensor type of fixed dimensions, as pulls describe what they receive and owners what they send. */
+function fixedTensorType(dtype: DType, shape: readonly number[], placement: Placement): TypeRef {
+  return { kind: 'tensor', dtype, shape: shape.map((size) => ({ kind: 'fixed' as const, size })), placement };
 }
 
 /** Whether `error` is an owner's answer that it has no such method (an owner before pullMany). */
@@ -240,5 +248,5 @@ function isUnknownMethod(error: unknown): boolean {
 
 /** The result field a pull answers with, shaped like the handle's tensor. */
 export function pullResultFields(tensor: Tensor): MethodDescriptor['results'] {
-  return [{ name: 't', type: { kind: 'tensor', dtype: tensor.dtype, shape: tensor.shape.map((size) => ({ kind: 'fixed' as const, size })), placement: { kind: 'host' } } }];
+  return [{ name: 't', type: fixedTensorType(tensor.dtype, tensor.shape, { kind: 'host' }) }];
 }
