@@ -1,0 +1,84 @@
+// The tag receives of a Worker: a receive posted with a tag and mask, the probe that takes
+// messages out of UCX's unexpected queue (the dispatcher's drain of payloads that came before
+// their frame), and the receive of such a taken message. Progress and settling are worker.cc's.
+#include "worker.h"
+
+#include "request.h"
+#include "status.h"
+
+namespace gdrpc {
+
+// tagRecv(target, offset, length, tag: bigint, mask: bigint, id, completed?, describe?) -> Promise<{senderTag, length}>
+Napi::Value Worker::TagRecv(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  CheckOpen(env);
+  Span span = ResolveSpan(env, info[0], info[1], info[2]);
+  bool lossless = true;
+  uint64_t tag = info[3].As<Napi::BigInt>().Uint64Value(&lossless);
+  uint64_t mask = info[4].As<Napi::BigInt>().Uint64Value(&lossless);
+  Request* request = new Request(this, nullptr, RequestKind::Recv, info[5].As<Napi::Number>().Uint32Value(), env);
+  request->OnCompleted(info[6]);
+  request->Describe(info[7]);
+  ucp_request_param_t param{};
+  request->Prepare(param, &span);
+  return request->Start(ucp_tag_recv_nbx(worker_, span.address, span.length, tag, mask, &param), "tag receive");
+}
+
+// tagProbe(tag, mask, remove) -> {senderTag, length, taken?} | null. With `remove` the message
+// leaves UCX's unexpected queue and is held here under the id `taken` until tagRecvTaken.
+Napi::Value Worker::TagProbe(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  CheckOpen(env);
+  bool lossless = true;
+  uint64_t tag = info[0].As<Napi::BigInt>().Uint64Value(&lossless);
+  uint64_t mask = info[1].As<Napi::BigInt>().Uint64Value(&lossless);
+  int remove = info.Length() > 2 && info[2].ToBoolean().Value() ? 1 : 0;
+  // A message is taken only while no completion waits to be handed to JS: one of them may be the
+  // receive of the frame that announces this message (a peer's frame precedes its payloads), and
+  // taking the payload first would make it look unannounced. The loop settles them; probe later.
+  if (remove != 0 && !events_.empty()) {
+    Kick();
+    return env.Null();
+  }
+  ucp_tag_recv_info_t probe{};
+  ucp_tag_message_h message = ucp_tag_probe_nb(worker_, tag, mask, remove, &probe);
+  if (message == nullptr) {
+    ucp_worker_progress(worker_);  // a probe alone does not move messages in; one pass may
+    if (!events_.empty()) {
+      Kick();  // completions that pass queued are settled from the loop
+      if (remove != 0) return env.Null();
+    }
+    message = ucp_tag_probe_nb(worker_, tag, mask, remove, &probe);
+    if (message == nullptr) return env.Null();
+  }
+  Napi::Object result = Napi::Object::New(env);
+  result.Set("senderTag", Napi::BigInt::New(env, static_cast<uint64_t>(probe.sender_tag)));
+  result.Set("length", Napi::Number::New(env, static_cast<double>(probe.length)));
+  if (remove != 0) {
+    uint32_t id = nextTaken_++;
+    if (nextTaken_ == 0) nextTaken_ = 1;
+    taken_[id] = message;
+    result.Set("taken", Napi::Number::New(env, id));
+  }
+  return result;
+}
+
+// tagRecvTaken(taken, target, offset, length, id, completed?, describe?) -> Promise<{senderTag, length}>: receives a
+// message that tagProbe removed from the unexpected queue.
+Napi::Value Worker::TagRecvTaken(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  CheckOpen(env);
+  auto it = taken_.find(info[0].As<Napi::Number>().Uint32Value());
+  if (it == taken_.end()) Throw(env, "NOT_FOUND", "no taken message with this id (already received)");
+  ucp_tag_message_h message = it->second;
+  Span span = ResolveSpan(env, info[1], info[2], info[3]);
+  taken_.erase(it);
+  Request* request = new Request(this, nullptr, RequestKind::Recv, info[4].As<Napi::Number>().Uint32Value(), env);
+  request->OnCompleted(info[5]);
+  request->Describe(info[6]);
+  ucp_request_param_t param{};
+  request->Prepare(param, &span);
+  return request->Start(ucp_tag_msg_recv_nbx(worker_, span.address, span.length, message, &param), "tag receive");
+}
+
+}  // namespace gdrpc
