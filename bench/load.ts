@@ -11,21 +11,21 @@ import { describeSource } from './load-source.ts';
 const MiB = 2 ** 20;
 /** Unmeasured load before each case, so that RSS "start" includes the pools the load touches. */
 const WARMUP_SECONDS = 5;
-/** How long the server idles after the load before RSS "after" is read. */
-const AFTER_MS = 8000;
+/** How long the server idles after the load before RSS "after" is read (--after-seconds). */
+const AFTER_SECONDS = 8;
 const CASES = ['mixed', 'soak', 'small'] as const;
 type CaseName = (typeof CASES)[number];
 
 const USAGE = 'usage: npm run bench -- load [--json <file>] [--seconds N] [--soak-seconds N] [--small-seconds N] '
-  + '[--connections N] [--inflight N] [--processes N] [--cases mixed,soak,small]';
+  + '[--connections N] [--inflight N] [--processes N] [--after-seconds N] [--cases mixed,soak,small]';
 
-interface LoadFlags { seconds: number; soakSeconds: number; smallSeconds: number; connections: number; inflight: number; processes: number; cases: CaseName[] }
+interface LoadFlags { seconds: number; soakSeconds: number; smallSeconds: number; connections: number; inflight: number; processes: number; afterSeconds: number; cases: CaseName[] }
 
 function parseFlags(flags: string[]): LoadFlags {
-  const parsed: LoadFlags = { seconds: 60, soakSeconds: 300, smallSeconds: 15, connections: 200, inflight: 64, processes: 4, cases: [...CASES] };
+  const parsed: LoadFlags = { seconds: 60, soakSeconds: 300, smallSeconds: 15, connections: 200, inflight: 64, processes: 4, afterSeconds: AFTER_SECONDS, cases: [...CASES] };
   const numeric: Record<string, Exclude<keyof LoadFlags, 'cases'>> = {
     '--seconds': 'seconds', '--soak-seconds': 'soakSeconds', '--small-seconds': 'smallSeconds',
-    '--connections': 'connections', '--inflight': 'inflight', '--processes': 'processes',
+    '--connections': 'connections', '--inflight': 'inflight', '--processes': 'processes', '--after-seconds': 'afterSeconds',
   };
   for (let i = 0; i < flags.length; i += 2) {
     const [flag, value] = [flags[i]!, flags[i + 1]];
@@ -49,7 +49,7 @@ function parseFlags(flags: string[]): LoadFlags {
 function caseOf(name: CaseName, f: LoadFlags): LoadCase {
   const common = {
     name, connections: f.connections, inflight: f.inflight, processes: Math.min(f.processes, f.connections), deadlineMs: 30_000,
-    minTensorBytes: MiB, maxTensorBytes: 16 * MiB, warmupSeconds: Math.min(WARMUP_SECONDS, f.seconds), afterMs: AFTER_MS,
+    minTensorBytes: MiB, maxTensorBytes: 16 * MiB, warmupSeconds: Math.min(WARMUP_SECONDS, f.seconds), afterMs: f.afterSeconds * 1000,
   };
   if (name === 'mixed') return { ...common, seconds: f.seconds, tensorShare: 0.1 };
   if (name === 'soak') return { ...common, seconds: f.soakSeconds, tensorShare: 0.05 };

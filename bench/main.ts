@@ -16,6 +16,7 @@ const suites: Record<string, () => Promise<(opts: SuiteOptions) => Promise<objec
   'tp-mlp': async () => (await import('./tp-mlp.ts')).runTpMlpBench,
   'kv-blocks': async () => (await import('./kv-blocks.ts')).runKvBlocksBench,
   'wake-spin': async () => (await import('./wake-spin.ts')).runWakeSpinBench,
+  'mem-events': async () => (await import('./mem-events.ts')).runMemEventsBench,
 };
 
 const [name, ...rest] = process.argv.slice(2);

@@ -20,7 +20,8 @@ export const UCX_DEFAULTS: Record<string, string> = {
   // UCX's memory hooks (patched mmap/munmap and malloc) are not safe in Node's multi-threaded
   // process: the default "bistro" hooks crashed peers with SIGSEGV, "reloc" hooks deadlocked one
   // in malloc (docs/binding.md has the measurements). Without memory events UCX runs without its
-  // registration cache. Read when the addon loads.
+  // registration and memtype caches; gdrpc passes a memh with every operation, so neither costs it
+  // (measured on an H200: `npm run bench -- mem-events`). Read when the addon loads.
   UCX_MEM_EVENTS: 'no',
   // UCX's TCP transport writes an incoming PUT request to whatever address the sender names,
   // without an rkey or the RMA feature: with it on, any peer that can connect can write anywhere
