@@ -12,7 +12,7 @@ const MiB = 2 ** 20;
 /** Unmeasured load before each case, so that RSS "start" includes the pools the load touches. */
 const WARMUP_SECONDS = 5;
 /** How long the server idles after the load before RSS "after" is read (--after-seconds). */
-const AFTER_SECONDS = 8;
+const AFTER_SECONDS = 30;
 const CASES = ['mixed', 'soak', 'small'] as const;
 type CaseName = (typeof CASES)[number];
 

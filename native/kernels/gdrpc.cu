@@ -65,6 +65,23 @@ __global__ void gdrpc_checksum(const unsigned char* data, unsigned long long byt
   if ((threadIdx.x & 31) == 0) atomicAdd(sum, local);
 }
 
+// Copies `count` blocks of `bytes` each: block b from table[count + b] to table[b] (device
+// addresses). One thread block per copy at a time, 16 bytes per load where both ends and the
+// length allow it: the gather and scatter of a batched pull (RemoteTensor.pullAll).
+__global__ void gdrpc_copy_blocks(const unsigned long long* table, unsigned long long bytes, unsigned int count) {
+  for (unsigned int b = blockIdx.x; b < count; b += gridDim.x) {
+    unsigned char* dst = reinterpret_cast<unsigned char*>(table[b]);
+    const unsigned char* src = reinterpret_cast<const unsigned char*>(table[count + b]);
+    if (((table[b] | table[count + b] | bytes) & 15ULL) == 0) {
+      uint4* dst16 = reinterpret_cast<uint4*>(dst);
+      const uint4* src16 = reinterpret_cast<const uint4*>(src);
+      for (unsigned long long i = threadIdx.x; i < bytes / 16; i += blockDim.x) dst16[i] = src16[i];
+    } else {
+      for (unsigned long long i = threadIdx.x; i < bytes; i += blockDim.x) dst[i] = src[i];
+    }
+  }
+}
+
 // Busy-waits on the GPU for `ns` nanoseconds (one thread): a stand-in for a long kernel in tests
 // of stream ordering.
 __global__ void gdrpc_spin(unsigned long long ns) {

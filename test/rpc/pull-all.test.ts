@@ -1,11 +1,12 @@
 // RemoteTensor.pullAll: many handles as one operation. The owner (a server in its own process)
 // hands out handles as results; pulling them all opens one connection to it, not one per handle,
-// asks for handles of one shape in batches (gdrpc.Owner/pullMany), brings every byte back in
-// order, and a failure in the middle leaves nothing allocated. A fake owner shows the batching
-// and the fallback for an owner without pullMany.
+// asks for handles of one shape in batches (gdrpc.Owner/pullStacked: gathered by the owner into one
+// tensor, one message), brings every byte back in order, and a failure in the middle leaves nothing
+// allocated. A fake owner shows the batching and the fallbacks for an owner without pullStacked
+// (pullMany: a tensor per handle) or without either (a pull per handle).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { callInfo, Client, Code, GdrpcError, RemoteTensor, Runtime, Tensor, type MethodDescriptor, type TensorPool } from '../../core/index.ts';
-import { PULL_MANY_ARGS, type OwnerClient, type OwnerDialer } from '../../core/rpc/remote/remote.ts';
+import { MAX_STACKED_BLOCK_BYTES, PULL_MANY_ARGS, type OwnerClient, type OwnerDialer } from '../../core/rpc/remote/remote.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer, type ListeningPeer } from './fixtures/peers.ts';
 import { disposePeers } from '../support/peer.ts';
@@ -58,7 +59,7 @@ describe('RemoteTensor.pullAll', () => {
     }
   });
 
-  it('asks for handles of one shape in batches of 128 (gdrpc.Owner/pullMany), over one connection', async () => {
+  it('asks for handles of one shape in batches of 128 (gdrpc.Owner/pullStacked), one message each, over one connection', async () => {
     const handles = await share(300, 2048, true);
     const before = (await serverStats(client)).accepted;
     const tensors = await RemoteTensor.pullAll(handles);
@@ -66,8 +67,9 @@ describe('RemoteTensor.pullAll', () => {
       expect((await serverStats(client)).accepted - before).toBe(1);
       for (const [i, tensor] of tensors.entries()) {
         expect(tensor.equals(patterned(2048, i)), `handle ${i}`).toBe(true);
-        // Each tensor reports its own transfer, named by its place in its batch.
-        expect(callInfo(tensor)?.transfers.map((t) => t.argument)).toEqual([`ts[${i % 128}]`]);
+        expect(tensor.shape).toEqual([2048]);
+        // Each tensor carries its batch's report: one transfer, the stacked tensor of 128, 128 and 44 blocks.
+        expect(callInfo(tensor)?.transfers.map((t) => [t.argument, t.bytes])).toEqual([['t', (i < 256 ? 128 : 44) * 2048]]);
       }
     } finally {
       for (const tensor of tensors) tensor.release();
@@ -158,19 +160,32 @@ describe('RemoteTensor.pullAll', () => {
   });
 });
 
-describe('gdrpc.Owner/pullMany called by hand (what a hostile peer can send)', () => {
-  const pullMany: MethodDescriptor = { name: 'pullMany', service: 'gdrpc.Owner', clientStreaming: false, serverStreaming: false, args: PULL_MANY_ARGS, results: [] };
+describe.each(['pullMany', 'pullStacked'])('gdrpc.Owner/%s called by hand (what a hostile peer can send)', (name) => {
+  const method: MethodDescriptor = { name, service: 'gdrpc.Owner', clientStreaming: false, serverStreaming: false, args: PULL_MANY_ARGS, results: [] };
   const asked = (handles: RemoteTensor[]) => ({ xs: handles.map((h) => h.wire.x!), ss: handles.map((h) => h.wire.s!) });
 
   it('refuses mismatched lists, empty or oversized batches and mixed shapes, spending nothing', async () => {
     const handles = await share(3, 16);  // 16, 17 and 18 bytes
-    const refusal = (args: Record<string, unknown>): Promise<string> => invalidArgument(client.unary(pullMany, args));
+    const refusal = (args: Record<string, unknown>): Promise<string> => invalidArgument(client.unary(method, args));
     expect(await refusal({ xs: [handles[0]!.wire.x!], ss: [] })).toMatch(/1 handles but 0 capabilities/);
     expect(await refusal({ xs: [], ss: [] })).toMatch(/takes 1 to 1024 handles, got 0/);
     expect(await refusal({ xs: new Array(1025).fill(1), ss: new Array(1025).fill(new Uint8Array(16)) })).toMatch(/got 1025/);
     expect(await refusal(asked(handles))).toMatch(/handle 1 is not a u8 \[16\] tensor like the first/);
     const tensors = await RemoteTensor.pullAll(handles);
     expect(tensors.map((t) => t.byteLength)).toEqual([16, 17, 18]);
+    for (const tensor of tensors) tensor.release();
+  });
+
+  it('answers NOT_FOUND for a forged capability or an unknown handle among good ones, spending none of them', async () => {
+    const handles = await share(4, 32, true);
+    const forged = asked(handles);
+    forged.ss[2] = new Uint8Array(16);
+    expect(await codeOf(client.unary(method, forged))).toBe(Code.NOT_FOUND);
+    const unknown = asked(handles);
+    unknown.xs[3] = 0x7fffffff;
+    expect(await codeOf(client.unary(method, unknown))).toBe(Code.NOT_FOUND);
+    const tensors = await RemoteTensor.pullAll(handles);
+    expect(tensors.map((t, k) => t.equals(patterned(32, k)))).toEqual([true, true, true, true]);
     for (const tensor of tensors) tensor.release();
   });
 });
@@ -182,45 +197,68 @@ describe('RemoteTensor.pullAll against a fake owner', () => {
     return Array.from({ length: count }, (_, i) => new RemoteTensor({ dt: 'u8', sh: [bytes(i)], n: bytes(i), mt: 'host', m: 'h', o: 'fake:1', x: i + 1, s: new Uint8Array(16) }, dial));
   }
 
-  /** An owner that answers pull and, unless `old`, pullMany, with tensors whose first byte is x. */
-  function fakeOwner(old: boolean): OwnerClient & { calls: string[]; closed: number } {
+  /** An owner that answers pull and the batch methods in `knows`, with tensors whose first byte
+   *  is x (pullStacked: block k of the stacked tensor starts with the k-th x). */
+  function fakeOwner(knows: ReadonlyArray<'pullMany' | 'pullStacked'>): OwnerClient & { calls: string[]; closed: number } {
     const owner = {
       calls: [] as string[],
       closed: 0,
       unary(method: MethodDescriptor, args: Record<string, unknown>) {
-        owner.calls.push(`${method.name}:${method.name === 'pullMany' ? (args.xs as number[]).length : 1}`);
+        owner.calls.push(`${method.name}:${method.name === 'pull' ? 1 : (args.xs as number[]).length}`);
+        const shapeOf = (type: MethodDescriptor['results'][number]['type']) => (type.kind === 'tensor' ? type.shape.map((d) => (d.kind === 'fixed' ? d.size : 0)) : []);
         const make = (x: number, type: MethodDescriptor['results'][number]['type']) => {
-          const shape = type.kind === 'tensor' ? type.shape.map((d) => (d.kind === 'fixed' ? d.size : 0)) : [];
-          const t = Tensor.zeros(shape, 'u8');
+          const t = Tensor.zeros(shapeOf(type), 'u8');
           t.bytes()[0] = x;
           return t;
         };
         if (method.name === 'pull') return Promise.resolve({ t: make(args.x as number, method.results[0]!.type) });
-        if (old) return Promise.reject(new GdrpcError(Code.NOT_FOUND, 'unknown method gdrpc.Owner/pullMany'));
-        const list = method.results[0]!.type;
-        return Promise.resolve({ ts: (args.xs as number[]).map((x) => make(x, list.kind === 'list' ? list.element : list)) });
+        if (!(knows as readonly string[]).includes(method.name)) return Promise.reject(new GdrpcError(Code.NOT_FOUND, `unknown method gdrpc.Owner/${method.name}`));
+        const type = method.results[0]!.type;
+        const xs = args.xs as number[];
+        if (method.name === 'pullMany') return Promise.resolve({ ts: xs.map((x) => make(x, type.kind === 'list' ? type.element : type)) });
+        const stacked = Tensor.zeros(shapeOf(type), 'u8');
+        const block = stacked.byteLength / xs.length;
+        for (const [k, x] of xs.entries()) stacked.bytes()[k * block] = x;
+        return Promise.resolve({ t: stacked });
       },
       close() { owner.closed += 1; return Promise.resolve(); },
     };
     return owner;
   }
 
-  it('batches by shape, 128 at most, over one dialled connection', async () => {
-    const owner = fakeOwner(false);
+  it('batches by shape, 128 at most, over one dialled connection, each batch one stacked tensor', async () => {
+    const owner = fakeOwner(['pullMany', 'pullStacked']);
     // 260 handles of 8 bytes and 5 of 9: batches 128 + 128 + 4 and 5.
     const handles = fakeHandles(265, (i) => (i < 260 ? 8 : 9), owner);
     const tensors = await RemoteTensor.pullAll(handles);
-    expect(owner.calls.sort()).toEqual(['pullMany:128', 'pullMany:128', 'pullMany:4', 'pullMany:5']);
+    expect(owner.calls.sort()).toEqual(['pullStacked:128', 'pullStacked:128', 'pullStacked:4', 'pullStacked:5']);
     expect(owner.closed).toBe(1);
     expect(tensors.map((t) => t.bytes()[0])).toEqual(handles.map((h) => (h.wire.x as number) & 0xff));
     expect(tensors.map((t) => t.byteLength)).toEqual(handles.map((h) => h.byteLength));
   });
 
-  it('pulls one handle at a time from an owner without pullMany, on the same connection', async () => {
-    const owner = fakeOwner(true);
+  it('moves a lone handle and handles over 1 MiB as themselves (pullMany), not stacked', async () => {
+    const owner = fakeOwner(['pullMany', 'pullStacked']);
+    const big = fakeHandles(3, () => MAX_STACKED_BLOCK_BYTES + 1, owner);
+    const lone = fakeHandles(1, () => 8, owner);
+    const at = fakeHandles(2, () => MAX_STACKED_BLOCK_BYTES, owner);
+    for (const handles of [big, lone, at]) for (const tensor of await RemoteTensor.pullAll(handles)) tensor.release();
+    expect(owner.calls).toEqual(['pullMany:3', 'pullMany:1', 'pullStacked:2']);
+  });
+
+  it('asks an owner without pullStacked for a tensor per handle (pullMany) from then on', async () => {
+    const owner = fakeOwner(['pullMany']);
+    const handles = fakeHandles(300, () => 8, owner);
+    const tensors = await RemoteTensor.pullAll(handles, { maxInFlight: 128 });
+    expect(owner.calls).toEqual(['pullStacked:128', 'pullMany:128', 'pullMany:128', 'pullMany:44']);
+    expect(tensors.map((t) => t.bytes()[0])).toEqual(handles.map((h) => (h.wire.x as number) & 0xff));
+  });
+
+  it('pulls one handle at a time from an owner with neither batch method, on the same connection', async () => {
+    const owner = fakeOwner([]);
     const handles = fakeHandles(6, () => 4, owner);
     const tensors = await RemoteTensor.pullAll(handles);
-    expect(owner.calls).toEqual(['pullMany:6', 'pull:1', 'pull:1', 'pull:1', 'pull:1', 'pull:1', 'pull:1']);
+    expect(owner.calls).toEqual(['pullStacked:6', 'pullMany:6', 'pull:1', 'pull:1', 'pull:1', 'pull:1', 'pull:1', 'pull:1']);
     expect(owner.closed).toBe(1);
     expect(tensors.map((t) => t.bytes()[0])).toEqual([1, 2, 3, 4, 5, 6]);
   });

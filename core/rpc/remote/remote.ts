@@ -12,6 +12,7 @@ import type { DType, MethodDescriptor, Placement, TypeRef } from '../../schema/d
 import type { TransferScope } from '../movers/mover.ts';
 import { attachCallInfo, callInfo } from '../movers/call-info.ts';
 import { Runtime } from '../runtime/runtime.ts';
+import { copyBlocks } from '../../compute/blocks.ts';
 
 /** Service name of the owner side of remote tensors. */
 export const OWNER_SERVICE = 'gdrpc.Owner';
@@ -54,8 +55,12 @@ export const DEFAULT_PULLS_IN_FLIGHT = 512;
 export const MAX_PULLS_PER_CALL = 1024;
 /** The arguments of gdrpc.Owner/pullMany: the handles' ids and capabilities, in order. */
 export const PULL_MANY_ARGS: MethodDescriptor['args'] = [{ name: 'xs', type: { kind: 'list', element: { kind: 'scalar', name: 'u32' } } }, { name: 'ss', type: { kind: 'list', element: { kind: 'scalar', name: 'bytes' } } }];
-/** Handles pullAll asks for in one pullMany call. */
+/** Handles pullAll asks for in one pullMany or pullStacked call. */
 const PULL_BATCH = 128;
+/** Largest handle pullAll has gathered with others (gdrpc.Owner/pullStacked): stacking saves a
+ *  message and its JavaScript per block, which counts for small blocks; larger ones move as
+ *  themselves (pullMany) rather than through two extra copies and a staging tensor. */
+export const MAX_STACKED_BLOCK_BYTES = 1 << 20;
 
 const DEVICE = rule(`'cpu' or 'cuda:N'`, isDevice);
 const POOL = rule('a TensorPool', (value) => value instanceof TensorPool);
@@ -101,12 +106,14 @@ export class RemoteTensor {
   }
 
   /** Fetches many handles as one operation: one connection per owner (not one per handle), the
-   *  handles asked for in batches (gdrpc.Owner/pullMany: one request and one answer for up to
-   *  128 tensors of one dtype and shape, whose bytes then move side by side), up to `maxInFlight`
-   *  tensors in flight on each connection, one promise for all. The tensors come back in the
-   *  order of `handles`. If any pull fails, the others are let finish, every tensor this call
-   *  made is released, and the first failure is thrown; tensors given in `into` stay the caller's.
-   *  An owner without pullMany is pulled from one handle at a time, on the same connection. */
+   *  handles asked for in batches of up to 128 of one dtype and shape, up to `maxInFlight`
+   *  tensors in flight on each connection, one promise for all. A batch of handles of 1 MiB or
+   *  less (MAX_STACKED_BLOCK_BYTES) is gathered by the owner into one tensor that moves as one
+   *  message and is copied out here (gdrpc.Owner/pullStacked); larger ones move side by side, one
+   *  message each (gdrpc.Owner/pullMany). The tensors come back in the order of `handles`. If any
+   *  pull fails, the others are let finish, every tensor this call made is released, and the
+   *  first failure is thrown; tensors given in `into` stay the caller's. An owner without those
+   *  methods is asked with the next one down, down to one pull per handle on the same connection. */
   static async pullAll(handles: readonly RemoteTensor[], options: PullAllOptions = {}): Promise<Tensor[]> {
     if (!Array.isArray(handles) || !handles.every((h) => h instanceof RemoteTensor)) {
       throw new GdrpcError(Code.INVALID_ARGUMENT, 'RemoteTensor.pullAll takes an array of RemoteTensors');
@@ -147,21 +154,33 @@ export class RemoteTensor {
       const client = await dial(owner, options.token);
       try {
         let next = 0;
-        let batched = true;  // until the owner says it has no pullMany
+        // What the owner answers, until it says it has no such method.
+        let stackAnswered = true;
+        let manyAnswered = true;
         const lane = async (): Promise<void> => {
           while (next < batches.length && failures.length === 0) {
             const batch = batches[next++]!;
-            if (batched) {
+            const batchHandles = batch.map((i) => handles[i]!);
+            const batchInto = into === undefined ? undefined : batch.map((i) => into[i]!);
+            let tensors: Tensor[] | undefined;
+            if (stackAnswered && batch.length > 1 && batchHandles[0]!.byteLength <= MAX_STACKED_BLOCK_BYTES) {
               try {
-                const tensors = await RemoteTensor.#pullBatch(client, batch.map((i) => handles[i]!), landing(batch[0]!), into === undefined ? undefined : batch.map((i) => into[i]!));
-                for (const [k, i] of batch.entries()) results[i] = tensors[k];
-                continue;
+                tensors = await RemoteTensor.#pullStacked(client, batchHandles, landing(batch[0]!), batchInto);
               } catch (error) {
                 if (!isUnknownMethod(error)) throw error;
-                batched = false;
+                stackAnswered = false;
               }
             }
-            for (const i of batch) results[i] = await handles[i]!.#pullThrough(client, landing(i));
+            if (tensors === undefined && manyAnswered) {
+              try {
+                tensors = await RemoteTensor.#pullBatch(client, batchHandles, landing(batch[0]!), batchInto);
+              } catch (error) {
+                if (!isUnknownMethod(error)) throw error;
+                manyAnswered = false;
+              }
+            }
+            if (tensors !== undefined) for (const [k, i] of batch.entries()) results[i] = tensors[k];
+            else for (const i of batch) results[i] = await handles[i]!.#pullThrough(client, landing(i));
           }
         };
         await Promise.all(Array.from({ length: Math.min(lanes, batches.length) }, () => lane().catch((error: unknown) => { failures.push(error); })));
@@ -176,6 +195,43 @@ export class RemoteTensor {
       throw failures[0];
     }
     return results as Tensor[];
+  }
+
+  /** One gdrpc.Owner/pullStacked call for handles of one dtype and shape that land alike: the
+   *  owner gathers them into one [n, ...shape] tensor, which moves as one message and is then
+   *  copied out into one tensor per handle (copyBlocks: one kernel launch on a GPU). Each tensor
+   *  carries the call's report, whose one transfer is the stacked tensor `t`. */
+  static async #pullStacked(client: OwnerClient, batch: RemoteTensor[], landing: Landing, into: Tensor[] | undefined): Promise<Tensor[]> {
+    const first = batch[0]!;
+    const device = landingDevice(landing);
+    const method: MethodDescriptor = {
+      name: 'pullStacked', service: OWNER_SERVICE, clientStreaming: false, serverStreaming: false,
+      args: PULL_MANY_ARGS,
+      results: [{ name: 't', type: fixedTensorType(first.dtype, [batch.length, ...first.shape], placementOf(device)) }],
+    };
+    const result = await client.unary(method, { xs: batch.map((h) => h.wire.x!), ss: batch.map((h) => h.wire.s!) }, undefined);
+    const stacked = result.t as Tensor;
+    const made: Tensor[] = [];
+    try {
+      // Each handle's tensor comes from where a pull of it would land: `into`, the pool given, or
+      // the pool the stacked tensor came to (the client's results pool) when it is on that device.
+      const from = landing.pool ?? (stacked.device === device && stacked.pool !== undefined && !stacked.pool.closed ? stacked.pool : undefined);
+      const outputs = batch.map((handle, k) => {
+        if (into !== undefined) return into[k]!;
+        const tensor = from !== undefined ? from.allocate([...handle.shape], handle.dtype) : Tensor.empty([...handle.shape], handle.dtype, { device });
+        made.push(tensor);
+        return tensor;
+      });
+      const bytes = first.byteLength;
+      await copyBlocks(bytes, outputs.map((dst, k) => ({ dst, dstOffset: 0, src: stacked, srcOffset: k * bytes })));
+      const info = callInfo(result);
+      return info === undefined ? outputs : outputs.map((tensor) => attachCallInfo(tensor, info));
+    } catch (error) {
+      for (const tensor of made) tensor.release();
+      throw error;
+    } finally {
+      stacked.release();
+    }
   }
 
   /** One gdrpc.Owner/pullMany call for handles of one dtype and shape that land alike. */
@@ -237,7 +293,7 @@ function placementOf(device: Device): Placement {
 }
 
 /** A tensor type of fixed dimensions, as pulls describe what they receive and owners what they send. */
-function fixedTensorType(dtype: DType, shape: readonly number[], placement: Placement): TypeRef {
+export function fixedTensorType(dtype: DType, shape: readonly number[], placement: Placement): TypeRef {
   return { kind: 'tensor', dtype, shape: shape.map((size) => ({ kind: 'fixed' as const, size })), placement };
 }
 

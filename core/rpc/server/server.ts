@@ -13,7 +13,9 @@ import { cudaReceives } from '../runtime/memory-support.ts';
 import { REGISTER_OPTIONS, SERVER_OPTIONS, type ServerOptions, type RegisterOptions } from '../call/options.ts';
 import { DEFAULT_RECEIVE_DEVICE, landingDevice, receiveDeviceIndex, receivingDeviceCount, type CudaDevice } from '../call/placement.ts';
 import { ownerDialer } from '../client/client.ts';
-import { MAX_PULLS_PER_CALL, OWNER_SERVICE, PULL_MANY_ARGS, pullResultFields } from '../remote/remote.ts';
+import { OWNER_SERVICE } from '../remote/remote.ts';
+import { ownerMethods } from './owner-methods.ts';
+import { DEFAULT_PROCESS_POOL_BYTES } from '../runtime/process-pool.ts';
 import { Runtime } from '../runtime/runtime.ts';
 import { type AllocationWait, type CallContext, type CallEnvironment, type Handler, type MethodEntry } from './server-call.ts';
 import { ServerSession, type SessionHost } from './server-session.ts';
@@ -48,8 +50,9 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
       maxCallsPerConnection: 256, maxCalls: 4096, maxFrameBytes: 4 << 20, maxTensorBytes: 1 << 30, poolBytes: 128 << 20,
       allowPoolOverflow: false, poolWaitMs: 10_000, livenessMs: DEFAULT_LIVENESS_MS, admissionTimeoutMs: 5000, transferTimeoutMs: DEFAULT_TRANSFER_TIMEOUT_MS, maxConnections: 1024, maxConnectionsPerAddress: 64, inlineBytes: DEFAULT_INLINE_BYTES, exposureHoldMs: 30_000, exposeErrorMessages: false, ...options,
     };
-    this.#methods.set(`${OWNER_SERVICE}/pull`, ownerPullEntry((x, secret) => this.#runtime!.owner.lookup(x, secret)));
-    this.#methods.set(`${OWNER_SERVICE}/pullMany`, ownerPullManyEntry((x, secret) => this.#runtime!.owner.lookup(x, secret)));
+    for (const entry of ownerMethods({ lookup: (x, secret) => this.#runtime!.owner.lookup(x, secret), staging: (device) => this.#runtime!.pool(device, { bytes: DEFAULT_PROCESS_POOL_BYTES, allowOverflow: true }) })) {
+      this.#methods.set(`${OWNER_SERVICE}/${entry.method.name}`, entry);
+    }
     this.#host = this.#makeHost();
   }
 
@@ -301,47 +304,3 @@ export async function shutdownOwner(runtime: Runtime | undefined = Runtime.curre
   await runtime?.owner.dedicated?.shutdown({ graceMs: 0 });
 }
 
-function ownerPullEntry(lookup: (x: number, secret: Uint8Array) => { tensor: Tensor; pulled: () => void }): MethodEntry {
-  return {
-    method: {
-      name: 'pull', service: OWNER_SERVICE, clientStreaming: false, serverStreaming: false,
-      args: [{ name: 'x', type: { kind: 'scalar', name: 'u32' } }, { name: 's', type: { kind: 'scalar', name: 'bytes' } }],
-      results: [],
-    },
-    types: {},
-    handler: (args: { x: number; s: Uint8Array }, ctx: CallContext) => {
-      const { tensor, pulled } = lookup(args.x, args.s);
-      ctx.afterSend(pulled);
-      return { t: tensor };
-    },
-    resultsOf: (result) => pullResultFields(result.t as Tensor),
-  };
-}
-
-/** gdrpc.Owner/pullMany: many handles of one dtype and shape in one call (RemoteTensor.pullAll).
- *  All or nothing: one unknown handle fails the call NOT_FOUND and leaves the others pullable. */
-function ownerPullManyEntry(lookup: (x: number, secret: Uint8Array) => { tensor: Tensor; pulled: () => void }): MethodEntry {
-  return {
-    method: {
-      name: 'pullMany', service: OWNER_SERVICE, clientStreaming: false, serverStreaming: false,
-      args: PULL_MANY_ARGS,
-      results: [],
-    },
-    types: {},
-    handler: (args: { xs: number[]; ss: Uint8Array[] }, ctx: CallContext) => {
-      const { xs, ss } = args;
-      if (xs.length !== ss.length) throw new GdrpcError(Code.INVALID_ARGUMENT, `pullMany: ${xs.length} handles but ${ss.length} capabilities`);
-      if (xs.length === 0 || xs.length > MAX_PULLS_PER_CALL) throw new GdrpcError(Code.INVALID_ARGUMENT, `pullMany takes 1 to ${MAX_PULLS_PER_CALL} handles, got ${xs.length}`);
-      const found = xs.map((x, i) => lookup(x, ss[i]!));
-      const first = found[0]!.tensor;
-      const odd = found.findIndex(({ tensor }) => tensor.dtype !== first.dtype || tensor.shape.length !== first.shape.length || tensor.shape.some((d, k) => d !== first.shape[k]));
-      if (odd >= 0) throw new GdrpcError(Code.INVALID_ARGUMENT, `pullMany: handle ${odd} is not a ${first.dtype} [${first.shape.join(', ')}] tensor like the first; pull those apart`);
-      ctx.afterSend(() => { for (const { pulled } of found) pulled(); });
-      return { ts: found.map(({ tensor }) => tensor) };
-    },
-    resultsOf: (result) => {
-      const [field] = pullResultFields((result.ts as Tensor[])[0]!);
-      return [{ name: 'ts', type: { kind: 'list', element: field!.type } }];
-    },
-  };
-}

@@ -1,0 +1,129 @@
+// Many equal-sized block copies between tensors as one step: the gather of a batched pull on the
+// owner and its scatter on the puller (RemoteTensor.pullAll, gdrpc.Owner/pullStacked). Blocks all
+// on one GPU go in one launch of gdrpc_copy_blocks; host blocks are copied in place; any other mix
+// (two GPUs, host and GPU) goes block by block through cuMemcpy.
+import { readFileSync } from 'node:fs';
+import { cuda } from '../cuda.ts';
+import { Code, GdrpcError } from '../errors.ts';
+import type { Tensor } from '../tensor/index.ts';
+import { describe, invalid } from '../ucx/check.ts';
+import { kernelsPtxPath } from './kernels.ts';
+import { CudaModule, type CudaKernel } from './module.ts';
+import { producerOf } from './ready.ts';
+import { CudaEvent, CudaStream } from './stream.ts';
+
+/** One block: `blockBytes` from `src` at `srcOffset` to `dst` at `dstOffset`. */
+export interface BlockCopy { dst: Tensor; dstOffset: number; src: Tensor; srcOffset: number }
+
+const THREADS = 256;
+const MAX_GRID = 65535;
+
+/** What one GPU keeps for block copies: the kernel, a stream, the address table, and a queue so
+ *  that one copy at a time fills the table. */
+interface GpuCopier { kernel: CudaKernel; stream: CudaStream; table: { ptr: bigint; bytes: number } | undefined; queue: Promise<void> }
+const copiers = new Map<number, GpuCopier>();
+
+function copier(device: number): GpuCopier {
+  let found = copiers.get(device);
+  if (found === undefined) {
+    let ptx: Buffer;
+    try {
+      ptx = readFileSync(kernelsPtxPath());
+    } catch (error) {
+      throw new GdrpcError(Code.FAILED_PRECONDITION, `the kernels' PTX is missing (${kernelsPtxPath()}): run scripts/build-ptx.sh where nvcc is`, { cause: error });
+    }
+    const module = CudaModule.load(device, ptx);
+    found = { kernel: module.kernel('gdrpc_copy_blocks', ['ptr', 'u64', 'u32']), stream: CudaStream.create(device), table: undefined, queue: Promise.resolve() };
+    copiers.set(device, found);
+  }
+  return found;
+}
+
+function checkCopies(blockBytes: number, copies: readonly BlockCopy[]): void {
+  if (!Number.isSafeInteger(blockBytes) || blockBytes < 0) throw invalid(`copyBlocks: blockBytes must be an integer >= 0, got ${describe(blockBytes)}`);
+  if (!Array.isArray(copies) || copies.length > 0xffffffff) throw invalid('copyBlocks: copies must be an array of at most 2^32 - 1 blocks');
+  for (const [k, c] of copies.entries()) {
+    for (const [tensor, offset, side] of [[c?.dst, c?.dstOffset, 'dst'], [c?.src, c?.srcOffset, 'src']] as const) {
+      if (typeof tensor !== 'object' || tensor === null || typeof tensor.byteLength !== 'number') throw invalid(`copyBlocks: copies[${k}].${side} must be a Tensor, got ${describe(tensor)}`);
+      if (tensor.released) throw invalid(`copyBlocks: copies[${k}].${side} has been released`);
+      if (!Number.isSafeInteger(offset) || offset < 0 || offset + blockBytes > tensor.byteLength) {
+        throw invalid(`copyBlocks: copies[${k}].${side}Offset ${describe(offset)} + ${blockBytes} bytes is outside its ${tensor.byteLength}-byte tensor`);
+      }
+    }
+  }
+}
+
+/** The CUDA device every tensor of `copies` is on, or undefined when they are not all on one. */
+function oneGpu(copies: readonly BlockCopy[]): number | undefined {
+  const device = copies[0]!.dst.device;
+  if (device === 'cpu' || !copies.every((c) => c.dst.device === device && c.src.device === device)) return undefined;
+  return Number(device.slice('cuda:'.length));
+}
+
+/** Copies every block of `copies` (each `blockBytes` long); resolves when all of them are in place.
+ *  Sources a producer stream was named for (producedOn, readyAfter) are waited for on the GPU;
+ *  other GPU sources are complete once the device is synchronized, as a send would do. */
+export async function copyBlocks(blockBytes: number, copies: readonly BlockCopy[]): Promise<void> {
+  checkCopies(blockBytes, copies);
+  if (copies.length === 0 || blockBytes === 0) return;
+  if (copies.every((c) => c.dst.device === 'cpu' && c.src.device === 'cpu')) {
+    for (const c of copies) c.dst.bytes().set(c.src.bytes().subarray(c.srcOffset, c.srcOffset + blockBytes), c.dstOffset);
+    return;
+  }
+  const device = oneGpu(copies);
+  if (device === undefined) {
+    // Mixed places: cuMemcpy per block, once the sources' producers are done.
+    const synchronized = new Set<string>();
+    for (const { src } of copies) {
+      if (src.device === 'cpu') continue;
+      const producer = producerOf(src);
+      if (producer !== undefined) producer.synchronize();
+      else if (!synchronized.has(src.device)) {
+        cuda.synchronize(Number(src.device.slice('cuda:'.length)));
+        synchronized.add(src.device);
+      }
+    }
+    for (const c of copies) cuda.copy(place(c.dst, c.dstOffset, blockBytes), place(c.src, c.srcOffset, blockBytes), blockBytes);
+    return;
+  }
+  const gpu = copier(device);
+  const turn = gpu.queue.then(() => launch(gpu, device, blockBytes, copies));
+  gpu.queue = turn.catch(() => undefined);
+  await turn;
+}
+
+/** One launch for all blocks on `device`, after the last copy of this GPU finished with the table. */
+async function launch(gpu: GpuCopier, device: number, blockBytes: number, copies: readonly BlockCopy[]): Promise<void> {
+  const tableBytes = copies.length * 16;
+  if (gpu.table === undefined || gpu.table.bytes < tableBytes) {
+    if (gpu.table !== undefined) cuda.free(gpu.table.ptr);
+    gpu.table = undefined;
+    const bytes = Math.max(tableBytes, 16 * 1024);
+    gpu.table = { ptr: cuda.alloc(device, bytes), bytes };
+  }
+  const table = new BigUint64Array(copies.length * 2);
+  let synchronized = false;
+  for (const [k, c] of copies.entries()) {
+    table[k] = c.dst.address + BigInt(c.dstOffset);
+    table[copies.length + k] = c.src.address + BigInt(c.srcOffset);
+    const producer = producerOf(c.src);
+    if (producer !== undefined) gpu.stream.waitFor(producer);
+    else if (!synchronized) {
+      cuda.synchronize(device);
+      synchronized = true;
+    }
+  }
+  cuda.copy(gpu.table.ptr, table, tableBytes);
+  gpu.kernel.launch({ grid: Math.min(copies.length, MAX_GRID), block: THREADS, stream: gpu.stream }, gpu.table.ptr, BigInt(blockBytes), copies.length);
+  const done = CudaEvent.create(device).record(gpu.stream);
+  try {
+    await done.finished();
+  } finally {
+    done.close();
+  }
+}
+
+/** Where a block of `tensor` starts, as cuda.copy takes it: a device pointer or a host view. */
+function place(tensor: Tensor, offset: number, bytes: number): bigint | Uint8Array {
+  return tensor.device === 'cpu' ? tensor.bytes().subarray(offset, offset + bytes) : tensor.address + BigInt(offset);
+}

@@ -1,0 +1,52 @@
+// copyBlocks on host memory (the GPU launch and the host<->GPU mix: test/gpu/blocks.test.ts): the
+// gather and scatter a batched pull does, bytes checked, and bad input refused before anything is
+// copied.
+import { describe, expect, it } from 'vitest';
+import { Code, copyBlocks, Tensor } from '../../core/index.ts';
+import { rejection } from '../rpc/fixtures/thrown.ts';
+
+/** `count` host tensors of `bytes` bytes, tensor k filled with bytes k * 7 + i. */
+function blocks(count: number, bytes: number): Tensor[] {
+  return Array.from({ length: count }, (_, k) => Tensor.fromArray(Uint8Array.from({ length: bytes }, (_, i) => (k * 7 + i) & 0xff)));
+}
+
+describe('copyBlocks on the host', () => {
+  it('gathers blocks into one tensor and scatters them back out, every byte in place', async () => {
+    const parts = blocks(5, 33);
+    const stacked = Tensor.zeros([5, 33], 'u8');
+    await copyBlocks(33, parts.map((src, k) => ({ dst: stacked, dstOffset: k * 33, src, srcOffset: 0 })));
+    for (const [k, part] of parts.entries()) expect(Buffer.compare(stacked.bytes().subarray(k * 33, (k + 1) * 33), part.bytes())).toBe(0);
+    const out = Array.from({ length: 5 }, () => Tensor.zeros([33], 'u8'));
+    // Scattered in reverse order, to show each block goes where its entry says.
+    await copyBlocks(33, out.map((dst, k) => ({ dst, dstOffset: 0, src: stacked, srcOffset: (4 - k) * 33 })));
+    for (const [k, tensor] of out.entries()) expect(tensor.equals(parts[4 - k]!)).toBe(true);
+  });
+
+  it('copies nothing for no blocks or zero-byte blocks', async () => {
+    const dst = Tensor.fromArray(new Uint8Array([1, 2, 3]));
+    await copyBlocks(8, []);
+    await copyBlocks(0, [{ dst, dstOffset: 3, src: Tensor.zeros([3], 'u8'), srcOffset: 0 }]);
+    expect([...dst.bytes()]).toEqual([1, 2, 3]);
+  });
+
+  it('refuses blocks outside their tensors, released tensors, non-tensors and bad sizes, copying nothing', async () => {
+    const [a, b] = blocks(2, 16);
+    const before = Buffer.from(b!.bytes());
+    const refused = async (call: Promise<void>): Promise<string> => {
+      const error = await rejection(call);
+      expect(error.code).toBe(Code.INVALID_ARGUMENT);
+      return error.rawMessage;
+    };
+    // The second entry is bad: the first must not have been copied either.
+    expect(await refused(copyBlocks(8, [{ dst: b!, dstOffset: 0, src: a!, srcOffset: 0 }, { dst: b!, dstOffset: 9, src: a!, srcOffset: 0 }]))).toMatch(/copies\[1\]\.dstOffset 9 \+ 8 bytes is outside its 16-byte tensor/);
+    expect(await refused(copyBlocks(8, [{ dst: b!, dstOffset: 0, src: a!, srcOffset: -1 }]))).toMatch(/srcOffset -1/);
+    expect(await refused(copyBlocks(8, [{ dst: b!, dstOffset: 0.5, src: a!, srcOffset: 0 }]))).toMatch(/dstOffset 0.5/);
+    expect(await refused(copyBlocks(-1, []))).toMatch(/blockBytes must be an integer >= 0/);
+    expect(await refused(copyBlocks(8, [{ dst: 'x' as unknown as Tensor, dstOffset: 0, src: a!, srcOffset: 0 }]))).toMatch(/copies\[0\]\.dst must be a Tensor/);
+    expect(await refused(copyBlocks(8, 'x' as unknown as []))).toMatch(/copies must be an array/);
+    const gone = Tensor.zeros([16], 'u8');
+    gone.release();
+    expect(await refused(copyBlocks(8, [{ dst: b!, dstOffset: 0, src: gone, srcOffset: 0 }]))).toMatch(/copies\[0\]\.src has been released/);
+    expect(Buffer.compare(b!.bytes(), before)).toBe(0);
+  });
+});

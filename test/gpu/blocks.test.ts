@@ -1,0 +1,78 @@
+// copyBlocks on a GPU (the gather and scatter of RemoteTensor.pullAll's stacked batches): one
+// launch of gdrpc_copy_blocks for blocks on one GPU, 16-byte and byte-wise paths, a source still
+// being written on another stream, and the block-by-block path between host and GPU. Host side:
+// test/compute/blocks.test.ts.
+import { describe, expect, it } from 'vitest';
+import { copyBlocks, CudaModule, CudaStream, kernelsPtxPath, loadKernels, producedOn, Tensor } from '../../core/index.ts';
+import { readFileSync } from 'node:fs';
+import { announce, DRY_RUN, skipReason } from './fixtures/env.ts';
+
+announce('test/gpu/blocks.test.ts');
+const skip = skipReason ?? (DRY_RUN ? 'the dry run has no GPU (test/compute/blocks.test.ts runs the host path)' : undefined);
+if (skip !== undefined) console.log(`test/gpu/blocks.test.ts skipped: ${skip}`);
+
+/** Host block k of `bytes` bytes: (k * 131 + i * 7) & 0xff. */
+function hostBlock(k: number, bytes: number): Tensor {
+  return Tensor.fromArray(Uint8Array.from({ length: bytes }, (_, i) => (k * 131 + i * 7) & 0xff));
+}
+
+describe.skipIf(skip !== undefined)('copyBlocks on cuda:0', () => {
+  it.each([
+    ['1,024 blocks of 32 KiB (16-byte copies)', 1024, 32 << 10],
+    ['300 blocks of 4,099 bytes (byte copies)', 300, 4099],
+  ])('gathers and scatters %s, every byte in place', async (_name, count, bytes) => {
+    const parts = Array.from({ length: count }, (_, k) => hostBlock(k, bytes));
+    const onGpu = parts.map((p) => p.to('cuda:0'));
+    const stacked = Tensor.empty([count, bytes], 'u8', { device: 'cuda:0' });
+    const out = Array.from({ length: count }, () => Tensor.zeros([bytes], 'u8', { device: 'cuda:0' }));
+    try {
+      await copyBlocks(bytes, onGpu.map((src, k) => ({ dst: stacked, dstOffset: k * bytes, src, srcOffset: 0 })));
+      const back = stacked.to('cpu');
+      for (const k of [0, 1, count >> 1, count - 1]) expect(Buffer.compare(back.bytes().subarray(k * bytes, (k + 1) * bytes), parts[k]!.bytes()), `block ${k}`).toBe(0);
+      expect(Buffer.compare(back.bytes(), Buffer.concat(parts.map((p) => p.bytes())))).toBe(0);
+      // Scatter in reverse: each block goes where its entry says.
+      await copyBlocks(bytes, out.map((dst, k) => ({ dst, dstOffset: 0, src: stacked, srcOffset: (count - 1 - k) * bytes })));
+      for (const k of [0, 7, count - 1]) expect(out[k]!.to('cpu').equals(parts[count - 1 - k]!), `out ${k}`).toBe(true);
+    } finally {
+      for (const t of [...onGpu, ...out, stacked]) t.release();
+    }
+  });
+
+  it('waits for a source still being written on another stream (producedOn)', async () => {
+    const module = CudaModule.load(0, readFileSync(kernelsPtxPath()));
+    const spin = module.kernel('gdrpc_spin', ['u64']);
+    const stream = CudaStream.create(0);
+    const src = Tensor.zeros([1 << 20], 'f16', { device: 'cuda:0' });
+    const dst = Tensor.zeros([1 << 20], 'f16', { device: 'cuda:0' });
+    const expected = Tensor.zeros([1 << 20], 'f16');
+    try {
+      loadKernels('cpu').fill(expected, { seed: 5 });
+      // 200 ms of spinning on `stream` before the fill: a copy that did not wait would see zeros.
+      spin.launch({ grid: 1, block: 1, stream }, 200_000_000);
+      const filler = loadKernels('cuda:0', { stream });
+      filler.fill(src, { seed: 5 });
+      producedOn(src, stream);
+      await copyBlocks(src.byteLength, [{ dst, dstOffset: 0, src, srcOffset: 0 }]);
+      expect(dst.to('cpu').equals(expected)).toBe(true);
+      filler.close();
+    } finally {
+      for (const t of [src, dst]) t.release();
+      stream.close();
+      module.close();
+    }
+  });
+
+  it('copies between host and GPU block by block (two kinds of memory in one call)', async () => {
+    const parts = Array.from({ length: 9 }, (_, k) => hostBlock(k, 1000));
+    const stacked = Tensor.zeros([9, 1000], 'u8', { device: 'cuda:0' });
+    try {
+      await copyBlocks(1000, parts.map((src, k) => ({ dst: stacked, dstOffset: k * 1000, src, srcOffset: 0 })));
+      expect(Buffer.compare(stacked.to('cpu').bytes(), Buffer.concat(parts.map((p) => p.bytes())))).toBe(0);
+      const out = parts.map(() => Tensor.zeros([1000], 'u8'));
+      await copyBlocks(1000, out.map((dst, k) => ({ dst, dstOffset: 0, src: stacked, srcOffset: k * 1000 })));
+      expect(out.map((t, k) => t.equals(parts[k]!))).toEqual(new Array(9).fill(true));
+    } finally {
+      stacked.release();
+    }
+  });
+});
