@@ -190,6 +190,18 @@ describe.each(['pullMany', 'pullStacked'])('gdrpc.Owner/%s called by hand (what 
   });
 });
 
+describe('gdrpc.Owner/pullStacked called by hand', () => {
+  it('refuses to gather handles over 1 MiB (its staging tensor stays bounded), spending nothing', async () => {
+    const method: MethodDescriptor = { name: 'pullStacked', service: 'gdrpc.Owner', clientStreaming: false, serverStreaming: false, args: PULL_MANY_ARGS, results: [] };
+    const handles = await share(2, MAX_STACKED_BLOCK_BYTES + 1, true);
+    const message = await invalidArgument(client.unary(method, { xs: handles.map((h) => h.wire.x!), ss: handles.map((h) => h.wire.s!) }));
+    expect(message).toMatch(/at most 1048576 bytes, these hold 1048577; pull them with pullMany/);
+    const tensors = await RemoteTensor.pullAll(handles);
+    expect(tensors.map((t, k) => t.equals(patterned(MAX_STACKED_BLOCK_BYTES + 1, k)))).toEqual([true, true]);
+    for (const tensor of tensors) tensor.release();
+  });
+});
+
 describe('RemoteTensor.pullAll against a fake owner', () => {
   /** Handles of `bytes` bytes each at owner "fake:1", pulled through `client`. */
   function fakeHandles(count: number, bytes: (i: number) => number, client: OwnerClient): RemoteTensor[] {

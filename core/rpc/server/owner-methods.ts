@@ -8,7 +8,7 @@ import { Code, GdrpcError } from '../../errors.ts';
 import type { Device, Tensor, TensorPool } from '../../tensor/index.ts';
 import { copyBlocks } from '../../compute/blocks.ts';
 import type { MethodDescriptor } from '../../schema/descriptor.ts';
-import { fixedTensorType, MAX_PULLS_PER_CALL, OWNER_SERVICE, PULL_MANY_ARGS, pullResultFields } from '../remote/remote.ts';
+import { fixedTensorType, MAX_PULLS_PER_CALL, MAX_STACKED_BLOCK_BYTES, OWNER_SERVICE, PULL_MANY_ARGS, pullResultFields } from '../remote/remote.ts';
 import type { CallContext, MethodEntry } from './server-call.ts';
 
 /** What the owner methods need from their server. */
@@ -58,14 +58,23 @@ export function ownerMethods(host: OwnerHost): MethodEntry[] {
   const pullStacked = entry('pullStacked', PULL_MANY_ARGS, async (args: { xs: number[]; ss: Uint8Array[] }, ctx: CallContext) => {
     const found = lookupAll(host, 'pullStacked', args.xs, args.ss);
     const first = found[0]!.tensor;
-    const stacked = host.staging(first.device).allocate([found.length, ...first.shape], first.dtype);
-    ctx.afterSend(() => stacked.release());
     const bytes = first.byteLength;
+    // A peer may call this by hand: the staging tensor is bounded by what pullAll would ask for.
+    if (bytes > MAX_STACKED_BLOCK_BYTES) throw new GdrpcError(Code.INVALID_ARGUMENT, `pullStacked gathers handles of at most ${MAX_STACKED_BLOCK_BYTES} bytes, these hold ${bytes}; pull them with pullMany`);
+    const stacked = host.staging(first.device).allocate([found.length, ...first.shape], first.dtype);
+    // The call can end (deadline, cancel, lost connection) while the GPU still writes the staging
+    // tensor: it goes back to its pool only once both the call is over and the copy is done.
+    let copying = true;
+    let over = false;
+    ctx.afterSend(() => {
+      over = true;
+      if (!copying) stacked.release();
+    });
     try {
       await copyBlocks(bytes, found.map(({ tensor }, k) => ({ dst: stacked, dstOffset: k * bytes, src: tensor, srcOffset: 0 })));
-    } catch (error) {
-      stacked.release();
-      throw error;
+    } finally {
+      copying = false;
+      if (over) stacked.release();
     }
     ctx.afterSend(() => { for (const { pulled } of found) pulled(); });
     return { t: stacked };
