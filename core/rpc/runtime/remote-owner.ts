@@ -63,7 +63,7 @@ export class RemoteOwner {
   }
 
   /** 16 fresh random bytes: drawn from the OS 4 KiB at a time (a batch of KV blocks exposes
-   *  thousands of handles in one call; one randomBytes each cost about 7 µs here), each bytes
+   *  thousands of handles in one call; one randomBytes each cost about 9 µs on the CPU box), each bytes
    *  handed out once and copied out of the batch. */
   #secret(): Uint8Array {
     if (this.#random.length - this.#randomAt < SECRET_BYTES) {
