@@ -17,6 +17,7 @@ const suites: Record<string, () => Promise<(opts: SuiteOptions) => Promise<objec
   'kv-blocks': async () => (await import('./kv-blocks.ts')).runKvBlocksBench,
   'wake-spin': async () => (await import('./wake-spin.ts')).runWakeSpinBench,
   'mem-events': async () => (await import('./mem-events.ts')).runMemEventsBench,
+  poll: async () => (await import('./poll.ts')).runPollBench,
 };
 
 const [name, ...rest] = process.argv.slice(2);

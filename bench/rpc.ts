@@ -22,6 +22,8 @@ const BUSY_POLL_US = 100;
 /** A system under test: one call without a body, one call that carries `bytes`. */
 export interface System {
   name: string;
+  /** The serving process, for its CPU time (bench/poll.ts). */
+  peerPid?: number;
   ping(): Promise<void>;
   sink(bytes: number, mover?: 'inline' | 'tag' | 'rma'): Promise<void>;
   close(): Promise<void>;
@@ -31,9 +33,10 @@ function startPeer(mode: string, env: Record<string, string> = {}): Promise<Peer
   return spawnPeer(fileURLToPath(new URL('./rpc-peer.ts', import.meta.url)), { args: [mode], env });
 }
 
-/** gdrpc with the default progress model, or with both processes busy-polling `busyPollUs`
- *  after each event (trading CPU for wake-up latency). */
-export async function gdrpcSystem(busyPollUs = 0): Promise<System> {
+/** gdrpc with the default progress model (the adaptive polling window), with polling after work
+ *  off (0), or with both processes busy-polling a fixed `busyPollUs` after each event (trading
+ *  CPU for wake-up latency). */
+export async function gdrpcSystem(busyPollUs: number | 'adaptive' = 'adaptive'): Promise<System> {
   const peer = await startPeer('gdrpc', { GDRPC_BUSY_POLL_US: String(busyPollUs) });
   const client = await Client.connect(`127.0.0.1:${peer.ready.port}`, { poolBytes: 300 * MiB, busyPollUs });
   // Sources come from the client's mapped pool: registration paid once, as the design intends.
@@ -50,7 +53,8 @@ export async function gdrpcSystem(busyPollUs = 0): Promise<System> {
     return tensor;
   };
   return {
-    name: busyPollUs > 0 ? `gdrpc-busypoll-${busyPollUs}us` : 'gdrpc',
+    name: busyPollUs === 'adaptive' ? 'gdrpc' : busyPollUs > 0 ? `gdrpc-busypoll-${busyPollUs}us` : 'gdrpc-poll-off',
+    peerPid: peer.pid,
     ping: async () => { await client.unary(BenchDescriptor.methods.ping, {}); },
     sink: async (bytes, mover) => {
       const x = source(bytes);

@@ -20,23 +20,76 @@ const MAX_GRID = 65535;
 
 /** What one GPU keeps for block copies: the kernel, a stream, the address table, and a queue so
  *  that one copy at a time fills the table. */
-interface GpuCopier { kernel: CudaKernel; stream: CudaStream; table: { ptr: bigint; bytes: number } | undefined; queue: Promise<void> }
-const copiers = new Map<number, GpuCopier>();
+interface GpuCopier { module: CudaModule; kernel: CudaKernel; stream: CudaStream; table: { ptr: bigint; bytes: number } | undefined; queue: Promise<void> }
 
-function copier(device: number): GpuCopier {
-  let found = copiers.get(device);
-  if (found === undefined) {
-    let ptx: Buffer;
-    try {
-      ptx = readFileSync(kernelsPtxPath());
-    } catch (error) {
-      throw new GdrpcError(Code.FAILED_PRECONDITION, `the kernels' PTX is missing (${kernelsPtxPath()}): run scripts/build-ptx.sh where nvcc is`, { cause: error });
+/** Block copies with what they keep per GPU (the loaded kernel, a stream, an address table): a
+ *  Runtime holds one for the pulls it serves and makes (runtime.blocks), closed with it. */
+export class BlockCopier {
+  readonly #gpus = new Map<number, GpuCopier>();
+  #closed = false;
+
+  /** Copies every block of `copies` (each `blockBytes` long); resolves when all are in place.
+   *  Sources a producer stream was named for (producedOn, readyAfter) are waited for on the GPU;
+   *  other GPU sources are complete once the device is synchronized, as a send would do. */
+  async copy(blockBytes: number, copies: readonly BlockCopy[]): Promise<void> {
+    checkCopies(blockBytes, copies);
+    if (copies.length === 0 || blockBytes === 0) return;
+    if (copies.every((c) => c.dst.device === 'cpu' && c.src.device === 'cpu')) {
+      for (const c of copies) c.dst.bytes().set(c.src.bytes().subarray(c.srcOffset, c.srcOffset + blockBytes), c.dstOffset);
+      return;
     }
-    const module = CudaModule.load(device, ptx);
-    found = { kernel: module.kernel('gdrpc_copy_blocks', ['ptr', 'u64', 'u32']), stream: CudaStream.create(device), table: undefined, queue: Promise.resolve() };
-    copiers.set(device, found);
+    const device = oneGpu(copies);
+    if (device === undefined) {
+      copyEach(blockBytes, copies);
+      return;
+    }
+    if (this.#closed) throw new GdrpcError(Code.FAILED_PRECONDITION, 'the block copier is closed');
+    const gpu = this.#gpu(device);
+    const turn = gpu.queue.then(() => launch(gpu, device, blockBytes, copies));
+    gpu.queue = turn.catch(() => undefined);
+    await turn;
   }
-  return found;
+
+  /** Frees what it keeps per GPU once the copies queued there are done; later GPU copies fail. */
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    for (const gpu of this.#gpus.values()) {
+      void gpu.queue.then(() => {
+        if (gpu.table !== undefined) cuda.free(gpu.table.ptr);
+        gpu.stream.close();
+        gpu.module.close();
+      });
+    }
+    this.#gpus.clear();
+  }
+
+  #gpu(device: number): GpuCopier {
+    let found = this.#gpus.get(device);
+    if (found === undefined) {
+      let ptx: Buffer;
+      try {
+        ptx = readFileSync(kernelsPtxPath());
+      } catch (error) {
+        throw new GdrpcError(Code.FAILED_PRECONDITION, `the kernels' PTX is missing (${kernelsPtxPath()}): run scripts/build-ptx.sh where nvcc is`, { cause: error });
+      }
+      const module = CudaModule.load(device, ptx);
+      found = { module, kernel: module.kernel('gdrpc_copy_blocks', ['ptr', 'u64', 'u32']), stream: CudaStream.create(device), table: undefined, queue: Promise.resolve() };
+      this.#gpus.set(device, found);
+    }
+    return found;
+  }
+}
+
+/** Copies every block of `copies` once, with a BlockCopier of its own (on a GPU that loads the
+ *  kernel for this call: keep a BlockCopier for repeated copies). */
+export async function copyBlocks(blockBytes: number, copies: readonly BlockCopy[]): Promise<void> {
+  const copier = new BlockCopier();
+  try {
+    await copier.copy(blockBytes, copies);
+  } finally {
+    copier.close();
+  }
 }
 
 function checkCopies(blockBytes: number, copies: readonly BlockCopy[]): void {
@@ -60,36 +113,19 @@ function oneGpu(copies: readonly BlockCopy[]): number | undefined {
   return Number(device.slice('cuda:'.length));
 }
 
-/** Copies every block of `copies` (each `blockBytes` long); resolves when all of them are in place.
- *  Sources a producer stream was named for (producedOn, readyAfter) are waited for on the GPU;
- *  other GPU sources are complete once the device is synchronized, as a send would do. */
-export async function copyBlocks(blockBytes: number, copies: readonly BlockCopy[]): Promise<void> {
-  checkCopies(blockBytes, copies);
-  if (copies.length === 0 || blockBytes === 0) return;
-  if (copies.every((c) => c.dst.device === 'cpu' && c.src.device === 'cpu')) {
-    for (const c of copies) c.dst.bytes().set(c.src.bytes().subarray(c.srcOffset, c.srcOffset + blockBytes), c.dstOffset);
-    return;
-  }
-  const device = oneGpu(copies);
-  if (device === undefined) {
-    // Mixed places: cuMemcpy per block, once the sources' producers are done.
-    const synchronized = new Set<string>();
-    for (const { src } of copies) {
-      if (src.device === 'cpu') continue;
-      const producer = producerOf(src);
-      if (producer !== undefined) producer.synchronize();
-      else if (!synchronized.has(src.device)) {
-        cuda.synchronize(Number(src.device.slice('cuda:'.length)));
-        synchronized.add(src.device);
-      }
+/** Host and GPU mixed (or two GPUs): cuMemcpy per block, once the sources' producers are done. */
+function copyEach(blockBytes: number, copies: readonly BlockCopy[]): void {
+  const synchronized = new Set<string>();
+  for (const { src } of copies) {
+    if (src.device === 'cpu') continue;
+    const producer = producerOf(src);
+    if (producer !== undefined) producer.synchronize();
+    else if (!synchronized.has(src.device)) {
+      cuda.synchronize(Number(src.device.slice('cuda:'.length)));
+      synchronized.add(src.device);
     }
-    for (const c of copies) cuda.copy(place(c.dst, c.dstOffset, blockBytes), place(c.src, c.srcOffset, blockBytes), blockBytes);
-    return;
   }
-  const gpu = copier(device);
-  const turn = gpu.queue.then(() => launch(gpu, device, blockBytes, copies));
-  gpu.queue = turn.catch(() => undefined);
-  await turn;
+  for (const c of copies) cuda.copy(place(c.dst, c.dstOffset, blockBytes), place(c.src, c.srcOffset, blockBytes), blockBytes);
 }
 
 /** One launch for all blocks on `device`, after the last copy of this GPU finished with the table. */

@@ -20,7 +20,7 @@ export interface NativeWorker {
   progress(): boolean;
   cancel(id: number): void;
   activity(): number;
-  stats(): { liveRequests: number; liveEndpoints: number; liveListeners: number; liveRegions: number; takenMessages: number; stuckSpins: number; stuckSleeps: number };
+  stats(): WorkerStats;
   close(): void;
 }
 export type ListenerEvent = 'request' | 'connection' | 'error';
@@ -84,6 +84,7 @@ export interface NativeStats { contexts: number; workers: number; endpoints: num
 
 export interface NativeBinding {
   Context: new (features: string[], config: Record<string, string>) => NativeContext;
+  /** busyPollUs < 0: the adaptive polling window. */
   Worker: new (context: NativeContext, busyPollUs: number, watchdogMs: number) => NativeWorker;
   Listener: new (worker: NativeWorker, host: string, port: number,
     handler: (kind: ListenerEvent, a: unknown, b: unknown) => boolean | void) => NativeListener;
@@ -98,4 +99,12 @@ export interface NativeBinding {
   addressOf(view: ArrayBufferView | ArrayBuffer): bigint;
   setErrorClass(errorClass: typeof GdrpcError): void;
   cuda: NativeCuda;
+}
+
+/** Counters of a worker (Worker.stats()). */
+export interface WorkerStats {
+  liveRequests: number; liveEndpoints: number; liveListeners: number; liveRegions: number; takenMessages: number; stuckSpins: number; stuckSleeps: number;
+  /** The polling window after work: whether it adapts, its size now, spins begun, spins that ran
+   *  out with nothing found, spins cut short because the thread was preempted. */
+  pollAdaptive: boolean; pollWindowUs: number; pollSpins: number; pollMisses: number; pollPreempted: number;
 }

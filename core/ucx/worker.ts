@@ -4,11 +4,14 @@ import { native } from '../native.ts';
 import { checkObject, checkSignal, checkSize, checkU64, invalid, rejecting } from './check.ts';
 import { Context } from './context.ts';
 import { tagTarget, type TagBuffer } from './memory.ts';
-import type { NativeWorker } from './native-types.ts';
+import type { NativeWorker, WorkerStats } from './native-types.ts';
 
 export interface WorkerOptions {
-  /** After an event, keep calling progress for this many microseconds before arming (0 = off). */
-  busyPollUs?: number;
+  /** After a pass that found work, keep progressing for this many microseconds before sleeping
+   *  on the event fd (0: never); 'adaptive' (the default) sizes the window from the gaps between
+   *  passes that found work, never spins when idle, and stops spinning while the thread is being
+   *  preempted (docs/binding.md "Polling after work"). */
+  busyPollUs?: number | 'adaptive';
   /** Period of the watchdog timer that progresses even without an event (missed wake-ups). */
   watchdogMs?: number;
 }
@@ -37,7 +40,7 @@ export interface TagOptions {
    *  UCX's "eager short" into the next eager protocol for messages that would have used it. */
   describe?: boolean;
 }
-export interface WorkerStats { liveRequests: number; liveEndpoints: number; liveListeners: number; liveRegions: number; takenMessages: number; stuckSpins: number; stuckSleeps: number }
+export type { WorkerStats } from './native-types.ts';
 
 /** What a worker closes when it closes: its endpoints and listeners. */
 interface Child { close(options?: { force?: boolean }): unknown }
@@ -59,7 +62,8 @@ export class Worker {
 
   static create(context: Context, options: WorkerOptions = {}): Worker {
     checkObject(options, 'options');
-    const busyPollUs = checkSize(options.busyPollUs ?? 0, 'options.busyPollUs');
+    const adaptive = options.busyPollUs === undefined || options.busyPollUs === 'adaptive';
+    const busyPollUs = adaptive ? -1 : checkSize(options.busyPollUs, 'options.busyPollUs');
     const watchdogMs = checkSize(options.watchdogMs ?? 100, 'options.watchdogMs');
     if (busyPollUs > 10_000_000) throw invalid('options.busyPollUs must be at most 10 s');
     if (watchdogMs > 0xffffffff) throw invalid('options.watchdogMs is too large');

@@ -51,7 +51,9 @@ Worker::Worker(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Worker>(info) 
   Napi::Env env = info.Env();
   context_ = Context::Unwrap(info[0].As<Napi::Object>());
   context_->CheckOpen(env);
-  busyPollNs_ = static_cast<uint64_t>(info[1].As<Napi::Number>().Int64Value()) * 1000;
+  // busyPollUs < 0: the adaptive window (poll_window.h); 0: never spin; > 0: a fixed window.
+  int64_t busyPollUs = info[1].As<Napi::Number>().Int64Value();
+  poll_ = PollWindow(busyPollUs < 0 ? PollWindow::kAdaptive : busyPollUs * 1000);
   stuckSpinNs_ = StuckSpinNs();
   unsigned watchdogMs = info[2].As<Napi::Number>().Uint32Value();
 
@@ -197,7 +199,6 @@ void Worker::OnWake() {
       if (worker_ == nullptr) break;  // closed from JS while settling
       uint64_t now = NowNs();
       if (active) {
-        lastActivityNs_ = now;
         activeWakes_++;
         stuckBusy_ = 0;
         if (stuckSinceNs_ != 0) {
@@ -206,11 +207,9 @@ void Worker::OnWake() {
         }
         stuckSpinPays_ = true;
       }
-      if (busyPollNs_ > 0) {
-        bool spin = now - lastActivityNs_ < busyPollNs_;
-        wakeup_->SetSpin(spin);
-        if (spin) break;
-      }
+      bool spin = poll_.Update(now, active);
+      wakeup_->SetSpin(spin);
+      if (spin) break;
       if (exhausted || now >= untilNs) {
         Kick();
         break;
@@ -309,6 +308,11 @@ Napi::Value Worker::Stats(const Napi::CallbackInfo& info) {
   stats.Set("liveRegions", static_cast<double>(context_ != nullptr ? context_->regionCount() : 0));
   stats.Set("stuckSpins", static_cast<double>(stuckSpins_));
   stats.Set("stuckSleeps", static_cast<double>(stuckSleeps_));
+  stats.Set("pollAdaptive", poll_.adaptive());
+  stats.Set("pollWindowUs", static_cast<double>(poll_.windowNs()) / 1000);
+  stats.Set("pollSpins", static_cast<double>(poll_.spins()));
+  stats.Set("pollMisses", static_cast<double>(poll_.misses()));
+  stats.Set("pollPreempted", static_cast<double>(poll_.preempted()));
   return stats;
 }
 

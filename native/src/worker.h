@@ -7,6 +7,7 @@
 #include <set>
 #include <unordered_map>
 #include <vector>
+#include "poll_window.h"
 #include "wakeup.h"
 
 namespace gdrpc {
@@ -89,8 +90,7 @@ class Worker : public Napi::ObjectWrap<Worker> {
   std::set<Endpoint*> endpoints_;
   std::set<Listener*> listeners_;
   size_t maxInfoString_ = 0;
-  uint64_t busyPollNs_ = 0;
-  uint64_t lastActivityNs_ = 0;
+  PollWindow poll_{0};            // how long to keep polling after work (busyPollUs; poll_window.h)
   uint64_t activeWakes_ = 0;      // wake-up passes that found work (see activity())
   unsigned stuckBusy_ = 0;        // consecutive arms that said BUSY with nothing progressed
   uint64_t stuckSinceNs_ = 0;     // when the present BUSY-with-nothing-to-do spell began (0: none)

@@ -143,9 +143,11 @@ describe.each(Object.keys(TRANSPORTS) as TransportName[])('tag send/recv over %s
   });
 });
 
-// The progress modes: the event fd alone (no watchdog), and a busy-poll window after each event.
+// The progress modes: the event fd alone (no watchdog, no polling after work), the adaptive
+// polling window (the default) without a watchdog, and a fixed busy-poll window after each event.
 const MODES = [
-  { mode: 'event fd only', options: { watchdogMs: 0 } },
+  { mode: 'event fd only', options: { watchdogMs: 0, busyPollUs: 0 } },
+  { mode: 'adaptive window, no watchdog', options: { watchdogMs: 0, busyPollUs: 'adaptive' as const } },
   { mode: 'busy poll 500 us', options: { busyPollUs: 500 } },
 ];
 

@@ -5,7 +5,7 @@
 // allocated. A fake owner shows the batching and the fallbacks for an owner without pullStacked
 // (pullMany: a tensor per handle) or without either (a pull per handle).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { callInfo, Client, Code, GdrpcError, RemoteTensor, Runtime, Tensor, type MethodDescriptor, type TensorPool } from '../../core/index.ts';
+import { callInfo, Client, Code, copyBlocks, GdrpcError, RemoteTensor, Runtime, Tensor, type MethodDescriptor, type TensorPool } from '../../core/index.ts';
 import { MAX_STACKED_BLOCK_BYTES, PULL_MANY_ARGS, type OwnerClient, type OwnerDialer } from '../../core/rpc/remote/remote.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer, type ListeningPeer } from './fixtures/peers.ts';
@@ -233,6 +233,7 @@ describe('RemoteTensor.pullAll against a fake owner', () => {
         for (const [k, x] of xs.entries()) stacked.bytes()[k * block] = x;
         return Promise.resolve({ t: stacked });
       },
+      copyBlocks,
       close() { owner.closed += 1; return Promise.resolve(); },
     };
     return owner;

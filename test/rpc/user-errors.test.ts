@@ -101,7 +101,7 @@ describe('options: every bad value is INVALID_ARGUMENT naming the option', () =>
     [{ livenessMs: 0 }, /ServerOptions\.livenessMs must be milliseconds greater than 0/],
     [{ allowPoolOverflow: 'yes' as unknown as boolean }, /ServerOptions\.allowPoolOverflow must be true or false, got "yes"/],
     [{ token: '' }, /ServerOptions\.token must be a non-empty string, got ""/],
-    [{ busyPollUs: -1 }, /ServerOptions\.busyPollUs must be an integer number of microseconds from 0 to 10000000, got -1/],
+    [{ busyPollUs: -1 }, /ServerOptions\.busyPollUs must be 'adaptive' or an integer number of microseconds from 0 to 10000000, got -1/],
   ])('ServerOptions %o', (options, message) => {
     expect(thrown(() => Server.create(options)).rawMessage).toMatch(message);
   });

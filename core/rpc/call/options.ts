@@ -36,10 +36,10 @@ export interface ClientOptions {
   connectTimeoutMs?: number;
   /** Largest host tensor sent inline (default 4 KiB). */
   inlineBytes?: number;
-  /** Keep progressing the worker this long after each event before sleeping (lower latency for
-   *  CPU); the first Client or Server of the default runtime decides (a given `runtime` was made
-   *  with its own). Default 0 (or GDRPC_BUSY_POLL_US). */
-  busyPollUs?: number;
+  /** Keep progressing the worker this long after work before sleeping (lower latency for CPU);
+   *  the first Client or Server of the default runtime decides (a given `runtime` was made with
+   *  its own). Default 'adaptive' (or GDRPC_BUSY_POLL_US): see RuntimeOptions. */
+  busyPollUs?: number | 'adaptive';
   /** Size of the runtime's pools results are received into, when this client creates them (default
    *  64 MiB; 0: plain allocations per result, no pool). */
   poolBytes?: number;
@@ -86,8 +86,8 @@ export interface ServerOptions {
   livenessMs?: number;
   /** Largest host tensor the server sends inline (default 4 KiB). */
   inlineBytes?: number;
-  /** Keep progressing the worker this long after each event before sleeping (see ClientOptions). */
-  busyPollUs?: number;
+  /** Keep progressing the worker this long after work before sleeping (see ClientOptions). */
+  busyPollUs?: number | 'adaptive';
   /** How long results exposed for RMA wait for the client's FIN (default 30 s). */
   exposureHoldMs?: number;
   /** Send the message of a handler's plain Error (not a GdrpcError) to the client instead of a

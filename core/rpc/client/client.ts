@@ -383,6 +383,9 @@ export function parseAddress(address: string | { host: string; port: number }): 
 export function ownerDialer(runtime: Runtime): OwnerDialer {
   return async (owner, token) => {
     const client = await Client.connect(owner, { poolBytes: 0, ...(runtime.implicit ? {} : { runtime }), ...(token !== undefined ? { token } : {}) });
-    return { unary: (method, args, allocate) => client.unary(method, args, { [ALLOCATE]: allocate }), close: () => client.close() };
+    // The runtime the client came to: for an implicit one, the default runtime now (the one the
+    // handle arrived on may have closed since, with its last user).
+    const on = runtime.implicit ? Runtime.default() : runtime;
+    return { unary: (method, args, allocate) => client.unary(method, args, { [ALLOCATE]: allocate }), copyBlocks: (bytes, copies) => on.blocks.copy(bytes, copies), close: () => client.close() };
   };
 }

@@ -12,7 +12,7 @@ import type { DType, MethodDescriptor, Placement, TypeRef } from '../../schema/d
 import type { TransferScope } from '../movers/mover.ts';
 import { attachCallInfo, callInfo } from '../movers/call-info.ts';
 import { Runtime } from '../runtime/runtime.ts';
-import { copyBlocks } from '../../compute/blocks.ts';
+import type { BlockCopy } from '../../compute/blocks.ts';
 
 /** Service name of the owner side of remote tensors. */
 export const OWNER_SERVICE = 'gdrpc.Owner';
@@ -21,6 +21,8 @@ export const OWNER_SERVICE = 'gdrpc.Owner';
 export interface OwnerClient {
   /** `allocate` gets each result tensor's field ("... results.ts[3]") besides its shape and dtype. */
   unary(method: MethodDescriptor, args: Record<string, unknown>, allocate: ((shape: number[], dtype: DType, placement: Placement, field: string) => Tensor) | undefined): Promise<Record<string, unknown>>;
+  /** Copies a stacked answer out (the runtime's BlockCopier). */
+  copyBlocks(blockBytes: number, copies: readonly BlockCopy[]): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -223,7 +225,7 @@ export class RemoteTensor {
         return tensor;
       });
       const bytes = first.byteLength;
-      await copyBlocks(bytes, outputs.map((dst, k) => ({ dst, dstOffset: 0, src: stacked, srcOffset: k * bytes })));
+      await client.copyBlocks(bytes, outputs.map((dst, k) => ({ dst, dstOffset: 0, src: stacked, srcOffset: k * bytes })));
       const info = callInfo(result);
       return info === undefined ? outputs : outputs.map((tensor) => attachCallInfo(tensor, info));
     } catch (error) {

@@ -8,17 +8,20 @@
 import { Context, Worker } from '../../ucx/index.ts';
 import { TensorPool, type Device, type TensorPoolOptions } from '../../tensor/index.ts';
 import { Dispatcher } from './dispatcher.ts';
-import { Accept, checkOptions, invalidOption } from '../../tensor/options.ts';
+import { Accept, checkOptions, invalidOption, rule } from '../../tensor/options.ts';
 import { Code, GdrpcError } from '../../errors.ts';
 import { cudaReceives, type MoverStats } from './memory-support.ts';
 import { RemoteOwner } from './remote-owner.ts';
 import { SendSlots } from './send-slots.ts';
+import { BlockCopier } from '../../compute/blocks.ts';
 
 /** Largest control frame any connection in this process accepts (the receive buffer size). */
 export const DEFAULT_FRAME_BYTES = 4 << 20;
 
-/** Worker busy polling (at most 10 s, as the binding allows): the busyPollUs option's rule. */
-export const BUSY_POLL_US = Accept.integer(0, 10_000_000, 'microseconds');
+/** Worker polling after work: a fixed window of at most 10 s (as the binding allows), or
+ *  'adaptive'; the busyPollUs option's rule. */
+export const BUSY_POLL_US = rule(`'adaptive' or an integer number of microseconds from 0 to 10000000`,
+  (value) => value === 'adaptive' || Accept.integer(0, 10_000_000, 'microseconds').accepts(value));
 
 /** Whether GDRPC_UNSAFE_RMA asks for the RMA mover, giving up isolation between peers. */
 export function unsafeRmaEnabled(): boolean {
@@ -27,9 +30,9 @@ export function unsafeRmaEnabled(): boolean {
 
 /** GDRPC_BUSY_POLL_US, checked: a typo there would otherwise fail every Client and Server with a
  *  message about an option nobody passed. */
-function busyPollFromEnvironment(): number {
+function busyPollFromEnvironment(): number | 'adaptive' {
   const text = process.env.GDRPC_BUSY_POLL_US;
-  if (text === undefined || text.trim() === '') return 0;
+  if (text === undefined || text.trim() === '' || text.trim() === 'adaptive') return 'adaptive';
   const value = Number(text);
   if (!BUSY_POLL_US.accepts(value)) throw invalidOption('GDRPC_BUSY_POLL_US', text, BUSY_POLL_US.expected);
   return value;
@@ -37,9 +40,10 @@ function busyPollFromEnvironment(): number {
 
 /** Options of Runtime.create. */
 export interface RuntimeOptions {
-  /** Keep progressing the worker this long after each event before sleeping (lower latency for
-   *  CPU). Default GDRPC_BUSY_POLL_US from the environment, else 0. */
-  busyPollUs?: number;
+  /** Keep progressing the worker this long after work before sleeping (lower latency for CPU);
+   *  0 never, 'adaptive' a window sized from recent gaps between replies (docs/binding.md "Polling
+   *  after work"). Default GDRPC_BUSY_POLL_US from the environment, else 'adaptive'. */
+  busyPollUs?: number | 'adaptive';
 }
 
 /** A UCX context and worker with the pools, remote tensors and counters of the Clients and
@@ -52,6 +56,8 @@ export class Runtime {
   readonly sendSlots = new SendSlots();
   /** Remote tensors exposed by calls on this runtime, and where their pulls are served. */
   readonly owner = new RemoteOwner();
+  /** Block copies of the pulls this runtime serves and makes (pullAll's stacked batches). */
+  readonly blocks = new BlockCopier();
   /** Memory registered per transfer because a tensor was not in a mapped pool (moverStats). */
   readonly stats: MoverStats = { oneOffRegistrations: 0 };
   /** Internal, for tests on machines without a GPU: stage host tensors too (non-inline, non-empty),
@@ -190,6 +196,7 @@ export class Runtime {
     }
     this.#all.clear();
     this.#pools.clear();
+    this.blocks.close();
     this.dispatcher.stop();
     await this.worker.close();
     this.context.close();

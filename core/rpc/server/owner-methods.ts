@@ -6,7 +6,7 @@
 // and leaves every handle of it pullable.
 import { Code, GdrpcError } from '../../errors.ts';
 import type { Device, Tensor, TensorPool } from '../../tensor/index.ts';
-import { copyBlocks } from '../../compute/blocks.ts';
+import type { BlockCopy } from '../../compute/blocks.ts';
 import type { MethodDescriptor } from '../../schema/descriptor.ts';
 import { fixedTensorType, MAX_PULLS_PER_CALL, MAX_STACKED_BLOCK_BYTES, OWNER_SERVICE, PULL_MANY_ARGS, pullResultFields } from '../remote/remote.ts';
 import type { CallContext, MethodEntry } from './server-call.ts';
@@ -17,6 +17,8 @@ export interface OwnerHost {
   lookup(x: number, secret: Uint8Array): { tensor: Tensor; pulled: () => void };
   /** Where pullStacked gathers its tensor on `device` (a mapped pool, so the send needs no registration). */
   staging(device: Device): TensorPool;
+  /** The gather (the runtime's BlockCopier). */
+  copyBlocks(blockBytes: number, copies: readonly BlockCopy[]): Promise<void>;
 }
 
 const PULL_ARGS: MethodDescriptor['args'] = [{ name: 'x', type: { kind: 'scalar', name: 'u32' } }, { name: 's', type: { kind: 'scalar', name: 'bytes' } }];
@@ -71,7 +73,7 @@ export function ownerMethods(host: OwnerHost): MethodEntry[] {
       if (!copying) stacked.release();
     });
     try {
-      await copyBlocks(bytes, found.map(({ tensor }, k) => ({ dst: stacked, dstOffset: k * bytes, src: tensor, srcOffset: 0 })));
+      await host.copyBlocks(bytes, found.map(({ tensor }, k) => ({ dst: stacked, dstOffset: k * bytes, src: tensor, srcOffset: 0 })));
     } finally {
       copying = false;
       if (over) stacked.release();

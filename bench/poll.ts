@@ -1,0 +1,94 @@
+// `npm run bench -- poll [--rounds R] --json <file>`: the worker's polling after work (docs/binding.md
+// "Polling after work") under each setting: off (sleep on the event fd at once), adaptive (the
+// default) and a fixed 100 us window. Per setting: small-call round trip (p50, p99) with the CPU
+// time both processes spent per call, calls/s with 64 in flight with the same, and the CPU both
+// use over 2 s of idling after the load (an idle process must use none). Settings alternate
+// round by round in one run, so the machine's drift hits all alike.
+import { readFileSync } from 'node:fs';
+import { describeMachine, percentile } from './machine.ts';
+import { gdrpcSystem, type System } from './rpc.ts';
+
+const SETTINGS: Array<number | 'adaptive'> = [0, 'adaptive', 100];
+const CALLS = 10_000;
+const IN_FLIGHT = 64;
+const RATE_MS = 2000;
+const IDLE_MS = 2000;
+
+/** CPU seconds (user + system) `pid` has used so far (Linux /proc). */
+function cpuSeconds(pid: number): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+  return (Number(fields[11]) + Number(fields[12])) / 100;  // utime, stime in clock ticks (USER_HZ 100)
+}
+
+/** CPU µs per call of this process and of the peer while `work` made `calls()` calls. */
+async function measured(system: System, work: () => Promise<number>): Promise<{ calls: number; wallMs: number; clientCpuUsPerCall: number; serverCpuUsPerCall: number }> {
+  const c0 = process.cpuUsage();
+  const s0 = cpuSeconds(system.peerPid!);
+  const t0 = performance.now();
+  const calls = await work();
+  const wallMs = performance.now() - t0;
+  const c = process.cpuUsage(c0);
+  const s = cpuSeconds(system.peerPid!) - s0;
+  return { calls, wallMs, clientCpuUsPerCall: (c.user + c.system) / calls, serverCpuUsPerCall: (s * 1e6) / calls };
+}
+
+async function measureSetting(setting: number | 'adaptive'): Promise<Record<string, unknown>> {
+  const system = await gdrpcSystem(setting);
+  try {
+    for (let i = 0; i < 2000; i += 1) await system.ping();
+    const samples: number[] = [];
+    const serial = await measured(system, async () => {
+      for (let i = 0; i < CALLS; i += 1) {
+        const t0 = process.hrtime.bigint();
+        await system.ping();
+        samples.push(Number(process.hrtime.bigint() - t0) / 1000);
+      }
+      return CALLS;
+    });
+    samples.sort((a, b) => a - b);
+    const until = performance.now() + RATE_MS;
+    const loaded = await measured(system, async () => {
+      let done = 0;
+      await Promise.all(Array.from({ length: IN_FLIGHT }, async () => {
+        while (performance.now() < until) { await system.ping(); done += 1; }
+      }));
+      return done;
+    });
+    // Idle: no call at all; both processes' CPU over the window, as a share of one core.
+    const c0 = process.cpuUsage();
+    const s0 = cpuSeconds(system.peerPid!);
+    await new Promise((resolve) => setTimeout(resolve, IDLE_MS));
+    const c = process.cpuUsage(c0);
+    return {
+      setting,
+      small_rtt: { p50_us: percentile(samples, 50), p99_us: percentile(samples, 99), client_cpu_us_per_call: serial.clientCpuUsPerCall, server_cpu_us_per_call: serial.serverCpuUsPerCall },
+      in_flight_64: { calls_per_s: loaded.calls / (loaded.wallMs / 1000), client_cpu_us_per_call: loaded.clientCpuUsPerCall, server_cpu_us_per_call: loaded.serverCpuUsPerCall },
+      idle_cores: { client: (c.user + c.system) / 1e3 / IDLE_MS, server: ((cpuSeconds(system.peerPid!) - s0) * 1e3) / IDLE_MS },
+    };
+  } finally {
+    await system.close();
+  }
+}
+
+export async function runPollBench(opts: { json?: string; flags: string[] }): Promise<object> {
+  const roundsAt = opts.flags.indexOf('--rounds');
+  const rounds = roundsAt >= 0 ? Number(opts.flags[roundsAt + 1]) : 3;
+  if (!Number.isInteger(rounds) || rounds < 1) throw new Error('--rounds takes a positive integer');
+  const results: Array<Record<string, unknown>> = [];
+  for (let round = 0; round < rounds; round += 1) {
+    for (const setting of SETTINGS) {
+      const r = await measureSetting(setting);
+      results.push({ round, ...r });
+      const small = r.small_rtt as Record<string, number>;
+      const loaded = r.in_flight_64 as Record<string, number>;
+      const idle = r.idle_cores as Record<string, number>;
+      console.log(`round ${round}, busyPollUs ${setting}: small p50 ${small.p50_us!.toFixed(1)} us p99 ${small.p99_us!.toFixed(1)} us, cpu/call ${small.client_cpu_us_per_call!.toFixed(1)} + ${small.server_cpu_us_per_call!.toFixed(1)} us; `
+        + `64 in flight ${Math.round(loaded.calls_per_s!)} calls/s, cpu/call ${loaded.client_cpu_us_per_call!.toFixed(1)} + ${loaded.server_cpu_us_per_call!.toFixed(1)} us; idle ${idle.client!.toFixed(3)} + ${idle.server!.toFixed(3)} cores`);
+    }
+  }
+  return {
+    machine: describeMachine(),
+    what: `gdrpc small calls between two processes under busyPollUs 0 (off), 'adaptive' (the default) and 100 us, alternating over ${rounds} rounds: round trip, CPU per call of client + server, calls/s with ${IN_FLIGHT} in flight, idle CPU over ${IDLE_MS} ms after`,
+    results,
+  };
+}

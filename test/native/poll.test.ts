@@ -1,0 +1,63 @@
+// The worker's polling after work (native/src/poll_window.h): adaptive by default, a fixed window
+// or none when asked, reported in stats(); an idle worker never spins. How much it buys is a
+// benchmark (npm run bench -- poll), not a test: on a loaded machine the window closes by design.
+import { afterAll, describe, expect, it } from 'vitest';
+import { Context, Worker } from '../../core/ucx/index.ts';
+import { NativePeer } from './fixture.ts';
+import { disposePeers } from '../support/peer.ts';
+import { connect, EXACT, TRANSPORTS } from './local.ts';
+
+afterAll(disposePeers);
+const context = Context.create({ config: TRANSPORTS.tcp });
+afterAll(() => context.close());
+
+describe('polling after work', () => {
+  it('is adaptive by default; a number is a fixed window, 0 none', async () => {
+    const cases: Array<[Worker, boolean, number]> = [
+      [Worker.create(context), true, 0],
+      [Worker.create(context, { busyPollUs: 'adaptive' }), true, 0],
+      [Worker.create(context, { busyPollUs: 250 }), false, 250],
+      [Worker.create(context, { busyPollUs: 0 }), false, 0],
+    ];
+    for (const [worker, adaptive, windowUs] of cases) {
+      expect(worker.stats()).toMatchObject({ pollAdaptive: adaptive, pollWindowUs: windowUs, pollSpins: 0, pollMisses: 0, pollPreempted: 0 });
+      await worker.close();
+    }
+  });
+
+  it('after a burst of echoes, an idle worker starts no spin and uses next to no CPU', async () => {
+    const worker = Worker.create(context);
+    try {
+      const peer = await NativePeer.start(TRANSPORTS.tcp);
+      const ep = await connect(worker, peer.port);
+      const buffer = Buffer.alloc(64);
+      const reflected = peer.call('reflect', { tag: '7000', size: 64, count: 300 });
+      await peer.event('posted');
+      for (let i = 0; i < 300; i += 1) {
+        const back = worker.tagRecv(buffer, 7001n, EXACT);
+        await ep.tagSend(7000n, buffer);
+        await back;
+      }
+      await reflected;
+      await ep.close();
+      await peer.kill();
+      const busy = worker.stats();
+      console.log(`after 300 echoes: window ${busy.pollWindowUs} us, ${busy.pollSpins} spins, ${busy.pollMisses} ran out, ${busy.pollPreempted} preempted`);
+      expect(busy.pollWindowUs).toBeGreaterThanOrEqual(0);
+      expect(busy.pollWindowUs).toBeLessThanOrEqual(200);
+      expect(busy.pollMisses).toBeLessThanOrEqual(busy.pollSpins);
+      // Nothing to do from here on: no spin begins, and the process idles.
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      const before = worker.stats().pollSpins;
+      const cpu = process.cpuUsage();
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+      const used = process.cpuUsage(cpu);
+      expect(worker.stats().pollSpins).toBe(before);
+      // A spinning worker would use a whole core; an idle one a few milliseconds (bound generous
+      // for a busy machine: it is the spin it catches, not a figure).
+      expect((used.user + used.system) / 1e6).toBeLessThan(0.5);
+    } finally {
+      await worker.close();
+    }
+  }, 60_000);
+});
