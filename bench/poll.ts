@@ -6,7 +6,7 @@
 // round by round in one run, so the machine's drift hits all alike.
 import { readFileSync } from 'node:fs';
 import { describeMachine, percentile } from './machine.ts';
-import { gdrpcSystem, type System } from './rpc.ts';
+import { gdrpcSystem, type System } from './rpc-gdrpc.ts';
 
 const SETTINGS: Array<number | 'adaptive'> = [0, 'adaptive', 100];
 const CALLS = 10_000;
@@ -64,6 +64,7 @@ async function measureSetting(setting: number | 'adaptive'): Promise<Record<stri
       small_rtt: { p50_us: percentile(samples, 50), p99_us: percentile(samples, 99), client_cpu_us_per_call: serial.clientCpuUsPerCall, server_cpu_us_per_call: serial.serverCpuUsPerCall },
       in_flight_64: { calls_per_s: loaded.calls / (loaded.wallMs / 1000), client_cpu_us_per_call: loaded.clientCpuUsPerCall, server_cpu_us_per_call: loaded.serverCpuUsPerCall },
       idle_cores: { client: (c.user + c.system) / 1e3 / IDLE_MS, server: ((cpuSeconds(system.peerPid!) - s0) * 1e3) / IDLE_MS },
+      client_worker: system.workerStats?.(),
     };
   } finally {
     await system.close();
@@ -82,8 +83,9 @@ export async function runPollBench(opts: { json?: string; flags: string[] }): Pr
       const small = r.small_rtt as Record<string, number>;
       const loaded = r.in_flight_64 as Record<string, number>;
       const idle = r.idle_cores as Record<string, number>;
+      const w = r.client_worker as Record<string, number>;
       console.log(`round ${round}, busyPollUs ${setting}: small p50 ${small.p50_us!.toFixed(1)} us p99 ${small.p99_us!.toFixed(1)} us, cpu/call ${small.client_cpu_us_per_call!.toFixed(1)} + ${small.server_cpu_us_per_call!.toFixed(1)} us; `
-        + `64 in flight ${Math.round(loaded.calls_per_s!)} calls/s, cpu/call ${loaded.client_cpu_us_per_call!.toFixed(1)} + ${loaded.server_cpu_us_per_call!.toFixed(1)} us; idle ${idle.client!.toFixed(3)} + ${idle.server!.toFixed(3)} cores`);
+        + `64 in flight ${Math.round(loaded.calls_per_s!)} calls/s, cpu/call ${loaded.client_cpu_us_per_call!.toFixed(1)} + ${loaded.server_cpu_us_per_call!.toFixed(1)} us; idle ${idle.client!.toFixed(3)} + ${idle.server!.toFixed(3)} cores; client spins ${w.pollSpins} (ran out ${w.pollMisses}, preempted ${w.pollPreempted}, not begun: no idle core ${w.pollBusyMachine})`);
     }
   }
   return {

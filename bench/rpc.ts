@@ -1,16 +1,14 @@
 // gdrpc against @grpc/grpc-js on the same workloads, between two processes: small-call round
 // trip, calls/s with 64 in flight, tensor (bytes) throughput from 4 KiB to 256 MiB, and, for
 // gdrpc only, each mover per size (the table behind the 'auto' choice in core/rpc/movers).
-import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
-import { Client, type Tensor } from '../core/index.ts';
 import { describeMachine, percentile, type BenchResult } from './machine.ts';
-import { BenchDescriptor } from './schemas/gen/rpc_bench.ts';
-import { spawnPeer, type Peer } from '../test/support/peer.ts';
+import { gdrpcSystem, startPeer, type System } from './rpc-gdrpc.ts';
 import { unsafeRmaEnabled } from '../core/rpc/runtime/runtime.ts';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
+export { gdrpcSystem, type System } from './rpc-gdrpc.ts';
 const TENSOR_SIZES = [4 * KiB, 64 * KiB, MiB, 16 * MiB, 64 * MiB, 256 * MiB];
 const MOVER_SIZES = [256, 4 * KiB, 8 * KiB, 16 * KiB, 64 * KiB, 256 * KiB, MiB, 4 * MiB];
 const LATENCY_CALLS = 20_000;
@@ -18,56 +16,6 @@ const IN_FLIGHT = 64;
 const RATE_SECONDS = 2;
 /** Busy-poll window of the second gdrpc configuration. */
 const BUSY_POLL_US = 100;
-
-/** A system under test: one call without a body, one call that carries `bytes`. */
-export interface System {
-  name: string;
-  /** The serving process, for its CPU time (bench/poll.ts). */
-  peerPid?: number;
-  ping(): Promise<void>;
-  sink(bytes: number, mover?: 'inline' | 'tag' | 'rma'): Promise<void>;
-  close(): Promise<void>;
-}
-
-function startPeer(mode: string, env: Record<string, string> = {}): Promise<Peer<{ port: number }>> {
-  return spawnPeer(fileURLToPath(new URL('./rpc-peer.ts', import.meta.url)), { args: [mode], env });
-}
-
-/** gdrpc with the default progress model (the adaptive polling window), with polling after work
- *  off (0), or with both processes busy-polling a fixed `busyPollUs` after each event (trading
- *  CPU for wake-up latency). */
-export async function gdrpcSystem(busyPollUs: number | 'adaptive' = 'adaptive'): Promise<System> {
-  const peer = await startPeer('gdrpc', { GDRPC_BUSY_POLL_US: String(busyPollUs) });
-  const client = await Client.connect(`127.0.0.1:${peer.ready.port}`, { poolBytes: 300 * MiB, busyPollUs });
-  // Sources come from the client's mapped pool: registration paid once, as the design intends.
-  const sources = new Map<number, Tensor>();
-  const source = (bytes: number): Tensor => {
-    let tensor = sources.get(bytes);
-    if (tensor === undefined) {
-      // The largest tensors leave room in the pool for one source only.
-      if (bytes >= 64 * MiB) for (const [size, t] of sources) { t.release(); sources.delete(size); }
-      tensor = client.pool().allocate([bytes], 'u8');
-      tensor.bytes().fill(7);
-      sources.set(bytes, tensor);
-    }
-    return tensor;
-  };
-  return {
-    name: busyPollUs === 'adaptive' ? 'gdrpc' : busyPollUs > 0 ? `gdrpc-busypoll-${busyPollUs}us` : 'gdrpc-poll-off',
-    peerPid: peer.pid,
-    ping: async () => { await client.unary(BenchDescriptor.methods.ping, {}); },
-    sink: async (bytes, mover) => {
-      const x = source(bytes);
-      await client.unary(BenchDescriptor.methods.sink, { x }, mover === undefined ? {} : { mover });
-    },
-    close: async () => {
-      for (const tensor of sources.values()) tensor.release();
-      await client.close();
-      // Closing its stdin ends the peer; one that lingers is killed.
-      await peer.end(5000);
-    },
-  };
-}
 
 export async function grpcSystem(): Promise<System> {
   const peer = await startPeer('grpc');

@@ -104,7 +104,8 @@ export interface NativeBinding {
 /** Counters of a worker (Worker.stats()). */
 export interface WorkerStats {
   liveRequests: number; liveEndpoints: number; liveListeners: number; liveRegions: number; takenMessages: number; stuckSpins: number; stuckSleeps: number;
-  /** The polling window after work: whether it adapts, its size now, spins begun, spins that ran
-   *  out with nothing found, spins cut short because the thread was preempted. */
-  pollAdaptive: boolean; pollWindowUs: number; pollSpins: number; pollMisses: number; pollPreempted: number;
+  /** The polling window after work: whether it adapts, its size now, and (adaptive only) spins begun, spins that ran
+   *  out with nothing found, spins cut short because the thread was preempted, spins not begun
+   *  because the machine had no idle core. */
+  pollAdaptive: boolean; pollWindowUs: number; pollSpins: number; pollMisses: number; pollPreempted: number; pollBusyMachine: number;
 }

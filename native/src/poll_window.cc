@@ -1,12 +1,28 @@
 #include "poll_window.h"
 
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 
 namespace gdrpc {
 
 namespace {
+/** The machine's idle and total CPU time so far, in ticks (/proc/stat); false where unreadable. */
+bool CpuTicks(unsigned long long* idle, unsigned long long* total) {
+  FILE* file = std::fopen("/proc/stat", "r");
+  if (file == nullptr) return false;
+  unsigned long long v[8] = {};
+  int n = std::fscanf(file, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]);
+  std::fclose(file);
+  if (n < 5) return false;
+  *idle = v[3] + v[4];  // idle, iowait
+  *total = 0;
+  for (int i = 0; i < n; ++i) *total += v[i];
+  return true;
+}
+
 /** Times this thread was preempted so far (involuntary context switches). */
 long InvoluntarySwitches() {
   struct rusage usage {};
@@ -33,6 +49,10 @@ bool PollWindow::Update(uint64_t nowNs, bool active) {
     lastActivityNs_ = nowNs;
   }
   bool want = windowNs_ > 0 && nowNs >= cooldownUntilNs_ && nowNs - lastActivityNs_ < windowNs_;
+  if (want && !spinning_ && !IdleCore(nowNs)) {
+    busyMachine_++;
+    want = false;
+  }
   if (want && !spinning_) {
     spinning_ = true;
     spins_++;
@@ -65,6 +85,22 @@ void PollWindow::EndSpin(uint64_t nowNs, bool ranOut) {
   } else {
     cooldownNs_ = kMinCooldownNs;
   }
+}
+
+bool PollWindow::IdleCore(uint64_t nowNs) {
+  if (sampledNs_ != 0 && nowNs - sampledNs_ < kIdleSampleNs) return idleCore_;
+  unsigned long long idle = 0, total = 0;
+  if (!CpuTicks(&idle, &total)) return idleCore_ = true;
+  if (sampledNs_ != 0 && total > totalTicks_) {
+    static const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+    // Idle cores over the period: the idle share of all ticks times the number of cores.
+    double idleCores = static_cast<double>(idle - idleTicks_) / static_cast<double>(total - totalTicks_) * static_cast<double>(cores);
+    idleCore_ = idleCores >= 0.5;
+  }
+  sampledNs_ = nowNs;
+  idleTicks_ = idle;
+  totalTicks_ = total;
+  return idleCore_;
 }
 
 bool PollWindow::Preempted() const {

@@ -6,9 +6,10 @@
 // Adaptive (the default): the window follows the gaps between passes that found work: a gap
 // shorter than kMaxWindowNs sets it to twice that gap (a reply that quick would have been caught),
 // a longer one halves it, and a window that runs out with nothing found halves it too, down to
-// nothing. An idle worker never spins. A spin during which the thread was preempted (the kernel
-// gave the core to someone else: no idle core, or a busy machine) stops spinning for a cool-down
-// that doubles while it keeps happening: spinning there only takes time from the peer it waits for.
+// nothing. An idle worker never spins. Nor does it while the machine had less than half a core
+// idle over the last 100 ms (/proc/stat), or for a cool-down after a spin during which the thread
+// was preempted (doubling while that keeps happening): on a busy machine a spin only takes the
+// CPU time the peer it waits for needs.
 #pragma once
 #include <cstdint>
 
@@ -22,6 +23,7 @@ class PollWindow {
   static constexpr uint64_t kCheckEveryNs = 1000000;   // preemption check while a spin lasts
   static constexpr uint64_t kMinCooldownNs = 10000000;
   static constexpr uint64_t kMaxCooldownNs = 1000000000;
+  static constexpr uint64_t kIdleSampleNs = 100000000;  // how often the machine's idle time is read
 
   /** `windowNs`: kAdaptive, 0 (never spin) or a fixed window. */
   explicit PollWindow(int64_t windowNs);
@@ -35,10 +37,13 @@ class PollWindow {
   uint64_t spins() const { return spins_; }          // spins begun
   uint64_t misses() const { return misses_; }        // spins that ran out with nothing found
   uint64_t preempted() const { return preempted_; }  // spins cut short by a preemption (cool-downs)
+  uint64_t busyMachine() const { return busyMachine_; }  // spins not begun: no idle core
 
  private:
   void EndSpin(uint64_t nowNs, bool ranOut);
   bool Preempted() const;
+  /** Whether the machine had at least half a core idle over the last sample period. */
+  bool IdleCore(uint64_t nowNs);
 
   bool adaptive_;
   uint64_t fixedNs_;
@@ -52,6 +57,10 @@ class PollWindow {
   uint64_t spins_ = 0;
   uint64_t misses_ = 0;
   uint64_t preempted_ = 0;
+  uint64_t sampledNs_ = 0;
+  unsigned long long idleTicks_ = 0, totalTicks_ = 0;
+  bool idleCore_ = true;
+  uint64_t busyMachine_ = 0;
 };
 
 }  // namespace gdrpc

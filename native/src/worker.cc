@@ -313,6 +313,7 @@ Napi::Value Worker::Stats(const Napi::CallbackInfo& info) {
   stats.Set("pollSpins", static_cast<double>(poll_.spins()));
   stats.Set("pollMisses", static_cast<double>(poll_.misses()));
   stats.Set("pollPreempted", static_cast<double>(poll_.preempted()));
+  stats.Set("pollBusyMachine", static_cast<double>(poll_.busyMachine()));
   return stats;
 }
 

@@ -20,7 +20,7 @@ describe('polling after work', () => {
       [Worker.create(context, { busyPollUs: 0 }), false, 0],
     ];
     for (const [worker, adaptive, windowUs] of cases) {
-      expect(worker.stats()).toMatchObject({ pollAdaptive: adaptive, pollWindowUs: windowUs, pollSpins: 0, pollMisses: 0, pollPreempted: 0 });
+      expect(worker.stats()).toMatchObject({ pollAdaptive: adaptive, pollWindowUs: windowUs, pollSpins: 0, pollMisses: 0, pollPreempted: 0, pollBusyMachine: 0 });
       await worker.close();
     }
   });
@@ -42,7 +42,7 @@ describe('polling after work', () => {
       await ep.close();
       await peer.kill();
       const busy = worker.stats();
-      console.log(`after 300 echoes: window ${busy.pollWindowUs} us, ${busy.pollSpins} spins, ${busy.pollMisses} ran out, ${busy.pollPreempted} preempted`);
+      console.log(`after 300 echoes: window ${busy.pollWindowUs} us, ${busy.pollSpins} spins, ${busy.pollMisses} ran out, ${busy.pollPreempted} preempted, ${busy.pollBusyMachine} not begun (no idle core)`);
       expect(busy.pollWindowUs).toBeGreaterThanOrEqual(0);
       expect(busy.pollWindowUs).toBeLessThanOrEqual(200);
       expect(busy.pollMisses).toBeLessThanOrEqual(busy.pollSpins);
