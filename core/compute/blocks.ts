@@ -2,12 +2,11 @@
 // owner and its scatter on the puller (RemoteTensor.pullAll, gdrpc.Owner/pullStacked). Blocks all
 // on one GPU go in one launch of gdrpc_copy_blocks; host blocks are copied in place; any other mix
 // (two GPUs, host and GPU) goes block by block through cuMemcpy.
-import { readFileSync } from 'node:fs';
 import { cuda } from '../cuda.ts';
 import { Code, GdrpcError } from '../errors.ts';
 import type { Tensor } from '../tensor/index.ts';
 import { describe, invalid } from '../ucx/check.ts';
-import { kernelsPtxPath } from './kernels.ts';
+import { readKernelsPtx } from './kernels.ts';
 import { CudaModule, type CudaKernel } from './module.ts';
 import { producerOf } from './ready.ts';
 import { CudaEvent, CudaStream } from './stream.ts';
@@ -67,13 +66,7 @@ export class BlockCopier {
   #gpu(device: number): GpuCopier {
     let found = this.#gpus.get(device);
     if (found === undefined) {
-      let ptx: Buffer;
-      try {
-        ptx = readFileSync(kernelsPtxPath());
-      } catch (error) {
-        throw new GdrpcError(Code.FAILED_PRECONDITION, `the kernels' PTX is missing (${kernelsPtxPath()}): run scripts/build-ptx.sh where nvcc is`, { cause: error });
-      }
-      const module = CudaModule.load(device, ptx);
+      const module = CudaModule.load(device, readKernelsPtx());
       found = { module, kernel: module.kernel('gdrpc_copy_blocks', ['ptr', 'u64', 'u32']), stream: CudaStream.create(device), table: undefined, queue: Promise.resolve() };
       this.#gpus.set(device, found);
     }

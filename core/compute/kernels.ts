@@ -31,13 +31,16 @@ export function loadKernels(device: Device, options: { stream?: CudaStream } = {
     checkStream(options.stream, 'loadKernels options.stream');
     if (options.stream.device !== parsed.index) throw invalid(`loadKernels: a stream of cuda:${options.stream.device} for cuda:${parsed.index}`);
   }
-  let ptx: Buffer;
+  return new GpuKernels(parsed.index!, CudaModule.load(parsed.index!, readKernelsPtx()), options.stream);
+}
+
+/** The project's PTX; FAILED_PRECONDITION saying how to build it when it is missing. */
+export function readKernelsPtx(): Buffer {
   try {
-    ptx = readFileSync(kernelsPtxPath());
+    return readFileSync(kernelsPtxPath());
   } catch (error) {
     throw new GdrpcError(Code.FAILED_PRECONDITION, `the kernels' PTX is missing (${kernelsPtxPath()}): run scripts/build-ptx.sh where nvcc is`, { cause: error });
   }
-  return new GpuKernels(parsed.index!, CudaModule.load(parsed.index!, ptx), options.stream);
 }
 
 const THREADS = 256;
