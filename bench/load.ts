@@ -56,6 +56,22 @@ function caseOf(name: CaseName, f: LoadFlags): LoadCase {
   return { ...common, seconds: f.smallSeconds, tensorShare: 0 };
 }
 
+/** Little's law for this closed loop: every lane always has one call in flight, so the mean time a
+ *  call takes is the calls in flight over the rate at which calls settle (any outcome). This is what
+ *  any server settling calls at the measured rate would show; a latency goal below it needs a
+ *  higher rate, not a different queue. */
+function littleBound(c: LoadCase, r: LoadCaseResult) {
+  const settled = r.small.latency_ms.count + r.tensor.latency_ms.count;
+  const inFlight = c.connections * c.inflight;
+  const settledPerS = settled / c.seconds;
+  return {
+    calls_in_flight: inFlight,
+    settled_per_s: Math.round(settledPerS),
+    mean_latency_ms: settledPerS > 0 ? Math.round((inFlight / settledPerS) * 1000 * 10) / 10 : null,
+    settled_per_s_for_100ms_mean: inFlight * 10,
+  };
+}
+
 /** The issue's goals, judged from what was measured. */
 function goals(r: LoadCaseResult) {
   const p99 = r.small.latency_ms.p99;
@@ -72,13 +88,14 @@ function goals(r: LoadCaseResult) {
 
 const ms = (v: number | null): string => (v === null ? '-' : v < 10 ? v.toFixed(2) : Math.round(v).toLocaleString('en-US'));
 
-function summarise(c: LoadCase, r: LoadCaseResult, g: ReturnType<typeof goals>): string {
+function summarise(c: LoadCase, r: LoadCaseResult, g: ReturnType<typeof goals>, little: ReturnType<typeof littleBound>): string {
   const errors = Object.entries(r.errors).map(([code, n]) => `${code} ${n.toLocaleString('en-US')}`).join(', ') || 'none';
   const s = r.small.latency_ms;
   const rss = r.server.rss_mib;
   return [
     `${c.name}: ${Math.round(r.calls_per_s).toLocaleString('en-US')} calls/s, ${(r.bytes_per_s / 1e9).toFixed(2)} GB/s of tensors, ${r.calls_ok.toLocaleString('en-US')} calls ok; errors: ${errors}; disconnects: ${r.client_disconnects} (server saw ${r.server.disconnect_events})`,
     `  small calls ms: p50 ${ms(s.p50)} p99 ${ms(s.p99)} max ${ms(s.max)}; longest stall ms: clients ${r.client_max_stall_ms.join('/')}, server ${r.server.max_stall_ms}; drain ${r.drain_ms} ms`,
+    `  Little's law: ${little.calls_in_flight.toLocaleString('en-US')} calls in flight / ${little.settled_per_s.toLocaleString('en-US')} settled per s = ${ms(little.mean_latency_ms)} ms mean for any call (a 100 ms mean needs ${little.settled_per_s_for_100ms_mean.toLocaleString('en-US')} per s)`,
     `  server RSS MiB: cold ${rss.cold} start ${rss.start} peak ${rss.peak} end ${rss.end} after ${rss.after}; at end ${r.server.at_end.active_calls} calls, ${r.server.at_end.connection_count} connections`,
     `  goals: ${Object.entries(g).map(([name, met]) => `${name} ${met ? 'met' : 'MISSED'}`).join(', ')}`,
   ].join('\n');
@@ -99,8 +116,9 @@ export async function runLoadBench(opts: { json?: string; flags?: string[] } = {
     try {
       const r = await runLoadCase(c, serverOptions, (line) => console.log(line));
       const g = goals(r);
-      console.log(summarise(c, r, g));
-      results[name] = { parameters, goals: g, ...r };
+      const little = littleBound(c, r);
+      console.log(summarise(c, r, g, little));
+      results[name] = { parameters, goals: g, little_law: little, ...r };
     } catch (error) {
       // One case that could not run (a peer died, a handshake timed out) leaves the others to run.
       console.error(`${name}: did not complete: ${String(error)}`);
@@ -116,7 +134,8 @@ export async function runLoadBench(opts: { json?: string; flags?: string[] } = {
     notes: 'calls_per_s and bytes_per_s count successful calls that ended inside the load window. Latencies are per call, '
       + 'whatever the outcome (ok_latency_ms: successful calls only). Stalls: the longest lateness of a 10 ms timer in each process. '
       + 'Disconnects count the whole life of the connections, warm-up included. RSS cold: before any call; start: at go, after '
-      + 'warmupSeconds of the same load; peak: 1 s samples during the load; end: when the last call settled; after: after_ms later, connections still open.',
+      + 'warmupSeconds of the same load; peak: 1 s samples during the load; end: when the last call settled; after: after_ms later, connections still open. '
+      + 'little_law: calls in flight (connections x inflight, a closed loop) over calls settled per second (any outcome) is the mean latency any server settling calls at that rate shows.',
     cases: results,
   };
 }

@@ -32,6 +32,8 @@ export interface TensorPoolOptions {
 export class PoolShare {
   /** Bytes held now by this claimant's live pool tensors. */
   held = 0;
+  /** This claimant's allocations waiting in a pool's queue. */
+  waiting = 0;
   constructor(readonly limit: number) {}
   /** Whether an allocation of `bytes` may be served now. */
   admits(bytes: number): boolean { return this.held === 0 || this.held + bytes <= this.limit; }
@@ -45,10 +47,16 @@ export interface PoolWaitOptions {
   signal?: AbortSignal;
   /** The claimant the bytes are counted against (fairness between claimants). */
   share?: PoolShare;
+  /** Bytes the queue of waiting allocations may hold, this one included: over it RESOURCE_EXHAUSTED
+   *  at once (a fast refusal instead of a long wait behind others). A claimant with nothing
+   *  waiting may always join, so one claimant filling the queue cannot shut others out.
+   *  Unbounded when left out. */
+  maxQueuedBytes?: number;
 }
 
 const WAIT_OPTIONS: OptionRules<PoolWaitOptions> = {
   maxWaitMs: Accept.ms, signal: Accept.signal, share: rule('a PoolShare', (value) => value instanceof PoolShare),
+  maxQueuedBytes: Accept.bytes,
 };
 
 interface Waiter {
@@ -72,6 +80,8 @@ export class TensorPool implements TensorPoolLike {
   readonly #live = new Set<Storage<TensorPool>>();
   /** allocateWhenFree calls waiting for blocks, in arrival order. */
   readonly #waiters: Waiter[] = [];
+  /** Bytes the waiters ask for, together. */
+  #queuedBytes = 0;
   #overflowRegistrations = 0;
   #closed = false;
 
@@ -128,8 +138,8 @@ export class TensorPool implements TensorPoolLike {
   }
 
   /** A tensor from the arena, waiting (first come, first served) for live tensors to be released
-   *  when none fits now. RESOURCE_EXHAUSTED at once when the request can never fit, or when
-   *  `maxWaitMs` passes; the signal's reason when it aborts first. A pool that allows overflow
+   *  when none fits now. RESOURCE_EXHAUSTED at once when the request can never fit or the queue is
+   *  full (`maxQueuedBytes`), or when `maxWaitMs` passes; the signal's reason when it aborts first. A pool that allows overflow
    *  never waits (see allocate). */
   allocateWhenFree(shape: number[], dtype: DType, options: PoolWaitOptions): Promise<Tensor> {
     try {
@@ -145,6 +155,11 @@ export class TensorPool implements TensorPoolLike {
       const share = options.share;
       const now = this.#waiters.length === 0 ? this.#carve(bytes, share) : undefined;
       if (now !== undefined) return Promise.resolve(new Tensor(dtype, info, now));
+      const limit = options.maxQueuedBytes;
+      if (limit !== undefined && this.#queuedBytes + bytes > limit && (share === undefined || share.waiting > 0)) {
+        throw this.#exhausted(bytes, `the wait queue is full: ${this.#queuedBytes} bytes in ${this.#waiters.length} allocation(s) already wait`,
+          { queuedBytes: this.#queuedBytes, queued: this.#waiters.length, queueLimit: limit });
+      }
       return this.#wait(bytes, options).then((storage) => new Tensor(dtype, info, storage));
     } catch (error) {
       return Promise.reject(error);
@@ -158,7 +173,11 @@ export class TensorPool implements TensorPoolLike {
       let timer: NodeJS.Timeout | undefined;
       const stopWaiting = (): void => {
         const index = this.#waiters.indexOf(waiter);
-        if (index >= 0) this.#waiters.splice(index, 1);
+        if (index >= 0) {
+          this.#waiters.splice(index, 1);
+          this.#queuedBytes -= bytes;
+          if (share !== undefined) share.waiting -= 1;
+        }
         clearTimeout(timer);
         signal?.removeEventListener('abort', onAbort);
       };
@@ -174,6 +193,8 @@ export class TensorPool implements TensorPoolLike {
         fail: (error) => { stopWaiting(); reject(error); },
       };
       this.#waiters.push(waiter);
+      this.#queuedBytes += bytes;
+      if (share !== undefined) share.waiting += 1;
       // Those ahead may all be claimants over their share: this one may go now.
       this.#serve();
       if (!this.#waiters.includes(waiter)) return;
@@ -257,6 +278,7 @@ export class TensorPool implements TensorPoolLike {
       liveTensors: this.#live.size,
       overflowRegistrations: this.#overflowRegistrations,
       waiting: this.#waiters.length,
+      waitingBytes: this.#queuedBytes,
     };
   }
 

@@ -20,6 +20,8 @@ export interface TensorPoolStats {
   overflowRegistrations: number;
   /** allocateWhenFree calls waiting for blocks. */
   waiting: number;
+  /** Bytes those waiting calls ask for, together. */
+  waitingBytes: number;
 }
 
 /** A TensorPool as its tensors and allocation options see it. TensorPool (pool.ts) is the one

@@ -124,6 +124,32 @@ describe('memory admission', () => {
     await expectPoolsEmpty(client);
   });
 
+  it('over poolQueueBytes a tensor is refused at once, retryable and unrun; another connection may still queue', async () => {
+    await using server = await startServer({ poolBytes: 8 * MiB, maxTensorBytes: 8 * MiB, poolQueueBytes: 4 * MiB });
+    const busy = await connect(server);
+    const other = await connect(server);
+    const stop = new AbortController();
+    const holding = busy.unary(EchoDescriptor.methods.hold, { x: patterned(6 * MiB), ms: 60_000 }, { signal: stop.signal }).catch((e: GdrpcError) => e);
+    await expect.poll(async () => (await serverStats(busy)).runs.hold ?? 0, { timeout: 20_000, interval: 20 }).toBe(1);
+    // 4 MiB waits: the queue is full.
+    const queued = busy.unary(EchoDescriptor.methods.checksum, { x: patterned(4 * MiB, 1) });
+    await waitingAtServer(busy, 1);
+    const refused = await failure(busy.unary(EchoDescriptor.methods.checksum, { x: patterned(3 * MiB, 2) }, { deadline: 60_000 }));
+    expect(refused.code).toBe(Code.RESOURCE_EXHAUSTED);
+    expect(refused.message).toMatch(/^\[RESOURCE_EXHAUSTED\] server tensor pool on cpu is busy: Echo\.checksum arguments\.x \(3145728 bytes \(3 MiB\)\) would wait behind 4194304 bytes \(4 MiB\) in 1 tensor\(s\) already waiting/);
+    expect(refused.message).toMatch(/poolQueueBytes 4194304/);
+    expect(refused.details).toMatchObject({ side: 'server', retryable: true, requested: 3 * MiB, queuedBytes: 4 * MiB, queued: 1, queueLimit: 4 * MiB, options: ['poolBytes', 'poolQueueBytes'] });
+    // The other connection has nothing waiting: it may queue behind (3 MiB does not fit in the
+    // 2 MiB left, and the queue is over its limit), and is served in turn.
+    const fair = other.unary(EchoDescriptor.methods.checksum, { x: patterned(3 * MiB, 3) });
+    await waitingAtServer(busy, 2);
+    stop.abort();
+    expect((await holding as GdrpcError).code).toBe(Code.CANCELLED);
+    expect((await queued).sum).toBe(byteSum(patterned(4 * MiB, 1)));
+    expect((await fair).sum).toBe(byteSum(patterned(3 * MiB, 3)));
+    await expectPoolsEmpty(busy);
+  });
+
   it('a connection over its share of the pool lets another connection\'s tensor go first', async () => {
     await using server = await startServer({ poolBytes: 32 * MiB, maxTensorBytes: 16 * MiB, maxPoolBytesPerConnection: 16 * MiB });
     const greedy = await connect(server);

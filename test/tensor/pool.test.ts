@@ -53,7 +53,7 @@ describe('TensorPool (host)', () => {
 
   it('counts use, returns blocks on release, and release is idempotent', () => {
     const pool = hostPool(1024);
-    expect(pool.stats()).toEqual({ device: 'cpu', capacity: 1024, used: 0, liveTensors: 0, overflowRegistrations: 0, waiting: 0 });
+    expect(pool.stats()).toEqual({ device: 'cpu', capacity: 1024, used: 0, liveTensors: 0, overflowRegistrations: 0, waiting: 0, waitingBytes: 0 });
     const a = pool.allocate([10], 'u8');
     const b = pool.allocate([300], 'u8');
     expect(pool.stats()).toMatchObject({ used: 768, liveTensors: 2 });
@@ -285,6 +285,62 @@ describe('TensorPool.allocateWhenFree (memory admission that waits)', () => {
     o.release();
     g.release();
     expect(greedy.held + other.held).toBe(0);
+  });
+
+  it('a full wait queue refuses at once (maxQueuedBytes), and frees its room as waiters leave', async () => {
+    const pool = hostPool(4 * GRAIN);
+    const held = pool.allocate([4 * GRAIN], 'u8');
+    const queue = { maxWaitMs: 60_000, maxQueuedBytes: 3 * GRAIN };
+    const first = pool.allocateWhenFree([2 * GRAIN], 'u8', queue);
+    const second = rejection(pool.allocateWhenFree([GRAIN], 'u8', { ...queue, maxWaitMs: 1 }));
+    expect(pool.stats()).toMatchObject({ waiting: 2, waitingBytes: 3 * GRAIN });
+    // 3 grains wait already: one more byte is over the limit, refused before any wait.
+    const full = await rejection(pool.allocateWhenFree([1], 'u8', queue));
+    expect(full.code).toBe(Code.RESOURCE_EXHAUSTED);
+    expect(full.message).toMatch(/wait queue is full: 768 bytes in 2 allocation\(s\) already wait/);
+    expect(full.details).toMatchObject({ requested: 1, queuedBytes: 3 * GRAIN, queued: 2, queueLimit: 3 * GRAIN });
+    expect(pool.stats()).toMatchObject({ waiting: 2, waitingBytes: 3 * GRAIN });
+    // The second waiter's wait expires: its room is free again, and a newcomer may queue.
+    expect((await second).message).toMatch(/waited \d+ ms/);
+    expect(pool.stats()).toMatchObject({ waiting: 1, waitingBytes: 2 * GRAIN });
+    const third = pool.allocateWhenFree([GRAIN], 'u8', queue);
+    expect(pool.stats()).toMatchObject({ waiting: 2, waitingBytes: 3 * GRAIN });
+    held.release();
+    const [a, b] = await Promise.all([first, third]);
+    expect(pool.stats()).toMatchObject({ waiting: 0, waitingBytes: 0, used: 3 * GRAIN });
+    a.release();
+    b.release();
+  });
+
+  it('a claimant with nothing waiting may join a full queue; one with a waiter already may not', async () => {
+    const pool = hostPool(4 * GRAIN);
+    const held = pool.allocate([4 * GRAIN], 'u8');
+    const flooder = new PoolShare(2 * GRAIN);
+    const other = new PoolShare(2 * GRAIN);
+    const queue = (share: PoolShare) => ({ maxWaitMs: 60_000, maxQueuedBytes: 2 * GRAIN, share });
+    const flooded = pool.allocateWhenFree([2 * GRAIN], 'u8', queue(flooder));
+    expect(flooder.waiting).toBe(1);
+    // The queue is full, and the flooder already waits: refused.
+    const refused = await rejection(pool.allocateWhenFree([GRAIN], 'u8', queue(flooder)));
+    expect(refused.message).toMatch(/wait queue is full/);
+    expect(flooder.waiting).toBe(1);
+    // Another claimant is not shut out by the flooder's queue: it waits its turn.
+    const fair = pool.allocateWhenFree([GRAIN], 'u8', queue(other));
+    expect(other.waiting).toBe(1);
+    expect(pool.stats()).toMatchObject({ waiting: 2, waitingBytes: 3 * GRAIN });
+    held.release();
+    const [f, o] = await Promise.all([flooded, fair]);
+    expect(flooder.waiting + other.waiting).toBe(0);
+    expect(flooder.held + other.held).toBe(3 * GRAIN);
+    f.release();
+    o.release();
+  });
+
+  it('maxQueuedBytes is checked like every option', async () => {
+    const pool = hostPool(4 * GRAIN);
+    const error = await rejection(pool.allocateWhenFree([GRAIN], 'u8', { maxWaitMs: 10, maxQueuedBytes: -1 }));
+    expect(error.code).toBe(Code.INVALID_ARGUMENT);
+    expect(error.message).toMatch(/maxQueuedBytes/);
   });
 
   it('close() fails the waiters with FAILED_PRECONDITION', async () => {

@@ -67,6 +67,11 @@ export interface ServerOptions {
    *  at most (and never past its call's deadline) for blocks that other calls free, then fails
    *  RESOURCE_EXHAUSTED (default 10000 ms; 0: fail at once). */
   poolWaitMs?: number;
+  /** Bytes of argument tensors that may wait for the pool at once (default poolBytes). A tensor
+   *  that would queue beyond it is refused at once, RESOURCE_EXHAUSTED with `retryable: true`,
+   *  rather than waiting behind more than the pool can soon free; a connection with nothing
+   *  waiting may always queue one. */
+  poolQueueBytes?: number;
   /** Pool bytes one connection's calls may hold before its waiting tensors let other connections'
    *  go first (default half of poolBytes); a connection alone may use the whole pool. */
   maxPoolBytesPerConnection?: number;
@@ -127,7 +132,7 @@ export const CLIENT_OPTIONS: OptionRules<ClientOptions> = {
 
 export const SERVER_OPTIONS: OptionRules<ServerOptions> = {
   maxCallsPerConnection: Accept.count, maxCalls: Accept.count, maxFrameBytes: Accept.positiveBytes,
-  maxTensorBytes: Accept.bytes, poolBytes: Accept.bytes, allowPoolOverflow: Accept.boolean, poolWaitMs: Accept.ms,
+  maxTensorBytes: Accept.bytes, poolBytes: Accept.bytes, allowPoolOverflow: Accept.boolean, poolWaitMs: Accept.ms, poolQueueBytes: Accept.bytes,
   maxPoolBytesPerConnection: Accept.positiveBytes, token: Accept.nonEmptyString, admissionTimeoutMs: Accept.positiveMs,
   transferTimeoutMs: Accept.positiveMs, maxConnections: Accept.count, maxConnectionsPerAddress: Accept.count,
   livenessMs: Accept.positiveMs, inlineBytes: Accept.bytes, busyPollUs: BUSY_POLL_US, exposureHoldMs: Accept.ms,

@@ -25,7 +25,7 @@ type Handlers = Record<string, Handler>;
 
 /** A gdrpc server: services, a listener, the connections and their calls. */
 export class Server extends EventEmitter<{ connection: [{ peer: string }]; disconnect: [{ peer: string }]; error: [GdrpcError] }> {
-  readonly #options: Required<Omit<ServerOptions, 'token' | 'busyPollUs' | 'maxPoolBytesPerConnection' | 'device' | 'runtime'>> & { token?: string; busyPollUs?: number | 'adaptive'; maxPoolBytesPerConnection?: number; runtime?: Runtime };
+  readonly #options: Required<Omit<ServerOptions, 'token' | 'busyPollUs' | 'maxPoolBytesPerConnection' | 'poolQueueBytes' | 'device' | 'runtime'>> & { token?: string; busyPollUs?: number | 'adaptive'; maxPoolBytesPerConnection?: number; poolQueueBytes?: number; runtime?: Runtime };
   readonly #methods = new Map<string, MethodEntry>();
   readonly #sessions = new Set<ServerSession>();
   readonly #pools = new Map<Device, TensorPool>();
@@ -266,7 +266,8 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
       this.#pools.set(device, pool);
     }
     // Say whose memory ran out and what to change: the caller sees this message.
-    return pool.allocateWhenFree(shape, dtype, { maxWaitMs: this.#options.poolWaitMs, signal: wait.signal, share: wait.share }).catch(failed);
+    const maxQueuedBytes = this.#options.poolQueueBytes ?? this.#options.poolBytes;
+    return pool.allocateWhenFree(shape, dtype, { maxWaitMs: this.#options.poolWaitMs, signal: wait.signal, share: wait.share, maxQueuedBytes }).catch(failed);
   }
 }
 

@@ -8,7 +8,7 @@ import { Code, GdrpcError } from '../../errors.ts';
 export type Side = 'client' | 'server';
 
 /** The server's settings that decide whether an argument tensor fits. */
-export interface ServerMemorySettings { poolBytes: number; poolWaitMs: number; maxTensorBytes: number }
+export interface ServerMemorySettings { poolBytes: number; poolWaitMs: number; maxTensorBytes: number; poolQueueBytes?: number }
 
 /** "268435456 bytes (256 MiB)": exact for the options, readable for people. */
 export function sizeText(bytes: number): string {
@@ -39,6 +39,12 @@ export function serverAllocationFailed(error: unknown, field: string, settings: 
       `raise ServerOptions.poolBytes (${settings.poolBytes}), or set allowPoolOverflow: true${admits}`,
       { details: { ...pool, side: 'server', options: ['poolBytes', 'allowPoolOverflow'], retryable: false } });
   }
+  if (pool.queueLimit !== undefined) {
+    return new GdrpcError(Code.RESOURCE_EXHAUSTED,
+      `${where} is busy: ${field} (${sizeText(pool.requested)}) would wait behind ${sizeText(pool.queuedBytes ?? 0)} in ${pool.queued ?? 0} tensor(s) already waiting ` +
+      `(ServerOptions.poolQueueBytes ${pool.queueLimit}); refused at once, it never ran. Retry later, or raise ServerOptions.poolBytes or poolQueueBytes`,
+      { details: { ...pool, side: 'server', options: ['poolBytes', 'poolQueueBytes'], retryable: true } });
+  }
   return new GdrpcError(Code.RESOURCE_EXHAUSTED,
     `${where} is exhausted: ${field} waited ${pool.waitedMs ?? 0} ms (ServerOptions.poolWaitMs ${settings.poolWaitMs}) for ${sizeText(pool.requested)}; ` +
     `${pool.capacity - pool.used} of ${pool.capacity} bytes free, largest free block ${pool.largestFree}: other calls hold the rest. ` +
@@ -59,7 +65,11 @@ export function clientAllocationFailed(error: unknown, field: string): unknown {
     { details: { ...pool, side: 'client', options: ['poolBytes', 'allowOverflow'], retryable: !neverFits } });
 }
 
-interface PoolFigures { device: string; requested: number; capacity: number; used: number; largestFree: number; waitedMs?: number }
+interface PoolFigures {
+  device: string; requested: number; capacity: number; used: number; largestFree: number; waitedMs?: number;
+  /** A full wait queue: its limit, and what already waits. */
+  queueLimit?: number; queuedBytes?: number; queued?: number;
+}
 
 /** The figures a TensorPool puts in its RESOURCE_EXHAUSTED details, if these are a pool's. */
 function poolFigures(error: GdrpcError): PoolFigures | undefined {
@@ -68,6 +78,7 @@ function poolFigures(error: GdrpcError): PoolFigures | undefined {
   return {
     device: d.device, requested: d.requested, capacity: d.capacity, used: Number(d.used ?? 0), largestFree: Number(d.largestFree ?? 0),
     ...(typeof d.waitedMs === 'number' ? { waitedMs: d.waitedMs } : {}),
+    ...(typeof d.queueLimit === 'number' ? { queueLimit: d.queueLimit, queuedBytes: Number(d.queuedBytes ?? 0), queued: Number(d.queued ?? 0) } : {}),
   };
 }
 
