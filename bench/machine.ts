@@ -11,6 +11,7 @@ export interface MachineInfo {
   host: string;
   gpus: string[];
   date: string;
+  gdrpc_code: 'dist' | 'sources (tsx)';
 }
 
 function gpuNames(): string[] {
@@ -34,6 +35,9 @@ export function describeMachine(): MachineInfo {
     host: hostname(),
     gpus: gpuNames(),
     date: new Date().toISOString(),
+    // Which gdrpc ran: the compiled package (bench/on-dist.mjs, what `npm run bench` uses) or the
+    // TypeScript sources through tsx.
+    gdrpc_code: import.meta.resolve('../core/index.ts').includes('/dist/') ? 'dist' : 'sources (tsx)',
   };
 }
 

@@ -66,15 +66,15 @@ if has consumer; then
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 if has tp; then
-  timeout -k 10 "$bench_limit" node --import tsx bench/main.ts tp-mlp --json "$out/bench-tp.json" 2>&1 | tee "$out/tp.log"
+  timeout -k 10 "$bench_limit" node --import tsx --import ./bench/on-dist.mjs bench/main.ts tp-mlp --json "$out/bench-tp.json" 2>&1 | tee "$out/tp.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 if has kv; then
-  timeout -k 10 "$bench_limit" node --import tsx bench/main.ts kv-blocks --json "$out/bench-kv.json" 2>&1 | tee "$out/kv.log"
+  timeout -k 10 "$bench_limit" node --import tsx --import ./bench/on-dist.mjs bench/main.ts kv-blocks --json "$out/bench-kv.json" 2>&1 | tee "$out/kv.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 if has bench; then
-  timeout -k 10 "$bench_limit" node --import tsx bench/main.ts gpu --json "$out/bench-gpu.json" 2>&1 | tee "$out/bench.log"
+  timeout -k 10 "$bench_limit" node --import tsx --import ./bench/on-dist.mjs bench/main.ts gpu --json "$out/bench-gpu.json" 2>&1 | tee "$out/bench.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   [ -f "$out/bench-gpu.json" ] && timeout 60 node --import tsx bench/chart.ts "$out/bench-gpu.json" "$out/bench-gpu.svg"
 fi
