@@ -43,10 +43,22 @@ export const Accept = {
 export function checkOptions<T>(owner: string, options: T | undefined, rules: OptionRules<T>): void {
   if (options === undefined) return;
   if (!isRecord(options)) throw new GdrpcError(Code.INVALID_ARGUMENT, `${owner} must be an object, got ${describeValue(options)}`);
-  for (const [name, check] of Object.entries(rules) as Array<[string, OptionRule]>) {
+  for (const [name, check] of ruleEntries(rules)) {
     const value = (options as Record<string, unknown>)[name];
     if (value !== undefined && !check.accepts(value)) throw invalidOption(`${owner}.${name}`, value, check.expected);
   }
+}
+
+/** The entries of each rule table, listed once: calls check their options on every call. */
+const entriesOf = new WeakMap<object, Array<[string, OptionRule]>>();
+
+function ruleEntries<T>(rules: OptionRules<T>): Array<[string, OptionRule]> {
+  let entries = entriesOf.get(rules);
+  if (entries === undefined) {
+    entries = Object.entries(rules) as Array<[string, OptionRule]>;
+    entriesOf.set(rules, entries);
+  }
+  return entries;
 }
 
 /** INVALID_ARGUMENT for option `option` (e.g. "CallOptions.mover") holding `value`. */

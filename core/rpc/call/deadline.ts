@@ -115,6 +115,13 @@ export class CallScope {
     if (this.#reason !== undefined) throw this.#reason;
   }
 
+  /** Like throwIfAborted, and ends the scope first if its deadline has passed though its timer has
+   *  not run yet (what race() checks for a value that settles late; for a phase with no promise). */
+  throwIfPastDeadline(): void {
+    if (this.deadline !== undefined && this.#reason === undefined && Date.now() >= this.deadline) this.abort(deadlineError());
+    this.throwIfAborted();
+  }
+
   /** Stops the timer and detaches from the parent signal. */
   dispose(): void {
     if (this.#timer !== undefined) clearTimeout(this.#timer);

@@ -36,6 +36,8 @@ type RequestBody = FrameBody<FrameKind.Request>;
 /** A connection to one gdrpc server, re-established on the next call after it is lost. */
 export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [GdrpcError] }> {
   readonly #runtime: Runtime;
+  /** How remote handles in results are pulled (made once: every call's results may carry one). */
+  #dialOwner: OwnerDialer | undefined;
   readonly #host: string;
   readonly #port: number;
   readonly #options: Required<Omit<ClientOptions, 'token' | 'busyPollUs' | 'device' | 'runtime'>> & { token?: string };
@@ -89,7 +91,9 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
     const scope = new CallScope(absoluteDeadline(options.deadline), options.signal);
     try {
       for (let attempt = 1; ; attempt += 1) {
-        const session = await scope.race(this.#connection());
+        // A ready session is used as it is: no promise and no race on every call's way out.
+        const ready = this.#session;
+        const session = ready !== undefined && ready.usable && !this.#closed ? ready : await scope.race(this.#connection());
         let sent: Sent | undefined;
         try {
           const final = this.#open(session, scope);
@@ -295,7 +299,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
   /** Decodes a result object, validates it, receives its tensors. */
   async #receive(session: ClientSession, id: number, method: MethodDescriptor, wire: Row, scope: CallScope, options: CallOptions): Promise<{ values: Row; transfers: TransferInfo[] }> {
     const incoming = new IncomingTensors({ connection: session.connection, call: id }, { maxTensor: Number.MAX_SAFE_INTEGER, noStaging: options.noStaging ?? false },
-      { side: 'client', label: `${methodName(method)} results.`, dialOwner: ownerDialer(this.#runtime) });
+      { side: 'client', label: `${methodName(method)} results.`, dialOwner: this.#dialOwner ??= ownerDialer(this.#runtime) });
     const types = methodTypes(method);
     let values: Row;
     try {
@@ -305,6 +309,11 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
       await refuseRaw({ connection: session.connection, call: id }, wire);
       if (error instanceof GdrpcError && error.code === Code.FAILED_PRECONDITION) throw error;
       throw new GdrpcError(Code.INTERNAL, `server ${session.connection.peer} sent bad results: ${GdrpcError.from(error).rawMessage}`, { cause: error });
+    }
+    // No tensor bytes to wait for (none, or only remote handles): the common small call.
+    if (incoming.pending.every((pending) => pending.wire.m === 'h')) {
+      scope.throwIfPastDeadline();
+      return { values, transfers: incoming.transfers };
     }
     const allocate = options[ALLOCATE] ?? ((shape, dtype, placement, field) => this.#allocate(shape, dtype, placement, field));
     const receiving = incoming.receive(allocate);

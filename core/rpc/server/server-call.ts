@@ -119,10 +119,13 @@ export class ServerCall {
       this.scope.dispose();
       this.#items?.close();
       // Argument tensors go back to the pool once nothing reads them: after the results' bytes left.
-      void Promise.allSettled([sent, ...this.#receiving]).then(() => {
-        for (const incoming of this.#incoming) incoming.releaseAll();
-        for (const fn of this.#afterSend) fn();
-      });
+      // A call that received no tensor bytes and has no afterSend hook has nothing to wait for.
+      if (this.#receiving.length > 0 || this.#afterSend.length > 0 || this.#incoming.some((incoming) => incoming.allocated.length > 0)) {
+        void Promise.allSettled([sent, ...this.#receiving]).then(() => {
+          for (const incoming of this.#incoming) incoming.releaseAll();
+          for (const fn of this.#afterSend) fn();
+        });
+      }
     }
   }
 
