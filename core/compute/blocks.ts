@@ -29,8 +29,12 @@ export class BlockCopier {
 
   /** Copies every block of `copies` (each `blockBytes` long); resolves when all are in place.
    *  Sources a producer stream was named for (producedOn, readyAfter) are waited for on the GPU;
-   *  other GPU sources are complete once the device is synchronized, as a send would do. */
-  async copy(blockBytes: number, copies: readonly BlockCopy[]): Promise<void> {
+   *  other GPU sources are complete once the device is synchronized, as a send would do, unless
+   *  the caller vouches that their bytes are complete already (`sourcesReady`: a tensor UCX has
+   *  finished receiving, or one synchronized when it was exposed). That device-wide
+   *  synchronize also waits for every other copy and transfer on the device: pulls that gather
+   *  and scatter batches side by side would queue behind each other's transfers. */
+  async copy(blockBytes: number, copies: readonly BlockCopy[], options: { sourcesReady?: boolean } = {}): Promise<void> {
     checkCopies(blockBytes, copies);
     if (copies.length === 0 || blockBytes === 0) return;
     if (copies.every((c) => c.dst.device === 'cpu' && c.src.device === 'cpu')) {
@@ -38,13 +42,14 @@ export class BlockCopier {
       return;
     }
     const device = oneGpu(copies);
+    const sourcesReady = options.sourcesReady === true;
     if (device === undefined) {
-      copyEach(blockBytes, copies);
+      copyEach(blockBytes, copies, sourcesReady);
       return;
     }
     if (this.#closed) throw new GdrpcError(Code.FAILED_PRECONDITION, 'the block copier is closed');
     const gpu = this.#gpu(device);
-    const turn = gpu.queue.then(() => launch(gpu, device, blockBytes, copies));
+    const turn = gpu.queue.then(() => launch(gpu, device, blockBytes, copies, sourcesReady));
     gpu.queue = turn.catch(() => undefined);
     await turn;
   }
@@ -107,10 +112,10 @@ function oneGpu(copies: readonly BlockCopy[]): number | undefined {
 }
 
 /** Host and GPU mixed (or two GPUs): cuMemcpy per block, once the sources' producers are done. */
-function copyEach(blockBytes: number, copies: readonly BlockCopy[]): void {
+function copyEach(blockBytes: number, copies: readonly BlockCopy[], sourcesReady: boolean): void {
   const synchronized = new Set<string>();
   for (const { src } of copies) {
-    if (src.device === 'cpu') continue;
+    if (src.device === 'cpu' || sourcesReady) continue;
     const producer = producerOf(src);
     if (producer !== undefined) producer.synchronize();
     else if (!synchronized.has(src.device)) {
@@ -122,7 +127,7 @@ function copyEach(blockBytes: number, copies: readonly BlockCopy[]): void {
 }
 
 /** One launch for all blocks on `device`, after the last copy of this GPU finished with the table. */
-async function launch(gpu: GpuCopier, device: number, blockBytes: number, copies: readonly BlockCopy[]): Promise<void> {
+async function launch(gpu: GpuCopier, device: number, blockBytes: number, copies: readonly BlockCopy[], sourcesReady: boolean): Promise<void> {
   const tableBytes = copies.length * 16;
   if (gpu.table === undefined || gpu.table.bytes < tableBytes) {
     if (gpu.table !== undefined) cuda.free(gpu.table.ptr);
@@ -131,7 +136,7 @@ async function launch(gpu: GpuCopier, device: number, blockBytes: number, copies
     gpu.table = { ptr: cuda.alloc(device, bytes), bytes };
   }
   const table = new BigUint64Array(copies.length * 2);
-  let synchronized = false;
+  let synchronized = sourcesReady;
   for (const [k, c] of copies.entries()) {
     table[k] = c.dst.address + BigInt(c.dstOffset);
     table[copies.length + k] = c.src.address + BigInt(c.srcOffset);

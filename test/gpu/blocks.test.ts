@@ -3,7 +3,7 @@
 // being written on another stream, and the block-by-block path between host and GPU. Host side:
 // test/compute/blocks.test.ts.
 import { describe, expect, it } from 'vitest';
-import { copyBlocks, CudaModule, CudaStream, kernelsPtxPath, loadKernels, producedOn, Tensor } from '../../core/index.ts';
+import { BlockCopier, copyBlocks, cuda, CudaEvent, CudaModule, CudaStream, kernelsPtxPath, loadKernels, producedOn, Tensor } from '../../core/index.ts';
 import { readFileSync } from 'node:fs';
 import { announce, DRY_RUN, skipReason } from './fixtures/env.ts';
 
@@ -58,6 +58,33 @@ describe.skipIf(skip !== undefined)('copyBlocks on cuda:0', () => {
     } finally {
       for (const t of [src, dst]) t.release();
       stream.close();
+      module.close();
+    }
+  });
+
+  it('with sourcesReady, does not wait for unrelated work on the device (no device-wide synchronize)', { timeout: 60_000 }, async () => {
+    const module = CudaModule.load(0, readFileSync(kernelsPtxPath()));
+    const spin = module.kernel('gdrpc_spin', ['u64']);
+    const busy = CudaStream.create(0);
+    const parts = Array.from({ length: 8 }, (_, k) => hostBlock(k, 4096).to('cuda:0'));
+    const stacked = Tensor.zeros([8, 4096], 'u8', { device: 'cuda:0' });
+    const copier = new BlockCopier();
+    try {
+      cuda.synchronize(0);  // the sources are complete from here on
+      // Seconds of unrelated work on another stream: a device-wide synchronize would wait for it.
+      spin.launch({ grid: 1, block: 1, stream: busy }, 4_000_000_000);
+      const unrelated = CudaEvent.create(0).record(busy);
+      await copier.copy(4096, parts.map((src, k) => ({ dst: stacked, dstOffset: k * 4096, src, srcOffset: 0 })), { sourcesReady: true });
+      const spinning = !unrelated.done;
+      expect(Buffer.compare(stacked.to('cpu').bytes(), Buffer.concat(parts.map((p) => p.to('cpu').bytes())))).toBe(0);
+      // The copy was in place while the spin still ran (it would have waited seconds otherwise).
+      expect(spinning).toBe(true);
+      await unrelated.finished();
+      unrelated.close();
+    } finally {
+      copier.close();
+      for (const t of [...parts, stacked]) t.release();
+      busy.close();
       module.close();
     }
   });

@@ -22,7 +22,7 @@ export interface OwnerClient {
   /** `allocate` gets each result tensor's field ("... results.ts[3]") besides its shape and dtype. */
   unary(method: MethodDescriptor, args: Record<string, unknown>, allocate: ((shape: number[], dtype: DType, placement: Placement, field: string) => Tensor) | undefined): Promise<Record<string, unknown>>;
   /** Copies a stacked answer out (the runtime's BlockCopier). */
-  copyBlocks(blockBytes: number, copies: readonly BlockCopy[]): Promise<void>;
+  copyBlocks(blockBytes: number, copies: readonly BlockCopy[], options?: { sourcesReady?: boolean }): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -225,7 +225,8 @@ export class RemoteTensor {
         return tensor;
       });
       const bytes = first.byteLength;
-      await client.copyBlocks(bytes, outputs.map((dst, k) => ({ dst, dstOffset: 0, src: stacked, srcOffset: k * bytes })));
+      // The stacked tensor is complete: UCX finished receiving it.
+      await client.copyBlocks(bytes, outputs.map((dst, k) => ({ dst, dstOffset: 0, src: stacked, srcOffset: k * bytes })), { sourcesReady: true });
       const info = callInfo(result);
       return info === undefined ? outputs : outputs.map((tensor) => attachCallInfo(tensor, info));
     } catch (error) {

@@ -17,8 +17,8 @@ export interface OwnerHost {
   lookup(x: number, secret: Uint8Array): { tensor: Tensor; pulled: () => void };
   /** Where pullStacked gathers its tensor on `device` (a mapped pool, so the send needs no registration). */
   staging(device: Device): TensorPool;
-  /** The gather (the runtime's BlockCopier). */
-  copyBlocks(blockBytes: number, copies: readonly BlockCopy[]): Promise<void>;
+  /** The gather (the runtime's BlockCopier); `sourcesReady` as in BlockCopier.copy. */
+  copyBlocks(blockBytes: number, copies: readonly BlockCopy[], options?: { sourcesReady?: boolean }): Promise<void>;
 }
 
 const PULL_ARGS: MethodDescriptor['args'] = [{ name: 'x', type: { kind: 'scalar', name: 'u32' } }, { name: 's', type: { kind: 'scalar', name: 'bytes' } }];
@@ -73,7 +73,9 @@ export function ownerMethods(host: OwnerHost): MethodEntry[] {
       if (!copying) stacked.release();
     });
     try {
-      await host.copyBlocks(bytes, found.map(({ tensor }, k) => ({ dst: stacked, dstOffset: k * bytes, src: tensor, srcOffset: 0 })));
+      // Each handle's tensor was synchronized (or its producer waited for) when it was exposed:
+      // no device-wide synchronize per batch, which would wait for the transfers of the others.
+      await host.copyBlocks(bytes, found.map(({ tensor }, k) => ({ dst: stacked, dstOffset: k * bytes, src: tensor, srcOffset: 0 })), { sourcesReady: true });
     } finally {
       copying = false;
       if (over) stacked.release();
