@@ -70,11 +70,17 @@ describe.skipIf(skip !== undefined)('copyBlocks on cuda:0', () => {
     const stacked = Tensor.zeros([8, 4096], 'u8', { device: 'cuda:0' });
     const copier = new BlockCopier();
     try {
+      const copies = parts.map((src, k) => ({ dst: stacked, dstOffset: k * 4096, src, srcOffset: 0 }));
+      // The copier's first use loads its module, which waits for the device: done before the spin.
+      await copier.copy(4096, copies, { sourcesReady: true });
       cuda.synchronize(0);  // the sources are complete from here on
       // Seconds of unrelated work on another stream: a device-wide synchronize would wait for it.
       spin.launch({ grid: 1, block: 1, stream: busy }, 4_000_000_000);
       const unrelated = CudaEvent.create(0).record(busy);
-      await copier.copy(4096, parts.map((src, k) => ({ dst: stacked, dstOffset: k * 4096, src, srcOffset: 0 })), { sourcesReady: true });
+      const zeros = Tensor.zeros([8, 4096], 'u8');
+      stacked.copyFrom(zeros);
+      zeros.release();
+      await copier.copy(4096, copies, { sourcesReady: true });
       const spinning = !unrelated.done;
       expect(Buffer.compare(stacked.to('cpu').bytes(), Buffer.concat(parts.map((p) => p.to('cpu').bytes())))).toBe(0);
       // The copy was in place while the spin still ran (it would have waited seconds otherwise).
