@@ -117,6 +117,12 @@ const ALLOWED_STATE: Record<string, string> = {
   // A brand: which objects are TensorPools (tensor.ts may not import pool.ts). Weakly keyed, it
   // says what an object is, never how much of anything the process holds.
   'core/tensor/tensor.ts: pools': 'TensorPool brand, weakly keyed',
+  // Strings derived from a method descriptor (its short name), made once instead of on every
+  // call: weakly keyed, checked against the descriptor's fields, gone with the descriptor.
+  'core/rpc/call/method-name.ts: names': 'per-descriptor method name, weakly keyed',
+  // The entries of an option rule table, listed once instead of on every call's option check:
+  // weakly keyed by the (constant) table.
+  'core/tensor/options.ts: entriesOf': 'per-rule-table entry list, weakly keyed',
 };
 
 describe('module-level state', () => {
