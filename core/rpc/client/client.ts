@@ -243,14 +243,24 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
   /** Registers a call whose end is a RESPONSE (or ERROR); the abort of `scope` cancels it. */
   #open(session: ClientSession, scope: CallScope, onCredit?: (n: number) => void): { id: number; result: Promise<FinalFrame> } {
     let id = 0;
+    const { exposures } = session.connection;
     const result = new Promise<FinalFrame>((resolve, reject) => {
-      id = session.open({ final: (r) => (r instanceof GdrpcError ? reject(r) : resolve(r)), ...(onCredit !== undefined ? { credit: onCredit } : {}) });
+      id = session.open({
+        final: (r) => {
+          // The call is over: what it exposed for RMA goes back (cancel() does it on an abort).
+          if (exposures.size > 0) exposures.releaseCall(id);
+          if (r instanceof GdrpcError) reject(r);
+          else resolve(r);
+        },
+        ...(onCredit !== undefined ? { credit: onCredit } : {}),
+      });
       scope.onAbort((reason) => {
         cancel(session, id, reason);
         reject(reason);
       });
     });
-    result.catch(() => {}).finally(() => session.connection.exposures.releaseCall(id));
+    // A failure nobody awaits yet (the send failed first) is not an unhandled rejection.
+    result.catch(() => {});
     return { id, result };
   }
 
