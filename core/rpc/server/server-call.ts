@@ -82,6 +82,9 @@ export class ServerCall {
   #taken = 0;
   /** run() has ended: later stream items are refused. */
   #over = false;
+  /** The response's send, once run() ended with nothing to release (no release pass will run a
+   *  late afterSend hook: it waits for this itself). */
+  #sentWithNothingToRelease: Promise<void> | undefined;
 
   constructor(readonly id: number, readonly connection: Connection, readonly entry: MethodEntry, readonly scope: CallScope,
     readonly metadata: Record<string, string>, private readonly env: CallEnvironment,
@@ -96,7 +99,13 @@ export class ServerCall {
       // Made on first use: most handlers never look at it.
       get signal() { return scope.signal; },
       deadline: scope.deadline, metadata: this.metadata, peer: this.connection.peer,
-      afterSend: (fn) => { this.#afterSend.push(fn); },
+      afterSend: (fn) => {
+        // Registered after the call ended without anything left to release: run it once the
+        // response has left (there is no release pass to run it with).
+        const sent = this.#sentWithNothingToRelease;
+        if (sent !== undefined) void sent.then(() => fn(), () => fn());
+        else this.#afterSend.push(fn);
+      },
     };
     let sent: Promise<void> = Promise.resolve();
     try {
@@ -125,6 +134,8 @@ export class ServerCall {
           for (const incoming of this.#incoming) incoming.releaseAll();
           for (const fn of this.#afterSend) fn();
         });
+      } else {
+        this.#sentWithNothingToRelease = sent;
       }
     }
   }

@@ -1,0 +1,51 @@
+// CallContext.afterSend: a handler's hook runs once its response has left, whether the call
+// moved tensors or not, and also when the handler registers it after returning (the call then has
+// nothing left to release, and no release pass of its own to run the hook with).
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Client, Code, GdrpcError, Runtime, Server, type CallContext, type UnaryHandler } from '../../core/index.ts';
+import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
+import { patterned } from './fixtures/tensors.ts';
+
+let serving: Runtime;
+let calling: Runtime;
+let client: Client;
+const ran: string[] = [];
+
+beforeAll(async () => {
+  serving = Runtime.create();
+  calling = Runtime.create();
+  const unimplemented = (name: string): UnaryHandler => () => { throw new GdrpcError(Code.UNIMPLEMENTED, name); };
+  const handlers: Record<string, UnaryHandler> = Object.fromEntries(Object.keys(EchoDescriptor.methods).map((name) => [name, unimplemented(name)]));
+  handlers.ping = (args: { n: number }, ctx: CallContext) => {
+    if (args.n === 1) ctx.afterSend(() => ran.push('during'));
+    // Registered after the handler returned: the call is over by then.
+    else setTimeout(() => ctx.afterSend(() => ran.push(`late ${args.n}`)), 20);
+    return { n: args.n };
+  };
+  handlers.echo = (args: { x: unknown; tag: string }, ctx: CallContext) => {
+    ctx.afterSend(() => ran.push(`echo ${args.tag}`));
+    return { y: args.x, tag: args.tag };
+  };
+  const server = Server.create({ runtime: serving, poolBytes: 8 << 20 }).register(EchoDescriptor, handlers);
+  await server.listen({ host: '127.0.0.1', port: 0 });
+  client = await Client.connect(server.address!, { runtime: calling });
+});
+afterAll(async () => {
+  await client.close();
+  await calling.close();
+  await serving.close();
+});
+
+describe('CallContext.afterSend', () => {
+  it('runs a hook registered while the handler ran, with and without tensors', async () => {
+    expect((await client.unary(EchoDescriptor.methods.ping, { n: 1 })).n).toBe(1);
+    const result = await client.unary(EchoDescriptor.methods.echo, { x: patterned(64 << 10, 3), tag: 't' });
+    (result.y as { release(): void }).release();
+    await expect.poll(() => ran, { timeout: 5000 }).toEqual(expect.arrayContaining(['during', 'echo t']));
+  });
+
+  it('runs a hook registered after the handler returned (a call with nothing to release)', async () => {
+    expect((await client.unary(EchoDescriptor.methods.ping, { n: 2 })).n).toBe(2);
+    await expect.poll(() => ran, { timeout: 5000 }).toContain('late 2');
+  });
+});
