@@ -8,6 +8,7 @@ import { FrameKind, type FrameBody } from '../../wire/frames.ts';
 import { attachCallInfo, type CallInfo } from '../movers/call-info.ts';
 import { checkCall, isIterable } from '../call/call-checks.ts';
 import { ClientSession, type FinalFrame } from './client-session.ts';
+import { cancel, neverSent, protocolError, putPolicy, type Sent } from './call-frames.ts';
 import { absoluteDeadline, CallScope } from '../call/deadline.ts';
 import type { MethodDescriptor, Placement } from '../../schema/descriptor.ts';
 import { connectAndAdmit } from '../connection/handshake.ts';
@@ -92,8 +93,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
     try {
       for (let attempt = 1; ; attempt += 1) {
         // A ready session is used as it is: no promise and no race on every call's way out.
-        const ready = this.#session;
-        const session = ready !== undefined && ready.usable && !this.#closed ? ready : await scope.race(this.#connection());
+        const session = this.#usableSession() ?? await scope.race(this.#connection());
         let sent: Sent | undefined;
         try {
           const final = this.#open(session, scope);
@@ -221,10 +221,16 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
     await this.#runtime.detach(this);
   }
 
+  /** The session calls may use now, if there is one (not closed, connected, not draining). */
+  #usableSession(): ClientSession | undefined {
+    return !this.#closed && this.#session?.usable === true ? this.#session : undefined;
+  }
+
   /** The ready session, connecting (again) when there is none. */
   #connection(): Promise<ClientSession> {
     if (this.#closed) return Promise.reject(new GdrpcError(Code.FAILED_PRECONDITION, 'client is closed'));
-    if (this.#session?.usable) return Promise.resolve(this.#session);
+    const ready = this.#usableSession();
+    if (ready !== undefined) return Promise.resolve(ready);
     this.#connecting ??= connectAndAdmit(this.#runtime, this.#host, this.#port, {
       livenessMs: this.#options.livenessMs, timeoutMs: this.#options.connectTimeoutMs,
       ...(this.#options.token !== undefined ? { token: this.#options.token } : {}),
@@ -321,7 +327,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
       throw new GdrpcError(Code.INTERNAL, `server ${session.connection.peer} sent bad results: ${GdrpcError.from(error).rawMessage}`, { cause: error });
     }
     // No tensor bytes to wait for (none, or only remote handles): the common small call.
-    if (incoming.pending.every((pending) => pending.wire.m === 'h')) {
+    if (!incoming.hasBytes) {
       scope.throwIfPastDeadline();
       return { values, transfers: incoming.transfers };
     }
@@ -350,39 +356,9 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
   }
 }
 
-/** A frame handed to the connection: its transfers, and the frame's own send. */
-interface Sent { transfers: TransferInfo[]; frame: Promise<void> }
-
-/** Whether a failed call certainly never reached the server: the error says so, or the
- *  connection was lost and its REQUEST never left (its send was refused, not attempted). */
-async function neverSent(error: unknown, sent: Sent | undefined): Promise<boolean> {
-  if (!(error instanceof GdrpcError)) return false;
-  if (error.details?.unprocessed === true) return true;
-  if (error.code !== Code.UNAVAILABLE || sent === undefined) return false;
-  return sent.frame.then(() => false, (sendError: unknown) => sendError instanceof GdrpcError && sendError.details?.unprocessed === true);
-}
-
-function cancel(session: ClientSession, id: number, reason?: unknown): void {
-  session.forget(id);
-  session.connection.exposures.releaseCall(id);
-  const code = reason instanceof GdrpcError && reason.code === Code.DEADLINE_EXCEEDED ? Code.DEADLINE_EXCEEDED : Code.CANCELLED;
-  if (session.connection.isOpen) session.connection.send(FrameKind.Cancel, id, { code }).catch(() => {});
-}
-
-/** The caller's transfer choices travel in the REQUEST (`mv`, `ns`) so that results honour them too. */
-function putPolicy(frame: RequestBody, options: CallOptions): void {
-  if (options.mover !== undefined && options.mover !== 'auto') frame.mv = options.mover;
-  if (options.noStaging === true) frame.ns = true;
-}
-
 function info(sent: TransferInfo[], received: TransferInfo[], started: number): CallInfo {
   return { transfers: [...sent, ...received], durationMs: performance.now() - started };
 }
-
-function protocolError(session: ClientSession, what: string): GdrpcError {
-  return new GdrpcError(Code.INTERNAL, `protocol error from ${session.connection.peer}: ${what}`);
-}
-
 
 /** Splits "host:port" (or passes {host, port} through), checking the port. */
 export function parseAddress(address: string | { host: string; port: number }): { host: string; port: number } {

@@ -206,7 +206,7 @@ export class ServerCall {
       void refuseRaw(scope, wire);
       throw error;
     }
-    if (incoming.pending.every((p) => p.wire.m === 'h')) return values;
+    if (!incoming.hasBytes) return values;
     const wait: AllocationWait = { signal: this.scope.signal, share: this.env.share };
     const receiving = incoming.receive((shape, dtype, placement, field) => this.env.allocate(shape, dtype, bindPlacement(placement, this.entry.receiveOn), wait, field));
     // Its failure reaches the caller through the race below; run() waits for it before releasing.

@@ -8,7 +8,7 @@ import { Code, GdrpcError } from '../../errors.ts';
 export type Side = 'client' | 'server';
 
 /** The server's settings that decide whether an argument tensor fits. */
-export interface ServerMemorySettings { poolBytes: number; poolWaitMs: number; maxTensorBytes: number; poolQueueBytes?: number }
+export interface ServerMemorySettings { poolBytes: number; poolWaitMs: number; maxTensorBytes: number }
 
 /** "268435456 bytes (256 MiB)": exact for the options, readable for people. */
 export function sizeText(bytes: number): string {

@@ -110,6 +110,9 @@ export class PendingTensor {
  *  names it for messages ("Echo.echo arguments.x"). */
 export type Allocate = (shape: number[], dtype: DType, placement: Placement, field: string) => Tensor | Promise<Tensor>;
 
+/** An announced tensor whose bytes follow (not a remote handle). */
+const carriesBytes = (pending: PendingTensor): boolean => pending.wire.m !== 'h';
+
 /** Tensors arriving in one frame. */
 export class IncomingTensors {
   readonly transfers: TransferInfo[] = [];
@@ -118,6 +121,9 @@ export class IncomingTensors {
   readonly allocated: Tensor[] = [];
 
   constructor(private readonly scope: TransferScope, private readonly limits: { maxTensor: number; noStaging?: boolean }, private readonly site: IncomingSite) {}
+
+  /** Whether any announced tensor carries bytes to receive (remote handles carry none). */
+  get hasBytes(): boolean { return this.pending.some(carriesBytes); }
 
   /** The DecodeTensor callback of decodeFields: checks the descriptor before anything is allocated. */
   readonly decode = (value: unknown, where: string, placement: Placement): unknown => {
@@ -154,7 +160,7 @@ export class IncomingTensors {
    *  everything allocated is released and what was not received is refused. */
   async receive(allocate: Allocate): Promise<Map<PendingTensor, Tensor>> {
     const received = new Map<PendingTensor, Tensor>();
-    const work = this.pending.filter((pending) => pending.wire.m !== 'h');
+    const work = this.pending.filter(carriesBytes);
     let failure: unknown;
     await Promise.all(work.map(async (pending) => {
       const mover = moverByName(moverOf(pending.wire));

@@ -1,0 +1,41 @@
+// How a client call speaks on its connection beyond sending its REQUEST: the policy the REQUEST
+// carries, CANCEL, whether a failed call certainly never reached the server (and may be retried),
+// and the error for a frame out of place.
+import { Code, GdrpcError } from '../../errors.ts';
+import { FrameKind, type FrameBody } from '../../wire/frames.ts';
+import type { CallOptions } from '../call/options.ts';
+import type { TransferInfo } from '../movers/mover.ts';
+import type { ClientSession } from './client-session.ts';
+
+type RequestBody = FrameBody<FrameKind.Request>;
+
+/** A frame handed to the connection: its transfers, and the frame's own send. */
+export interface Sent { transfers: TransferInfo[]; frame: Promise<void> }
+
+/** Whether a failed call certainly never reached the server: the error says so, or the
+ *  connection was lost and its REQUEST never left (its send was refused, not attempted). */
+export async function neverSent(error: unknown, sent: Sent | undefined): Promise<boolean> {
+  if (!(error instanceof GdrpcError)) return false;
+  if (error.details?.unprocessed === true) return true;
+  if (error.code !== Code.UNAVAILABLE || sent === undefined) return false;
+  return sent.frame.then(() => false, (sendError: unknown) => sendError instanceof GdrpcError && sendError.details?.unprocessed === true);
+}
+
+/** Stops tracking a call, gives back what it exposed, and tells the server (CANCEL). */
+export function cancel(session: ClientSession, id: number, reason?: unknown): void {
+  session.forget(id);
+  session.connection.exposures.releaseCall(id);
+  const code = reason instanceof GdrpcError && reason.code === Code.DEADLINE_EXCEEDED ? Code.DEADLINE_EXCEEDED : Code.CANCELLED;
+  if (session.connection.isOpen) session.connection.send(FrameKind.Cancel, id, { code }).catch(() => {});
+}
+
+/** The caller's transfer choices travel in the REQUEST (`mv`, `ns`) so that results honour them too. */
+export function putPolicy(frame: RequestBody, options: CallOptions): void {
+  if (options.mover !== undefined && options.mover !== 'auto') frame.mv = options.mover;
+  if (options.noStaging === true) frame.ns = true;
+}
+
+/** INTERNAL for a frame the server should not have sent. */
+export function protocolError(session: ClientSession, what: string): GdrpcError {
+  return new GdrpcError(Code.INTERNAL, `protocol error from ${session.connection.peer}: ${what}`);
+}
