@@ -36,6 +36,9 @@ export enum FrameKind {
   // 13 was BATCH in wire version 1; every message may hold several frames now (message.ts).
   /** Receiver -> sender of a stream: `n` more items may be sent (the REQUEST's `win` opened it). */
   Credit = 14,
+  /** Sender -> receiver of a tag transfer: how UCX moved its bytes, once the send completed
+   *  (sent only to a peer that announced `rep`). */
+  Sent = 15,
 }
 
 const uint = { type: 'uint' } as const;
@@ -61,12 +64,13 @@ export const FRAMES = {
       /** liveness, ms */ live: uint,
       /** the server receives `@cuda` tensors into GPU memory (absent: host) */ gpu: optional(bool),
       /** the server stages what it receives into GPU memory through host memory */ stg: optional(bool),
+      /** the server reads SENT frames and sends one after each tag transfer it makes */ rep: optional(bool),
     },
   },
   [FrameKind.Auth]: {
     name: 'AUTH',
     fields: {
-      key, proof: optional(bin), live: optional(uint), gpu: optional(bool), stg: optional(bool),
+      key, proof: optional(bin), live: optional(uint), gpu: optional(bool), stg: optional(bool), rep: optional(bool),
       /** largest frame the client reads (absent: unlimited) */ maxFrame: optional(uint),
     },
   },
@@ -92,6 +96,13 @@ export const FRAMES = {
   [FrameKind.Fin]: { name: 'FIN', fields: { x: uint } },
   [FrameKind.GoAway]: { name: 'GOAWAY', fields: {} },
   [FrameKind.Credit]: { name: 'CREDIT', fields: { n: uint } },
+  [FrameKind.Sent]: {
+    name: 'SENT',
+    fields: {
+      /** the transfer id of the tag transfer whose send completed */ x: uint,
+      /** UCX's description of the completed send request (empty: UCX said nothing) */ p: str,
+    },
+  },
 } as const satisfies Record<FrameKind, FrameSpec>;
 
 /** The body of a frame of kind `K`, as decodeFrame hands it out and Connection.send takes it. */

@@ -1,7 +1,7 @@
 // Unary calls with tensors of every interesting size through every mover, contents verified,
 // between two processes over real UCX.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Client, callInfo, Code, GdrpcError, type Tensor } from '../../core/index.ts';
+import { Client, callInfo, Code, confirmedCallInfo, GdrpcError, Runtime, type Tensor } from '../../core/index.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer, type ListeningPeer } from './fixtures/peers.ts';
 import { disposePeers } from '../support/peer.ts';
@@ -66,12 +66,17 @@ describe('unary', () => {
         const back = callInfo(result)!.transfers.find((t) => t.argument === 'y')!;
         expect(back).toMatchObject({ bytes: size, mover: expected, path: sent.path });
         // Tag transfers carry UCX's own description on the sending side: the protocol and lane the
-        // path came from; the receiving side predicts (docs/gpu.md "Transfer paths").
+        // path came from. The receiving side has the sender's, once its SENT came (docs/gpu.md
+        // "Transfer paths"): confirmedCallInfo waits for it.
+        const described = new RegExp(`^\\{[^}]*\\} (tag|rndv)_send from host memory length ${size} .*${local === 'tcp' ? 'tcp/' : '(posix|sysv|cma)/'}`);
         if (expected === 'tag') {
-          expect(sent.protocol).toMatch(new RegExp(`^\\{[^}]*\\} (tag|rndv)_send from host memory length ${size} .*${local === 'tcp' ? 'tcp/' : '(posix|sysv|cma)/'}`));
-          expect(back.protocol).toBeUndefined();  // receives are not described (native/src/request.h)
+          expect(sent).toMatchObject({ source: 'ucx', protocol: expect.stringMatching(described) });
+          expect(await confirmedCallInfo(result)).toBe(callInfo(result));
+          expect(back).toMatchObject({ source: 'sender', path: local, protocol: expect.stringMatching(described) });
         } else {
           expect(sent.protocol).toBeUndefined();
+          expect(back.protocol).toBeUndefined();
+          expect([sent.source, back.source]).toEqual(['gdrpc', 'gdrpc']);
         }
         y.release();
       });
@@ -81,20 +86,31 @@ describe('unary', () => {
   it('without protocol reports (GDRPC_PROTOCOL_REPORTS=0) this side predicts its paths and carries no UCX description', async () => {
     const size = 1 * MiB;
     const x = patterned(size, 7);
+    // Read when a runtime opens: this one asks UCX nothing and tells the server it wants no SENT.
     process.env.GDRPC_PROTOCOL_REPORTS = '0';
+    let runtime: Runtime;
     try {
-      const result = await client.unary(EchoDescriptor.methods.echo, { x, tag: 'quiet' }, { mover: 'tag' });
+      runtime = Runtime.create();
+    } finally {
+      delete process.env.GDRPC_PROTOCOL_REPORTS;
+    }
+    const quiet = await Client.connect(server.address, { runtime, poolBytes: 4 * MiB });
+    try {
+      const result = await quiet.unary(EchoDescriptor.methods.echo, { x, tag: 'quiet' }, { mover: 'tag' });
       const y = result.y as Tensor;
       expect(y.equals(x)).toBe(true);
       const local = /^(y|yes|1|on)$/i.test(process.env.UCX_MM_ERROR_HANDLING ?? '') ? 'shm' : 'tcp';
+      // Nothing to wait for: the server sends no SENT to a client that did not announce `rep`.
+      await confirmedCallInfo(result);
       for (const argument of ['x', 'y']) {
         const info = callInfo(result)!.transfers.find((t) => t.argument === argument)!;
-        expect(info).toMatchObject({ mover: 'tag', path: local });
+        expect(info).toMatchObject({ mover: 'tag', path: local, source: 'predicted' });
         expect(info.protocol).toBeUndefined();
       }
       y.release();
     } finally {
-      delete process.env.GDRPC_PROTOCOL_REPORTS;
+      await quiet.close();
+      await runtime.close();
     }
   });
 });

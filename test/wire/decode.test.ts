@@ -18,11 +18,11 @@ const bytes = (n: number): Uint8Array => new Uint8Array(n).fill(7);
 
 const FRAME_CASES: Record<FrameKind, Case> = {
   [FrameKind.Hello]: {
-    good: { key: KEY, chal: bytes(32), maxFrame: 4 << 20, maxTensor: 2 ** 40, inline: 4096, live: 10_000, gpu: false, stg: true },
+    good: { key: KEY, chal: bytes(32), maxFrame: 4 << 20, maxTensor: 2 ** 40, inline: 4096, live: 10_000, gpu: false, stg: true, rep: true },
     missing: 'maxFrame', wrongType: ['gpu', 1], outOfBounds: ['key', 0xffff_ffffn],
   },
   [FrameKind.Auth]: {
-    good: { key: KEY, proof: bytes(32), live: 10_000, gpu: true, stg: false, maxFrame: 1 << 22 },
+    good: { key: KEY, proof: bytes(32), live: 10_000, gpu: true, stg: false, rep: false, maxFrame: 1 << 22 },
     missing: 'key', wrongType: ['proof', 'proof'], outOfBounds: ['maxFrame', -1],
   },
   [FrameKind.Ready]: { good: {} },
@@ -39,6 +39,7 @@ const FRAME_CASES: Record<FrameKind, Case> = {
   [FrameKind.Fin]: { good: { x: 7 }, missing: 'x', wrongType: ['x', 'seven'], outOfBounds: ['x', -1] },
   [FrameKind.GoAway]: { good: {} },
   [FrameKind.Credit]: { good: { n: 32 }, missing: 'n', wrongType: ['n', {}], outOfBounds: ['n', 0.5] },
+  [FrameKind.Sent]: { good: { x: 9, p: 'tag_send from host memory length 8 eager short tcp/lo' }, missing: 'p', wrongType: ['p', 1], outOfBounds: ['x', 2 ** 53] },
 };
 
 const common = { dt: 'u8', sh: [2, 1], n: 2, mt: 'host' };

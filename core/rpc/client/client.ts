@@ -341,6 +341,15 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
       receiving.then(() => incoming.releaseAll(), () => {});
       throw error;
     }
+    // noStaging holds the results until the server's reports say how UCX moved them.
+    if (options.noStaging === true) {
+      try {
+        await scope.race(incoming.confirm());
+      } catch (error) {
+        incoming.releaseAll();
+        throw error;
+      }
+    }
     replaceDeep(values, (item) => (item instanceof PendingTensor ? received.get(item) ?? item : item));
     return { values, transfers: incoming.transfers };
   }

@@ -11,11 +11,12 @@ import type { TakenMessage } from '../../ucx/index.ts';
 import type { FrameSink } from '../runtime/dispatcher.ts';
 import { Exposures } from './exposures.ts';
 import { Liveness } from './liveness.ts';
+import { TransferReports } from './reports.ts';
 import type { Runtime } from '../runtime/runtime.ts';
 
 /** What the side that owns a connection does with its frames. */
 export interface FrameHandler {
-  /** A well-formed frame (checked against the frame table), other than KEEPALIVE and FIN. */
+  /** A well-formed frame (checked against the frame table), other than KEEPALIVE, FIN and SENT. */
   frame(frame: Frame): void;
   /** A frame that failed decoding or was too long for the receive buffer. */
   malformed(kind: number, call: number, error: GdrpcError): void;
@@ -28,6 +29,7 @@ export interface PeerLimits {
   maxFrame: number; maxTensor: number; inline: number;
   /** receives @cuda tensors into GPU memory */ gpu: boolean;
   /** stages what it receives into GPU memory through host memory (its UCX cannot map CUDA) */ stages?: boolean;
+  /** reads SENT frames and sends one after each tag transfer it makes (docs/wire.md) */ reports?: boolean;
 }
 
 interface QueuedFrame extends WireFrame { resolve: () => void; reject: (error: unknown) => void }
@@ -63,6 +65,8 @@ export class Connection implements FrameSink {
   frameLimit = Number.MAX_SAFE_INTEGER;
   readonly exposures = new Exposures();
   readonly transfers = new IdSequence();
+  /** The peer's reports of the tag transfers it sends here (SENT frames), by transfer id. */
+  readonly reports = new TransferReports(() => this.transferTimeoutMs);
   readonly liveness: Liveness;
   readonly #abort = new AbortController();
   #error: GdrpcError | undefined;
@@ -317,6 +321,10 @@ export class Connection implements FrameSink {
       if (this.admitted) this.exposures.release(frame.body.x);
       return;
     }
+    if (frame.kind === FrameKind.Sent) {
+      if (this.admitted) this.reports.deliver(frame.body.x, frame.body.p);
+      return;
+    }
     this.#handler?.frame(frame);
   }
 
@@ -333,6 +341,7 @@ export class Connection implements FrameSink {
     this.#error = error;
     this.liveness.stop();
     this.exposures.releaseAll();
+    this.reports.close();
     for (const held of this.#held.values()) this.runtime.dispatcher.drop(held.message);
     this.#held.clear();
     this.#expected.clear();

@@ -48,9 +48,11 @@ function admit(connection: Connection, options: HandshakeOptions): Promise<void>
         if (frame.kind === FrameKind.Hello && connection.peerKey === undefined) {
           const hello = frame.body;
           connection.peerKey = new ConnectionKey(hello.key);
-          connection.peerLimits = { maxFrame: hello.maxFrame, maxTensor: hello.maxTensor, inline: hello.inline, gpu: hello.gpu === true, stages: hello.stg === true };
+          const describes = connection.runtime.describes;
+          connection.peerLimits = { maxFrame: hello.maxFrame, maxTensor: hello.maxTensor, inline: hello.inline, gpu: hello.gpu === true, stages: hello.stg === true, reports: describes && hello.rep === true };
           const auth: FrameBody<FrameKind.Auth> = { key: connection.key.value, live: options.livenessMs, gpu: cudaReceives(), maxFrame: DEFAULT_FRAME_BYTES };
           if (connection.runtime.stagesCudaReceives) auth.stg = true;
+          if (describes) auth.rep = true;
           if (hello.chal !== undefined && options.token !== undefined) auth.proof = authProof(options.token, hello.chal, connection.peerKey.value, connection.key.value);
           const livenessMs = Math.min(options.livenessMs, hello.live || options.livenessMs);
           connection.liveness.start(livenessMs);

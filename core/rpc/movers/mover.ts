@@ -6,16 +6,24 @@ import type { Connection } from '../connection/connection.ts';
 
 export type MoverName = 'inline' | 'tag' | 'rma';
 export type TransferPath = 'inline' | 'shm' | 'tcp' | 'cuda_ipc' | 'rdma' | 'staged';
+/** Where a transfer's reported path comes from (docs/gpu.md "Transfer paths"). */
+export type PathSource = 'ucx' | 'sender' | 'gdrpc' | 'predicted';
 
 /** One tensor's transfer as a call result reports it (callInfo). */
 export interface TransferInfo {
   argument: string;
   bytes: number;
   mover: MoverName;
-  /** The path class: from UCX's description of the send on the sending side, predicted from the
-   *  lanes and the memory types on the receiving side (docs/gpu.md "Transfer paths"). */
+  /** The path class (docs/gpu.md "Transfer paths"); `source` says how it is known. */
   path: TransferPath;
-  /** UCX's description of this side's request (ucp_request_query), for debugging: tag and RMA movers. */
+  /** 'ucx': UCX's description of this side's request (a tag sender, an RMA reader). 'sender': the
+   *  sender's UCX description of its completed send, which it reported in a SENT frame (a tag
+   *  receiver; see confirmedCallInfo). 'gdrpc': gdrpc moved the bytes itself (inline in the frame,
+   *  or staged through its own host bounce). 'predicted': from the endpoint's lanes and the memory
+   *  types, because UCX said nothing (reports off, or the sender's report has not come). */
+  source: PathSource;
+  /** UCX's description of the request that moved the bytes (ucp_request_query), for debugging:
+   *  this side's, or the sender's when `source` is 'sender'. Tag and RMA movers only. */
   protocol?: string;
 }
 

@@ -74,11 +74,3 @@ export function pathOfProtocol(protocol: UcxProtocol, local: 'host' | 'cuda', re
   return 'staged';
 }
 
-/**
- * Whether transfers ask UCX for their protocol (default yes). GDRPC_PROTOCOL_REPORTS=0 turns the
- * reports off to measure what they cost: paths are then predicted from the lanes and memory types
- * (docs/gpu.md "Transfer paths"), and noStaging checks only before the bytes move.
- */
-export function protocolReports(): boolean {
-  return process.env.GDRPC_PROTOCOL_REPORTS !== '0';
-}

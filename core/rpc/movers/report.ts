@@ -1,13 +1,18 @@
 // What a transfer reports once its bytes moved (callInfo): the plan's path, corrected by UCX's
-// description of this side's request where there is one. A sender's send is described in full; a
-// receive says only its length and memory type, so the receiver maps what it can and predicts the
-// rest from the lanes (docs/gpu.md "Transfer paths").
+// description of the request that moved them. A sender's send is described in full, and so is an
+// RMA reader's get; a tag receive says only its length and memory type, so the receiver predicts
+// until the sender's report (a SENT frame) brings the sender's description (docs/gpu.md
+// "Transfer paths").
 import { Code, GdrpcError } from '../../errors.ts';
-import type { Endpoint } from '../../ucx/index.ts';
 import type { ProtocolSeen, TransferInfo } from './mover.ts';
-import { transferPath } from './path.ts';
 import type { TransferPlan } from './plan.ts';
 import { parseProtocol, pathOfProtocol } from './protocol.ts';
+
+/** The report of a transfer as planned, before UCX said anything. */
+export function plannedInfo(argument: string, plan: TransferPlan): TransferInfo {
+  const gdrpc = plan.mover === 'inline' || plan.staged !== undefined;
+  return { argument, bytes: plan.bytes, mover: plan.mover, path: plan.path, source: gdrpc ? 'gdrpc' : 'predicted' };
+}
 
 /** Updates a sender's `info` with what UCX said of its send. Under noStaging a send that UCX moved
  *  through host memory throws: the bytes have moved, so the call fails. */
@@ -16,22 +21,46 @@ export function reportSent(info: TransferInfo, plan: TransferPlan, seen: Protoco
   info.protocol = seen.protocol;
   const parsed = parseProtocol(seen.protocol);
   if (plan.staged !== undefined || parsed === undefined) return;
-  info.path = pathOfProtocol(parsed, plan.from, plan.to) ?? info.path;
-  if (noStaging && info.path === 'staged') {
+  const path = pathOfProtocol(parsed, plan.from, plan.to);
+  if (path === undefined) return;
+  info.path = path;
+  info.source = 'ucx';
+  if (noStaging && path === 'staged') {
     throw new GdrpcError(Code.FAILED_PRECONDITION, `${info.argument}: UCX moved ${plan.from} -> ${plan.to} over ${peer} through host memory (noStaging): ${parsed.text}`, { path: 'staged' });
   }
 }
 
-/** What a receiver reports: RMA reads from UCX's description of the get (the reader ran it); tag
- *  receives from the lanes and the memory types, this side's as UCX detected it. */
-export function reportReceived(argument: string, plan: TransferPlan, seen: ProtocolSeen | void, endpoint: Endpoint): TransferInfo {
-  const info: TransferInfo = { argument, bytes: plan.bytes, mover: plan.mover, path: 'staged' };
-  const parsed = seen === undefined || seen.protocol === '' ? undefined : parseProtocol(seen.protocol);
-  if (seen !== undefined && seen.protocol !== '') info.protocol = seen.protocol;
-  if (plan.staged !== undefined) return info;
-  const detected = parsed?.memoryType;
-  const to = detected === 'host' || detected === 'cuda' ? detected : plan.to;
-  info.path = (parsed !== undefined ? pathOfProtocol(parsed, to, plan.from) : undefined)
-    ?? transferPath(plan.mover, endpoint, plan.from, to, plan.bytes);
+/** What a receiver reports when the bytes are in: an RMA read from UCX's description of the get
+ *  (the reader ran it); a tag receive predicted from the lanes and the memory types until the
+ *  sender's report comes (applySenderReport). */
+export function reportReceived(argument: string, plan: TransferPlan, seen: ProtocolSeen | void): TransferInfo {
+  const info = plannedInfo(argument, plan);
+  if (plan.staged !== undefined || plan.mover === 'inline') return info;
+  if (seen !== undefined && seen.protocol !== '') {
+    info.protocol = seen.protocol;
+    const parsed = parseProtocol(seen.protocol);
+    const path = parsed === undefined ? undefined : pathOfProtocol(parsed, plan.to, plan.from);
+    if (path !== undefined) {
+      info.path = path;
+      info.source = 'ucx';
+    }
+  }
   return info;
+}
+
+/** Completes a tag receiver's `info` with the sender's report of its send (undefined: none came).
+ *  The sender's description names the memory UCX found at its end; this side's is the destination
+ *  it allocated. A rendezvous the receiver pulled is described as UCX's estimate for a receiver with
+ *  memory like the sender's: between unlike memory it maps to `staged` (pathOfProtocol). */
+export function applySenderReport(info: TransferInfo, plan: TransferPlan, report: string | undefined): void {
+  if (report === undefined || report === '') return;
+  info.protocol = report;
+  if (plan.staged !== undefined) return;
+  const parsed = parseProtocol(report);
+  if (parsed === undefined) return;
+  const from = parsed.memoryType === 'cuda' || parsed.memoryType === 'host' ? parsed.memoryType : plan.from;
+  const path = pathOfProtocol(parsed, from, plan.to);
+  if (path === undefined) return;
+  info.path = path;
+  info.source = 'sender';
 }

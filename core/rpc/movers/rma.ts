@@ -8,7 +8,6 @@ import { FrameKind, type TensorWire } from '../../wire/frames.ts';
 import type { Mover, Outgoing, ProtocolSeen, TransferScope } from './mover.ts';
 import { mappedSpan } from './memory.ts';
 import { memoryTypeOf } from '../runtime/memory-support.ts';
-import { protocolReports } from './protocol.ts';
 
 export const rmaMover: Mover = {
   name: 'rma',
@@ -37,7 +36,7 @@ export const rmaMover: Mover = {
     try {
       rkey = RemoteKey.unpack(connection.endpoint, wire.k!);
       // The reader runs the get: UCX's description of it is the truth about this transfer.
-      return await connection.endpoint.get(span, wire.a!, rkey, { describe: protocolReports() });
+      return await connection.endpoint.get(span, wire.a!, rkey, { describe: connection.runtime.describes });
     } catch (error) {
       throw connection.closedError ?? GdrpcError.from(error, Code.UNAVAILABLE);
     } finally {

@@ -9,7 +9,6 @@ import type { TagBuffer, TagRecvResult } from '../../ucx/index.ts';
 import type { Mover, Outgoing, ProtocolSeen, TransferScope } from './mover.ts';
 import { tagBuffer } from './memory.ts';
 import { memoryTypeOf } from '../runtime/memory-support.ts';
-import { protocolReports } from './protocol.ts';
 
 export const tagMover: Mover = {
   name: 'tag',
@@ -24,7 +23,7 @@ export const tagMover: Mover = {
         try {
           // Settles once UCX is done reading: the caller may then reuse or free the tensor. UCX's
           // description of the send is the path the call reports.
-          return await connection.endpoint.tagSend(connection.outgoingDataTag(x), buffer, { untilComplete: true, describe: protocolReports() });
+          return await connection.endpoint.tagSend(connection.outgoingDataTag(x), buffer, { untilComplete: true, describe: connection.runtime.describes });
         } catch (error) {
           throw connection.closedError ?? GdrpcError.from(error, Code.UNAVAILABLE);
         } finally {
@@ -68,13 +67,13 @@ async function receiveOrTake(connection: TransferScope['connection'], transfer: 
   const held = connection.takeHeld(transfer);
   // Every receive settles only when UCX is done writing `buffer`, whatever the outcome: its
   // memory (a pool block) goes back only then.
-  if (held !== undefined) return worker.tagRecvTaken(held, buffer, { untilComplete: true, describe: protocolReports() });
+  if (held !== undefined) return worker.tagRecvTaken(held, buffer, { untilComplete: true, describe: connection.runtime.describes });
   // Bytes a peer announced but does not send must not hold the destination (a pool block) for
   // ever: past the transfer timeout the connection closes (Connection.watchTransfer), and its
   // end cancels this receive.
   const unwatch = connection.watchTransfer(transfer);
   try {
-    return await worker.tagRecv(buffer, connection.incomingDataTag(transfer), EXACT_MASK, { signal: connection.signal, untilComplete: true, describe: protocolReports() });
+    return await worker.tagRecv(buffer, connection.incomingDataTag(transfer), EXACT_MASK, { signal: connection.signal, untilComplete: true, describe: connection.runtime.describes });
   } finally {
     unwatch();
   }

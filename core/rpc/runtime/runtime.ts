@@ -60,6 +60,10 @@ export class Runtime {
   readonly blocks = new BlockCopier();
   /** Memory registered per transfer because a tensor was not in a mapped pool (moverStats). */
   readonly stats: MoverStats = { oneOffRegistrations: 0 };
+  /** Whether transfers ask UCX how it moved their bytes, and peers exchange those reports (SENT
+   *  frames): GDRPC_PROTOCOL_REPORTS=0 turns both off, read once when the runtime opens (docs/gpu.md
+   *  "Transfer paths"). */
+  readonly describes = process.env.GDRPC_PROTOCOL_REPORTS !== '0';
   /** Internal, for tests on machines without a GPU: stage host tensors too (non-inline, non-empty),
    *  through an ordinary host bounce, so that the staging logic runs end to end on host memory. */
   hostStagingForTests = false;

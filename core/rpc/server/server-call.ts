@@ -16,6 +16,8 @@ import type { OwnerDialer } from '../remote/remote.ts';
 import { IncomingTensors, OutgoingTensors, PendingTensor, refuseRaw, type Allocate, type SendPolicy } from '../transfer/transfer.ts';
 import { validateFields } from '../call/validate.ts';
 import { decodeFields, encodeFields, replaceDeep } from '../call/values.ts';
+import { confirmTransfers } from '../movers/call-info.ts';
+import type { TransferInfo } from '../movers/mover.ts';
 
 type Row = Record<string, unknown>;
 
@@ -29,6 +31,11 @@ export interface CallContext {
   /** Runs `fn` once this call is over and its results' bytes have left (or will never leave: the
    *  call failed or was cancelled), e.g. to release a tensor the handler returned from its own pool. */
   afterSend(fn: () => void): void;
+  /** The argument tensors' transfers (a client stream's: those of the items received so far). The
+   *  path of a tag transfer may still be predicted: confirmedTransfers() waits for the caller's reports. */
+  readonly transfers: readonly TransferInfo[];
+  /** `transfers`, once each has its final path (confirmTransfers). */
+  confirmedTransfers(): Promise<readonly TransferInfo[]>;
 }
 export type UnaryHandler = (args: any, ctx: CallContext) => Promise<Row> | Row;
 export type ServerStreamHandler = (args: any, ctx: CallContext) => AsyncIterable<Row>;
@@ -95,10 +102,17 @@ export class ServerCall {
   async run(args: Row | undefined): Promise<void> {
     const { method, handler } = this.entry;
     const scope = this.scope;
+    const incoming = this.#incoming;
     const ctx: CallContext = {
       // Made on first use: most handlers never look at it.
       get signal() { return scope.signal; },
       deadline: scope.deadline, metadata: this.metadata, peer: this.connection.peer,
+      get transfers() { return incoming.flatMap((frame) => frame.transfers); },
+      async confirmedTransfers() {
+        const transfers = incoming.flatMap((frame) => frame.transfers);
+        await confirmTransfers(transfers);
+        return transfers;
+      },
       afterSend: (fn) => {
         // Registered after the call ended without anything left to release: run it once the
         // response has left (there is no release pass to run it with).
@@ -212,7 +226,9 @@ export class ServerCall {
     // Its failure reaches the caller through the race below; run() waits for it before releasing.
     receiving.catch(() => {});
     this.#receiving.push(receiving);
-    return this.scope.race(receiving).then((received) => {
+    // noStaging holds the handler until the client's reports say how UCX moved the arguments.
+    const confirmed = this.policy.noStaging ? receiving.then(async (received) => { await incoming.confirm(); return received; }) : receiving;
+    return this.scope.race(confirmed).then((received) => {
       replaceDeep(values, (item) => (item instanceof PendingTensor ? received.get(item) ?? item : item));
       return values;
     });

@@ -5,7 +5,6 @@
 import { Code, GdrpcError } from '../../errors.ts';
 import { elementSize, isDType, Tensor } from '../../tensor/index.ts';
 import { checkTensorWire } from '../../wire/codec.ts';
-import type { TensorWire } from '../../wire/frames.ts';
 import type { DType, Placement } from '../../schema/descriptor.ts';
 import { moverByName } from '../movers/choose.ts';
 import type { CudaEvent } from '../../compute/stream.ts';
@@ -13,9 +12,11 @@ import { ProducerSync, producerDone } from '../movers/memory.ts';
 import { cudaReceives, memoryTypeOf } from '../runtime/memory-support.ts';
 import type { Mover, Outgoing, ProtocolSeen, TransferInfo, TransferScope } from '../movers/mover.ts';
 import { moverOf, planArrival, planReceive, planSend, type PeerFacts, type SendPolicy, type TransferPlan } from '../movers/plan.ts';
-import { reportReceived, reportSent } from '../movers/report.ts';
+import { applySenderReport, plannedInfo, reportReceived, reportSent } from '../movers/report.ts';
 import { bounceFor, stagingReason } from '../movers/staging.ts';
 import { tensorTooLarge, type Side } from './memory-errors.ts';
+import { FrameKind, type TensorWire } from '../../wire/frames.ts';
+import { awaitingReport } from '../movers/call-info.ts';
 import { RemoteTensor, exposeRemote, type OwnerDialer } from '../remote/remote.ts';
 
 export type { SendPolicy } from '../movers/plan.ts';
@@ -74,7 +75,7 @@ export class OutgoingTensors {
     } else {
       outgoing = mover.prepare(value, this.scope);
     }
-    const info: TransferInfo = { argument: where, bytes: value.byteLength, mover: plan.mover, path: plan.path };
+    const info = plannedInfo(where, plan);
     this.#outgoing.push({ outgoing, info, plan, ready });
     this.transfers.push(info);
     return outgoing.wire;
@@ -94,8 +95,18 @@ export class OutgoingTensors {
     if (this.#outgoing.length === 0) return Promise.resolve();
     return Promise.all(this.#outgoing.map(async (entry) => {
       if (entry.ready !== undefined) await producerDone(entry.ready);
-      reportSent(entry.info, entry.plan, await entry.outgoing.start(), this.policy.noStaging, this.scope.connection.peer);
+      const seen = await entry.outgoing.start();
+      this.#report(entry, seen);
+      reportSent(entry.info, entry.plan, seen, this.policy.noStaging, this.scope.connection.peer);
     })).then(() => undefined);
+  }
+
+  /** Tells the receiver of a completed tag send how UCX moved it (SENT): a receive cannot ask. */
+  #report(entry: Sending, seen: ProtocolSeen | void): void {
+    const { connection, call } = this.scope;
+    if (entry.plan.mover !== 'tag' || connection.peerLimits.reports !== true || !connection.isOpen) return;
+    connection.send(FrameKind.Sent, call, { x: entry.outgoing.wire.x!, p: seen?.protocol ?? '' })
+      .catch(() => { /* the connection is gone: the receiver's report ends with it */ });
   }
 }
 
@@ -144,9 +155,13 @@ export class IncomingTensors {
     const pending = new PendingTensor(wire, where, placement);
     this.pending.push(pending);
     if (wire.m === 'h') return new RemoteTensor(wire, this.site.dialOwner);
-    // Its payload may come before the receive is posted (the allocation can wait): hold it.
-    if (wire.m === 't') this.scope.connection.expect(wire.x!);
     const { connection } = this.scope;
+    if (wire.m === 't') {
+      // Its payload may come before the receive is posted (the allocation can wait): hold it.
+      connection.expect(wire.x!);
+      // And the sender's report of it after its send completed (SENT), whatever this side does.
+      if (connection.peerLimits.reports === true) connection.reports.expect(wire.x!);
+    }
     const plan = planArrival({
       where, wire, placement, sender: this.#sender(), noStaging: this.limits.noStaging === true,
       gpu: cudaReceives, mapsCuda: () => connection.runtime.mapsCuda,
@@ -176,7 +191,7 @@ export class IncomingTensors {
         }
       } catch (error) {
         failure ??= error;
-        await mover.refuse(pending.wire, this.scope);
+        await this.#refuse(mover, pending.wire);
         return;
       }
       this.allocated.push(dest);
@@ -186,15 +201,18 @@ export class IncomingTensors {
       });
       if (plan.refusal !== undefined) {
         failure ??= plan.refusal;
-        await mover.refuse(pending.wire, this.scope);
+        await this.#refuse(mover, pending.wire);
         return;
       }
       try {
         const seen = plan.bounce !== undefined ? await stagedReceive(mover, pending.wire, dest, this.scope) : await mover.receive(pending.wire, dest, this.scope);
         received.set(pending, dest);
-        this.transfers.push(reportReceived(pending.where, plan, seen, this.scope.connection.endpoint));
+        const info = reportReceived(pending.where, plan, seen);
+        this.transfers.push(info);
+        if (pending.wire.m === 't') this.#awaitReport(info, plan, pending.wire.x!);
       } catch (error) {
         failure ??= error;
+        if (pending.wire.m === 't') this.scope.connection.reports.forget(pending.wire.x!);
       }
     }));
     if (failure !== undefined) {
@@ -206,6 +224,35 @@ export class IncomingTensors {
 
   releaseAll(): void {
     for (const tensor of this.allocated.splice(0)) tensor.release();
+  }
+
+  /** Resolves once every tag transfer of this frame has its sender's report (or none will come);
+   *  under noStaging, rejects when a report says UCX moved the bytes through host memory: they
+   *  have arrived, but the call fails. */
+  async confirm(): Promise<void> {
+    if (this.#reports.length > 0) await Promise.all(this.#reports);
+    if (this.limits.noStaging !== true) return;
+    const staged = this.transfers.find((info) => info.source === 'sender' && info.path === 'staged');
+    if (staged !== undefined) {
+      throw new GdrpcError(Code.FAILED_PRECONDITION, `${this.site.label}${staged.argument}: UCX moved it from ${this.scope.connection.peer} through host memory (noStaging), as the sender reported: ${staged.protocol}`, { path: 'staged' });
+    }
+  }
+
+  readonly #reports: Array<Promise<void>> = [];
+
+  /** Completes `info` when the sender's report of `transfer` comes. */
+  #awaitReport(info: TransferInfo, plan: TransferPlan, transfer: number): void {
+    const { connection } = this.scope;
+    if (connection.peerLimits.reports !== true) return;
+    const reported = connection.reports.take(transfer).then((report) => applySenderReport(info, plan, report));
+    awaitingReport(info, reported);
+    this.#reports.push(reported);
+  }
+
+  /** Declines an announced tensor; its sender's report is not wanted either. */
+  #refuse(mover: Mover, wire: TensorWire): Promise<void> {
+    if (wire.m === 't') this.scope.connection.reports.forget(wire.x!);
+    return mover.refuse(wire, this.scope);
   }
 
   #sender(): PeerFacts {
@@ -264,5 +311,6 @@ export function refuseRaw(scope: TransferScope, wireObject: unknown): Promise<vo
     }
   };
   walk(wireObject);
+  for (const wire of found) if (wire.m === 't') scope.connection.reports.forget(wire.x!);
   return Promise.all(found.map((wire) => moverByName(wire.m === 't' ? 'tag' : 'rma').refuse(wire, scope))).then(() => undefined);
 }

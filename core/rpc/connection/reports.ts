@@ -1,0 +1,95 @@
+// Sender reports of tag transfers (SENT frames): a tag receiver cannot ask UCX how its bytes came
+// (a receive describes only its length and memory type), so the sender, once its send completed,
+// sends UCX's description of it. This side keeps one entry per tag transfer it was announced,
+// from the frame's decoding until the report is taken, dropped or overdue. A peer's SENT for a
+// transfer this side has no entry for is ignored: the peer cannot make it keep anything else.
+
+/** Entries beyond this many drop the oldest (its waiter hears "no report"). */
+export const MAX_PENDING_REPORTS = 4096;
+/** Longest description kept: UCX's are about 200 characters. */
+const MAX_REPORT_CHARS = 1024;
+
+interface Entry {
+  /** The description, once SENT brought it. */
+  report?: string;
+  /** Who waits for it (take), if anyone yet. */
+  waiter?: (report: string | undefined) => void;
+  /** performance.now() past which the report is no longer waited for. */
+  due: number;
+}
+
+/** The sender reports a connection expects. */
+export class TransferReports {
+  readonly #entries = new Map<number, Entry>();
+  #timer: NodeJS.Timeout | undefined;
+  #closed = false;
+
+  /** @param waitMs how long after its announcement a transfer's report is waited for. */
+  constructor(private readonly waitMs: () => number) {}
+
+  /** Entries kept (tests, leak checks). */
+  get size(): number { return this.#entries.size; }
+
+  /** A frame announced tag transfer `transfer`: its report will be taken or forgotten. */
+  expect(transfer: number): void {
+    if (this.#closed || this.#entries.has(transfer)) return;
+    if (this.#entries.size >= MAX_PENDING_REPORTS) {
+      const [oldest] = this.#entries.keys();
+      this.#settle(oldest!, undefined);
+    }
+    this.#entries.set(transfer, { due: performance.now() + this.waitMs() });
+    this.#timer ??= setTimeout(() => this.#sweep(), this.waitMs() + 1).unref();
+  }
+
+  /** SENT from the peer. */
+  deliver(transfer: number, report: string): void {
+    const entry = this.#entries.get(transfer);
+    if (entry === undefined || entry.report !== undefined) return;
+    const kept = report.slice(0, MAX_REPORT_CHARS);
+    if (entry.waiter !== undefined) this.#settle(transfer, kept);
+    else entry.report = kept;
+  }
+
+  /** The report of `transfer` once it is here; undefined when none will come (not expected,
+   *  overdue, dropped, connection closed). The entry is gone once this settles. */
+  take(transfer: number): Promise<string | undefined> {
+    const entry = this.#entries.get(transfer);
+    if (entry === undefined) return Promise.resolve(undefined);
+    if (entry.report !== undefined) {
+      this.#entries.delete(transfer);
+      return Promise.resolve(entry.report);
+    }
+    return new Promise((resolve) => { entry.waiter = resolve; });
+  }
+
+  /** The transfer was refused or failed: its report is not wanted. */
+  forget(transfer: number): void {
+    this.#settle(transfer, undefined);
+  }
+
+  /** The connection closed: nothing more will come. */
+  close(): void {
+    this.#closed = true;
+    clearTimeout(this.#timer);
+    this.#timer = undefined;
+    for (const transfer of [...this.#entries.keys()]) this.#settle(transfer, undefined);
+  }
+
+  #settle(transfer: number, report: string | undefined): void {
+    const entry = this.#entries.get(transfer);
+    if (entry === undefined) return;
+    this.#entries.delete(transfer);
+    entry.waiter?.(report);
+  }
+
+  #sweep(): void {
+    this.#timer = undefined;
+    const now = performance.now();
+    let next = Infinity;
+    for (const [transfer, entry] of [...this.#entries]) {
+      if (entry.due <= now) this.#settle(transfer, undefined);
+      else next = Math.min(next, entry.due);
+    }
+    if (next !== Infinity) this.#timer = setTimeout(() => this.#sweep(), Math.max(1, next - now) + 1).unref();
+  }
+}

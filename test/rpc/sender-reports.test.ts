@@ -1,0 +1,257 @@
+// Sender reports (SENT frames): a tag receiver cannot ask UCX how its bytes came, so the sender
+// reports UCX's description of its completed send, and the receiver's callInfo (or a handler's
+// ctx.transfers) carries it once it came. Covered here: the bookkeeping a peer cannot abuse, the
+// mapping of a report to a path, both directions of a real call for eager and rendezvous sizes,
+// and a raw client that lies, stays silent or sends reports nobody asked for.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Client, Code, confirmedCallInfo, GdrpcError, Runtime, Server, callInfo, type CallContext, type Tensor, type TransferInfo, type UnaryHandler } from '../../core/index.ts';
+import { MAX_PENDING_REPORTS, TransferReports } from '../../core/rpc/connection/reports.ts';
+import { applySenderReport } from '../../core/rpc/movers/report.ts';
+import type { TransferPlan } from '../../core/rpc/movers/plan.ts';
+import { FrameKind } from '../../core/wire/frames.ts';
+import { ConnectionKey, dataTag } from '../../core/wire/tag.ts';
+import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
+import { patterned } from './fixtures/tensors.ts';
+import { RawPeer } from './fixtures/raw-peer.ts';
+
+const TCP_EAGER = '{cpml|proto|init} tag_send from host memory length 8193 eager zero-copy copy-out tcp/lo 10.2 MB/s 767.92 us';
+const GPU_PIPELINE = '{cpml|proto|cb|init|rk_use} tag_send from cuda/GPU0 length 65536 rendezvous pipeline cuda_copy, frag host tcp/lo 1000.0 MB/s 60.00 us';
+
+describe('TransferReports', () => {
+  it('hands a report over whichever comes first, the report or the one who waits', async () => {
+    const reports = new TransferReports(() => 60_000);
+    reports.expect(1);
+    reports.deliver(1, 'early');
+    expect(await reports.take(1)).toBe('early');
+    reports.expect(2);
+    const waiting = reports.take(2);
+    reports.deliver(2, 'late');
+    expect(await waiting).toBe('late');
+    expect(reports.size).toBe(0);
+    reports.close();
+  });
+
+  it('keeps nothing for transfers it was not announced, and only the first report of one', async () => {
+    const reports = new TransferReports(() => 60_000);
+    for (let x = 0; x < 100; x += 1) reports.deliver(x, 'unasked');
+    expect(reports.size).toBe(0);
+    expect(await reports.take(5)).toBeUndefined();
+    reports.expect(7);
+    reports.deliver(7, 'first');
+    reports.deliver(7, 'second');
+    expect(await reports.take(7)).toBe('first');
+    reports.close();
+  });
+
+  it('ends waits on forget, close, overdue and overflow with "no report"', async () => {
+    const reports = new TransferReports(() => 60_000);
+    reports.expect(1);
+    const forgotten = reports.take(1);
+    reports.forget(1);
+    expect(await forgotten).toBeUndefined();
+    reports.expect(2);
+    const closed = reports.take(2);
+    reports.close();
+    expect(await closed).toBeUndefined();
+    reports.expect(3);  // closed: not kept
+    expect(reports.size).toBe(0);
+
+    const quick = new TransferReports(() => 20);
+    quick.expect(1);
+    expect(await quick.take(1)).toBeUndefined();
+    expect(quick.size).toBe(0);
+
+    const full = new TransferReports(() => 60_000);
+    full.expect(0);
+    const oldest = full.take(0);
+    for (let x = 1; x <= MAX_PENDING_REPORTS; x += 1) full.expect(x);
+    expect(await oldest).toBeUndefined();
+    expect(full.size).toBe(MAX_PENDING_REPORTS);
+    full.close();
+  });
+
+  it('keeps at most 1,024 characters of a report', async () => {
+    const reports = new TransferReports(() => 60_000);
+    reports.expect(1);
+    reports.deliver(1, 'x'.repeat(100_000));
+    expect((await reports.take(1))!.length).toBe(1024);
+    reports.close();
+  });
+});
+
+describe('applySenderReport', () => {
+  const plan = (from: 'host' | 'cuda', to: 'host' | 'cuda', staged?: string): TransferPlan => ({
+    mover: 'tag', bytes: 65536, from, to, bounce: undefined, staged, path: staged !== undefined ? 'staged' : 'tcp', deferProducer: false, refusal: undefined,
+  });
+  const predicted = (): TransferInfo => ({ argument: 'x', bytes: 65536, mover: 'tag', path: 'tcp', source: 'predicted' });
+
+  it('replaces the prediction with the path the sender\'s description maps to', () => {
+    const info = predicted();
+    applySenderReport(info, plan('host', 'host'), TCP_EAGER);
+    expect(info).toMatchObject({ path: 'tcp', source: 'sender', protocol: TCP_EAGER });
+  });
+
+  it('takes the sender\'s memory from UCX, not from the descriptor: GPU memory bounced through host is staged', () => {
+    const info = predicted();
+    applySenderReport(info, plan('host', 'host'), GPU_PIPELINE);
+    expect(info).toMatchObject({ path: 'staged', source: 'sender' });
+  });
+
+  it('leaves the prediction where the report says nothing it can read, and gdrpc\'s own staging as it is', () => {
+    for (const report of [undefined, '', 'not a UCX description']) {
+      const info = predicted();
+      applySenderReport(info, plan('host', 'host'), report);
+      expect(info.source).toBe('predicted');
+      expect(info.path).toBe('tcp');
+    }
+    const staged: TransferInfo = { ...predicted(), path: 'staged', source: 'gdrpc' };
+    applySenderReport(staged, plan('cuda', 'host', 'this UCX cannot register CUDA memory'), TCP_EAGER);
+    expect(staged).toMatchObject({ path: 'staged', source: 'gdrpc', protocol: TCP_EAGER });
+  });
+});
+
+describe('sender reports between a client and a server', () => {
+  let serving: Runtime;
+  let calling: Runtime;
+  let server: Server;
+  let client: Client;
+  /** What the checksum handler saw of its argument: before and after the client's report. */
+  const seen: Array<{ first: TransferInfo[]; confirmed: TransferInfo[] }> = [];
+  let checksums = 0;
+
+  beforeAll(async () => {
+    serving = Runtime.create();
+    calling = Runtime.create();
+    const unimplemented = (name: string): UnaryHandler => () => { throw new GdrpcError(Code.UNIMPLEMENTED, name); };
+    const handlers: Record<string, UnaryHandler> = Object.fromEntries(Object.keys(EchoDescriptor.methods).map((name) => [name, unimplemented(name)]));
+    handlers.ping = (args: { n: number }) => ({ n: args.n });
+    handlers.echo = (args: { x: Tensor; tag: string }) => ({ y: args.x, tag: args.tag });
+    handlers.checksum = async (args: { x: Tensor }, ctx: CallContext) => {
+      checksums += 1;
+      const first = ctx.transfers.map((info) => ({ ...info }));
+      const confirmed = (await ctx.confirmedTransfers()).map((info) => ({ ...info }));
+      seen.push({ first, confirmed });
+      let sum = 0;
+      for (const byte of args.x.bytes()) sum += byte;
+      return { sum, n: args.x.byteLength };
+    };
+    server = Server.create({ runtime: serving, poolBytes: 16 << 20, transferTimeoutMs: 1000 }).register(EchoDescriptor, handlers);
+    await server.listen({ host: '127.0.0.1', port: 0 });
+    client = await Client.connect(server.address!, { runtime: calling, poolBytes: 16 << 20 });
+  });
+  afterAll(async () => {
+    await client?.close();
+    await server?.shutdown();
+    await calling?.close();
+    await serving?.close();
+  });
+
+  for (const size of [8193, 1 << 20]) {
+    it(`${size} bytes: each receiver ends up with its sender's own description`, async () => {
+      const x = patterned(size, 3);
+      const result = await client.unary(EchoDescriptor.methods.echo, { x, tag: 'r' }, { mover: 'tag' });
+      const info = await confirmedCallInfo(result);
+      const sent = info!.transfers.find((t) => t.argument === 'x')!;
+      const back = info!.transfers.find((t) => t.argument === 'y')!;
+      expect(sent).toMatchObject({ source: 'ucx', path: 'tcp' });
+      expect(back).toMatchObject({ source: 'sender', path: 'tcp', protocol: expect.stringMatching(new RegExp(`(tag|rndv)_send from host memory length ${size} .*tcp/`)) });
+      (result.y as Tensor).release();
+
+      // The other direction: the handler's view of its argument, before and after the report.
+      const count = seen.length;
+      const checked = await client.unary(EchoDescriptor.methods.checksum, { x }, { mover: 'tag' });
+      expect(checked.n).toBe(size);
+      const arrived = seen[count]!;
+      expect(arrived.first.map((t) => t.argument)).toEqual(['x']);
+      expect(['predicted', 'sender']).toContain(arrived.first[0]!.source);
+      expect(arrived.confirmed[0]).toMatchObject({ argument: 'x', source: 'sender', path: 'tcp' });
+      // Byte for byte what UCX told the client about the same send.
+      expect(arrived.confirmed[0]!.protocol).toBe(callInfo(checked)!.transfers[0]!.protocol);
+    });
+  }
+
+  it('inline transfers are gdrpc\'s own and wait for nothing', async () => {
+    const result = await client.unary(EchoDescriptor.methods.echo, { x: patterned(64, 1), tag: 'i' });
+    const info = await confirmedCallInfo(result);
+    expect(info!.transfers.map((t) => [t.argument, t.mover, t.source])).toEqual([['x', 'inline', 'gdrpc'], ['y', 'inline', 'gdrpc']]);
+    (result.y as Tensor).release();
+  });
+
+  describe('from a raw client', () => {
+    const SIZE = 64 << 10;
+
+    /** A raw client admitted with `rep` (it promises SENT frames) or without. */
+    async function rawClient(rep: boolean): Promise<RawPeer> {
+      const raw = await RawPeer.connect(server.address!.port);
+      await raw.sendBody(FrameKind.Auth, 0, rep ? { key: raw.key.value, rep: true } : { key: raw.key.value });
+      expect((await raw.receive())?.kind).toBe(FrameKind.Ready);
+      return raw;
+    }
+
+    /** A checksum call with a tag tensor of SIZE bytes under noStaging, its bytes sent, and then
+     *  `report` as the SENT for it (none when undefined). Returns the server's answer. */
+    async function checksumNoStaging(raw: RawPeer, call: number, report: string | undefined): Promise<{ kind: number; body: Record<string, unknown> } | undefined> {
+      const x = 40 + call;
+      await raw.sendBody(FrameKind.Request, call, { svc: EchoDescriptor.name, m: 'checksum', ns: true, a: { x: { dt: 'u8', sh: [SIZE], n: SIZE, mt: 'host', m: 't', x } } });
+      await raw.endpoint.tagSend(dataTag(new ConnectionKey(raw.serverKey), x), new Uint8Array(SIZE).fill(1));
+      if (report !== undefined) await raw.sendBody(FrameKind.Sent, call, { x, p: report });
+      return raw.receive(10_000);
+    }
+
+    it('a report that UCX bounced the bytes through host memory fails a noStaging call before its handler runs', async () => {
+      const raw = await rawClient(true);
+      try {
+        const before = checksums;
+        const answer = await checksumNoStaging(raw, 3, GPU_PIPELINE);
+        expect(answer?.kind).toBe(FrameKind.Error);
+        expect(answer?.body.code).toBe(Code.FAILED_PRECONDITION);
+        expect(answer?.body.msg).toMatch(/arguments\.x: UCX moved it from .* through host memory \(noStaging\), as the sender reported: .*pipeline/);
+        expect(checksums).toBe(before);
+        // A truthful report lets the next one through.
+        const ok = await checksumNoStaging(raw, 5, TCP_EAGER.replace('8193', String(SIZE)));
+        expect(ok?.kind).toBe(FrameKind.Response);
+        expect(ok?.body.r).toEqual({ sum: SIZE, n: SIZE });
+        expect(seen.at(-1)!.confirmed[0]).toMatchObject({ source: 'sender', path: 'tcp' });
+      } finally {
+        await raw.close();
+      }
+    });
+
+    it('a client that promised reports and sends none delays only its own noStaging call, by the transfer timeout', async () => {
+      const raw = await rawClient(true);
+      try {
+        const answer = await checksumNoStaging(raw, 7, undefined);
+        expect(answer?.kind).toBe(FrameKind.Response);
+        expect(seen.at(-1)!.confirmed[0]).toMatchObject({ source: 'predicted', path: 'tcp' });
+        expect((await client.unary(EchoDescriptor.methods.ping, { n: 3 })).n).toBe(3);
+      } finally {
+        await raw.close();
+      }
+    });
+
+    it('SENT frames for transfers nobody announced, before admission or from a client without rep, change nothing', async () => {
+      const early = await RawPeer.connect(server.address!.port);
+      try {
+        await early.sendBody(FrameKind.Sent, 0, { x: 1, p: GPU_PIPELINE });
+        await early.sendBody(FrameKind.Auth, 0, { key: early.key.value, rep: true });
+        expect((await early.receive())?.kind).toBe(FrameKind.Ready);
+        for (let x = 0; x < 200; x += 1) await early.sendBody(FrameKind.Sent, 9, { x, p: GPU_PIPELINE });
+        await early.sendBody(FrameKind.Request, 11, { svc: EchoDescriptor.name, m: 'ping', a: { n: 4 } });
+        const frame = await early.receive();
+        expect(frame?.kind).toBe(FrameKind.Response);
+        expect(frame?.body.r).toEqual({ n: 4 });
+      } finally {
+        await early.close();
+      }
+      // Without `rep` the server does not wait for reports: a SENT that lies is not read.
+      const silent = await rawClient(false);
+      try {
+        const answer = await checksumNoStaging(silent, 13, GPU_PIPELINE);
+        expect(answer?.kind).toBe(FrameKind.Response);
+        expect(seen.at(-1)!.confirmed[0]).toMatchObject({ source: 'predicted', path: 'tcp' });
+      } finally {
+        await silent.close();
+      }
+    });
+  });
+});
