@@ -3,7 +3,7 @@
 // must never claim cuda_ipc. Cases: GPU to GPU, GPU to host, host to GPU, and an @remote pull.
 // The descriptions are printed, so that a run on new hardware shows what UCX said.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { callInfo, Client, Code, GdrpcError, RemoteTensor, Tensor, type TransferInfo } from '../../core/index.ts';
+import { callInfo, Client, Code, confirmedCallInfo, GdrpcError, RemoteTensor, Tensor, type TransferInfo } from '../../core/index.ts';
 import { parseProtocol, pathOfProtocol } from '../../core/rpc/movers/protocol.ts';
 import { gpuService } from './fixtures/service.ts';
 import { openClientSide, type ClientSide } from './fixtures/client-side.ts';
@@ -11,6 +11,8 @@ import { announce, DRY_RUN, MiB, skipReason, topologies } from './fixtures/env.t
 import { fillTensor, firstMismatch } from './fixtures/pattern.ts';
 import { startGpuServer, type GpuPeer } from './fixtures/peer.ts';
 import { disposePeers } from '../support/peer.ts';
+import { parseProtocolTables, type ProtocolRow } from './fixtures/proto-info.ts';
+import type { ServerStats } from './fixtures/service.ts';
 
 announce('test/gpu/paths.test.ts');
 
@@ -63,7 +65,6 @@ describe.skipIf(skipReason !== undefined || DRY_RUN)('transfer paths read back f
           expect(parseProtocol(sent.protocol!)!.transports).toContain('cuda_ipc');
           const back = transfer(result, 'y', 'cuda -> cuda');
           expect(back.path).toBe('cuda_ipc');
-          expect(back.protocol).toBeUndefined();  // receives are not described
           const y = result.y as Tensor;
           expect(await firstMismatch(y, 5)).toBe(-1);
           y.release();
@@ -81,7 +82,6 @@ describe.skipIf(skipReason !== undefined || DRY_RUN)('transfer paths read back f
           expect(y.device).toBe('cpu');
           expect(await firstMismatch(y, 9)).toBe(-1);
           const back = transfer(result, 'y', 'cuda -> host');
-          expect(back.protocol).toBeUndefined();  // receives are not described
           expect(back.path).toBe('staged');
         } finally {
           y.release();
@@ -121,12 +121,117 @@ describe.skipIf(skipReason !== undefined || DRY_RUN)('transfer paths read back f
           expect(tensor.device).toBe(topology.client);
           expect(await firstMismatch(tensor, 17)).toBe(-1);
           const pulled = transfer(tensor, 't', '@remote pull');
-          expect(pulled.protocol).toBeUndefined();  // receives are not described
           expect(pulled.path).toBe('cuda_ipc');
         } finally {
           tensor.release();
         }
       }, 120_000);
     });
+  }
+});
+
+/** A description's protocol and lanes, without the operation, memory, length and UCX's estimate:
+ *  "rendezvous zero-copy read from remote cuda_ipc/cuda". */
+function protocolBody(description: string): string {
+  return description.replace(/^.* length \d+ /, '').replace(/\s+\S+ [KMGT]?B\/s\s+\S+ [mun]?s$/, '');
+}
+
+/** A row used (UCX_PROTO_INFO=used) for `info`'s size whose protocol and lanes are `body`. */
+function usedRowOf(rows: ProtocolRow[], info: TransferInfo, body: string): ProtocolRow | undefined {
+  return rows.find((row) => row.count > 0 && row.from <= info.bytes && info.bytes <= row.to
+    && `${row.description.replace(/^\(\?\) /, '')} ${row.config}` === body);
+}
+
+describe.skipIf(skipReason !== undefined || DRY_RUN)('a receiver reports its sender\'s UCX description (SENT), as UCX_PROTO_INFO shows it', () => {
+  for (const topology of topologies) {
+    it(`${topology.name}: cuda -> cuda, cuda -> host, host -> cuda, @remote pull, and a small result UCX bounced`, async () => {
+      const server = await startGpuServer({ device: topology.server, poolBytes: POOL, ownPoolBytes: 2 * POOL, env: { UCX_PROTO_INFO: 'used' } });
+      const side = openClientSide(topology.client, POOL);
+      /** Transfers the server sent and the client received: their reports are the server's UCX's. */
+      const fromServer: Array<{ what: string; info: TransferInfo }> = [];
+      /** Transfers the server received, as its handler saw them once the client's reports came. */
+      const atServer: Array<{ what: string; info: TransferInfo }> = [];
+      const received = async (result: object, argument: string, what: string): Promise<TransferInfo> => {
+        await confirmedCallInfo(result);
+        const info = transfer(result, argument, what);
+        fromServer.push({ what, info });
+        return info;
+      };
+      try {
+        const client = await side.connect(server.address, { poolBytes: POOL });
+        const x = side.pool.allocate([SIZE], 'u8');
+        try {
+          await fillTensor(x, 5);
+          const echoed = await client.unary(side.service.methods.echo, { x }, { mover: 'tag' });
+          expect(await received(echoed, 'y', 'cuda -> cuda result')).toMatchObject({ source: 'sender', path: 'cuda_ipc' });
+          (echoed.y as Tensor).release();
+
+          // Arguments as the server's handler saw them once the client's reports came.
+          const digested = async (value: Tensor, what: string): Promise<void> => {
+            const result = await client.unary(side.service.methods.digest, { x: value }, { mover: 'tag' });
+            const sent = transfer(result, 'x', what);
+            const stats = JSON.parse((await client.unary(side.service.methods.stats, {})).json as string) as ServerStats & { digested: TransferInfo[] };
+            const seen = stats.digested.find((info) => info.argument === 'x')!;
+            console.log(`${what} at the server: ${seen.mover}/${seen.path} (${seen.source}) <- ${seen.protocol ?? '(no protocol)'}`);
+            expect(seen).toMatchObject({ source: 'sender', protocol: sent.protocol, path: sent.path });
+            atServer.push({ what, info: seen });
+          };
+          await digested(x, 'cuda -> cuda argument');
+          const h = Tensor.empty([SIZE], 'u8', { device: 'cpu' });
+          try {
+            await fillTensor(h, 13);
+            await digested(h, 'host -> cuda argument');
+          } finally {
+            h.release();
+          }
+        } finally {
+          x.release();
+        }
+
+        const hostSide = gpuService('cpu');
+        const filled = await client.unary(hostSide.methods.fill, { n: SIZE, seed: 9 });
+        expect(await received(filled, 'y', 'cuda -> host result')).toMatchObject({ source: 'sender', path: 'staged' });
+        (filled.y as Tensor).release();
+
+        const shared = await client.unary(side.service.methods.share, { n: SIZE, seed: 17 });
+        const pulled = await (shared.h as RemoteTensor).pull({ pool: side.pool });
+        expect(await received(pulled, 't', '@remote pull')).toMatchObject({ source: 'sender', path: 'cuda_ipc' });
+        pulled.release();
+
+        // Below the rendezvous threshold UCX sends GPU memory eagerly through host buffers. The
+        // lanes predict cuda_ipc, so only the server's report can tell, and noStaging then fails
+        // the call once the bytes are in.
+        const small = await client.unary(side.service.methods.fill, { n: 1024, seed: 3 });
+        expect(await received(small, 'y', 'small cuda -> cuda result')).toMatchObject({ source: 'sender', path: 'staged' });
+        (small.y as Tensor).release();
+        const refused = await client.unary(side.service.methods.fill, { n: 1024, seed: 3 }, { noStaging: true }).catch((e: unknown) => e);
+        expect(refused).toBeInstanceOf(GdrpcError);
+        expect((refused as GdrpcError).code).toBe(Code.FAILED_PRECONDITION);
+        expect((refused as GdrpcError).message).toMatch(/as the sender reported/);
+        expect((await client.unary(side.service.methods.ping, { n: 1 })).n).toBe(1);
+
+        await client.close();
+        server.send('shutdown');
+        expect((await server.exited).code).toBe(0);
+      } finally {
+        await side.close();
+        server.kill();
+      }
+      const output = server.output();
+      console.log(`UCX protocols used by the server (${topology.name}):\n${output.split('\n').filter((l) => l.includes('|')).join('\n')}`);
+      const blocks = parseProtocolTables(output);
+      // What the server sent: a row of its own send tables.
+      const rows = blocks.flatMap((block) => block.rows);
+      for (const { what, info } of fromServer) {
+        expect(usedRowOf(rows, info, protocolBody(info.protocol!)), `${what}: ${info.protocol}`).toBeDefined();
+      }
+      // What the server received: the protocol its UCX ran as the receiver ("rendezvous data fetch
+      // into <its memory>") is the one the client's report names.
+      const fetched = blocks.filter((block) => /^rendezvous data fetch into /.test(block.operation)).flatMap((block) => block.rows);
+      expect(atServer.length).toBe(2);
+      for (const { what, info } of atServer) {
+        expect(usedRowOf(fetched, info, protocolBody(info.protocol!).replace(/^rendezvous /, '')), `${what} at the server: ${info.protocol}`).toBeDefined();
+      }
+    }, 240_000);
   }
 });

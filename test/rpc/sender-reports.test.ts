@@ -13,6 +13,9 @@ import { ConnectionKey, dataTag } from '../../core/wire/tag.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { patterned } from './fixtures/tensors.ts';
 import { RawPeer } from './fixtures/raw-peer.ts';
+import { startServer } from './fixtures/peers.ts';
+import { disposePeers } from '../support/peer.ts';
+import { parseProtocolTables, type ProtocolRow } from '../gpu/fixtures/proto-info.ts';
 
 const TCP_EAGER = '{cpml|proto|init} tag_send from host memory length 8193 eager zero-copy copy-out tcp/lo 10.2 MB/s 767.92 us';
 const GPU_PIPELINE = '{cpml|proto|cb|init|rk_use} tag_send from cuda/GPU0 length 65536 rendezvous pipeline cuda_copy, frag host tcp/lo 1000.0 MB/s 60.00 us';
@@ -254,4 +257,59 @@ describe('sender reports between a client and a server', () => {
       }
     });
   });
+});
+
+/** A description's protocol and lanes, without operation, memory, length and UCX's estimate. */
+function protocolBody(description: string): string {
+  return description.replace(/^.* length \d+ /, '').replace(/\s+\S+ [KMGT]?B\/s\s+\S+ [mun]?s$/, '');
+}
+
+/** Whether a row used for `bytes` has protocol and lanes `body`. */
+function used(rows: ProtocolRow[], bytes: number, body: string): boolean {
+  return rows.some((row) => row.count > 0 && row.from <= bytes && bytes <= row.to && `${row.description.replace(/^\(\?\) /, '')} ${row.config}` === body);
+}
+
+describe('sender reports against what UCX_PROTO_INFO shows', () => {
+  afterAll(disposePeers);
+
+  it('over tcp, eager and rendezvous: each report names a protocol the server\'s UCX used, sending or receiving', async () => {
+    const server = await startServer({ poolBytes: 16 << 20 }, { UCX_PROTO_INFO: 'used' });
+    const runtime = Runtime.create();
+    const sizes = [8193, 1 << 20, 4 << 20];
+    const reports: Array<{ bytes: number; sentByServer: TransferInfo; receivedByServer: string }> = [];
+    try {
+      const client = await Client.connect(server.address, { runtime, poolBytes: 16 << 20 });
+      for (const size of sizes) {
+        const result = await client.unary(EchoDescriptor.methods.echo, { x: patterned(size, 5), tag: 'p' }, { mover: 'tag' });
+        const info = (await confirmedCallInfo(result))!;
+        const sent = info.transfers.find((t) => t.argument === 'x')!;
+        const back = info.transfers.find((t) => t.argument === 'y')!;
+        expect(back.source).toBe('sender');
+        // The server received x as the client's UCX described the send (the server's own report of
+        // x is that same string: the SENT carried it), and sent y as its UCX described it.
+        reports.push({ bytes: size, sentByServer: back, receivedByServer: sent.protocol! });
+        (result.y as Tensor).release();
+      }
+      await client.close();
+      server.send('shutdown 1000');
+      expect((await server.exited).code).toBe(0);
+    } finally {
+      await runtime.close();
+      server.kill();
+    }
+    const blocks = parseProtocolTables(server.output());
+    const sending = blocks.filter((block) => !/^rendezvous data fetch/.test(block.operation)).flatMap((block) => block.rows);
+    const fetching = blocks.filter((block) => /^rendezvous data fetch into /.test(block.operation)).flatMap((block) => block.rows);
+    let fetches = 0;
+    for (const { bytes, sentByServer, receivedByServer } of reports) {
+      expect(used(sending, bytes, protocolBody(sentByServer.protocol!)), `${bytes} bytes sent: ${sentByServer.protocol}\n${server.output()}`).toBe(true);
+      // A rendezvous the server received ran a fetch protocol of its own: the one the report names.
+      if (/ rndv_send | rendezvous /.test(receivedByServer)) {
+        fetches += 1;
+        expect(used(fetching, bytes, protocolBody(receivedByServer).replace(/^rendezvous /, '')), `${bytes} bytes received: ${receivedByServer}\n${server.output()}`).toBe(true);
+      }
+    }
+    // Both rendezvous sizes were checked against the server's fetch table.
+    expect(fetches).toBe(2);
+  }, 60_000);
 });

@@ -10,7 +10,7 @@ import { Accept, checkOptions, rule, type OptionRules } from '../../tensor/optio
 import type { TensorWire } from '../../wire/frames.ts';
 import type { DType, MethodDescriptor, Placement, TypeRef } from '../../schema/descriptor.ts';
 import type { TransferScope } from '../movers/mover.ts';
-import { attachCallInfo, callInfo } from '../movers/call-info.ts';
+import { attachCallInfo, callInfo, confirmTransfers } from '../movers/call-info.ts';
 import { Runtime } from '../runtime/runtime.ts';
 import type { BlockCopy } from '../../compute/blocks.ts';
 
@@ -100,11 +100,15 @@ export class RemoteTensor {
     const dial = this.#dialer();
     this.#checkInto(options.into);
     const client = await dial(this.owner, options.token);
+    let tensor: Tensor;
     try {
-      return await this.#pullThrough(client, options);
-    } finally {
+      tensor = await this.#pullThrough(client, options);
+    } catch (error) {
       await client.close();
+      throw error;
     }
+    closeWhenReported(client, [tensor]);
+    return tensor;
   }
 
   /** Fetches many handles as one operation: one connection per owner (not one per handle), the
@@ -154,6 +158,7 @@ export class RemoteTensor {
     const lanes = Math.max(1, Math.ceil((options.maxInFlight ?? DEFAULT_PULLS_IN_FLIGHT) / PULL_BATCH));
     const pullGroup = async (dial: OwnerDialer, owner: string, batches: number[][]): Promise<void> => {
       const client = await dial(owner, options.token);
+      let pulled = false;
       try {
         let next = 0;
         // What the owner answers, until it says it has no such method.
@@ -186,8 +191,10 @@ export class RemoteTensor {
           }
         };
         await Promise.all(Array.from({ length: Math.min(lanes, batches.length) }, () => lane().catch((error: unknown) => { failures.push(error); })));
+        pulled = failures.length === 0;
       } finally {
-        await client.close();
+        if (pulled) closeWhenReported(client, batches.flat().map((i) => results[i]));
+        else await client.close();
       }
     };
     const runs = [...groups].flatMap(([dial, byOwner]) => [...byOwner].map(([owner, batches]) => pullGroup(dial, owner, batches)));
@@ -308,4 +315,12 @@ function isUnknownMethod(error: unknown): boolean {
 /** The result field a pull answers with, shaped like the handle's tensor. */
 export function pullResultFields(tensor: Tensor): MethodDescriptor['results'] {
   return [{ name: 't', type: fixedTensorType(tensor.dtype, tensor.shape, { kind: 'host' }) }];
+}
+
+/** Closes a pull's connection once the owner's reports of what it sent have come (SENT), so that
+ *  the pulled tensors' callInfo can say how UCX moved them (confirmedCallInfo waits for that).
+ *  The pull does not wait: the connection lingers until then, at most its transfer timeout. */
+function closeWhenReported(client: OwnerClient, tensors: ReadonlyArray<Tensor | undefined>): void {
+  const transfers = tensors.flatMap((tensor) => (tensor === undefined ? [] : callInfo(tensor)?.transfers ?? []));
+  void confirmTransfers(transfers).then(() => client.close()).catch(() => { /* closing a pull's own connection: nothing to tell */ });
 }
