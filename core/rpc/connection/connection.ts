@@ -45,6 +45,8 @@ export const MAX_HELD_PAYLOADS = 64;
 /** Wake-ups with work per second above which the worker counts as moving data (a peer sending
  *  bulk over TCP makes hundreds; UCX's keepalive of a stopped peer, one). */
 const STREAMING_WAKES_PER_S = 10;
+/** How long a frame sent with sendSoon waits for another to share its message. */
+const SOON_MS = 1;
 /** How long a held payload waits for the frame that announces it before it is dropped. */
 const HOLD_MS = 10_000;
 
@@ -113,9 +115,31 @@ export class Connection implements FrameSink {
 
   #queue: QueuedFrame[] = [];
 
+  /** Sends a frame the peer needs soon but nobody waits for (a SENT report): it joins the next
+   *  message this side sends, or leaves on its own after SOON_MS. With calls in flight that is
+   *  the next REQUEST or RESPONSE: no message and no wake-up of its own. Failures are the
+   *  connection's (the peer's wait for it ends when the connection does). */
+  sendSoon<K extends FrameKind>(kind: K, call: number, body: FrameBody<K>): void {
+    if (this.#error !== undefined || this.peerKey === undefined) return;
+    const bytes = encodeFrame(kind, body);
+    if (bytes.length + FRAME_HEADER > this.peerLimits.maxFrame) return;
+    this.#soon.push({ kind, call, body: bytes, resolve: () => {}, reject: () => {} });
+    this.#soonTimer ??= setTimeout(() => {
+      this.#soonTimer = undefined;
+      if (this.#soon.length > 0 && this.#queue.length === 0) this.#flush();
+    }, SOON_MS).unref();
+  }
+
+  #soon: QueuedFrame[] = [];
+  #soonTimer: NodeJS.Timeout | undefined;
+
   #flush(): void {
-    const queue = this.#queue;
+    let queue = this.#queue;
     this.#queue = [];
+    if (this.#soon.length > 0) {
+      queue = [...this.#soon, ...queue];
+      this.#soon = [];
+    }
     if (this.#error !== undefined) {
       // Closed since these were queued: none of them was handed to UCX.
       const error = unprocessed(this.#error);
@@ -346,6 +370,8 @@ export class Connection implements FrameSink {
     this.#held.clear();
     this.#expected.clear();
     clearTimeout(this.#holdTimer);
+    clearTimeout(this.#soonTimer);
+    this.#soon = [];
     clearTimeout(this.#watchTimer);
     this.#watchTimer = undefined;
     this.#watched.clear();

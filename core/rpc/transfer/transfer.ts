@@ -101,12 +101,18 @@ export class OutgoingTensors {
     })).then(() => undefined);
   }
 
-  /** Tells the receiver of a completed tag send how UCX moved it (SENT): a receive cannot ask. */
+  /** Tells the receiver of a completed tag send how UCX moved it (SENT): a receive cannot ask.
+   *  Under noStaging the receiver waits for it, so it goes at once; otherwise it rides along
+   *  with the next frame (Connection.sendSoon). */
   #report(entry: Sending, seen: ProtocolSeen | void): void {
     const { connection, call } = this.scope;
     if (entry.plan.mover !== 'tag' || connection.peerLimits.reports !== true || !connection.isOpen) return;
-    connection.send(FrameKind.Sent, call, { x: entry.outgoing.wire.x!, p: seen?.protocol ?? '' })
-      .catch(() => { /* the connection is gone: the receiver's report ends with it */ });
+    const body = { x: entry.outgoing.wire.x!, p: seen?.protocol ?? '' };
+    if (this.policy.noStaging) {
+      connection.send(FrameKind.Sent, call, body).catch(() => { /* the connection is gone: the receiver's wait ends with it */ });
+    } else {
+      connection.sendSoon(FrameKind.Sent, call, body);
+    }
   }
 }
 
