@@ -43,6 +43,50 @@ async function timeCalls(iters: number, call: () => Promise<unknown>): Promise<n
   return samples;
 }
 
+/** Sizes and depths of the many-in-flight rows (issue 11, item 4). */
+const IN_FLIGHT_SIZES = [1 << 20, 16 << 20];
+const IN_FLIGHT_DEPTHS = [16, 64];
+const IN_FLIGHT_SECONDS = 1;
+
+/** Many tag calls in flight at once, each lane sending its own tensor over and over for about a
+ *  second: the aggregate rate (bytes of every call completed over the elapsed time) and the
+ *  per-call time under that load. Rows whose tensors do not fit both pools are left out. */
+async function manyInFlight(client: Client, service: ReturnType<typeof receivingOn<typeof SinkDescriptor>>, pool: ReturnType<Runtime['createPool']>,
+  options: GdrpcOptions, poolBytes: number, log: (line: string) => void): Promise<BenchResult[]> {
+  const rows: BenchResult[] = [];
+  for (const size of IN_FLIGHT_SIZES.filter((bytes) => options.sizes.includes(bytes))) {
+    for (const depth of IN_FLIGHT_DEPTHS) {
+      if (size * depth > poolBytes - (1 << 20)) continue;
+      const tensors = Array.from({ length: depth }, () => pool.allocate([size], 'u8'));
+      try {
+        for (const x of tensors) if (options.client !== 'cpu') cuda.memset(x.address, 0x5a, size);
+        const sink = (x: Tensor): Promise<unknown> => client.unary(service.methods.sink, { x }, { mover: 'tag' });
+        await Promise.all(tensors.map((x) => sink(x)));
+        const samples: number[] = [];
+        const started = process.hrtime.bigint();
+        const until = performance.now() + IN_FLIGHT_SECONDS * 1000;
+        await Promise.all(tensors.map(async (x) => {
+          while (performance.now() < until) {
+            const t0 = process.hrtime.bigint();
+            await sink(x);
+            samples.push(Number(process.hrtime.bigint() - t0) / 1e3);
+          }
+        }));
+        const elapsedUs = Number(process.hrtime.bigint() - started) / 1e3;
+        const r = row(options.system, `in_flight_${depth}/tag`, size, samples, { mover: 'tag', in_flight: depth, client: options.client, server: options.server });
+        // Aggregate, not per call: every completed call's bytes over the whole elapsed time.
+        r.gbps = (samples.length * size) / elapsedUs / 1e3;
+        r.ops_per_s = samples.length / (elapsedUs / 1e6);
+        rows.push(r);
+        log(`${options.system}: ${depth} x ${size} B in flight: ${r.gbps.toFixed(1)} GB/s aggregate, ${Math.round(r.ops_per_s)} calls/s, p50 ${r.p50_us!.toFixed(1)} us per call`);
+      } finally {
+        for (const x of tensors) x.release();
+      }
+    }
+  }
+  return rows;
+}
+
 /** Runs the gdrpc workloads; the peer and the pools are gone when it returns, whatever happened. */
 export async function runGdrpc(options: GdrpcOptions, log: (line: string) => void): Promise<BenchResult[]> {
   const maxSize = Math.max(...options.sizes);
@@ -81,6 +125,7 @@ export async function runGdrpc(options: GdrpcOptions, log: (line: string) => voi
         }
       }
     }
+    results.push(...await manyInFlight(c, service, pool, options, poolBytes, log));
   } finally {
     await client?.close();
     pool.close({ force: true });
