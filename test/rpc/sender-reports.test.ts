@@ -272,19 +272,30 @@ function used(rows: ProtocolRow[], bytes: number, body: string): boolean {
 describe('sender reports against what UCX_PROTO_INFO shows', () => {
   afterAll(disposePeers);
 
-  it('over tcp, eager and rendezvous: each report names a protocol the server\'s UCX used, sending or receiving', async () => {
-    const server = await startServer({ poolBytes: 16 << 20 }, { UCX_PROTO_INFO: 'used' });
-    const runtime = Runtime.create();
-    const sizes = [8193, 1 << 20, 4 << 20];
+  // Processes on one host talk over TCP loopback by default; UCX_MM_ERROR_HANDLING=y in both lets
+  // them use shared memory (docs/security.md says why that is not the default).
+  it.each([['tcp', {}], ['shared memory', { UCX_MM_ERROR_HANDLING: 'y' }]] as const)('over %s, eager and rendezvous: each report names a protocol the server\'s UCX used, sending or receiving', async (transport, env: Record<string, string>) => {
+    const server = await startServer({ poolBytes: 16 << 20 }, { UCX_PROTO_INFO: 'used', ...env });
+    const saved = { ...process.env };
+    Object.assign(process.env, env);
+    let runtime: Runtime;
+    try {
+      runtime = Runtime.create();  // UCX reads its environment when the context is made
+    } finally {
+      for (const key of Object.keys(env)) if (saved[key] === undefined) delete process.env[key]; else process.env[key] = saved[key];
+    }
+    const sizes = [64, 8193, 1 << 20, 4 << 20];
     const reports: Array<{ bytes: number; sentByServer: TransferInfo; receivedByServer: string }> = [];
     try {
       const client = await Client.connect(server.address, { runtime, poolBytes: 16 << 20 });
       for (const size of sizes) {
         const result = await client.unary(EchoDescriptor.methods.echo, { x: patterned(size, 5), tag: 'p' }, { mover: 'tag' });
+        expect((result.y as Tensor).equals(patterned(size, 5))).toBe(true);
         const info = (await confirmedCallInfo(result))!;
         const sent = info.transfers.find((t) => t.argument === 'x')!;
         const back = info.transfers.find((t) => t.argument === 'y')!;
-        expect(back.source).toBe('sender');
+        expect(back).toMatchObject({ source: 'sender', path: transport === 'tcp' ? 'tcp' : 'shm' });
+        expect(back.protocol).toMatch(transport === 'tcp' ? / tcp\// : / (posix|sysv|cma|xpmem)\//);
         // The server received x as the client's UCX described the send (the server's own report of
         // x is that same string: the SENT carried it), and sent y as its UCX described it.
         reports.push({ bytes: size, sentByServer: back, receivedByServer: sent.protocol! });
