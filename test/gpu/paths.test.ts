@@ -11,7 +11,7 @@ import { announce, DRY_RUN, MiB, skipReason, topologies } from './fixtures/env.t
 import { fillTensor, firstMismatch } from './fixtures/pattern.ts';
 import { startGpuServer, type GpuPeer } from './fixtures/peer.ts';
 import { disposePeers } from '../support/peer.ts';
-import { parseProtocolTables, type ProtocolRow } from './fixtures/proto-info.ts';
+import { parseProtocolTables, protocolBody, usedRowFor } from './fixtures/proto-info.ts';
 import type { ServerStats } from './fixtures/service.ts';
 
 announce('test/gpu/paths.test.ts');
@@ -130,17 +130,6 @@ describe.skipIf(skipReason !== undefined || DRY_RUN)('transfer paths read back f
   }
 });
 
-/** A description's protocol and lanes, without the operation, memory, length and UCX's estimate:
- *  "rendezvous zero-copy read from remote cuda_ipc/cuda". */
-function protocolBody(description: string): string {
-  return description.replace(/^.* length \d+ /, '').replace(/\s+\S+ [KMGT]?B\/s\s+\S+ [mun]?s$/, '');
-}
-
-/** A row used (UCX_PROTO_INFO=used) for `info`'s size whose protocol and lanes are `body`. */
-function usedRowOf(rows: ProtocolRow[], info: TransferInfo, body: string): ProtocolRow | undefined {
-  return rows.find((row) => row.count > 0 && row.from <= info.bytes && info.bytes <= row.to
-    && `${row.description.replace(/^\(\?\) /, '')} ${row.config}` === body);
-}
 
 describe.skipIf(skipReason !== undefined || DRY_RUN)('a receiver reports its sender\'s UCX description (SENT), as UCX_PROTO_INFO shows it', () => {
   for (const topology of topologies) {
@@ -223,14 +212,14 @@ describe.skipIf(skipReason !== undefined || DRY_RUN)('a receiver reports its sen
       // What the server sent: a row of its own send tables.
       const rows = blocks.flatMap((block) => block.rows);
       for (const { what, info } of fromServer) {
-        expect(usedRowOf(rows, info, protocolBody(info.protocol!)), `${what}: ${info.protocol}`).toBeDefined();
+        expect(usedRowFor(rows, info.bytes, protocolBody(info.protocol!)), `${what}: ${info.protocol}`).toBeDefined();
       }
       // What the server received: the protocol its UCX ran as the receiver ("rendezvous data fetch
       // into <its memory>") is the one the client's report names.
       const fetched = blocks.filter((block) => /^rendezvous data fetch into /.test(block.operation)).flatMap((block) => block.rows);
       expect(atServer.length).toBe(2);
       for (const { what, info } of atServer) {
-        expect(usedRowOf(fetched, info, protocolBody(info.protocol!).replace(/^rendezvous /, '')), `${what} at the server: ${info.protocol}`).toBeDefined();
+        expect(usedRowFor(fetched, info.bytes, protocolBody(info.protocol!).replace(/^rendezvous /, '')), `${what} at the server: ${info.protocol}`).toBeDefined();
       }
     }, 240_000);
   }

@@ -15,7 +15,7 @@ import { patterned } from './fixtures/tensors.ts';
 import { RawPeer } from './fixtures/raw-peer.ts';
 import { startServer } from './fixtures/peers.ts';
 import { disposePeers } from '../support/peer.ts';
-import { parseProtocolTables, type ProtocolRow } from '../gpu/fixtures/proto-info.ts';
+import { parseProtocolTables, protocolBody, usedRowFor, type ProtocolRow } from '../gpu/fixtures/proto-info.ts';
 
 const TCP_EAGER = '{cpml|proto|init} tag_send from host memory length 8193 eager zero-copy copy-out tcp/lo 10.2 MB/s 767.92 us';
 const GPU_PIPELINE = '{cpml|proto|cb|init|rk_use} tag_send from cuda/GPU0 length 65536 rendezvous pipeline cuda_copy, frag host tcp/lo 1000.0 MB/s 60.00 us';
@@ -259,15 +259,8 @@ describe('sender reports between a client and a server', () => {
   });
 });
 
-/** A description's protocol and lanes, without operation, memory, length and UCX's estimate. */
-function protocolBody(description: string): string {
-  return description.replace(/^.* length \d+ /, '').replace(/\s+\S+ [KMGT]?B\/s\s+\S+ [mun]?s$/, '');
-}
-
 /** Whether a row used for `bytes` has protocol and lanes `body`. */
-function used(rows: ProtocolRow[], bytes: number, body: string): boolean {
-  return rows.some((row) => row.count > 0 && row.from <= bytes && bytes <= row.to && `${row.description.replace(/^\(\?\) /, '')} ${row.config}` === body);
-}
+const used = (rows: ProtocolRow[], bytes: number, body: string): boolean => usedRowFor(rows, bytes, body) !== undefined;
 
 describe('sender reports against what UCX_PROTO_INFO shows', () => {
   afterAll(disposePeers);
