@@ -73,6 +73,21 @@ describe('TransferReports', () => {
     full.close();
   });
 
+  it('reads a description once while it keeps coming back, and forgets the oldest of more than 64', () => {
+    const reports = new TransferReports(() => 60_000);
+    const reads: string[] = [];
+    const read = (text: string): string => { reads.push(text); return text.toUpperCase(); };
+    expect(reports.reading('a', read)).toBe('A');
+    expect(reports.reading('a', read)).toBe('A');
+    expect(reads).toEqual(['a']);
+    for (let i = 0; i < 64; i += 1) reports.reading(`d${i}`, read);
+    expect(reports.reading('d63', read)).toBe('D63');
+    expect(reads.length).toBe(65);
+    reports.reading('a', read);  // the oldest, forgotten when the 65th came
+    expect(reads.length).toBe(66);
+    reports.close();
+  });
+
   it('keeps at most 1,024 characters of a report', async () => {
     const reports = new TransferReports(() => 60_000);
     reports.expect(1);

@@ -8,6 +8,8 @@
 export const MAX_PENDING_REPORTS = 4096;
 /** Longest description kept: UCX's are about 200 characters. */
 const MAX_REPORT_CHARS = 1024;
+/** Distinct descriptions whose reading is kept (a workload repeats a few sizes and protocols). */
+const READINGS_KEPT = 64;
 
 interface Entry {
   /** The description, once SENT brought it. */
@@ -26,6 +28,19 @@ export class TransferReports {
 
   /** @param waitMs how long after its announcement a transfer's report is waited for. */
   constructor(private readonly waitMs: () => number) {}
+
+  /** What `read` made of a description, for the descriptions seen last (at most READINGS_KEPT). */
+  readonly #readings = new Map<string, unknown>();
+
+  /** `read(report)`, remembered for the descriptions this connection saw last: the same send
+   *  protocol and size come back with every call of a workload, and reading one is regex work. */
+  reading<T>(report: string, read: (report: string) => T): T {
+    if (this.#readings.has(report)) return this.#readings.get(report) as T;
+    const value = read(report);
+    if (this.#readings.size >= READINGS_KEPT) this.#readings.delete(this.#readings.keys().next().value!);
+    this.#readings.set(report, value);
+    return value;
+  }
 
   /** Entries kept (tests, leak checks). */
   get size(): number { return this.#entries.size; }
@@ -70,6 +85,7 @@ export class TransferReports {
   /** The connection closed: nothing more will come. */
   close(): void {
     this.#closed = true;
+    this.#readings.clear();
     clearTimeout(this.#timer);
     this.#timer = undefined;
     for (const transfer of [...this.#entries.keys()]) this.#settle(transfer, undefined);

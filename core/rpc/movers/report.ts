@@ -6,7 +6,7 @@
 import { Code, GdrpcError } from '../../errors.ts';
 import type { ProtocolSeen, TransferInfo } from './mover.ts';
 import type { TransferPlan } from './plan.ts';
-import { parseProtocol, pathOfProtocol } from './protocol.ts';
+import { parseProtocol, pathOfProtocol, type UcxProtocol } from './protocol.ts';
 
 /** The report of a transfer as planned, before UCX said anything. */
 export function plannedInfo(argument: string, plan: TransferPlan): TransferInfo {
@@ -52,11 +52,11 @@ export function reportReceived(argument: string, plan: TransferPlan, seen: Proto
  *  The sender's description names the memory UCX found at its end; this side's is the destination
  *  it allocated. A rendezvous the receiver pulled is described as UCX's estimate for a receiver with
  *  memory like the sender's: between unlike memory it maps to `staged` (pathOfProtocol). */
-export function applySenderReport(info: TransferInfo, plan: TransferPlan, report: string | undefined): void {
+export function applySenderReport(info: TransferInfo, plan: TransferPlan, report: string | undefined, parse: (report: string) => UcxProtocol | undefined = parseProtocol): void {
   if (report === undefined || report === '') return;
   info.protocol = report;
   if (plan.staged !== undefined) return;
-  const parsed = parseProtocol(report);
+  const parsed = parse(report);
   if (parsed === undefined) return;
   const from = parsed.memoryType === 'cuda' || parsed.memoryType === 'host' ? parsed.memoryType : plan.from;
   const path = pathOfProtocol(parsed, from, plan.to);

@@ -13,6 +13,7 @@ import { cudaReceives, memoryTypeOf } from '../runtime/memory-support.ts';
 import type { Mover, Outgoing, ProtocolSeen, TransferInfo, TransferScope } from '../movers/mover.ts';
 import { moverOf, planArrival, planReceive, planSend, type PeerFacts, type SendPolicy, type TransferPlan } from '../movers/plan.ts';
 import { applySenderReport, plannedInfo, reportReceived, reportSent } from '../movers/report.ts';
+import { parseProtocol } from '../movers/protocol.ts';
 import { bounceFor, stagingReason } from '../movers/staging.ts';
 import { tensorTooLarge, type Side } from './memory-errors.ts';
 import { FrameKind, type TensorWire } from '../../wire/frames.ts';
@@ -250,7 +251,8 @@ export class IncomingTensors {
   #awaitReport(info: TransferInfo, plan: TransferPlan, transfer: number): void {
     const { connection } = this.scope;
     if (connection.peerLimits.reports !== true) return;
-    const reported = connection.reports.take(transfer).then((report) => applySenderReport(info, plan, report));
+    const reported = connection.reports.take(transfer)
+      .then((report) => applySenderReport(info, plan, report, (text) => connection.reports.reading(text, parseProtocol)));
     awaitingReport(info, reported);
     this.#reports.push(reported);
   }
