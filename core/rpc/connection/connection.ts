@@ -362,6 +362,14 @@ export class Connection implements FrameSink {
    *  (force when the peer is gone) and tells the handler. */
   close(error: GdrpcError = new GdrpcError(Code.UNAVAILABLE, 'connection closed'), options: { graceful?: boolean } = {}): void {
     if (this.#error !== undefined) return;
+    // A graceful close lets frames that were waiting for company (sendSoon) leave first, on their
+    // own: frames queued with send() in this turn fail as they always did.
+    if (options.graceful === true && this.#soon.length > 0) {
+      const queued = this.#queue;
+      this.#queue = [];
+      this.#flush();
+      this.#queue = queued;
+    }
     this.#error = error;
     this.liveness.stop();
     this.exposures.releaseAll();

@@ -1,11 +1,15 @@
 // Sender reports of tag transfers (SENT frames): a tag receiver cannot ask UCX how its bytes came
 // (a receive describes only its length and memory type), so the sender, once its send completed,
 // sends UCX's description of it. This side keeps one entry per tag transfer it was announced,
-// from the frame's decoding until the report is taken, dropped or overdue. A peer's SENT for a
-// transfer this side has no entry for is ignored: the peer cannot make it keep anything else.
+// from the frame's decoding until the report is taken or the transfer forgotten; a wait for a
+// report lasts at most waitMs. A report that comes before its frame was decoded (a client reads a
+// RESPONSE a few microtasks after the message that carried it) is kept a while among a bounded
+// few. Nothing a peer sends makes this side keep more than those bounds.
 
 /** Entries beyond this many drop the oldest (its waiter hears "no report"). */
 export const MAX_PENDING_REPORTS = 4096;
+/** Reports kept for transfers no decoded frame has announced yet; more drop the oldest. */
+export const MAX_EARLY_REPORTS = 256;
 /** Longest description kept: UCX's are about 200 characters. */
 const MAX_REPORT_CHARS = 1024;
 /** Distinct descriptions whose reading is kept (a workload repeats a few sizes and protocols). */
@@ -16,17 +20,20 @@ interface Entry {
   report?: string;
   /** Who waits for it (take), if anyone yet. */
   waiter?: (report: string | undefined) => void;
-  /** performance.now() past which the report is no longer waited for. */
+  /** While someone waits: performance.now() past which the report is no longer waited for. */
   due: number;
 }
 
 /** The sender reports a connection expects. */
 export class TransferReports {
   readonly #entries = new Map<number, Entry>();
+  /** Reports for transfers not announced (yet), with when they came. */
+  readonly #early = new Map<number, { report: string; at: number }>();
   #timer: NodeJS.Timeout | undefined;
   #closed = false;
 
-  /** @param waitMs how long after its announcement a transfer's report is waited for. */
+  /** @param waitMs how long a report is waited for once someone waits, and how long one that came
+   *  before its frame is kept. */
   constructor(private readonly waitMs: () => number) {}
 
   /** What `read` made of a description, for the descriptions seen last (at most READINGS_KEPT). */
@@ -42,38 +49,51 @@ export class TransferReports {
     return value;
   }
 
-  /** Entries kept (tests, leak checks). */
-  get size(): number { return this.#entries.size; }
+  /** Entries kept, announced and not (tests, leak checks). */
+  get size(): number { return this.#entries.size + this.#early.size; }
 
-  /** A frame announced tag transfer `transfer`: its report will be taken or forgotten. */
+  /** A frame announced tag transfer `transfer`: its report will be taken or forgotten. A transfer
+   *  announced twice keeps its first entry (a second take of it hears "no report"). */
   expect(transfer: number): void {
     if (this.#closed || this.#entries.has(transfer)) return;
     if (this.#entries.size >= MAX_PENDING_REPORTS) {
       const [oldest] = this.#entries.keys();
       this.#settle(oldest!, undefined);
     }
-    this.#entries.set(transfer, { due: performance.now() + this.waitMs() });
-    this.#timer ??= setTimeout(() => this.#sweep(), this.waitMs() + 1).unref();
+    const early = this.#early.get(transfer);
+    this.#early.delete(transfer);
+    this.#entries.set(transfer, early === undefined ? { due: Infinity } : { report: early.report, due: Infinity });
   }
 
   /** SENT from the peer. */
   deliver(transfer: number, report: string): void {
-    const entry = this.#entries.get(transfer);
-    if (entry === undefined || entry.report !== undefined) return;
+    if (this.#closed) return;
     const kept = report.slice(0, MAX_REPORT_CHARS);
+    const entry = this.#entries.get(transfer);
+    if (entry === undefined) {
+      if (this.#early.has(transfer)) return;
+      if (this.#early.size >= MAX_EARLY_REPORTS) this.#early.delete(this.#early.keys().next().value!);
+      this.#early.set(transfer, { report: kept, at: performance.now() });
+      this.#schedule();
+      return;
+    }
+    if (entry.report !== undefined) return;
     if (entry.waiter !== undefined) this.#settle(transfer, kept);
     else entry.report = kept;
   }
 
   /** The report of `transfer` once it is here; undefined when none will come (not expected,
-   *  overdue, dropped, connection closed). The entry is gone once this settles. */
+   *  taken already, waited for waitMs, dropped, connection closed). The entry is gone once this
+   *  settles. */
   take(transfer: number): Promise<string | undefined> {
     const entry = this.#entries.get(transfer);
-    if (entry === undefined) return Promise.resolve(undefined);
+    if (entry === undefined || entry.waiter !== undefined) return Promise.resolve(undefined);
     if (entry.report !== undefined) {
       this.#entries.delete(transfer);
       return Promise.resolve(entry.report);
     }
+    entry.due = performance.now() + this.waitMs();
+    this.#schedule();
     return new Promise((resolve) => { entry.waiter = resolve; });
   }
 
@@ -86,6 +106,7 @@ export class TransferReports {
   close(): void {
     this.#closed = true;
     this.#readings.clear();
+    this.#early.clear();
     clearTimeout(this.#timer);
     this.#timer = undefined;
     for (const transfer of [...this.#entries.keys()]) this.#settle(transfer, undefined);
@@ -98,13 +119,24 @@ export class TransferReports {
     entry.waiter?.(report);
   }
 
+  #schedule(): void {
+    this.#timer ??= setTimeout(() => this.#sweep(), this.waitMs() + 1).unref();
+  }
+
+  /** Ends the waits that lasted waitMs, and drops the early reports that old. */
   #sweep(): void {
     this.#timer = undefined;
     const now = performance.now();
+    const waitMs = this.waitMs();
     let next = Infinity;
     for (const [transfer, entry] of [...this.#entries]) {
+      if (entry.waiter === undefined) continue;
       if (entry.due <= now) this.#settle(transfer, undefined);
       else next = Math.min(next, entry.due);
+    }
+    for (const [transfer, early] of [...this.#early]) {
+      if (early.at + waitMs <= now) this.#early.delete(transfer);
+      else next = Math.min(next, early.at + waitMs);
     }
     if (next !== Infinity) this.#timer = setTimeout(() => this.#sweep(), Math.max(1, next - now) + 1).unref();
   }

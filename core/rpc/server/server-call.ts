@@ -110,7 +110,7 @@ export class ServerCall {
       get transfers() { return incoming.flatMap((frame) => frame.transfers); },
       async confirmedTransfers() {
         const transfers = incoming.flatMap((frame) => frame.transfers);
-        await confirmTransfers(transfers);
+        await scope.race(confirmTransfers(transfers));
         return transfers;
       },
       afterSend: (fn) => {

@@ -233,9 +233,10 @@ export class IncomingTensors {
     for (const tensor of this.allocated.splice(0)) tensor.release();
   }
 
-  /** Resolves once every tag transfer of this frame has its sender's report (or none will come);
-   *  under noStaging, rejects when a report says UCX moved the bytes through host memory: they
-   *  have arrived, but the call fails. */
+  /** Resolves once every tag transfer of this frame has its sender's report (or none will come).
+   *  Under noStaging it rejects when a report says UCX moved the bytes through host memory, or
+   *  when a sender that promised reports (`rep`) sent none within transferTimeoutMs or before the
+   *  connection closed: the bytes have arrived, but nothing confirms how, and the call fails. */
   async confirm(): Promise<void> {
     if (this.#reports.length > 0) await Promise.all(this.#reports);
     if (this.limits.noStaging !== true) return;
@@ -243,16 +244,26 @@ export class IncomingTensors {
     if (staged !== undefined) {
       throw new GdrpcError(Code.FAILED_PRECONDITION, `${this.site.label}${staged.argument}: UCX moved it from ${this.scope.connection.peer} through host memory (noStaging), as the sender reported: ${staged.protocol}`, { path: 'staged' });
     }
+    const unreported = this.#unreported[0];
+    if (unreported !== undefined) {
+      const { connection } = this.scope;
+      const why = connection.isOpen ? `within ${connection.transferTimeoutMs} ms` : 'before the connection closed';
+      throw new GdrpcError(Code.FAILED_PRECONDITION, `${this.site.label}${unreported.argument}: ${connection.peer} sent no report of how UCX moved it ${why}: noStaging cannot be confirmed`, { path: unreported.path });
+    }
   }
 
   readonly #reports: Array<Promise<void>> = [];
+  /** Tag transfers whose sender promised a report and sent none. */
+  readonly #unreported: TransferInfo[] = [];
 
   /** Completes `info` when the sender's report of `transfer` comes. */
   #awaitReport(info: TransferInfo, plan: TransferPlan, transfer: number): void {
     const { connection } = this.scope;
     if (connection.peerLimits.reports !== true) return;
-    const reported = connection.reports.take(transfer)
-      .then((report) => applySenderReport(info, plan, report, (text) => connection.reports.reading(text, parseProtocol)));
+    const reported = connection.reports.take(transfer).then((report) => {
+      if (report === undefined) this.#unreported.push(info);
+      else applySenderReport(info, plan, report, (text) => connection.reports.reading(text, parseProtocol));
+    });
     awaitingReport(info, reported);
     this.#reports.push(reported);
   }
