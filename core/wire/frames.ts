@@ -65,12 +65,13 @@ export const FRAMES = {
       /** the server receives `@cuda` tensors into GPU memory (absent: host) */ gpu: optional(bool),
       /** the server stages what it receives into GPU memory through host memory */ stg: optional(bool),
       /** the server reads SENT frames and sends one after each tag transfer it makes */ rep: optional(bool),
+      /** the server reads gathered tag transfers (mover `g`) */ gat: optional(bool),
     },
   },
   [FrameKind.Auth]: {
     name: 'AUTH',
     fields: {
-      key, proof: optional(bin), live: optional(uint), gpu: optional(bool), stg: optional(bool), rep: optional(bool),
+      key, proof: optional(bin), live: optional(uint), gpu: optional(bool), stg: optional(bool), rep: optional(bool), gat: optional(bool),
       /** largest frame the client reads (absent: unlimited) */ maxFrame: optional(uint),
     },
   },
@@ -122,7 +123,7 @@ export const TENSOR_FIELDS = {
   /** shape */ sh: { type: 'uints' },
   /** byte length (= product(shape) * element size) */ n: uint,
   /** memory type at the sender: 'host' | 'cuda' */ mt: str,
-  /** mover: inline, tag rendezvous, RMA pull, remote handle */ m: { type: 'str', oneOf: ['i', 't', 'r', 'h'] },
+  /** mover: inline, tag rendezvous, gathered tag rendezvous, RMA pull, remote handle */ m: { type: 'str', oneOf: ['i', 't', 'g', 'r', 'h'] },
 } as const satisfies Fields;
 
 /** The fields each mover adds to a descriptor. */
@@ -130,6 +131,8 @@ export const MOVER_FIELDS = {
   /** the bytes themselves */ i: { b: { type: 'bin', lengthIn: 'n' } },
   /** x: transfer id (the payload tag's low 32 bits); st: the sender staged through host memory */
   t: { x: uint, st: optional(bool) },
+  /** x: transfer id of the one message the tensors of a gather share; f: this tensor's byte offset in it */
+  g: { x: uint, f: uint },
   /** x: exposure id; a: remote address; k: packed rkey */
   r: { x: uint, a: { type: 'u64' }, k: bin, st: optional(bool) },
   /** o: owner "host:port"; x: exposure id; s: capability a pull presents (gdrpc: 16 bytes) */
@@ -139,4 +142,4 @@ export const MOVER_FIELDS = {
 type MoverFields = typeof MOVER_FIELDS;
 /** A tensor value as it travels inside a frame: the common fields, and those of its mover. */
 export type TensorWire = BodyOf<typeof TENSOR_FIELDS>
-  & Partial<BodyOf<MoverFields['i']> & BodyOf<MoverFields['t']> & BodyOf<MoverFields['r']> & BodyOf<MoverFields['h']>>;
+  & Partial<BodyOf<MoverFields['i']> & BodyOf<MoverFields['t']> & BodyOf<MoverFields['g']> & BodyOf<MoverFields['r']> & BodyOf<MoverFields['h']>>;

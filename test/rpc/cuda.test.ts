@@ -33,6 +33,37 @@ describe.skipIf(!gpu)('cuda tensors', () => {
     await disposePeers();
   });
 
+  // KV-cache-like blocks: 1,024 GPU tensors of 32 KiB share one tag message each way (mover g),
+  // gathered by one block-copy kernel on the sender and scattered by one on the receiver.
+  it('1,024 blocks of 32 KiB as a gathered list, both ways, under noStaging', async () => {
+    const count = 1024;
+    const bytes = 32 << 10;
+    const blocks = Array.from({ length: count }, (_, i) => {
+      const host = patterned(bytes, i % 251);
+      const tensor = client.pool('cuda:0').allocate([bytes], 'u8');
+      cuda.copy(tensor.address, host.bytes(), bytes);
+      return { gpu: tensor, host };
+    });
+    try {
+      const started = performance.now();
+      const result = await client.unary(EchoDescriptor.methods.echoListCuda, { xs: blocks.map((b) => b.gpu) }, { noStaging: true });
+      const ms = performance.now() - started;
+      const ys = result.ys as Tensor[];
+      expect(ys.length).toBe(count);
+      for (const [i, y] of ys.entries()) {
+        expect(y.device).toBe('cuda:0');
+        if (!y.to('cpu').equals(blocks[i]!.host)) throw new Error(`ys[${i}] differs`);
+        y.release();
+      }
+      const transfers = callInfo(result)!.transfers;
+      console.log(`test/rpc/cuda: ${count} x ${bytes} B gathered both ways in ${ms.toFixed(1)} ms; ${transfers[0]!.path} <- ${transfers[0]!.protocol}`);
+      expect(transfers.length).toBe(2 * count);
+      for (const info of transfers) expect(info).toMatchObject({ mover: 'tag', bytes, gathered: count, path: 'cuda_ipc' });
+    } finally {
+      for (const b of blocks) b.gpu.release();
+    }
+  });
+
   for (const size of [MiB, 64 * MiB]) {
     it(`${size} bytes GPU to GPU by tag over cuda_ipc, noStaging`, async () => {
       const { gpu: x, host } = onGpu(size);

@@ -18,7 +18,7 @@ const bytes = (n: number): Uint8Array => new Uint8Array(n).fill(7);
 
 const FRAME_CASES: Record<FrameKind, Case> = {
   [FrameKind.Hello]: {
-    good: { key: KEY, chal: bytes(32), maxFrame: 4 << 20, maxTensor: 2 ** 40, inline: 4096, live: 10_000, gpu: false, stg: true, rep: true },
+    good: { key: KEY, chal: bytes(32), maxFrame: 4 << 20, maxTensor: 2 ** 40, inline: 4096, live: 10_000, gpu: false, stg: true, rep: true, gat: true },
     missing: 'maxFrame', wrongType: ['gpu', 1], outOfBounds: ['key', 0xffff_ffffn],
   },
   [FrameKind.Auth]: {
@@ -46,6 +46,7 @@ const common = { dt: 'u8', sh: [2, 1], n: 2, mt: 'host' };
 const MOVER_CASES: Record<keyof typeof MOVER_FIELDS, Case> = {
   i: { good: { ...common, m: 'i', b: bytes(2) }, missing: 'b', wrongType: ['b', 'xy'], outOfBounds: ['b', bytes(3)] },
   t: { good: { ...common, m: 't', x: 5, st: true }, missing: 'x', wrongType: ['st', 1], outOfBounds: ['x', -1] },
+  g: { good: { ...common, m: 'g', x: 5, f: 4096 }, missing: 'f', wrongType: ['f', 'zero'], outOfBounds: ['f', -1] },
   r: { good: { ...common, m: 'r', x: 1, a: 1n << 40n, k: bytes(8) }, missing: 'k', wrongType: ['a', 5], outOfBounds: ['a', -1n] },
   h: { good: { ...common, m: 'h', o: 'host:1', x: 3, s: bytes(16) }, missing: 'o', wrongType: ['s', 'cap'], outOfBounds: ['x', 2 ** 53] },
 };
@@ -147,7 +148,7 @@ describe('tensor descriptor, common fields', () => {
     ['missing dt', { ...good, dt: undefined }, /lacks 'dt'/],
     ['a shape of non-integers', { ...good, sh: [1, 'a'] }, /bad 'sh'/],
     ['a negative dimension', { ...good, sh: [-1] }, /bad 'sh'/],
-    ['an unknown mover', { ...good, m: 'z' }, /bad 'm': expected one of i, t, r, h/],
+    ['an unknown mover', { ...good, m: 'z' }, /bad 'm': expected one of i, t, g, r, h/],
     ['a byte length out of bounds', { ...good, n: -2 }, /bad 'n'/],
   ])('refuses %s', (_name, wire, message) => {
     expect(refusal(() => checkTensorWire(wire, 'args.x')).message).toMatch(message);

@@ -277,6 +277,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
     let encoded: Row;
     try {
       encoded = encodeFields(method.args, values, methodTypes(method), out.encode, '');
+      out.finish();
     } catch (error) {
       out.discard();
       throw error;
@@ -321,6 +322,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
     try {
       values = decodeFields(method.results, wire, types, incoming.decode, '');
       validateFields(method.results, values, types, `${methodName(method)} results`);
+      incoming.checkGathers();
     } catch (error) {
       await refuseRaw({ connection: session.connection, call: id }, wire);
       if (error instanceof GdrpcError && error.code === Code.FAILED_PRECONDITION) throw error;

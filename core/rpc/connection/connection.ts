@@ -30,6 +30,7 @@ export interface PeerLimits {
   /** receives @cuda tensors into GPU memory */ gpu: boolean;
   /** stages what it receives into GPU memory through host memory (its UCX cannot map CUDA) */ stages?: boolean;
   /** reads SENT frames and sends one after each tag transfer it makes (docs/wire.md) */ reports?: boolean;
+  /** reads gathered tag transfers (mover `g`, docs/wire.md) */ gathers?: boolean;
 }
 
 interface QueuedFrame extends WireFrame { resolve: () => void; reject: (error: unknown) => void }

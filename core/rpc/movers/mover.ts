@@ -22,6 +22,9 @@ export interface TransferInfo {
    *  or staged through its own host bounce). 'predicted': from the endpoint's lanes and the memory
    *  types, because UCX said nothing (reports off, or the sender's report has not come). */
   source: PathSource;
+  /** Tensors that shared one tag message with this one (mover `g`, gathered by the sender), this
+   *  one included; absent for a tensor that moved on its own. */
+  gathered?: number;
   /** UCX's description of the request that moved the bytes (ucp_request_query), for debugging:
    *  this side's, or the sender's when `source` is 'sender'. Tag and RMA movers only. */
   protocol?: string;

@@ -100,11 +100,11 @@ export interface ReceiveFacts {
   stagingReason(): string | undefined;
 }
 
-const MOVER_OF = { i: 'inline', t: 'tag', r: 'rma' } as const;
+const MOVER_OF = { i: 'inline', t: 'tag', g: 'tag', r: 'rma' } as const;
 
 /** The mover a descriptor of tensor bytes names (not a remote handle's). */
 export function moverOf(wire: Pick<TensorWire, 'm'>): MoverName {
-  return MOVER_OF[wire.m as 'i' | 't' | 'r'];
+  return MOVER_OF[wire.m as 'i' | 't' | 'g' | 'r'];
 }
 
 /** The sender's plan: throws where the forced mover cannot carry the tensor (choose.ts). */

@@ -214,6 +214,7 @@ export class ServerCall {
     try {
       values = decodeFields(method.args, wire, types, incoming.decode, what);
       validateFields(method.args, values, types, `${label}${what}`.slice(0, -1));
+      incoming.checkGathers();
     } catch (error) {
       // Settle the announced bytes in the background: the ERROR must not wait for a sender that
       // may never send them.
@@ -294,7 +295,9 @@ export class ServerCall {
     }
     const tensors = new OutgoingTensors({ connection: this.connection, call: this.id }, this.policy, { side: 'server', label: `${name} results.` });
     try {
-      return { encoded: encodeFields(fields, result, this.entry.types, tensors.encode, ''), tensors };
+      const encoded = encodeFields(fields, result, this.entry.types, tensors.encode, '');
+      tensors.finish();
+      return { encoded, tensors };
     } catch (error) {
       tensors.discard();
       throw error;

@@ -16,6 +16,7 @@ import { applySenderReport, plannedInfo, reportReceived, reportSent } from '../m
 import { parseProtocol } from '../movers/protocol.ts';
 import { bounceFor, stagingReason } from '../movers/staging.ts';
 import { tensorTooLarge, type Side } from './memory-errors.ts';
+import { checkGathers, gatherable, gatherChunks, gatheredOutgoing, type Gather } from './gather.ts';
 import { FrameKind, type TensorWire } from '../../wire/frames.ts';
 import { awaitingReport } from '../movers/call-info.ts';
 import { RemoteTensor, exposeRemote, type OwnerDialer } from '../remote/remote.ts';
@@ -29,12 +30,16 @@ export interface TransferSite { side: Side; label: string }
 /** A receiving site also says how remote handles that arrive there are pulled. */
 export interface IncomingSite extends TransferSite { dialOwner: OwnerDialer }
 
-/** One tensor on its way out: its send, its report and its plan. */
+/** One send on its way out (one tensor, or the tensors of a gather): the send, their reports
+ *  and the plan of the first. */
 interface Sending {
-  outgoing: Outgoing; info: TransferInfo; plan: TransferPlan;
+  outgoing: Outgoing; infos: TransferInfo[]; plan: TransferPlan;
   /** The producer of a stream-ordered tensor, awaited before its bytes go. */
   ready: CudaEvent | undefined;
 }
+
+/** A tensor that may share a tag message with others, until finish() decides. */
+interface GatherCandidate { tensor: Tensor; wire: TensorWire; info: TransferInfo; plan: TransferPlan }
 
 /** Tensors leaving in one frame. */
 export class OutgoingTensors {
@@ -44,6 +49,8 @@ export class OutgoingTensors {
   readonly #sync = new ProducerSync();
   /** Bounces to give back if the frame never leaves. */
   readonly #discards: Array<() => void> = [];
+  /** Tensors that may share a tag message (mover `g`), by device and byte length. */
+  readonly #candidates = new Map<string, GatherCandidate[]>();
 
   constructor(private readonly scope: TransferScope, private readonly policy: SendPolicy, private readonly site: TransferSite) {}
 
@@ -65,6 +72,15 @@ export class OutgoingTensors {
     if (value.byteLength > connection.peerLimits.maxTensor) {
       throw tensorTooLarge(this.site.side === 'client' ? 'server' : 'client', `${this.site.label}${where}`, value.byteLength, connection.peerLimits.maxTensor);
     }
+    if (gatherable(plan, value.device, connection.peerLimits.gathers === true)) {
+      // Its descriptor is completed by finish(), once the frame's other tensors are known.
+      const wire = { dt: value.dtype, sh: [...value.shape], n: value.byteLength, mt: memoryTypeOf(value), m: 't' } as TensorWire;
+      const info = plannedInfo(where, plan);
+      const key = `${value.device}/${value.byteLength}`;
+      this.#candidates.set(key, [...(this.#candidates.get(key) ?? []), { tensor: value, wire, info, plan }]);
+      this.transfers.push(info);
+      return wire;
+    }
     // A deferred producer is awaited when the send starts, after the frame, off the event loop.
     const ready = this.#sync.before(value, { defer: plan.deferProducer });
     const mover = moverByName(plan.mover);
@@ -77,10 +93,38 @@ export class OutgoingTensors {
       outgoing = mover.prepare(value, this.scope);
     }
     const info = plannedInfo(where, plan);
-    this.#outgoing.push({ outgoing, info, plan, ready });
+    this.#outgoing.push({ outgoing, infos: [info], plan, ready });
     this.transfers.push(info);
     return outgoing.wire;
   };
+
+  /** Completes the descriptors encode left open: tensors of one device and byte length share a
+   *  tag message (mover `g`) when there are two or more, else each goes on its own. Call once
+   *  every tensor of the frame is encoded, before the frame is sent. */
+  finish(): void {
+    const { connection } = this.scope;
+    for (const group of this.#candidates.values()) {
+      for (const chunk of gatherChunks(group, group[0]!.plan.bytes, connection.peerLimits.maxTensor)) {
+        if (chunk.length === 1) {
+          const { tensor, wire, info, plan } = chunk[0]!;
+          const ready = this.#sync.before(tensor, { defer: plan.deferProducer });
+          const outgoing = moverByName('tag').prepare(tensor, this.scope);
+          Object.assign(wire, outgoing.wire);
+          this.#outgoing.push({ outgoing, infos: [info], plan, ready });
+          continue;
+        }
+        const x = connection.transfers.next();
+        const bytes = chunk[0]!.plan.bytes;
+        for (const [k, { wire, info }] of chunk.entries()) {
+          Object.assign(wire, { m: 'g', x, f: k * bytes });
+          info.gathered = chunk.length;
+        }
+        const outgoing = gatheredOutgoing(chunk.map((c) => c.tensor), bytes, x, this.scope);
+        this.#outgoing.push({ outgoing, infos: chunk.map((c) => c.info), plan: chunk[0]!.plan, ready: undefined });
+      }
+    }
+    this.#candidates.clear();
+  }
 
   /** Gives back what encode took for staging when the frame will not be sent (encoding failed
    *  midway, the call was aborted, the send failed); no-op for transfers already started. */
@@ -98,7 +142,7 @@ export class OutgoingTensors {
       if (entry.ready !== undefined) await producerDone(entry.ready);
       const seen = await entry.outgoing.start();
       this.#report(entry, seen);
-      reportSent(entry.info, entry.plan, seen, this.policy.noStaging, this.scope.connection.peer);
+      for (const info of entry.infos) reportSent(info, entry.plan, seen, this.policy.noStaging, this.scope.connection.peer);
     })).then(() => undefined);
   }
 
@@ -163,8 +207,9 @@ export class IncomingTensors {
     this.pending.push(pending);
     if (wire.m === 'h') return new RemoteTensor(wire, this.site.dialOwner);
     const { connection } = this.scope;
-    if (wire.m === 't') {
+    if (wire.m === 't' || wire.m === 'g') {
       // Its payload may come before the receive is posted (the allocation can wait): hold it.
+      // (The tensors of a gather share one payload: expecting it again changes nothing.)
       connection.expect(wire.x!);
       // And the sender's report of it after its send completed (SENT), whatever this side does.
       if (connection.peerLimits.reports === true) connection.reports.expect(wire.x!);
@@ -178,13 +223,33 @@ export class IncomingTensors {
     return pending;
   };
 
+  #gathers: Gather<PendingTensor>[] | undefined;
+
+  /** Checks the gathered descriptors of the frame against each other (docs/wire.md mover `g`);
+   *  call once decoding is done, where a decoding failure is handled (the frame's payloads are
+   *  refused and the call fails at once). */
+  checkGathers(): void {
+    this.#gathers ??= checkGathers(this.pending, this.limits.maxTensor, this.site.label);
+  }
+
   /** Allocates and receives every pending tensor, replacing placeholders in `values`. On failure
    *  everything allocated is released and what was not received is refused. */
   async receive(allocate: Allocate): Promise<Map<PendingTensor, Tensor>> {
     const received = new Map<PendingTensor, Tensor>();
     const work = this.pending.filter(carriesBytes);
     let failure: unknown;
-    await Promise.all(work.map(async (pending) => {
+    let gathers: Gather<PendingTensor>[];
+    try {
+      this.checkGathers();
+      gathers = this.#gathers!;
+    } catch (error) {
+      failure = error;
+      // Refuse each gathered payload once (the loop below refuses the single transfers).
+      const xs = new Set(work.filter((p) => p.wire.m === 'g').map((p) => p.wire.x!));
+      gathers = [...xs].map((x) => ({ x, bytes: 0, members: [] }));
+    }
+    const gatheredWork = gathers.map((gather) => this.#receiveGather(gather, allocate, received, () => failure, (error) => { failure ??= error; }));
+    await Promise.all([...gatheredWork, ...work.filter((p) => p.wire.m !== 'g').map(async (pending) => {
       const mover = moverByName(moverOf(pending.wire));
       let dest: Tensor;
       try {
@@ -216,12 +281,12 @@ export class IncomingTensors {
         received.set(pending, dest);
         const info = reportReceived(pending.where, plan, seen);
         this.transfers.push(info);
-        if (pending.wire.m === 't') this.#awaitReport(info, plan, pending.wire.x!);
+        if (pending.wire.m === 't') this.#awaitReport([info], plan, pending.wire.x!);
       } catch (error) {
         failure ??= error;
         if (pending.wire.m === 't') this.scope.connection.reports.forget(pending.wire.x!);
       }
-    }));
+    })]);
     if (failure !== undefined) {
       this.releaseAll();
       throw GdrpcError.from(failure);
@@ -256,16 +321,88 @@ export class IncomingTensors {
   /** Tag transfers whose sender promised a report and sent none. */
   readonly #unreported: TransferInfo[] = [];
 
-  /** Completes `info` when the sender's report of `transfer` comes. */
-  #awaitReport(info: TransferInfo, plan: TransferPlan, transfer: number): void {
+  /** Completes `infos` (one transfer's, or a gather's) when the sender's report of `transfer` comes. */
+  #awaitReport(infos: TransferInfo[], plan: TransferPlan, transfer: number): void {
     const { connection } = this.scope;
     if (connection.peerLimits.reports !== true) return;
     const reported = connection.reports.take(transfer).then((report) => {
-      if (report === undefined) this.#unreported.push(info);
-      else applySenderReport(info, plan, report, (text) => connection.reports.reading(text, parseProtocol));
+      for (const info of infos) {
+        if (report === undefined) this.#unreported.push(info);
+        else applySenderReport(info, plan, report, (text) => connection.reports.reading(text, parseProtocol));
+      }
     });
-    awaitingReport(info, reported);
+    for (const info of infos) awaitingReport(info, reported);
     this.#reports.push(reported);
+  }
+
+  /** Receives a gathered payload: allocates each member's destination and a staging tensor for
+   *  the whole message, takes the message into the staging tensor, and copies each member out
+   *  (one block-copy kernel on a GPU). A failure anywhere is the frame's: what was allocated goes
+   *  back with the rest, and a payload not received is refused. */
+  async #receiveGather(gather: Gather<PendingTensor>, allocate: Allocate, received: Map<PendingTensor, Tensor>, failed: () => unknown, fail: (error: unknown) => void): Promise<void> {
+    const { connection } = this.scope;
+    const { x, bytes, members } = gather;
+    const tag = moverByName('tag');
+    const refuse = (): Promise<void> => {
+      connection.reports.forget(x);
+      return tag.refuse({ dt: 'u8', sh: [0], n: 0, mt: 'host', m: 't', x }, this.scope);
+    };
+    if (failed() !== undefined || members.length === 0) return refuse();
+    const first = members[0]!;
+    const field = `${this.site.label}${first.where}`;
+    const dests: Tensor[] = [];
+    let staging: Tensor | undefined;
+    try {
+      for (const member of members) {
+        const allocated = allocate([...member.wire.sh], member.wire.dt as DType, member.placement, `${this.site.label}${member.where}`);
+        const dest = allocated instanceof Tensor ? allocated : await allocated;
+        dests.push(dest);
+        this.allocated.push(dest);
+        if (failed() !== undefined) throw failed();
+      }
+      const device = dests[0]!.device;
+      if (dests.some((dest) => dest.device !== device)) {
+        throw new GdrpcError(Code.INVALID_ARGUMENT, `${field}: gathered transfer ${x} lands on more than one device`);
+      }
+      const allocated = allocate([members.length * bytes], 'u8', first.placement, `${field} (the message it shares with ${members.length - 1} more)`);
+      staging = allocated instanceof Tensor ? allocated : await allocated;
+      if (failed() !== undefined) throw failed();
+    } catch (error) {
+      staging?.release();
+      fail(error);
+      await refuse();
+      return;
+    }
+    const total = members.length * bytes;
+    const wire: TensorWire = { dt: 'u8', sh: [total], n: total, mt: first.wire.mt, m: 't', x };
+    const plan = planReceive({
+      where: first.where, wire, device: staging.device, sender: this.#sender(), noStaging: this.limits.noStaging === true,
+      stagingReason: () => stagingReason(staging!, connection.runtime),
+    });
+    try {
+      if (plan.refusal !== undefined) {
+        fail(plan.refusal);
+        await refuse();
+        return;
+      }
+      const seen = plan.bounce !== undefined ? await stagedReceive(tag, wire, staging, this.scope) : await tag.receive(wire, staging, this.scope);
+      // UCX finished writing the staging tensor: its bytes are complete.
+      await connection.runtime.blocks.copy(bytes, members.map((_, k) => ({ dst: dests[k]!, dstOffset: 0, src: staging!, srcOffset: k * bytes })), { sourcesReady: true });
+      const infos = members.map((member, k) => {
+        received.set(member, dests[k]!);
+        const info = reportReceived(member.where, plan, seen);
+        info.bytes = bytes;
+        info.gathered = members.length;
+        this.transfers.push(info);
+        return info;
+      });
+      this.#awaitReport(infos, plan, x);
+    } catch (error) {
+      fail(error);
+      connection.reports.forget(x);
+    } finally {
+      staging.release();
+    }
   }
 
   /** Declines an announced tensor; its sender's report is not wanted either. */
@@ -325,11 +462,14 @@ export function refuseRaw(scope: TransferScope, wireObject: unknown): Promise<vo
     if (Array.isArray(value)) value.forEach(walk);
     else if (typeof value === 'object' && value !== null && !(value instanceof Uint8Array)) {
       const record = value as Record<string, unknown>;
-      if ((record.m === 't' || record.m === 'r') && typeof record.x === 'number') found.push(record as unknown as TensorWire);
+      if ((record.m === 't' || record.m === 'g' || record.m === 'r') && typeof record.x === 'number') found.push(record as unknown as TensorWire);
       else Object.values(record).forEach(walk);
     }
   };
   walk(wireObject);
-  for (const wire of found) if (wire.m === 't') scope.connection.reports.forget(wire.x!);
-  return Promise.all(found.map((wire) => moverByName(wire.m === 't' ? 'tag' : 'rma').refuse(wire, scope))).then(() => undefined);
+  // The tensors of a gather share one payload: it is refused once.
+  const gathered = new Set<number>();
+  const refusals = found.filter((wire) => wire.m !== 'g' || (!gathered.has(wire.x!) && gathered.add(wire.x!) !== undefined));
+  for (const wire of refusals) if (wire.m !== 'r') scope.connection.reports.forget(wire.x!);
+  return Promise.all(refusals.map((wire) => moverByName(wire.m === 'r' ? 'rma' : 'tag').refuse(wire, scope))).then(() => undefined);
 }

@@ -65,6 +65,30 @@ export type EchoEchoCudaResults = {
   device: string;
 };
 
+/** Arguments of Echo.echoList. */
+export type EchoEchoListArgs = {
+  /** Schema: `list<tensor<u8, [n]> @host>` */
+  xs: Tensor[];
+};
+
+/** Results of Echo.echoList. */
+export type EchoEchoListResults = {
+  /** Schema: `list<tensor<u8, [n]> @host>` */
+  ys: Tensor[];
+};
+
+/** Arguments of Echo.echoListCuda. */
+export type EchoEchoListCudaArgs = {
+  /** Schema: `list<tensor<u8, [n]> @cuda(0)>` */
+  xs: Tensor[];
+};
+
+/** Results of Echo.echoListCuda. */
+export type EchoEchoListCudaResults = {
+  /** Schema: `list<tensor<u8, [n]> @cuda(0)>` */
+  ys: Tensor[];
+};
+
 /** Arguments of Echo.ping. */
 export type EchoPingArgs = {
   n: number;
@@ -326,6 +350,76 @@ export const EchoDescriptor = {
           },
         },
         { name: 'device', type: { kind: 'scalar', name: 'string' } },
+      ],
+      clientStreaming: false,
+      serverStreaming: false,
+      types,
+    },
+    echoList: {
+      name: 'echoList',
+      service: 'test.rpc.v1.Echo',
+      args: [
+        {
+          name: 'xs',
+          type: {
+            kind: 'list',
+            element: {
+              kind: 'tensor',
+              dtype: 'u8',
+              shape: [{ kind: 'symbol', name: 'n' }],
+              placement: { kind: 'host' },
+            },
+          },
+        },
+      ],
+      results: [
+        {
+          name: 'ys',
+          type: {
+            kind: 'list',
+            element: {
+              kind: 'tensor',
+              dtype: 'u8',
+              shape: [{ kind: 'symbol', name: 'n' }],
+              placement: { kind: 'host' },
+            },
+          },
+        },
+      ],
+      clientStreaming: false,
+      serverStreaming: false,
+      types,
+    },
+    echoListCuda: {
+      name: 'echoListCuda',
+      service: 'test.rpc.v1.Echo',
+      args: [
+        {
+          name: 'xs',
+          type: {
+            kind: 'list',
+            element: {
+              kind: 'tensor',
+              dtype: 'u8',
+              shape: [{ kind: 'symbol', name: 'n' }],
+              placement: { kind: 'cuda', device: 0 },
+            },
+          },
+        },
+      ],
+      results: [
+        {
+          name: 'ys',
+          type: {
+            kind: 'list',
+            element: {
+              kind: 'tensor',
+              dtype: 'u8',
+              shape: [{ kind: 'symbol', name: 'n' }],
+              placement: { kind: 'cuda', device: 0 },
+            },
+          },
+        },
       ],
       clientStreaming: false,
       serverStreaming: false,
@@ -624,6 +718,26 @@ export function validateEchoEchoCudaResults(values: Record<string, unknown>): vo
   validateFields(EchoDescriptor.methods.echoCuda.results, values, types, 'Echo.echoCuda results');
 }
 
+/** Checks arguments of Echo.echoList against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
+export function validateEchoEchoListArgs(values: Record<string, unknown>): void {
+  validateFields(EchoDescriptor.methods.echoList.args, values, types, 'Echo.echoList arguments');
+}
+
+/** Checks results of Echo.echoList against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
+export function validateEchoEchoListResults(values: Record<string, unknown>): void {
+  validateFields(EchoDescriptor.methods.echoList.results, values, types, 'Echo.echoList results');
+}
+
+/** Checks arguments of Echo.echoListCuda against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
+export function validateEchoEchoListCudaArgs(values: Record<string, unknown>): void {
+  validateFields(EchoDescriptor.methods.echoListCuda.args, values, types, 'Echo.echoListCuda arguments');
+}
+
+/** Checks results of Echo.echoListCuda against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
+export function validateEchoEchoListCudaResults(values: Record<string, unknown>): void {
+  validateFields(EchoDescriptor.methods.echoListCuda.results, values, types, 'Echo.echoListCuda results');
+}
+
 /** Checks arguments of Echo.ping against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateEchoPingArgs(values: Record<string, unknown>): void {
   validateFields(EchoDescriptor.methods.ping.args, values, types, 'Echo.ping arguments');
@@ -792,6 +906,16 @@ export class EchoClient {
     return this.#client.unary(EchoDescriptor.methods.echoCuda, args, options) as Promise<EchoEchoCudaResults>;
   }
 
+  /** A list of equal-sized tensors back (gathered tag transfers both ways). */
+  echoList(args: EchoEchoListArgs, options?: CallOptions): Promise<EchoEchoListResults> {
+    return this.#client.unary(EchoDescriptor.methods.echoList, args, options) as Promise<EchoEchoListResults>;
+  }
+
+  /** echoList on GPU 0 (host memory where there is none). */
+  echoListCuda(args: EchoEchoListCudaArgs, options?: CallOptions): Promise<EchoEchoListCudaResults> {
+    return this.#client.unary(EchoDescriptor.methods.echoListCuda, args, options) as Promise<EchoEchoListCudaResults>;
+  }
+
   /** Calls Echo.ping. */
   ping(args: EchoPingArgs, options?: CallOptions): Promise<EchoPingResults> {
     return this.#client.unary(EchoDescriptor.methods.ping, args, options) as Promise<EchoPingResults>;
@@ -876,6 +1000,10 @@ export interface EchoHandlers {
   echo(args: EchoEchoArgs, ctx: CallContext): Promise<EchoEchoResults> | EchoEchoResults;
   /** echo with both tensors placed on GPU 0 (host memory where there is none). */
   echoCuda(args: EchoEchoCudaArgs, ctx: CallContext): Promise<EchoEchoCudaResults> | EchoEchoCudaResults;
+  /** A list of equal-sized tensors back (gathered tag transfers both ways). */
+  echoList(args: EchoEchoListArgs, ctx: CallContext): Promise<EchoEchoListResults> | EchoEchoListResults;
+  /** echoList on GPU 0 (host memory where there is none). */
+  echoListCuda(args: EchoEchoListCudaArgs, ctx: CallContext): Promise<EchoEchoListCudaResults> | EchoEchoListCudaResults;
   ping(args: EchoPingArgs, ctx: CallContext): Promise<EchoPingResults> | EchoPingResults;
   sleep(args: EchoSleepArgs, ctx: CallContext): Promise<EchoSleepResults> | EchoSleepResults;
   /** Sums the bytes of x (checks contents without sending them back). */
@@ -920,6 +1048,8 @@ export const Echo = {
     return server.register(EchoDescriptor, {
       echo: (args: EchoEchoArgs, ctx: CallContext) => handlers.echo(args, ctx),
       echoCuda: (args: EchoEchoCudaArgs, ctx: CallContext) => handlers.echoCuda(args, ctx),
+      echoList: (args: EchoEchoListArgs, ctx: CallContext) => handlers.echoList(args, ctx),
+      echoListCuda: (args: EchoEchoListCudaArgs, ctx: CallContext) => handlers.echoListCuda(args, ctx),
       ping: (args: EchoPingArgs, ctx: CallContext) => handlers.ping(args, ctx),
       sleep: (args: EchoSleepArgs, ctx: CallContext) => handlers.sleep(args, ctx),
       checksum: (args: EchoChecksumArgs, ctx: CallContext) => handlers.checksum(args, ctx),

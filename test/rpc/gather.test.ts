@@ -1,0 +1,145 @@
+// Gathered tag transfers (mover `g`): the equal-sized tensors of one frame share one tag message,
+// both ways, between two processes over real UCX. Contents are checked element by element; the
+// reports say how many tensors shared a message; a raw client that lies about a gather gets an
+// error for its call and the server keeps serving with its pools back to empty.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Client, Code, confirmedCallInfo, type Tensor, type TransferInfo } from '../../core/index.ts';
+import { GATHER_MAX_COUNT, GATHER_MAX_HOST_BYTES } from '../../core/rpc/transfer/gather.ts';
+import { FrameKind } from '../../core/wire/frames.ts';
+import { ConnectionKey, dataTag } from '../../core/wire/tag.ts';
+import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
+import { startServer, type ListeningPeer } from './fixtures/peers.ts';
+import { disposePeers } from '../support/peer.ts';
+import { RawPeer } from './fixtures/raw-peer.ts';
+import { expectPoolsEmpty } from './fixtures/stats.ts';
+import { patterned } from './fixtures/tensors.ts';
+
+let server: ListeningPeer;
+let client: Client;
+const local = /^(y|yes|1|on)$/i.test(process.env.UCX_MM_ERROR_HANDLING ?? '') ? 'shm' : 'tcp';
+
+beforeAll(async () => {
+  server = await startServer({ poolBytes: 96 << 20, maxTensorBytes: 32 << 20 });
+  client = await Client.connect(server.address, { poolBytes: 96 << 20 });
+});
+afterAll(async () => {
+  await client?.close();
+  await disposePeers();
+});
+
+/** Sends `count` tensors of `bytes` each through echoList and checks every one that comes back. */
+async function echoList(count: number, bytes: number, options: { mover?: 'auto' | 'inline' | 'tag' } = {}): Promise<TransferInfo[]> {
+  const xs = Array.from({ length: count }, (_, i) => patterned(bytes, i % 251));
+  const result = await client.unary(EchoDescriptor.methods.echoList, { xs }, options);
+  const ys = result.ys as Tensor[];
+  expect(ys.length).toBe(count);
+  for (const [i, y] of ys.entries()) {
+    expect(y.shape).toEqual([bytes]);
+    if (!y.equals(xs[i]!)) throw new Error(`ys[${i}] differs from xs[${i}]`);
+    y.release();
+  }
+  return (await confirmedCallInfo(result))!.transfers;
+}
+
+describe('gathered tag transfers', () => {
+  it('100 tensors of 8 KiB go as one message each way, contents intact, reported per tensor', async () => {
+    const transfers = await echoList(100, 8192);
+    expect(transfers.length).toBe(200);
+    for (const info of transfers) {
+      expect(info).toMatchObject({ mover: 'tag', bytes: 8192, gathered: 100, path: local });
+    }
+    // One description per message: the sender's own (x) and the server's report (ys), both of
+    // the whole 800 KiB message.
+    const sent = transfers.filter((t) => t.argument.startsWith('xs['));
+    const back = transfers.filter((t) => t.argument.startsWith('ys['));
+    expect(new Set(sent.map((t) => t.protocol)).size).toBe(1);
+    expect(sent[0]!.protocol).toMatch(/length 819200 /);
+    expect(back.every((t) => t.source === 'sender' && /length 819200 /.test(t.protocol!))).toBe(true);
+  });
+
+  it(`more than ${GATHER_MAX_COUNT} tensors are split into messages of at most ${GATHER_MAX_COUNT}`, async () => {
+    const count = 2 * GATHER_MAX_COUNT + 452;
+    const transfers = await echoList(count, 5000);
+    const sizes = transfers.filter((t) => t.argument.startsWith('xs[')).map((t) => t.gathered);
+    expect(sizes.filter((n) => n === GATHER_MAX_COUNT).length).toBe(2 * GATHER_MAX_COUNT);
+    expect(sizes.filter((n) => n === 452).length).toBe(452);
+  });
+
+  it('a lone tensor, tensors above the gather size, and inline tensors move as before', async () => {
+    expect((await echoList(1, 8192))[0]!.gathered).toBeUndefined();
+    const big = await echoList(3, GATHER_MAX_HOST_BYTES + 1);
+    expect(big.every((t) => t.mover === 'tag' && t.gathered === undefined)).toBe(true);
+    const inline = await echoList(5, 8192, { mover: 'inline' });
+    expect(inline.every((t) => t.mover === 'inline' && t.gathered === undefined)).toBe(true);
+    const small = await echoList(5, 100);
+    expect(small.every((t) => t.mover === 'inline')).toBe(true);
+  });
+
+  it('leaves the server\'s pools empty', async () => {
+    await echoList(300, 8192);
+    await expectPoolsEmpty(client);
+  });
+});
+
+describe('a raw client lying about a gather', () => {
+  const BYTES = 5000;
+  const gathered = (x: number, offsets: number[], n = BYTES): Array<Record<string, unknown>> =>
+    offsets.map((f) => ({ dt: 'u8', sh: [n], n, mt: 'host', m: 'g', x, f }));
+
+  async function admitted(gat: boolean): Promise<RawPeer> {
+    const raw = await RawPeer.connect(server.port);
+    await raw.sendBody(FrameKind.Auth, 0, gat ? { key: raw.key.value, gat: true } : { key: raw.key.value });
+    expect((await raw.receive())?.kind).toBe(FrameKind.Ready);
+    return raw;
+  }
+
+  const lies: Array<[string, Array<Record<string, unknown>>, number, string, RegExp]> = [
+    ['two tensors at one offset', gathered(7, [0, 0]), 2 * BYTES, Code.INVALID_ARGUMENT, /offsets other than 0, 5000/],
+    ['an offset off the grid', gathered(7, [0, 4999]), 2 * BYTES, Code.INVALID_ARGUMENT, /offsets other than/],
+    ['a gap', gathered(7, [0, 2 * BYTES]), 3 * BYTES, Code.INVALID_ARGUMENT, /offsets other than/],
+    ['a payload shorter than the gather', gathered(7, [0, BYTES]), 2 * BYTES - 1000, Code.INVALID_ARGUMENT, /payload of 9000 bytes, descriptor said 10000/],
+    ['a payload longer than the gather', gathered(7, [0, BYTES]), 2 * BYTES + 1000, Code.INVALID_ARGUMENT, /truncated/],
+    ['a gather over the server\'s largest tensor', gathered(7, Array.from({ length: 8 }, (_, k) => k * (5 << 20)), 5 << 20), 0, Code.RESOURCE_EXHAUSTED, /exceeds the limit/],
+  ];
+  for (const [name, xs, payload, code, message] of lies) {
+    it(`${name}: ${code} for the call, nothing held`, async () => {
+      const raw = await admitted(true);
+      try {
+        const body = { svc: EchoDescriptor.name, m: 'echoList', a: { xs } };
+        await raw.sendBody(FrameKind.Request, 3, body);
+        if (payload > 0) await raw.endpoint.tagSend(dataTag(new ConnectionKey(raw.serverKey), 7), new Uint8Array(payload).fill(3));
+        const answer = await raw.receive(10_000);
+        expect(answer?.kind).toBe(FrameKind.Error);
+        expect(answer?.body.code).toBe(code);
+        expect(answer?.body.msg).toMatch(message);
+        expect((await client.unary(EchoDescriptor.methods.ping, { n: 9 })).n).toBe(9);
+        await expectPoolsEmpty(client);
+      } finally {
+        await raw.close();
+      }
+    });
+  }
+
+  it('a client that did not announce gat gets its results one message per tensor', async () => {
+    for (const gat of [false, true]) {
+      const raw = await admitted(gat);
+      try {
+        // Two tensors each sent on their own (mover t): the server answers with its own descriptors.
+        const xs = [0, 1].map((k) => ({ dt: 'u8', sh: [BYTES], n: BYTES, mt: 'host', m: 't', x: 20 + k }));
+        await raw.sendBody(FrameKind.Request, 5, { svc: EchoDescriptor.name, m: 'echoList', a: { xs } });
+        for (const k of [0, 1]) await raw.endpoint.tagSend(dataTag(new ConnectionKey(raw.serverKey), 20 + k), new Uint8Array(BYTES).fill(k));
+        const answer = await raw.receive(10_000);
+        expect(answer?.kind).toBe(FrameKind.Response);
+        const ys = (answer!.body.r as { ys: Array<{ m: string; x: number; f?: number }> }).ys;
+        expect(ys.map((y) => y.m)).toEqual(gat ? ['g', 'g'] : ['t', 't']);
+        if (gat) {
+          expect(ys[0]!.x).toBe(ys[1]!.x);
+          expect(ys.map((y) => y.f)).toEqual([0, BYTES]);
+        }
+      } finally {
+        await raw.close();
+      }
+    }
+    await expectPoolsEmpty(client);
+  });
+});
