@@ -99,6 +99,7 @@ describe('a raw client lying about a gather', () => {
     ['a gap', gathered(7, [0, 2 * BYTES]), 3 * BYTES, Code.INVALID_ARGUMENT, /offsets other than/],
     ['a payload shorter than the gather', gathered(7, [0, BYTES]), 2 * BYTES - 1000, Code.INVALID_ARGUMENT, /payload of 9000 bytes, descriptor said 10000/],
     ['a payload longer than the gather', gathered(7, [0, BYTES]), 2 * BYTES + 1000, Code.INVALID_ARGUMENT, /truncated/],
+    ['more tensors than a gather may hold', gathered(7, Array.from({ length: GATHER_MAX_COUNT + 1 }, (_, k) => k * BYTES)), 0, Code.INVALID_ARGUMENT, /has 1025 tensors, more than 1024/],
     ['a gather over the server\'s largest tensor', gathered(7, Array.from({ length: 8 }, (_, k) => k * (5 << 20)), 5 << 20), 0, Code.RESOURCE_EXHAUSTED, /exceeds the limit/],
   ];
   for (const [name, xs, payload, code, message] of lies) {

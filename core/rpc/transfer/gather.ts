@@ -80,8 +80,9 @@ export function gatheredOutgoing(tensors: readonly Tensor[], bytes: number, x: n
 export interface Gather<P> { x: number; bytes: number; members: P[] }
 
 /** Groups the gathered descriptors of a frame by message and checks them before anything is
- *  allocated: one byte length per message, offsets exactly 0, n, ..., (count - 1) * n, the
- *  message within `maxTensor`, and no tag transfer of the frame reusing a message's id. */
+ *  allocated: one byte length per message, offsets exactly 0, n, ..., (count - 1) * n, at most
+ *  GATHER_MAX_COUNT tensors, the message within `maxTensor` and GATHER_MAX_MESSAGE, and no tag
+ *  transfer of the frame reusing a message's id. */
 export function checkGathers<P extends { wire: TensorWire; where: string }>(pending: readonly P[], maxTensor: number, label: string): Gather<P>[] {
   const byX = new Map<number, P[]>();
   const singles = new Set<number>();
@@ -98,8 +99,10 @@ export function checkGathers<P extends { wire: TensorWire; where: string }>(pend
     if (members.some((p) => p.wire.n !== bytes)) throw bad('mixes tensors of different byte lengths');
     const ordered = [...members].sort((a, b) => a.wire.f! - b.wire.f!);
     if (ordered.some((p, k) => p.wire.f !== k * bytes)) throw bad(`has offsets other than 0, ${bytes}, ..., ${(members.length - 1) * bytes}`);
-    if (members.length * bytes > maxTensor) {
-      throw new GdrpcError(Code.RESOURCE_EXHAUSTED, `${label}${members[0]!.where}: gathered transfer ${x} of ${members.length * bytes} bytes exceeds the limit of ${maxTensor}`);
+    if (members.length > GATHER_MAX_COUNT) throw bad(`has ${members.length} tensors, more than ${GATHER_MAX_COUNT}`);
+    const limit = Math.min(maxTensor, GATHER_MAX_MESSAGE);
+    if (members.length * bytes > limit) {
+      throw new GdrpcError(Code.RESOURCE_EXHAUSTED, `${label}${members[0]!.where}: gathered transfer ${x} of ${members.length * bytes} bytes exceeds the limit of ${limit}`);
     }
     gathers.push({ x, bytes, members: ordered });
   }

@@ -16,7 +16,7 @@ import { applySenderReport, plannedInfo, reportReceived, reportSent } from '../m
 import { parseProtocol } from '../movers/protocol.ts';
 import { bounceFor, stagingReason } from '../movers/staging.ts';
 import { tensorTooLarge, type Side } from './memory-errors.ts';
-import { checkGathers, gatherable, gatherChunks, gatheredOutgoing, type Gather } from './gather.ts';
+import { checkGathers, gatherable, gatherChunks, gatheredOutgoing, stagingTensor, type Gather } from './gather.ts';
 import { FrameKind, type TensorWire } from '../../wire/frames.ts';
 import { awaitingReport } from '../movers/call-info.ts';
 import { RemoteTensor, exposeRemote, type OwnerDialer } from '../remote/remote.ts';
@@ -364,8 +364,10 @@ export class IncomingTensors {
       if (dests.some((dest) => dest.device !== device)) {
         throw new GdrpcError(Code.INVALID_ARGUMENT, `${field}: gathered transfer ${x} lands on more than one device`);
       }
-      const allocated = allocate([members.length * bytes], 'u8', first.placement, `${field} (the message it shares with ${members.length - 1} more)`);
-      staging = allocated instanceof Tensor ? allocated : await allocated;
+      // The message lands in staging memory of the runtime's (not the destinations' pool, whose
+      // room is the caller's limit): it is held only until copied out, and since every
+      // destination is held first, staging in use never exceeds what the destinations hold.
+      staging = stagingTensor(connection.runtime, device, members.length * bytes);
       if (failed() !== undefined) throw failed();
     } catch (error) {
       staging?.release();
