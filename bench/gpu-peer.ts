@@ -19,6 +19,7 @@ const server = Server.create({ poolBytes, maxTensorBytes: poolBytes });
 server.register(receivingOn(SinkDescriptor, device), {
   ping: (args: { n: number }) => ({ n: args.n }),
   sink: (args: { x: Tensor }) => ({ n: args.x.byteLength }),
+  sinkList: (args: { xs: Tensor[] }) => ({ count: args.xs.length }),
   blocks: (args: { count: number; bytes: number }) => {
     for (const block of blocks.splice(0)) block.release();
     const needed = args.count * args.bytes + (1 << 20);

@@ -48,10 +48,11 @@ export async function runKvBlocksBench(opts: { json?: string; flags: string[] })
   const blockBytes = flag(opts.flags, '--block-bytes', 32 * KiB);
   const rounds = flag(opts.flags, '--rounds', 3);
   const total = count * blockBytes;
-  const peer = await spawnPeer<{ port: number }>(fileURLToPath(new URL('./gpu-peer.ts', import.meta.url)), { args: [remote, String(1 << 20)] });
+  // The peer receives the blocks sent by value into its pool (the pulls need none there).
+  const peer = await spawnPeer<{ port: number }>(fileURLToPath(new URL('./gpu-peer.ts', import.meta.url)), { args: [remote, String(total + (1 << 20))] });
   const runtime = Runtime.create();
   const pool = runtime.createPool({ device: local, bytes: total + (1 << 20) });
-  const samples: Record<string, number[]> = { pullAll: [], 'pull each': [], 'one tensor': [] };
+  const samples: Record<string, number[]> = { pullAll: [], 'pull each': [], 'one tensor': [], 'send by value': [] };
   const paths = new Set<string>();
   let client: Client | undefined;
   try {
@@ -71,6 +72,18 @@ export async function runKvBlocksBench(opts: { json?: string; flags: string[] })
       await timed('pullAll', () => handles(count, blockBytes), (hs) => RemoteTensor.pullAll(hs, { pool }));
       await timed('pull each', () => handles(count, blockBytes), (hs) => inLanes(hs, EACH_IN_FLIGHT, (h) => h.pull({ pool })));
       await timed('one tensor', () => handles(1, total), (hs) => RemoteTensor.pullAll(hs, { pool }));
+      // The other direction, by value: this side's blocks as one list argument (gathered tag
+      // transfers, up to 1,024 blocks a message), received into the peer's pool.
+      const blocks = Array.from({ length: count }, () => pool.allocate([blockBytes], 'u8'));
+      try {
+        const started = process.hrtime.bigint();
+        const sent = await client.unary(SinkDescriptor.methods.sinkList, { xs: blocks });
+        samples['send by value']!.push(Number(process.hrtime.bigint() - started) / 1e3);
+        const seen = callInfo(sent)?.transfers[0];
+        if (seen !== undefined) paths.add(`send by value: ${seen.mover}/${seen.path}, ${seen.gathered ?? 1} a message`);
+      } finally {
+        for (const block of blocks) block.release();
+      }
       if (round === 0) for (const s of Object.values(samples)) s.length = 0;
       else console.log(`round ${round}: ${Object.entries(samples).map(([k, v]) => `${k} ${(v.at(-1)! / 1000).toFixed(2)} ms`).join(', ')}`);
     }
@@ -93,7 +106,7 @@ export async function runKvBlocksBench(opts: { json?: string; flags: string[] })
   for (const r of rows) console.log(`${r.system}: ${r.workload} in ${(r.p50_us! / 1000).toFixed(2)} ms, ${r.gbps!.toFixed(2)} GB/s, ${Math.round(r.ops_per_s!)} blocks/s`);
   return {
     machine: describeMachine(),
-    what: `${count} blocks of ${blockBytes} B pulled from ${remote} (another process) into a pool on ${local}: RemoteTensor.pullAll, a pull() each (${EACH_IN_FLIGHT} in flight), the same bytes as one tensor, and the raw copy; ${rounds} rounds after a warm-up`,
+    what: `${count} blocks of ${blockBytes} B pulled from ${remote} (another process) into a pool on ${local}: RemoteTensor.pullAll, a pull() each (${EACH_IN_FLIGHT} in flight), the same bytes as one tensor; the blocks sent from ${local} to ${remote} by value as one list argument; and the raw copy; ${rounds} rounds after a warm-up`,
     paths: [...paths], results: rows, copy: copy.results, skipped: copy.skipped,
   };
 }

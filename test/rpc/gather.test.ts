@@ -3,7 +3,7 @@
 // reports say how many tensors shared a message; a raw client that lies about a gather gets an
 // error for its call and the server keeps serving with its pools back to empty.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Client, Code, confirmedCallInfo, type Tensor, type TransferInfo } from '../../core/index.ts';
+import { callInfo, Client, Code, confirmedCallInfo, Runtime, type Tensor, type TransferInfo } from '../../core/index.ts';
 import { GATHER_MAX_COUNT, GATHER_MAX_HOST_BYTES } from '../../core/rpc/transfer/gather.ts';
 import { FrameKind } from '../../core/wire/frames.ts';
 import { ConnectionKey, dataTag } from '../../core/wire/tag.ts';
@@ -73,6 +73,28 @@ describe('gathered tag transfers', () => {
     expect(inline.every((t) => t.mover === 'inline' && t.gathered === undefined)).toBe(true);
     const small = await echoList(5, 100);
     expect(small.every((t) => t.mover === 'inline')).toBe(true);
+  });
+
+  it('GDRPC_GATHER=0 in one process turns gathering off both ways', async () => {
+    process.env.GDRPC_GATHER = '0';
+    let runtime: Runtime;
+    try {
+      runtime = Runtime.create();
+    } finally {
+      delete process.env.GDRPC_GATHER;
+    }
+    const plain = await Client.connect(server.address, { runtime, poolBytes: 16 << 20 });
+    try {
+      const xs = Array.from({ length: 10 }, (_, i) => patterned(8192, i));
+      const result = await plain.unary(EchoDescriptor.methods.echoList, { xs });
+      const ys = result.ys as Tensor[];
+      for (const [i, y] of ys.entries()) expect(y.equals(xs[i]!)).toBe(true);
+      for (const y of ys) y.release();
+      expect(callInfo(result)!.transfers.map((t) => [t.mover, t.gathered])).toEqual(Array(20).fill(['tag', undefined]));
+    } finally {
+      await plain.close();
+      await runtime.close();
+    }
   });
 
   it('leaves the server\'s pools empty', async () => {

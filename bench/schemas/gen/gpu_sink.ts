@@ -56,6 +56,17 @@ export type SinkSinkResults = {
   n: number;
 };
 
+/** Arguments of Sink.sinkList. */
+export type SinkSinkListArgs = {
+  /** Schema: `list<tensor<u8, [n]> @cuda>` */
+  xs: Tensor[];
+};
+
+/** Results of Sink.sinkList. */
+export type SinkSinkListResults = {
+  count: number;
+};
+
 /** Arguments of Sink.blocks. */
 export type SinkBlocksArgs = {
   count: number;
@@ -104,6 +115,28 @@ export const SinkDescriptor = {
       serverStreaming: false,
       types,
     },
+    sinkList: {
+      name: 'sinkList',
+      service: 'bench.gpu.v1.Sink',
+      args: [
+        {
+          name: 'xs',
+          type: {
+            kind: 'list',
+            element: {
+              kind: 'tensor',
+              dtype: 'u8',
+              shape: [{ kind: 'symbol', name: 'n' }],
+              placement: { kind: 'cuda' },
+            },
+          },
+        },
+      ],
+      results: [{ name: 'count', type: { kind: 'scalar', name: 'u32' } }],
+      clientStreaming: false,
+      serverStreaming: false,
+      types,
+    },
     blocks: {
       name: 'blocks',
       service: 'bench.gpu.v1.Sink',
@@ -144,6 +177,16 @@ export function validateSinkSinkResults(values: Record<string, unknown>): void {
   validateFields(SinkDescriptor.methods.sink.results, values, types, 'Sink.sink results');
 }
 
+/** Checks arguments of Sink.sinkList against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
+export function validateSinkSinkListArgs(values: Record<string, unknown>): void {
+  validateFields(SinkDescriptor.methods.sinkList.args, values, types, 'Sink.sinkList arguments');
+}
+
+/** Checks results of Sink.sinkList against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
+export function validateSinkSinkListResults(values: Record<string, unknown>): void {
+  validateFields(SinkDescriptor.methods.sinkList.results, values, types, 'Sink.sinkList results');
+}
+
 /** Checks arguments of Sink.blocks against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateSinkBlocksArgs(values: Record<string, unknown>): void {
   validateFields(SinkDescriptor.methods.blocks.args, values, types, 'Sink.blocks arguments');
@@ -172,6 +215,11 @@ export class SinkClient {
     return this.#client.unary(SinkDescriptor.methods.sink, args, options) as Promise<SinkSinkResults>;
   }
 
+  /** Takes a list of equal-sized tensors without touching them (gathered tag transfers). */
+  sinkList(args: SinkSinkListArgs, options?: CallOptions): Promise<SinkSinkListResults> {
+    return this.#client.unary(SinkDescriptor.methods.sinkList, args, options) as Promise<SinkSinkListResults>;
+  }
+
   /**
    * `count` blocks of `bytes` each, made on this side's device, as handles to pull (bench
    * kv-blocks); a call releases the blocks of the call before it.
@@ -186,6 +234,8 @@ export interface SinkHandlers {
   ping(args: SinkPingArgs, ctx: CallContext): Promise<SinkPingResults> | SinkPingResults;
   /** A bare `@cuda`: the tensor lands on the receiving side's `device` option. */
   sink(args: SinkSinkArgs, ctx: CallContext): Promise<SinkSinkResults> | SinkSinkResults;
+  /** Takes a list of equal-sized tensors without touching them (gathered tag transfers). */
+  sinkList(args: SinkSinkListArgs, ctx: CallContext): Promise<SinkSinkListResults> | SinkSinkListResults;
   /**
    * `count` blocks of `bytes` each, made on this side's device, as handles to pull (bench
    * kv-blocks); a call releases the blocks of the call before it.
@@ -206,6 +256,7 @@ export const Sink = {
     return server.register(SinkDescriptor, {
       ping: (args: SinkPingArgs, ctx: CallContext) => handlers.ping(args, ctx),
       sink: (args: SinkSinkArgs, ctx: CallContext) => handlers.sink(args, ctx),
+      sinkList: (args: SinkSinkListArgs, ctx: CallContext) => handlers.sinkList(args, ctx),
       blocks: (args: SinkBlocksArgs, ctx: CallContext) => handlers.blocks(args, ctx),
     });
   },

@@ -49,8 +49,9 @@ function admit(connection: Connection, options: HandshakeOptions): Promise<void>
           const hello = frame.body;
           connection.peerKey = new ConnectionKey(hello.key);
           const describes = connection.runtime.describes;
-          connection.peerLimits = { maxFrame: hello.maxFrame, maxTensor: hello.maxTensor, inline: hello.inline, gpu: hello.gpu === true, stages: hello.stg === true, reports: describes && hello.rep === true, gathers: hello.gat === true };
-          const auth: FrameBody<FrameKind.Auth> = { key: connection.key.value, live: options.livenessMs, gpu: cudaReceives(), maxFrame: DEFAULT_FRAME_BYTES, gat: true };
+          connection.peerLimits = { maxFrame: hello.maxFrame, maxTensor: hello.maxTensor, inline: hello.inline, gpu: hello.gpu === true, stages: hello.stg === true, reports: describes && hello.rep === true, gathers: connection.runtime.gathers && hello.gat === true };
+          const auth: FrameBody<FrameKind.Auth> = { key: connection.key.value, live: options.livenessMs, gpu: cudaReceives(), maxFrame: DEFAULT_FRAME_BYTES };
+          if (connection.runtime.gathers) auth.gat = true;
           if (connection.runtime.stagesCudaReceives) auth.stg = true;
           if (describes) auth.rep = true;
           if (hello.chal !== undefined && options.token !== undefined) auth.proof = authProof(options.token, hello.chal, connection.peerKey.value, connection.key.value);

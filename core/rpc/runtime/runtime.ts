@@ -64,6 +64,10 @@ export class Runtime {
    *  frames): GDRPC_PROTOCOL_REPORTS=0 turns both off, read once when the runtime opens (docs/gpu.md
    *  "Transfer paths"). */
   readonly describes = process.env.GDRPC_PROTOCOL_REPORTS !== '0';
+  /** Whether equal-sized tensors of a message share one tag message (gathered transfers, both
+   *  ways: this side announces `gat` only then): GDRPC_GATHER=0 turns it off, read once when the
+   *  runtime opens (docs/runtime-api.md "Gathered tag transfers"). */
+  readonly gathers = process.env.GDRPC_GATHER !== '0';
   /** Internal, for tests on machines without a GPU: stage host tensors too (non-inline, non-empty),
    *  through an ordinary host bounce, so that the staging logic runs end to end on host memory. */
   hostStagingForTests = false;
