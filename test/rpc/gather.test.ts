@@ -4,8 +4,8 @@
 // error for its call and the server keeps serving with its pools back to empty.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { callInfo, Client, Code, confirmedCallInfo, Runtime, type Tensor, type TransferInfo } from '../../core/index.ts';
-import { GATHER_MAX_COUNT, GATHER_MAX_HOST_BYTES } from '../../core/rpc/transfer/gather.ts';
-import { FrameKind } from '../../core/wire/frames.ts';
+import { checkGathers, GATHER_MAX_COUNT, GATHER_MAX_HOST_BYTES } from '../../core/rpc/transfer/gather.ts';
+import { FrameKind, type TensorWire } from '../../core/wire/frames.ts';
 import { ConnectionKey, dataTag } from '../../core/wire/tag.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer, type ListeningPeer } from './fixtures/peers.ts';
@@ -103,6 +103,21 @@ describe('gathered tag transfers', () => {
   });
 });
 
+describe('checkGathers', () => {
+  const member = (x: number, f: number, n = 16): { where: string; wire: TensorWire } => ({ where: `xs[${f / n}]`, wire: { dt: 'u8', sh: [n], n, mt: 'host', m: 'g', x, f } });
+
+  // Linear in the frame's descriptors: a frame of 100,000 (about 4 MB) is read in well under the
+  // test's time limit, and one gather of them is refused at its 1,025th member.
+  it('reads a frame of 100,000 gathered descriptors at once, and refuses a gather past 1,024 members', () => {
+    const spread = Array.from({ length: 100_000 }, (_, i) => member(Math.floor(i / 1000), (i % 1000) * 16));
+    const gathers = checkGathers(spread, 1 << 30, 'M.m arguments.');
+    expect(gathers.length).toBe(100);
+    expect(gathers.every((g) => g.members.length === 1000 && g.members.every((p, k) => p.wire.f === k * 16))).toBe(true);
+    const one = Array.from({ length: 100_000 }, (_, i) => member(5, i * 16));
+    expect(() => checkGathers(one, 1 << 30, 'M.m arguments.')).toThrow(/gathered transfer 5 has more than 1024 tensors/);
+  });
+});
+
 describe('a raw client lying about a gather', () => {
   const BYTES = 5000;
   const gathered = (x: number, offsets: number[], n = BYTES): Array<Record<string, unknown>> =>
@@ -121,7 +136,8 @@ describe('a raw client lying about a gather', () => {
     ['a gap', gathered(7, [0, 2 * BYTES]), 3 * BYTES, Code.INVALID_ARGUMENT, /offsets other than/],
     ['a payload shorter than the gather', gathered(7, [0, BYTES]), 2 * BYTES - 1000, Code.INVALID_ARGUMENT, /payload of 9000 bytes, descriptor said 10000/],
     ['a payload longer than the gather', gathered(7, [0, BYTES]), 2 * BYTES + 1000, Code.INVALID_ARGUMENT, /truncated/],
-    ['more tensors than a gather may hold', gathered(7, Array.from({ length: GATHER_MAX_COUNT + 1 }, (_, k) => k * BYTES)), 0, Code.INVALID_ARGUMENT, /has 1025 tensors, more than 1024/],
+    ['more tensors than a gather may hold', gathered(7, Array.from({ length: GATHER_MAX_COUNT + 1 }, (_, k) => k * BYTES)), 0, Code.INVALID_ARGUMENT, /has more than 1024 tensors/],
+    ['a tensor bytes message shared by a gather and a single transfer', [...gathered(7, [0, BYTES]), { dt: 'u8', sh: [BYTES], n: BYTES, mt: 'host', m: 't', x: 7 }], 2 * BYTES, Code.INVALID_ARGUMENT, /shares its id with a tag transfer/],
     ['a gather over the server\'s largest tensor', gathered(7, Array.from({ length: 8 }, (_, k) => k * (5 << 20)), 5 << 20), 0, Code.RESOURCE_EXHAUSTED, /exceeds the limit/],
   ];
   for (const [name, xs, payload, code, message] of lies) {
@@ -142,6 +158,26 @@ describe('a raw client lying about a gather', () => {
       }
     });
   }
+
+  it('a server with GDRPC_GATHER=0 refuses gathered tensors: INVALID_ARGUMENT, and keeps serving', async () => {
+    const plain = await startServer({ poolBytes: 8 << 20 }, { GDRPC_GATHER: '0' });
+    const raw = await RawPeer.connect(plain.port);
+    try {
+      expect(raw.hello?.gat).toBeUndefined();
+      await raw.sendBody(FrameKind.Auth, 0, { key: raw.key.value, gat: true });
+      expect((await raw.receive())?.kind).toBe(FrameKind.Ready);
+      await raw.sendBody(FrameKind.Request, 3, { svc: EchoDescriptor.name, m: 'echoList', a: { xs: gathered(9, [0, BYTES]) } });
+      const answer = await raw.receive(10_000);
+      expect(answer?.kind).toBe(FrameKind.Error);
+      expect(answer?.body.code).toBe(Code.INVALID_ARGUMENT);
+      expect(answer?.body.msg).toMatch(/did not announce gathers/);
+      await raw.sendBody(FrameKind.Request, 4, { svc: EchoDescriptor.name, m: 'ping', a: { n: 2 } });
+      expect((await raw.receive())?.body.r).toEqual({ n: 2 });
+    } finally {
+      await raw.close();
+      plain.kill();
+    }
+  });
 
   it('a client that did not announce gat gets its results one message per tensor', async () => {
     for (const gat of [false, true]) {

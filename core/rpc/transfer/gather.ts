@@ -58,9 +58,20 @@ export function gatheredOutgoing(tensors: readonly Tensor[], bytes: number, x: n
     async start(): Promise<ProtocolSeen | void> {
       const { connection } = scope;
       const { runtime } = connection;
-      const staging = stagingTensor(runtime, first.device, tensors.length * bytes);
+      let staging: Tensor;
       try {
-        await runtime.blocks.copy(bytes, tensors.map((src, k) => ({ dst: staging, dstOffset: k * bytes, src, srcOffset: 0 })));
+        staging = stagingTensor(runtime, first.device, tensors.length * bytes);
+      } catch (error) {
+        await announcedButFailed(scope, x);
+        throw error;
+      }
+      try {
+        try {
+          await runtime.blocks.copy(bytes, tensors.map((src, k) => ({ dst: staging, dstOffset: k * bytes, src, srcOffset: 0 })));
+        } catch (error) {
+          await announcedButFailed(scope, x);
+          throw error;
+        }
         const { buffer, release } = tagBuffer(staging, runtime.context, runtime.stats);
         try {
           return await connection.endpoint.tagSend(connection.outgoingDataTag(x), buffer, { untilComplete: true, describe: runtime.describes });
@@ -76,6 +87,15 @@ export function gatheredOutgoing(tensors: readonly Tensor[], bytes: number, x: n
   };
 }
 
+/** The frame announced payload `x` but it cannot be made (staging memory, the copy): a 1-byte
+ *  message under its tag fails the receiver's length check, so that only this call fails instead
+ *  of the receiver waiting out its transfer timeout and closing the connection. */
+async function announcedButFailed(scope: TransferScope, x: number): Promise<void> {
+  const { connection } = scope;
+  if (!connection.isOpen) return;
+  await connection.endpoint.tagSend(connection.outgoingDataTag(x), new Uint8Array(1)).catch(() => { /* the connection is failing anyway */ });
+}
+
 /** A gathered message as the receiver sees it: its members in the order of their offsets. */
 export interface Gather<P> { x: number; bytes: number; members: P[] }
 
@@ -87,8 +107,12 @@ export function checkGathers<P extends { wire: TensorWire; where: string }>(pend
   const byX = new Map<number, P[]>();
   const singles = new Set<number>();
   for (const p of pending) {
-    if (p.wire.m === 'g') byX.set(p.wire.x!, [...(byX.get(p.wire.x!) ?? []), p]);
-    else if (p.wire.m === 't') singles.add(p.wire.x!);
+    if (p.wire.m === 't') singles.add(p.wire.x!);
+    if (p.wire.m !== 'g') continue;
+    const members = byX.get(p.wire.x!);
+    if (members === undefined) byX.set(p.wire.x!, [p]);
+    else if (members.length < GATHER_MAX_COUNT) members.push(p);
+    else throw new GdrpcError(Code.INVALID_ARGUMENT, `${label}${p.where}: gathered transfer ${p.wire.x} has more than ${GATHER_MAX_COUNT} tensors`);
   }
   const gathers: Gather<P>[] = [];
   for (const [x, members] of byX) {
@@ -99,7 +123,6 @@ export function checkGathers<P extends { wire: TensorWire; where: string }>(pend
     if (members.some((p) => p.wire.n !== bytes)) throw bad('mixes tensors of different byte lengths');
     const ordered = [...members].sort((a, b) => a.wire.f! - b.wire.f!);
     if (ordered.some((p, k) => p.wire.f !== k * bytes)) throw bad(`has offsets other than 0, ${bytes}, ..., ${(members.length - 1) * bytes}`);
-    if (members.length > GATHER_MAX_COUNT) throw bad(`has ${members.length} tensors, more than ${GATHER_MAX_COUNT}`);
     const limit = Math.min(maxTensor, GATHER_MAX_MESSAGE);
     if (members.length * bytes > limit) {
       throw new GdrpcError(Code.RESOURCE_EXHAUSTED, `${label}${members[0]!.where}: gathered transfer ${x} of ${members.length * bytes} bytes exceeds the limit of ${limit}`);

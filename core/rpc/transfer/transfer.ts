@@ -76,8 +76,11 @@ export class OutgoingTensors {
       // Its descriptor is completed by finish(), once the frame's other tensors are known.
       const wire = { dt: value.dtype, sh: [...value.shape], n: value.byteLength, mt: memoryTypeOf(value), m: 't' } as TensorWire;
       const info = plannedInfo(where, plan);
-      const key = `${value.device}/${value.byteLength}`;
-      this.#candidates.set(key, [...(this.#candidates.get(key) ?? []), { tensor: value, wire, info, plan }]);
+      // Same memory, same length, and the same placement at the receiver (so one device there).
+      const key = `${value.device}/${value.byteLength}/${placement.kind}/${placement.kind === 'cuda' ? placement.device ?? '' : ''}`;
+      const group = this.#candidates.get(key);
+      if (group === undefined) this.#candidates.set(key, [{ tensor: value, wire, info, plan }]);
+      else group.push({ tensor: value, wire, info, plan });
       this.transfers.push(info);
       return wire;
     }
@@ -199,6 +202,9 @@ export class IncomingTensors {
     // wrong kind of object.
     if ((wire.m === 'h') !== (placement.kind === 'remote')) {
       throw new GdrpcError(Code.INVALID_ARGUMENT, `${where}: ${wire.m === 'h' ? 'a remote handle where tensor bytes are declared' : 'tensor bytes where a remote handle is declared'}`);
+    }
+    if (wire.m === 'g' && !this.scope.connection.runtime.gathers) {
+      throw new GdrpcError(Code.INVALID_ARGUMENT, `${where}: a gathered tensor (mover g) to a process that did not announce gathers (GDRPC_GATHER=0)`);
     }
     if (wire.m === 'r' && !this.scope.connection.runtime.rma) {
       throw new GdrpcError(Code.INVALID_ARGUMENT, `${where}: RMA descriptor refused: this process does not perform RMA (docs/security.md)`);
@@ -349,7 +355,6 @@ export class IncomingTensors {
     };
     if (failed() !== undefined || members.length === 0) return refuse();
     const first = members[0]!;
-    const field = `${this.site.label}${first.where}`;
     const dests: Tensor[] = [];
     let staging: Tensor | undefined;
     try {
@@ -360,14 +365,11 @@ export class IncomingTensors {
         this.allocated.push(dest);
         if (failed() !== undefined) throw failed();
       }
-      const device = dests[0]!.device;
-      if (dests.some((dest) => dest.device !== device)) {
-        throw new GdrpcError(Code.INVALID_ARGUMENT, `${field}: gathered transfer ${x} lands on more than one device`);
-      }
-      // The message lands in staging memory of the runtime's (not the destinations' pool, whose
-      // room is the caller's limit): it is held only until copied out, and since every
-      // destination is held first, staging in use never exceeds what the destinations hold.
-      staging = stagingTensor(connection.runtime, device, members.length * bytes);
+      // The message lands in the runtime's staging memory on the first destination's device
+      // (members placed elsewhere are copied out block by block). On a server that is not the
+      // receiving pool, whose room is the callers' limit; it is held only until copied out, and
+      // since every destination is held first, staging in use stays under what they hold.
+      staging = stagingTensor(connection.runtime, dests[0]!.device, members.length * bytes);
       if (failed() !== undefined) throw failed();
     } catch (error) {
       staging?.release();
@@ -469,9 +471,14 @@ export function refuseRaw(scope: TransferScope, wireObject: unknown): Promise<vo
     }
   };
   walk(wireObject);
-  // The tensors of a gather share one payload: it is refused once.
-  const gathered = new Set<number>();
-  const refusals = found.filter((wire) => wire.m !== 'g' || (!gathered.has(wire.x!) && gathered.add(wire.x!) !== undefined));
+  // The tensors of a gather share one payload: a payload id is refused once, whatever claims it.
+  const payloads = new Set<number>();
+  const refusals = found.filter((wire) => {
+    if (wire.m === 'r') return true;
+    if (payloads.has(wire.x!)) return false;
+    payloads.add(wire.x!);
+    return true;
+  });
   for (const wire of refusals) if (wire.m !== 'r') scope.connection.reports.forget(wire.x!);
   return Promise.all(refusals.map((wire) => moverByName(wire.m === 'r' ? 'rma' : 'tag').refuse(wire, scope))).then(() => undefined);
 }
