@@ -3,7 +3,8 @@
 // reports say how many tensors shared a message; a raw client that lies about a gather gets an
 // error for its call and the server keeps serving with its pools back to empty.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { callInfo, Client, Code, confirmedCallInfo, Runtime, type Tensor, type TransferInfo } from '../../core/index.ts';
+import { callInfo, Client, Code, confirmedCallInfo, type Tensor, type TransferInfo } from '../../core/index.ts';
+import { runtimeWith } from './fixtures/runtime-env.ts';
 import { checkGathers, GATHER_MAX_COUNT, GATHER_MAX_HOST_BYTES } from '../../core/rpc/transfer/gather.ts';
 import { FrameKind, type TensorWire } from '../../core/wire/frames.ts';
 import { ConnectionKey, dataTag } from '../../core/wire/tag.ts';
@@ -76,13 +77,7 @@ describe('gathered tag transfers', () => {
   });
 
   it('GDRPC_GATHER=0 in one process turns gathering off both ways', async () => {
-    process.env.GDRPC_GATHER = '0';
-    let runtime: Runtime;
-    try {
-      runtime = Runtime.create();
-    } finally {
-      delete process.env.GDRPC_GATHER;
-    }
+    const runtime = runtimeWith({ GDRPC_GATHER: '0' });
     const plain = await Client.connect(server.address, { runtime, poolBytes: 16 << 20 });
     try {
       const xs = Array.from({ length: 10 }, (_, i) => patterned(8192, i));

@@ -15,6 +15,7 @@ import { patterned } from './fixtures/tensors.ts';
 import { RawPeer } from './fixtures/raw-peer.ts';
 import { startServer } from './fixtures/peers.ts';
 import { disposePeers } from '../support/peer.ts';
+import { runtimeWith } from './fixtures/runtime-env.ts';
 import { parseProtocolTables, protocolBody, usedRowFor, type ProtocolRow } from '../gpu/fixtures/proto-info.ts';
 
 const TCP_EAGER = '{cpml|proto|init} tag_send from host memory length 8193 eager zero-copy copy-out tcp/lo 10.2 MB/s 767.92 us';
@@ -312,14 +313,7 @@ describe('sender reports against what UCX_PROTO_INFO shows', () => {
   // them use shared memory (docs/security.md says why that is not the default).
   it.each([['tcp', {}], ['shared memory', { UCX_MM_ERROR_HANDLING: 'y' }]] as const)('over %s, eager and rendezvous: each report names a protocol the server\'s UCX used, sending or receiving', async (transport, env: Record<string, string>) => {
     const server = await startServer({ poolBytes: 16 << 20 }, { UCX_PROTO_INFO: 'used', ...env });
-    const saved = { ...process.env };
-    Object.assign(process.env, env);
-    let runtime: Runtime;
-    try {
-      runtime = Runtime.create();  // UCX reads its environment when the context is made
-    } finally {
-      for (const key of Object.keys(env)) if (saved[key] === undefined) delete process.env[key]; else process.env[key] = saved[key];
-    }
+    const runtime = runtimeWith(env);  // UCX reads its environment when the context is made
     const sizes = [64, 8193, 1 << 20, 4 << 20];
     const reports: Array<{ bytes: number; sentByServer: TransferInfo; receivedByServer: string }> = [];
     try {

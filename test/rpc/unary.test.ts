@@ -1,7 +1,8 @@
 // Unary calls with tensors of every interesting size through every mover, contents verified,
 // between two processes over real UCX.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Client, callInfo, Code, confirmedCallInfo, GdrpcError, Runtime, type Tensor } from '../../core/index.ts';
+import { Client, callInfo, Code, confirmedCallInfo, GdrpcError, type Tensor } from '../../core/index.ts';
+import { runtimeWith } from './fixtures/runtime-env.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer, type ListeningPeer } from './fixtures/peers.ts';
 import { disposePeers } from '../support/peer.ts';
@@ -87,13 +88,7 @@ describe('unary', () => {
     const size = 1 * MiB;
     const x = patterned(size, 7);
     // Read when a runtime opens: this one asks UCX nothing and tells the server it wants no SENT.
-    process.env.GDRPC_PROTOCOL_REPORTS = '0';
-    let runtime: Runtime;
-    try {
-      runtime = Runtime.create();
-    } finally {
-      delete process.env.GDRPC_PROTOCOL_REPORTS;
-    }
+    const runtime = runtimeWith({ GDRPC_PROTOCOL_REPORTS: '0' });
     const quiet = await Client.connect(server.address, { runtime, poolBytes: 4 * MiB });
     try {
       const result = await quiet.unary(EchoDescriptor.methods.echo, { x, tag: 'quiet' }, { mover: 'tag' });
