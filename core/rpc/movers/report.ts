@@ -14,19 +14,22 @@ export function plannedInfo(argument: string, plan: TransferPlan): TransferInfo 
   return { argument, bytes: plan.bytes, mover: plan.mover, path: plan.path, source: gdrpc ? 'gdrpc' : 'predicted' };
 }
 
-/** Updates a sender's `info` with what UCX said of its send. Under noStaging a send that UCX moved
- *  through host memory throws: the bytes have moved, so the call fails. */
-export function reportSent(info: TransferInfo, plan: TransferPlan, seen: ProtocolSeen | void, noStaging: boolean, peer: string): void {
+/** Updates a sender's `infos` (one transfer's, or a gather's) with what UCX said of the send.
+ *  Under noStaging a send that UCX moved through host memory throws: the bytes have moved, so the
+ *  call fails. */
+export function reportSent(infos: readonly TransferInfo[], plan: TransferPlan, seen: ProtocolSeen | void, noStaging: boolean, peer: string): void {
   if (seen === undefined || seen.protocol === '') return;
-  info.protocol = seen.protocol;
+  for (const info of infos) info.protocol = seen.protocol;
   const parsed = parseProtocol(seen.protocol);
   if (plan.staged !== undefined || parsed === undefined) return;
   const path = pathOfProtocol(parsed, plan.from, plan.to);
   if (path === undefined) return;
-  info.path = path;
-  info.source = 'ucx';
+  for (const info of infos) {
+    info.path = path;
+    info.source = 'ucx';
+  }
   if (noStaging && path === 'staged') {
-    throw new GdrpcError(Code.FAILED_PRECONDITION, `${info.argument}: UCX moved ${plan.from} -> ${plan.to} over ${peer} through host memory (noStaging): ${parsed.text}`, { path: 'staged' });
+    throw new GdrpcError(Code.FAILED_PRECONDITION, `${infos[0]!.argument}: UCX moved ${plan.from} -> ${plan.to} over ${peer} through host memory (noStaging): ${parsed.text}`, { path: 'staged' });
   }
 }
 

@@ -145,7 +145,7 @@ export class OutgoingTensors {
       if (entry.ready !== undefined) await producerDone(entry.ready);
       const seen = await entry.outgoing.start();
       this.#report(entry, seen);
-      for (const info of entry.infos) reportSent(info, entry.plan, seen, this.policy.noStaging, this.scope.connection.peer);
+      reportSent(entry.infos, entry.plan, seen, this.policy.noStaging, this.scope.connection.peer);
     })).then(() => undefined);
   }
 
