@@ -3,12 +3,14 @@
 // calls the decode worker's `accept` with them as @remote tensors: only handles travel in the
 // call; the decode worker pulls each block straight from the prefill worker's GPU into its own
 // (the second GPU where there are two), checks every block with the checksum kernel there, then
-// streams tokens generated from it. Without a GPU both sides use host memory and the kernels'
-// host twins.
+// streams tokens generated from it. A second request is handed over by value instead
+// (`acceptCopies`, asked for with the call's metadata `handover: copy`): the blocks travel with
+// the call, all of them in one tag message (gathered and scattered by one kernel on each side).
+// Without a GPU both sides use host memory and the kernels' host twins.
 //   node --import tsx examples/kv-handover.ts
 import { fileURLToPath } from 'node:url';
 import { Client, Code, GdrpcError, hostChecksum, loadKernels, RemoteTensor, Server, Tensor, type Device, type Kernels } from '../core/index.ts';
-import { DecodeWorker, PrefillWorker, RequestState, type KvBlock } from '../schemas/gen/kv_transfer.ts';
+import { DecodeWorker, PrefillWorker, RequestState, type KvBlock, type KvBlockCopy } from '../schemas/gen/kv_transfer.ts';
 import { Precision } from '../schemas/gen/tensor_parallel.ts';
 import { announce, exampleDevice, role, startRole } from './peer.ts';
 
@@ -33,7 +35,7 @@ async function prefillWorker(): Promise<void> {
   const server = Server.create();
   const kernels = loadKernels(PREFILL_DEVICE);
   PrefillWorker.register(server, {
-    async prefill({ requestId, tokens, decodeWorker }) {
+    async prefill({ requestId, tokens, decodeWorker }, ctx) {
       const blocksPerLayer = Math.ceil(tokens.numel / BLOCK);
       const blocks: KvBlock[] = [];
       for (let layer = 0; layer < LAYERS; layer += 1) {
@@ -43,10 +45,14 @@ async function prefillWorker(): Promise<void> {
         }
       }
       const firstToken = (tokens.toArray() as Int32Array).reduce((a, b) => a + b, 0) % 32000;
-      // The blocks stay here; `accept` returns once the decode worker has pulled them all.
+      // The blocks stay here; `accept` returns once the decode worker has pulled them all. By
+      // value, `acceptCopies` returns once they arrived there.
       const client = await Client.connect(decodeWorker);
       try {
-        const { state } = await DecodeWorker.client(client).accept({ requestId, blocks, firstToken });
+        const decode = DecodeWorker.client(client);
+        const { state } = ctx.metadata.handover === 'copy'
+          ? await decode.acceptCopies({ requestId, blocks: blocks as KvBlockCopy[], firstToken })
+          : await decode.accept({ requestId, blocks, firstToken });
         return { firstToken, blocks: blocks.length, state };
       } finally {
         await client.close();
@@ -82,6 +88,27 @@ async function decodeWorker(): Promise<void> {
       console.log(`decode: pulled ${pulled.length} blocks (${bytes} bytes) of ${requestId} from ${PREFILL_DEVICE} into ${DECODE_DEVICE} in ${pullMs.toFixed(1)} ms (one pullAll); checksums verified on ${DECODE_DEVICE}`);
       return { state: RequestState.READY };
     },
+    async acceptCopies({ requestId, blocks, firstToken }, ctx) {
+      // The blocks came with the call, into the server's pool on this worker's device; the pool
+      // takes them back when the call ends, so the cache keeps copies.
+      const received = blocks.flatMap((b) => [b.keys, b.values]);
+      const kinds = blocks.flatMap((b) => [[b, 0], [b, 1]] as const);
+      for (const [i, t] of received.entries()) {
+        const [b, kind] = kinds[i]!;
+        const expected = hostChecksum(cacheBlock(host, requestId, b.layer, b.index, kind).bytes());
+        if (await kernels.checksum(t) !== expected) throw new Error(`block ${b.layer}/${b.index}/${kind} differs from what the prefill worker computed`);
+      }
+      const kept = received.map((t) => {
+        const copy = Tensor.empty([...t.shape], t.dtype, { device: t.device });
+        copy.copyFrom(t);
+        return copy;
+      });
+      caches.set(requestId, { blocks: kept, next: firstToken });
+      const bytes = received.reduce((n, t) => n + t.byteLength, 0);
+      const shared = ctx.transfers.filter((t) => t.gathered !== undefined).length;
+      console.log(`decode: received ${received.length} blocks (${bytes} bytes) of ${requestId} by value into ${DECODE_DEVICE}, ${shared} of them in shared tag messages; checksums verified on ${DECODE_DEVICE}`);
+      return { state: RequestState.READY };
+    },
     async *generate({ requestId, maxTokens }) {
       const cache = caches.get(requestId);
       if (cache === undefined) throw new GdrpcError(Code.NOT_FOUND, `unknown request ${requestId}`);
@@ -107,6 +134,11 @@ async function main(): Promise<void> {
   const generated: number[] = [];
   for await (const { token } of DecodeWorker.client(decodeClient).generate({ requestId: 'req-1', maxTokens: 8 })) generated.push(token);
   console.log(`generate: ${generated.join(' ')}`);
+  // The same hand-over by value: the blocks travel with the decode worker's call.
+  const copied = performance.now();
+  const byValue = await PrefillWorker.client(prefillClient).prefill({ requestId: 'req-2', tokens, precision: Precision.BF16, decodeWorker: decodeAt }, { metadata: { handover: 'copy' } });
+  console.log(`prefill: ${byValue.blocks} blocks handed over by value in ${(performance.now() - copied).toFixed(1)} ms, state ${byValue.state}`);
+  for await (const { token } of DecodeWorker.client(decodeClient).generate({ requestId: 'req-2', maxTokens: 2 })) generated.push(token);
   await Promise.all([prefillClient.close(), decodeClient.close()]);
 }
 

@@ -43,6 +43,19 @@ export type KvBlockReceived = {
   values: RemoteTensor;
 };
 
+/**
+ * One block of the KV cache sent by value: the bytes travel with the call (the blocks of one
+ * call share a tag message, gathered and scattered on the GPU by one kernel each).
+ */
+export type KvBlockCopy = {
+  layer: number;
+  index: number;
+  /** Schema: `tensor<bf16, [heads, 16, 128]> @cuda` */
+  keys: Tensor;
+  /** Schema: `tensor<bf16, [heads, 16, 128]> @cuda` */
+  values: Tensor;
+};
+
 /** Struct and enum declarations of kv_transfer.gdrpc and of the files it imports, by fully qualified name; method descriptors carry it to the runtime. */
 export const types: TypeTable = {
   ...tensor_parallel_types,
@@ -86,6 +99,40 @@ export const types: TypeTable = {
             { kind: 'fixed', size: 128 },
           ],
           placement: { kind: 'remote' },
+        },
+      },
+    ],
+  },
+  'gdrpc.kv.v1.KvBlockCopy': {
+    kind: 'struct',
+    name: 'gdrpc.kv.v1.KvBlockCopy',
+    fields: [
+      { name: 'layer', type: { kind: 'scalar', name: 'u32' } },
+      { name: 'index', type: { kind: 'scalar', name: 'u32' } },
+      {
+        name: 'keys',
+        type: {
+          kind: 'tensor',
+          dtype: 'bf16',
+          shape: [
+            { kind: 'symbol', name: 'heads' },
+            { kind: 'fixed', size: 16 },
+            { kind: 'fixed', size: 128 },
+          ],
+          placement: { kind: 'cuda' },
+        },
+      },
+      {
+        name: 'values',
+        type: {
+          kind: 'tensor',
+          dtype: 'bf16',
+          shape: [
+            { kind: 'symbol', name: 'heads' },
+            { kind: 'fixed', size: 16 },
+            { kind: 'fixed', size: 128 },
+          ],
+          placement: { kind: 'cuda' },
         },
       },
     ],
@@ -161,7 +208,8 @@ export class PrefillWorkerClient {
 
   /**
    * Computes the KV cache of a prompt, then calls `accept` on the decode worker at
-   * `decodeWorker` ("host:port") with the blocks as remote tensors; returns once it has them.
+   * `decodeWorker` ("host:port") with the blocks as remote tensors (or, with the call's metadata
+   * `handover: copy`, `acceptCopies` with the blocks by value); returns once it has them.
    */
   prefill(args: PrefillWorkerPrefillArgs, options?: CallOptions): Promise<PrefillWorkerPrefillResults> {
     return this.#client.unary(PrefillWorkerDescriptor.methods.prefill, args, options) as Promise<PrefillWorkerPrefillResults>;
@@ -172,7 +220,8 @@ export class PrefillWorkerClient {
 export interface PrefillWorkerHandlers {
   /**
    * Computes the KV cache of a prompt, then calls `accept` on the decode worker at
-   * `decodeWorker` ("host:port") with the blocks as remote tensors; returns once it has them.
+   * `decodeWorker` ("host:port") with the blocks as remote tensors (or, with the call's metadata
+   * `handover: copy`, `acceptCopies` with the blocks by value); returns once it has them.
    */
   prefill(args: PrefillWorkerPrefillArgs, ctx: CallContext): Promise<PrefillWorkerPrefillResults> | PrefillWorkerPrefillResults;
 }
@@ -212,6 +261,18 @@ export type DecodeWorkerAcceptResults = {
   state: RequestState;
 };
 
+/** Arguments of DecodeWorker.acceptCopies. */
+export type DecodeWorkerAcceptCopiesArgs = {
+  requestId: string;
+  blocks: KvBlockCopy[];
+  firstToken: number;
+};
+
+/** Results of DecodeWorker.acceptCopies. */
+export type DecodeWorkerAcceptCopiesResults = {
+  state: RequestState;
+};
+
 /** Arguments of DecodeWorker.generate. */
 export type DecodeWorkerGenerateArgs = {
   requestId: string;
@@ -236,6 +297,22 @@ export const DecodeWorkerDescriptor = {
         {
           name: 'blocks',
           type: { kind: 'list', element: { kind: 'struct', name: 'gdrpc.kv.v1.KvBlock' } },
+        },
+        { name: 'firstToken', type: { kind: 'scalar', name: 'i32' } },
+      ],
+      results: [{ name: 'state', type: { kind: 'enum', name: 'gdrpc.kv.v1.RequestState' } }],
+      clientStreaming: false,
+      serverStreaming: false,
+      types,
+    },
+    acceptCopies: {
+      name: 'acceptCopies',
+      service: 'gdrpc.kv.v1.DecodeWorker',
+      args: [
+        { name: 'requestId', type: { kind: 'scalar', name: 'string' } },
+        {
+          name: 'blocks',
+          type: { kind: 'list', element: { kind: 'struct', name: 'gdrpc.kv.v1.KvBlockCopy' } },
         },
         { name: 'firstToken', type: { kind: 'scalar', name: 'i32' } },
       ],
@@ -272,6 +349,16 @@ export function validateDecodeWorkerAcceptResults(values: Record<string, unknown
   validateFields(DecodeWorkerDescriptor.methods.accept.results, values, types, 'DecodeWorker.accept results');
 }
 
+/** Checks arguments of DecodeWorker.acceptCopies against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
+export function validateDecodeWorkerAcceptCopiesArgs(values: Record<string, unknown>): void {
+  validateFields(DecodeWorkerDescriptor.methods.acceptCopies.args, values, types, 'DecodeWorker.acceptCopies arguments');
+}
+
+/** Checks results of DecodeWorker.acceptCopies against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
+export function validateDecodeWorkerAcceptCopiesResults(values: Record<string, unknown>): void {
+  validateFields(DecodeWorkerDescriptor.methods.acceptCopies.results, values, types, 'DecodeWorker.acceptCopies results');
+}
+
 /** Checks arguments of DecodeWorker.generate against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateDecodeWorkerGenerateArgs(values: Record<string, unknown>): void {
   validateFields(DecodeWorkerDescriptor.methods.generate.args, values, types, 'DecodeWorker.generate arguments');
@@ -298,6 +385,11 @@ export class DecodeWorkerClient {
     return this.#client.unary(DecodeWorkerDescriptor.methods.accept, args, options) as Promise<DecodeWorkerAcceptResults>;
   }
 
+  /** Takes over a request whose blocks come with the call, by value. */
+  acceptCopies(args: DecodeWorkerAcceptCopiesArgs, options?: CallOptions): Promise<DecodeWorkerAcceptCopiesResults> {
+    return this.#client.unary(DecodeWorkerDescriptor.methods.acceptCopies, args, options) as Promise<DecodeWorkerAcceptCopiesResults>;
+  }
+
   /** Streams generated tokens until `maxTokens` or end of sequence. */
   generate(args: DecodeWorkerGenerateArgs, options?: CallOptions): AsyncIterable<DecodeWorkerGenerateResults> {
     return this.#client.serverStream(DecodeWorkerDescriptor.methods.generate, args, options) as AsyncIterable<DecodeWorkerGenerateResults>;
@@ -311,6 +403,8 @@ export interface DecodeWorkerHandlers {
    * (a remote handle is released when the call that carried it ends).
    */
   accept(args: DecodeWorkerAcceptArgsReceived, ctx: CallContext): Promise<DecodeWorkerAcceptResults> | DecodeWorkerAcceptResults;
+  /** Takes over a request whose blocks come with the call, by value. */
+  acceptCopies(args: DecodeWorkerAcceptCopiesArgs, ctx: CallContext): Promise<DecodeWorkerAcceptCopiesResults> | DecodeWorkerAcceptCopiesResults;
   /** Streams generated tokens until `maxTokens` or end of sequence. */
   generate(args: DecodeWorkerGenerateArgs, ctx: CallContext): AsyncIterable<DecodeWorkerGenerateResults>;
 }
@@ -327,6 +421,7 @@ export const DecodeWorker = {
   register(server: Server, handlers: DecodeWorkerHandlers): Server {
     return server.register(DecodeWorkerDescriptor, {
       accept: (args: DecodeWorkerAcceptArgsReceived, ctx: CallContext) => handlers.accept(args, ctx),
+      acceptCopies: (args: DecodeWorkerAcceptCopiesArgs, ctx: CallContext) => handlers.acceptCopies(args, ctx),
       generate: (args: DecodeWorkerGenerateArgs, ctx: CallContext) => handlers.generate(args, ctx),
     });
   },

@@ -35,6 +35,9 @@ describe('examples', () => {
     expect(out).toMatch(/\[decode\] decode: pulled 12 blocks \(196608 bytes\)/);
     expect(out).toMatch(/prefill: 6 blocks handed over/);
     expect(out).toMatch(/generate: (\d+ ){7}\d+/);
+    // By value: every block in a gathered tag message, checked on arrival.
+    expect(out).toMatch(/\[decode\] decode: received 12 blocks \(196608 bytes\) of req-2 by value into \S+, 12 of them in shared tag messages; checksums verified/);
+    expect(out).toMatch(/prefill: 6 blocks handed over by value in [\d.]+ ms, state 1/);
   });
 
   it('gdr-rpc', async () => {

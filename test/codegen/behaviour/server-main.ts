@@ -88,6 +88,12 @@ DecodeWorker.register(server, {
     }
     return { state: RequestState.READY };
   },
+  /** Blocks by value: READY when every block's bytes are right. */
+  acceptCopies(args) {
+    const right = args.blocks.every((block) => (block.keys.toArray() as Uint16Array).every((v) => v === 0x100 + block.index)
+      && (block.values.toArray() as Uint16Array).every((v) => v === 0x200 + block.index));
+    return { state: right ? RequestState.READY : RequestState.PREFILLING };
+  },
   async *generate(args) {
     for (let i = 0; i < args.maxTokens; i++) yield { token: 1000 + i, state: i + 1 === args.maxTokens ? RequestState.DONE : RequestState.DECODING };
   },
