@@ -24,7 +24,8 @@ import { DEFAULT_PROCESS_POOL_BYTES } from '../runtime/process-pool.ts';
 import type { OwnerDialer } from '../remote/remote.ts';
 import { Runtime } from '../runtime/runtime.ts';
 import { ItemQueue } from '../call/stream.ts';
-import { IncomingTensors, OutgoingTensors, PendingTensor, refuseRaw, type Allocate } from '../transfer/transfer.ts';
+import { IncomingTensors, PendingTensor, refuseRaw, type Allocate } from '../transfer/transfer.ts';
+import { OutgoingTensors } from '../transfer/outgoing.ts';
 import { validateFields } from '../call/validate.ts';
 import { decodeFields, encodeFields, methodTypes, replaceDeep } from '../call/values.ts';
 

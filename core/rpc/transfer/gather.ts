@@ -104,6 +104,8 @@ export interface Gather<P> { x: number; bytes: number; members: P[] }
  *  GATHER_MAX_COUNT tensors, the message within `maxTensor` and GATHER_MAX_MESSAGE, and no tag
  *  transfer of the frame reusing a message's id. */
 export function checkGathers<P extends { wire: TensorWire; where: string }>(pending: readonly P[], maxTensor: number, label: string): Gather<P>[] {
+  // Every received frame is checked: one without gathered tensors (a small call) allocates nothing.
+  if (!pending.some((p) => p.wire.m === 'g')) return [];
   const byX = new Map<number, P[]>();
   const singles = new Set<number>();
   for (const p of pending) {
