@@ -35,6 +35,21 @@ server.register(receivingOn(SinkDescriptor, device), {
     }
     return { items: blocks.map((h) => ({ h })) };
   },
+  region: (args: { count: number; bytes: number }) => {
+    for (const block of blocks.splice(0)) block.release();
+    const needed = args.count * args.bytes + (1 << 20);
+    if (blockPool === undefined || blockPool.stats().capacity < needed) {
+      blockPool?.close({ force: true });
+      blockPool = Runtime.default().createPool({ device, bytes: needed });
+    }
+    const region = blockPool.allocate([args.count, args.bytes], 'u8');
+    for (let i = 0; i < args.count; i += 1) {
+      if (device === 'cpu') region.bytes().fill(i & 0xff, i * args.bytes, (i + 1) * args.bytes);
+      else cuda.memset(region.address + BigInt(i * args.bytes), i & 0xff, args.bytes);
+    }
+    blocks.push(region);
+    return { h: region };
+  },
 }, receiveOn(device));
 const address = await server.listen({ host: '127.0.0.1', port: 0 });
 announceReady({ port: address.port });

@@ -2,6 +2,8 @@
 // hand-over as the decode side sees it. An owner process makes N blocks of B bytes on its device
 // (cuda:1 when there are two GPUs, else the one GPU, else host memory) and hands them out as
 // @remote handles; this process pulls them into a pool on its own device:
+//   - block table: the blocks as one region (one handle), pulled by index into a cache of this
+//     side's, permuted on both sides (RemoteTensor.pullBlocks);
 //   - pullAll: RemoteTensor.pullAll, one connection, many pulls in flight;
 //   - pull each: a pull() per handle (a connection each), 32 at a time (the owner's default
 //     maxConnectionsPerAddress is 64);
@@ -40,6 +42,25 @@ async function inLanes<T, R>(items: readonly T[], lanes: number, work: (item: T)
   return out;
 }
 
+/** Fails unless a few blocks of `cache` hold what the owner filled them with (block i: i & 0xff)
+ *  where the table put them. */
+function checkBlocks(cache: Tensor, blockBytes: number, from: Uint32Array, to: Uint32Array): void {
+  for (const k of [0, 1, from.length >> 1, from.length - 1]) {
+    const first = new Uint8Array(1);
+    const last = new Uint8Array(1);
+    const at = to[k]! * blockBytes;
+    if (cache.device === 'cpu') {
+      first[0] = cache.bytes()[at]!;
+      last[0] = cache.bytes()[at + blockBytes - 1]!;
+    } else {
+      cuda.copy(first, cache.address + BigInt(at), 1);
+      cuda.copy(last, cache.address + BigInt(at + blockBytes - 1), 1);
+    }
+    const expected = from[k]! & 0xff;
+    if (first[0] !== expected || last[0] !== expected) throw new Error(`block table: block ${from[k]} at ${to[k]} holds ${first[0]}..${last[0]}, not ${expected}`);
+  }
+}
+
 export async function runKvBlocksBench(opts: { json?: string; flags: string[] }): Promise<object> {
   const gpus = cuda.available() ? cuda.deviceCount() : 0;
   const local: Device = gpus > 0 ? 'cuda:0' : 'cpu';
@@ -51,8 +72,23 @@ export async function runKvBlocksBench(opts: { json?: string; flags: string[] })
   // The peer receives the blocks sent by value into its pool (the pulls need none there).
   const peer = await spawnPeer<{ port: number }>(fileURLToPath(new URL('./gpu-peer.ts', import.meta.url)), { args: [remote, String(total + (1 << 20))] });
   const runtime = Runtime.create();
-  const pool = runtime.createPool({ device: local, bytes: total + (1 << 20) });
-  const samples: Record<string, number[]> = { pullAll: [], 'pull each': [], 'one tensor': [], 'send by value': [] };
+  const pool = runtime.createPool({ device: local, bytes: 2 * total + (1 << 20) });
+  const samples: Record<string, number[]> = { 'block table': [], pullAll: [], 'pull each': [], 'one tensor': [], 'send by value': [] };
+  // The block table: block k of the owner's region lands at block at[k] of this side's cache, both
+  // fixed pseudo-random permutations (a paged KV cache on both sides).
+  const order = (seed: number): Uint32Array => {
+    const out = Uint32Array.from({ length: count }, (_, k) => k);
+    let state = seed;
+    for (let k = count - 1; k > 0; k -= 1) {
+      state = (Math.imul(state, 1103515245) + 12345) >>> 0;
+      const j = state % (k + 1);
+      [out[k], out[j]] = [out[j]!, out[k]!];
+    }
+    return out;
+  };
+  const tableFrom = order(7);
+  const tableTo = order(11);
+  const cache = pool.allocate([count, blockBytes], 'u8');
   const paths = new Set<string>();
   let client: Client | undefined;
   try {
@@ -69,6 +105,15 @@ export async function runKvBlocksBench(opts: { json?: string; flags: string[] })
       for (const t of tensors) t.release();
     };
     for (let round = 0; round <= rounds; round += 1) {  // round 0 warms up and is not kept
+      {
+        const region = (await client.unary(SinkDescriptor.methods.region, { count, bytes: blockBytes })).h as RemoteTensor;
+        const started = process.hrtime.bigint();
+        await region.pullBlocks(tableFrom, { into: cache, at: tableTo });
+        samples['block table']!.push(Number(process.hrtime.bigint() - started) / 1e3);
+        const seen = callInfo(cache)?.transfers;
+        if (seen !== undefined && seen.length > 0) paths.add(`block table: ${seen[0]!.mover}/${seen[0]!.path}, ${seen.length} parts`);
+        checkBlocks(cache, blockBytes, tableFrom, tableTo);
+      }
       await timed('pullAll', () => handles(count, blockBytes), (hs) => RemoteTensor.pullAll(hs, { pool }));
       await timed('pull each', () => handles(count, blockBytes), (hs) => inLanes(hs, EACH_IN_FLIGHT, (h) => h.pull({ pool })));
       await timed('one tensor', () => handles(1, total), (hs) => RemoteTensor.pullAll(hs, { pool }));
@@ -88,6 +133,7 @@ export async function runKvBlocksBench(opts: { json?: string; flags: string[] })
       else console.log(`round ${round}: ${Object.entries(samples).map(([k, v]) => `${k} ${(v.at(-1)! / 1000).toFixed(2)} ms`).join(', ')}`);
     }
   } finally {
+    cache.release();
     await client?.close();
     pool.close({ force: true });
     await runtime.close();
@@ -106,7 +152,7 @@ export async function runKvBlocksBench(opts: { json?: string; flags: string[] })
   for (const r of rows) console.log(`${r.system}: ${r.workload} in ${(r.p50_us! / 1000).toFixed(2)} ms, ${r.gbps!.toFixed(2)} GB/s, ${Math.round(r.ops_per_s!)} blocks/s`);
   return {
     machine: describeMachine(),
-    what: `${count} blocks of ${blockBytes} B pulled from ${remote} (another process) into a pool on ${local}: RemoteTensor.pullAll, a pull() each (${EACH_IN_FLIGHT} in flight), the same bytes as one tensor; the blocks sent from ${local} to ${remote} by value as one list argument; and the raw copy; ${rounds} rounds after a warm-up`,
+    what: `${count} blocks of ${blockBytes} B pulled from ${remote} (another process) into a pool on ${local}: the blocks of one region by a block table (RemoteTensor.pullBlocks, permuted on both sides), RemoteTensor.pullAll, a pull() each (${EACH_IN_FLIGHT} in flight), the same bytes as one tensor; the blocks sent from ${local} to ${remote} by value as one list argument; and the raw copy; ${rounds} rounds after a warm-up`,
     paths: [...paths], results: rows, copy: copy.results, skipped: copy.skipped,
   };
 }

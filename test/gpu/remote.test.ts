@@ -1,11 +1,11 @@
-// Remote tensor handles on the GPU: a handle pulled into the caller's own pool on its device, a
-// handle passed on to a third process that pulls it straight from the owner, and a handle that
-// is gone once pulled (NOT_FOUND, never other memory).
+// Remote tensor handles on the GPU: a handle pulled into the caller's own pool on its device, its
+// blocks pulled by a block table, a handle passed on to a third process that pulls it straight
+// from the owner, and a handle that is gone once pulled (NOT_FOUND, never other memory).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Code, RemoteTensor, type Client } from '../../core/index.ts';
+import { Code, confirmedCallInfo, RemoteTensor, type Client } from '../../core/index.ts';
 import { codeOf, openClientSide, type ClientSide } from './fixtures/client-side.ts';
-import { announce, MAX_BYTES, MiB, skipReason, topologies } from './fixtures/env.ts';
-import { firstMismatch, patternDigest } from './fixtures/pattern.ts';
+import { announce, DRY_RUN, EXPECTED_PATH, MAX_BYTES, MiB, skipReason, topologies } from './fixtures/env.ts';
+import { firstMismatch, patternChunk, patternDigest } from './fixtures/pattern.ts';
 import { startGpuServer, type GpuPeer } from './fixtures/peer.ts';
 import { disposePeers } from '../support/peer.ts';
 
@@ -27,7 +27,7 @@ describe.skipIf(skipReason !== undefined)('remote CUDA tensors', () => {
 
       beforeAll(async () => {
         // The owner holds the tensors on the server device; the third party pulls onto the client's.
-        owner = await startGpuServer({ device: topology.server, poolBytes: MiB, ownPoolBytes: 2 * POOL });
+        owner = await startGpuServer({ device: topology.server, poolBytes: MiB, ownPoolBytes: 2 * POOL + 128 * MiB });
         third = await startGpuServer({ device: topology.client, poolBytes: MiB, ownPoolBytes: POOL });
         side = openClientSide(topology.client, POOL);
         toOwner = await side.connect(owner.address, { poolBytes: 0 });
@@ -60,6 +60,43 @@ describe.skipIf(skipReason !== undefined)('remote CUDA tensors', () => {
           expect(await codeOf(handle.pull({ pool: side.pool }))).toBe(Code.NOT_FOUND);
         }, 120_000);
       }
+
+      it(`pulls blocks of 32 KiB by a block table into a cache on ${topology.client} (pullBlocks), each in its place`, async () => {
+        const blockBytes = 32 << 10;
+        const size = Math.min(128 * MiB, MAX_BYTES);
+        const count = size / blockBytes;
+        const seed = 31;
+        const handle = (await toOwner.unary(side.service.methods.share, { n: size, seed })).h as RemoteTensor;
+        // Owner block (k * 1031) % count lands at block count - 1 - k of the cache.
+        const from = Uint32Array.from({ length: count }, (_, k) => (k * 1031) % count);
+        const to = Uint32Array.from({ length: count }, (_, k) => count - 1 - k);
+        const cache = side.pool.allocate([count, blockBytes], 'u8');
+        let paths: string[] = [];
+        try {
+          await handle.pullBlocks(from, { into: cache, at: to, blockBytes });
+          const info = await confirmedCallInfo(cache);
+          expect(info?.transfers).toHaveLength(Math.ceil(size / (16 * MiB)));
+          paths = info!.transfers.map((transfer) => transfer.path);
+          const back = cache.to('cpu').bytes();
+          const expected = Buffer.concat(Array.from({ length: Math.ceil(size / (64 * MiB)) }, (_, c) => patternChunk(seed, c, Math.min(64 * MiB, size - c * 64 * MiB))));
+          let misplaced = 0;
+          for (let k = 0; k < count; k += 1) {
+            const got = back.subarray(to[k]! * blockBytes, (to[k]! + 1) * blockBytes);
+            if (Buffer.compare(got, expected.subarray(from[k]! * blockBytes, (from[k]! + 1) * blockBytes)) !== 0) misplaced += 1;
+          }
+          expect(misplaced).toBe(0);
+        } finally {
+          cache.release();
+        }
+        // The handle stays pullable: the whole tensor still comes, intact, and each part moved the
+        // way the whole tensor does (cuda_ipc between GPUs).
+        const whole = await handle.pull({ pool: side.pool });
+        expect(await firstMismatch(whole, seed)).toBe(-1);
+        const wholePath = (await confirmedCallInfo(whole))?.transfers[0]?.path;
+        whole.release();
+        expect(paths).toEqual(paths.map(() => wholePath));
+        if (!DRY_RUN) expect(wholePath).toBe(EXPECTED_PATH);
+      }, 120_000);
 
       it('lets a third process pull a handle straight from its owner', async () => {
         const size = Math.min(64 * MiB, MAX_BYTES);

@@ -234,6 +234,7 @@ describe('RemoteTensor.pullAll against a fake owner', () => {
         return Promise.resolve({ t: stacked });
       },
       copyBlocks,
+      staging: () => { throw new Error('pullAll takes no staging of its own'); },
       close() { owner.closed += 1; return Promise.resolve(); },
     };
     return owner;

@@ -83,6 +83,24 @@ export type SinkBlocksResultsReceived = {
   items: BlockReceived[];
 };
 
+/** Arguments of Sink.region. */
+export type SinkRegionArgs = {
+  count: number;
+  bytes: number;
+};
+
+/** Results of Sink.region. */
+export type SinkRegionResults = {
+  /** Schema: `tensor<u8, [count, bytes]> @remote` */
+  h: Tensor | RemoteTensor;
+};
+
+/** Results of Sink.region as the client receives them. */
+export type SinkRegionResultsReceived = {
+  /** Schema: `tensor<u8, [count, bytes]> @remote` */
+  h: RemoteTensor;
+};
+
 /** Data-only descriptor of bench.gpu.v1.Sink: what the runtime routes, transfers and validates by. */
 export const SinkDescriptor = {
   name: 'bench.gpu.v1.Sink',
@@ -154,6 +172,28 @@ export const SinkDescriptor = {
       serverStreaming: false,
       types,
     },
+    region: {
+      name: 'region',
+      service: 'bench.gpu.v1.Sink',
+      args: [
+        { name: 'count', type: { kind: 'scalar', name: 'u32' } },
+        { name: 'bytes', type: { kind: 'scalar', name: 'u32' } },
+      ],
+      results: [
+        {
+          name: 'h',
+          type: {
+            kind: 'tensor',
+            dtype: 'u8',
+            shape: [{ kind: 'symbol', name: 'count' }, { kind: 'symbol', name: 'bytes' }],
+            placement: { kind: 'remote' },
+          },
+        },
+      ],
+      clientStreaming: false,
+      serverStreaming: false,
+      types,
+    },
   },
 } satisfies ServiceDescriptor;
 
@@ -197,6 +237,16 @@ export function validateSinkBlocksResults(values: Record<string, unknown>): void
   validateFields(SinkDescriptor.methods.blocks.results, values, types, 'Sink.blocks results');
 }
 
+/** Checks arguments of Sink.region against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
+export function validateSinkRegionArgs(values: Record<string, unknown>): void {
+  validateFields(SinkDescriptor.methods.region.args, values, types, 'Sink.region arguments');
+}
+
+/** Checks results of Sink.region against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
+export function validateSinkRegionResults(values: Record<string, unknown>): void {
+  validateFields(SinkDescriptor.methods.region.results, values, types, 'Sink.region results');
+}
+
 /** Typed client of bench.gpu.v1.Sink. The runtime validates arguments before sending and results on arrival. */
 export class SinkClient {
   readonly #client: Client;
@@ -227,6 +277,14 @@ export class SinkClient {
   blocks(args: SinkBlocksArgs, options?: CallOptions): Promise<SinkBlocksResultsReceived> {
     return this.#client.unary(SinkDescriptor.methods.blocks, args, options) as Promise<SinkBlocksResultsReceived>;
   }
+
+  /**
+   * The same blocks as one region (a KV pool), block i filled with i & 0xff, as one handle
+   * whose blocks the caller pulls by index (bench kv-blocks); a call releases the one before it.
+   */
+  region(args: SinkRegionArgs, options?: CallOptions): Promise<SinkRegionResultsReceived> {
+    return this.#client.unary(SinkDescriptor.methods.region, args, options) as Promise<SinkRegionResultsReceived>;
+  }
 }
 
 /** What a server of bench.gpu.v1.Sink implements; the runtime validates arguments before a handler is called. */
@@ -241,6 +299,11 @@ export interface SinkHandlers {
    * kv-blocks); a call releases the blocks of the call before it.
    */
   blocks(args: SinkBlocksArgs, ctx: CallContext): Promise<SinkBlocksResults> | SinkBlocksResults;
+  /**
+   * The same blocks as one region (a KV pool), block i filled with i & 0xff, as one handle
+   * whose blocks the caller pulls by index (bench kv-blocks); a call releases the one before it.
+   */
+  region(args: SinkRegionArgs, ctx: CallContext): Promise<SinkRegionResults> | SinkRegionResults;
 }
 
 /** bench.gpu.v1.Sink: descriptor, typed client and handler registration. */
@@ -258,6 +321,7 @@ export const Sink = {
       sink: (args: SinkSinkArgs, ctx: CallContext) => handlers.sink(args, ctx),
       sinkList: (args: SinkSinkListArgs, ctx: CallContext) => handlers.sinkList(args, ctx),
       blocks: (args: SinkBlocksArgs, ctx: CallContext) => handlers.blocks(args, ctx),
+      region: (args: SinkRegionArgs, ctx: CallContext) => handlers.region(args, ctx),
     });
   },
 };

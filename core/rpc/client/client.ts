@@ -393,6 +393,11 @@ export function ownerDialer(runtime: Runtime): OwnerDialer {
     // The runtime the client came to: for an implicit one, the default runtime now (the one the
     // handle arrived on may have closed since, with its last user).
     const on = runtime.implicit ? Runtime.default() : runtime;
-    return { unary: (method, args, allocate) => client.unary(method, args, { [ALLOCATE]: allocate }), copyBlocks: (bytes, copies, options) => on.blocks.copy(bytes, copies, options), close: () => client.close() };
+    return {
+      unary: (method, args, allocate) => client.unary(method, args, { [ALLOCATE]: allocate }),
+      copyBlocks: (bytes, copies, options) => on.blocks.copy(bytes, copies, options),
+      staging: (device) => on.pool(device, { bytes: DEFAULT_PROCESS_POOL_BYTES, allowOverflow: true }),
+      close: () => client.close(),
+    };
   };
 }

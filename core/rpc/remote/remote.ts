@@ -4,13 +4,13 @@
 // (remote-owner.ts); a handle pulls through a Client on the runtime it arrived on, which the side
 // that decoded it hands over as an OwnerDialer.
 import { Code, GdrpcError } from '../../errors.ts';
-import { Tensor, TensorPool, type Device } from '../../tensor/index.ts';
+import { elementSize, Tensor, TensorPool, type Device } from '../../tensor/index.ts';
 import { isDevice } from '../../tensor/device.ts';
 import { Accept, checkOptions, rule, type OptionRules } from '../../tensor/options.ts';
 import type { TensorWire } from '../../wire/frames.ts';
 import type { DType, MethodDescriptor, Placement, TypeRef } from '../../schema/descriptor.ts';
 import type { TransferScope } from '../movers/mover.ts';
-import { attachCallInfo, callInfo, confirmTransfers } from '../movers/call-info.ts';
+import { attachCallInfo, callInfo, confirmTransfers, type CallInfo } from '../movers/call-info.ts';
 import { Runtime } from '../runtime/runtime.ts';
 import type { BlockCopy } from '../../compute/blocks.ts';
 
@@ -23,6 +23,8 @@ export interface OwnerClient {
   unary(method: MethodDescriptor, args: Record<string, unknown>, allocate: ((shape: number[], dtype: DType, placement: Placement, field: string) => Tensor) | undefined): Promise<Record<string, unknown>>;
   /** Copies a stacked answer out (the runtime's BlockCopier). */
   copyBlocks(blockBytes: number, copies: readonly BlockCopy[], options?: { sourcesReady?: boolean }): Promise<void>;
+  /** Where pullBlocks receives its parts on `device` (the runtime's pool there, mapped once). */
+  staging(device: Device): TensorPool;
   close(): Promise<void>;
 }
 
@@ -51,6 +53,31 @@ export interface PullOptions { device?: Device; into?: Tensor; pool?: TensorPool
  *  one connection keeps in flight. */
 export interface PullAllOptions { device?: Device; into?: readonly Tensor[]; pool?: TensorPool; token?: string; maxInFlight?: number }
 
+/** Options of RemoteTensor.pullBlocks: where the blocks land (`into`, at rows `at`; else a new
+ *  tensor from `pool` or on `device`), how long a block is, and how many parts go at once. */
+export interface PullBlocksOptions { blockBytes?: number; into?: Tensor; at?: ArrayLike<number>; device?: Device; pool?: TensorPool; token?: string; maxInFlight?: number }
+
+/** Most bytes one gdrpc.Owner/pullBlocks call gathers: pullBlocks asks for more in parts. Four
+ *  parts in flight fit the owner's 64 MiB staging pool (DEFAULT_PROCESS_POOL_BYTES), so a gather
+ *  needs no allocation and registration of its own, and parts overlap gather, move and copy. */
+export const MAX_BLOCK_PULL_BYTES = 16 << 20;
+/** Parts of one pullBlocks in flight by default. */
+export const DEFAULT_BLOCK_PARTS_IN_FLIGHT = 4;
+/** The arguments of gdrpc.Owner/pullBlocks: the handle, the block length and the block indices
+ *  (little-endian u32, in the order they come back). */
+export const PULL_BLOCKS_ARGS: MethodDescriptor['args'] = [
+  { name: 'x', type: { kind: 'scalar', name: 'u32' } }, { name: 's', type: { kind: 'scalar', name: 'bytes' } },
+  { name: 'b', type: { kind: 'scalar', name: 'u32' } }, { name: 'r', type: { kind: 'scalar', name: 'bytes' } },
+];
+
+/** The shape of one block of `blockBytes` of a tensor: a row of its first dimension keeps its
+ *  shape ([4096, 16, 128] in blocks of one row: [16, 128]), any other length is flat. */
+export function blockShapeOf(dtype: DType, shape: readonly number[], blockBytes: number): number[] {
+  const itemBytes = elementSize(dtype);
+  const rowItems = shape.slice(1).reduce((a, b) => a * b, 1);
+  return shape.length > 1 && rowItems * itemBytes === blockBytes ? shape.slice(1) : [blockBytes / itemBytes];
+}
+
 /** Tensors one connection of pullAll keeps in flight by default. */
 export const DEFAULT_PULLS_IN_FLIGHT = 512;
 /** Most handles one gdrpc.Owner/pullMany call takes (the owner refuses more). */
@@ -68,6 +95,11 @@ const DEVICE = rule(`'cpu' or 'cuda:N'`, isDevice);
 const POOL = rule('a TensorPool', (value) => value instanceof TensorPool);
 const PULL_OPTIONS: OptionRules<PullOptions> = {
   device: DEVICE, into: rule('a Tensor', (value) => value instanceof Tensor), pool: POOL, token: Accept.nonEmptyString,
+};
+const BLOCK_LIST = rule('an array or typed array of block indices', (value) => Array.isArray(value) || (ArrayBuffer.isView(value) && !(value instanceof DataView)));
+const PULL_BLOCKS_OPTIONS: OptionRules<PullBlocksOptions> = {
+  blockBytes: Accept.integer(1, 0xffff_ffff, 'bytes'), into: rule('a Tensor', (value) => value instanceof Tensor), at: BLOCK_LIST,
+  device: DEVICE, pool: POOL, token: Accept.nonEmptyString, maxInFlight: Accept.integer(1, 64, 'parts'),
 };
 const PULL_ALL_OPTIONS: OptionRules<PullAllOptions> = {
   device: DEVICE, pool: POOL, token: Accept.nonEmptyString, maxInFlight: Accept.integer(1, 65_536, 'tensors'),
@@ -109,6 +141,110 @@ export class RemoteTensor {
     }
     closeWhenReported(client, [tensor]);
     return tensor;
+  }
+
+  /** Fetches blocks of this handle's tensor by index, as one operation over one connection (a
+   *  block table over a KV pool exposed as one handle): block i is the bytes
+   *  [i * blockBytes, (i + 1) * blockBytes) of the tensor (blockBytes defaults to one row of its
+   *  first dimension). The owner gathers the blocks asked for into one tensor that moves as one
+   *  message (gdrpc.Owner/pullBlocks; up to 16 MiB a part, 4 parts in flight). They land in
+   *  order in a new [n, ...block] tensor (from `pool`, or on `device`), or in `into`: block k at
+   *  block `at[k]` of it (default k), copied out by one kernel launch on a GPU. The handle stays
+   *  pullable. Resolves to the tensor the blocks are in; a failure releases what it made and
+   *  leaves `into` partly written. */
+  async pullBlocks(blocks: ArrayLike<number>, options: PullBlocksOptions = {}): Promise<Tensor> {
+    checkOptions('RemoteTensor.pullBlocks options', options, PULL_BLOCKS_OPTIONS);
+    const rowItems = this.shape.slice(1).reduce((a, b) => a * b, 1);
+    const blockBytes = options.blockBytes ?? rowItems * elementSize(this.dtype);
+    if (blockBytes === 0 || blockBytes % elementSize(this.dtype) !== 0 || this.byteLength % blockBytes !== 0) {
+      throw new GdrpcError(Code.INVALID_ARGUMENT, `RemoteTensor.pullBlocks: blocks of ${blockBytes} bytes do not tile the ${this.byteLength}-byte ${this.dtype} tensor`);
+    }
+    if (blockBytes > MAX_BLOCK_PULL_BYTES) throw new GdrpcError(Code.INVALID_ARGUMENT, `RemoteTensor.pullBlocks: blocks of ${blockBytes} bytes are over ${MAX_BLOCK_PULL_BYTES}: pull() the tensor`);
+    const indices = blockIndices('blocks', blocks, this.byteLength / blockBytes);
+    const { into } = options;
+    if (into !== undefined && (into.released || into.dtype !== this.dtype || into.byteLength % blockBytes !== 0)) {
+      throw new GdrpcError(Code.INVALID_ARGUMENT, `RemoteTensor.pullBlocks: into must be a live ${this.dtype} tensor of whole ${blockBytes}-byte blocks, got a${into.released ? ' released' : ''} ${into.dtype} tensor of ${into.byteLength} bytes`);
+    }
+    let at: Uint32Array | undefined;
+    if (options.at !== undefined) {
+      if (into === undefined) throw new GdrpcError(Code.INVALID_ARGUMENT, 'RemoteTensor.pullBlocks: at places blocks in into, and there is none');
+      at = blockIndices('at', options.at, into.byteLength / blockBytes);
+      if (at.length !== indices.length) throw new GdrpcError(Code.INVALID_ARGUMENT, `RemoteTensor.pullBlocks: ${at.length} places in at for ${indices.length} blocks`);
+      const taken = new Uint8Array(into.byteLength / blockBytes);
+      for (const [k, place] of at.entries()) {
+        if (taken[place] === 1) throw new GdrpcError(Code.INVALID_ARGUMENT, `RemoteTensor.pullBlocks: at[${k}] = ${place} names a block of into a second time`);
+        taken[place] = 1;
+      }
+    } else if (into !== undefined && into.byteLength < indices.length * blockBytes) {
+      throw new GdrpcError(Code.INVALID_ARGUMENT, `RemoteTensor.pullBlocks: into holds ${into.byteLength / blockBytes} blocks, ${indices.length} were asked for`);
+    }
+    const device = landingDevice({ ...(into !== undefined ? { into } : {}), ...(options.pool !== undefined ? { pool: options.pool } : {}), ...(options.device !== undefined ? { device: options.device } : {}) });
+    const blockShape = blockShapeOf(this.dtype, this.shape, blockBytes);
+    const perPart = Math.floor(MAX_BLOCK_PULL_BYTES / blockBytes);
+    const parts = Math.ceil(indices.length / perPart);
+    // One part that fills its destination whole lands there straight; otherwise each part is
+    // received into staging (the client's results pool) and copied to its places.
+    const straight = parts === 1 && at === undefined && (into === undefined || into.byteLength === indices.length * blockBytes);
+    const client = await this.#dialer()(this.owner, options.token);
+    // A part is received into the pool given when it has room, else into the runtime's pool on
+    // the device (mapped memory: no registration per part).
+    const staging = (shape: number[], dtype: DType): Tensor => {
+      if (options.pool !== undefined) {
+        try {
+          return options.pool.allocate(shape, dtype);
+        } catch (error) {
+          if (!(error instanceof GdrpcError) || error.code !== Code.RESOURCE_EXHAUSTED) throw error;
+        }
+      }
+      return client.staging(device).allocate(shape, dtype);
+    };
+    let target = into;
+    const made = into === undefined && !straight;
+    const infos: CallInfo[] = [];
+    try {
+      if (made) target = options.pool !== undefined ? options.pool.allocate([indices.length, ...blockShape], this.dtype) : Tensor.empty([indices.length, ...blockShape], this.dtype, { device });
+      let next = 0;
+      const lane = async (): Promise<void> => {
+        while (next < parts) {
+          const part = next++;
+          const start = part * perPart;
+          const end = Math.min(indices.length, start + perPart);
+          const method: MethodDescriptor = {
+            name: 'pullBlocks', service: OWNER_SERVICE, clientStreaming: false, serverStreaming: false, args: PULL_BLOCKS_ARGS,
+            results: [{ name: 't', type: fixedTensorType(this.dtype, [end - start, ...blockShape], placementOf(device)) }],
+          };
+          const allocate = straight ? (target !== undefined ? () => target! : options.pool !== undefined ? (shape: number[], dtype: DType) => options.pool!.allocate(shape, dtype) : undefined) : staging;
+          const result = await client.unary(method, { x: this.wire.x!, s: this.wire.s!, b: blockBytes, r: littleEndian(indices.subarray(start, end)) }, allocate);
+          const got = result.t as Tensor;
+          const info = callInfo(result);
+          if (info !== undefined) infos.push(info);
+          if (straight) {
+            target = got;
+            continue;
+          }
+          try {
+            // The part is complete: UCX finished receiving it.
+            if (at === undefined) await client.copyBlocks((end - start) * blockBytes, [{ dst: target!, dstOffset: start * blockBytes, src: got, srcOffset: 0 }], { sourcesReady: true });
+            else await client.copyBlocks(blockBytes, Array.from(at.subarray(start, end), (place, k) => ({ dst: target!, dstOffset: place * blockBytes, src: got, srcOffset: k * blockBytes })), { sourcesReady: true });
+          } finally {
+            got.release();
+          }
+        }
+      };
+      const failures: unknown[] = [];
+      await Promise.all(Array.from({ length: Math.min(parts, options.maxInFlight ?? DEFAULT_BLOCK_PARTS_IN_FLIGHT) }, () => lane().catch((error: unknown) => {
+        failures.push(error);
+        next = parts;  // no further part starts
+      })));
+      if (failures.length > 0) throw failures[0];
+    } catch (error) {
+      if (made || (straight && into === undefined)) target?.release();
+      await client.close();
+      throw error;
+    }
+    const result = infos.length === 0 ? target! : attachCallInfo(target!, { transfers: infos.flatMap((info) => info.transfers), durationMs: Math.max(...infos.map((info) => info.durationMs)) });
+    closeWhenReported(client, [result]);
+    return result;
   }
 
   /** Fetches many handles as one operation: one connection per owner (not one per handle), the
@@ -292,6 +428,28 @@ export class RemoteTensor {
     const info = callInfo(result);
     return info === undefined ? result.t as Tensor : attachCallInfo(result.t as Tensor, info);
   }
+}
+
+/** `list` as u32 block indices, each below `count`; INVALID_ARGUMENT naming `what` otherwise. */
+function blockIndices(what: string, list: ArrayLike<number>, count: number): Uint32Array {
+  if (typeof list !== 'object' || list === null || !Number.isSafeInteger(list.length) || list.length === 0) throw new GdrpcError(Code.INVALID_ARGUMENT, `RemoteTensor.pullBlocks: ${what} must list one or more blocks`);
+  const indices = new Uint32Array(list.length);
+  for (let k = 0; k < list.length; k += 1) {
+    const index = list[k];
+    if (typeof index !== 'number' || !Number.isInteger(index) || index < 0 || index >= count) {
+      throw new GdrpcError(Code.INVALID_ARGUMENT, `RemoteTensor.pullBlocks: ${what}[${k}] = ${String(index)} is not a block index below ${count}`);
+    }
+    indices[k] = index;
+  }
+  return indices;
+}
+
+/** Block indices as gdrpc.Owner/pullBlocks reads them: little-endian u32. */
+function littleEndian(indices: Uint32Array): Uint8Array {
+  const out = new Uint8Array(indices.length * 4);
+  const view = new DataView(out.buffer);
+  for (const [k, index] of indices.entries()) view.setUint32(k * 4, index, true);
+  return out;
 }
 
 function landingDevice(landing: Landing): Device {

@@ -1,14 +1,15 @@
 // The owner side of remote tensors, served by every Server under the reserved service
 // gdrpc.Owner (docs/wire.md "Remote handle"): pull (one handle), pullMany (up to
-// MAX_PULLS_PER_CALL handles of one dtype and shape, each its own tensor on the wire) and
-// pullStacked (the same handles gathered into one [n, ...shape] tensor, one message on the wire).
+// MAX_PULLS_PER_CALL handles of one dtype and shape, each its own tensor on the wire),
+// pullStacked (the same handles gathered into one [n, ...shape] tensor, one message on the wire)
+// and pullBlocks (blocks of one handle's tensor by index, gathered into one tensor: a block table).
 // Every method is all or nothing: one unknown handle or wrong capability fails the call NOT_FOUND
 // and leaves every handle of it pullable.
 import { Code, GdrpcError } from '../../errors.ts';
-import type { Device, Tensor, TensorPool } from '../../tensor/index.ts';
+import { elementSize, type Device, type DType, type Tensor, type TensorPool } from '../../tensor/index.ts';
 import type { BlockCopy } from '../../compute/blocks.ts';
 import type { MethodDescriptor } from '../../schema/descriptor.ts';
-import { fixedTensorType, MAX_PULLS_PER_CALL, MAX_STACKED_BLOCK_BYTES, OWNER_SERVICE, PULL_MANY_ARGS, pullResultFields } from '../remote/remote.ts';
+import { blockShapeOf, fixedTensorType, MAX_BLOCK_PULL_BYTES, MAX_PULLS_PER_CALL, MAX_STACKED_BLOCK_BYTES, OWNER_SERVICE, PULL_BLOCKS_ARGS, PULL_MANY_ARGS, pullResultFields } from '../remote/remote.ts';
 import type { CallContext, MethodEntry } from './server-call.ts';
 
 /** What the owner methods need from their server. */
@@ -38,8 +39,62 @@ function lookupAll(host: OwnerHost, method: string, xs: number[], ss: Uint8Array
   return found;
 }
 
-/** gdrpc.Owner/pull, pullMany and pullStacked for one server. */
+/** Gather staging one connection may hold at once (pullStacked and pullBlocks): a peer that asks
+ *  for more in parallel is refused RESOURCE_EXHAUSTED rather than let grow GPU memory without
+ *  bound. pullAll (4 lanes of up to 128 MiB) and pullBlocks (4 parts of up to 16 MiB) stay under it. */
+export const OWNER_STAGING_BYTES_PER_CONNECTION = 512 << 20;
+
+/** The block indices of a pullBlocks call: `r` holds them as little-endian u32, each below `blocks`. */
+function blockIndices(r: Uint8Array, blocks: number): Uint32Array {
+  if (r.byteLength === 0 || r.byteLength % 4 !== 0) throw new GdrpcError(Code.INVALID_ARGUMENT, `pullBlocks: r must hold one or more little-endian u32 block indices, got ${r.byteLength} bytes`);
+  const view = new DataView(r.buffer, r.byteOffset, r.byteLength);
+  const indices = new Uint32Array(r.byteLength / 4);
+  for (let k = 0; k < indices.length; k += 1) {
+    const index = view.getUint32(k * 4, true);
+    if (index >= blocks) throw new GdrpcError(Code.INVALID_ARGUMENT, `pullBlocks: block index ${index} (at ${k}) is outside the ${blocks} blocks of the tensor`);
+    indices[k] = index;
+  }
+  return indices;
+}
+
+/** gdrpc.Owner/pull, pullMany, pullStacked and pullBlocks for one server. */
 export function ownerMethods(host: OwnerHost): MethodEntry[] {
+  // Gather staging held per connection (its peer address), for OWNER_STAGING_BYTES_PER_CONNECTION.
+  const staged = new Map<string, number>();
+
+  /** Gathers `copies` (blocks of `blockBytes`) into a staging tensor of `shape` on `device`, which is
+   *  freed once both the call is over (its bytes left, or never will) and the GPU is done writing it. */
+  const gather = async (ctx: CallContext, device: Device, shape: number[], dtype: DType, blockBytes: number, copies: (stacked: Tensor) => BlockCopy[]): Promise<Tensor> => {
+    const held = staged.get(ctx.peer) ?? 0;
+    const bytes = shape.reduce((a, b) => a * b, elementSize(dtype));
+    if (held + bytes > OWNER_STAGING_BYTES_PER_CONNECTION) {
+      throw new GdrpcError(Code.RESOURCE_EXHAUSTED, `gathering ${bytes} more bytes would hold over ${OWNER_STAGING_BYTES_PER_CONNECTION} bytes of staging for this connection; wait for its other pulls`, { details: { retryable: true } });
+    }
+    const stacked = host.staging(device).allocate(shape, dtype);
+    staged.set(ctx.peer, held + bytes);
+    let copying = true;
+    let over = false;
+    const free = (): void => {
+      stacked.release();
+      const left = (staged.get(ctx.peer) ?? 0) - stacked.byteLength;
+      if (left > 0) staged.set(ctx.peer, left);
+      else staged.delete(ctx.peer);
+    };
+    ctx.afterSend(() => {
+      over = true;
+      if (!copying) free();
+    });
+    try {
+      // The handles' tensors were synchronized (or their producer waited for) when they were
+      // exposed: no device-wide synchronize per gather, which would wait for other transfers.
+      await host.copyBlocks(blockBytes, copies(stacked), { sourcesReady: true });
+    } finally {
+      copying = false;
+      if (over) free();
+    }
+    return stacked;
+  };
+
   const pull = entry('pull', PULL_ARGS, (args: { x: number; s: Uint8Array }, ctx: CallContext) => {
     const { tensor, pulled } = host.lookup(args.x, args.s);
     ctx.afterSend(pulled);
@@ -63,23 +118,8 @@ export function ownerMethods(host: OwnerHost): MethodEntry[] {
     const bytes = first.byteLength;
     // A peer may call this by hand: the staging tensor is bounded by what pullAll would ask for.
     if (bytes > MAX_STACKED_BLOCK_BYTES) throw new GdrpcError(Code.INVALID_ARGUMENT, `pullStacked gathers handles of at most ${MAX_STACKED_BLOCK_BYTES} bytes, these hold ${bytes}; pull them with pullMany`);
-    const stacked = host.staging(first.device).allocate([found.length, ...first.shape], first.dtype);
-    // The call can end (deadline, cancel, lost connection) while the GPU still writes the staging
-    // tensor: it goes back to its pool only once both the call is over and the copy is done.
-    let copying = true;
-    let over = false;
-    ctx.afterSend(() => {
-      over = true;
-      if (!copying) stacked.release();
-    });
-    try {
-      // Each handle's tensor was synchronized (or its producer waited for) when it was exposed:
-      // no device-wide synchronize per batch, which would wait for the transfers of the others.
-      await host.copyBlocks(bytes, found.map(({ tensor }, k) => ({ dst: stacked, dstOffset: k * bytes, src: tensor, srcOffset: 0 })), { sourcesReady: true });
-    } finally {
-      copying = false;
-      if (over) stacked.release();
-    }
+    const stacked = await gather(ctx, first.device, [found.length, ...first.shape], first.dtype, bytes,
+      (dst) => found.map(({ tensor }, k) => ({ dst, dstOffset: k * bytes, src: tensor, srcOffset: 0 })));
     ctx.afterSend(() => { for (const { pulled } of found) pulled(); });
     return { t: stacked };
   }, (result) => {
@@ -87,5 +127,27 @@ export function ownerMethods(host: OwnerHost): MethodEntry[] {
     return [{ name: 't', type: fixedTensorType(t.dtype, t.shape, { kind: 'host' }) }];
   });
 
-  return [pull, pullMany, pullStacked];
+  // Blocks of one handle's tensor, picked by index (a block table over a KV pool): gathered in the
+  // order asked into one [n, ...block] tensor, one message on the wire. The handle stays pullable:
+  // a table is pulled in parts, and by more than one puller, until the call that exposed it ends.
+  const pullBlocks = entry('pullBlocks', PULL_BLOCKS_ARGS, async (args: { x: number; s: Uint8Array; b: number; r: Uint8Array }, ctx: CallContext) => {
+    const { tensor } = host.lookup(args.x, args.s);
+    const blockBytes = args.b;
+    const itemBytes = elementSize(tensor.dtype);
+    if (blockBytes === 0 || blockBytes % itemBytes !== 0 || tensor.byteLength % blockBytes !== 0) {
+      throw new GdrpcError(Code.INVALID_ARGUMENT, `pullBlocks: blocks of ${blockBytes} bytes do not tile the ${tensor.byteLength}-byte ${tensor.dtype} tensor`);
+    }
+    const indices = blockIndices(args.r, tensor.byteLength / blockBytes);
+    if (indices.length * blockBytes > MAX_BLOCK_PULL_BYTES) {
+      throw new GdrpcError(Code.INVALID_ARGUMENT, `pullBlocks gathers at most ${MAX_BLOCK_PULL_BYTES} bytes a call, ${indices.length} blocks of ${blockBytes} bytes are more; ask in parts`);
+    }
+    const stacked = await gather(ctx, tensor.device, [indices.length, ...blockShapeOf(tensor.dtype, tensor.shape, blockBytes)], tensor.dtype, blockBytes,
+      (dst) => Array.from(indices, (index, k) => ({ dst, dstOffset: k * blockBytes, src: tensor, srcOffset: index * blockBytes })));
+    return { t: stacked };
+  }, (result) => {
+    const t = result.t as Tensor;
+    return [{ name: 't', type: fixedTensorType(t.dtype, t.shape, { kind: 'host' }) }];
+  });
+
+  return [pull, pullMany, pullStacked, pullBlocks];
 }

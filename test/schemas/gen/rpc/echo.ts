@@ -282,6 +282,24 @@ export type EchoShareResultsReceived = {
   items: SharedReceived[];
 };
 
+/** Arguments of Echo.region. */
+export type EchoRegionArgs = {
+  rows: number;
+  cols: number;
+};
+
+/** Results of Echo.region. */
+export type EchoRegionResults = {
+  /** Schema: `tensor<u16, [rows, cols]> @remote` */
+  h: Tensor | RemoteTensor;
+};
+
+/** Results of Echo.region as the client receives them. */
+export type EchoRegionResultsReceived = {
+  /** Schema: `tensor<u16, [rows, cols]> @remote` */
+  h: RemoteTensor;
+};
+
 /** Arguments of Echo.stats. */
 export type EchoStatsArgs = Record<string, never>;
 
@@ -686,6 +704,28 @@ export const EchoDescriptor = {
       serverStreaming: false,
       types,
     },
+    region: {
+      name: 'region',
+      service: 'test.rpc.v1.Echo',
+      args: [
+        { name: 'rows', type: { kind: 'scalar', name: 'u32' } },
+        { name: 'cols', type: { kind: 'scalar', name: 'u32' } },
+      ],
+      results: [
+        {
+          name: 'h',
+          type: {
+            kind: 'tensor',
+            dtype: 'u16',
+            shape: [{ kind: 'symbol', name: 'rows' }, { kind: 'symbol', name: 'cols' }],
+            placement: { kind: 'remote' },
+          },
+        },
+      ],
+      clientStreaming: false,
+      serverStreaming: false,
+      types,
+    },
     stats: {
       name: 'stats',
       service: 'test.rpc.v1.Echo',
@@ -878,6 +918,16 @@ export function validateEchoShareResults(values: Record<string, unknown>): void 
   validateFields(EchoDescriptor.methods.share.results, values, types, 'Echo.share results');
 }
 
+/** Checks arguments of Echo.region against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
+export function validateEchoRegionArgs(values: Record<string, unknown>): void {
+  validateFields(EchoDescriptor.methods.region.args, values, types, 'Echo.region arguments');
+}
+
+/** Checks results of Echo.region against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
+export function validateEchoRegionResults(values: Record<string, unknown>): void {
+  validateFields(EchoDescriptor.methods.region.results, values, types, 'Echo.region results');
+}
+
 /** Checks arguments of Echo.stats against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateEchoStatsArgs(values: Record<string, unknown>): void {
   validateFields(EchoDescriptor.methods.stats.args, values, types, 'Echo.stats arguments');
@@ -989,6 +1039,14 @@ export class EchoClient {
     return this.#client.unary(EchoDescriptor.methods.share, args, options) as Promise<EchoShareResultsReceived>;
   }
 
+  /**
+   * A `rows` x `cols` u16 tensor made here, element (i, j) = (i * cols + j) & 0xffff, as a handle
+   * whose blocks the caller pulls by index (RemoteTensor.pullBlocks).
+   */
+  region(args: EchoRegionArgs, options?: CallOptions): Promise<EchoRegionResultsReceived> {
+    return this.#client.unary(EchoDescriptor.methods.region, args, options) as Promise<EchoRegionResultsReceived>;
+  }
+
   /** Reports what the server knows about its last calls (for tests). */
   stats(args: EchoStatsArgs = {}, options?: CallOptions): Promise<EchoStatsResults> {
     return this.#client.unary(EchoDescriptor.methods.stats, args, options) as Promise<EchoStatsResults>;
@@ -1031,6 +1089,11 @@ export interface EchoHandlers {
    * (RemoteTensor.pullAll): of `size` bytes each when `uniform`, else of `size + i`.
    */
   share(args: EchoShareArgs, ctx: CallContext): Promise<EchoShareResults> | EchoShareResults;
+  /**
+   * A `rows` x `cols` u16 tensor made here, element (i, j) = (i * cols + j) & 0xffff, as a handle
+   * whose blocks the caller pulls by index (RemoteTensor.pullBlocks).
+   */
+  region(args: EchoRegionArgs, ctx: CallContext): Promise<EchoRegionResults> | EchoRegionResults;
   /** Reports what the server knows about its last calls (for tests). */
   stats(args: EchoStatsArgs, ctx: CallContext): Promise<EchoStatsResults> | EchoStatsResults;
 }
@@ -1064,6 +1127,7 @@ export const Echo = {
       latePull: (args: EchoLatePullArgsReceived, ctx: CallContext) => handlers.latePull(args, ctx),
       relay: (args: EchoRelayArgsReceived, ctx: CallContext) => handlers.relay(args, ctx),
       share: (args: EchoShareArgs, ctx: CallContext) => handlers.share(args, ctx),
+      region: (args: EchoRegionArgs, ctx: CallContext) => handlers.region(args, ctx),
       stats: (args: EchoStatsArgs, ctx: CallContext) => handlers.stats(args, ctx),
     });
   },
