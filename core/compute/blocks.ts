@@ -16,6 +16,24 @@ export interface BlockCopy { dst: Tensor; dstOffset: number; src: Tensor; srcOff
 
 const THREADS = 256;
 const MAX_GRID = 65535;
+/** Longest piece one thread block of the kernel copies: a longer block is cut into equal pieces
+ *  (a 16 MiB block as one entry would be copied by one thread block, at a few GB/s). */
+const MAX_PIECE_BYTES = 256 << 10;
+/** Most pieces a block is cut into (beyond that the table itself would cost). */
+const MAX_PIECES = 4096;
+
+/** How many equal pieces a block of `blockBytes` is copied as: the fewest that are each at most
+ *  MAX_PIECE_BYTES, divide the block exactly, and keep 16-byte pieces when the block is a multiple
+ *  of 16 (the kernel's wide path); 1 when no such cut exists. */
+export function piecesOf(blockBytes: number): number {
+  if (blockBytes <= MAX_PIECE_BYTES) return 1;
+  const wide = blockBytes % 16 === 0;
+  for (let pieces = Math.ceil(blockBytes / MAX_PIECE_BYTES); pieces <= MAX_PIECES; pieces += 1) {
+    if (blockBytes % pieces !== 0) continue;
+    if (!wide || (blockBytes / pieces) % 16 === 0) return pieces;
+  }
+  return 1;
+}
 
 /** What one GPU keeps for block copies: the kernel, a stream, the address table, and a queue so
  *  that one copy at a time fills the table. */
@@ -126,20 +144,29 @@ function copyEach(blockBytes: number, copies: readonly BlockCopy[], sourcesReady
   for (const c of copies) cuda.copy(place(c.dst, c.dstOffset, blockBytes), place(c.src, c.srcOffset, blockBytes), blockBytes);
 }
 
-/** One launch for all blocks on `device`, after the last copy of this GPU finished with the table. */
+/** One launch for all blocks on `device`, after the last copy of this GPU finished with the table.
+ *  Long blocks are cut into pieces (piecesOf) so that every thread block has a share. */
 async function launch(gpu: GpuCopier, device: number, blockBytes: number, copies: readonly BlockCopy[], sourcesReady: boolean): Promise<void> {
-  const tableBytes = copies.length * 16;
+  const pieces = piecesOf(blockBytes);
+  const pieceBytes = blockBytes / pieces;
+  const entries = copies.length * pieces;
+  const tableBytes = entries * 16;
   if (gpu.table === undefined || gpu.table.bytes < tableBytes) {
     if (gpu.table !== undefined) cuda.free(gpu.table.ptr);
     gpu.table = undefined;
     const bytes = Math.max(tableBytes, 16 * 1024);
     gpu.table = { ptr: cuda.alloc(device, bytes), bytes };
   }
-  const table = new BigUint64Array(copies.length * 2);
+  const table = new BigUint64Array(entries * 2);
   let synchronized = sourcesReady;
   for (const [k, c] of copies.entries()) {
-    table[k] = c.dst.address + BigInt(c.dstOffset);
-    table[copies.length + k] = c.src.address + BigInt(c.srcOffset);
+    const dst = c.dst.address + BigInt(c.dstOffset);
+    const src = c.src.address + BigInt(c.srcOffset);
+    for (let j = 0; j < pieces; j += 1) {
+      const at = BigInt(j * pieceBytes);
+      table[k * pieces + j] = dst + at;
+      table[entries + k * pieces + j] = src + at;
+    }
     const producer = producerOf(c.src);
     if (producer !== undefined) gpu.stream.waitFor(producer);
     else if (!synchronized) {
@@ -148,7 +175,7 @@ async function launch(gpu: GpuCopier, device: number, blockBytes: number, copies
     }
   }
   cuda.copy(gpu.table.ptr, table, tableBytes);
-  gpu.kernel.launch({ grid: Math.min(copies.length, MAX_GRID), block: THREADS, stream: gpu.stream }, gpu.table.ptr, BigInt(blockBytes), copies.length);
+  gpu.kernel.launch({ grid: Math.min(entries, MAX_GRID), block: THREADS, stream: gpu.stream }, gpu.table.ptr, BigInt(pieceBytes), entries);
   const done = CudaEvent.create(device).record(gpu.stream);
   try {
     await done.finished();

@@ -3,6 +3,7 @@
 // copied.
 import { describe, expect, it } from 'vitest';
 import { Code, copyBlocks, Tensor } from '../../core/index.ts';
+import { piecesOf } from '../../core/compute/blocks.ts';
 import { rejection } from '../rpc/fixtures/thrown.ts';
 
 /** `count` host tensors of `bytes` bytes, tensor k filled with bytes k * 7 + i. */
@@ -20,6 +21,18 @@ describe('copyBlocks on the host', () => {
     // Scattered in reverse order, to show each block goes where its entry says.
     await copyBlocks(33, out.map((dst, k) => ({ dst, dstOffset: 0, src: stacked, srcOffset: (4 - k) * 33 })));
     for (const [k, tensor] of out.entries()) expect(tensor.equals(parts[4 - k]!)).toBe(true);
+  });
+
+  it('cuts long GPU blocks into equal pieces of at most 256 KiB, 16-byte ones where the block is', () => {
+    expect(piecesOf(32 << 10)).toBe(1);
+    expect(piecesOf(256 << 10)).toBe(1);
+    expect(piecesOf(16 << 20)).toBe(64);
+    // 262,160 = 16 * 16,385: 2 and 4 pieces would not be multiples of 16, 5 are (52,432 bytes).
+    expect(piecesOf((256 << 10) + 16)).toBe(5);
+    // 1 MiB + 1 = 17 * 61,681: no 16-byte cut, 17 pieces of 61,681 bytes.
+    expect(piecesOf((1 << 20) + 1)).toBe(17);
+    // A prime past the table's limit stays one piece.
+    expect(piecesOf(2_147_483_647)).toBe(1);
   });
 
   it('copies nothing for no blocks or zero-byte blocks', async () => {

@@ -20,6 +20,8 @@ describe.skipIf(skip !== undefined)('copyBlocks on cuda:0', () => {
   it.each([
     ['1,024 blocks of 32 KiB (16-byte copies)', 1024, 32 << 10],
     ['300 blocks of 4,099 bytes (byte copies)', 300, 4099],
+    ['3 blocks of 16 MiB (64 pieces each)', 3, 16 << 20],
+    ['2 blocks of 1 MiB + 1 byte (17 pieces each, byte copies)', 2, (1 << 20) + 1],
   ])('gathers and scatters %s, every byte in place', async (_name, count, bytes) => {
     const parts = Array.from({ length: count }, (_, k) => hostBlock(k, bytes));
     const onGpu = parts.map((p) => p.to('cuda:0'));
@@ -32,7 +34,7 @@ describe.skipIf(skip !== undefined)('copyBlocks on cuda:0', () => {
       expect(Buffer.compare(back.bytes(), Buffer.concat(parts.map((p) => p.bytes())))).toBe(0);
       // Scatter in reverse: each block goes where its entry says.
       await copyBlocks(bytes, out.map((dst, k) => ({ dst, dstOffset: 0, src: stacked, srcOffset: (count - 1 - k) * bytes })));
-      for (const k of [0, 7, count - 1]) expect(out[k]!.to('cpu').equals(parts[count - 1 - k]!), `out ${k}`).toBe(true);
+      for (const k of [0, Math.min(7, count - 1), count - 1]) expect(out[k]!.to('cpu').equals(parts[count - 1 - k]!), `out ${k}`).toBe(true);
     } finally {
       for (const t of [...onGpu, ...out, stacked]) t.release();
     }
