@@ -429,6 +429,8 @@ def describe_machine(nixl_mod):
         "cpu": cpu, "cores": os.cpu_count(), "memoryGiB": round(int(mem.group(1)) / 2 ** 20) if mem else None,
         "kernel": platform.release(), "python": platform.python_version(), "host": socket.gethostname(),
         "torch": torch_version, "nixl": nixl_version(), "ucx": ucx_version(nixl_mod), "gpus": gpus,
+        # UCX settings the run was given (UCX_PROTO_INFO is this script's own).
+        "ucx_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("UCX_") and k != "UCX_PROTO_INFO"},
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
     }
 
