@@ -101,20 +101,20 @@ describe('RemoteTensor.pullBlocks', () => {
     flat.release();
   });
 
-  it(`asks for more than ${MAX_BLOCK_PULL_BYTES >> 20} MiB in parts, each gathered and copied to its place`, async () => {
-    // 9 rows of 1 MiB, each asked for twice: 18 MiB, two parts (16 blocks and 2).
+  it('asks in parts of partBytes, each gathered and copied to its place', async () => {
+    // 9 rows of 1 MiB, each asked for twice: 18 MiB, three parts (8 blocks, 8 and 2).
     const cols = 1 << 19;
     const handle = await region(9, cols);
     const asked = [...Array.from({ length: 9 }, (_, k) => 8 - k), ...Array.from({ length: 9 }, (_, k) => k)];
-    const tensor = await handle.pullBlocks(asked);
+    const tensor = await handle.pullBlocks(asked, { partBytes: 8 << 20 });
     try {
       expect(tensor.shape).toEqual([18, cols]);
       const values = tensor.toArray() as Uint16Array;
-      for (const k of [0, 1, 8, 9, 15, 16, 17]) {
+      for (const k of [0, 1, 7, 8, 9, 15, 16, 17]) {
         const row = asked[k]!;
         expect([values[k * cols], values[k * cols + cols - 1]], `block ${k}`).toEqual([(row * cols) & 0xffff, (row * cols + cols - 1) & 0xffff]);
       }
-      expect(callInfo(tensor)?.transfers.map((t) => t.bytes).sort((a, b) => a - b)).toEqual([2 << 20, 16 << 20]);
+      expect(callInfo(tensor)?.transfers.map((t) => t.bytes).sort((a, b) => a - b)).toEqual([2 << 20, 8 << 20, 8 << 20]);
     } finally {
       tensor.release();
     }
@@ -137,6 +137,9 @@ describe('RemoteTensor.pullBlocks', () => {
     expect(await invalidArgument(handle.pullBlocks([1], { blockBytes: 6 }))).toMatch(/blocks of 6 bytes do not tile the 80-byte u16 tensor/);
     expect(await invalidArgument(handle.pullBlocks([1], { blockBytes: 3 }))).toMatch(/blocks of 3 bytes do not tile/);
     expect(await invalidArgument(handle.pullBlocks([1], { maxInFlight: 0 }))).toMatch(/maxInFlight/);
+    expect(await invalidArgument(handle.pullBlocks([1], { partBytes: 0 }))).toMatch(/partBytes/);
+    expect(await invalidArgument(handle.pullBlocks([1], { partBytes: MAX_BLOCK_PULL_BYTES + 1 }))).toMatch(/partBytes/);
+    expect(await invalidArgument(handle.pullBlocks([1], { partBytes: 4 }))).toMatch(/blocks of 8 bytes do not fit parts of 4/);
     expect(await invalidArgument(handle.pullBlocks('0' as unknown as number[]))).toMatch(/blocks must list one or more blocks/);
     expect((await serverStats(client)).accepted).toBe(before);
     // Nothing was spent: the same handle pulls fine.
@@ -163,7 +166,7 @@ describe('gdrpc.Owner/pullBlocks called by hand (what a hostile peer can send)',
     expect(await ask(16, le([0xffffffff]))).toMatch(/block index 4294967295/);
     expect(await ask(0, le([0]))).toMatch(/blocks of 0 bytes do not tile/);
     expect(await ask(5, le([0]))).toMatch(/blocks of 5 bytes do not tile/);
-    expect(await ask(256, le(new Array(MAX_BLOCK_PULL_BYTES / 256 + 1).fill(0)))).toMatch(/gathers at most 16777216 bytes a call/);
+    expect(await ask(256, le(new Array(MAX_BLOCK_PULL_BYTES / 256 + 1).fill(0)))).toMatch(/gathers at most 67108864 bytes a call/);
     const tensor = await handle.pullBlocks([15, 0]);
     expect(rowsOf(tensor, 8)).toEqual([rowOf(15, 8), rowOf(0, 8)]);
     tensor.release();
@@ -181,8 +184,8 @@ describe('gdrpc.Owner/pullBlocks called by hand (what a hostile peer can send)',
 
 describe('owner gather staging per connection', () => {
   it(`holds at most ${OWNER_STAGING_BYTES_PER_CONNECTION >> 20} MiB per connection: a gather over it is refused RESOURCE_EXHAUSTED until staging is freed`, async () => {
-    // A fake host whose gathers finish only when told, and a 16 MiB tensor to gather from.
-    const source = { dtype: 'u8', shape: [16 << 20], byteLength: 16 << 20, device: 'cpu' } as unknown as Tensor;
+    // A fake host whose gathers finish only when told, and an 8 MiB tensor to gather from.
+    const source = { dtype: 'u8', shape: [8 << 20], byteLength: 8 << 20, device: 'cpu' } as unknown as Tensor;
     const finishers: Array<() => void> = [];
     const released: number[] = [];
     const [, , , pullBlocks] = ownerMethods({
@@ -196,9 +199,9 @@ describe('owner gather staging per connection', () => {
       hooks.set(`${peer}#${call}`, list);
       return { peer, afterSend: (fn: () => void) => list.push(fn) } as unknown as CallContext;
     };
-    const whole = new Uint8Array(4 * (16 << 10));  // 16,384 indices of block 0: 16 MiB in blocks of 1 KiB
+    const whole = new Uint8Array(4 * (8 << 10));  // 8,192 indices of block 0: 8 MiB in blocks of 1 KiB
     const call = (peer: string, k: number): Promise<unknown> => Promise.resolve((pullBlocks!.handler as (a: object, c: CallContext) => Promise<unknown>)({ x: 1, s: new Uint8Array(16), b: 1024, r: whole }, contextOf(peer, k)));
-    const budget = OWNER_STAGING_BYTES_PER_CONNECTION / (16 << 20);
+    const budget = OWNER_STAGING_BYTES_PER_CONNECTION / (8 << 20);
     const running = Array.from({ length: budget }, (_, k) => call('a:1', k));
     const refused = await rejection(call('a:1', budget) as Promise<unknown>);
     expect(refused.code).toBe(Code.RESOURCE_EXHAUSTED);

@@ -55,14 +55,19 @@ export interface PullAllOptions { device?: Device; into?: readonly Tensor[]; poo
 
 /** Options of RemoteTensor.pullBlocks: where the blocks land (`into`, at rows `at`; else a new
  *  tensor from `pool` or on `device`), how long a block is, and how many parts go at once. */
-export interface PullBlocksOptions { blockBytes?: number; into?: Tensor; at?: ArrayLike<number>; device?: Device; pool?: TensorPool; token?: string; maxInFlight?: number }
+export interface PullBlocksOptions { blockBytes?: number; into?: Tensor; at?: ArrayLike<number>; device?: Device; pool?: TensorPool; token?: string; maxInFlight?: number; partBytes?: number }
 
-/** Most bytes one gdrpc.Owner/pullBlocks call gathers: pullBlocks asks for more in parts. Four
- *  parts in flight fit the owner's 64 MiB staging pool (DEFAULT_PROCESS_POOL_BYTES), so a gather
- *  needs no allocation and registration of its own, and parts overlap gather, move and copy. */
-export const MAX_BLOCK_PULL_BYTES = 16 << 20;
-/** Parts of one pullBlocks in flight by default. */
-export const DEFAULT_BLOCK_PARTS_IN_FLIGHT = 4;
+/** Most bytes one gdrpc.Owner/pullBlocks call gathers: pullBlocks asks for more in parts. */
+export const MAX_BLOCK_PULL_BYTES = 64 << 20;
+/** The bytes of a pullBlocks part unless the call says (partBytes), and parts in flight unless
+ *  it says (maxInFlight): two parts fill the 64 MiB staging pools on both sides
+ *  (DEFAULT_PROCESS_POOL_BYTES), so a part needs no allocation and registration of its own (nor a
+ *  new cuda_ipc mapping at the puller). A part costs about 1 ms whatever its size (one H200,
+ *  4,096 blocks of 32 KiB: 8 MiB x 4 in flight 19-23 ms, 16 MiB x 4 13-16 ms, 32 MiB x 2 10-14 ms,
+ *  64 MiB x 1 10-11 ms, 4 MiB x 8 30 ms; a connection included). */
+export const DEFAULT_BLOCK_PART_BYTES = 32 << 20;
+/** Parts of one pullBlocks in flight by default (DEFAULT_BLOCK_PART_BYTES). */
+export const DEFAULT_BLOCK_PARTS_IN_FLIGHT = 2;
 /** The arguments of gdrpc.Owner/pullBlocks: the handle, the block length and the block indices
  *  (little-endian u32, in the order they come back). */
 export const PULL_BLOCKS_ARGS: MethodDescriptor['args'] = [
@@ -100,6 +105,7 @@ const BLOCK_LIST = rule('an array or typed array of block indices', (value) => A
 const PULL_BLOCKS_OPTIONS: OptionRules<PullBlocksOptions> = {
   blockBytes: Accept.integer(1, 0xffff_ffff, 'bytes'), into: rule('a Tensor', (value) => value instanceof Tensor), at: BLOCK_LIST,
   device: DEVICE, pool: POOL, token: Accept.nonEmptyString, maxInFlight: Accept.integer(1, 64, 'parts'),
+  partBytes: Accept.integer(1, MAX_BLOCK_PULL_BYTES, 'bytes'),
 };
 const PULL_ALL_OPTIONS: OptionRules<PullAllOptions> = {
   device: DEVICE, pool: POOL, token: Accept.nonEmptyString, maxInFlight: Accept.integer(1, 65_536, 'tensors'),
@@ -147,7 +153,8 @@ export class RemoteTensor {
    *  block table over a KV pool exposed as one handle): block i is the bytes
    *  [i * blockBytes, (i + 1) * blockBytes) of the tensor (blockBytes defaults to one row of its
    *  first dimension). The owner gathers the blocks asked for into one tensor that moves as one
-   *  message (gdrpc.Owner/pullBlocks; up to 16 MiB a part, 4 parts in flight). They land in
+   *  message (gdrpc.Owner/pullBlocks; parts of up to 32 MiB unless partBytes says, up to 64 MiB;
+   *  2 parts in flight unless maxInFlight says). They land in
    *  order in a new [n, ...block] tensor (from `pool`, or on `device`), or in `into`: block k at
    *  block `at[k]` of it (default k), copied out by one kernel launch on a GPU. The handle stays
    *  pullable. Resolves to the tensor the blocks are in; a failure releases what it made and
@@ -159,7 +166,8 @@ export class RemoteTensor {
     if (blockBytes === 0 || blockBytes % elementSize(this.dtype) !== 0 || this.byteLength % blockBytes !== 0) {
       throw new GdrpcError(Code.INVALID_ARGUMENT, `RemoteTensor.pullBlocks: blocks of ${blockBytes} bytes do not tile the ${this.byteLength}-byte ${this.dtype} tensor`);
     }
-    if (blockBytes > MAX_BLOCK_PULL_BYTES) throw new GdrpcError(Code.INVALID_ARGUMENT, `RemoteTensor.pullBlocks: blocks of ${blockBytes} bytes are over ${MAX_BLOCK_PULL_BYTES}: pull() the tensor`);
+    const partBytes = options.partBytes ?? Math.max(DEFAULT_BLOCK_PART_BYTES, Math.min(blockBytes, MAX_BLOCK_PULL_BYTES));
+    if (blockBytes > partBytes) throw new GdrpcError(Code.INVALID_ARGUMENT, `RemoteTensor.pullBlocks: blocks of ${blockBytes} bytes do not fit parts of ${partBytes} (at most ${MAX_BLOCK_PULL_BYTES}): pull() the tensor`);
     const indices = blockIndices('blocks', blocks, this.byteLength / blockBytes);
     const { into } = options;
     if (into !== undefined && (into.released || into.dtype !== this.dtype || into.byteLength % blockBytes !== 0)) {
@@ -180,7 +188,7 @@ export class RemoteTensor {
     }
     const device = landingDevice({ ...(into !== undefined ? { into } : {}), ...(options.pool !== undefined ? { pool: options.pool } : {}), ...(options.device !== undefined ? { device: options.device } : {}) });
     const blockShape = blockShapeOf(this.dtype, this.shape, blockBytes);
-    const perPart = Math.floor(MAX_BLOCK_PULL_BYTES / blockBytes);
+    const perPart = Math.floor(partBytes / blockBytes);
     const parts = Math.ceil(indices.length / perPart);
     // One part that fills its destination whole lands there straight; otherwise each part is
     // received into staging (the client's results pool) and copied to its places.

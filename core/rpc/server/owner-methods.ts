@@ -41,7 +41,7 @@ function lookupAll(host: OwnerHost, method: string, xs: number[], ss: Uint8Array
 
 /** Gather staging one connection may hold at once (pullStacked and pullBlocks): a peer that asks
  *  for more in parallel is refused RESOURCE_EXHAUSTED rather than let grow GPU memory without
- *  bound. pullAll (4 lanes of up to 128 MiB) and pullBlocks (4 parts of up to 16 MiB) stay under it. */
+ *  bound. pullAll (4 lanes of up to 128 MiB) and pullBlocks (2 parts of up to 32 MiB by default, at most 64 MiB each) stay under it. */
 export const OWNER_STAGING_BYTES_PER_CONNECTION = 512 << 20;
 
 /** The block indices of a pullBlocks call: `r` holds them as little-endian u32, each below `blocks`. */
