@@ -6,10 +6,14 @@
 // streams tokens generated from it. A second request is handed over by value instead
 // (`acceptCopies`, asked for with the call's metadata `handover: copy`): the blocks travel with
 // the call, all of them in one tag message (gathered and scattered by one kernel on each side).
-// Without a GPU both sides use host memory and the kernels' host twins.
+// A third request lives in the prefill worker's paged KV pool, scattered over its blocks
+// (`acceptPaged`, metadata `handover: paged`): only the pool's handle and the block ids travel,
+// and the decode worker pulls the blocks into free blocks of its own pool by a block table, one
+// RemoteTensor.pullBlocks (the owner gathers them with one kernel, the puller scatters them with
+// one). Without a GPU both sides use host memory and the kernels' host twins.
 //   node --import tsx examples/kv-handover.ts
 import { fileURLToPath } from 'node:url';
-import { Client, Code, GdrpcError, hostChecksum, loadKernels, RemoteTensor, Server, Tensor, type Device, type Kernels } from '../core/index.ts';
+import { Client, Code, copyBlocks, GdrpcError, hostChecksum, loadKernels, RemoteTensor, Server, Tensor, type Device, type Kernels } from '../core/index.ts';
 import { DecodeWorker, PrefillWorker, RequestState, type KvBlock, type KvBlockCopy } from '../schemas/gen/kv_transfer.ts';
 import { Precision } from '../schemas/gen/tensor_parallel.ts';
 import { announce, exampleDevice, role, startRole } from './peer.ts';
@@ -18,6 +22,22 @@ const LAYERS = 2;
 const HEADS = 4;
 const BLOCK = 16;
 const HEAD_DIM = 128;
+/** Blocks in each worker's paged KV pool; a pool block holds one layer's keys and values. */
+const POOL_BLOCKS = 64;
+const HALF_BYTES = HEADS * BLOCK * HEAD_DIM * 2;
+const POOL_BLOCK_BYTES = 2 * HALF_BYTES;
+
+/** The pool blocks `count` requests take, handed out from `free` (taken in a scrambled order, as
+ *  a paged cache's free list ends up after a while). */
+function takeBlocks(free: number[], count: number): number[] {
+  if (free.length < count) throw new GdrpcError(Code.RESOURCE_EXHAUSTED, `the KV pool has ${free.length} free blocks, ${count} are needed`);
+  return free.splice(0, count);
+}
+
+/** A free list of every block of a pool, scrambled. */
+function freeList(): number[] {
+  return Array.from({ length: POOL_BLOCKS }, (_, k) => (k * 37 + 11) % POOL_BLOCKS);
+}
 
 /** Where the prefill worker computes (rank 0) and where the decode worker receives (rank 1). */
 const PREFILL_DEVICE: Device = exampleDevice(0);
@@ -34,9 +54,13 @@ function cacheBlock(kernels: Kernels, requestId: string, layer: number, index: n
 async function prefillWorker(): Promise<void> {
   const server = Server.create();
   const kernels = loadKernels(PREFILL_DEVICE);
+  // The paged KV pool: [block, keys or values, heads, positions, headDim].
+  const pool = Tensor.zeros([POOL_BLOCKS, 2, HEADS, BLOCK, HEAD_DIM], 'bf16', { device: PREFILL_DEVICE });
+  const free = freeList();
   PrefillWorker.register(server, {
     async prefill({ requestId, tokens, decodeWorker }, ctx) {
       const blocksPerLayer = Math.ceil(tokens.numel / BLOCK);
+      if (ctx.metadata.handover === 'paged') return prefillPaged(requestId, tokens, decodeWorker, blocksPerLayer);
       const blocks: KvBlock[] = [];
       for (let layer = 0; layer < LAYERS; layer += 1) {
         for (let index = 0; index < blocksPerLayer; index += 1) {
@@ -60,15 +84,77 @@ async function prefillWorker(): Promise<void> {
       }
     },
   });
+  /** The request's blocks written into free blocks of the pool, handed over as the pool's handle
+   *  and their ids; the blocks go back to the free list once the decode worker has them. */
+  async function prefillPaged(requestId: string, tokens: Tensor, decodeWorker: string, blocksPerLayer: number) {
+    const ids = takeBlocks(free, LAYERS * blocksPerLayer);
+    const made: Tensor[] = [];
+    try {
+      const copies = [];
+      for (let layer = 0; layer < LAYERS; layer += 1) {
+        for (let index = 0; index < blocksPerLayer; index += 1) {
+          const at = ids[layer * blocksPerLayer + index]! * POOL_BLOCK_BYTES;
+          const keys = cacheBlock(kernels, requestId, layer, index, 0);
+          const values = cacheBlock(kernels, requestId, layer, index, 1);
+          made.push(keys, values);
+          copies.push({ dst: pool, dstOffset: at, src: keys, srcOffset: 0 }, { dst: pool, dstOffset: at + HALF_BYTES, src: values, srcOffset: 0 });
+        }
+      }
+      await copyBlocks(HALF_BYTES, copies);
+      const firstToken = (tokens.toArray() as Int32Array).reduce((a, b) => a + b, 0) % 32000;
+      const client = await Client.connect(decodeWorker);
+      try {
+        const { state } = await DecodeWorker.client(client).acceptPaged({ requestId, pool, blockIds: ids, firstToken });
+        return { firstToken, blocks: ids.length, state };
+      } finally {
+        await client.close();
+      }
+    } finally {
+      for (const t of made) t.release();
+      free.push(...ids);
+    }
+  }
+
   announce((await server.listen({ host: '127.0.0.1' })).port);
 }
 
 async function decodeWorker(): Promise<void> {
-  const caches = new Map<string, { blocks: Tensor[]; next: number }>();
+  const caches = new Map<string, { blocks: Tensor[]; slots?: number[]; next: number }>();
   const server = Server.create();
   const kernels = loadKernels(DECODE_DEVICE);
   const host = loadKernels('cpu');
+  // This worker's own paged KV pool, laid out like the prefill worker's.
+  const pool = Tensor.zeros([POOL_BLOCKS, 2, HEADS, BLOCK, HEAD_DIM], 'bf16', { device: DECODE_DEVICE });
+  const free = freeList().reverse();
   DecodeWorker.register(server, {
+    async acceptPaged({ requestId, pool: remotePool, blockIds, firstToken }) {
+      // The request's blocks go to free blocks of this pool: one block table, one operation.
+      const slots = takeBlocks(free, blockIds.length);
+      try {
+        const started = performance.now();
+        await remotePool.pullBlocks(blockIds, { into: pool, at: slots });
+        const pullMs = performance.now() - started;
+        // Each landed block against the host twins' answer for the block the prefill worker was
+        // asked to make (layer by layer, as blockIds lists them).
+        const landed = pool.to('cpu').bytes();
+        const perLayer = blockIds.length / 2;
+        for (const [k, slot] of slots.entries()) {
+          const layer = Math.floor(k / perLayer);
+          const index = k % perLayer;
+          for (const kind of [0, 1]) {
+            const at = slot * POOL_BLOCK_BYTES + kind * HALF_BYTES;
+            const expected = hostChecksum(cacheBlock(host, requestId, layer, index, kind).bytes());
+            if (hostChecksum(landed.subarray(at, at + HALF_BYTES)) !== expected) throw new Error(`block ${layer}/${index}/${kind} differs from what the prefill worker computed`);
+          }
+        }
+        caches.set(requestId, { blocks: [], slots, next: firstToken });
+        console.log(`decode: pulled ${blockIds.length} pool blocks (${blockIds.length * POOL_BLOCK_BYTES} bytes) of ${requestId} from ${PREFILL_DEVICE} into blocks of this worker's pool on ${DECODE_DEVICE} in ${pullMs.toFixed(1)} ms (one pullBlocks, block table ${blockIds.slice(0, 4).join(',')}... -> ${slots.slice(0, 4).join(',')}...); checksums verified`);
+        return { state: RequestState.READY };
+      } catch (error) {
+        free.push(...slots);
+        throw error;
+      }
+    },
     async accept({ requestId, blocks, firstToken }) {
       // Pull every handle while the call lasts (the prefill worker lets go when it ends), as one
       // operation: one connection to the prefill worker, many pulls in flight on it.
@@ -117,6 +203,7 @@ async function decodeWorker(): Promise<void> {
         yield { token: cache.next, state: i + 1 === maxTokens ? RequestState.DONE : RequestState.DECODING };
       }
       for (const t of cache.blocks) t.release();
+      free.push(...(cache.slots ?? []));
       caches.delete(requestId);
     },
   });
@@ -139,6 +226,11 @@ async function main(): Promise<void> {
   const byValue = await PrefillWorker.client(prefillClient).prefill({ requestId: 'req-2', tokens, precision: Precision.BF16, decodeWorker: decodeAt }, { metadata: { handover: 'copy' } });
   console.log(`prefill: ${byValue.blocks} blocks handed over by value in ${(performance.now() - copied).toFixed(1)} ms, state ${byValue.state}`);
   for await (const { token } of DecodeWorker.client(decodeClient).generate({ requestId: 'req-2', maxTokens: 2 })) generated.push(token);
+  // From the prefill worker's paged pool by a block table.
+  const paged = performance.now();
+  const byTable = await PrefillWorker.client(prefillClient).prefill({ requestId: 'req-3', tokens, precision: Precision.BF16, decodeWorker: decodeAt }, { metadata: { handover: 'paged' } });
+  console.log(`prefill: ${byTable.blocks} blocks handed over from its paged pool in ${(performance.now() - paged).toFixed(1)} ms, state ${byTable.state}`);
+  for await (const { token } of DecodeWorker.client(decodeClient).generate({ requestId: 'req-3', maxTokens: 2 })) generated.push(token);
   await Promise.all([prefillClient.close(), decodeClient.close()]);
 }
 

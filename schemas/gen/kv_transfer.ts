@@ -209,7 +209,8 @@ export class PrefillWorkerClient {
   /**
    * Computes the KV cache of a prompt, then calls `accept` on the decode worker at
    * `decodeWorker` ("host:port") with the blocks as remote tensors (or, with the call's metadata
-   * `handover: copy`, `acceptCopies` with the blocks by value); returns once it has them.
+   * `handover: copy`, `acceptCopies` with the blocks by value; with `handover: paged`,
+   * `acceptPaged` with its paged KV pool and the request's block ids); returns once it has them.
    */
   prefill(args: PrefillWorkerPrefillArgs, options?: CallOptions): Promise<PrefillWorkerPrefillResults> {
     return this.#client.unary(PrefillWorkerDescriptor.methods.prefill, args, options) as Promise<PrefillWorkerPrefillResults>;
@@ -221,7 +222,8 @@ export interface PrefillWorkerHandlers {
   /**
    * Computes the KV cache of a prompt, then calls `accept` on the decode worker at
    * `decodeWorker` ("host:port") with the blocks as remote tensors (or, with the call's metadata
-   * `handover: copy`, `acceptCopies` with the blocks by value); returns once it has them.
+   * `handover: copy`, `acceptCopies` with the blocks by value; with `handover: paged`,
+   * `acceptPaged` with its paged KV pool and the request's block ids); returns once it has them.
    */
   prefill(args: PrefillWorkerPrefillArgs, ctx: CallContext): Promise<PrefillWorkerPrefillResults> | PrefillWorkerPrefillResults;
 }
@@ -273,6 +275,29 @@ export type DecodeWorkerAcceptCopiesResults = {
   state: RequestState;
 };
 
+/** Arguments of DecodeWorker.acceptPaged. */
+export type DecodeWorkerAcceptPagedArgs = {
+  requestId: string;
+  /** Schema: `tensor<bf16, [poolBlocks, 2, heads, 16, 128]> @remote` */
+  pool: Tensor | RemoteTensor;
+  blockIds: number[];
+  firstToken: number;
+};
+
+/** Arguments of DecodeWorker.acceptPaged as the server receives them. */
+export type DecodeWorkerAcceptPagedArgsReceived = {
+  requestId: string;
+  /** Schema: `tensor<bf16, [poolBlocks, 2, heads, 16, 128]> @remote` */
+  pool: RemoteTensor;
+  blockIds: number[];
+  firstToken: number;
+};
+
+/** Results of DecodeWorker.acceptPaged. */
+export type DecodeWorkerAcceptPagedResults = {
+  state: RequestState;
+};
+
 /** Arguments of DecodeWorker.generate. */
 export type DecodeWorkerGenerateArgs = {
   requestId: string;
@@ -321,6 +346,34 @@ export const DecodeWorkerDescriptor = {
       serverStreaming: false,
       types,
     },
+    acceptPaged: {
+      name: 'acceptPaged',
+      service: 'gdrpc.kv.v1.DecodeWorker',
+      args: [
+        { name: 'requestId', type: { kind: 'scalar', name: 'string' } },
+        {
+          name: 'pool',
+          type: {
+            kind: 'tensor',
+            dtype: 'bf16',
+            shape: [
+              { kind: 'symbol', name: 'poolBlocks' },
+              { kind: 'fixed', size: 2 },
+              { kind: 'symbol', name: 'heads' },
+              { kind: 'fixed', size: 16 },
+              { kind: 'fixed', size: 128 },
+            ],
+            placement: { kind: 'remote' },
+          },
+        },
+        { name: 'blockIds', type: { kind: 'list', element: { kind: 'scalar', name: 'u32' } } },
+        { name: 'firstToken', type: { kind: 'scalar', name: 'i32' } },
+      ],
+      results: [{ name: 'state', type: { kind: 'enum', name: 'gdrpc.kv.v1.RequestState' } }],
+      clientStreaming: false,
+      serverStreaming: false,
+      types,
+    },
     generate: {
       name: 'generate',
       service: 'gdrpc.kv.v1.DecodeWorker',
@@ -359,6 +412,16 @@ export function validateDecodeWorkerAcceptCopiesResults(values: Record<string, u
   validateFields(DecodeWorkerDescriptor.methods.acceptCopies.results, values, types, 'DecodeWorker.acceptCopies results');
 }
 
+/** Checks arguments of DecodeWorker.acceptPaged against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
+export function validateDecodeWorkerAcceptPagedArgs(values: Record<string, unknown>): void {
+  validateFields(DecodeWorkerDescriptor.methods.acceptPaged.args, values, types, 'DecodeWorker.acceptPaged arguments');
+}
+
+/** Checks results of DecodeWorker.acceptPaged against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
+export function validateDecodeWorkerAcceptPagedResults(values: Record<string, unknown>): void {
+  validateFields(DecodeWorkerDescriptor.methods.acceptPaged.results, values, types, 'DecodeWorker.acceptPaged results');
+}
+
 /** Checks arguments of DecodeWorker.generate against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateDecodeWorkerGenerateArgs(values: Record<string, unknown>): void {
   validateFields(DecodeWorkerDescriptor.methods.generate.args, values, types, 'DecodeWorker.generate arguments');
@@ -390,6 +453,16 @@ export class DecodeWorkerClient {
     return this.#client.unary(DecodeWorkerDescriptor.methods.acceptCopies, args, options) as Promise<DecodeWorkerAcceptCopiesResults>;
   }
 
+  /**
+   * Takes over a request whose blocks sit in the prefill worker's paged KV pool: each of the
+   * pool's `poolBlocks` blocks holds the keys and values of one layer's block of `blockSize`
+   * positions, and `blockIds` names the request's blocks in it, layer by layer. The decode worker
+   * pulls them into free blocks of its own pool by a block table (one RemoteTensor.pullBlocks).
+   */
+  acceptPaged(args: DecodeWorkerAcceptPagedArgs, options?: CallOptions): Promise<DecodeWorkerAcceptPagedResults> {
+    return this.#client.unary(DecodeWorkerDescriptor.methods.acceptPaged, args, options) as Promise<DecodeWorkerAcceptPagedResults>;
+  }
+
   /** Streams generated tokens until `maxTokens` or end of sequence. */
   generate(args: DecodeWorkerGenerateArgs, options?: CallOptions): AsyncIterable<DecodeWorkerGenerateResults> {
     return this.#client.serverStream(DecodeWorkerDescriptor.methods.generate, args, options) as AsyncIterable<DecodeWorkerGenerateResults>;
@@ -405,6 +478,13 @@ export interface DecodeWorkerHandlers {
   accept(args: DecodeWorkerAcceptArgsReceived, ctx: CallContext): Promise<DecodeWorkerAcceptResults> | DecodeWorkerAcceptResults;
   /** Takes over a request whose blocks come with the call, by value. */
   acceptCopies(args: DecodeWorkerAcceptCopiesArgs, ctx: CallContext): Promise<DecodeWorkerAcceptCopiesResults> | DecodeWorkerAcceptCopiesResults;
+  /**
+   * Takes over a request whose blocks sit in the prefill worker's paged KV pool: each of the
+   * pool's `poolBlocks` blocks holds the keys and values of one layer's block of `blockSize`
+   * positions, and `blockIds` names the request's blocks in it, layer by layer. The decode worker
+   * pulls them into free blocks of its own pool by a block table (one RemoteTensor.pullBlocks).
+   */
+  acceptPaged(args: DecodeWorkerAcceptPagedArgsReceived, ctx: CallContext): Promise<DecodeWorkerAcceptPagedResults> | DecodeWorkerAcceptPagedResults;
   /** Streams generated tokens until `maxTokens` or end of sequence. */
   generate(args: DecodeWorkerGenerateArgs, ctx: CallContext): AsyncIterable<DecodeWorkerGenerateResults>;
 }
@@ -422,6 +502,7 @@ export const DecodeWorker = {
     return server.register(DecodeWorkerDescriptor, {
       accept: (args: DecodeWorkerAcceptArgsReceived, ctx: CallContext) => handlers.accept(args, ctx),
       acceptCopies: (args: DecodeWorkerAcceptCopiesArgs, ctx: CallContext) => handlers.acceptCopies(args, ctx),
+      acceptPaged: (args: DecodeWorkerAcceptPagedArgsReceived, ctx: CallContext) => handlers.acceptPaged(args, ctx),
       generate: (args: DecodeWorkerGenerateArgs, ctx: CallContext) => handlers.generate(args, ctx),
     });
   },

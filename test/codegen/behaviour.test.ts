@@ -114,6 +114,17 @@ describe('KV-cache hand-over with @remote tensors', () => {
     ]);
   });
 
+  it('the generated acceptPaged takes a paged pool as a handle and pulls the blocks it names by a block table', async () => {
+    const decode = DecodeWorker.client(decodeClient);
+    // Pool block i holds 0x300 + i; the handler pulls blocks 5, 2 and 7 and checks each.
+    const per = 2 * 2 * 16 * 128;
+    const pool = Tensor.fromArray(Uint16Array.from({ length: 8 * per }, (_, k) => 0x300 + Math.floor(k / per)), { shape: [8, 2, 2, 16, 128], dtype: 'bf16' });
+    expect((await decode.acceptPaged({ requestId: 'r3', pool, blockIds: [5, 2, 7], firstToken: 1 })).state).toBe(RequestState.READY);
+    // The same pool with block 2 changed: the handler sees it.
+    pool.bytes().fill(0, 2 * per * 2, 2 * per * 2 + 2);
+    expect((await decode.acceptPaged({ requestId: 'r4', pool, blockIds: [5, 2, 7], firstToken: 1 })).state).toBe(RequestState.PREFILLING);
+  });
+
   it('a decode handler that finds a wrong block answers PREFILLING, so READY above is a real check', async () => {
     const decode = DecodeWorker.client(decodeClient);
     const wrong = Tensor.fromArray(new Uint16Array(2 * 16 * 128).fill(0x999), { shape: [2, 16, 128], dtype: 'bf16' });

@@ -88,6 +88,16 @@ DecodeWorker.register(server, {
     }
     return { state: RequestState.READY };
   },
+  /** Blocks by a block table over the caller's paged pool: READY when block k of what was
+   *  pulled holds 0x300 + blockIds[k] throughout. */
+  async acceptPaged(args) {
+    const pulled = await args.pool.pullBlocks(args.blockIds);
+    const values = pulled.toArray() as Uint16Array;
+    const per = values.length / args.blockIds.length;
+    const right = args.blockIds.every((id, k) => values.subarray(k * per, (k + 1) * per).every((v) => v === 0x300 + id));
+    pulled.release();
+    return { state: right ? RequestState.READY : RequestState.PREFILLING };
+  },
   /** Blocks by value: READY when every block's bytes are right. */
   acceptCopies(args) {
     const right = args.blocks.every((block) => (block.keys.toArray() as Uint16Array).every((v) => v === 0x100 + block.index)
