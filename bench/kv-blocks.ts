@@ -3,7 +3,8 @@
 // (cuda:1 when there are two GPUs, else the one GPU, else host memory) and hands them out as
 // @remote handles; this process pulls them into a pool on its own device:
 //   - block table: the blocks as one region (one handle), pulled by index into a cache of this
-//     side's, permuted on both sides (RemoteTensor.pullBlocks);
+//     side's, permuted on both sides (RemoteTensor.pullBlocks), with a new connection, and
+//     again over a connection made before (connect, via);
 //   - pullAll: RemoteTensor.pullAll, one connection, many pulls in flight;
 //   - pull each: a pull() per handle (a connection each), 32 at a time (the owner's default
 //     maxConnectionsPerAddress is 64);
@@ -43,6 +44,15 @@ async function inLanes<T, R>(items: readonly T[], lanes: number, work: (item: T)
   return out;
 }
 
+/** Clears `cache`, so that a pull that moved nothing would fail checkBlocks. */
+function zero(cache: Tensor): void {
+  if (cache.device === 'cpu') cache.bytes().fill(0);
+  else {
+    cuda.memset(cache.address, 0, cache.byteLength);
+    cuda.synchronize(Number(cache.device.slice('cuda:'.length)));
+  }
+}
+
 /** Fails unless a few blocks of `cache` hold what the owner filled them with (block i: i & 0xff)
  *  where the table put them. */
 function checkBlocks(cache: Tensor, blockBytes: number, from: Uint32Array, to: Uint32Array): void {
@@ -74,7 +84,7 @@ export async function runKvBlocksBench(opts: { json?: string; flags: string[] })
   const peer = await spawnPeer<{ port: number }>(fileURLToPath(new URL('./gpu-peer.ts', import.meta.url)), { args: [remote, String(total + (1 << 20))] });
   const runtime = Runtime.create();
   const pool = runtime.createPool({ device: local, bytes: 2 * total + (1 << 20) });
-  const samples: Record<string, number[]> = { 'block table': [], pullAll: [], 'pull each': [], 'one tensor': [], 'send by value': [] };
+  const samples: Record<string, number[]> = { 'block table': [], 'block table, connected': [], pullAll: [], 'pull each': [], 'one tensor': [], 'send by value': [] };
   // The block table: block k of the owner's region lands at block at[k] of this side's cache, both
   // fixed pseudo-random permutations (a paged KV cache on both sides).
   const order = (seed: number): Uint32Array => {
@@ -116,6 +126,17 @@ export async function runKvBlocksBench(opts: { json?: string; flags: string[] })
         const seen = callInfo(cache)?.transfers;
         if (seen !== undefined && seen.length > 0) paths.add(`block table: ${seen[0]!.mover}/${seen[0]!.path}, ${seen.length} parts`);
         checkBlocks(cache, blockBytes, tableFrom, tableTo);
+        // The same over a connection made before (a decode worker keeps one to its prefill worker).
+        const owner = await region.connect();
+        try {
+          zero(cache);
+          const again = process.hrtime.bigint();
+          await region.pullBlocks(tableFrom, { into: cache, at: tableTo, via: owner });
+          samples['block table, connected']!.push(Number(process.hrtime.bigint() - again) / 1e3);
+          checkBlocks(cache, blockBytes, tableFrom, tableTo);
+        } finally {
+          await owner.close();
+        }
       }
       await timed('pullAll', () => handles(count, blockBytes), (hs) => RemoteTensor.pullAll(hs, { pool }));
       await timed('pull each', () => handles(count, blockBytes), (hs) => inLanes(hs, EACH_IN_FLIGHT, (h) => h.pull({ pool })));
@@ -155,7 +176,7 @@ export async function runKvBlocksBench(opts: { json?: string; flags: string[] })
   for (const r of rows) console.log(`${r.system}: ${r.workload} in ${(r.p50_us! / 1000).toFixed(2)} ms, ${r.gbps!.toFixed(2)} GB/s, ${Math.round(r.ops_per_s!)} blocks/s`);
   return {
     machine: describeMachine(),
-    what: `${count} blocks of ${blockBytes} B pulled from ${remote} (another process) into a pool on ${local}: the blocks of one region by a block table (RemoteTensor.pullBlocks, permuted on both sides, ${BLOCK_TABLE_REPEATS} times a round), RemoteTensor.pullAll, a pull() each (${EACH_IN_FLIGHT} in flight), the same bytes as one tensor; the blocks sent from ${local} to ${remote} by value as one list argument; and the raw copy; ${rounds} rounds after a warm-up`,
+    what: `${count} blocks of ${blockBytes} B pulled from ${remote} (another process) into a pool on ${local}: the blocks of one region by a block table (RemoteTensor.pullBlocks, permuted on both sides, ${BLOCK_TABLE_REPEATS} times a round, each with a new connection and again over one made before), RemoteTensor.pullAll, a pull() each (${EACH_IN_FLIGHT} in flight), the same bytes as one tensor; the blocks sent from ${local} to ${remote} by value as one list argument; and the raw copy; ${rounds} rounds after a warm-up`,
     paths: [...paths], results: rows, copy: copy.results, skipped: copy.skipped,
   };
 }

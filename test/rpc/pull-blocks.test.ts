@@ -120,6 +120,46 @@ describe('RemoteTensor.pullBlocks', () => {
     }
   }, 60_000);
 
+  it('pulls over a connection made once (connect, via): no connection per pull, open until closed', async () => {
+    const handle = await region(64, 8);
+    const before = (await serverStats(client)).accepted;
+    const owner = await handle.connect();
+    try {
+      for (let k = 0; k < 5; k += 1) {
+        const tensor = await handle.pullBlocks([k, 63 - k], { via: owner });
+        expect(rowsOf(tensor, 8)).toEqual([rowOf(k, 8), rowOf(63 - k, 8)]);
+        tensor.release();
+      }
+      // A pull that fails (a forged capability) leaves the shared connection open for the next.
+      const forged = handle.withWire({ ...handle.wire, s: new Uint8Array(16) });
+      expect(await codeOf(forged.pullBlocks([0], { via: owner }))).toBe(Code.NOT_FOUND);
+      const whole = await handle.pull({ via: owner });
+      expect(rowsOf(whole, 8)[63]).toEqual(rowOf(63, 8));
+      whole.release();
+      expect((await serverStats(client)).accepted - before).toBe(1);
+      expect(owner.closed).toBe(false);
+    } finally {
+      await owner.close();
+    }
+    expect(owner.closed).toBe(true);
+    const late = await rejection(handle.pullBlocks([0], { via: owner }));
+    expect(late.code).toBe(Code.FAILED_PRECONDITION);
+    expect(late.rawMessage).toMatch(/the connection to 127\.0\.0\.1:\d+ is closed/);
+  });
+
+  it('refuses a connection to another owner as via', async () => {
+    const handle = await region(4, 4);
+    const owner = await handle.connect();
+    try {
+      const elsewhere = handle.withWire({ ...handle.wire, o: '127.0.0.1:9' });
+      expect(await invalidArgument(elsewhere.pullBlocks([0], { via: owner }))).toMatch(/owned by 127\.0\.0\.1:9 cannot be pulled via the connection to 127\.0\.0\.1:\d+/);
+      expect(await invalidArgument(elsewhere.pull({ via: owner }))).toMatch(/cannot be pulled via/);
+      expect(await invalidArgument(handle.pull({ via: {} as never }))).toMatch(/via/);
+    } finally {
+      await owner.close();
+    }
+  });
+
   it('refuses bad tables before connecting: indices out of range or not integers, at without into, twice or out of into, blocks that do not tile', async () => {
     const handle = await region(10, 4);
     const before = (await serverStats(client)).accepted;

@@ -46,8 +46,43 @@ export function remoteExposures(runtime: Runtime | undefined = Runtime.current()
   return runtime?.owner.size ?? 0;
 }
 
-/** Options of RemoteTensor.pull. */
-export interface PullOptions { device?: Device; into?: Tensor; pool?: TensorPool; token?: string }
+/** Options of RemoteTensor.pull; `via` pulls over a connection made with connect() (kept open). */
+export interface PullOptions { device?: Device; into?: Tensor; pool?: TensorPool; token?: string; via?: OwnerConnection }
+
+/** A connection to the owner of remote tensors, made once (RemoteTensor.connect) and used by
+ *  pulls and block-table pulls given it as `via`: a worker that pulls from the same peer again
+ *  and again (a decode worker from its prefill worker) saves a connection and handshake per
+ *  pull. Pulls never close it; close() does (calls on it still running fail). */
+export class OwnerConnection {
+  readonly #client: OwnerClient;
+  readonly #dial: OwnerDialer;
+  #closed = false;
+
+  /** Internal: made by RemoteTensor.connect. */
+  constructor(readonly owner: string, dial: OwnerDialer, client: OwnerClient) {
+    this.#dial = dial;
+    this.#client = client;
+  }
+
+  get closed(): boolean { return this.#closed; }
+
+  /** Closes the connection; idempotent. */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    await this.#client.close();
+  }
+
+  /** The client for a pull of `handle` (pulled through `dial`): FAILED_PRECONDITION when closed,
+   *  INVALID_ARGUMENT when the handle has another owner or came to another runtime. */
+  clientFor(handle: RemoteTensor, dial: OwnerDialer): OwnerClient {
+    if (this.#closed) throw new GdrpcError(Code.FAILED_PRECONDITION, `the connection to ${this.owner} is closed`);
+    if (handle.owner !== this.owner || dial !== this.#dial) {
+      throw new GdrpcError(Code.INVALID_ARGUMENT, `a handle owned by ${handle.owner} cannot be pulled via the connection to ${this.owner}${handle.owner === this.owner ? ' made on another runtime' : ''}`);
+    }
+    return this.#client;
+  }
+}
 
 /** Options of RemoteTensor.pullAll: pull's, with `into` one tensor per handle, and how many pulls
  *  one connection keeps in flight. */
@@ -55,7 +90,7 @@ export interface PullAllOptions { device?: Device; into?: readonly Tensor[]; poo
 
 /** Options of RemoteTensor.pullBlocks: where the blocks land (`into`, at rows `at`; else a new
  *  tensor from `pool` or on `device`), how long a block is, and how many parts go at once. */
-export interface PullBlocksOptions { blockBytes?: number; into?: Tensor; at?: ArrayLike<number>; device?: Device; pool?: TensorPool; token?: string; maxInFlight?: number; partBytes?: number }
+export interface PullBlocksOptions { blockBytes?: number; into?: Tensor; at?: ArrayLike<number>; device?: Device; pool?: TensorPool; token?: string; maxInFlight?: number; partBytes?: number; via?: OwnerConnection }
 
 /** Most bytes one gdrpc.Owner/pullBlocks call gathers: pullBlocks asks for more in parts. */
 export const MAX_BLOCK_PULL_BYTES = 64 << 20;
@@ -98,14 +133,15 @@ export const MAX_STACKED_BLOCK_BYTES = 1 << 20;
 
 const DEVICE = rule(`'cpu' or 'cuda:N'`, isDevice);
 const POOL = rule('a TensorPool', (value) => value instanceof TensorPool);
+const VIA = rule('an OwnerConnection (RemoteTensor.connect)', (value) => value instanceof OwnerConnection);
 const PULL_OPTIONS: OptionRules<PullOptions> = {
-  device: DEVICE, into: rule('a Tensor', (value) => value instanceof Tensor), pool: POOL, token: Accept.nonEmptyString,
+  device: DEVICE, into: rule('a Tensor', (value) => value instanceof Tensor), pool: POOL, token: Accept.nonEmptyString, via: VIA,
 };
 const BLOCK_LIST = rule('an array or typed array of block indices', (value) => Array.isArray(value) || (ArrayBuffer.isView(value) && !(value instanceof DataView)));
 const PULL_BLOCKS_OPTIONS: OptionRules<PullBlocksOptions> = {
   blockBytes: Accept.integer(1, 0xffff_ffff, 'bytes'), into: rule('a Tensor', (value) => value instanceof Tensor), at: BLOCK_LIST,
   device: DEVICE, pool: POOL, token: Accept.nonEmptyString, maxInFlight: Accept.integer(1, 64, 'parts'),
-  partBytes: Accept.integer(1, MAX_BLOCK_PULL_BYTES, 'bytes'),
+  partBytes: Accept.integer(1, MAX_BLOCK_PULL_BYTES, 'bytes'), via: VIA,
 };
 const PULL_ALL_OPTIONS: OptionRules<PullAllOptions> = {
   device: DEVICE, pool: POOL, token: Accept.nonEmptyString, maxInFlight: Accept.integer(1, 65_536, 'tensors'),
@@ -137,16 +173,25 @@ export class RemoteTensor {
     checkOptions('RemoteTensor.pull options', options, PULL_OPTIONS);
     const dial = this.#dialer();
     this.#checkInto(options.into);
-    const client = await dial(this.owner, options.token);
+    const { via } = options;
+    const client = via !== undefined ? via.clientFor(this, dial) : await dial(this.owner, options.token);
     let tensor: Tensor;
     try {
       tensor = await this.#pullThrough(client, options);
     } catch (error) {
-      await client.close();
+      if (via === undefined) await client.close();
       throw error;
     }
-    closeWhenReported(client, [tensor]);
+    if (via === undefined) closeWhenReported(client, [tensor]);
     return tensor;
+  }
+
+  /** A connection to this handle's owner for pulls to share (`via`): one handshake for many
+   *  pulls from the same owner. `token` is the owner's admission token. */
+  async connect(options: { token?: string } = {}): Promise<OwnerConnection> {
+    checkOptions('RemoteTensor.connect options', options, { token: Accept.nonEmptyString });
+    const dial = this.#dialer();
+    return new OwnerConnection(this.owner, dial, await dial(this.owner, options.token));
   }
 
   /** Fetches blocks of this handle's tensor by index, as one operation over one connection (a
@@ -193,7 +238,9 @@ export class RemoteTensor {
     // One part that fills its destination whole lands there straight; otherwise each part is
     // received into staging (the client's results pool) and copied to its places.
     const straight = parts === 1 && at === undefined && (into === undefined || into.byteLength === indices.length * blockBytes);
-    const client = await this.#dialer()(this.owner, options.token);
+    const { via } = options;
+    const dial = this.#dialer();
+    const client = via !== undefined ? via.clientFor(this, dial) : await dial(this.owner, options.token);
     // A part is received into the pool given when it has room, else into the runtime's pool on
     // the device (mapped memory: no registration per part).
     const staging = (shape: number[], dtype: DType): Tensor => {
@@ -247,11 +294,11 @@ export class RemoteTensor {
       if (failures.length > 0) throw failures[0];
     } catch (error) {
       if (made || (straight && into === undefined)) target?.release();
-      await client.close();
+      if (via === undefined) await client.close();
       throw error;
     }
     const result = infos.length === 0 ? target! : attachCallInfo(target!, { transfers: infos.flatMap((info) => info.transfers), durationMs: Math.max(...infos.map((info) => info.durationMs)) });
-    closeWhenReported(client, [result]);
+    if (via === undefined) closeWhenReported(client, [result]);
     return result;
   }
 
