@@ -51,23 +51,36 @@ export class BlockCopier {
    *  the caller vouches that their bytes are complete already (`sourcesReady`: a tensor UCX has
    *  finished receiving, or one synchronized when it was exposed). That device-wide
    *  synchronize also waits for every other copy and transfer on the device: pulls that gather
-   *  and scatter batches side by side would queue behind each other's transfers. */
-  async copy(blockBytes: number, copies: readonly BlockCopy[], options: { sourcesReady?: boolean } = {}): Promise<void> {
+   *  and scatter batches side by side would queue behind each other's transfers. `before` runs
+   *  right before the copy starts, after any wait for its turn on the GPU, and refuses the copy
+   *  by throwing (an owner checks there that a gather's handles are still exposed); a tensor
+   *  released while the copy waited refuses it too (INVALID_ARGUMENT). */
+  async copy(blockBytes: number, copies: readonly BlockCopy[], options: { sourcesReady?: boolean; before?: () => void } = {}): Promise<void> {
     checkCopies(blockBytes, copies);
     if (copies.length === 0 || blockBytes === 0) return;
+    const before = options.before;
     if (copies.every((c) => c.dst.device === 'cpu' && c.src.device === 'cpu')) {
+      before?.();
       for (const c of copies) c.dst.bytes().set(c.src.bytes().subarray(c.srcOffset, c.srcOffset + blockBytes), c.dstOffset);
       return;
     }
     const device = oneGpu(copies);
     const sourcesReady = options.sourcesReady === true;
     if (device === undefined) {
+      before?.();
       copyEach(blockBytes, copies, sourcesReady);
       return;
     }
     if (this.#closed) throw new GdrpcError(Code.FAILED_PRECONDITION, 'the block copier is closed');
     const gpu = this.#gpu(device);
-    const turn = gpu.queue.then(() => launch(gpu, device, blockBytes, copies, sourcesReady));
+    // Queued behind other copies on this GPU: the tensors are checked again when the turn comes
+    // (one may have been released meanwhile), and so is whatever the caller checks (`before`).
+    const turn = gpu.queue.then(() => {
+      before?.();
+      const gone = copies.findIndex((c) => c.dst.released || c.src.released);
+      if (gone >= 0) throw invalid(`copyBlocks: copies[${gone}] names a tensor released while the copy waited its turn`);
+      return launch(gpu, device, blockBytes, copies, sourcesReady);
+    });
     gpu.queue = turn.catch(() => undefined);
     await turn;
   }

@@ -3,9 +3,11 @@
 // whose element (i, j) is (i * cols + j) & 0xffff, so a block in the wrong place shows. Then what a
 // hostile peer can send to gdrpc.Owner/pullBlocks by hand, and the owner's bound on gather staging.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { callInfo, Client, Code, RemoteTensor, Runtime, Tensor, type MethodDescriptor, type TensorPool } from '../../core/index.ts';
-import { MAX_BLOCK_PULL_BYTES, PULL_BLOCKS_ARGS } from '../../core/rpc/remote/remote.ts';
-import { ownerMethods, OWNER_STAGING_BYTES_PER_CONNECTION } from '../../core/rpc/server/owner-methods.ts';
+import { callInfo, Client, Code, GdrpcError, RemoteTensor, Runtime, Tensor, type MethodDescriptor, type TensorPool } from '../../core/index.ts';
+import { MAX_BLOCK_BYTES_IN_FLIGHT, MAX_BLOCK_PULL_BYTES, MAX_BLOCKS_PER_PULL, PULL_BLOCKS_ARGS } from '../../core/rpc/remote/remote.ts';
+import { ownerMethods, OWNER_STAGING_BYTES_PER_CONNECTION, OWNER_STAGING_BYTES_PER_SERVER, type OwnerHost } from '../../core/rpc/server/owner-methods.ts';
+import { IncomingTensors, lentTensor } from '../../core/rpc/transfer/transfer.ts';
+import type { TransferScope } from '../../core/rpc/movers/mover.ts';
 import type { CallContext } from '../../core/rpc/server/server-call.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer, type ListeningPeer } from './fixtures/peers.ts';
@@ -160,6 +162,19 @@ describe('RemoteTensor.pullBlocks', () => {
     }
   });
 
+  it(`asks for at most ${MAX_BLOCKS_PER_PULL} blocks a part, however small the blocks`, async () => {
+    const handle = await region(20_000, 1);  // 20,000 blocks of 2 bytes
+    const asked = Array.from({ length: 20_000 }, (_, k) => 19_999 - k);
+    const tensor = await handle.pullBlocks(asked);
+    try {
+      expect(callInfo(tensor)?.transfers.map((t) => t.bytes).sort((a, b) => a - b)).toEqual([2 * (20_000 - MAX_BLOCKS_PER_PULL), 2 * MAX_BLOCKS_PER_PULL]);
+      const values = tensor.toArray() as Uint16Array;
+      expect([values[0], values[16_383], values[16_384], values[19_999]]).toEqual([19_999, 19_999 - 16_383, 19_999 - 16_384, 0]);
+    } finally {
+      tensor.release();
+    }
+  });
+
   it('refuses bad tables before connecting: indices out of range or not integers, at without into, twice or out of into, blocks that do not tile', async () => {
     const handle = await region(10, 4);
     const before = (await serverStats(client)).accepted;
@@ -180,6 +195,7 @@ describe('RemoteTensor.pullBlocks', () => {
     expect(await invalidArgument(handle.pullBlocks([1], { partBytes: 0 }))).toMatch(/partBytes/);
     expect(await invalidArgument(handle.pullBlocks([1], { partBytes: MAX_BLOCK_PULL_BYTES + 1 }))).toMatch(/partBytes/);
     expect(await invalidArgument(handle.pullBlocks([1], { partBytes: 4 }))).toMatch(/blocks of 8 bytes do not fit parts of 4/);
+    expect(await invalidArgument(handle.pullBlocks([1], { partBytes: 64 << 20, maxInFlight: 5 }))).toMatch(new RegExp(`5 parts of 67108864 bytes in flight are over the ${MAX_BLOCK_BYTES_IN_FLIGHT} bytes`));
     expect(await invalidArgument(handle.pullBlocks('0' as unknown as number[]))).toMatch(/blocks must list one or more blocks/);
     expect((await serverStats(client)).accepted).toBe(before);
     // Nothing was spent: the same handle pulls fine.
@@ -206,7 +222,10 @@ describe('gdrpc.Owner/pullBlocks called by hand (what a hostile peer can send)',
     expect(await ask(16, le([0xffffffff]))).toMatch(/block index 4294967295/);
     expect(await ask(0, le([0]))).toMatch(/blocks of 0 bytes do not tile/);
     expect(await ask(5, le([0]))).toMatch(/blocks of 5 bytes do not tile/);
-    expect(await ask(256, le(new Array(MAX_BLOCK_PULL_BYTES / 256 + 1).fill(0)))).toMatch(/gathers at most 67108864 bytes a call/);
+    const big = await region(16, 4096);  // 16 blocks of 8 KiB: 8,193 of them are over 64 MiB
+    expect(await invalidArgument(client.unary(method, { x: big.wire.x!, s: big.wire.s!, b: 8192, r: le(new Array(MAX_BLOCK_PULL_BYTES / 8192 + 1).fill(0)) }))).toMatch(/gathers at most 67108864 bytes a call/);
+    // Tiny blocks: the count is bounded before the indices are read, not only the bytes.
+    expect(await ask(16, le(new Array(MAX_BLOCKS_PER_PULL + 1).fill(0)))).toMatch(/gathers at most 16384 blocks a call, got 16385/);
     const tensor = await handle.pullBlocks([15, 0]);
     expect(rowsOf(tensor, 8)).toEqual([rowOf(15, 8), rowOf(0, 8)]);
     tensor.release();
@@ -222,39 +241,98 @@ describe('gdrpc.Owner/pullBlocks called by hand (what a hostile peer can send)',
   });
 });
 
-describe('owner gather staging per connection', () => {
-  it(`holds at most ${OWNER_STAGING_BYTES_PER_CONNECTION >> 20} MiB per connection: a gather over it is refused RESOURCE_EXHAUSTED until staging is freed`, async () => {
-    // A fake host whose gathers finish only when told, and an 8 MiB tensor to gather from.
-    const source = { dtype: 'u8', shape: [8 << 20], byteLength: 8 << 20, device: 'cpu' } as unknown as Tensor;
-    const finishers: Array<() => void> = [];
-    const released: number[] = [];
-    const [, , , pullBlocks] = ownerMethods({
-      lookup: () => ({ tensor: source, pulled: () => undefined }),
-      staging: () => ({ allocate: (shape: number[]) => ({ byteLength: shape[0]! * shape[1]!, release: () => released.push(1) }) }) as unknown as TensorPool,
-      copyBlocks: () => new Promise<void>((resolve) => finishers.push(resolve)),
-    });
-    const hooks = new Map<string, Array<() => void>>();
-    const contextOf = (peer: string, call: number): CallContext => {
-      const list: Array<() => void> = [];
-      hooks.set(`${peer}#${call}`, list);
-      return { peer, afterSend: (fn: () => void) => list.push(fn) } as unknown as CallContext;
+describe('owner gather staging and exposure checks (a fake host)', () => {
+  /** The owner's pullBlocks over a fake host: gathers from a `sourceBytes` host tensor and finish
+   *  only when `finish()` says (each runs the owner's `before` check then, as a copier's turn does);
+   *  `exposed = false` makes the handle's lookup fail, as after the exposing call ended. */
+  function fakeOwner(sourceBytes: number) {
+    const source = { dtype: 'u8', shape: [sourceBytes], byteLength: sourceBytes, device: 'cpu' } as unknown as Tensor;
+    const state = { exposed: true, released: 0 };
+    const waiting: Array<() => void> = [];
+    const host: OwnerHost = {
+      lookup: () => {
+        if (!state.exposed) throw new GdrpcError(Code.NOT_FOUND, 'remote tensor 1 is unknown or has been released');
+        return { tensor: source, pulled: () => undefined };
+      },
+      staging: () => ({ allocate: (shape: number[]) => ({ byteLength: shape[0]! * shape[1]!, release: () => { state.released += 1; } }) }) as unknown as TensorPool,
+      copyBlocks: (_bytes, _copies, options) => new Promise<void>((resolve, reject) => waiting.push(() => {
+        try {
+          options?.before?.();
+          resolve();
+        } catch (error) {
+          reject(error);
+        }
+      })),
     };
-    const whole = new Uint8Array(4 * (8 << 10));  // 8,192 indices of block 0: 8 MiB in blocks of 1 KiB
-    const call = (peer: string, k: number): Promise<unknown> => Promise.resolve((pullBlocks!.handler as (a: object, c: CallContext) => Promise<unknown>)({ x: 1, s: new Uint8Array(16), b: 1024, r: whole }, contextOf(peer, k)));
+    const handler = ownerMethods(host).find((e) => e.method.name === 'pullBlocks')!.handler as (a: object, c: CallContext) => Promise<unknown>;
+    const hooks = new Map<string, Array<() => void>>();
+    /** One call from connection `peer` gathering `bytes` (1,024 blocks, all block 0). */
+    const call = (peer: string, k: number, bytes: number): Promise<unknown> => {
+      const list: Array<() => void> = [];
+      hooks.set(`${peer}#${k}`, list);
+      const ctx = { peer, afterSend: (fn: () => void) => list.push(fn) } as unknown as CallContext;
+      return handler({ x: 1, s: new Uint8Array(16), b: bytes / 1024, r: new Uint8Array(4 * 1024) }, ctx);
+    };
+    const finish = (): void => { for (const go of waiting.splice(0)) go(); };
+    const end = (peer: string, k: number): void => { for (const fn of hooks.get(`${peer}#${k}`) ?? []) fn(); };
+    return { state, call, finish, end };
+  }
+
+  it(`holds at most ${OWNER_STAGING_BYTES_PER_CONNECTION >> 20} MiB per connection: a gather over it is refused RESOURCE_EXHAUSTED until staging is freed`, async () => {
+    const owner = fakeOwner(8 << 20);
     const budget = OWNER_STAGING_BYTES_PER_CONNECTION / (8 << 20);
-    const running = Array.from({ length: budget }, (_, k) => call('a:1', k));
-    const refused = await rejection(call('a:1', budget) as Promise<unknown>);
+    const running = Array.from({ length: budget }, (_, k) => owner.call('a:1', k, 8 << 20));
+    const refused = await rejection(owner.call('a:1', budget, 8 << 20));
     expect(refused.code).toBe(Code.RESOURCE_EXHAUSTED);
     expect(refused.rawMessage).toMatch(/over 536870912 bytes of staging for this connection/);
     // Another connection has a budget of its own.
-    const other = call('b:2', 0);
-    for (const finish of finishers.splice(0)) finish();
+    const other = owner.call('b:2', 0, 8 << 20);
+    owner.finish();
     await Promise.all([...running, other]);
     // Staging is freed once each call is over; then the connection may gather again.
-    for (let k = 0; k < budget; k += 1) for (const fn of hooks.get(`a:1#${k}`)!) fn();
-    expect(released).toHaveLength(budget);
-    const again = call('a:1', budget + 1);
-    for (const finish of finishers.splice(0)) finish();
+    for (let k = 0; k < budget; k += 1) owner.end('a:1', k);
+    expect(owner.state.released).toBe(budget);
+    const again = owner.call('a:1', budget + 1, 8 << 20);
+    owner.finish();
     await expect(again).resolves.toBeDefined();
+  });
+
+  it(`holds at most ${OWNER_STAGING_BYTES_PER_SERVER / 2 ** 20} MiB over all connections`, async () => {
+    const owner = fakeOwner(64 << 20);
+    const perConnection = OWNER_STAGING_BYTES_PER_CONNECTION / (64 << 20);
+    const total = OWNER_STAGING_BYTES_PER_SERVER / (64 << 20);
+    const running = Array.from({ length: total }, (_, k) => owner.call(`p:${Math.floor(k / perConnection)}`, k, 64 << 20));
+    // A fresh connection, within its own budget, is refused: the server's is spent.
+    const refused = await rejection(owner.call('fresh:1', 0, 64 << 20));
+    expect(refused.code).toBe(Code.RESOURCE_EXHAUSTED);
+    expect(refused.rawMessage).toMatch(/over 2147483648 bytes of staging on this server/);
+    owner.finish();
+    await Promise.all(running);
+    for (let k = 0; k < total; k += 1) owner.end(`p:${Math.floor(k / perConnection)}`, k);
+    const again = owner.call('fresh:1', 1, 64 << 20);
+    owner.finish();
+    await expect(again).resolves.toBeDefined();
+  });
+
+  it('checks the handle again when the gather gets its turn: an exposure that ended meanwhile fails it NOT_FOUND and frees its staging', async () => {
+    const owner = fakeOwner(1 << 20);
+    const queued = owner.call('a:1', 0, 1 << 20);
+    await new Promise((resolve) => setImmediate(resolve));
+    owner.state.exposed = false;  // the exposing call ended while the gather waited
+    owner.finish();
+    expect(await codeOf(queued)).toBe(Code.NOT_FOUND);
+    owner.end('a:1', 0);
+    expect(owner.state.released).toBe(1);
+  });
+});
+
+describe('a failed receive into the caller\'s tensor', () => {
+  it('releases what it allocated but not the tensors the caller lent (pull into, pullBlocks into)', () => {
+    const incoming = new IncomingTensors({} as TransferScope, { maxTensor: 1 << 20 }, { side: 'client', label: 'test.' } as never);
+    const lent = lentTensor(Tensor.zeros([4], 'u8'));
+    const own = Tensor.zeros([4], 'u8');
+    incoming.allocated.push(lent, own);
+    incoming.releaseAll();
+    expect([lent.released, own.released]).toEqual([false, true]);
   });
 });

@@ -13,6 +13,7 @@ import type { TransferScope } from '../movers/mover.ts';
 import { attachCallInfo, callInfo, confirmTransfers, type CallInfo } from '../movers/call-info.ts';
 import { Runtime } from '../runtime/runtime.ts';
 import type { BlockCopy } from '../../compute/blocks.ts';
+import { lentTensor } from '../transfer/transfer.ts';
 
 /** Service name of the owner side of remote tensors. */
 export const OWNER_SERVICE = 'gdrpc.Owner';
@@ -94,6 +95,12 @@ export interface PullBlocksOptions { blockBytes?: number; into?: Tensor; at?: Ar
 
 /** Most bytes one gdrpc.Owner/pullBlocks call gathers: pullBlocks asks for more in parts. */
 export const MAX_BLOCK_PULL_BYTES = 64 << 20;
+/** Most blocks one gdrpc.Owner/pullBlocks call gathers (64 MiB of 4 KiB blocks): the owner's
+ *  work per call, not only its staging, stays bounded. */
+export const MAX_BLOCKS_PER_PULL = 16_384;
+/** Most bytes of parts one pullBlocks keeps in flight (partBytes x maxInFlight): half of what an
+ *  owner holds for one connection (OWNER_STAGING_BYTES_PER_CONNECTION). */
+export const MAX_BLOCK_BYTES_IN_FLIGHT = 256 << 20;
 /** The bytes of a pullBlocks part unless the call says (partBytes), and parts in flight unless
  *  it says (maxInFlight): two parts fill the 64 MiB staging pools on both sides
  *  (DEFAULT_PROCESS_POOL_BYTES), so a part needs no allocation and registration of its own (nor a
@@ -213,6 +220,10 @@ export class RemoteTensor {
     }
     const partBytes = options.partBytes ?? Math.max(DEFAULT_BLOCK_PART_BYTES, Math.min(blockBytes, MAX_BLOCK_PULL_BYTES));
     if (blockBytes > partBytes) throw new GdrpcError(Code.INVALID_ARGUMENT, `RemoteTensor.pullBlocks: blocks of ${blockBytes} bytes do not fit parts of ${partBytes} (at most ${MAX_BLOCK_PULL_BYTES}): pull() the tensor`);
+    const inFlight = options.maxInFlight ?? DEFAULT_BLOCK_PARTS_IN_FLIGHT;
+    if (partBytes * inFlight > MAX_BLOCK_BYTES_IN_FLIGHT) {
+      throw new GdrpcError(Code.INVALID_ARGUMENT, `RemoteTensor.pullBlocks: ${inFlight} parts of ${partBytes} bytes in flight are over the ${MAX_BLOCK_BYTES_IN_FLIGHT} bytes an owner stages for one pull`);
+    }
     const indices = blockIndices('blocks', blocks, this.byteLength / blockBytes);
     const { into } = options;
     if (into !== undefined && (into.released || into.dtype !== this.dtype || into.byteLength % blockBytes !== 0)) {
@@ -233,7 +244,7 @@ export class RemoteTensor {
     }
     const device = landingDevice({ ...(into !== undefined ? { into } : {}), ...(options.pool !== undefined ? { pool: options.pool } : {}), ...(options.device !== undefined ? { device: options.device } : {}) });
     const blockShape = blockShapeOf(this.dtype, this.shape, blockBytes);
-    const perPart = Math.floor(partBytes / blockBytes);
+    const perPart = Math.min(MAX_BLOCKS_PER_PULL, Math.floor(partBytes / blockBytes));
     const parts = Math.ceil(indices.length / perPart);
     // One part that fills its destination whole lands there straight; otherwise each part is
     // received into staging (the client's results pool) and copied to its places.
@@ -268,7 +279,7 @@ export class RemoteTensor {
             name: 'pullBlocks', service: OWNER_SERVICE, clientStreaming: false, serverStreaming: false, args: PULL_BLOCKS_ARGS,
             results: [{ name: 't', type: fixedTensorType(this.dtype, [end - start, ...blockShape], placementOf(device)) }],
           };
-          const allocate = straight ? (target !== undefined ? () => target! : options.pool !== undefined ? (shape: number[], dtype: DType) => options.pool!.allocate(shape, dtype) : undefined) : staging;
+          const allocate = straight ? (target !== undefined ? () => lentTensor(target!) : options.pool !== undefined ? (shape: number[], dtype: DType) => options.pool!.allocate(shape, dtype) : undefined) : staging;
           const result = await client.unary(method, { x: this.wire.x!, s: this.wire.s!, b: blockBytes, r: littleEndian(indices.subarray(start, end)) }, allocate);
           const got = result.t as Tensor;
           const info = callInfo(result);
@@ -287,7 +298,7 @@ export class RemoteTensor {
         }
       };
       const failures: unknown[] = [];
-      await Promise.all(Array.from({ length: Math.min(parts, options.maxInFlight ?? DEFAULT_BLOCK_PARTS_IN_FLIGHT) }, () => lane().catch((error: unknown) => {
+      await Promise.all(Array.from({ length: Math.min(parts, inFlight) }, () => lane().catch((error: unknown) => {
         failures.push(error);
         next = parts;  // no further part starts
       })));
@@ -297,7 +308,9 @@ export class RemoteTensor {
       if (via === undefined) await client.close();
       throw error;
     }
-    const result = infos.length === 0 ? target! : attachCallInfo(target!, { transfers: infos.flatMap((info) => info.transfers), durationMs: Math.max(...infos.map((info) => info.durationMs)) });
+    let durationMs = 0;
+    for (const info of infos) durationMs = Math.max(durationMs, info.durationMs);
+    const result = infos.length === 0 ? target! : attachCallInfo(target!, { transfers: infos.flatMap((info) => info.transfers), durationMs });
     if (via === undefined) closeWhenReported(client, [result]);
     return result;
   }
@@ -446,7 +459,7 @@ export class RemoteTensor {
     };
     const pool = landing.pool;
     // Each result tensor is allocated with its field, "... results.ts[k]": into[k] is its place.
-    const allocate = into !== undefined ? (_shape: number[], _dtype: DType, _placement: Placement, field: string) => into[Number(/\[(\d+)\]$/.exec(field)?.[1] ?? NaN)]!
+    const allocate = into !== undefined ? (_shape: number[], _dtype: DType, _placement: Placement, field: string) => lentTensor(into[Number(/\[(\d+)\]$/.exec(field)?.[1] ?? NaN)]!)
       : pool !== undefined ? (shape: number[], dtype: DType) => pool.allocate(shape, dtype) : undefined;
     const result = await client.unary(method, { xs: batch.map((h) => h.wire.x!), ss: batch.map((h) => h.wire.s!) }, allocate);
     const tensors = result.ts as Tensor[];
@@ -476,7 +489,7 @@ export class RemoteTensor {
       args: [{ name: 'x', type: { kind: 'scalar', name: 'u32' } }, { name: 's', type: { kind: 'scalar', name: 'bytes' } }],
       results: [{ name: 't', type: fixedTensorType(this.dtype, this.shape, placement) }],
     };
-    const allocate = into !== undefined ? () => into
+    const allocate = into !== undefined ? () => lentTensor(into)
       : pool !== undefined ? (shape: number[], dtype: DType) => pool.allocate(shape, dtype) : undefined;
     const result = await client.unary(method, { x: this.wire.x!, s: this.wire.s! }, allocate);
     // The pull's transfer report goes with the tensor: callInfo(tensor).

@@ -9,7 +9,7 @@ import { Code, GdrpcError } from '../../errors.ts';
 import { elementSize, type Device, type DType, type Tensor, type TensorPool } from '../../tensor/index.ts';
 import type { BlockCopy } from '../../compute/blocks.ts';
 import type { MethodDescriptor } from '../../schema/descriptor.ts';
-import { blockShapeOf, fixedTensorType, MAX_BLOCK_PULL_BYTES, MAX_PULLS_PER_CALL, MAX_STACKED_BLOCK_BYTES, OWNER_SERVICE, PULL_BLOCKS_ARGS, PULL_MANY_ARGS, pullResultFields } from '../remote/remote.ts';
+import { blockShapeOf, fixedTensorType, MAX_BLOCK_PULL_BYTES, MAX_BLOCKS_PER_PULL, MAX_PULLS_PER_CALL, MAX_STACKED_BLOCK_BYTES, OWNER_SERVICE, PULL_BLOCKS_ARGS, PULL_MANY_ARGS, pullResultFields } from '../remote/remote.ts';
 import type { CallContext, MethodEntry } from './server-call.ts';
 
 /** What the owner methods need from their server. */
@@ -18,8 +18,8 @@ export interface OwnerHost {
   lookup(x: number, secret: Uint8Array): { tensor: Tensor; pulled: () => void };
   /** Where pullStacked gathers its tensor on `device` (a mapped pool, so the send needs no registration). */
   staging(device: Device): TensorPool;
-  /** The gather (the runtime's BlockCopier); `sourcesReady` as in BlockCopier.copy. */
-  copyBlocks(blockBytes: number, copies: readonly BlockCopy[], options?: { sourcesReady?: boolean }): Promise<void>;
+  /** The gather (the runtime's BlockCopier); `sourcesReady` and `before` as in BlockCopier.copy. */
+  copyBlocks(blockBytes: number, copies: readonly BlockCopy[], options?: { sourcesReady?: boolean; before?: () => void }): Promise<void>;
 }
 
 const PULL_ARGS: MethodDescriptor['args'] = [{ name: 'x', type: { kind: 'scalar', name: 'u32' } }, { name: 's', type: { kind: 'scalar', name: 'bytes' } }];
@@ -41,12 +41,18 @@ function lookupAll(host: OwnerHost, method: string, xs: number[], ss: Uint8Array
 
 /** Gather staging one connection may hold at once (pullStacked and pullBlocks): a peer that asks
  *  for more in parallel is refused RESOURCE_EXHAUSTED rather than let grow GPU memory without
- *  bound. pullAll (4 lanes of up to 128 MiB) and pullBlocks (2 parts of up to 32 MiB by default, at most 64 MiB each) stay under it. */
+ *  bound. pullAll (4 lanes of up to 128 MiB) and pullBlocks (MAX_BLOCK_BYTES_IN_FLIGHT) stay
+ *  under it. Staging is held until its bytes have left: a peer that never takes them holds
+ *  it until its connection closes. */
 export const OWNER_STAGING_BYTES_PER_CONNECTION = 512 << 20;
+/** Gather staging one server holds at most, over all its connections. */
+export const OWNER_STAGING_BYTES_PER_SERVER = 2 * 1024 ** 3;
+
 
 /** The block indices of a pullBlocks call: `r` holds them as little-endian u32, each below `blocks`. */
 function blockIndices(r: Uint8Array, blocks: number): Uint32Array {
   if (r.byteLength === 0 || r.byteLength % 4 !== 0) throw new GdrpcError(Code.INVALID_ARGUMENT, `pullBlocks: r must hold one or more little-endian u32 block indices, got ${r.byteLength} bytes`);
+  if (r.byteLength / 4 > MAX_BLOCKS_PER_PULL) throw new GdrpcError(Code.INVALID_ARGUMENT, `pullBlocks gathers at most ${MAX_BLOCKS_PER_PULL} blocks a call, got ${r.byteLength / 4}; ask in parts`);
   const view = new DataView(r.buffer, r.byteOffset, r.byteLength);
   const indices = new Uint32Array(r.byteLength / 4);
   for (let k = 0; k < indices.length; k += 1) {
@@ -59,24 +65,31 @@ function blockIndices(r: Uint8Array, blocks: number): Uint32Array {
 
 /** gdrpc.Owner/pull, pullMany, pullStacked and pullBlocks for one server. */
 export function ownerMethods(host: OwnerHost): MethodEntry[] {
-  // Gather staging held per connection (its peer address), for OWNER_STAGING_BYTES_PER_CONNECTION.
+  // Gather staging held per connection (its peer address), for OWNER_STAGING_BYTES_PER_CONNECTION,
+  // and by the whole server.
   const staged = new Map<string, number>();
+  let stagedTotal = 0;
 
   /** Gathers `copies` (blocks of `blockBytes`) into a staging tensor of `shape` on `device`, which is
    *  freed once both the call is over (its bytes left, or never will) and the GPU is done writing it. */
-  const gather = async (ctx: CallContext, device: Device, shape: number[], dtype: DType, blockBytes: number, copies: (stacked: Tensor) => BlockCopy[]): Promise<Tensor> => {
+  const gather = async (ctx: CallContext, device: Device, shape: number[], dtype: DType, blockBytes: number, copies: (stacked: Tensor) => BlockCopy[], stillExposed: () => void): Promise<Tensor> => {
     const held = staged.get(ctx.peer) ?? 0;
     const bytes = shape.reduce((a, b) => a * b, elementSize(dtype));
     if (held + bytes > OWNER_STAGING_BYTES_PER_CONNECTION) {
       throw new GdrpcError(Code.RESOURCE_EXHAUSTED, `gathering ${bytes} more bytes would hold over ${OWNER_STAGING_BYTES_PER_CONNECTION} bytes of staging for this connection; wait for its other pulls`, { details: { retryable: true } });
     }
+    if (stagedTotal + bytes > OWNER_STAGING_BYTES_PER_SERVER) {
+      throw new GdrpcError(Code.RESOURCE_EXHAUSTED, `gathering ${bytes} more bytes would hold over ${OWNER_STAGING_BYTES_PER_SERVER} bytes of staging on this server; try again later`, { details: { retryable: true } });
+    }
     const stacked = host.staging(device).allocate(shape, dtype);
     staged.set(ctx.peer, held + bytes);
+    stagedTotal += bytes;
     let copying = true;
     let over = false;
     const free = (): void => {
       stacked.release();
-      const left = (staged.get(ctx.peer) ?? 0) - stacked.byteLength;
+      stagedTotal -= bytes;
+      const left = (staged.get(ctx.peer) ?? 0) - bytes;
       if (left > 0) staged.set(ctx.peer, left);
       else staged.delete(ctx.peer);
     };
@@ -87,7 +100,9 @@ export function ownerMethods(host: OwnerHost): MethodEntry[] {
     try {
       // The handles' tensors were synchronized (or their producer waited for) when they were
       // exposed: no device-wide synchronize per gather, which would wait for other transfers.
-      await host.copyBlocks(blockBytes, copies(stacked), { sourcesReady: true });
+      // A gather queued behind others checks that its handles are still exposed when its turn
+      // comes: the call that exposed them may have ended meanwhile.
+      await host.copyBlocks(blockBytes, copies(stacked), { sourcesReady: true, before: stillExposed });
     } finally {
       copying = false;
       if (over) free();
@@ -119,7 +134,8 @@ export function ownerMethods(host: OwnerHost): MethodEntry[] {
     // A peer may call this by hand: the staging tensor is bounded by what pullAll would ask for.
     if (bytes > MAX_STACKED_BLOCK_BYTES) throw new GdrpcError(Code.INVALID_ARGUMENT, `pullStacked gathers handles of at most ${MAX_STACKED_BLOCK_BYTES} bytes, these hold ${bytes}; pull them with pullMany`);
     const stacked = await gather(ctx, first.device, [found.length, ...first.shape], first.dtype, bytes,
-      (dst) => found.map(({ tensor }, k) => ({ dst, dstOffset: k * bytes, src: tensor, srcOffset: 0 })));
+      (dst) => found.map(({ tensor }, k) => ({ dst, dstOffset: k * bytes, src: tensor, srcOffset: 0 })),
+      () => { for (const [k, x] of args.xs.entries()) host.lookup(x, args.ss[k]!); });
     ctx.afterSend(() => { for (const { pulled } of found) pulled(); });
     return { t: stacked };
   }, (result) => {
@@ -142,7 +158,8 @@ export function ownerMethods(host: OwnerHost): MethodEntry[] {
       throw new GdrpcError(Code.INVALID_ARGUMENT, `pullBlocks gathers at most ${MAX_BLOCK_PULL_BYTES} bytes a call, ${indices.length} blocks of ${blockBytes} bytes are more; ask in parts`);
     }
     const stacked = await gather(ctx, tensor.device, [indices.length, ...blockShapeOf(tensor.dtype, tensor.shape, blockBytes)], tensor.dtype, blockBytes,
-      (dst) => Array.from(indices, (index, k) => ({ dst, dstOffset: k * blockBytes, src: tensor, srcOffset: index * blockBytes })));
+      (dst) => Array.from(indices, (index, k) => ({ dst, dstOffset: k * blockBytes, src: tensor, srcOffset: index * blockBytes })),
+      () => { host.lookup(args.x, args.s); });
     return { t: stacked };
   }, (result) => {
     const t = result.t as Tensor;

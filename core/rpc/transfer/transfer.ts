@@ -43,6 +43,16 @@ export type Allocate = (shape: number[], dtype: DType, placement: Placement, fie
 /** An announced tensor whose bytes follow (not a remote handle). */
 const carriesBytes = (pending: PendingTensor): boolean => pending.wire.m !== 'h';
 
+/** Tensors a caller's allocate hands back as destinations of its own (a pull `into`): a failed
+ *  receive leaves them to the caller instead of releasing them with what it allocated. */
+const lent = new WeakSet<Tensor>();
+
+/** Marks `tensor` as the caller's (see `lent`) and returns it, for allocate callbacks. */
+export function lentTensor(tensor: Tensor): Tensor {
+  lent.add(tensor);
+  return tensor;
+}
+
 /** Tensors arriving in one frame. */
 export class IncomingTensors {
   readonly transfers: TransferInfo[] = [];
@@ -166,7 +176,7 @@ export class IncomingTensors {
   }
 
   releaseAll(): void {
-    for (const tensor of this.allocated.splice(0)) tensor.release();
+    for (const tensor of this.allocated.splice(0)) if (!lent.has(tensor)) tensor.release();
   }
 
   /** Resolves once every tag transfer of this frame has its sender's report (or none will come).
