@@ -10,5 +10,7 @@ export { Runtime, moverStats, type RuntimeOptions } from './runtime/runtime.ts';
 export type { MoverStats } from './runtime/memory-support.ts';
 export { processPool, createPool, closeProcessPools, DEFAULT_PROCESS_POOL_BYTES } from './runtime/process-pool.ts';
 export { validateFields } from './call/validate.ts';
-export { DEFAULT_PULLS_IN_FLIGHT, OwnerConnection, RemoteTensor, remoteExposures, type PullAllOptions, type PullBlocksOptions, type PullOptions } from './remote/remote.ts';
+export { DEFAULT_PULLS_IN_FLIGHT, RemoteTensor, remoteExposures, type PullAllOptions, type PullOptions } from './remote/remote.ts';
+export { OwnerConnection } from './remote/owner-client.ts';
+export type { PullBlocksOptions } from './remote/block-table.ts';
 export { DEFAULT_LIVENESS_MS } from './connection/liveness.ts';

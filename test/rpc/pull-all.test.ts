@@ -6,7 +6,8 @@
 // (pullMany: a tensor per handle) or without either (a pull per handle).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { callInfo, Client, Code, copyBlocks, GdrpcError, RemoteTensor, Runtime, Tensor, type MethodDescriptor, type TensorPool } from '../../core/index.ts';
-import { MAX_STACKED_BLOCK_BYTES, PULL_MANY_ARGS, type OwnerClient, type OwnerDialer } from '../../core/rpc/remote/remote.ts';
+import { MAX_STACKED_BLOCK_BYTES, PULL_MANY_ARGS } from '../../core/rpc/remote/remote.ts';
+import type { OwnerClient, OwnerDialer } from '../../core/rpc/remote/owner-client.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer, type ListeningPeer } from './fixtures/peers.ts';
 import { disposePeers } from '../support/peer.ts';

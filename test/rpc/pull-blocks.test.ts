@@ -4,9 +4,10 @@
 // hostile peer can send to gdrpc.Owner/pullBlocks by hand, and the owner's bound on gather staging.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { callInfo, Client, Code, GdrpcError, RemoteTensor, Runtime, Tensor, type MethodDescriptor, type TensorPool } from '../../core/index.ts';
-import { MAX_BLOCK_BYTES_IN_FLIGHT, MAX_BLOCK_PULL_BYTES, MAX_BLOCKS_PER_PULL, PULL_BLOCKS_ARGS } from '../../core/rpc/remote/remote.ts';
+import { MAX_BLOCK_BYTES_IN_FLIGHT, MAX_BLOCK_PULL_BYTES, MAX_BLOCKS_PER_PULL, PULL_BLOCKS_ARGS } from '../../core/rpc/remote/block-table.ts';
 import { ownerMethods, OWNER_STAGING_BYTES_PER_CONNECTION, OWNER_STAGING_BYTES_PER_SERVER, type OwnerHost } from '../../core/rpc/server/owner-methods.ts';
-import { IncomingTensors, lentTensor } from '../../core/rpc/transfer/transfer.ts';
+import { IncomingTensors } from '../../core/rpc/transfer/transfer.ts';
+import { lentTensor } from '../../core/rpc/remote/lent.ts';
 import type { TransferScope } from '../../core/rpc/movers/mover.ts';
 import type { CallContext } from '../../core/rpc/server/server-call.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';

@@ -21,7 +21,7 @@ import { DEFAULT_RECEIVE_DEVICE, landingDevice, receiveDeviceIndex, receivingDev
 import type { MoverName, TransferInfo } from '../movers/mover.ts';
 import { ALLOCATE, CLIENT_OPTIONS, type CallOptions, type ClientOptions } from '../call/options.ts';
 import { DEFAULT_PROCESS_POOL_BYTES } from '../runtime/process-pool.ts';
-import type { OwnerDialer } from '../remote/remote.ts';
+import type { OwnerDialer } from '../remote/owner-client.ts';
 import { Runtime } from '../runtime/runtime.ts';
 import { ItemQueue } from '../call/stream.ts';
 import { IncomingTensors, PendingTensor, refuseRaw, type Allocate } from '../transfer/transfer.ts';

@@ -1,36 +1,20 @@
 // Remote tensors (`@remote` placement): the bytes stay with their owner, the receiver gets a
 // handle that it (or anyone it passes the handle to) pulls from the owner through the reserved
-// method gdrpc.Owner/pull (docs/wire.md "Remote handle"). The owner's table is its runtime's
-// (remote-owner.ts); a handle pulls through a Client on the runtime it arrived on, which the side
-// that decoded it hands over as an OwnerDialer.
+// method gdrpc.Owner/pull (docs/wire.md "Remote handle"), many at once (pullAll), or block by
+// block (pullBlocks, block-table.ts). The owner's table is its runtime's (remote-owner.ts); a
+// handle pulls through a Client on the runtime it arrived on, which the side that decoded it
+// hands over as an OwnerDialer (owner-client.ts).
 import { Code, GdrpcError } from '../../errors.ts';
-import { elementSize, Tensor, TensorPool, type Device } from '../../tensor/index.ts';
-import { isDevice } from '../../tensor/device.ts';
+import { Tensor, type Device, type TensorPool } from '../../tensor/index.ts';
 import { Accept, checkOptions, rule, type OptionRules } from '../../tensor/options.ts';
 import type { TensorWire } from '../../wire/frames.ts';
-import type { DType, MethodDescriptor, Placement, TypeRef } from '../../schema/descriptor.ts';
+import type { DType, MethodDescriptor, Placement } from '../../schema/descriptor.ts';
 import type { TransferScope } from '../movers/mover.ts';
-import { attachCallInfo, callInfo, confirmTransfers, type CallInfo } from '../movers/call-info.ts';
+import { attachCallInfo, callInfo } from '../movers/call-info.ts';
 import { Runtime } from '../runtime/runtime.ts';
-import type { BlockCopy } from '../../compute/blocks.ts';
-import { lentTensor } from '../transfer/transfer.ts';
-
-/** Service name of the owner side of remote tensors. */
-export const OWNER_SERVICE = 'gdrpc.Owner';
-
-/** One pull from an owner: a Client made for it. */
-export interface OwnerClient {
-  /** `allocate` gets each result tensor's field ("... results.ts[3]") besides its shape and dtype. */
-  unary(method: MethodDescriptor, args: Record<string, unknown>, allocate: ((shape: number[], dtype: DType, placement: Placement, field: string) => Tensor) | undefined): Promise<Record<string, unknown>>;
-  /** Copies a stacked answer out (the runtime's BlockCopier). */
-  copyBlocks(blockBytes: number, copies: readonly BlockCopy[], options?: { sourcesReady?: boolean }): Promise<void>;
-  /** Where pullBlocks receives its parts on `device` (the runtime's pool there, mapped once). */
-  staging(device: Device): TensorPool;
-  close(): Promise<void>;
-}
-
-/** Connects a Client to the owner at `owner` ("host:port"), on the runtime the handle came to. */
-export type OwnerDialer = (owner: string, token: string | undefined) => Promise<OwnerClient>;
+import { lentTensor } from './lent.ts';
+import { planBlockPull, PULL_BLOCKS_OPTIONS, runBlockPull, type PullBlocksOptions } from './block-table.ts';
+import { closeWhenReported, DEVICE, fixedTensorType, landingDevice, OWNER_SERVICE, OwnerConnection, placementOf, POOL, VIA, type Landing, type OwnerClient, type OwnerDialer } from './owner-client.ts';
 
 /** Registers `tensor` as remote for the call of `scope`, on its connection's runtime; returns its
  *  handle descriptor. Released when the call ends or the connection dies (exposures), or after one pull. */
@@ -50,80 +34,9 @@ export function remoteExposures(runtime: Runtime | undefined = Runtime.current()
 /** Options of RemoteTensor.pull; `via` pulls over a connection made with connect() (kept open). */
 export interface PullOptions { device?: Device; into?: Tensor; pool?: TensorPool; token?: string; via?: OwnerConnection }
 
-/** A connection to the owner of remote tensors, made once (RemoteTensor.connect) and used by
- *  pulls and block-table pulls given it as `via`: a worker that pulls from the same peer again
- *  and again (a decode worker from its prefill worker) saves a connection and handshake per
- *  pull. Pulls never close it; close() does (calls on it still running fail). */
-export class OwnerConnection {
-  readonly #client: OwnerClient;
-  readonly #dial: OwnerDialer;
-  #closed = false;
-
-  /** Internal: made by RemoteTensor.connect. */
-  constructor(readonly owner: string, dial: OwnerDialer, client: OwnerClient) {
-    this.#dial = dial;
-    this.#client = client;
-  }
-
-  get closed(): boolean { return this.#closed; }
-
-  /** Closes the connection; idempotent. */
-  async close(): Promise<void> {
-    if (this.#closed) return;
-    this.#closed = true;
-    await this.#client.close();
-  }
-
-  /** The client for a pull of `handle` (pulled through `dial`): FAILED_PRECONDITION when closed,
-   *  INVALID_ARGUMENT when the handle has another owner or came to another runtime. */
-  clientFor(handle: RemoteTensor, dial: OwnerDialer): OwnerClient {
-    if (this.#closed) throw new GdrpcError(Code.FAILED_PRECONDITION, `the connection to ${this.owner} is closed`);
-    if (handle.owner !== this.owner || dial !== this.#dial) {
-      throw new GdrpcError(Code.INVALID_ARGUMENT, `a handle owned by ${handle.owner} cannot be pulled via the connection to ${this.owner}${handle.owner === this.owner ? ' made on another runtime' : ''}`);
-    }
-    return this.#client;
-  }
-}
-
 /** Options of RemoteTensor.pullAll: pull's, with `into` one tensor per handle, and how many pulls
  *  one connection keeps in flight. */
 export interface PullAllOptions { device?: Device; into?: readonly Tensor[]; pool?: TensorPool; token?: string; maxInFlight?: number }
-
-/** Options of RemoteTensor.pullBlocks: where the blocks land (`into`, at rows `at`; else a new
- *  tensor from `pool` or on `device`), how long a block is, and how many parts go at once. */
-export interface PullBlocksOptions { blockBytes?: number; into?: Tensor; at?: ArrayLike<number>; device?: Device; pool?: TensorPool; token?: string; maxInFlight?: number; partBytes?: number; via?: OwnerConnection }
-
-/** Most bytes one gdrpc.Owner/pullBlocks call gathers: pullBlocks asks for more in parts. */
-export const MAX_BLOCK_PULL_BYTES = 64 << 20;
-/** Most blocks one gdrpc.Owner/pullBlocks call gathers (64 MiB of 4 KiB blocks): the owner's
- *  work per call, not only its staging, stays bounded. */
-export const MAX_BLOCKS_PER_PULL = 16_384;
-/** Most bytes of parts one pullBlocks keeps in flight (partBytes x maxInFlight): half of what an
- *  owner holds for one connection (OWNER_STAGING_BYTES_PER_CONNECTION). */
-export const MAX_BLOCK_BYTES_IN_FLIGHT = 256 << 20;
-/** The bytes of a pullBlocks part unless the call says (partBytes), and parts in flight unless
- *  it says (maxInFlight): two parts fill the 64 MiB staging pools on both sides
- *  (DEFAULT_PROCESS_POOL_BYTES), so a part needs no allocation and registration of its own (nor a
- *  new cuda_ipc mapping at the puller). A part costs about 1 ms whatever its size (one H200,
- *  4,096 blocks of 32 KiB: 8 MiB x 4 in flight 19-23 ms, 16 MiB x 4 13-16 ms, 32 MiB x 2 10-14 ms,
- *  64 MiB x 1 10-11 ms, 4 MiB x 8 30 ms; a connection included). */
-export const DEFAULT_BLOCK_PART_BYTES = 32 << 20;
-/** Parts of one pullBlocks in flight by default (DEFAULT_BLOCK_PART_BYTES). */
-export const DEFAULT_BLOCK_PARTS_IN_FLIGHT = 2;
-/** The arguments of gdrpc.Owner/pullBlocks: the handle, the block length and the block indices
- *  (little-endian u32, in the order they come back). */
-export const PULL_BLOCKS_ARGS: MethodDescriptor['args'] = [
-  { name: 'x', type: { kind: 'scalar', name: 'u32' } }, { name: 's', type: { kind: 'scalar', name: 'bytes' } },
-  { name: 'b', type: { kind: 'scalar', name: 'u32' } }, { name: 'r', type: { kind: 'scalar', name: 'bytes' } },
-];
-
-/** The shape of one block of `blockBytes` of a tensor: a row of its first dimension keeps its
- *  shape ([4096, 16, 128] in blocks of one row: [16, 128]), any other length is flat. */
-export function blockShapeOf(dtype: DType, shape: readonly number[], blockBytes: number): number[] {
-  const itemBytes = elementSize(dtype);
-  const rowItems = shape.slice(1).reduce((a, b) => a * b, 1);
-  return shape.length > 1 && rowItems * itemBytes === blockBytes ? shape.slice(1) : [blockBytes / itemBytes];
-}
 
 /** Tensors one connection of pullAll keeps in flight by default. */
 export const DEFAULT_PULLS_IN_FLIGHT = 512;
@@ -138,25 +51,13 @@ const PULL_BATCH = 128;
  *  themselves (pullMany) rather than through two extra copies and a staging tensor. */
 export const MAX_STACKED_BLOCK_BYTES = 1 << 20;
 
-const DEVICE = rule(`'cpu' or 'cuda:N'`, isDevice);
-const POOL = rule('a TensorPool', (value) => value instanceof TensorPool);
-const VIA = rule('an OwnerConnection (RemoteTensor.connect)', (value) => value instanceof OwnerConnection);
 const PULL_OPTIONS: OptionRules<PullOptions> = {
   device: DEVICE, into: rule('a Tensor', (value) => value instanceof Tensor), pool: POOL, token: Accept.nonEmptyString, via: VIA,
-};
-const BLOCK_LIST = rule('an array or typed array of block indices', (value) => Array.isArray(value) || (ArrayBuffer.isView(value) && !(value instanceof DataView)));
-const PULL_BLOCKS_OPTIONS: OptionRules<PullBlocksOptions> = {
-  blockBytes: Accept.integer(1, 0xffff_ffff, 'bytes'), into: rule('a Tensor', (value) => value instanceof Tensor), at: BLOCK_LIST,
-  device: DEVICE, pool: POOL, token: Accept.nonEmptyString, maxInFlight: Accept.integer(1, 64, 'parts'),
-  partBytes: Accept.integer(1, MAX_BLOCK_PULL_BYTES, 'bytes'), via: VIA,
 };
 const PULL_ALL_OPTIONS: OptionRules<PullAllOptions> = {
   device: DEVICE, pool: POOL, token: Accept.nonEmptyString, maxInFlight: Accept.integer(1, 65_536, 'tensors'),
   into: rule('an array of Tensors', (value) => Array.isArray(value) && value.every((t) => t instanceof Tensor)),
 };
-
-/** Where one pull lands: a given tensor, a pool, or a device (a new tensor, or the results pool). */
-interface Landing { into?: Tensor; pool?: TensorPool; device?: Device }
 
 /** A handle to a tensor that stays with its owner until pulled (`@remote` placement). */
 export class RemoteTensor {
@@ -204,113 +105,26 @@ export class RemoteTensor {
   /** Fetches blocks of this handle's tensor by index, as one operation over one connection (a
    *  block table over a KV pool exposed as one handle): block i is the bytes
    *  [i * blockBytes, (i + 1) * blockBytes) of the tensor (blockBytes defaults to one row of its
-   *  first dimension). The owner gathers the blocks asked for into one tensor that moves as one
-   *  message (gdrpc.Owner/pullBlocks; parts of up to 32 MiB unless partBytes says, up to 64 MiB;
-   *  2 parts in flight unless maxInFlight says). They land in
-   *  order in a new [n, ...block] tensor (from `pool`, or on `device`), or in `into`: block k at
-   *  block `at[k]` of it (default k), copied out by one kernel launch on a GPU. The handle stays
-   *  pullable. Resolves to the tensor the blocks are in; a failure releases what it made and
-   *  leaves `into` partly written. */
+   *  first dimension). The owner gathers the blocks of a part into one tensor that moves as one
+   *  message (gdrpc.Owner/pullBlocks; parts of up to 32 MiB unless partBytes says, up to 64 MiB,
+   *  and 16,384 blocks; 2 parts in flight unless maxInFlight says). They land in order in a new
+   *  [n, ...block] tensor (from `pool`, or on `device`), or in `into`: block k at block `at[k]` of
+   *  it (default k), copied out by one kernel launch on a GPU. The handle stays pullable.
+   *  Resolves to the tensor the blocks are in; a failure releases what it made and may leave
+   *  `into` partly written (block-table.ts). */
   async pullBlocks(blocks: ArrayLike<number>, options: PullBlocksOptions = {}): Promise<Tensor> {
     checkOptions('RemoteTensor.pullBlocks options', options, PULL_BLOCKS_OPTIONS);
-    const rowItems = this.shape.slice(1).reduce((a, b) => a * b, 1);
-    const blockBytes = options.blockBytes ?? rowItems * elementSize(this.dtype);
-    if (blockBytes === 0 || blockBytes % elementSize(this.dtype) !== 0 || this.byteLength % blockBytes !== 0) {
-      throw new GdrpcError(Code.INVALID_ARGUMENT, `RemoteTensor.pullBlocks: blocks of ${blockBytes} bytes do not tile the ${this.byteLength}-byte ${this.dtype} tensor`);
-    }
-    const partBytes = options.partBytes ?? Math.max(DEFAULT_BLOCK_PART_BYTES, Math.min(blockBytes, MAX_BLOCK_PULL_BYTES));
-    if (blockBytes > partBytes) throw new GdrpcError(Code.INVALID_ARGUMENT, `RemoteTensor.pullBlocks: blocks of ${blockBytes} bytes do not fit parts of ${partBytes} (at most ${MAX_BLOCK_PULL_BYTES}): pull() the tensor`);
-    const inFlight = options.maxInFlight ?? DEFAULT_BLOCK_PARTS_IN_FLIGHT;
-    if (partBytes * inFlight > MAX_BLOCK_BYTES_IN_FLIGHT) {
-      throw new GdrpcError(Code.INVALID_ARGUMENT, `RemoteTensor.pullBlocks: ${inFlight} parts of ${partBytes} bytes in flight are over the ${MAX_BLOCK_BYTES_IN_FLIGHT} bytes an owner stages for one pull`);
-    }
-    const indices = blockIndices('blocks', blocks, this.byteLength / blockBytes);
-    const { into } = options;
-    if (into !== undefined && (into.released || into.dtype !== this.dtype || into.byteLength % blockBytes !== 0)) {
-      throw new GdrpcError(Code.INVALID_ARGUMENT, `RemoteTensor.pullBlocks: into must be a live ${this.dtype} tensor of whole ${blockBytes}-byte blocks, got a${into.released ? ' released' : ''} ${into.dtype} tensor of ${into.byteLength} bytes`);
-    }
-    let at: Uint32Array | undefined;
-    if (options.at !== undefined) {
-      if (into === undefined) throw new GdrpcError(Code.INVALID_ARGUMENT, 'RemoteTensor.pullBlocks: at places blocks in into, and there is none');
-      at = blockIndices('at', options.at, into.byteLength / blockBytes);
-      if (at.length !== indices.length) throw new GdrpcError(Code.INVALID_ARGUMENT, `RemoteTensor.pullBlocks: ${at.length} places in at for ${indices.length} blocks`);
-      const taken = new Uint8Array(into.byteLength / blockBytes);
-      for (const [k, place] of at.entries()) {
-        if (taken[place] === 1) throw new GdrpcError(Code.INVALID_ARGUMENT, `RemoteTensor.pullBlocks: at[${k}] = ${place} names a block of into a second time`);
-        taken[place] = 1;
-      }
-    } else if (into !== undefined && into.byteLength < indices.length * blockBytes) {
-      throw new GdrpcError(Code.INVALID_ARGUMENT, `RemoteTensor.pullBlocks: into holds ${into.byteLength / blockBytes} blocks, ${indices.length} were asked for`);
-    }
-    const device = landingDevice({ ...(into !== undefined ? { into } : {}), ...(options.pool !== undefined ? { pool: options.pool } : {}), ...(options.device !== undefined ? { device: options.device } : {}) });
-    const blockShape = blockShapeOf(this.dtype, this.shape, blockBytes);
-    const perPart = Math.min(MAX_BLOCKS_PER_PULL, Math.floor(partBytes / blockBytes));
-    const parts = Math.ceil(indices.length / perPart);
-    // One part that fills its destination whole lands there straight; otherwise each part is
-    // received into staging (the client's results pool) and copied to its places.
-    const straight = parts === 1 && at === undefined && (into === undefined || into.byteLength === indices.length * blockBytes);
+    const plan = planBlockPull(this, blocks, options);
     const { via } = options;
     const dial = this.#dialer();
     const client = via !== undefined ? via.clientFor(this, dial) : await dial(this.owner, options.token);
-    // A part is received into the pool given when it has room, else into the runtime's pool on
-    // the device (mapped memory: no registration per part).
-    const staging = (shape: number[], dtype: DType): Tensor => {
-      if (options.pool !== undefined) {
-        try {
-          return options.pool.allocate(shape, dtype);
-        } catch (error) {
-          if (!(error instanceof GdrpcError) || error.code !== Code.RESOURCE_EXHAUSTED) throw error;
-        }
-      }
-      return client.staging(device).allocate(shape, dtype);
-    };
-    let target = into;
-    const made = into === undefined && !straight;
-    const infos: CallInfo[] = [];
+    let result: Tensor;
     try {
-      if (made) target = options.pool !== undefined ? options.pool.allocate([indices.length, ...blockShape], this.dtype) : Tensor.empty([indices.length, ...blockShape], this.dtype, { device });
-      let next = 0;
-      const lane = async (): Promise<void> => {
-        while (next < parts) {
-          const part = next++;
-          const start = part * perPart;
-          const end = Math.min(indices.length, start + perPart);
-          const method: MethodDescriptor = {
-            name: 'pullBlocks', service: OWNER_SERVICE, clientStreaming: false, serverStreaming: false, args: PULL_BLOCKS_ARGS,
-            results: [{ name: 't', type: fixedTensorType(this.dtype, [end - start, ...blockShape], placementOf(device)) }],
-          };
-          const allocate = straight ? (target !== undefined ? () => lentTensor(target!) : options.pool !== undefined ? (shape: number[], dtype: DType) => options.pool!.allocate(shape, dtype) : undefined) : staging;
-          const result = await client.unary(method, { x: this.wire.x!, s: this.wire.s!, b: blockBytes, r: littleEndian(indices.subarray(start, end)) }, allocate);
-          const got = result.t as Tensor;
-          const info = callInfo(result);
-          if (info !== undefined) infos.push(info);
-          if (straight) {
-            target = got;
-            continue;
-          }
-          try {
-            // The part is complete: UCX finished receiving it.
-            if (at === undefined) await client.copyBlocks((end - start) * blockBytes, [{ dst: target!, dstOffset: start * blockBytes, src: got, srcOffset: 0 }], { sourcesReady: true });
-            else await client.copyBlocks(blockBytes, Array.from(at.subarray(start, end), (place, k) => ({ dst: target!, dstOffset: place * blockBytes, src: got, srcOffset: k * blockBytes })), { sourcesReady: true });
-          } finally {
-            got.release();
-          }
-        }
-      };
-      const failures: unknown[] = [];
-      await Promise.all(Array.from({ length: Math.min(parts, inFlight) }, () => lane().catch((error: unknown) => {
-        failures.push(error);
-        next = parts;  // no further part starts
-      })));
-      if (failures.length > 0) throw failures[0];
+      result = await runBlockPull(client, plan);
     } catch (error) {
-      if (made || (straight && into === undefined)) target?.release();
       if (via === undefined) await client.close();
       throw error;
     }
-    let durationMs = 0;
-    for (const info of infos) durationMs = Math.max(durationMs, info.durationMs);
-    const result = infos.length === 0 ? target! : attachCallInfo(target!, { transfers: infos.flatMap((info) => info.transfers), durationMs });
     if (via === undefined) closeWhenReported(client, [result]);
     return result;
   }
@@ -498,55 +312,7 @@ export class RemoteTensor {
   }
 }
 
-/** `list` as u32 block indices, each below `count`; INVALID_ARGUMENT naming `what` otherwise. */
-function blockIndices(what: string, list: ArrayLike<number>, count: number): Uint32Array {
-  if (typeof list !== 'object' || list === null || !Number.isSafeInteger(list.length) || list.length === 0) throw new GdrpcError(Code.INVALID_ARGUMENT, `RemoteTensor.pullBlocks: ${what} must list one or more blocks`);
-  const indices = new Uint32Array(list.length);
-  for (let k = 0; k < list.length; k += 1) {
-    const index = list[k];
-    if (typeof index !== 'number' || !Number.isInteger(index) || index < 0 || index >= count) {
-      throw new GdrpcError(Code.INVALID_ARGUMENT, `RemoteTensor.pullBlocks: ${what}[${k}] = ${String(index)} is not a block index below ${count}`);
-    }
-    indices[k] = index;
-  }
-  return indices;
-}
-
-/** Block indices as gdrpc.Owner/pullBlocks reads them: little-endian u32. */
-function littleEndian(indices: Uint32Array): Uint8Array {
-  const out = new Uint8Array(indices.length * 4);
-  const view = new DataView(out.buffer);
-  for (const [k, index] of indices.entries()) view.setUint32(k * 4, index, true);
-  return out;
-}
-
-function landingDevice(landing: Landing): Device {
-  return landing.into?.device ?? landing.pool?.device ?? landing.device ?? 'cpu';
-}
-
-function placementOf(device: Device): Placement {
-  return device === 'cpu' ? { kind: 'host' } : { kind: 'cuda', device: Number(device.slice(5)) };
-}
-
-/** A tensor type of fixed dimensions, as pulls describe what they receive and owners what they send. */
-export function fixedTensorType(dtype: DType, shape: readonly number[], placement: Placement): TypeRef {
-  return { kind: 'tensor', dtype, shape: shape.map((size) => ({ kind: 'fixed' as const, size })), placement };
-}
-
 /** Whether `error` is an owner's answer that it has no such method (an owner before pullMany). */
 function isUnknownMethod(error: unknown): boolean {
   return error instanceof GdrpcError && error.code === Code.NOT_FOUND && error.rawMessage.startsWith('unknown method');
-}
-
-/** The result field a pull answers with, shaped like the handle's tensor. */
-export function pullResultFields(tensor: Tensor): MethodDescriptor['results'] {
-  return [{ name: 't', type: fixedTensorType(tensor.dtype, tensor.shape, { kind: 'host' }) }];
-}
-
-/** Closes a pull's connection once the owner's reports of what it sent have come (SENT), so that
- *  the pulled tensors' callInfo can say how UCX moved them (confirmedCallInfo waits for that).
- *  The pull does not wait: the connection lingers until then, at most its transfer timeout. */
-function closeWhenReported(client: OwnerClient, tensors: ReadonlyArray<Tensor | undefined>): void {
-  const transfers = tensors.flatMap((tensor) => (tensor === undefined ? [] : callInfo(tensor)?.transfers ?? []));
-  void confirmTransfers(transfers).then(() => client.close()).catch(() => { /* closing a pull's own connection: nothing to tell */ });
 }

@@ -9,7 +9,9 @@ import { Code, GdrpcError } from '../../errors.ts';
 import { elementSize, type Device, type DType, type Tensor, type TensorPool } from '../../tensor/index.ts';
 import type { BlockCopy } from '../../compute/blocks.ts';
 import type { MethodDescriptor } from '../../schema/descriptor.ts';
-import { blockShapeOf, fixedTensorType, MAX_BLOCK_PULL_BYTES, MAX_BLOCKS_PER_PULL, MAX_PULLS_PER_CALL, MAX_STACKED_BLOCK_BYTES, OWNER_SERVICE, PULL_BLOCKS_ARGS, PULL_MANY_ARGS, pullResultFields } from '../remote/remote.ts';
+import { MAX_PULLS_PER_CALL, MAX_STACKED_BLOCK_BYTES, PULL_MANY_ARGS } from '../remote/remote.ts';
+import { blockShapeOf, MAX_BLOCK_PULL_BYTES, MAX_BLOCKS_PER_PULL, PULL_BLOCKS_ARGS } from '../remote/block-table.ts';
+import { fixedTensorType, OWNER_SERVICE, pullResultFields } from '../remote/owner-client.ts';
 import type { CallContext, MethodEntry } from './server-call.ts';
 
 /** What the owner methods need from their server. */

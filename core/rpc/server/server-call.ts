@@ -12,7 +12,7 @@ import { methodName } from '../call/method-name.ts';
 import { bindPlacement } from '../call/placement.ts';
 import { errorFrame } from '../call/status.ts';
 import { ItemQueue } from '../call/stream.ts';
-import type { OwnerDialer } from '../remote/remote.ts';
+import type { OwnerDialer } from '../remote/owner-client.ts';
 import { IncomingTensors, PendingTensor, refuseRaw, type Allocate, type SendPolicy } from '../transfer/transfer.ts';
 import { OutgoingTensors } from '../transfer/outgoing.ts';
 import { validateFields } from '../call/validate.ts';

@@ -13,7 +13,7 @@ import { cudaReceives } from '../runtime/memory-support.ts';
 import { REGISTER_OPTIONS, SERVER_OPTIONS, type ServerOptions, type RegisterOptions } from '../call/options.ts';
 import { DEFAULT_RECEIVE_DEVICE, landingDevice, receiveDeviceIndex, receivingDeviceCount, type CudaDevice } from '../call/placement.ts';
 import { ownerDialer } from '../client/client.ts';
-import { OWNER_SERVICE } from '../remote/remote.ts';
+import { OWNER_SERVICE } from '../remote/owner-client.ts';
 import { ownerMethods } from './owner-methods.ts';
 import { DEFAULT_PROCESS_POOL_BYTES } from '../runtime/process-pool.ts';
 import { Runtime } from '../runtime/runtime.ts';

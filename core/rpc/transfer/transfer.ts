@@ -18,7 +18,9 @@ import { bounceFor, stagingReason } from '../movers/staging.ts';
 import { tensorTooLarge, type Side } from './memory-errors.ts';
 import { checkGathers, stagingTensor, type Gather } from './gather.ts';
 import { awaitingReport } from '../movers/call-info.ts';
-import { RemoteTensor, type OwnerDialer } from '../remote/remote.ts';
+import { RemoteTensor } from '../remote/remote.ts';
+import type { OwnerDialer } from '../remote/owner-client.ts';
+import { isLent } from '../remote/lent.ts';
 
 export type { SendPolicy } from '../movers/plan.ts';
 
@@ -42,16 +44,6 @@ export type Allocate = (shape: number[], dtype: DType, placement: Placement, fie
 
 /** An announced tensor whose bytes follow (not a remote handle). */
 const carriesBytes = (pending: PendingTensor): boolean => pending.wire.m !== 'h';
-
-/** Tensors a caller's allocate hands back as destinations of its own (a pull `into`): a failed
- *  receive leaves them to the caller instead of releasing them with what it allocated. */
-const lent = new WeakSet<Tensor>();
-
-/** Marks `tensor` as the caller's (see `lent`) and returns it, for allocate callbacks. */
-export function lentTensor(tensor: Tensor): Tensor {
-  lent.add(tensor);
-  return tensor;
-}
 
 /** Tensors arriving in one frame. */
 export class IncomingTensors {
@@ -176,7 +168,7 @@ export class IncomingTensors {
   }
 
   releaseAll(): void {
-    for (const tensor of this.allocated.splice(0)) if (!lent.has(tensor)) tensor.release();
+    for (const tensor of this.allocated.splice(0)) if (!isLent(tensor)) tensor.release();
   }
 
   /** Resolves once every tag transfer of this frame has its sender's report (or none will come).

@@ -1,0 +1,99 @@
+// The puller's side of an owner of remote tensors: the client a pull talks through (one per
+// pull, or one made by RemoteTensor.connect and shared as `via`), what a pull asks the owner's
+// reserved service gdrpc.Owner for and where its answer lands, and the closing of a pull's own
+// connection once the owner has said how it sent (docs/wire.md "Remote handle").
+import { Code, GdrpcError } from '../../errors.ts';
+import { TensorPool, type Device, type Tensor } from '../../tensor/index.ts';
+import { isDevice } from '../../tensor/device.ts';
+import { rule } from '../../tensor/options.ts';
+import type { DType, MethodDescriptor, Placement, TypeRef } from '../../schema/descriptor.ts';
+import { callInfo, confirmTransfers } from '../movers/call-info.ts';
+import type { BlockCopy } from '../../compute/blocks.ts';
+
+/** Service name of the owner side of remote tensors. */
+export const OWNER_SERVICE = 'gdrpc.Owner';
+
+/** One pull from an owner: a Client made for it. */
+export interface OwnerClient {
+  /** `allocate` gets each result tensor's field ("... results.ts[3]") besides its shape and dtype. */
+  unary(method: MethodDescriptor, args: Record<string, unknown>, allocate: ((shape: number[], dtype: DType, placement: Placement, field: string) => Tensor) | undefined): Promise<Record<string, unknown>>;
+  /** Copies a stacked answer out (the runtime's BlockCopier). */
+  copyBlocks(blockBytes: number, copies: readonly BlockCopy[], options?: { sourcesReady?: boolean }): Promise<void>;
+  /** Where pullBlocks receives its parts on `device` (the runtime's pool there, mapped once). */
+  staging(device: Device): TensorPool;
+  close(): Promise<void>;
+}
+
+/** Connects a Client to the owner at `owner` ("host:port"), on the runtime the handle came to. */
+export type OwnerDialer = (owner: string, token: string | undefined) => Promise<OwnerClient>;
+
+/** A connection to the owner of remote tensors, made once (RemoteTensor.connect) and used by
+ *  pulls and block-table pulls given it as `via`: a worker that pulls from the same peer again
+ *  and again (a decode worker from its prefill worker) saves a connection and handshake per
+ *  pull. Pulls never close it; close() does (calls on it still running fail). */
+export class OwnerConnection {
+  readonly #client: OwnerClient;
+  readonly #dial: OwnerDialer;
+  #closed = false;
+
+  /** Internal: made by RemoteTensor.connect. */
+  constructor(readonly owner: string, dial: OwnerDialer, client: OwnerClient) {
+    this.#dial = dial;
+    this.#client = client;
+  }
+
+  get closed(): boolean { return this.#closed; }
+
+  /** Closes the connection; idempotent. */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    await this.#client.close();
+  }
+
+  /** The client for a pull of `handle` (pulled through `dial`): FAILED_PRECONDITION when closed,
+   *  INVALID_ARGUMENT when the handle has another owner or came to another runtime. */
+  clientFor(handle: { readonly owner: string }, dial: OwnerDialer): OwnerClient {
+    if (this.#closed) throw new GdrpcError(Code.FAILED_PRECONDITION, `the connection to ${this.owner} is closed`);
+    if (handle.owner !== this.owner || dial !== this.#dial) {
+      throw new GdrpcError(Code.INVALID_ARGUMENT, `a handle owned by ${handle.owner} cannot be pulled via the connection to ${this.owner}${handle.owner === this.owner ? ' made on another runtime' : ''}`);
+    }
+    return this.#client;
+  }
+}
+
+
+/** Where one pull lands: a given tensor, a pool, or a device (a new tensor, or the results pool). */
+export interface Landing { into?: Tensor; pool?: TensorPool; device?: Device }
+
+/** Option rules pulls share. */
+export const DEVICE = rule(`'cpu' or 'cuda:N'`, isDevice);
+export const POOL = rule('a TensorPool', (value) => value instanceof TensorPool);
+export const VIA = rule('an OwnerConnection (RemoteTensor.connect)', (value) => value instanceof OwnerConnection);
+
+export function landingDevice(landing: Landing): Device {
+  return landing.into?.device ?? landing.pool?.device ?? landing.device ?? 'cpu';
+}
+
+export function placementOf(device: Device): Placement {
+  return device === 'cpu' ? { kind: 'host' } : { kind: 'cuda', device: Number(device.slice(5)) };
+}
+
+/** A tensor type of fixed dimensions, as pulls describe what they receive and owners what they send. */
+export function fixedTensorType(dtype: DType, shape: readonly number[], placement: Placement): TypeRef {
+  return { kind: 'tensor', dtype, shape: shape.map((size) => ({ kind: 'fixed' as const, size })), placement };
+}
+
+
+/** The result field a pull answers with, shaped like the handle's tensor. */
+export function pullResultFields(tensor: Tensor): MethodDescriptor['results'] {
+  return [{ name: 't', type: fixedTensorType(tensor.dtype, tensor.shape, { kind: 'host' }) }];
+}
+
+/** Closes a pull's connection once the owner's reports of what it sent have come (SENT), so that
+ *  the pulled tensors' callInfo can say how UCX moved them (confirmedCallInfo waits for that).
+ *  The pull does not wait: the connection lingers until then, at most its transfer timeout. */
+export function closeWhenReported(client: OwnerClient, tensors: ReadonlyArray<Tensor | undefined>): void {
+  const transfers = tensors.flatMap((tensor) => (tensor === undefined ? [] : callInfo(tensor)?.transfers ?? []));
+  void confirmTransfers(transfers).then(() => client.close()).catch(() => { /* closing a pull's own connection: nothing to tell */ });
+}
