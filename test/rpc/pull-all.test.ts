@@ -12,19 +12,13 @@ import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer, type ListeningPeer } from './fixtures/peers.ts';
 import { disposePeers } from '../support/peer.ts';
 import { codeOf, serverStats } from './fixtures/stats.ts';
-import { rejection } from './fixtures/thrown.ts';
+import { invalidArgument, rejection } from './fixtures/thrown.ts';
 import { patterned } from './fixtures/tensors.ts';
 
 let owner: ListeningPeer;
 let client: Client;
 let pool: TensorPool;
 
-/** The message of the INVALID_ARGUMENT `promise` rejects with (fails the test otherwise). */
-async function invalidArgument(promise: Promise<unknown>): Promise<string> {
-  const error = await rejection(promise);
-  expect(error.code).toBe(Code.INVALID_ARGUMENT);
-  return error.rawMessage;
-}
 
 /** `count` handles from the owner, the i-th patterned with seed i: `size + i` bytes each, or
  *  `size` bytes each when `uniform`. */

@@ -14,7 +14,7 @@ import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer, type ListeningPeer } from './fixtures/peers.ts';
 import { disposePeers } from '../support/peer.ts';
 import { codeOf, serverStats } from './fixtures/stats.ts';
-import { rejection } from './fixtures/thrown.ts';
+import { invalidArgument, rejection } from './fixtures/thrown.ts';
 
 let owner: ListeningPeer;
 let client: Client;
@@ -36,11 +36,6 @@ function rowsOf(tensor: Tensor, cols: number): number[][] {
   return Array.from({ length: values.length / cols }, (_, k) => values.slice(k * cols, (k + 1) * cols));
 }
 
-async function invalidArgument(promise: Promise<unknown>): Promise<string> {
-  const error = await rejection(promise);
-  expect(error.code).toBe(Code.INVALID_ARGUMENT);
-  return error.rawMessage;
-}
 
 beforeAll(async () => {
   owner = await startServer();
