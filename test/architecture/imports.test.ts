@@ -117,6 +117,9 @@ const ALLOWED_STATE: Record<string, string> = {
   // A brand: which objects are TensorPools (tensor.ts may not import pool.ts). Weakly keyed, it
   // says what an object is, never how much of anything the process holds.
   'core/tensor/tensor.ts: pools': 'TensorPool brand, weakly keyed',
+  // A mark on a tensor a caller lends to a pull as its destination (`into`): a fact about the
+  // tensor for the receive that may fail, weakly keyed, never a count of anything the process holds.
+  'core/rpc/remote/lent.ts: lent': 'caller-lent destination mark, weakly keyed',
   // Strings derived from a method descriptor (its short name), made once instead of on every
   // call: weakly keyed, checked against the descriptor's fields, gone with the descriptor.
   'core/rpc/call/method-name.ts: names': 'per-descriptor method name, weakly keyed',

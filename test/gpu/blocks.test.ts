@@ -3,7 +3,8 @@
 // being written on another stream, and the block-by-block path between host and GPU. Host side:
 // test/compute/blocks.test.ts.
 import { describe, expect, it } from 'vitest';
-import { BlockCopier, copyBlocks, cuda, CudaEvent, CudaModule, CudaStream, kernelsPtxPath, loadKernels, producedOn, Tensor } from '../../core/index.ts';
+import { BlockCopier, Code, copyBlocks, cuda, CudaEvent, CudaModule, CudaStream, kernelsPtxPath, loadKernels, producedOn, Tensor } from '../../core/index.ts';
+import { rejection } from '../rpc/fixtures/thrown.ts';
 import { readFileSync } from 'node:fs';
 import { announce, DRY_RUN, skipReason } from './fixtures/env.ts';
 
@@ -93,6 +94,37 @@ describe.skipIf(skip !== undefined)('copyBlocks on cuda:0', () => {
       copier.close();
       for (const t of [...parts, stacked]) t.release();
       busy.close();
+      module.close();
+    }
+  });
+
+  it('refuses a copy whose tensor was released while it waited its turn, and runs its before check then', { timeout: 60_000 }, async () => {
+    const module = CudaModule.load(0, readFileSync(kernelsPtxPath()));
+    const spin = module.kernel('gdrpc_spin', ['u64']);
+    const producer = CudaStream.create(0);
+    const copier = new BlockCopier();
+    const [a, b, c, d, e, f] = Array.from({ length: 6 }, () => Tensor.zeros([4096], 'u8', { device: 'cuda:0' }));
+    try {
+      await copier.copy(4096, [{ dst: b!, dstOffset: 0, src: a!, srcOffset: 0 }], { sourcesReady: true });  // loads the kernel
+      // The first copy waits 300 ms for its source's producer; the others queue behind it.
+      spin.launch({ grid: 1, block: 1, stream: producer }, 300_000_000);
+      producedOn(a!, producer);
+      const first = copier.copy(4096, [{ dst: b!, dstOffset: 0, src: a!, srcOffset: 0 }]);
+      const released = copier.copy(4096, [{ dst: d!, dstOffset: 0, src: c!, srcOffset: 0 }], { sourcesReady: true });
+      let checked = false;
+      const refusedByCheck = copier.copy(4096, [{ dst: f!, dstOffset: 0, src: e!, srcOffset: 0 }], { sourcesReady: true, before: () => { checked = true; throw new Error('no longer exposed'); } });
+      c!.release();
+      expect(checked).toBe(false);  // not before its turn
+      await first;
+      const error = await rejection(released);
+      expect(error.code).toBe(Code.INVALID_ARGUMENT);
+      expect(error.rawMessage).toMatch(/copies\[0\] names a tensor released while the copy waited its turn/);
+      await expect(refusedByCheck).rejects.toThrow('no longer exposed');
+      expect(checked).toBe(true);
+    } finally {
+      copier.close();
+      for (const t of [a, b, d, e, f]) t!.release();
+      producer.close();
       module.close();
     }
   });
