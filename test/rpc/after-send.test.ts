@@ -26,6 +26,12 @@ beforeAll(async () => {
     ctx.afterSend(() => ran.push(`echo ${args.tag}`));
     return { y: args.x, tag: args.tag };
   };
+  // A handler that takes its context apart: the functions stay bound to the call.
+  handlers.checksum = async (args: { x: { byteLength: number } }, { afterSend, confirmedTransfers, signal, peer }: CallContext) => {
+    const transfers = await confirmedTransfers();
+    afterSend(() => ran.push(`apart ${transfers.length} ${signal.aborted} ${peer.startsWith('127.0.0.1:')}`));
+    return { sum: 0, n: args.x.byteLength };
+  };
   const server = Server.create({ runtime: serving, poolBytes: 8 << 20 }).register(EchoDescriptor, handlers);
   await server.listen({ host: '127.0.0.1', port: 0 });
   client = await Client.connect(server.address!, { runtime: calling });
@@ -42,6 +48,11 @@ describe('CallContext.afterSend', () => {
     const result = await client.unary(EchoDescriptor.methods.echo, { x: patterned(64 << 10, 3), tag: 't' });
     (result.y as { release(): void }).release();
     await expect.poll(() => ran, { timeout: 5000 }).toEqual(expect.arrayContaining(['during', 'echo t']));
+  });
+
+  it('works for a handler that takes its context apart ({ afterSend, confirmedTransfers, signal })', async () => {
+    expect((await client.unary(EchoDescriptor.methods.checksum, { x: patterned(64 << 10, 4) })).n).toBe(64 << 10);
+    await expect.poll(() => ran, { timeout: 5000 }).toContain('apart 1 false true');
   });
 
   it('runs a hook registered after the handler returned (a call with nothing to release)', async () => {

@@ -99,29 +99,23 @@ export class ServerCall {
     /** The caller's mover and noStaging (from the REQUEST): they apply to results as to arguments. */
     private readonly policy: SendPolicy = { mover: 'auto', noStaging: false }) {}
 
+  /** The argument tensors' transfers so far (CallContext.transfers). */
+  get transfers(): TransferInfo[] { return this.#incoming.flatMap((frame) => frame.transfers); }
+
+  /** Runs `fn` once this call is over and its results' bytes have left (CallContext.afterSend). */
+  afterSend(fn: () => void): void {
+    // Registered after the call ended without anything left to release: run it once the
+    // response has left (there is no release pass to run it with).
+    const sent = this.#sentWithNothingToRelease;
+    if (sent !== undefined) void sent.then(() => fn(), () => fn());
+    else this.#afterSend.push(fn);
+  }
+
   /** Runs the call to its end; never rejects (failures become ERROR frames). */
   async run(args: Row | undefined): Promise<void> {
     const { method, handler } = this.entry;
-    const scope = this.scope;
-    const incoming = this.#incoming;
-    const ctx: CallContext = {
-      // Made on first use: most handlers never look at it.
-      get signal() { return scope.signal; },
-      deadline: scope.deadline, metadata: this.metadata, peer: this.connection.peer,
-      get transfers() { return incoming.flatMap((frame) => frame.transfers); },
-      async confirmedTransfers() {
-        const transfers = incoming.flatMap((frame) => frame.transfers);
-        await scope.race(confirmTransfers(transfers));
-        return transfers;
-      },
-      afterSend: (fn) => {
-        // Registered after the call ended without anything left to release: run it once the
-        // response has left (there is no release pass to run it with).
-        const sent = this.#sentWithNothingToRelease;
-        if (sent !== undefined) void sent.then(() => fn(), () => fn());
-        else this.#afterSend.push(fn);
-      },
-    };
+    // One object per call, its methods on the prototype: a handler's context costs no closures.
+    const ctx: CallContext = new HandlerContext(this);
     let sent: Promise<void> = Promise.resolve();
     try {
       if (method.clientStreaming) {
@@ -335,5 +329,41 @@ export class ServerCall {
 
   #failedCall(): FailedCall {
     return { method: this.entry.method, call: this.id, peer: this.connection.peer };
+  }
+}
+
+/** What a handler sees of its call (CallContext), one object per call. What most handlers never
+ *  use is made on first use: the signal, and the functions (bound to the call, so that a handler
+ *  may take them apart: `{ afterSend }`). */
+class HandlerContext implements CallContext {
+  readonly deadline: number | undefined;
+  readonly metadata: Record<string, string>;
+  readonly peer: string;
+  readonly #call: ServerCall;
+  #afterSend: ((fn: () => void) => void) | undefined;
+  #confirmedTransfers: (() => Promise<readonly TransferInfo[]>) | undefined;
+
+  constructor(call: ServerCall) {
+    this.#call = call;
+    this.deadline = call.scope.deadline;
+    this.metadata = call.metadata;
+    this.peer = call.connection.peer;
+  }
+
+  get signal(): AbortSignal { return this.#call.scope.signal; }
+  get transfers(): readonly TransferInfo[] { return this.#call.transfers; }
+
+  get afterSend(): (fn: () => void) => void {
+    const call = this.#call;
+    return this.#afterSend ??= (fn) => call.afterSend(fn);
+  }
+
+  get confirmedTransfers(): () => Promise<readonly TransferInfo[]> {
+    const call = this.#call;
+    return this.#confirmedTransfers ??= async () => {
+      const transfers = call.transfers;
+      await call.scope.race(confirmTransfers(transfers));
+      return transfers;
+    };
   }
 }
