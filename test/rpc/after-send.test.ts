@@ -27,9 +27,14 @@ beforeAll(async () => {
     return { y: args.x, tag: args.tag };
   };
   // A handler that takes its context apart: the functions stay bound to the call.
-  handlers.checksum = async (args: { x: { byteLength: number } }, { afterSend, confirmedTransfers, signal, peer }: CallContext) => {
+  handlers.checksum = async (args: { x: { byteLength: number } }, ctx: CallContext) => {
+    const { afterSend, confirmedTransfers, signal, peer } = ctx;
     const transfers = await confirmedTransfers();
-    afterSend(() => ran.push(`apart ${transfers.length} ${signal.aborted} ${peer.startsWith('127.0.0.1:')}`));
+    // A Proxy of the context and an object made from it read through to the call.
+    const proxied = new Proxy(ctx, {});
+    const derived = Object.create(ctx) as CallContext;
+    const through = [proxied.signal === signal, derived.transfers.length, typeof proxied.afterSend, typeof derived.confirmedTransfers].join(' ');
+    afterSend(() => ran.push(`apart ${transfers.length} ${signal.aborted} ${peer.startsWith('127.0.0.1:')} ${through}`));
     return { sum: 0, n: args.x.byteLength };
   };
   const server = Server.create({ runtime: serving, poolBytes: 8 << 20 }).register(EchoDescriptor, handlers);
@@ -50,9 +55,9 @@ describe('CallContext.afterSend', () => {
     await expect.poll(() => ran, { timeout: 5000 }).toEqual(expect.arrayContaining(['during', 'echo t']));
   });
 
-  it('works for a handler that takes its context apart ({ afterSend, confirmedTransfers, signal })', async () => {
+  it('works for a handler that takes its context apart ({ afterSend, confirmedTransfers, signal }), proxies it or derives from it', async () => {
     expect((await client.unary(EchoDescriptor.methods.checksum, { x: patterned(64 << 10, 4) })).n).toBe(64 << 10);
-    await expect.poll(() => ran, { timeout: 5000 }).toContain('apart 1 false true');
+    await expect.poll(() => ran, { timeout: 5000 }).toContain('apart 1 false true true 1 function function');
   });
 
   it('runs a hook registered after the handler returned (a call with nothing to release)', async () => {

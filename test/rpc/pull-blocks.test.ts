@@ -3,7 +3,8 @@
 // whose element (i, j) is (i * cols + j) & 0xffff, so a block in the wrong place shows. Then what a
 // hostile peer can send to gdrpc.Owner/pullBlocks by hand, and the owner's bound on gather staging.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { callInfo, Client, Code, GdrpcError, RemoteTensor, Runtime, Tensor, type MethodDescriptor, type TensorPool } from '../../core/index.ts';
+import { callInfo, Client, Code, GdrpcError, OwnerConnection, RemoteTensor, Runtime, Tensor, type MethodDescriptor, type TensorPool } from '../../core/index.ts';
+import type { OwnerClient } from '../../core/rpc/remote/owner-client.ts';
 import { MAX_BLOCK_BYTES_IN_FLIGHT, MAX_BLOCK_PULL_BYTES, MAX_BLOCKS_PER_PULL, PULL_BLOCKS_ARGS } from '../../core/rpc/remote/block-table.ts';
 import { ownerMethods, OWNER_STAGING_BYTES_PER_CONNECTION, OWNER_STAGING_BYTES_PER_SERVER, type OwnerHost } from '../../core/rpc/server/owner-methods.ts';
 import { IncomingTensors } from '../../core/rpc/transfer/transfer.ts';
@@ -143,6 +144,40 @@ describe('RemoteTensor.pullBlocks', () => {
     const late = await rejection(handle.pullBlocks([0], { via: owner }));
     expect(late.code).toBe(Code.FAILED_PRECONDITION);
     expect(late.rawMessage).toMatch(/the connection to 127\.0\.0\.1:\d+ is closed/);
+  });
+
+  it('serves handles that came on another Client of the same runtime, and refuses a token of its own', async () => {
+    const other = await Client.connect(owner.address);
+    const owner1 = await (await region(8, 8)).connect();
+    try {
+      const handle = (await other.unary(EchoDescriptor.methods.region, { rows: 8, cols: 8 })).h as RemoteTensor;
+      const tensor = await handle.pullBlocks([7], { via: owner1 });
+      expect(rowsOf(tensor, 8)).toEqual([rowOf(7, 8)]);
+      tensor.release();
+      expect(await invalidArgument(handle.pullBlocks([7], { via: owner1, token: 'x' }))).toMatch(/presents the token given to connect/);
+      expect(await invalidArgument(handle.pull({ via: owner1, token: 'x' }))).toMatch(/presents the token given to connect/);
+    } finally {
+      await owner1.close();
+      await other.close();
+    }
+  });
+
+  it('keeps at most 512 MiB of parts in flight over one connection, the rest waiting their turn in order', async () => {
+    const shared = new OwnerConnection('o:1', Object.assign(async () => { throw new Error('never dialled'); }, { on: {} }), {} as OwnerClient);
+    const order: string[] = [];
+    const a = await shared.room(300 << 20);
+    const b = shared.room(300 << 20).then((give) => { order.push('b'); return give; });
+    const c = shared.room(100 << 20).then((give) => { order.push('c'); return give; });
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(order).toEqual([]);  // c would fit, but waits behind b
+    a();
+    a();  // giving back twice gives back once
+    const giveB = await b;
+    const giveC = await c;
+    expect(order).toEqual(['b', 'c']);
+    giveB();
+    giveC();
+    await expect(shared.room(512 << 20)).resolves.toBeTypeOf('function');
   });
 
   it('refuses a connection to another owner as via', async () => {

@@ -21,7 +21,7 @@ import { DEFAULT_RECEIVE_DEVICE, landingDevice, receiveDeviceIndex, receivingDev
 import type { MoverName, TransferInfo } from '../movers/mover.ts';
 import { ALLOCATE, CLIENT_OPTIONS, type CallOptions, type ClientOptions } from '../call/options.ts';
 import { DEFAULT_PROCESS_POOL_BYTES } from '../runtime/process-pool.ts';
-import type { OwnerDialer } from '../remote/owner-client.ts';
+import type { OwnerClient, OwnerDialer } from '../remote/owner-client.ts';
 import { Runtime } from '../runtime/runtime.ts';
 import { ItemQueue } from '../call/stream.ts';
 import { IncomingTensors, PendingTensor, refuseRaw, type Allocate } from '../transfer/transfer.ts';
@@ -388,8 +388,11 @@ export function parseAddress(address: string | { host: string; port: number }): 
  *  instead; pass `pool` to avoid it). A handle from the default runtime pulls through whichever
  *  default runtime is open then: the one it came on may have closed with its last client. */
 export function ownerDialer(runtime: Runtime): OwnerDialer {
-  return async (owner, token) => {
+  const dial = async (owner: string, token: string | undefined): Promise<OwnerClient> => {
     const client = await Client.connect(owner, { poolBytes: 0, ...(runtime.implicit ? {} : { runtime }), ...(token !== undefined ? { token } : {}) });
+    // A malformed frame from the owner fails the call it belongs to; with no listener, the
+    // 'error' event would throw before that call was finished, and a pull would never end.
+    client.on('error', () => { /* the failing call reports it */ });
     // The runtime the client came to: for an implicit one, the default runtime now (the one the
     // handle arrived on may have closed since, with its last user).
     const on = runtime.implicit ? Runtime.default() : runtime;
@@ -400,4 +403,5 @@ export function ownerDialer(runtime: Runtime): OwnerDialer {
       close: () => client.close(),
     };
   };
+  return Object.assign(dial, { on: runtime });
 }

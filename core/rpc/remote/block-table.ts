@@ -110,9 +110,10 @@ export function planBlockPull(source: BlockSource, blocks: ArrayLike<number>, op
   };
 }
 
-/** Runs `plan` over `client`: its parts, `inFlight` at a time; resolves to the tensor the blocks
- *  are in. A failure lets the parts in flight end, releases what it made, and throws the first. */
-export async function runBlockPull(client: OwnerClient, plan: BlockPull): Promise<Tensor> {
+/** Runs `plan` over `client`: its parts, `inFlight` at a time (and, over a shared connection,
+ *  as its room allows); resolves to the tensor the blocks are in. A failure lets the parts in
+ *  flight end, releases what it made, and throws the first. */
+export async function runBlockPull(client: OwnerClient, plan: BlockPull, via?: OwnerConnection): Promise<Tensor> {
   const { into, indices, blockShape, source, device, pool } = plan;
   const made = into === undefined && !plan.straight;
   let target = made ? (pool !== undefined ? pool.allocate([indices.length, ...blockShape], source.dtype) : Tensor.empty([indices.length, ...blockShape], source.dtype, { device })) : into;
@@ -122,9 +123,16 @@ export async function runBlockPull(client: OwnerClient, plan: BlockPull): Promis
     const failures: unknown[] = [];
     const lane = async (): Promise<void> => {
       while (next < plan.parts) {
-        const got = await pullPart(client, plan, next++, target);
-        infos.push(got.info);
-        target = got.target;
+        const part = next++;
+        const bytes = Math.min(plan.perPart, indices.length - part * plan.perPart) * plan.blockBytes;
+        const giveBack = via === undefined ? undefined : await via.room(bytes);
+        try {
+          const got = await pullPart(client, plan, part, target);
+          infos.push(got.info);
+          target = got.target;
+        } finally {
+          giveBack?.();
+        }
       }
     };
     await Promise.all(Array.from({ length: Math.min(plan.parts, plan.inFlight) }, () => lane().catch((error: unknown) => {

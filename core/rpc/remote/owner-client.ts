@@ -25,7 +25,14 @@ export interface OwnerClient {
 }
 
 /** Connects a Client to the owner at `owner` ("host:port"), on the runtime the handle came to. */
-export type OwnerDialer = (owner: string, token: string | undefined) => Promise<OwnerClient>;
+export type OwnerDialer = ((owner: string, token: string | undefined) => Promise<OwnerClient>) & {
+  /** What the dialer pulls on (its runtime): dialers of one runtime share connections (`via`). */
+  readonly on?: object;
+};
+
+/** Gather staging an owner holds for one connection (OWNER_STAGING_BYTES_PER_CONNECTION): the
+ *  block-table pulls sharing one OwnerConnection keep their parts in flight under it together. */
+const SHARED_CONNECTION_BYTES = 512 << 20;
 
 /** A connection to the owner of remote tensors, made once (RemoteTensor.connect) and used by
  *  pulls and block-table pulls given it as `via`: a worker that pulls from the same peer again
@@ -35,6 +42,9 @@ export class OwnerConnection {
   readonly #client: OwnerClient;
   readonly #dial: OwnerDialer;
   #closed = false;
+  /** Bytes of parts in flight over this connection, and the parts waiting for room. */
+  #inFlight = 0;
+  readonly #waiting: Array<{ bytes: number; go: () => void }> = [];
 
   /** Internal: made by RemoteTensor.connect. */
   constructor(readonly owner: string, dial: OwnerDialer, client: OwnerClient) {
@@ -55,10 +65,29 @@ export class OwnerConnection {
    *  INVALID_ARGUMENT when the handle has another owner or came to another runtime. */
   clientFor(handle: { readonly owner: string }, dial: OwnerDialer): OwnerClient {
     if (this.#closed) throw new GdrpcError(Code.FAILED_PRECONDITION, `the connection to ${this.owner} is closed`);
-    if (handle.owner !== this.owner || dial !== this.#dial) {
+    const sameRuntime = dial === this.#dial || (dial.on !== undefined && dial.on === this.#dial.on);
+    if (handle.owner !== this.owner || !sameRuntime) {
       throw new GdrpcError(Code.INVALID_ARGUMENT, `a handle owned by ${handle.owner} cannot be pulled via the connection to ${this.owner}${handle.owner === this.owner ? ' made on another runtime' : ''}`);
     }
     return this.#client;
+  }
+
+  /** Room for a part of `bytes` among the parts in flight over this connection (the owner's
+   *  staging for one connection, shared by every pull over it): resolves, in order, to what gives
+   *  the room back. */
+  room(bytes: number): Promise<() => void> {
+    const grant = (): (() => void) => {
+      this.#inFlight += bytes;
+      let given = false;
+      return () => {
+        if (given) return;
+        given = true;
+        this.#inFlight -= bytes;
+        while (this.#waiting.length > 0 && this.#inFlight + this.#waiting[0]!.bytes <= SHARED_CONNECTION_BYTES) this.#waiting.shift()!.go();
+      };
+    };
+    if (this.#waiting.length === 0 && this.#inFlight + bytes <= SHARED_CONNECTION_BYTES) return Promise.resolve(grant());
+    return new Promise((resolve) => { this.#waiting.push({ bytes, go: () => resolve(grant()) }); });
   }
 }
 

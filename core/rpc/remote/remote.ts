@@ -82,6 +82,7 @@ export class RemoteTensor {
     const dial = this.#dialer();
     this.#checkInto(options.into);
     const { via } = options;
+    if (via !== undefined && options.token !== undefined) throw viaWithToken();
     const client = via !== undefined ? via.clientFor(this, dial) : await dial(this.owner, options.token);
     let tensor: Tensor;
     try {
@@ -116,11 +117,12 @@ export class RemoteTensor {
     checkOptions('RemoteTensor.pullBlocks options', options, PULL_BLOCKS_OPTIONS);
     const plan = planBlockPull(this, blocks, options);
     const { via } = options;
+    if (via !== undefined && options.token !== undefined) throw viaWithToken();
     const dial = this.#dialer();
     const client = via !== undefined ? via.clientFor(this, dial) : await dial(this.owner, options.token);
     let result: Tensor;
     try {
-      result = await runBlockPull(client, plan);
+      result = await runBlockPull(client, plan, via);
     } catch (error) {
       if (via === undefined) await client.close();
       throw error;
@@ -315,4 +317,9 @@ export class RemoteTensor {
 /** Whether `error` is an owner's answer that it has no such method (an owner before pullMany). */
 function isUnknownMethod(error: unknown): boolean {
   return error instanceof GdrpcError && error.code === Code.NOT_FOUND && error.rawMessage.startsWith('unknown method');
+}
+
+/** A pull given both a connection and a token: the token is the connection's (connect). */
+function viaWithToken(): GdrpcError {
+  return new GdrpcError(Code.INVALID_ARGUMENT, 'a pull via a connection presents the token given to connect(), not one of its own');
 }

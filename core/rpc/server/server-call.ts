@@ -332,38 +332,46 @@ export class ServerCall {
   }
 }
 
+/** The call behind a HandlerContext: a symbol-keyed field, not a private one, so that a Proxy
+ *  of the context or an object made from it (Object.create) still reads through. */
+const CALL = Symbol('gdrpc.call');
+
 /** What a handler sees of its call (CallContext), one object per call. What most handlers never
  *  use is made on first use: the signal, and the functions (bound to the call, so that a handler
- *  may take them apart: `{ afterSend }`). */
+ *  may take them apart: `{ afterSend }`). The accessors live on the prototype: destructure a
+ *  context, do not spread it (docs/runtime-api.md). */
 class HandlerContext implements CallContext {
   readonly deadline: number | undefined;
   readonly metadata: Record<string, string>;
   readonly peer: string;
-  readonly #call: ServerCall;
+  readonly [CALL]: ServerCall;
   #afterSend: ((fn: () => void) => void) | undefined;
   #confirmedTransfers: (() => Promise<readonly TransferInfo[]>) | undefined;
 
   constructor(call: ServerCall) {
-    this.#call = call;
+    this[CALL] = call;
     this.deadline = call.scope.deadline;
     this.metadata = call.metadata;
     this.peer = call.connection.peer;
   }
 
-  get signal(): AbortSignal { return this.#call.scope.signal; }
-  get transfers(): readonly TransferInfo[] { return this.#call.transfers; }
+  get signal(): AbortSignal { return this[CALL].scope.signal; }
+  get transfers(): readonly TransferInfo[] { return this[CALL].transfers; }
 
   get afterSend(): (fn: () => void) => void {
-    const call = this.#call;
+    const call = this[CALL];
+    if (!(#afterSend in this)) return (fn) => call.afterSend(fn);
     return this.#afterSend ??= (fn) => call.afterSend(fn);
   }
 
   get confirmedTransfers(): () => Promise<readonly TransferInfo[]> {
-    const call = this.#call;
-    return this.#confirmedTransfers ??= async () => {
+    const call = this[CALL];
+    const confirm = async (): Promise<readonly TransferInfo[]> => {
       const transfers = call.transfers;
       await call.scope.race(confirmTransfers(transfers));
       return transfers;
     };
+    if (!(#confirmedTransfers in this)) return confirm;
+    return this.#confirmedTransfers ??= confirm;
   }
 }
