@@ -15,20 +15,26 @@ setTimeout(() => process.exit(3), Number(process.env.GDRPC_BENCH_PEER_TTL_MS ?? 
 const blocks: Tensor[] = [];
 let blockPool: TensorPool | undefined;
 
+/** The blocks' pool, with room for `bytes` more, once the blocks of the call before are released. */
+function freshBlocks(bytes: number): TensorPool {
+  for (const block of blocks.splice(0)) block.release();
+  const needed = bytes + (1 << 20);
+  if (blockPool === undefined || blockPool.stats().capacity < needed) {
+    blockPool?.close({ force: true });
+    blockPool = Runtime.default().createPool({ device, bytes: needed });
+  }
+  return blockPool;
+}
+
 const server = Server.create({ poolBytes, maxTensorBytes: poolBytes });
 server.register(receivingOn(SinkDescriptor, device), {
   ping: (args: { n: number }) => ({ n: args.n }),
   sink: (args: { x: Tensor }) => ({ n: args.x.byteLength }),
   sinkList: (args: { xs: Tensor[] }) => ({ count: args.xs.length }),
   blocks: (args: { count: number; bytes: number }) => {
-    for (const block of blocks.splice(0)) block.release();
-    const needed = args.count * args.bytes + (1 << 20);
-    if (blockPool === undefined || blockPool.stats().capacity < needed) {
-      blockPool?.close({ force: true });
-      blockPool = Runtime.default().createPool({ device, bytes: needed });
-    }
+    const pool = freshBlocks(args.count * args.bytes);
     for (let i = 0; i < args.count; i += 1) {
-      const block = blockPool.allocate([args.bytes], 'u8');
+      const block = pool.allocate([args.bytes], 'u8');
       if (device === 'cpu') block.bytes().fill(i & 0xff);
       else cuda.memset(block.address, i & 0xff, args.bytes);
       blocks.push(block);
@@ -36,13 +42,7 @@ server.register(receivingOn(SinkDescriptor, device), {
     return { items: blocks.map((h) => ({ h })) };
   },
   region: (args: { count: number; bytes: number }) => {
-    for (const block of blocks.splice(0)) block.release();
-    const needed = args.count * args.bytes + (1 << 20);
-    if (blockPool === undefined || blockPool.stats().capacity < needed) {
-      blockPool?.close({ force: true });
-      blockPool = Runtime.default().createPool({ device, bytes: needed });
-    }
-    const region = blockPool.allocate([args.count, args.bytes], 'u8');
+    const region = freshBlocks(args.count * args.bytes).allocate([args.count, args.bytes], 'u8');
     for (let i = 0; i < args.count; i += 1) {
       if (device === 'cpu') region.bytes().fill(i & 0xff, i * args.bytes, (i + 1) * args.bytes);
       else cuda.memset(region.address + BigInt(i * args.bytes), i & 0xff, args.bytes);
