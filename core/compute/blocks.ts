@@ -24,7 +24,7 @@ const MAX_PIECES = 4096;
 
 /** How many equal pieces a block of `blockBytes` is copied as: the fewest that are each at most
  *  MAX_PIECE_BYTES, divide the block exactly, and keep 16-byte pieces when the block is a multiple
- *  of 16 (the kernel's wide path); 1 when no such cut exists. */
+ *  of 16 (the kernel's wide path); 1 when no such cut exists (cutsOf then adds a tail). */
 export function piecesOf(blockBytes: number): number {
   if (blockBytes <= MAX_PIECE_BYTES) return 1;
   const wide = blockBytes % 16 === 0;
@@ -33,6 +33,21 @@ export function piecesOf(blockBytes: number): number {
     if (!wide || (blockBytes / pieces) % 16 === 0) return pieces;
   }
   return 1;
+}
+
+/** The pieces one block is copied as, in groups of one length (one kernel launch each): equal
+ *  pieces where piecesOf finds a cut, else pieces of MAX_PIECE_BYTES and the tail after them. */
+export function cutsOf(blockBytes: number): Array<{ bytes: number; offsets: number[] }> {
+  const pieces = piecesOf(blockBytes);
+  if (pieces > 1 || blockBytes <= MAX_PIECE_BYTES) {
+    const bytes = blockBytes / pieces;
+    return [{ bytes, offsets: Array.from({ length: pieces }, (_, j) => j * bytes) }];
+  }
+  const full = Math.floor(blockBytes / MAX_PIECE_BYTES);
+  return [
+    { bytes: MAX_PIECE_BYTES, offsets: Array.from({ length: full }, (_, j) => j * MAX_PIECE_BYTES) },
+    { bytes: blockBytes - full * MAX_PIECE_BYTES, offsets: [full * MAX_PIECE_BYTES] },
+  ];
 }
 
 /** What one GPU keeps for block copies: the kernel, a stream, the address table, and a queue so
@@ -157,12 +172,11 @@ function copyEach(blockBytes: number, copies: readonly BlockCopy[], sourcesReady
   for (const c of copies) cuda.copy(place(c.dst, c.dstOffset, blockBytes), place(c.src, c.srcOffset, blockBytes), blockBytes);
 }
 
-/** One launch for all blocks on `device`, after the last copy of this GPU finished with the table.
- *  Long blocks are cut into pieces (piecesOf) so that every thread block has a share. */
+/** The copies on `device` after the last copy of this GPU finished with the table: one launch
+ *  per group of pieces (cutsOf: long blocks are cut so that every thread block has a share). */
 async function launch(gpu: GpuCopier, device: number, blockBytes: number, copies: readonly BlockCopy[], sourcesReady: boolean): Promise<void> {
-  const pieces = piecesOf(blockBytes);
-  const pieceBytes = blockBytes / pieces;
-  const entries = copies.length * pieces;
+  const groups = cutsOf(blockBytes);
+  const entries = groups.reduce((n, group) => n + copies.length * group.offsets.length, 0);
   const tableBytes = entries * 16;
   if (gpu.table === undefined || gpu.table.bytes < tableBytes) {
     if (gpu.table !== undefined) cuda.free(gpu.table.ptr);
@@ -170,16 +184,8 @@ async function launch(gpu: GpuCopier, device: number, blockBytes: number, copies
     const bytes = Math.max(tableBytes, 16 * 1024);
     gpu.table = { ptr: cuda.alloc(device, bytes), bytes };
   }
-  const table = new BigUint64Array(entries * 2);
   let synchronized = sourcesReady;
-  for (const [k, c] of copies.entries()) {
-    const dst = c.dst.address + BigInt(c.dstOffset);
-    const src = c.src.address + BigInt(c.srcOffset);
-    for (let j = 0; j < pieces; j += 1) {
-      const at = BigInt(j * pieceBytes);
-      table[k * pieces + j] = dst + at;
-      table[entries + k * pieces + j] = src + at;
-    }
+  for (const c of copies) {
     const producer = producerOf(c.src);
     if (producer !== undefined) gpu.stream.waitFor(producer);
     else if (!synchronized) {
@@ -187,8 +193,29 @@ async function launch(gpu: GpuCopier, device: number, blockBytes: number, copies
       synchronized = true;
     }
   }
+  // Each group's entries: its destinations, then its sources (what the kernel reads), one group
+  // after the other.
+  const table = new BigUint64Array(entries * 2);
+  let at = 0;
+  for (const group of groups) {
+    const n = copies.length * group.offsets.length;
+    for (const [k, c] of copies.entries()) {
+      const dst = c.dst.address + BigInt(c.dstOffset);
+      const src = c.src.address + BigInt(c.srcOffset);
+      for (const [j, offset] of group.offsets.entries()) {
+        table[at + k * group.offsets.length + j] = dst + BigInt(offset);
+        table[at + n + k * group.offsets.length + j] = src + BigInt(offset);
+      }
+    }
+    at += 2 * n;
+  }
   cuda.copy(gpu.table.ptr, table, tableBytes);
-  gpu.kernel.launch({ grid: Math.min(entries, MAX_GRID), block: THREADS, stream: gpu.stream }, gpu.table.ptr, BigInt(pieceBytes), entries);
+  at = 0;
+  for (const group of groups) {
+    const n = copies.length * group.offsets.length;
+    gpu.kernel.launch({ grid: Math.min(n, MAX_GRID), block: THREADS, stream: gpu.stream }, gpu.table.ptr + BigInt(at * 8), BigInt(group.bytes), n);
+    at += 2 * n;
+  }
   const done = CudaEvent.create(device).record(gpu.stream);
   try {
     await done.finished();

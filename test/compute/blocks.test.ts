@@ -3,7 +3,7 @@
 // copied.
 import { describe, expect, it } from 'vitest';
 import { Code, copyBlocks, Tensor } from '../../core/index.ts';
-import { piecesOf } from '../../core/compute/blocks.ts';
+import { cutsOf, piecesOf } from '../../core/compute/blocks.ts';
 import { rejection } from '../rpc/fixtures/thrown.ts';
 
 /** `count` host tensors of `bytes` bytes, tensor k filled with bytes k * 7 + i. */
@@ -33,6 +33,21 @@ describe('copyBlocks on the host', () => {
     expect(piecesOf((1 << 20) + 1)).toBe(17);
     // A prime past the table's limit stays one piece.
     expect(piecesOf(2_147_483_647)).toBe(1);
+  });
+
+  it('cuts a block without an equal cut into 256 KiB pieces and the tail after them', () => {
+    expect(cutsOf(32 << 10)).toEqual([{ bytes: 32 << 10, offsets: [0] }]);
+    expect(cutsOf(16 << 20)).toEqual([{ bytes: 256 << 10, offsets: Array.from({ length: 64 }, (_, j) => j * (256 << 10)) }]);
+    // 262,147 and 2,097,169 are primes.
+    expect(cutsOf(262_147)).toEqual([{ bytes: 262_144, offsets: [0] }, { bytes: 3, offsets: [262_144] }]);
+    expect(cutsOf(2_097_169)).toEqual([{ bytes: 262_144, offsets: Array.from({ length: 8 }, (_, j) => j * 262_144) }, { bytes: 17, offsets: [2_097_152] }]);
+    // Every cut covers its block exactly once.
+    for (const size of [262_147, 2_097_169, (1 << 20) + 1, 3 << 20]) {
+      const covered = cutsOf(size).flatMap((group) => group.offsets.map((offset) => [offset, offset + group.bytes] as const)).sort((a, b) => a[0] - b[0]);
+      expect(covered[0]![0]).toBe(0);
+      for (let k = 1; k < covered.length; k += 1) expect(covered[k]![0]).toBe(covered[k - 1]![1]);
+      expect(covered.at(-1)![1]).toBe(size);
+    }
   });
 
   it('copies nothing for no blocks or zero-byte blocks', async () => {

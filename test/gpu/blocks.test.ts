@@ -23,6 +23,7 @@ describe.skipIf(skip !== undefined)('copyBlocks on cuda:0', () => {
     ['300 blocks of 4,099 bytes (byte copies)', 300, 4099],
     ['3 blocks of 16 MiB (64 pieces each)', 3, 16 << 20],
     ['2 blocks of 1 MiB + 1 byte (17 pieces each, byte copies)', 2, (1 << 20) + 1],
+    ['3 blocks of 2,097,169 bytes (a prime: 8 pieces of 256 KiB and a 17-byte tail)', 3, 2_097_169],
   ])('gathers and scatters %s, every byte in place', async (_name, count, bytes) => {
     const parts = Array.from({ length: count }, (_, k) => hostBlock(k, bytes));
     const onGpu = parts.map((p) => p.to('cuda:0'));
