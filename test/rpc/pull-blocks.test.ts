@@ -163,7 +163,7 @@ describe('RemoteTensor.pullBlocks', () => {
   });
 
   it('keeps at most 512 MiB of parts in flight over one connection, the rest waiting their turn in order', async () => {
-    const shared = new OwnerConnection('o:1', Object.assign(async () => { throw new Error('never dialled'); }, { on: {} }), {} as OwnerClient);
+    const shared = new OwnerConnection('o:1', Object.assign(async () => { throw new Error('never dialled'); }, { runtime: {} }), {} as OwnerClient);
     const order: string[] = [];
     const a = await shared.room(300 << 20);
     const b = shared.room(300 << 20).then((give) => { order.push('b'); return give; });

@@ -403,5 +403,5 @@ export function ownerDialer(runtime: Runtime): OwnerDialer {
       close: () => client.close(),
     };
   };
-  return Object.assign(dial, { on: runtime });
+  return Object.assign(dial, { runtime });
 }

@@ -55,6 +55,12 @@ export const PULL_BLOCKS_OPTIONS: OptionRules<PullBlocksOptions> = {
   partBytes: Accept.integer(1, MAX_BLOCK_PULL_BYTES, 'bytes'), via: VIA,
 };
 
+/** Whether blocks of `blockBytes` tile a `byteLength`-byte tensor of `dtype`: whole elements,
+ *  none left over (the rule puller and owner both apply). */
+export function blocksTile(dtype: DType, byteLength: number, blockBytes: number): boolean {
+  return blockBytes > 0 && blockBytes % elementSize(dtype) === 0 && byteLength % blockBytes === 0;
+}
+
 /** The handle a block-table pull reads: its descriptor and what the tensor is. */
 interface BlockSource { readonly wire: TensorWire; readonly dtype: DType; readonly shape: readonly number[]; readonly byteLength: number }
 
@@ -80,9 +86,8 @@ export interface BlockPull {
 /** Checks a pull of `blocks` of `source` (options already checked against PULL_BLOCKS_OPTIONS);
  *  INVALID_ARGUMENT for anything that does not fit. */
 export function planBlockPull(source: BlockSource, blocks: ArrayLike<number>, options: PullBlocksOptions): BlockPull {
-  const itemBytes = elementSize(source.dtype);
-  const blockBytes = options.blockBytes ?? source.shape.slice(1).reduce((a, b) => a * b, 1) * itemBytes;
-  if (blockBytes === 0 || blockBytes % itemBytes !== 0 || source.byteLength % blockBytes !== 0) {
+  const blockBytes = options.blockBytes ?? source.shape.slice(1).reduce((a, b) => a * b, 1) * elementSize(source.dtype);
+  if (!blocksTile(source.dtype, source.byteLength, blockBytes)) {
     throw invalid(`blocks of ${blockBytes} bytes do not tile the ${source.byteLength}-byte ${source.dtype} tensor`);
   }
   const partBytes = options.partBytes ?? Math.max(DEFAULT_BLOCK_PART_BYTES, Math.min(blockBytes, MAX_BLOCK_PULL_BYTES));
@@ -209,12 +214,12 @@ function invalid(message: string): GdrpcError {
 
 /** `list` as u32 block indices, each below `count`; INVALID_ARGUMENT naming `what` otherwise. */
 function blockIndices(what: string, list: ArrayLike<number>, count: number): Uint32Array {
-  if (typeof list !== 'object' || list === null || !Number.isSafeInteger(list.length) || list.length === 0) throw new GdrpcError(Code.INVALID_ARGUMENT, `RemoteTensor.pullBlocks: ${what} must list one or more blocks`);
+  if (typeof list !== 'object' || list === null || !Number.isSafeInteger(list.length) || list.length === 0) throw invalid(`${what} must list one or more blocks`);
   const indices = new Uint32Array(list.length);
   for (let k = 0; k < list.length; k += 1) {
     const index = list[k];
     if (typeof index !== 'number' || !Number.isInteger(index) || index < 0 || index >= count) {
-      throw new GdrpcError(Code.INVALID_ARGUMENT, `RemoteTensor.pullBlocks: ${what}[${k}] = ${String(index)} is not a block index below ${count}`);
+      throw invalid(`${what}[${k}] = ${String(index)} is not a block index below ${count}`);
     }
     indices[k] = index;
   }

@@ -26,8 +26,8 @@ export interface OwnerClient {
 
 /** Connects a Client to the owner at `owner` ("host:port"), on the runtime the handle came to. */
 export type OwnerDialer = ((owner: string, token: string | undefined) => Promise<OwnerClient>) & {
-  /** What the dialer pulls on (its runtime): dialers of one runtime share connections (`via`). */
-  readonly on?: object;
+  /** The runtime the dialer pulls on: dialers of one runtime share connections (`via`). */
+  readonly runtime?: object;
 };
 
 /** Gather staging an owner holds for one connection (OWNER_STAGING_BYTES_PER_CONNECTION): the
@@ -65,7 +65,7 @@ export class OwnerConnection {
    *  INVALID_ARGUMENT when the handle has another owner or came to another runtime. */
   clientFor(handle: { readonly owner: string }, dial: OwnerDialer): OwnerClient {
     if (this.#closed) throw new GdrpcError(Code.FAILED_PRECONDITION, `the connection to ${this.owner} is closed`);
-    const sameRuntime = dial === this.#dial || (dial.on !== undefined && dial.on === this.#dial.on);
+    const sameRuntime = dial === this.#dial || (dial.runtime !== undefined && dial.runtime === this.#dial.runtime);
     if (handle.owner !== this.owner || !sameRuntime) {
       throw new GdrpcError(Code.INVALID_ARGUMENT, `a handle owned by ${handle.owner} cannot be pulled via the connection to ${this.owner}${handle.owner === this.owner ? ' made on another runtime' : ''}`);
     }

@@ -81,18 +81,7 @@ export class RemoteTensor {
     checkOptions('RemoteTensor.pull options', options, PULL_OPTIONS);
     const dial = this.#dialer();
     this.#checkInto(options.into);
-    const { via } = options;
-    if (via !== undefined && options.token !== undefined) throw viaWithToken();
-    const client = via !== undefined ? via.clientFor(this, dial) : await dial(this.owner, options.token);
-    let tensor: Tensor;
-    try {
-      tensor = await this.#pullThrough(client, options);
-    } catch (error) {
-      if (via === undefined) await client.close();
-      throw error;
-    }
-    if (via === undefined) closeWhenReported(client, [tensor]);
-    return tensor;
+    return this.#pullOver(dial, options, (client) => this.#pullThrough(client, options));
   }
 
   /** A connection to this handle's owner for pulls to share (`via`): one handshake for many
@@ -116,19 +105,27 @@ export class RemoteTensor {
   async pullBlocks(blocks: ArrayLike<number>, options: PullBlocksOptions = {}): Promise<Tensor> {
     checkOptions('RemoteTensor.pullBlocks options', options, PULL_BLOCKS_OPTIONS);
     const plan = planBlockPull(this, blocks, options);
+    return this.#pullOver(this.#dialer(), options, (client) => runBlockPull(client, plan, options.via));
+  }
+
+  /** Runs `pull` over `via` when given (left open), else over a connection of its own: closed on
+   *  failure, or once the owner has reported how it sent (closeWhenReported). */
+  async #pullOver(dial: OwnerDialer, options: { via?: OwnerConnection; token?: string }, pull: (client: OwnerClient) => Promise<Tensor>): Promise<Tensor> {
     const { via } = options;
-    if (via !== undefined && options.token !== undefined) throw viaWithToken();
-    const dial = this.#dialer();
-    const client = via !== undefined ? via.clientFor(this, dial) : await dial(this.owner, options.token);
-    let result: Tensor;
+    if (via !== undefined) {
+      if (options.token !== undefined) throw new GdrpcError(Code.INVALID_ARGUMENT, 'a pull via a connection presents the token given to connect(), not one of its own');
+      return pull(via.clientFor(this, dial));
+    }
+    const client = await dial(this.owner, options.token);
+    let tensor: Tensor;
     try {
-      result = await runBlockPull(client, plan, via);
+      tensor = await pull(client);
     } catch (error) {
-      if (via === undefined) await client.close();
+      await client.close();
       throw error;
     }
-    if (via === undefined) closeWhenReported(client, [result]);
-    return result;
+    closeWhenReported(client, [tensor]);
+    return tensor;
   }
 
   /** Fetches many handles as one operation: one connection per owner (not one per handle), the
@@ -317,9 +314,4 @@ export class RemoteTensor {
 /** Whether `error` is an owner's answer that it has no such method (an owner before pullMany). */
 function isUnknownMethod(error: unknown): boolean {
   return error instanceof GdrpcError && error.code === Code.NOT_FOUND && error.rawMessage.startsWith('unknown method');
-}
-
-/** A pull given both a connection and a token: the token is the connection's (connect). */
-function viaWithToken(): GdrpcError {
-  return new GdrpcError(Code.INVALID_ARGUMENT, 'a pull via a connection presents the token given to connect(), not one of its own');
 }

@@ -10,8 +10,8 @@ import { elementSize, type Device, type DType, type Tensor, type TensorPool } fr
 import type { BlockCopy } from '../../compute/blocks.ts';
 import type { MethodDescriptor } from '../../schema/descriptor.ts';
 import { MAX_PULLS_PER_CALL, MAX_STACKED_BLOCK_BYTES, PULL_MANY_ARGS } from '../remote/remote.ts';
-import { blockShapeOf, MAX_BLOCK_PULL_BYTES, MAX_BLOCKS_PER_PULL, PULL_BLOCKS_ARGS } from '../remote/block-table.ts';
-import { fixedTensorType, OWNER_SERVICE, pullResultFields } from '../remote/owner-client.ts';
+import { blocksTile, blockShapeOf, MAX_BLOCK_PULL_BYTES, MAX_BLOCKS_PER_PULL, PULL_BLOCKS_ARGS } from '../remote/block-table.ts';
+import { OWNER_SERVICE, pullResultFields } from '../remote/owner-client.ts';
 import type { CallContext, MethodEntry } from './server-call.ts';
 
 /** What the owner methods need from their server. */
@@ -49,7 +49,6 @@ function lookupAll(host: OwnerHost, method: string, xs: number[], ss: Uint8Array
 export const OWNER_STAGING_BYTES_PER_CONNECTION = 512 << 20;
 /** Gather staging one server holds at most, over all its connections. */
 export const OWNER_STAGING_BYTES_PER_SERVER = 2 * 1024 ** 3;
-
 
 /** The block indices of a pullBlocks call: `r` holds them as little-endian u32, each below `blocks`. */
 function blockIndices(r: Uint8Array, blocks: number): Uint32Array {
@@ -140,10 +139,7 @@ export function ownerMethods(host: OwnerHost): MethodEntry[] {
       () => { for (const [k, x] of args.xs.entries()) host.lookup(x, args.ss[k]!); });
     ctx.afterSend(() => { for (const { pulled } of found) pulled(); });
     return { t: stacked };
-  }, (result) => {
-    const t = result.t as Tensor;
-    return [{ name: 't', type: fixedTensorType(t.dtype, t.shape, { kind: 'host' }) }];
-  });
+  }, (result) => pullResultFields(result.t as Tensor));
 
   // Blocks of one handle's tensor, picked by index (a block table over a KV pool): gathered in the
   // order asked into one [n, ...block] tensor, one message on the wire. The handle stays pullable:
@@ -151,8 +147,7 @@ export function ownerMethods(host: OwnerHost): MethodEntry[] {
   const pullBlocks = entry('pullBlocks', PULL_BLOCKS_ARGS, async (args: { x: number; s: Uint8Array; b: number; r: Uint8Array }, ctx: CallContext) => {
     const { tensor } = host.lookup(args.x, args.s);
     const blockBytes = args.b;
-    const itemBytes = elementSize(tensor.dtype);
-    if (blockBytes === 0 || blockBytes % itemBytes !== 0 || tensor.byteLength % blockBytes !== 0) {
+    if (!blocksTile(tensor.dtype, tensor.byteLength, blockBytes)) {
       throw new GdrpcError(Code.INVALID_ARGUMENT, `pullBlocks: blocks of ${blockBytes} bytes do not tile the ${tensor.byteLength}-byte ${tensor.dtype} tensor`);
     }
     const indices = blockIndices(args.r, tensor.byteLength / blockBytes);
@@ -163,10 +158,7 @@ export function ownerMethods(host: OwnerHost): MethodEntry[] {
       (dst) => Array.from(indices, (index, k) => ({ dst, dstOffset: k * blockBytes, src: tensor, srcOffset: index * blockBytes })),
       () => { host.lookup(args.x, args.s); });
     return { t: stacked };
-  }, (result) => {
-    const t = result.t as Tensor;
-    return [{ name: 't', type: fixedTensorType(t.dtype, t.shape, { kind: 'host' }) }];
-  });
+  }, (result) => pullResultFields(result.t as Tensor));
 
   return [pull, pullMany, pullStacked, pullBlocks];
 }

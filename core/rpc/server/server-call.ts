@@ -358,20 +358,30 @@ class HandlerContext implements CallContext {
   get signal(): AbortSignal { return this[CALL].scope.signal; }
   get transfers(): readonly TransferInfo[] { return this[CALL].transfers; }
 
+  // Kept on the context once made; a Proxy of it or an object made from it (no private fields
+  // of its own) gets a function made for it each time.
   get afterSend(): (fn: () => void) => void {
-    const call = this[CALL];
-    if (!(#afterSend in this)) return (fn) => call.afterSend(fn);
-    return this.#afterSend ??= (fn) => call.afterSend(fn);
+    if (!(#afterSend in this)) return afterSendOf(this[CALL]);
+    return this.#afterSend ??= afterSendOf(this[CALL]);
   }
 
   get confirmedTransfers(): () => Promise<readonly TransferInfo[]> {
-    const call = this[CALL];
-    const confirm = async (): Promise<readonly TransferInfo[]> => {
-      const transfers = call.transfers;
-      await call.scope.race(confirmTransfers(transfers));
-      return transfers;
-    };
-    if (!(#confirmedTransfers in this)) return confirm;
-    return this.#confirmedTransfers ??= confirm;
+    if (!(#confirmedTransfers in this)) return confirmedTransfersOf(this[CALL]);
+    return this.#confirmedTransfers ??= confirmedTransfersOf(this[CALL]);
   }
+}
+
+/** CallContext.afterSend of `call`, bound to it. */
+function afterSendOf(call: ServerCall): (fn: () => void) => void {
+  return (fn) => call.afterSend(fn);
+}
+
+/** CallContext.confirmedTransfers of `call`: its transfers once the caller's reports came,
+ *  raced against the call. */
+function confirmedTransfersOf(call: ServerCall): () => Promise<readonly TransferInfo[]> {
+  return async () => {
+    const transfers = call.transfers;
+    await call.scope.race(confirmTransfers(transfers));
+    return transfers;
+  };
 }
