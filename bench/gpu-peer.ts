@@ -26,7 +26,8 @@ function freshBlocks(bytes: number): TensorPool {
   return blockPool;
 }
 
-const server = Server.create({ poolBytes, maxTensorBytes: poolBytes });
+// The bench's own processes trust each other: direct block-table pulls are granted (kv-blocks).
+const server = Server.create({ poolBytes, maxTensorBytes: poolBytes, directPulls: true });
 server.register(receivingOn(SinkDescriptor, device), {
   ping: (args: { n: number }) => ({ n: args.n }),
   sink: (args: { x: Tensor }) => ({ n: args.x.byteLength }),

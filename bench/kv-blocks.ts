@@ -4,7 +4,9 @@
 // @remote handles; this process pulls them into a pool on its own device:
 //   - block table: the blocks as one region (one handle), pulled by index into a cache of this
 //     side's, permuted on both sides (RemoteTensor.pullBlocks), with a new connection, and
-//     again over a connection made before (connect, via);
+//     again over a connection made before (connect, via); and direct (the owner grants its
+//     allocation's CUDA IPC handle, one kernel here reads every block: docs/gpu.md "Direct pulls"),
+//     with a new connection and over one made before;
 //   - pullAll: RemoteTensor.pullAll, one connection, many pulls in flight;
 //   - pull each: a pull() per handle (a connection each), 32 at a time (the owner's default
 //     maxConnectionsPerAddress is 64);
@@ -84,7 +86,7 @@ export async function runKvBlocksBench(opts: { json?: string; flags: string[] })
   const peer = await spawnPeer<{ port: number }>(fileURLToPath(new URL('./gpu-peer.ts', import.meta.url)), { args: [remote, String(total + (1 << 20))] });
   const runtime = Runtime.create();
   const pool = runtime.createPool({ device: local, bytes: 2 * total + (1 << 20) });
-  const samples: Record<string, number[]> = { 'block table': [], 'block table, connected': [], pullAll: [], 'pull each': [], 'one tensor': [], 'send by value': [] };
+  const samples: Record<string, number[]> = { 'block table': [], 'block table, connected': [], 'block table, direct': [], 'block table, direct, connected': [], pullAll: [], 'pull each': [], 'one tensor': [], 'send by value': [] };
   // The block table: block k of the owner's region lands at block at[k] of this side's cache, both
   // fixed pseudo-random permutations (a paged KV cache on both sides).
   const order = (seed: number): Uint32Array => {
@@ -134,6 +136,21 @@ export async function runKvBlocksBench(opts: { json?: string; flags: string[] })
           await region.pullBlocks(tableFrom, { into: cache, at: tableTo, via: owner });
           samples['block table, connected']!.push(Number(process.hrtime.bigint() - again) / 1e3);
           checkBlocks(cache, blockBytes, tableFrom, tableTo);
+          // Direct: one kernel here reads the blocks from the owner's memory (a GPU owner that
+          // grants it; elsewhere this is the two-sided pull again), over the connection and
+          // then with one of its own (its own mapping too).
+          zero(cache);
+          const direct = process.hrtime.bigint();
+          await region.pullBlocks(tableFrom, { into: cache, at: tableTo, via: owner, direct: true });
+          samples['block table, direct, connected']!.push(Number(process.hrtime.bigint() - direct) / 1e3);
+          checkBlocks(cache, blockBytes, tableFrom, tableTo);
+          const how = callInfo(cache)?.transfers[0];
+          if (how !== undefined) paths.add(`block table, direct: ${how.mover}/${how.path}${how.protocol?.startsWith('gdrpc direct') === true ? ' (direct)' : ' (two-sided)'}`);
+          zero(cache);
+          const alone = process.hrtime.bigint();
+          await region.pullBlocks(tableFrom, { into: cache, at: tableTo, direct: true });
+          samples['block table, direct']!.push(Number(process.hrtime.bigint() - alone) / 1e3);
+          checkBlocks(cache, blockBytes, tableFrom, tableTo);
         } finally {
           await owner.close();
         }
@@ -176,7 +193,7 @@ export async function runKvBlocksBench(opts: { json?: string; flags: string[] })
   for (const r of rows) console.log(`${r.system}: ${r.workload} in ${(r.p50_us! / 1000).toFixed(2)} ms, ${r.gbps!.toFixed(2)} GB/s, ${Math.round(r.ops_per_s!)} blocks/s`);
   return {
     machine: describeMachine(),
-    what: `${count} blocks of ${blockBytes} B pulled from ${remote} (another process) into a pool on ${local}: the blocks of one region by a block table (RemoteTensor.pullBlocks, permuted on both sides, ${BLOCK_TABLE_REPEATS} times a round, each with a new connection and again over one made before), RemoteTensor.pullAll, a pull() each (${EACH_IN_FLIGHT} in flight), the same bytes as one tensor; the blocks sent from ${local} to ${remote} by value as one list argument; and the raw copy; ${rounds} rounds after a warm-up`,
+    what: `${count} blocks of ${blockBytes} B pulled from ${remote} (another process) into a pool on ${local}: the blocks of one region by a block table (RemoteTensor.pullBlocks, permuted on both sides, ${BLOCK_TABLE_REPEATS} times a round, each with a new connection and again over one made before, then both direct), RemoteTensor.pullAll, a pull() each (${EACH_IN_FLIGHT} in flight), the same bytes as one tensor; the blocks sent from ${local} to ${remote} by value as one list argument; and the raw copy; ${rounds} rounds after a warm-up`,
     paths: [...paths], results: rows, copy: copy.results, skipped: copy.skipped,
   };
 }

@@ -77,6 +77,11 @@ export interface NativeCuda {
   eventQuery(device: number, event: bigint): boolean;
   eventSynchronize(device: number, event: bigint): void;
   eventElapsed(device: number, start: bigint, end: bigint): number;
+  /** The CUDA IPC handle (64 bytes) of the allocation `ptr` lies in, and that allocation's range. */
+  ipcExport(device: number, ptr: bigint): { handle: Uint8Array; base: bigint; bytes: number };
+  /** Another process's allocation mapped here (peer access as needed), with its size as mapped. */
+  ipcOpen(device: number, handle: Uint8Array): { address: bigint; bytes: number };
+  ipcClose(device: number, address: bigint): void;
 }
 
 export interface NativeStats { contexts: number; workers: number; endpoints: number; listeners: number;

@@ -1,5 +1,6 @@
 #include "cuda_compute.h"
 #include <cuda.h>
+#include <cstring>
 #include <string>
 #include <vector>
 #include "cuda.h"
@@ -55,6 +56,68 @@ static T HandleArg(const Napi::CallbackInfo& info, size_t i) {
 template <typename T>
 static Napi::Value HandleValue(Napi::Env env, T handle) {
   return Napi::BigInt::New(env, static_cast<uint64_t>(reinterpret_cast<uintptr_t>(handle)));
+}
+
+static CUdeviceptr DevicePointerArg(const Napi::CallbackInfo& info, size_t i) {
+  bool lossless = true;
+  return static_cast<CUdeviceptr>(info[i].As<Napi::BigInt>().Uint64Value(&lossless));
+}
+
+// ipcExport(device, ptr: bigint) -> { handle: Uint8Array(64), base: bigint, bytes }: the CUDA IPC
+// handle of the whole allocation `ptr` lies in, and that allocation's range.
+static Napi::Value IpcExport(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  GDRPC_REQUIRE(env, IntArg(info, 0), cuIpcGetMemHandle);
+  GDRPC_REQUIRE(env, IntArg(info, 0), cuMemGetAddressRange);
+  CUdeviceptr ptr = DevicePointerArg(info, 1);
+  CUdeviceptr base = 0;
+  size_t bytes = 0;
+  Check(env, TheDriver().cuMemGetAddressRange(&base, &bytes, ptr), "cuMemGetAddressRange");
+  CUipcMemHandle handle;
+  Check(env, TheDriver().cuIpcGetMemHandle(&handle, base), "cuIpcGetMemHandle");
+  Napi::Uint8Array out = Napi::Uint8Array::New(env, sizeof(handle.reserved));
+  std::memcpy(out.Data(), handle.reserved, sizeof(handle.reserved));
+  Napi::Object result = Napi::Object::New(env);
+  result.Set("handle", out);
+  result.Set("base", Napi::BigInt::New(env, static_cast<uint64_t>(base)));
+  result.Set("bytes", static_cast<double>(bytes));
+  return result;
+}
+
+// ipcOpen(device, handle: Uint8Array(64)) -> { address: bigint, bytes }: another process's
+// allocation mapped into `device`'s context (peer access enabled as needed), and its size as the
+// driver reports it here (not as the exporter said).
+static Napi::Value IpcOpen(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  GDRPC_REQUIRE(env, IntArg(info, 0), cuIpcOpenMemHandle);
+  GDRPC_REQUIRE(env, IntArg(info, 0), cuMemGetAddressRange);
+  Napi::Uint8Array bytesIn = info[1].As<Napi::Uint8Array>();
+  CUipcMemHandle handle;
+  if (bytesIn.ByteLength() != sizeof(handle.reserved)) {
+    Throw(env, "INVALID_ARGUMENT", "a CUDA IPC handle is " + std::to_string(sizeof(handle.reserved)) + " bytes");
+  }
+  std::memcpy(handle.reserved, bytesIn.Data(), sizeof(handle.reserved));
+  CUdeviceptr address = 0;
+  Check(env, TheDriver().cuIpcOpenMemHandle(&address, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS), "cuIpcOpenMemHandle");
+  CUdeviceptr base = 0;
+  size_t bytes = 0;
+  CUresult rc = TheDriver().cuMemGetAddressRange(&base, &bytes, address);
+  if (rc != CUDA_SUCCESS || base != address) {
+    TheDriver().cuIpcCloseMemHandle(address);
+    Check(env, rc == CUDA_SUCCESS ? CUDA_ERROR_INVALID_VALUE : rc, "cuMemGetAddressRange of a mapped IPC handle");
+  }
+  Napi::Object result = Napi::Object::New(env);
+  result.Set("address", Napi::BigInt::New(env, static_cast<uint64_t>(address)));
+  result.Set("bytes", static_cast<double>(bytes));
+  return result;
+}
+
+// ipcClose(device, address: bigint): unmaps what ipcOpen mapped.
+static Napi::Value IpcClose(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  GDRPC_REQUIRE(env, IntArg(info, 0), cuIpcCloseMemHandle);
+  Check(env, TheDriver().cuIpcCloseMemHandle(DevicePointerArg(info, 1)), "cuIpcCloseMemHandle");
+  return env.Undefined();
 }
 
 // moduleLoad(device, ptx: Uint8Array ending in NUL) -> bigint; the JIT log joins the error.
@@ -212,6 +275,9 @@ void DefineCompute(Napi::Env env, Napi::Object cuda) {
   cuda.Set("eventQuery", Napi::Function::New(env, EventQuery));
   cuda.Set("eventSynchronize", Napi::Function::New(env, EventSynchronize));
   cuda.Set("eventElapsed", Napi::Function::New(env, EventElapsed));
+  cuda.Set("ipcExport", Napi::Function::New(env, IpcExport));
+  cuda.Set("ipcOpen", Napi::Function::New(env, IpcOpen));
+  cuda.Set("ipcClose", Napi::Function::New(env, IpcClose));
 }
 
 }  // namespace cuda

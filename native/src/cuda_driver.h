@@ -21,7 +21,8 @@ namespace cuda {
   X(cuGetErrorName) X(cuModuleLoadDataEx) X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel) \
   X(cuFuncGetAttribute) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery) \
   X(cuStreamWaitEvent) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery) \
-  X(cuEventSynchronize) X(cuEventElapsedTime)
+  X(cuEventSynchronize) X(cuEventElapsedTime) X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle) X(cuIpcCloseMemHandle) \
+  X(cuMemGetAddressRange)
 
 struct Driver {
 #define GDRPC_FIELD(fn) decltype(&::fn) fn = nullptr;

@@ -294,6 +294,7 @@ describe('owner gather staging and exposure checks (a fake host)', () => {
           reject(error);
         }
       })),
+      directPulls: false,
     };
     const handler = ownerMethods(host).find((e) => e.method.name === 'pullBlocks')!.handler as (a: object, c: CallContext) => Promise<unknown>;
     const hooks = new Map<string, Array<() => void>>();

@@ -98,6 +98,12 @@ export interface ServerOptions {
   /** Send the message of a handler's plain Error (not a GdrpcError) to the client instead of a
    *  generic "internal error in handler ..." (default false: such messages may hold secrets). */
   exposeErrorMessages?: boolean;
+  /** Let admitted peers map the CUDA allocation an exposed GPU tensor lies in and read its blocks
+   *  with kernels of their own (RemoteTensor.pullBlocks `direct`): no staging, no message per
+   *  part. Such a peer can read and write that whole allocation for as long as it keeps it
+   *  mapped, after the exposure ended too: for peers trusted that far only (default false;
+   *  docs/security.md "Direct pulls"). */
+  directPulls?: boolean;
   /** Where `@cuda` arguments are received (default cuda:0; register() may say otherwise per
    *  service); `@cuda(N)` stays on N, and without a GPU `@cuda` arguments are host memory. */
   device?: CudaDevice;
@@ -136,7 +142,7 @@ export const SERVER_OPTIONS: OptionRules<ServerOptions> = {
   maxPoolBytesPerConnection: Accept.positiveBytes, token: Accept.nonEmptyString, admissionTimeoutMs: Accept.positiveMs,
   transferTimeoutMs: Accept.positiveMs, maxConnections: Accept.count, maxConnectionsPerAddress: Accept.count,
   livenessMs: Accept.positiveMs, inlineBytes: Accept.bytes, busyPollUs: BUSY_POLL_US, exposureHoldMs: Accept.ms,
-  exposeErrorMessages: Accept.boolean, device: RECEIVE_DEVICE, runtime: RUNTIME,
+  exposeErrorMessages: Accept.boolean, directPulls: Accept.boolean, device: RECEIVE_DEVICE, runtime: RUNTIME,
 };
 
 export const REGISTER_OPTIONS: OptionRules<RegisterOptions> = { device: RECEIVE_DEVICE };

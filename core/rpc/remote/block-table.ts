@@ -14,7 +14,13 @@ import { DEVICE, fixedTensorType, landingDevice, OWNER_SERVICE, placementOf, POO
 
 /** Options of RemoteTensor.pullBlocks: where the blocks land (`into`, at rows `at`; else a new
  *  tensor from `pool` or on `device`), how long a block is, and how many parts go at once. */
-export interface PullBlocksOptions { blockBytes?: number; into?: Tensor; at?: ArrayLike<number>; device?: Device; pool?: TensorPool; token?: string; maxInFlight?: number; partBytes?: number; via?: OwnerConnection }
+export interface PullBlocksOptions {
+  blockBytes?: number; into?: Tensor; at?: ArrayLike<number>; device?: Device; pool?: TensorPool; token?: string; maxInFlight?: number; partBytes?: number; via?: OwnerConnection;
+  /** Read the blocks straight from the owner's GPU memory with one kernel launch, where the owner
+   *  grants it (ServerOptions.directPulls) and its allocation can be mapped here (the same node);
+   *  otherwise the two-sided way (default false; direct.ts). */
+  direct?: boolean;
+}
 
 /** Most bytes one gdrpc.Owner/pullBlocks call gathers: pullBlocks asks for more in parts. */
 export const MAX_BLOCK_PULL_BYTES = 64 << 20;
@@ -52,7 +58,7 @@ const BLOCK_LIST = rule('an array or typed array of block indices', (value) => A
 export const PULL_BLOCKS_OPTIONS: OptionRules<PullBlocksOptions> = {
   blockBytes: Accept.integer(1, 0xffff_ffff, 'bytes'), into: rule('a Tensor', (value) => value instanceof Tensor), at: BLOCK_LIST,
   device: DEVICE, pool: POOL, token: Accept.nonEmptyString, maxInFlight: Accept.integer(1, 64, 'parts'),
-  partBytes: Accept.integer(1, MAX_BLOCK_PULL_BYTES, 'bytes'), via: VIA,
+  partBytes: Accept.integer(1, MAX_BLOCK_PULL_BYTES, 'bytes'), via: VIA, direct: Accept.boolean,
 };
 
 /** Whether blocks of `blockBytes` tile a `byteLength`-byte tensor of `dtype`: whole elements,
@@ -81,6 +87,8 @@ export interface BlockPull {
   inFlight: number;
   /** One part that fills its destination whole is received straight into it. */
   straight: boolean;
+  /** Try a direct pull first (PullBlocksOptions.direct). */
+  direct: boolean;
 }
 
 /** Checks a pull of `blocks` of `source` (options already checked against PULL_BLOCKS_OPTIONS);
@@ -112,6 +120,7 @@ export function planBlockPull(source: BlockSource, blocks: ArrayLike<number>, op
     device: landingDevice({ ...(into !== undefined ? { into } : {}), ...(options.pool !== undefined ? { pool: options.pool } : {}), ...(options.device !== undefined ? { device: options.device } : {}) }),
     blockShape: blockShapeOf(source.dtype, source.shape, blockBytes),
     straight: parts === 1 && at === undefined && (into === undefined || into.byteLength === indices.length * blockBytes),
+    direct: options.direct === true,
   };
 }
 

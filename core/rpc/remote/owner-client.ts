@@ -9,6 +9,7 @@ import { rule } from '../../tensor/options.ts';
 import type { DType, MethodDescriptor, Placement, TypeRef } from '../../schema/descriptor.ts';
 import { callInfo, confirmTransfers } from '../movers/call-info.ts';
 import type { BlockCopy } from '../../compute/blocks.ts';
+import type { Mapping } from '../../compute/ipc.ts';
 
 /** Service name of the owner side of remote tensors. */
 export const OWNER_SERVICE = 'gdrpc.Owner';
@@ -45,6 +46,9 @@ export class OwnerConnection {
   /** Bytes of parts in flight over this connection, and the parts waiting for room. */
   #inFlight = 0;
   readonly #waiting: Array<{ bytes: number; go: () => void }> = [];
+  /** The owner's allocations mapped for direct pulls, kept while the connection lasts, with the
+   *  pulls using each now (a mapping is unmapped only once none is). */
+  readonly #mappings = new Map<string, { mapping: Mapping; users: number }>();
 
   /** Internal: made by RemoteTensor.connect. */
   constructor(readonly owner: string, dial: OwnerDialer, client: OwnerClient) {
@@ -58,7 +62,40 @@ export class OwnerConnection {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
-    await this.#client.close();
+    try {
+      await this.#client.close();
+    } finally {
+      for (const [key, held] of this.#mappings) {
+        if (held.users > 0) continue;  // unmapped by its last user
+        this.#mappings.delete(key);
+        held.mapping.close();
+      }
+    }
+  }
+
+  /** The mapping of an owner's allocation for a direct pull: the one this connection keeps under
+   *  `key`, else made by `open` and kept until close(). Resolves to it and what lets it go. */
+  useMapping(key: string, open: () => Mapping): { mapping: Mapping; release: () => void } {
+    let held = this.#mappings.get(key);
+    if (held === undefined) {
+      held = { mapping: open(), users: 0 };
+      this.#mappings.set(key, held);
+    }
+    const entry = held;
+    entry.users += 1;
+    let released = false;
+    return {
+      mapping: entry.mapping,
+      release: () => {
+        if (released) return;
+        released = true;
+        entry.users -= 1;
+        if (this.#closed && entry.users === 0 && this.#mappings.get(key) === entry) {
+          this.#mappings.delete(key);
+          entry.mapping.close();
+        }
+      },
+    };
   }
 
   /** The client for a pull of `handle` (pulled through `dial`): FAILED_PRECONDITION when closed,

@@ -14,6 +14,7 @@ import { attachCallInfo, callInfo } from '../movers/call-info.ts';
 import { Runtime } from '../runtime/runtime.ts';
 import { lentTensor } from './lent.ts';
 import { planBlockPull, PULL_BLOCKS_OPTIONS, runBlockPull, type PullBlocksOptions } from './block-table.ts';
+import { runDirectPull } from './direct.ts';
 import { closeWhenReported, DEVICE, fixedTensorType, landingDevice, OWNER_SERVICE, OwnerConnection, placementOf, POOL, VIA, type Landing, type OwnerClient, type OwnerDialer } from './owner-client.ts';
 
 /** Registers `tensor` as remote for the call of `scope`, on its connection's runtime; returns its
@@ -105,7 +106,7 @@ export class RemoteTensor {
   async pullBlocks(blocks: ArrayLike<number>, options: PullBlocksOptions = {}): Promise<Tensor> {
     checkOptions('RemoteTensor.pullBlocks options', options, PULL_BLOCKS_OPTIONS);
     const plan = planBlockPull(this, blocks, options);
-    return this.#pullOver(this.#dialer(), options, (client) => runBlockPull(client, plan, options.via));
+    return this.#pullOver(this.#dialer(), options, async (client) => (plan.direct ? await runDirectPull(client, plan, options.via) : undefined) ?? runBlockPull(client, plan, options.via));
   }
 
   /** Runs `pull` over `via` when given (left open), else over a connection of its own: closed on

@@ -12,6 +12,8 @@ import type { MethodDescriptor } from '../../schema/descriptor.ts';
 import { MAX_PULLS_PER_CALL, MAX_STACKED_BLOCK_BYTES, PULL_MANY_ARGS } from '../remote/remote.ts';
 import { blocksTile, blockShapeOf, MAX_BLOCK_PULL_BYTES, MAX_BLOCKS_PER_PULL, PULL_BLOCKS_ARGS } from '../remote/block-table.ts';
 import { OWNER_SERVICE, pullResultFields } from '../remote/owner-client.ts';
+import { HELD_METHOD, MAP_METHOD } from '../remote/direct.ts';
+import { exportAllocation } from '../../compute/ipc.ts';
 import type { CallContext, MethodEntry } from './server-call.ts';
 
 /** What the owner methods need from their server. */
@@ -22,6 +24,8 @@ export interface OwnerHost {
   staging(device: Device): TensorPool;
   /** The gather (the runtime's BlockCopier); `sourcesReady` and `before` as in BlockCopier.copy. */
   copyBlocks(blockBytes: number, copies: readonly BlockCopy[], options?: { sourcesReady?: boolean; before?: () => void }): Promise<void>;
+  /** Whether peers may map exposed GPU tensors' allocations (ServerOptions.directPulls). */
+  readonly directPulls: boolean;
 }
 
 const PULL_ARGS: MethodDescriptor['args'] = [{ name: 'x', type: { kind: 'scalar', name: 'u32' } }, { name: 's', type: { kind: 'scalar', name: 'bytes' } }];
@@ -160,5 +164,22 @@ export function ownerMethods(host: OwnerHost): MethodEntry[] {
     return { t: stacked };
   }, (result) => pullResultFields(result.t as Tensor));
 
-  return [pull, pullMany, pullStacked, pullBlocks];
+  // Direct pulls (remote/direct.ts): the CUDA IPC handle of the allocation an exposed GPU tensor
+  // lies in, for servers that trust their admitted peers with it (it maps the whole allocation,
+  // for as long as the peer keeps it mapped: docs/security.md); and whether a handle is still
+  // exposed, which a direct puller asks once its copy is done.
+  const map = entry('map', MAP_METHOD.args, (args: { x: number; s: Uint8Array }) => {
+    if (!host.directPulls) throw new GdrpcError(Code.PERMISSION_DENIED, 'this server does not grant direct pulls (ServerOptions.directPulls)');
+    const { tensor } = host.lookup(args.x, args.s);
+    if (tensor.device === 'cpu') throw new GdrpcError(Code.FAILED_PRECONDITION, 'direct pulls map GPU memory; this handle is a host tensor');
+    const { handle, offset, bytes } = exportAllocation(tensor);
+    return { h: handle, o: offset, n: bytes };
+  }, () => MAP_METHOD.results);
+
+  const held = entry('held', HELD_METHOD.args, (args: { x: number; s: Uint8Array }) => {
+    host.lookup(args.x, args.s);
+    return {};
+  }, () => []);
+
+  return [pull, pullMany, pullStacked, pullBlocks, map, held];
 }

@@ -1,0 +1,102 @@
+// Direct block-table pulls (RemoteTensor.pullBlocks with `direct`): an owner that trusts its
+// peers (ServerOptions.directPulls) hands out the CUDA IPC handle of the allocation an exposed
+// GPU tensor lies in (gdrpc.Owner/map); the puller maps it and one kernel launch of its own copies
+// every block straight from the owner's memory to its places, with no staging on either side and
+// no message per part. Afterwards it asks the owner whether the handle is still exposed
+// (gdrpc.Owner/held): bytes read after the exposure ended may be another request's, so the pull
+// fails NOT_FOUND then, as a two-sided pull would. docs/gpu.md "Direct pulls" and docs/security.md
+// say what a peer granted this can do.
+import { Code, GdrpcError } from '../../errors.ts';
+import { IPC_HANDLE_BYTES, mapAllocation, type Mapping } from '../../compute/ipc.ts';
+import { checkShape } from '../../tensor/shape.ts';
+import { Storage } from '../../tensor/storage.ts';
+import { Tensor, type TensorPoolLike } from '../../tensor/index.ts';
+import type { MethodDescriptor } from '../../schema/descriptor.ts';
+import { attachCallInfo } from '../movers/call-info.ts';
+import { OWNER_SERVICE, type OwnerClient, type OwnerConnection } from './owner-client.ts';
+import type { BlockPull } from './block-table.ts';
+
+const HANDLE_ARGS: MethodDescriptor['args'] = [{ name: 'x', type: { kind: 'scalar', name: 'u32' } }, { name: 's', type: { kind: 'scalar', name: 'bytes' } }];
+
+/** gdrpc.Owner/map: the IPC handle `h` of the allocation the handle's tensor lies in, the
+ *  tensor's offset `o` in it and the allocation's size `n`. */
+export const MAP_METHOD: MethodDescriptor = {
+  name: 'map', service: OWNER_SERVICE, clientStreaming: false, serverStreaming: false, args: HANDLE_ARGS,
+  results: [{ name: 'h', type: { kind: 'scalar', name: 'bytes' } }, { name: 'o', type: { kind: 'scalar', name: 'f64' } }, { name: 'n', type: { kind: 'scalar', name: 'f64' } }],
+};
+
+/** gdrpc.Owner/held: answers when the handle is still exposed, NOT_FOUND when not. */
+export const HELD_METHOD: MethodDescriptor = {
+  name: 'held', service: OWNER_SERVICE, clientStreaming: false, serverStreaming: false, args: HANDLE_ARGS, results: [],
+};
+
+/** Whether an owner's refusal of gdrpc.Owner/map means "pull the two-sided way": it does not
+ *  grant direct pulls, the tensor is in host memory, or it predates the method. */
+function declined(error: unknown): boolean {
+  if (!(error instanceof GdrpcError)) return false;
+  return error.code === Code.PERMISSION_DENIED || error.code === Code.FAILED_PRECONDITION
+    || (error.code === Code.NOT_FOUND && error.rawMessage.startsWith('unknown method'));
+}
+
+function malformed(what: string): GdrpcError {
+  return new GdrpcError(Code.INTERNAL, `RemoteTensor.pullBlocks: the owner answered gdrpc.Owner/map with ${what}`);
+}
+
+/** Runs `plan` directly when the owner grants it and its allocation can be mapped here; resolves
+ *  to undefined when not (the caller pulls two-sided), to the tensor the blocks are in otherwise. */
+export async function runDirectPull(client: OwnerClient, plan: BlockPull, via: OwnerConnection | undefined): Promise<Tensor | undefined> {
+  if (plan.device === 'cpu') return undefined;
+  const device = Number(plan.device.slice('cuda:'.length));
+  const { source, blockBytes, indices, at, into } = plan;
+  const started = performance.now();
+  const handle = { x: source.wire.x!, s: source.wire.s! };
+  let answer: Record<string, unknown>;
+  try {
+    answer = await client.unary(MAP_METHOD, handle, undefined);
+  } catch (error) {
+    if (declined(error)) return undefined;
+    throw error;
+  }
+  const { h, o } = answer;
+  if (!(h instanceof Uint8Array) || h.byteLength !== IPC_HANDLE_BYTES) throw malformed(`a handle that is not ${IPC_HANDLE_BYTES} bytes`);
+  if (typeof o !== 'number' || !Number.isSafeInteger(o) || o < 0) throw malformed(`an offset that is not a byte count (${String(o)})`);
+  let lease: { mapping: Mapping; release: () => void };
+  try {
+    lease = via !== undefined ? via.useMapping(`${device}/${Buffer.from(h).toString('hex')}`, () => mapAllocation(device, h)) : own(mapAllocation(device, h));
+  } catch (error) {
+    // Not mappable here (an owner on another node or in this process): two-sided it is.
+    if (error instanceof GdrpcError && (error.details?.cudaError !== undefined || error.code === Code.FAILED_PRECONDITION)) return undefined;
+    throw error;
+  }
+  const made = into === undefined;
+  let target: Tensor | undefined;
+  try {
+    // The owner's word for where its tensor is, checked against what the driver mapped here: the
+    // kernel reads only inside the mapping.
+    if (o + source.byteLength > lease.mapping.bytes) {
+      throw malformed(`its ${source.byteLength}-byte tensor at offset ${o} of a ${lease.mapping.bytes}-byte allocation`);
+    }
+    const shape = checkShape([...source.shape], source.dtype);
+    const src = new Tensor(source.dtype, shape, new Storage<TensorPoolLike>({ device: plan.device, byteLength: source.byteLength, address: lease.mapping.address + BigInt(o) }));
+    target = into ?? (plan.pool !== undefined ? plan.pool.allocate([indices.length, ...plan.blockShape], source.dtype) : Tensor.empty([indices.length, ...plan.blockShape], source.dtype, { device: plan.device }));
+    const dst = target;
+    // The owner synchronized the tensor when it exposed it (sourcesReady).
+    await client.copyBlocks(blockBytes, Array.from(indices, (index, k) => ({ dst, dstOffset: (at === undefined ? k : at[k]!) * blockBytes, src, srcOffset: index * blockBytes })), { sourcesReady: true });
+    await client.unary(HELD_METHOD, handle, undefined);
+  } catch (error) {
+    if (made) target?.release();
+    throw error;
+  } finally {
+    lease.release();
+  }
+  const bytes = indices.length * blockBytes;
+  return attachCallInfo(target, {
+    transfers: [{ argument: 'blocks', bytes, mover: 'rma', path: 'cuda_ipc', source: 'gdrpc', protocol: `gdrpc direct: ${indices.length} blocks of ${blockBytes} bytes read by one kernel on cuda:${device} through a CUDA IPC mapping of the owner's allocation` }],
+    durationMs: performance.now() - started,
+  });
+}
+
+/** A mapping of a pull's own (no shared connection): unmapped when the pull lets go. */
+function own(mapping: Mapping): { mapping: Mapping; release: () => void } {
+  return { mapping, release: () => mapping.close() };
+}

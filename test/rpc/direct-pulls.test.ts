@@ -1,0 +1,205 @@
+// Direct block-table pulls (RemoteTensor.pullBlocks `direct`, core/rpc/remote/direct.ts) on the
+// CPU box: what an owner answers to gdrpc.Owner/map and held, with and without directPulls, that a
+// pull asking for `direct` falls back to the two-sided way whenever the owner or this machine
+// cannot serve it, and how the puller treats an owner's malformed answer. The direct copy itself
+// needs GPUs: test/gpu/direct-pulls.test.ts.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { callInfo, Client, Code, GdrpcError, RemoteTensor, Runtime, Server, Tensor, type TensorPool } from '../../core/index.ts';
+import { HELD_METHOD, MAP_METHOD, runDirectPull } from '../../core/rpc/remote/direct.ts';
+import { planBlockPull } from '../../core/rpc/remote/block-table.ts';
+import { OwnerConnection, type OwnerClient } from '../../core/rpc/remote/owner-client.ts';
+import type { Mapping } from '../../core/compute/ipc.ts';
+import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
+import { startServer, type ListeningPeer } from './fixtures/peers.ts';
+import { disposePeers } from '../support/peer.ts';
+import { codeOf } from './fixtures/stats.ts';
+import { invalidArgument } from './fixtures/thrown.ts';
+
+let plain: ListeningPeer;
+let trusting: ListeningPeer;
+let pool: TensorPool;
+let runtime: Runtime;
+
+/** A handle to a rows x cols u16 region at `owner`, whose element (i, j) is (i * cols + j) & 0xffff. */
+async function region(client: Client, rows: number, cols: number): Promise<RemoteTensor> {
+  return (await client.unary(EchoDescriptor.methods.region, { rows, cols })).h as RemoteTensor;
+}
+
+function rowsOf(tensor: Tensor, cols: number): number[][] {
+  const values = Array.from(tensor.toArray() as Uint16Array);
+  return Array.from({ length: values.length / cols }, (_, k) => values.slice(k * cols, (k + 1) * cols));
+}
+
+function rowOf(row: number, cols: number): number[] {
+  return Array.from({ length: cols }, (_, j) => (row * cols + j) & 0xffff);
+}
+
+beforeAll(async () => {
+  [plain, trusting] = await Promise.all([startServer(), startServer({ directPulls: true })]);
+  runtime = Runtime.create();
+  pool = runtime.createPool({ device: 'cpu', bytes: 1 << 20 });
+});
+afterAll(async () => {
+  pool?.close({ force: true });
+  await runtime?.close();
+  await disposePeers();
+});
+
+describe('gdrpc.Owner/map and held', () => {
+  it('an owner without directPulls refuses map PERMISSION_DENIED; one with it refuses a host tensor FAILED_PRECONDITION', async () => {
+    for (const [peer, code] of [[plain, Code.PERMISSION_DENIED], [trusting, Code.FAILED_PRECONDITION]] as const) {
+      const client = await Client.connect(peer.address, { runtime });
+      try {
+        const handle = await region(client, 4, 8);
+        const error = await client.unary(MAP_METHOD, { x: handle.wire.x!, s: handle.wire.s! }).then(() => undefined, (thrown: unknown) => thrown);
+        expect(error).toBeInstanceOf(GdrpcError);
+        expect((error as GdrpcError).code).toBe(code);
+        expect((error as GdrpcError).message).toMatch(code === Code.PERMISSION_DENIED ? /does not grant direct pulls/ : /host tensor/);
+      } finally {
+        await client.close();
+      }
+    }
+  });
+
+  it('held answers while the handle is exposed, NOT_FOUND for a forged capability and once the exposure ended', async () => {
+    const client = await Client.connect(trusting.address, { runtime });
+    const other = await Client.connect(trusting.address, { runtime });
+    try {
+      const handle = await region(client, 4, 8);
+      const args = { x: handle.wire.x!, s: handle.wire.s! };
+      await expect(other.unary(HELD_METHOD, args)).resolves.toEqual({});
+      expect(await codeOf(other.unary(HELD_METHOD, { x: args.x, s: new Uint8Array(args.s.byteLength) }))).toBe(Code.NOT_FOUND);
+      // A result handle lives while the connection it came on does: the owner ends it once it has
+      // seen that connection close.
+      await client.close();
+      await expect.poll(() => other.unary(HELD_METHOD, args).then(() => 'answered', (error: GdrpcError) => error.code), { timeout: 20_000, interval: 50 }).toBe(Code.NOT_FOUND);
+    } finally {
+      await client.close();
+      await other.close();
+    }
+  });
+});
+
+describe('pullBlocks with direct', () => {
+  it('pulls the two-sided way when the owner does not grant it, or the blocks land in host memory', async () => {
+    for (const peer of [plain, trusting]) {
+      const client = await Client.connect(peer.address, { runtime });
+      try {
+        const handle = await region(client, 64, 16);
+        const asked = [63, 0, 5, 5, 40];
+        const tensor = await handle.pullBlocks(asked, { pool, direct: true });
+        try {
+          expect(rowsOf(tensor, 16)).toEqual(asked.map((row) => rowOf(row, 16)));
+          // The owner's gathered tensor `t`, not a direct read.
+          expect(callInfo(tensor)?.transfers.map((t) => t.argument)).toEqual(['t']);
+        } finally {
+          tensor.release();
+        }
+        const via = await handle.connect();
+        try {
+          const into = Tensor.zeros([8, 16], 'u16');
+          await handle.pullBlocks([1, 2], { into, at: [7, 0], via, direct: true });
+          expect(rowsOf(into, 16)[7]).toEqual(rowOf(1, 16));
+          expect(rowsOf(into, 16)[0]).toEqual(rowOf(2, 16));
+        } finally {
+          await via.close();
+        }
+      } finally {
+        await client.close();
+      }
+    }
+  });
+
+  it('refuses a direct that is not a boolean, and a server refuses a directPulls that is not one', async () => {
+    const client = await Client.connect(plain.address, { runtime });
+    try {
+      const handle = await region(client, 4, 8);
+      expect(await invalidArgument(handle.pullBlocks([0], { direct: 'yes' as unknown as boolean }))).toMatch(/direct/);
+    } finally {
+      await client.close();
+    }
+    expect(() => Server.create({ directPulls: 1 as unknown as boolean })).toThrow(/directPulls/);
+  });
+});
+
+describe('a direct pull against an owner it cannot trust to be well-formed (a fake owner)', () => {
+  const source = { wire: { x: 1, s: new Uint8Array(16) }, dtype: 'u8', shape: [64, 32], byteLength: 2048 } as never;
+  const plan = (): ReturnType<typeof planBlockPull> => ({ ...planBlockPull(source, [3, 1], { blockBytes: 32 }), device: 'cuda:0' });
+
+  /** An owner client whose map answers `answer` (or throws it), counting calls by method. */
+  function owner(answer: Record<string, unknown> | GdrpcError): OwnerClient & { asked: string[] } {
+    const asked: string[] = [];
+    return {
+      asked,
+      unary: async (method) => {
+        asked.push(method.name);
+        if (answer instanceof GdrpcError) throw answer;
+        return answer;
+      },
+      copyBlocks: () => Promise.reject(new Error('no copy expected')),
+      staging: () => { throw new Error('no staging expected'); },
+      close: async () => undefined,
+    };
+  }
+
+  it('falls back (resolves undefined) when the owner declines, and rethrows anything else', async () => {
+    for (const declined of [new GdrpcError(Code.PERMISSION_DENIED, 'no'), new GdrpcError(Code.FAILED_PRECONDITION, 'host'), new GdrpcError(Code.NOT_FOUND, 'unknown method gdrpc.Owner/map')]) {
+      await expect(runDirectPull(owner(declined), plan(), undefined)).resolves.toBeUndefined();
+    }
+    await expect(runDirectPull(owner(new GdrpcError(Code.NOT_FOUND, 'remote tensor 1 is unknown or has been released')), plan(), undefined)).rejects.toMatchObject({ code: Code.NOT_FOUND });
+    await expect(runDirectPull(owner(new GdrpcError(Code.UNAVAILABLE, 'gone')), plan(), undefined)).rejects.toMatchObject({ code: Code.UNAVAILABLE });
+  });
+
+  it('refuses a handle of the wrong length or an offset that is not a byte count, before mapping anything', async () => {
+    const bad: Array<[Record<string, unknown>, RegExp]> = [
+      [{ h: new Uint8Array(63), o: 0, n: 1 << 20 }, /not 64 bytes/],
+      [{ h: 'handle', o: 0, n: 1 << 20 }, /not 64 bytes/],
+      [{ h: new Uint8Array(64), o: -1, n: 1 << 20 }, /offset/],
+      [{ h: new Uint8Array(64), o: 0.5, n: 1 << 20 }, /offset/],
+      [{ h: new Uint8Array(64), o: 2 ** 60, n: 1 << 20 }, /offset/],
+    ];
+    for (const [answer, message] of bad) {
+      const fake = owner(answer);
+      const error = await runDirectPull(fake, plan(), undefined).then(() => undefined, (thrown: unknown) => thrown);
+      expect(error, JSON.stringify(answer.o)).toMatchObject({ code: Code.INTERNAL });
+      expect((error as GdrpcError).message).toMatch(message);
+      expect(fake.asked).toEqual(['map']);
+    }
+  });
+
+  it('falls back when the handle cannot be mapped on this machine (no CUDA here: the driver refuses)', async () => {
+    const fake = owner({ h: new Uint8Array(64), o: 0, n: 1 << 20 });
+    await expect(runDirectPull(fake, plan(), undefined)).resolves.toBeUndefined();
+    expect(fake.asked).toEqual(['map']);
+  });
+});
+
+describe('OwnerConnection mappings', () => {
+  /** A mapping that counts its unmaps. */
+  function mapping(): Mapping & { closes: number } {
+    const made = { device: 0, address: 0x1000n, bytes: 4096, closes: 0, close: () => { made.closes += 1; } };
+    return made;
+  }
+  const client: OwnerClient = { unary: async () => ({}), copyBlocks: async () => undefined, staging: () => { throw new Error('unused'); }, close: async () => undefined };
+
+  it('keeps a mapping per key until close, and unmaps one still in use only when its last user lets go', async () => {
+    const via = new OwnerConnection('127.0.0.1:1', Object.assign(async () => client, {}), client);
+    const first = mapping();
+    let opened = 0;
+    const open = (): Mapping => { opened += 1; return first; };
+    const a = via.useMapping('0/aa', open);
+    a.release();
+    const b = via.useMapping('0/aa', open);
+    expect(opened).toBe(1);
+    expect(b.mapping).toBe(first);
+    const idle = mapping();
+    via.useMapping('0/bb', () => idle).release();
+    await via.close();
+    // The idle one is unmapped at close; the one in use when its user lets go, once.
+    expect(idle.closes).toBe(1);
+    expect(first.closes).toBe(0);
+    b.release();
+    b.release();
+    expect(first.closes).toBe(1);
+  });
+});
