@@ -174,7 +174,7 @@ describe('a direct pull against an owner it cannot trust to be well-formed (a fa
   });
 });
 
-describe('OwnerConnection mappings', () => {
+describe('OwnerConnection mappings and grants', () => {
   /** A mapping that counts its unmaps. */
   function mapping(): Mapping & { closes: number } {
     const made = { device: 0, address: 0x1000n, bytes: 4096, closes: 0, close: () => { made.closes += 1; } };
@@ -201,5 +201,16 @@ describe('OwnerConnection mappings', () => {
     b.release();
     b.release();
     expect(first.closes).toBe(1);
+  });
+
+  it('keeps the owner\'s answers to map by handle, at most 256, the oldest dropped; a gone handle is forgotten', () => {
+    const via = new OwnerConnection('127.0.0.1:1', Object.assign(async () => client, {}), client);
+    const grant = (k: number) => ({ handle: new Uint8Array(64).fill(k & 0xff), offset: k });
+    for (let k = 0; k < 257; k += 1) via.keepGrant(`h${k}`, grant(k));
+    expect(via.grantOf('h0')).toBeUndefined();
+    expect(via.grantOf('h1')?.offset).toBe(1);
+    expect(via.grantOf('h256')?.offset).toBe(256);
+    via.keepGrant('h1', undefined);
+    expect(via.grantOf('h1')).toBeUndefined();
   });
 });

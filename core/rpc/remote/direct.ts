@@ -50,16 +50,24 @@ export async function runDirectPull(client: OwnerClient, plan: BlockPull, via: O
   const { source, blockBytes, indices, at, into } = plan;
   const started = performance.now();
   const handle = { x: source.wire.x!, s: source.wire.s! };
-  let answer: Record<string, unknown>;
-  try {
-    answer = await client.unary(MAP_METHOD, handle, undefined);
-  } catch (error) {
-    if (declined(error)) return undefined;
-    throw error;
+  // Over a shared connection the owner's answer for this handle is kept: a handle pulled again
+  // skips the question (held, below, still checks the exposure after every copy).
+  const grantKey = `${handle.x}/${Buffer.from(handle.s).toString('hex')}`;
+  let grant = via?.grantOf(grantKey);
+  if (grant === undefined) {
+    let answer: Record<string, unknown>;
+    try {
+      answer = await client.unary(MAP_METHOD, handle, undefined);
+    } catch (error) {
+      if (declined(error)) return undefined;
+      throw error;
+    }
+    const { h, o } = answer;
+    if (!(h instanceof Uint8Array) || h.byteLength !== IPC_HANDLE_BYTES) throw malformed(`a handle that is not ${IPC_HANDLE_BYTES} bytes`);
+    if (typeof o !== 'number' || !Number.isSafeInteger(o) || o < 0) throw malformed(`an offset that is not a byte count (${String(o)})`);
+    grant = { handle: h, offset: o };
   }
-  const { h, o } = answer;
-  if (!(h instanceof Uint8Array) || h.byteLength !== IPC_HANDLE_BYTES) throw malformed(`a handle that is not ${IPC_HANDLE_BYTES} bytes`);
-  if (typeof o !== 'number' || !Number.isSafeInteger(o) || o < 0) throw malformed(`an offset that is not a byte count (${String(o)})`);
+  const { handle: h, offset: o } = grant;
   let lease: { mapping: Mapping; release: () => void };
   try {
     lease = via !== undefined ? via.useMapping(`${device}/${Buffer.from(h).toString('hex')}`, () => mapAllocation(device, h)) : own(mapAllocation(device, h));
@@ -83,8 +91,10 @@ export async function runDirectPull(client: OwnerClient, plan: BlockPull, via: O
     // The owner synchronized the tensor when it exposed it (sourcesReady).
     await client.copyBlocks(blockBytes, Array.from(indices, (index, k) => ({ dst, dstOffset: (at === undefined ? k : at[k]!) * blockBytes, src, srcOffset: index * blockBytes })), { sourcesReady: true });
     await client.unary(HELD_METHOD, handle, undefined);
+    via?.keepGrant(grantKey, grant);
   } catch (error) {
     if (made) target?.release();
+    via?.keepGrant(grantKey, undefined);
     throw error;
   } finally {
     lease.release();

@@ -35,6 +35,11 @@ export type OwnerDialer = ((owner: string, token: string | undefined) => Promise
  *  block-table pulls sharing one OwnerConnection keep their parts in flight under it together. */
 const SHARED_CONNECTION_BYTES = 512 << 20;
 
+/** An owner's answer to gdrpc.Owner/map: the IPC handle of the allocation and the tensor's offset in it. */
+export interface DirectGrant { readonly handle: Uint8Array; readonly offset: number }
+/** Answers to gdrpc.Owner/map one connection keeps. */
+const GRANTS_KEPT = 256;
+
 /** A connection to the owner of remote tensors, made once (RemoteTensor.connect) and used by
  *  pulls and block-table pulls given it as `via`: a worker that pulls from the same peer again
  *  and again (a decode worker from its prefill worker) saves a connection and handshake per
@@ -49,6 +54,9 @@ export class OwnerConnection {
   /** The owner's allocations mapped for direct pulls, kept while the connection lasts, with the
    *  pulls using each now (a mapping is unmapped only once none is). */
   readonly #mappings = new Map<string, { mapping: Mapping; users: number }>();
+  /** What the owner answered gdrpc.Owner/map for a handle (by handle and capability), so that
+   *  pulling the same handle again skips the question; at most GRANTS_KEPT, the oldest dropped. */
+  readonly #grants = new Map<string, DirectGrant>();
 
   /** Internal: made by RemoteTensor.connect. */
   constructor(readonly owner: string, dial: OwnerDialer, client: OwnerClient) {
@@ -71,6 +79,19 @@ export class OwnerConnection {
         held.mapping.close();
       }
     }
+  }
+
+  /** The owner's answer to gdrpc.Owner/map for the handle `key`, when this connection has it. */
+  grantOf(key: string): DirectGrant | undefined {
+    return this.#grants.get(key);
+  }
+
+  /** Keeps the owner's answer for `key`, or forgets it (undefined: the handle is gone). */
+  keepGrant(key: string, grant: DirectGrant | undefined): void {
+    this.#grants.delete(key);
+    if (grant === undefined) return;
+    this.#grants.set(key, grant);
+    if (this.#grants.size > GRANTS_KEPT) this.#grants.delete(this.#grants.keys().next().value!);
   }
 
   /** The mapping of an owner's allocation for a direct pull: the one this connection keeps under
