@@ -74,12 +74,15 @@ export class BlockCopier {
     checkCopies(blockBytes, copies);
     if (copies.length === 0 || blockBytes === 0) return;
     const before = options.before;
-    if (copies.every((c) => c.dst.device === 'cpu' && c.src.device === 'cpu')) {
+    // A block table names one or two tensors thousands of times: what is asked of a tensor is
+    // asked once.
+    const tensors = tensorsOf(copies);
+    if (tensors.every((tensor) => tensor.device === 'cpu')) {
       before?.();
       for (const c of copies) c.dst.bytes().set(c.src.bytes().subarray(c.srcOffset, c.srcOffset + blockBytes), c.dstOffset);
       return;
     }
-    const device = oneGpu(copies);
+    const device = oneGpu(tensors);
     const sourcesReady = options.sourcesReady === true;
     if (device === undefined) {
       before?.();
@@ -92,8 +95,10 @@ export class BlockCopier {
     // (one may have been released meanwhile), and so is whatever the caller checks (`before`).
     const turn = gpu.queue.then(() => {
       before?.();
-      const gone = copies.findIndex((c) => c.dst.released || c.src.released);
-      if (gone >= 0) throw invalid(`copyBlocks: copies[${gone}] names a tensor released while the copy waited its turn`);
+      if (tensors.some((tensor) => tensor.released)) {
+        const gone = copies.findIndex((c) => c.dst.released || c.src.released);
+        throw invalid(`copyBlocks: copies[${gone}] names a tensor released while the copy waited its turn`);
+      }
       return launch(gpu, device, blockBytes, copies, sourcesReady);
     });
     gpu.queue = turn.catch(() => undefined);
@@ -139,21 +144,53 @@ export async function copyBlocks(blockBytes: number, copies: readonly BlockCopy[
 function checkCopies(blockBytes: number, copies: readonly BlockCopy[]): void {
   if (!Number.isSafeInteger(blockBytes) || blockBytes < 0) throw invalid(`copyBlocks: blockBytes must be an integer >= 0, got ${describe(blockBytes)}`);
   if (!Array.isArray(copies) || copies.length > 0xffffffff) throw invalid('copyBlocks: copies must be an array of at most 2^32 - 1 blocks');
-  for (const [k, c] of copies.entries()) {
-    for (const [tensor, offset, side] of [[c?.dst, c?.dstOffset, 'dst'], [c?.src, c?.srcOffset, 'src']] as const) {
-      if (typeof tensor !== 'object' || tensor === null || typeof tensor.byteLength !== 'number') throw invalid(`copyBlocks: copies[${k}].${side} must be a Tensor, got ${describe(tensor)}`);
-      if (tensor.released) throw invalid(`copyBlocks: copies[${k}].${side} has been released`);
-      if (!Number.isSafeInteger(offset) || offset < 0 || offset + blockBytes > tensor.byteLength) {
-        throw invalid(`copyBlocks: copies[${k}].${side}Offset ${describe(offset)} + ${blockBytes} bytes is outside its ${tensor.byteLength}-byte tensor`);
-      }
-    }
+  // A tensor checked for the copy before is not checked again; every offset is.
+  let dst: unknown;
+  let src: unknown;
+  for (let k = 0; k < copies.length; k += 1) {
+    const c = copies[k] as BlockCopy | undefined;
+    checkSide(k, 'dst', c?.dst, c?.dstOffset, blockBytes, c?.dst === dst);
+    checkSide(k, 'src', c?.src, c?.srcOffset, blockBytes, c?.src === src);
+    dst = c!.dst;
+    src = c!.src;
   }
 }
 
-/** The CUDA device every tensor of `copies` is on, or undefined when they are not all on one. */
-function oneGpu(copies: readonly BlockCopy[]): number | undefined {
-  const device = copies[0]!.dst.device;
-  if (device === 'cpu' || !copies.every((c) => c.dst.device === device && c.src.device === device)) return undefined;
+function checkSide(k: number, side: 'dst' | 'src', tensor: Tensor | undefined, offset: number | undefined, blockBytes: number, checked: boolean): void {
+  if (!checked) {
+    if (typeof tensor !== 'object' || tensor === null || typeof tensor.byteLength !== 'number') throw invalid(`copyBlocks: copies[${k}].${side} must be a Tensor, got ${describe(tensor)}`);
+    if (tensor.released) throw invalid(`copyBlocks: copies[${k}].${side} has been released`);
+  }
+  if (!Number.isSafeInteger(offset) || offset! < 0 || offset! + blockBytes > tensor!.byteLength) {
+    throw invalid(`copyBlocks: copies[${k}].${side}Offset ${describe(offset)} + ${blockBytes} bytes is outside its ${tensor!.byteLength}-byte tensor`);
+  }
+}
+
+/** The tensors `copies` read, each once. */
+function sourcesOf(copies: readonly BlockCopy[]): Set<Tensor> {
+  const seen = new Set<Tensor>();
+  let src: Tensor | undefined;
+  for (let k = 0; k < copies.length; k += 1) if (copies[k]!.src !== src) seen.add(src = copies[k]!.src);
+  return seen;
+}
+
+/** The tensors `copies` name, each once. */
+function tensorsOf(copies: readonly BlockCopy[]): Tensor[] {
+  const seen = new Set<Tensor>();
+  let dst: Tensor | undefined;
+  let src: Tensor | undefined;
+  for (let k = 0; k < copies.length; k += 1) {
+    const c = copies[k]!;
+    if (c.dst !== dst) seen.add(dst = c.dst);
+    if (c.src !== src) seen.add(src = c.src);
+  }
+  return [...seen];
+}
+
+/** The CUDA device every tensor of a copy is on, or undefined when they are not all on one. */
+function oneGpu(tensors: readonly Tensor[]): number | undefined {
+  const device = tensors[0]!.device;
+  if (device === 'cpu' || !tensors.every((tensor) => tensor.device === device)) return undefined;
   return Number(device.slice('cuda:'.length));
 }
 
@@ -176,8 +213,8 @@ function copyEach(blockBytes: number, copies: readonly BlockCopy[], sourcesReady
  *  per group of pieces (cutsOf: long blocks are cut so that every thread block has a share). */
 async function launch(gpu: GpuCopier, device: number, blockBytes: number, copies: readonly BlockCopy[], sourcesReady: boolean): Promise<void> {
   const groups = cutsOf(blockBytes);
-  const entries = groups.reduce((n, group) => n + copies.length * group.offsets.length, 0);
-  const tableBytes = entries * 16;
+  const table = blockTable(groups, copies);
+  const tableBytes = table.byteLength;
   if (gpu.table === undefined || gpu.table.bytes < tableBytes) {
     if (gpu.table !== undefined) cuda.free(gpu.table.ptr);
     gpu.table = undefined;
@@ -185,32 +222,16 @@ async function launch(gpu: GpuCopier, device: number, blockBytes: number, copies
     gpu.table = { ptr: cuda.alloc(device, bytes), bytes };
   }
   let synchronized = sourcesReady;
-  for (const c of copies) {
-    const producer = producerOf(c.src);
+  for (const source of sourcesOf(copies)) {
+    const producer = producerOf(source);
     if (producer !== undefined) gpu.stream.waitFor(producer);
     else if (!synchronized) {
       cuda.synchronize(device);
       synchronized = true;
     }
   }
-  // Each group's entries: its destinations, then its sources (what the kernel reads), one group
-  // after the other.
-  const table = new BigUint64Array(entries * 2);
-  let at = 0;
-  for (const group of groups) {
-    const n = copies.length * group.offsets.length;
-    for (const [k, c] of copies.entries()) {
-      const dst = c.dst.address + BigInt(c.dstOffset);
-      const src = c.src.address + BigInt(c.srcOffset);
-      for (const [j, offset] of group.offsets.entries()) {
-        table[at + k * group.offsets.length + j] = dst + BigInt(offset);
-        table[at + n + k * group.offsets.length + j] = src + BigInt(offset);
-      }
-    }
-    at += 2 * n;
-  }
   cuda.copy(gpu.table.ptr, table, tableBytes);
-  at = 0;
+  let at = 0;
   for (const group of groups) {
     const n = copies.length * group.offsets.length;
     gpu.kernel.launch({ grid: Math.min(n, MAX_GRID), block: THREADS, stream: gpu.stream }, gpu.table.ptr + BigInt(at * 8), BigInt(group.bytes), n);
@@ -222,6 +243,47 @@ async function launch(gpu: GpuCopier, device: number, blockBytes: number, copies
   } finally {
     done.close();
   }
+}
+
+const TWO_32 = 2 ** 32;
+
+/** The kernel's address table for `copies` cut into `groups` (cutsOf): per group, the
+ *  destination of every piece, then their sources, each a little-endian u64 written as two u32
+ *  words. Addresses are added as numbers (device and host addresses lie far below 2^53). */
+export function blockTable(groups: ReadonlyArray<{ bytes: number; offsets: readonly number[] }>, copies: readonly BlockCopy[]): Uint32Array {
+  const entries = groups.reduce((n, group) => n + copies.length * group.offsets.length, 0);
+  const table = new Uint32Array(entries * 4);
+  const bases = new Map<Tensor, number>();
+  const baseOf = (tensor: Tensor): number => {
+    let base = bases.get(tensor);
+    if (base === undefined) {
+      const address = tensor.address;
+      if (address > BigInt(Number.MAX_SAFE_INTEGER) - BigInt(tensor.byteLength)) throw invalid(`copyBlocks: a tensor at 0x${address.toString(16)} lies beyond the addresses a block table holds`);
+      base = Number(address);
+      bases.set(tensor, base);
+    }
+    return base;
+  };
+  const put = (entry: number, value: number): void => {
+    table[2 * entry] = value % TWO_32;
+    table[2 * entry + 1] = Math.floor(value / TWO_32);
+  };
+  let at = 0;
+  for (const group of groups) {
+    const per = group.offsets.length;
+    const n = copies.length * per;
+    for (let k = 0; k < copies.length; k += 1) {
+      const c = copies[k]!;
+      const dst = baseOf(c.dst) + c.dstOffset;
+      const src = baseOf(c.src) + c.srcOffset;
+      for (let j = 0; j < per; j += 1) {
+        put(at + k * per + j, dst + group.offsets[j]!);
+        put(at + n + k * per + j, src + group.offsets[j]!);
+      }
+    }
+    at += 2 * n;
+  }
+  return table;
 }
 
 /** Where a block of `tensor` starts, as cuda.copy takes it: a device pointer or a host view. */

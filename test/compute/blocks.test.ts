@@ -3,7 +3,7 @@
 // copied.
 import { describe, expect, it } from 'vitest';
 import { Code, copyBlocks, Tensor } from '../../core/index.ts';
-import { cutsOf, piecesOf } from '../../core/compute/blocks.ts';
+import { blockTable, cutsOf, piecesOf, type BlockCopy } from '../../core/compute/blocks.ts';
 import { rejection } from '../rpc/fixtures/thrown.ts';
 
 /** `count` host tensors of `bytes` bytes, tensor k filled with bytes k * 7 + i. */
@@ -76,5 +76,36 @@ describe('copyBlocks on the host', () => {
     gone.release();
     expect(await refused(copyBlocks(8, [{ dst: b!, dstOffset: 0, src: gone, srcOffset: 0 }]))).toMatch(/copies\[0\]\.src has been released/);
     expect(Buffer.compare(b!.bytes(), before)).toBe(0);
+  });
+});
+
+describe('the kernel\'s address table (blockTable)', () => {
+  /** A stand-in for a GPU tensor at `address` (the table reads only address and byteLength). */
+  const at = (address: bigint, byteLength = 1 << 30): Tensor => ({ address, byteLength }) as unknown as Tensor;
+  /** The table as u64 entries. */
+  const entries = (table: Uint32Array): bigint[] => Array.from(new BigUint64Array(table.buffer, table.byteOffset, table.length / 2));
+
+  it('writes, per group, every piece\'s destination and then its source as u64, for addresses past 2^32', () => {
+    const dst = at(0x7f12_3456_7000n);
+    const src = at(0x7e00_0000_1000n);
+    const other = at(0x3_0000_0000n);
+    const copies: BlockCopy[] = [
+      { dst, dstOffset: 0, src, srcOffset: 5 * 2_097_169 },
+      { dst, dstOffset: 2_097_169, src: other, srcOffset: 0 },
+    ];
+    const groups = cutsOf(2_097_169);  // 8 pieces of 256 KiB, then a 17-byte tail
+    const got = entries(blockTable(groups, copies));
+    const expected: bigint[] = [];
+    for (const group of groups) {
+      for (const c of copies) for (const offset of group.offsets) expected.push(c.dst.address + BigInt(c.dstOffset + offset));
+      for (const c of copies) for (const offset of group.offsets) expected.push(c.src.address + BigInt(c.srcOffset + offset));
+    }
+    expect(got).toEqual(expected);
+    expect(got).toHaveLength(2 * 2 * 9);
+  });
+
+  it('refuses a tensor whose addresses pass 2^53 rather than write a wrong one', () => {
+    const copies: BlockCopy[] = [{ dst: at(1n << 60n), dstOffset: 0, src: at(0x1000n), srcOffset: 0 }];
+    expect(() => blockTable(cutsOf(64), copies)).toThrow(/beyond the addresses a block table holds/);
   });
 });
