@@ -141,18 +141,21 @@ export async function copyBlocks(blockBytes: number, copies: readonly BlockCopy[
   }
 }
 
+const NONE = Symbol('none');
+
 function checkCopies(blockBytes: number, copies: readonly BlockCopy[]): void {
   if (!Number.isSafeInteger(blockBytes) || blockBytes < 0) throw invalid(`copyBlocks: blockBytes must be an integer >= 0, got ${describe(blockBytes)}`);
   if (!Array.isArray(copies) || copies.length > 0xffffffff) throw invalid('copyBlocks: copies must be an array of at most 2^32 - 1 blocks');
-  // A tensor checked for the copy before is not checked again; every offset is.
-  let dst: unknown;
-  let src: unknown;
+  // A tensor checked for the copy before is not checked again; every offset is. (NONE: nothing
+  // checked yet, so that a missing tensor in the first copy is checked as one.)
+  let dst: unknown = NONE;
+  let src: unknown = NONE;
   for (let k = 0; k < copies.length; k += 1) {
     const c = copies[k] as BlockCopy | undefined;
     checkSide(k, 'dst', c?.dst, c?.dstOffset, blockBytes, c?.dst === dst);
     checkSide(k, 'src', c?.src, c?.srcOffset, blockBytes, c?.src === src);
-    dst = c!.dst;
-    src = c!.src;
+    dst = c?.dst;
+    src = c?.src;
   }
 }
 
@@ -232,12 +235,26 @@ async function launch(gpu: GpuCopier, device: number, blockBytes: number, copies
   }
   cuda.copy(gpu.table.ptr, table, tableBytes);
   let at = 0;
-  for (const group of groups) {
-    const n = copies.length * group.offsets.length;
-    gpu.kernel.launch({ grid: Math.min(n, MAX_GRID), block: THREADS, stream: gpu.stream }, gpu.table.ptr + BigInt(at * 8), BigInt(group.bytes), n);
-    at += 2 * n;
+  let done: CudaEvent;
+  try {
+    for (const group of groups) {
+      const n = copies.length * group.offsets.length;
+      gpu.kernel.launch({ grid: Math.min(n, MAX_GRID), block: THREADS, stream: gpu.stream }, gpu.table.ptr + BigInt(at * 8), BigInt(group.bytes), n);
+      at += 2 * n;
+    }
+    done = CudaEvent.create(device).record(gpu.stream);
+  } catch (error) {
+    // A launch that did start reads and writes until it ends: the caller may release or unmap the
+    // memory once this throws, so it ends first.
+    if (at > 0) {
+      try {
+        gpu.stream.synchronize();
+      } catch {
+        // the error that stopped the launch is the one to report
+      }
+    }
+    throw error;
   }
-  const done = CudaEvent.create(device).record(gpu.stream);
   try {
     await done.finished();
   } finally {

@@ -20,7 +20,7 @@ export function exportAllocation(tensor: Tensor): { handle: Uint8Array; offset: 
 /** An allocation of another process, mapped here until close(). */
 export interface Mapping { readonly device: number; readonly address: bigint; readonly bytes: number; close(): void }
 
-/** Maps `handle` on `device`; close() unmaps it (once). The driver counts opens of one handle in
+/** Maps `handle` on `device`; close() unmaps it (once, never throwing). The driver counts opens of one handle in
  *  a process (each returns the same address), so users of one allocation map it independently.
  *  Fails as the driver does: a handle of this process, of another node, or already freed. */
 export function mapAllocation(device: number, handle: Uint8Array): Mapping {
@@ -34,7 +34,13 @@ export function mapAllocation(device: number, handle: Uint8Array): Mapping {
     close: () => {
       if (!open) return;
       open = false;
-      driver().ipcClose(device, address);
+      // Nothing a caller could do about a failed unmap: the mapping is given up either way, and
+      // the pull or connection closing it must still finish its own cleanup.
+      try {
+        driver().ipcClose(device, address);
+      } catch {
+        // given up
+      }
     },
   };
 }

@@ -79,6 +79,23 @@ describe('copyBlocks on the host', () => {
   });
 });
 
+describe('copyBlocks input checks', () => {
+  it('refuses a missing copy, dst or src in the first copy as in any other (INVALID_ARGUMENT, not a TypeError)', async () => {
+    const t = Tensor.zeros([64], 'u8');
+    const cases: Array<[unknown[], RegExp]> = [
+      [[null], /copies\[0\]\.dst must be a Tensor/],
+      [[{ dstOffset: 0, src: t, srcOffset: 0 }], /copies\[0\]\.dst must be a Tensor/],
+      [[{ dst: t, dstOffset: 0, srcOffset: 0 }], /copies\[0\]\.src must be a Tensor/],
+      [[{ dst: t, dstOffset: 0, src: t, srcOffset: 0 }, { dst: t, dstOffset: 0, srcOffset: 0 }], /copies\[1\]\.src must be a Tensor/],
+    ];
+    for (const [copies, message] of cases) {
+      const error = await rejection(copyBlocks(8, copies as never));
+      expect(error.code).toBe(Code.INVALID_ARGUMENT);
+      expect(error.message).toMatch(message);
+    }
+  });
+});
+
 describe('the kernel\'s address table (blockTable)', () => {
   /** A stand-in for a GPU tensor at `address` (the table reads only address and byteLength). */
   const at = (address: bigint, byteLength = 1 << 30): Tensor => ({ address, byteLength }) as unknown as Tensor;

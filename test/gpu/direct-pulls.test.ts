@@ -1,7 +1,7 @@
 // Direct block-table pulls on GPUs (RemoteTensor.pullBlocks `direct`): the owner grants its
 // allocation's CUDA IPC handle (ServerOptions.directPulls), the puller maps it and one kernel of
-// its own copies every block to its place. Checked block by block, over a shared connection (the
-// mapping kept) and without one, against an owner that does not grant it (the two-sided pull),
+// its own copies every block to its place. Checked block by block, twice over a shared connection
+// (the owner's answer kept) and without one, against an owner that does not grant it (the two-sided pull),
 // and for a handle that is gone (NOT_FOUND, nothing read).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { callInfo, Code, RemoteTensor, type Client, type Tensor } from '../../core/index.ts';
@@ -77,7 +77,7 @@ describe.skipIf(skipReason !== undefined)('direct block-table pulls', () => {
             if (DRY_RUN) expect(transfers.map((t) => t.argument)).toEqual(['t', 't', 't', 't'].slice(0, Math.ceil(SIZE / (32 * MiB))));
             else expect(transfers).toEqual([expect.objectContaining({ argument: 'blocks', bytes: SIZE, path: 'cuda_ipc', protocol: expect.stringMatching(/^gdrpc direct: /) })]);
           }
-          // Without a shared connection: a mapping of its own, unmapped when the pull ends.
+          // Without a shared connection: a question and a mapping of its own.
           clear(cache);
           const fresh = await handle.pullBlocks(from.subarray(0, 100), { pool: side.pool, blockBytes: BLOCK, direct: true });
           try {

@@ -150,13 +150,15 @@ describe('a direct pull against an owner it cannot trust to be well-formed (a fa
     await expect(runDirectPull(owner(new GdrpcError(Code.UNAVAILABLE, 'gone')), plan(), undefined)).rejects.toMatchObject({ code: Code.UNAVAILABLE });
   });
 
-  it('refuses a handle of the wrong length or an offset that is not a byte count, before mapping anything', async () => {
+  it('refuses a handle of the wrong length, an offset or tensor length that is not a byte count, before mapping anything', async () => {
     const bad: Array<[Record<string, unknown>, RegExp]> = [
-      [{ h: new Uint8Array(63), o: 0, n: 1 << 20 }, /not 64 bytes/],
-      [{ h: 'handle', o: 0, n: 1 << 20 }, /not 64 bytes/],
-      [{ h: new Uint8Array(64), o: -1, n: 1 << 20 }, /offset/],
-      [{ h: new Uint8Array(64), o: 0.5, n: 1 << 20 }, /offset/],
-      [{ h: new Uint8Array(64), o: 2 ** 60, n: 1 << 20 }, /offset/],
+      [{ h: new Uint8Array(63), o: 0, n: 1 << 20, l: 2048 }, /not 64 bytes/],
+      [{ h: 'handle', o: 0, n: 1 << 20, l: 2048 }, /not 64 bytes/],
+      [{ h: new Uint8Array(64), o: -1, n: 1 << 20, l: 2048 }, /offset/],
+      [{ h: new Uint8Array(64), o: 0.5, n: 1 << 20, l: 2048 }, /offset/],
+      [{ h: new Uint8Array(64), o: 2 ** 60, n: 1 << 20, l: 2048 }, /offset/],
+      [{ h: new Uint8Array(64), o: 0, n: 1 << 20 }, /tensor length/],
+      [{ h: new Uint8Array(64), o: 0, n: 1 << 20, l: -5 }, /tensor length/],
     ];
     for (const [answer, message] of bad) {
       const fake = owner(answer);
@@ -168,9 +170,37 @@ describe('a direct pull against an owner it cannot trust to be well-formed (a fa
   });
 
   it('falls back when the handle cannot be mapped on this machine (no CUDA here: the driver refuses)', async () => {
-    const fake = owner({ h: new Uint8Array(64), o: 0, n: 1 << 20 });
+    const fake = owner({ h: new Uint8Array(64), o: 0, n: 1 << 20, l: 2048 });
     await expect(runDirectPull(fake, plan(), undefined)).resolves.toBeUndefined();
     expect(fake.asked).toEqual(['map']);
+  });
+
+  it('bounds the reads by the owner\'s length, not the descriptor\'s: a handle forwarded as a larger tensor is refused before mapping', async () => {
+    // The capability covers 1,024 bytes at the owner; the descriptor (whoever sent the handle)
+    // claims 2,048.
+    const fake = owner({ h: new Uint8Array(64), o: 0, n: 1 << 20, l: 1024 });
+    const error = await runDirectPull(fake, plan(), undefined).then(() => undefined, (thrown: unknown) => thrown);
+    expect(error).toMatchObject({ code: Code.INVALID_ARGUMENT });
+    expect((error as GdrpcError).message).toMatch(/describes a 2048-byte tensor, its owner holds 1024 bytes/);
+    expect(fake.asked).toEqual(['map']);
+  });
+
+  it('over a shared connection, asks an owner that declined no more, and one it could not map no more (two-sided at once)', async () => {
+    for (const answer of [new GdrpcError(Code.PERMISSION_DENIED, 'no'), { h: new Uint8Array(64), o: 0, n: 1 << 20, l: 2048 }]) {
+      const fake = owner(answer);
+      const via = new OwnerConnection('127.0.0.1:1', Object.assign(async () => fake, {}), fake);
+      await expect(runDirectPull(fake, plan(), via)).resolves.toBeUndefined();
+      expect(via.directDeclined).toBe(true);
+      await expect(runDirectPull(fake, plan(), via)).resolves.toBeUndefined();
+      expect(fake.asked).toEqual(['map']);
+    }
+    // A host tensor is declined for itself: the next handle is asked about.
+    const fake = owner(new GdrpcError(Code.FAILED_PRECONDITION, 'host'));
+    const via = new OwnerConnection('127.0.0.1:1', Object.assign(async () => fake, {}), fake);
+    await runDirectPull(fake, plan(), via);
+    await runDirectPull(fake, plan(), via);
+    expect(via.directDeclined).toBe(false);
+    expect(fake.asked).toEqual(['map', 'map']);
   });
 });
 
@@ -182,30 +212,30 @@ describe('OwnerConnection mappings and grants', () => {
   }
   const client: OwnerClient = { unary: async () => ({}), copyBlocks: async () => undefined, staging: () => { throw new Error('unused'); }, close: async () => undefined };
 
-  it('keeps a mapping per key until close, and unmaps one still in use only when its last user lets go', async () => {
+  it('shares a mapping among the pulls using it at once; the last one unmaps it, closed connection or not', async () => {
     const via = new OwnerConnection('127.0.0.1:1', Object.assign(async () => client, {}), client);
-    const first = mapping();
-    let opened = 0;
-    const open = (): Mapping => { opened += 1; return first; };
+    const made: Array<Mapping & { closes: number }> = [];
+    const open = (): Mapping => { const m = mapping(); made.push(m); return m; };
     const a = via.useMapping('0/aa', open);
-    a.release();
     const b = via.useMapping('0/aa', open);
-    expect(opened).toBe(1);
-    expect(b.mapping).toBe(first);
-    const idle = mapping();
-    via.useMapping('0/bb', () => idle).release();
+    expect(made).toHaveLength(1);
+    expect(b.mapping).toBe(a.mapping);
+    a.release();
+    a.release();
+    expect(made[0]!.closes).toBe(0);
     await via.close();
-    // The idle one is unmapped at close; the one in use when its user lets go, once.
-    expect(idle.closes).toBe(1);
-    expect(first.closes).toBe(0);
+    expect(made[0]!.closes).toBe(0);
     b.release();
-    b.release();
-    expect(first.closes).toBe(1);
+    expect(made[0]!.closes).toBe(1);
+    // Nothing is kept once no pull uses it: the next pull maps again.
+    via.useMapping('0/aa', open).release();
+    expect(made).toHaveLength(2);
+    expect(made[1]!.closes).toBe(1);
   });
 
   it('keeps the owner\'s answers to map by handle, at most 256, the oldest dropped; a gone handle is forgotten', () => {
     const via = new OwnerConnection('127.0.0.1:1', Object.assign(async () => client, {}), client);
-    const grant = (k: number) => ({ handle: new Uint8Array(64).fill(k & 0xff), offset: k });
+    const grant = (k: number) => ({ handle: new Uint8Array(64).fill(k & 0xff), offset: k, byteLength: 4096 });
     for (let k = 0; k < 257; k += 1) via.keepGrant(`h${k}`, grant(k));
     expect(via.grantOf('h0')).toBeUndefined();
     expect(via.grantOf('h1')?.offset).toBe(1);

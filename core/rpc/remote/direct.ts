@@ -13,16 +13,20 @@ import { Storage } from '../../tensor/storage.ts';
 import { Tensor, type TensorPoolLike } from '../../tensor/index.ts';
 import type { MethodDescriptor } from '../../schema/descriptor.ts';
 import { attachCallInfo } from '../movers/call-info.ts';
-import { OWNER_SERVICE, type OwnerClient, type OwnerConnection } from './owner-client.ts';
+import { OWNER_SERVICE, type DirectGrant, type OwnerClient, type OwnerConnection } from './owner-client.ts';
 import type { BlockPull } from './block-table.ts';
 
 const HANDLE_ARGS: MethodDescriptor['args'] = [{ name: 'x', type: { kind: 'scalar', name: 'u32' } }, { name: 's', type: { kind: 'scalar', name: 'bytes' } }];
 
 /** gdrpc.Owner/map: the IPC handle `h` of the allocation the handle's tensor lies in, the
- *  tensor's offset `o` in it and the allocation's size `n`. */
+ *  tensor's offset `o` in it, the allocation's size `n` and the tensor's length `l` as the owner
+ *  knows it (the handle's descriptor is whoever sent it's word). */
 export const MAP_METHOD: MethodDescriptor = {
   name: 'map', service: OWNER_SERVICE, clientStreaming: false, serverStreaming: false, args: HANDLE_ARGS,
-  results: [{ name: 'h', type: { kind: 'scalar', name: 'bytes' } }, { name: 'o', type: { kind: 'scalar', name: 'f64' } }, { name: 'n', type: { kind: 'scalar', name: 'f64' } }],
+  results: [
+    { name: 'h', type: { kind: 'scalar', name: 'bytes' } }, { name: 'o', type: { kind: 'scalar', name: 'f64' } },
+    { name: 'n', type: { kind: 'scalar', name: 'f64' } }, { name: 'l', type: { kind: 'scalar', name: 'f64' } },
+  ],
 };
 
 /** gdrpc.Owner/held: answers when the handle is still exposed, NOT_FOUND when not. */
@@ -45,7 +49,7 @@ function malformed(what: string): GdrpcError {
 /** Runs `plan` directly when the owner grants it and its allocation can be mapped here; resolves
  *  to undefined when not (the caller pulls two-sided), to the tensor the blocks are in otherwise. */
 export async function runDirectPull(client: OwnerClient, plan: BlockPull, via: OwnerConnection | undefined): Promise<Tensor | undefined> {
-  if (plan.device === 'cpu') return undefined;
+  if (plan.device === 'cpu' || via?.directDeclined === true) return undefined;
   const device = Number(plan.device.slice('cuda:'.length));
   const { source, blockBytes, indices, at, into } = plan;
   const started = performance.now();
@@ -55,17 +59,21 @@ export async function runDirectPull(client: OwnerClient, plan: BlockPull, via: O
   const grantKey = `${handle.x}/${Buffer.from(handle.s).toString('hex')}`;
   let grant = via?.grantOf(grantKey);
   if (grant === undefined) {
-    let answer: Record<string, unknown>;
     try {
-      answer = await client.unary(MAP_METHOD, handle, undefined);
+      grant = grantOf(await client.unary(MAP_METHOD, handle, undefined));
     } catch (error) {
-      if (declined(error)) return undefined;
-      throw error;
+      if (!declined(error)) throw error;
+      // Not granted by this owner (or an owner that predates it): ask no more over this
+      // connection. A host tensor is declined for itself only.
+      if ((error as GdrpcError).code !== Code.FAILED_PRECONDITION) via?.declineDirect();
+      return undefined;
     }
-    const { h, o } = answer;
-    if (!(h instanceof Uint8Array) || h.byteLength !== IPC_HANDLE_BYTES) throw malformed(`a handle that is not ${IPC_HANDLE_BYTES} bytes`);
-    if (typeof o !== 'number' || !Number.isSafeInteger(o) || o < 0) throw malformed(`an offset that is not a byte count (${String(o)})`);
-    grant = { handle: h, offset: o };
+  }
+  // The descriptor the handle came with is whoever sent it's word; the owner's length is what
+  // bounds the reads (a forwarded handle may claim a larger tensor than the capability covers).
+  if (grant.byteLength !== source.byteLength) {
+    via?.keepGrant(grantKey, undefined);
+    throw new GdrpcError(Code.INVALID_ARGUMENT, `RemoteTensor.pullBlocks: the handle describes a ${source.byteLength}-byte tensor, its owner holds ${grant.byteLength} bytes under it`);
   }
   const { handle: h, offset: o } = grant;
   let lease: { mapping: Mapping; release: () => void };
@@ -73,7 +81,10 @@ export async function runDirectPull(client: OwnerClient, plan: BlockPull, via: O
     lease = via !== undefined ? via.useMapping(`${device}/${Buffer.from(h).toString('hex')}`, () => mapAllocation(device, h)) : own(mapAllocation(device, h));
   } catch (error) {
     // Not mappable here (an owner on another node or in this process): two-sided it is.
-    if (error instanceof GdrpcError && (error.details?.cudaError !== undefined || error.code === Code.FAILED_PRECONDITION)) return undefined;
+    if (error instanceof GdrpcError && (error.details?.cudaError !== undefined || error.code === Code.FAILED_PRECONDITION)) {
+      via?.declineDirect();
+      return undefined;
+    }
     throw error;
   }
   const made = into === undefined;
@@ -104,6 +115,15 @@ export async function runDirectPull(client: OwnerClient, plan: BlockPull, via: O
     transfers: [{ argument: 'blocks', bytes, mover: 'rma', path: 'cuda_ipc', source: 'gdrpc', protocol: `gdrpc direct: ${indices.length} blocks of ${blockBytes} bytes read by one kernel on cuda:${device} through a CUDA IPC mapping of the owner's allocation` }],
     durationMs: performance.now() - started,
   });
+}
+
+/** The owner's answer to gdrpc.Owner/map, checked before anything is mapped. */
+function grantOf(answer: Record<string, unknown>): DirectGrant {
+  const { h, o, l } = answer;
+  if (!(h instanceof Uint8Array) || h.byteLength !== IPC_HANDLE_BYTES) throw malformed(`a handle that is not ${IPC_HANDLE_BYTES} bytes`);
+  if (typeof o !== 'number' || !Number.isSafeInteger(o) || o < 0) throw malformed(`an offset that is not a byte count (${String(o)})`);
+  if (typeof l !== 'number' || !Number.isSafeInteger(l) || l < 0) throw malformed(`a tensor length that is not a byte count (${String(l)})`);
+  return { handle: h, offset: o, byteLength: l };
 }
 
 /** A mapping of a pull's own (no shared connection): unmapped when the pull lets go. */

@@ -35,8 +35,9 @@ export type OwnerDialer = ((owner: string, token: string | undefined) => Promise
  *  block-table pulls sharing one OwnerConnection keep their parts in flight under it together. */
 const SHARED_CONNECTION_BYTES = 512 << 20;
 
-/** An owner's answer to gdrpc.Owner/map: the IPC handle of the allocation and the tensor's offset in it. */
-export interface DirectGrant { readonly handle: Uint8Array; readonly offset: number }
+/** An owner's answer to gdrpc.Owner/map: the IPC handle of the allocation, the tensor's offset in
+ *  it and the tensor's length as the owner knows it. */
+export interface DirectGrant { readonly handle: Uint8Array; readonly offset: number; readonly byteLength: number }
 /** Answers to gdrpc.Owner/map one connection keeps. */
 const GRANTS_KEPT = 256;
 
@@ -51,9 +52,12 @@ export class OwnerConnection {
   /** Bytes of parts in flight over this connection, and the parts waiting for room. */
   #inFlight = 0;
   readonly #waiting: Array<{ bytes: number; go: () => void }> = [];
-  /** The owner's allocations mapped for direct pulls, kept while the connection lasts, with the
-   *  pulls using each now (a mapping is unmapped only once none is). */
+  /** The owner's allocations mapped for direct pulls running now, with how many use each: pulls
+   *  of one allocation at once share a mapping, and the last one unmaps it (a mapping kept longer
+   *  could outlive the owner's allocation, which CUDA leaves undefined). */
   readonly #mappings = new Map<string, { mapping: Mapping; users: number }>();
+  /** The owner declined direct pulls, or its memory cannot be mapped here. */
+  #directDeclined = false;
   /** What the owner answered gdrpc.Owner/map for a handle (by handle and capability), so that
    *  pulling the same handle again skips the question; at most GRANTS_KEPT, the oldest dropped. */
   readonly #grants = new Map<string, DirectGrant>();
@@ -70,16 +74,16 @@ export class OwnerConnection {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
-    try {
-      await this.#client.close();
-    } finally {
-      for (const [key, held] of this.#mappings) {
-        if (held.users > 0) continue;  // unmapped by its last user
-        this.#mappings.delete(key);
-        held.mapping.close();
-      }
-    }
+    this.#grants.clear();
+    await this.#client.close();
   }
+
+  /** Whether direct pulls over this connection go two-sided at once: the owner declined them, or
+   *  its memory could not be mapped here. */
+  get directDeclined(): boolean { return this.#directDeclined; }
+
+  /** Says that later direct pulls over this connection go two-sided at once. */
+  declineDirect(): void { this.#directDeclined = true; }
 
   /** The owner's answer to gdrpc.Owner/map for the handle `key`, when this connection has it. */
   grantOf(key: string): DirectGrant | undefined {
@@ -94,8 +98,8 @@ export class OwnerConnection {
     if (this.#grants.size > GRANTS_KEPT) this.#grants.delete(this.#grants.keys().next().value!);
   }
 
-  /** The mapping of an owner's allocation for a direct pull: the one this connection keeps under
-   *  `key`, else made by `open` and kept until close(). Resolves to it and what lets it go. */
+  /** The mapping of an owner's allocation for a direct pull: the one a pull running now made under
+   *  `key`, else made by `open`. Resolves to it and what lets it go; the last user unmaps it. */
   useMapping(key: string, open: () => Mapping): { mapping: Mapping; release: () => void } {
     let held = this.#mappings.get(key);
     if (held === undefined) {
@@ -111,10 +115,9 @@ export class OwnerConnection {
         if (released) return;
         released = true;
         entry.users -= 1;
-        if (this.#closed && entry.users === 0 && this.#mappings.get(key) === entry) {
-          this.#mappings.delete(key);
-          entry.mapping.close();
-        }
+        if (entry.users > 0) return;
+        if (this.#mappings.get(key) === entry) this.#mappings.delete(key);
+        entry.mapping.close();
       },
     };
   }

@@ -172,8 +172,15 @@ export function ownerMethods(host: OwnerHost): MethodEntry[] {
     if (!host.directPulls) throw new GdrpcError(Code.PERMISSION_DENIED, 'this server does not grant direct pulls (ServerOptions.directPulls)');
     const { tensor } = host.lookup(args.x, args.s);
     if (tensor.device === 'cpu') throw new GdrpcError(Code.FAILED_PRECONDITION, 'direct pulls map GPU memory; this handle is a host tensor');
-    const { handle, offset, bytes } = exportAllocation(tensor);
-    return { h: handle, o: offset, n: bytes };
+    let exported: ReturnType<typeof exportAllocation>;
+    try {
+      exported = exportAllocation(tensor);
+    } catch (error) {
+      // Memory the driver will not export (not cuMemAlloc'd, or no IPC here): the puller pulls
+      // two-sided, as for any other decline.
+      throw new GdrpcError(Code.FAILED_PRECONDITION, `this tensor's memory cannot be mapped by another process: ${error instanceof Error ? error.message : String(error)}`);
+    }
+    return { h: exported.handle, o: exported.offset, n: exported.bytes, l: tensor.byteLength };
   }, () => MAP_METHOD.results);
 
   const held = entry('held', HELD_METHOD.args, (args: { x: number; s: Uint8Array }) => {
