@@ -212,25 +212,38 @@ describe('OwnerConnection mappings and grants', () => {
   }
   const client: OwnerClient = { unary: async () => ({}), copyBlocks: async () => undefined, staging: () => { throw new Error('unused'); }, close: async () => undefined };
 
-  it('shares a mapping among the pulls using it at once; the last one unmaps it, closed connection or not', async () => {
+  it('shares a mapping among pulls, keeps up to 8 unused ones (the least recently used unmapped first), unmaps a forgotten one and all at close', async () => {
     const via = new OwnerConnection('127.0.0.1:1', Object.assign(async () => client, {}), client);
-    const made: Array<Mapping & { closes: number }> = [];
-    const open = (): Mapping => { const m = mapping(); made.push(m); return m; };
-    const a = via.useMapping('0/aa', open);
-    const b = via.useMapping('0/aa', open);
-    expect(made).toHaveLength(1);
+    const made = new Map<string, Mapping & { closes: number }>();
+    const open = (key: string) => (): Mapping => { const m = mapping(); made.set(key, m); return m; };
+    const a = via.useMapping('0/a', open('0/a'));
+    const b = via.useMapping('0/a', open('0/a-again'));
+    expect(made.has('0/a-again')).toBe(false);
     expect(b.mapping).toBe(a.mapping);
     a.release();
-    a.release();
-    expect(made[0]!.closes).toBe(0);
-    await via.close();
-    expect(made[0]!.closes).toBe(0);
     b.release();
-    expect(made[0]!.closes).toBe(1);
-    // Nothing is kept once no pull uses it: the next pull maps again.
-    via.useMapping('0/aa', open).release();
-    expect(made).toHaveLength(2);
-    expect(made[1]!.closes).toBe(1);
+    b.release();
+    expect(made.get('0/a')!.closes).toBe(0);  // kept for the next pull
+    // Eight more unused: the least recently used (0/a) goes.
+    for (let k = 0; k < 8; k += 1) via.useMapping(`0/k${k}`, open(`0/k${k}`)).release();
+    expect(made.get('0/a')!.closes).toBe(1);
+    expect([...made.entries()].filter(([key]) => key.startsWith('0/k')).every(([, m]) => m.closes === 0)).toBe(true);
+    // Used again, 0/k0 becomes the most recent; the next one unmaps 0/k1 instead.
+    via.useMapping('0/k0', open('0/k0-again')).release();
+    via.useMapping('0/z', open('0/z')).release();
+    expect(made.get('0/k0')!.closes).toBe(0);
+    expect(made.get('0/k1')!.closes).toBe(1);
+    // Forgotten (the owner said the handle is gone): unmapped once unused.
+    const f = via.useMapping('0/k2', open('0/k2-again'));
+    f.release(true);
+    expect(made.get('0/k2')!.closes).toBe(1);
+    // At close every unused one is unmapped, one in use when its pull lets go.
+    const busy = via.useMapping('0/k3', open('0/k3-again'));
+    await via.close();
+    expect([...made.entries()].filter(([key]) => key !== '0/k3').every(([, m]) => m.closes === 1)).toBe(true);
+    expect(made.get('0/k3')!.closes).toBe(0);
+    busy.release();
+    expect(made.get('0/k3')!.closes).toBe(1);
   });
 
   it('keeps the owner\'s answers to map by handle, at most 256, the oldest dropped; a gone handle is forgotten', () => {

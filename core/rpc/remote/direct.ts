@@ -76,7 +76,7 @@ export async function runDirectPull(client: OwnerClient, plan: BlockPull, via: O
     throw new GdrpcError(Code.INVALID_ARGUMENT, `RemoteTensor.pullBlocks: the handle describes a ${source.byteLength}-byte tensor, its owner holds ${grant.byteLength} bytes under it`);
   }
   const { handle: h, offset: o } = grant;
-  let lease: { mapping: Mapping; release: () => void };
+  let lease: { mapping: Mapping; release: (forget?: boolean) => void };
   try {
     lease = via !== undefined ? via.useMapping(`${device}/${Buffer.from(h).toString('hex')}`, () => mapAllocation(device, h)) : own(mapAllocation(device, h));
   } catch (error) {
@@ -89,6 +89,7 @@ export async function runDirectPull(client: OwnerClient, plan: BlockPull, via: O
   }
   const made = into === undefined;
   let target: Tensor | undefined;
+  let gone = false;
   try {
     // The owner's word for where its tensor is, checked against what the driver mapped here: the
     // kernel reads only inside the mapping.
@@ -106,9 +107,11 @@ export async function runDirectPull(client: OwnerClient, plan: BlockPull, via: O
   } catch (error) {
     if (made) target?.release();
     via?.keepGrant(grantKey, undefined);
+    // The handle is gone: its allocation may be freed soon, so a kept mapping of it goes too.
+    gone = error instanceof GdrpcError && error.code === Code.NOT_FOUND;
     throw error;
   } finally {
-    lease.release();
+    lease.release(gone);
   }
   const bytes = indices.length * blockBytes;
   return attachCallInfo(target, {
@@ -127,6 +130,6 @@ function grantOf(answer: Record<string, unknown>): DirectGrant {
 }
 
 /** A mapping of a pull's own (no shared connection): unmapped when the pull lets go. */
-function own(mapping: Mapping): { mapping: Mapping; release: () => void } {
+function own(mapping: Mapping): { mapping: Mapping; release: (forget?: boolean) => void } {
   return { mapping, release: () => mapping.close() };
 }

@@ -40,6 +40,8 @@ const SHARED_CONNECTION_BYTES = 512 << 20;
 export interface DirectGrant { readonly handle: Uint8Array; readonly offset: number; readonly byteLength: number }
 /** Answers to gdrpc.Owner/map one connection keeps. */
 const GRANTS_KEPT = 256;
+/** Mappings of an owner's allocations one connection keeps while no pull uses them. */
+const MAPPINGS_KEPT = 8;
 
 /** A connection to the owner of remote tensors, made once (RemoteTensor.connect) and used by
  *  pulls and block-table pulls given it as `via`: a worker that pulls from the same peer again
@@ -52,9 +54,10 @@ export class OwnerConnection {
   /** Bytes of parts in flight over this connection, and the parts waiting for room. */
   #inFlight = 0;
   readonly #waiting: Array<{ bytes: number; go: () => void }> = [];
-  /** The owner's allocations mapped for direct pulls running now, with how many use each: pulls
-   *  of one allocation at once share a mapping, and the last one unmaps it (a mapping kept longer
-   *  could outlive the owner's allocation, which CUDA leaves undefined). */
+  /** The owner's allocations mapped for direct pulls, with the pulls using each now, in the order
+   *  they were last used: pulls share a mapping, and up to MAPPINGS_KEPT unused ones stay mapped
+   *  for the next pull (opening one costs milliseconds), as UCX's own cuda_ipc cache keeps a
+   *  peer's buffers; the rest, and all of them at close(), are unmapped. */
   readonly #mappings = new Map<string, { mapping: Mapping; users: number }>();
   /** The owner declined direct pulls, or its memory cannot be mapped here. */
   #directDeclined = false;
@@ -75,6 +78,11 @@ export class OwnerConnection {
     if (this.#closed) return;
     this.#closed = true;
     this.#grants.clear();
+    for (const [key, held] of this.#mappings) {
+      if (held.users > 0) continue;  // unmapped by its last user
+      this.#mappings.delete(key);
+      held.mapping.close();
+    }
     await this.#client.close();
   }
 
@@ -98,26 +106,38 @@ export class OwnerConnection {
     if (this.#grants.size > GRANTS_KEPT) this.#grants.delete(this.#grants.keys().next().value!);
   }
 
-  /** The mapping of an owner's allocation for a direct pull: the one a pull running now made under
-   *  `key`, else made by `open`. Resolves to it and what lets it go; the last user unmaps it. */
-  useMapping(key: string, open: () => Mapping): { mapping: Mapping; release: () => void } {
+  /** The mapping of an owner's allocation for a direct pull: the one this connection has under
+   *  `key`, else made by `open`. Resolves to it and what lets it go (`forget`: unmap it once
+   *  unused, as after the owner said the handle is gone). */
+  useMapping(key: string, open: () => Mapping): { mapping: Mapping; release: (forget?: boolean) => void } {
     let held = this.#mappings.get(key);
-    if (held === undefined) {
-      held = { mapping: open(), users: 0 };
-      this.#mappings.set(key, held);
-    }
+    if (held === undefined) held = { mapping: open(), users: 0 };
+    this.#mappings.delete(key);
+    this.#mappings.set(key, held);  // the most recently used last
     const entry = held;
     entry.users += 1;
     let released = false;
     return {
       mapping: entry.mapping,
-      release: () => {
+      release: (forget = false) => {
         if (released) return;
         released = true;
         entry.users -= 1;
         if (entry.users > 0) return;
-        if (this.#mappings.get(key) === entry) this.#mappings.delete(key);
-        entry.mapping.close();
+        if (forget || this.#closed) {
+          if (this.#mappings.get(key) === entry) this.#mappings.delete(key);
+          entry.mapping.close();
+          return;
+        }
+        let idle = 0;
+        for (const other of this.#mappings.values()) if (other.users === 0) idle += 1;
+        for (const [otherKey, other] of this.#mappings) {
+          if (idle <= MAPPINGS_KEPT) break;
+          if (other.users > 0) continue;
+          this.#mappings.delete(otherKey);
+          other.mapping.close();
+          idle -= 1;
+        }
       },
     };
   }
