@@ -9,11 +9,15 @@
 // A third request lives in the prefill worker's paged KV pool, scattered over its blocks
 // (`acceptPaged`, metadata `handover: paged`): only the pool's handle and the block ids travel,
 // and the decode worker pulls the blocks into free blocks of its own pool by a block table, one
-// RemoteTensor.pullBlocks (the owner gathers them with one kernel, the puller scatters them with
-// one). Without a GPU both sides use host memory and the kernels' host twins.
+// RemoteTensor.pullBlocks. The two workers trust each other (one deployment, one token): the
+// prefill worker grants direct pulls (ServerOptions.directPulls), so on a GPU the decode worker
+// maps the pool's allocation and reads the blocks with one kernel of its own; elsewhere the owner
+// gathers them with one kernel and the puller scatters them with one. Without a GPU both sides
+// use host memory and the kernels' host twins.
 //   node --import tsx examples/kv-handover.ts
+import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
-import { Client, Code, copyBlocks, GdrpcError, hostChecksum, loadKernels, RemoteTensor, Server, Tensor, type Device, type Kernels } from '../core/index.ts';
+import { callInfo, Client, Code, copyBlocks, GdrpcError, hostChecksum, loadKernels, RemoteTensor, Server, Tensor, type Device, type Kernels } from '../core/index.ts';
 import { DecodeWorker, PrefillWorker, RequestState, type KvBlock, type KvBlockCopy } from '../schemas/gen/kv_transfer.ts';
 import { Precision } from '../schemas/gen/tensor_parallel.ts';
 import { announce, exampleDevice, role, startRole } from './peer.ts';
@@ -51,8 +55,18 @@ function cacheBlock(kernels: Kernels, requestId: string, layer: number, index: n
   return t;
 }
 
+/** The deployment's shared token (set by main() for both workers): the prefill worker's server
+ *  admits only peers that know it, since it grants them direct pulls of its paged pool. */
+function deploymentToken(): string {
+  const token = process.env.KV_HANDOVER_TOKEN;
+  if (token === undefined || token === '') throw new Error('KV_HANDOVER_TOKEN is not set (main() sets it for the workers)');
+  return token;
+}
+
 async function prefillWorker(): Promise<void> {
-  const server = Server.create();
+  // Direct pulls let the decode worker map the allocation of an exposed tensor (the paged pool,
+  // an allocation of its own) and read and write all of it: granted to admitted peers only.
+  const server = Server.create({ token: deploymentToken(), directPulls: true });
   const kernels = loadKernels(PREFILL_DEVICE);
   // The paged KV pool: [block, keys or values, heads, positions, headDim].
   const pool = Tensor.zeros([POOL_BLOCKS, 2, HEADS, BLOCK, HEAD_DIM], 'bf16', { device: PREFILL_DEVICE });
@@ -132,8 +146,9 @@ async function decodeWorker(): Promise<void> {
       const slots = takeBlocks(free, blockIds.length);
       try {
         const started = performance.now();
-        await remotePool.pullBlocks(blockIds, { into: pool, at: slots });
+        await remotePool.pullBlocks(blockIds, { into: pool, at: slots, token: deploymentToken(), direct: true });
         const pullMs = performance.now() - started;
+        const how = callInfo(pool)?.transfers[0]?.protocol?.startsWith('gdrpc direct') === true ? 'direct' : 'two-sided';
         // Each landed block against the host twins' answer for the block the prefill worker was
         // asked to make (layer by layer, as blockIds lists them).
         const landed = pool.to('cpu').bytes();
@@ -148,7 +163,7 @@ async function decodeWorker(): Promise<void> {
           }
         }
         caches.set(requestId, { blocks: [], slots, next: firstToken });
-        console.log(`decode: pulled ${blockIds.length} pool blocks (${blockIds.length * POOL_BLOCK_BYTES} bytes) of ${requestId} from ${PREFILL_DEVICE} into blocks of this worker's pool on ${DECODE_DEVICE} in ${pullMs.toFixed(1)} ms (one pullBlocks, block table ${blockIds.slice(0, 4).join(',')}... -> ${slots.slice(0, 4).join(',')}...); checksums verified`);
+        console.log(`decode: pulled ${blockIds.length} pool blocks (${blockIds.length * POOL_BLOCK_BYTES} bytes) of ${requestId} from ${PREFILL_DEVICE} into blocks of this worker's pool on ${DECODE_DEVICE} in ${pullMs.toFixed(1)} ms (one pullBlocks, ${how}, block table ${blockIds.slice(0, 4).join(',')}... -> ${slots.slice(0, 4).join(',')}...); checksums verified`);
         return { state: RequestState.READY };
       } catch (error) {
         free.push(...slots);
@@ -159,7 +174,7 @@ async function decodeWorker(): Promise<void> {
       // Pull every handle while the call lasts (the prefill worker lets go when it ends), as one
       // operation: one connection to the prefill worker, many pulls in flight on it.
       const started = performance.now();
-      const pulled = await RemoteTensor.pullAll(blocks.flatMap((b) => [b.keys, b.values]), { device: DECODE_DEVICE });
+      const pulled = await RemoteTensor.pullAll(blocks.flatMap((b) => [b.keys, b.values]), { device: DECODE_DEVICE, token: deploymentToken() });
       const pullMs = performance.now() - started;
       // Each block's checksum, computed here by the checksum kernel, against the host twins'
       // answer for the block the prefill worker was asked to make.
@@ -212,8 +227,10 @@ async function decodeWorker(): Promise<void> {
 
 async function main(): Promise<void> {
   const file = fileURLToPath(import.meta.url);
+  // One token for the deployment, handed to the workers in their environment.
+  process.env.KV_HANDOVER_TOKEN ||= randomBytes(16).toString('hex');
   const [prefillAt, decodeAt] = await Promise.all([startRole(file, 'prefill'), startRole(file, 'decode')]);
-  const [prefillClient, decodeClient] = await Promise.all([Client.connect(prefillAt), Client.connect(decodeAt)]);
+  const [prefillClient, decodeClient] = await Promise.all([Client.connect(prefillAt, { token: deploymentToken() }), Client.connect(decodeAt)]);
   const tokens = Tensor.fromArray(Int32Array.from({ length: 40 }, (_, i) => 100 + i));
   const started = performance.now();
   const result = await PrefillWorker.client(prefillClient).prefill({ requestId: 'req-1', tokens, precision: Precision.BF16, decodeWorker: decodeAt });

@@ -38,7 +38,7 @@ describe('examples', () => {
     // By value: every block in a gathered tag message, checked on arrival.
     expect(out).toMatch(/\[decode\] decode: received 12 blocks \(196608 bytes\) of req-2 by value into \S+, 12 of them in shared tag messages; checksums verified/);
     expect(out).toMatch(/prefill: 6 blocks handed over by value in [\d.]+ ms, state 1/);
-    expect(out).toMatch(/\[decode\] decode: pulled 6 pool blocks \(196608 bytes\) of req-3 from \S+ into blocks of this worker's pool on \S+ in [\d.]+ ms \(one pullBlocks, block table 11,48,21,58\.\.\. -> \d+,\d+,\d+,\d+\.\.\.\); checksums verified/);
+    expect(out).toMatch(/\[decode\] decode: pulled 6 pool blocks \(196608 bytes\) of req-3 from \S+ into blocks of this worker's pool on \S+ in [\d.]+ ms \(one pullBlocks, (direct|two-sided), block table 11,48,21,58\.\.\. -> \d+,\d+,\d+,\d+\.\.\.\); checksums verified/);
     expect(out).toMatch(/prefill: 6 blocks handed over from its paged pool in [\d.]+ ms, state 1/);
   });
 
