@@ -4,7 +4,7 @@
 // cannot serve it, and how the puller treats an owner's malformed answer. The direct copy itself
 // needs GPUs: test/gpu/direct-pulls.test.ts.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { callInfo, Client, Code, GdrpcError, RemoteTensor, Runtime, Server, Tensor, type TensorPool } from '../../core/index.ts';
+import { callInfo, Client, Code, GdrpcError, RemoteTensor, Runtime, Server, serveRemoteTensors, shutdownOwner, Tensor, type TensorPool } from '../../core/index.ts';
 import { HELD_METHOD, MAP_METHOD, runDirectPull } from '../../core/rpc/remote/direct.ts';
 import { planBlockPull } from '../../core/rpc/remote/block-table.ts';
 import { OwnerConnection, type OwnerClient } from '../../core/rpc/remote/owner-client.ts';
@@ -76,6 +76,28 @@ describe('gdrpc.Owner/map and held', () => {
     } finally {
       await client.close();
       await other.close();
+    }
+  });
+});
+
+describe('serveRemoteTensors with directPulls', () => {
+  it('grants map only when asked to (PERMISSION_DENIED without; with it, an unknown handle is NOT_FOUND)', async () => {
+    for (const [directPulls, code] of [[undefined, Code.PERMISSION_DENIED], [true, Code.NOT_FOUND]] as const) {
+      const owner = Runtime.create();
+      const asker = Runtime.create();
+      try {
+        const at = serveRemoteTensors({ host: '127.0.0.1', runtime: owner, ...(directPulls !== undefined ? { directPulls } : {}) });
+        const client = await Client.connect(at, { runtime: asker });
+        try {
+          expect(await codeOf(client.unary(MAP_METHOD, { x: 1, s: new Uint8Array(16) }))).toBe(code);
+        } finally {
+          await client.close();
+        }
+      } finally {
+        await shutdownOwner(owner);
+        await asker.close();
+        await owner.close();
+      }
     }
   });
 });

@@ -284,13 +284,13 @@ function hostOf(peer: string): string {
 
 /** Serves pulls of the `@remote` tensors of `runtime` (default: the default runtime) on
  *  `host:port` (port 0: any), admitting only peers that prove `token`, for a runtime that has no
- *  listening Server of its own. */
-export function serveRemoteTensors(options: { host: string; port?: number; token?: string; runtime?: Runtime }): { host: string; port: number } {
+ *  listening Server of its own; `directPulls` as in ServerOptions. */
+export function serveRemoteTensors(options: { host: string; port?: number; token?: string; runtime?: Runtime; directPulls?: boolean }): { host: string; port: number } {
   if (typeof options?.host !== 'string' || options.host.length === 0) throw new GdrpcError(Code.INVALID_ARGUMENT, 'serveRemoteTensors needs options.host (the address pulls come to)');
   const runtime = options.runtime ?? Runtime.default();
   const current = runtime.owner.dedicated;
   if (current?.address !== undefined) return current.address;
-  const server = Server.create({ poolBytes: 0, runtime, ...(options.token !== undefined ? { token: options.token } : {}) });
+  const server = Server.create({ poolBytes: 0, runtime, ...(options.token !== undefined ? { token: options.token } : {}), ...(options.directPulls !== undefined ? { directPulls: options.directPulls } : {}) });
   runtime.owner.dedicated = server;
   try {
     return server.bind({ host: options.host, port: options.port ?? 0 });
