@@ -15,7 +15,7 @@
 // Each round runs every way once, in turn.
 import { fileURLToPath } from 'node:url';
 import { cuda } from '../core/cuda.ts';
-import { callInfo, Client, RemoteTensor, Runtime, type Device, type Tensor } from '../core/index.ts';
+import { callInfo, Client, RemoteTensor, Runtime, type Device, type OwnerConnection, type Tensor } from '../core/index.ts';
 import { SinkDescriptor } from './schemas/gen/gpu_sink.ts';
 import { runPython } from './gpu-external.ts';
 import { describeMachine, type BenchResult } from './machine.ts';
@@ -117,40 +117,33 @@ export async function runKvBlocksBench(opts: { json?: string; flags: string[] })
       if (seen !== undefined) paths.add(`${name}: ${seen.mover}/${seen.path}`);
       for (const t of tensors) t.release();
     };
+    // One block-table pull timed under `name`, into a cache zeroed first, every block checked.
+    const tablePull = async (name: string, region: RemoteTensor, extra: { via?: OwnerConnection; direct?: boolean }): Promise<void> => {
+      zero(cache);
+      const started = process.hrtime.bigint();
+      await region.pullBlocks(tableFrom, { into: cache, at: tableTo, ...extra });
+      samples[name]!.push(Number(process.hrtime.bigint() - started) / 1e3);
+      checkBlocks(cache, blockBytes, tableFrom, tableTo);
+    };
     for (let round = 0; round <= rounds; round += 1) {  // round 0 warms up and is not kept
       // The block table three times a round: the first after the other ways of the round before
       // (4,096 connections of pull each closing at the owner) is the noisiest.
       for (let again = 0; again < BLOCK_TABLE_REPEATS; again += 1) {
         const region = (await client.unary(SinkDescriptor.methods.region, { count, bytes: blockBytes })).h as RemoteTensor;
-        const started = process.hrtime.bigint();
-        await region.pullBlocks(tableFrom, { into: cache, at: tableTo });
-        samples['block table']!.push(Number(process.hrtime.bigint() - started) / 1e3);
+        await tablePull('block table', region, {});
         const seen = callInfo(cache)?.transfers;
         if (seen !== undefined && seen.length > 0) paths.add(`block table: ${seen[0]!.mover}/${seen[0]!.path}, ${seen.length} parts`);
-        checkBlocks(cache, blockBytes, tableFrom, tableTo);
         // The same over a connection made before (a decode worker keeps one to its prefill worker).
         const owner = await region.connect();
         try {
-          zero(cache);
-          const again = process.hrtime.bigint();
-          await region.pullBlocks(tableFrom, { into: cache, at: tableTo, via: owner });
-          samples['block table, connected']!.push(Number(process.hrtime.bigint() - again) / 1e3);
-          checkBlocks(cache, blockBytes, tableFrom, tableTo);
+          await tablePull('block table, connected', region, { via: owner });
           // Direct: one kernel here reads the blocks from the owner's memory (a GPU owner that
           // grants it; elsewhere this is the two-sided pull again), over the connection and
           // then with one of its own (its own mapping too).
-          zero(cache);
-          const direct = process.hrtime.bigint();
-          await region.pullBlocks(tableFrom, { into: cache, at: tableTo, via: owner, direct: true });
-          samples['block table, direct, connected']!.push(Number(process.hrtime.bigint() - direct) / 1e3);
-          checkBlocks(cache, blockBytes, tableFrom, tableTo);
+          await tablePull('block table, direct, connected', region, { via: owner, direct: true });
           const how = callInfo(cache)?.transfers[0];
           if (how !== undefined) paths.add(`block table, direct: ${how.mover}/${how.path}${how.protocol?.startsWith('gdrpc direct') === true ? ' (direct)' : ' (two-sided)'}`);
-          zero(cache);
-          const alone = process.hrtime.bigint();
-          await region.pullBlocks(tableFrom, { into: cache, at: tableTo, direct: true });
-          samples['block table, direct']!.push(Number(process.hrtime.bigint() - alone) / 1e3);
-          checkBlocks(cache, blockBytes, tableFrom, tableTo);
+          await tablePull('block table, direct', region, { direct: true });
         } finally {
           await owner.close();
         }

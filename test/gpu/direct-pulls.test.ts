@@ -8,7 +8,7 @@ import { callInfo, Code, RemoteTensor, type Client, type Tensor } from '../../co
 import { cuda } from '../../core/cuda.ts';
 import { codeOf, openClientSide, type ClientSide } from './fixtures/client-side.ts';
 import { announce, DRY_RUN, MAX_BYTES, MiB, skipReason, topologies } from './fixtures/env.ts';
-import { patternChunk } from './fixtures/pattern.ts';
+import { misplacedBlocks } from './fixtures/pattern.ts';
 import { startGpuServer, type GpuPeer } from './fixtures/peer.ts';
 import { disposePeers } from '../support/peer.ts';
 
@@ -23,13 +23,7 @@ afterAll(disposePeers);
 
 /** The blocks of `cache` that are not where a pull of `from` into places `to` of a pattern(`seed`) tensor puts them. */
 function misplaced(cache: Tensor, seed: number, from: ArrayLike<number>, to: ArrayLike<number>): number {
-  const back = cache.to('cpu').bytes();
-  const expected = Buffer.concat(Array.from({ length: Math.ceil(SIZE / (64 * MiB)) }, (_, c) => patternChunk(seed, c, Math.min(64 * MiB, SIZE - c * 64 * MiB))));
-  let wrong = 0;
-  for (let k = 0; k < from.length; k += 1) {
-    if (Buffer.compare(back.subarray(to[k]! * BLOCK, (to[k]! + 1) * BLOCK), expected.subarray(from[k]! * BLOCK, (from[k]! + 1) * BLOCK)) !== 0) wrong += 1;
-  }
-  return wrong;
+  return misplacedBlocks(cache, seed, SIZE, BLOCK, from, to);
 }
 
 /** Zeroes `tensor`, so that a block a pull missed shows. */

@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Code, confirmedCallInfo, RemoteTensor, type Client } from '../../core/index.ts';
 import { codeOf, openClientSide, type ClientSide } from './fixtures/client-side.ts';
 import { announce, DRY_RUN, EXPECTED_PATH, MAX_BYTES, MiB, skipReason, topologies } from './fixtures/env.ts';
-import { firstMismatch, patternChunk, patternDigest } from './fixtures/pattern.ts';
+import { firstMismatch, misplacedBlocks, patternDigest } from './fixtures/pattern.ts';
 import { startGpuServer, type GpuPeer } from './fixtures/peer.ts';
 import { disposePeers } from '../support/peer.ts';
 
@@ -77,14 +77,7 @@ describe.skipIf(skipReason !== undefined)('remote CUDA tensors', () => {
           const info = await confirmedCallInfo(cache);
           expect(info?.transfers).toHaveLength(Math.ceil(size / (32 * MiB)));
           paths = info!.transfers.map((transfer) => transfer.path);
-          const back = cache.to('cpu').bytes();
-          const expected = Buffer.concat(Array.from({ length: Math.ceil(size / (64 * MiB)) }, (_, c) => patternChunk(seed, c, Math.min(64 * MiB, size - c * 64 * MiB))));
-          let misplaced = 0;
-          for (let k = 0; k < count; k += 1) {
-            const got = back.subarray(to[k]! * blockBytes, (to[k]! + 1) * blockBytes);
-            if (Buffer.compare(got, expected.subarray(from[k]! * blockBytes, (from[k]! + 1) * blockBytes)) !== 0) misplaced += 1;
-          }
-          expect(misplaced).toBe(0);
+          expect(misplacedBlocks(cache, seed, size, blockBytes, from, to)).toBe(0);
         } finally {
           cache.release();
         }

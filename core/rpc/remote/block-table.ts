@@ -10,7 +10,7 @@ import type { TensorWire } from '../../wire/frames.ts';
 import type { DType, MethodDescriptor } from '../../schema/descriptor.ts';
 import { attachCallInfo, callInfo, type CallInfo } from '../movers/call-info.ts';
 import { lentTensor } from './lent.ts';
-import { DEVICE, fixedTensorType, landingDevice, OWNER_SERVICE, placementOf, POOL, VIA, type OwnerClient, type OwnerConnection } from './owner-client.ts';
+import { DEVICE, fixedTensorType, HANDLE_ARGS, landingDevice, OWNER_SERVICE, placementOf, POOL, VIA, type OwnerClient, type OwnerConnection } from './owner-client.ts';
 
 /** Options of RemoteTensor.pullBlocks: where the blocks land (`into`, at rows `at`; else a new
  *  tensor from `pool` or on `device`), how long a block is, and how many parts go at once. */
@@ -42,8 +42,7 @@ export const DEFAULT_BLOCK_PARTS_IN_FLIGHT = 2;
 /** The arguments of gdrpc.Owner/pullBlocks: the handle, the block length and the block indices
  *  (little-endian u32, in the order they come back). */
 export const PULL_BLOCKS_ARGS: MethodDescriptor['args'] = [
-  { name: 'x', type: { kind: 'scalar', name: 'u32' } }, { name: 's', type: { kind: 'scalar', name: 'bytes' } },
-  { name: 'b', type: { kind: 'scalar', name: 'u32' } }, { name: 'r', type: { kind: 'scalar', name: 'bytes' } },
+  ...HANDLE_ARGS, { name: 'b', type: { kind: 'scalar', name: 'u32' } }, { name: 'r', type: { kind: 'scalar', name: 'bytes' } },
 ];
 
 /** The shape of one block of `blockBytes` of a tensor: a row of its first dimension keeps its

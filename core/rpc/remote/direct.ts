@@ -13,10 +13,8 @@ import { Storage } from '../../tensor/storage.ts';
 import { Tensor, type TensorPoolLike } from '../../tensor/index.ts';
 import type { MethodDescriptor } from '../../schema/descriptor.ts';
 import { attachCallInfo } from '../movers/call-info.ts';
-import { OWNER_SERVICE, type DirectGrant, type OwnerClient, type OwnerConnection } from './owner-client.ts';
+import { HANDLE_ARGS, isUnknownMethod, OWNER_SERVICE, type DirectGrant, type OwnerClient, type OwnerConnection } from './owner-client.ts';
 import type { BlockPull } from './block-table.ts';
-
-const HANDLE_ARGS: MethodDescriptor['args'] = [{ name: 'x', type: { kind: 'scalar', name: 'u32' } }, { name: 's', type: { kind: 'scalar', name: 'bytes' } }];
 
 /** gdrpc.Owner/map: the IPC handle `h` of the allocation the handle's tensor lies in, the
  *  tensor's offset `o` in it, the allocation's size `n` and the tensor's length `l` as the owner
@@ -38,8 +36,7 @@ export const HELD_METHOD: MethodDescriptor = {
  *  grant direct pulls, the tensor is in host memory, or it predates the method. */
 function declined(error: unknown): boolean {
   if (!(error instanceof GdrpcError)) return false;
-  return error.code === Code.PERMISSION_DENIED || error.code === Code.FAILED_PRECONDITION
-    || (error.code === Code.NOT_FOUND && error.rawMessage.startsWith('unknown method'));
+  return error.code === Code.PERMISSION_DENIED || error.code === Code.FAILED_PRECONDITION || isUnknownMethod(error);
 }
 
 function malformed(what: string): GdrpcError {

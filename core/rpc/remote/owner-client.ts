@@ -14,6 +14,14 @@ import type { Mapping } from '../../compute/ipc.ts';
 /** Service name of the owner side of remote tensors. */
 export const OWNER_SERVICE = 'gdrpc.Owner';
 
+/** The arguments every gdrpc.Owner method starts with: the handle `x` and its capability `s`. */
+export const HANDLE_ARGS: MethodDescriptor['args'] = [{ name: 'x', type: { kind: 'scalar', name: 'u32' } }, { name: 's', type: { kind: 'scalar', name: 'bytes' } }];
+
+/** Whether `error` is an owner's answer that it has no such method (an owner that predates it). */
+export function isUnknownMethod(error: unknown): boolean {
+  return error instanceof GdrpcError && error.code === Code.NOT_FOUND && error.rawMessage.startsWith('unknown method');
+}
+
 /** One pull from an owner: a Client made for it. */
 export interface OwnerClient {
   /** `allocate` gets each result tensor's field ("... results.ts[3]") besides its shape and dtype. */

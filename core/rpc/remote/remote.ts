@@ -15,7 +15,7 @@ import { Runtime } from '../runtime/runtime.ts';
 import { lentTensor } from './lent.ts';
 import { planBlockPull, PULL_BLOCKS_OPTIONS, runBlockPull, type PullBlocksOptions } from './block-table.ts';
 import { runDirectPull } from './direct.ts';
-import { closeWhenReported, DEVICE, fixedTensorType, landingDevice, OWNER_SERVICE, OwnerConnection, placementOf, POOL, VIA, type Landing, type OwnerClient, type OwnerDialer } from './owner-client.ts';
+import { closeWhenReported, DEVICE, fixedTensorType, HANDLE_ARGS, isUnknownMethod, landingDevice, OWNER_SERVICE, OwnerConnection, placementOf, POOL, VIA, type Landing, type OwnerClient, type OwnerDialer } from './owner-client.ts';
 
 /** Registers `tensor` as remote for the call of `scope`, on its connection's runtime; returns its
  *  handle descriptor. Released when the call ends or the connection dies (exposures), or after one pull. */
@@ -300,7 +300,7 @@ export class RemoteTensor {
     const placement = placementOf(landingDevice(landing));
     const method: MethodDescriptor = {
       name: 'pull', service: OWNER_SERVICE, clientStreaming: false, serverStreaming: false,
-      args: [{ name: 'x', type: { kind: 'scalar', name: 'u32' } }, { name: 's', type: { kind: 'scalar', name: 'bytes' } }],
+      args: HANDLE_ARGS,
       results: [{ name: 't', type: fixedTensorType(this.dtype, this.shape, placement) }],
     };
     const allocate = into !== undefined ? () => lentTensor(into)
@@ -310,9 +310,4 @@ export class RemoteTensor {
     const info = callInfo(result);
     return info === undefined ? result.t as Tensor : attachCallInfo(result.t as Tensor, info);
   }
-}
-
-/** Whether `error` is an owner's answer that it has no such method (an owner before pullMany). */
-function isUnknownMethod(error: unknown): boolean {
-  return error instanceof GdrpcError && error.code === Code.NOT_FOUND && error.rawMessage.startsWith('unknown method');
 }

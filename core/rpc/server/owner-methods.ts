@@ -11,7 +11,7 @@ import type { BlockCopy } from '../../compute/blocks.ts';
 import type { MethodDescriptor } from '../../schema/descriptor.ts';
 import { MAX_PULLS_PER_CALL, MAX_STACKED_BLOCK_BYTES, PULL_MANY_ARGS } from '../remote/remote.ts';
 import { blocksTile, blockShapeOf, MAX_BLOCK_PULL_BYTES, MAX_BLOCKS_PER_PULL, PULL_BLOCKS_ARGS } from '../remote/block-table.ts';
-import { OWNER_SERVICE, pullResultFields } from '../remote/owner-client.ts';
+import { HANDLE_ARGS, OWNER_SERVICE, pullResultFields } from '../remote/owner-client.ts';
 import { HELD_METHOD, MAP_METHOD } from '../remote/direct.ts';
 import { exportAllocation } from '../../compute/ipc.ts';
 import type { CallContext, MethodEntry } from './server-call.ts';
@@ -28,7 +28,6 @@ export interface OwnerHost {
   readonly directPulls: boolean;
 }
 
-const PULL_ARGS: MethodDescriptor['args'] = [{ name: 'x', type: { kind: 'scalar', name: 'u32' } }, { name: 's', type: { kind: 'scalar', name: 'bytes' } }];
 
 function entry(name: string, args: MethodDescriptor['args'], handler: MethodEntry['handler'], resultsOf: MethodEntry['resultsOf']): MethodEntry {
   return { method: { name, service: OWNER_SERVICE, clientStreaming: false, serverStreaming: false, args, results: [] }, types: {}, handler, resultsOf };
@@ -115,7 +114,7 @@ export function ownerMethods(host: OwnerHost): MethodEntry[] {
     return stacked;
   };
 
-  const pull = entry('pull', PULL_ARGS, (args: { x: number; s: Uint8Array }, ctx: CallContext) => {
+  const pull = entry('pull', HANDLE_ARGS, (args: { x: number; s: Uint8Array }, ctx: CallContext) => {
     const { tensor, pulled } = host.lookup(args.x, args.s);
     ctx.afterSend(pulled);
     return { t: tensor };
@@ -171,13 +170,12 @@ export function ownerMethods(host: OwnerHost): MethodEntry[] {
   const map = entry('map', MAP_METHOD.args, (args: { x: number; s: Uint8Array }) => {
     if (!host.directPulls) throw new GdrpcError(Code.PERMISSION_DENIED, 'this server does not grant direct pulls (ServerOptions.directPulls)');
     const { tensor } = host.lookup(args.x, args.s);
-    if (tensor.device === 'cpu') throw new GdrpcError(Code.FAILED_PRECONDITION, 'direct pulls map GPU memory; this handle is a host tensor');
     let exported: ReturnType<typeof exportAllocation>;
     try {
       exported = exportAllocation(tensor);
     } catch (error) {
-      // Memory the driver will not export (not cuMemAlloc'd, or no IPC here): the puller pulls
-      // two-sided, as for any other decline.
+      // A host tensor, or memory the driver will not export (not cuMemAlloc'd, or no IPC here):
+      // the puller pulls two-sided, as for any other decline.
       throw new GdrpcError(Code.FAILED_PRECONDITION, `this tensor's memory cannot be mapped by another process: ${error instanceof Error ? error.message : String(error)}`);
     }
     return { h: exported.handle, o: exported.offset, n: exported.bytes, l: tensor.byteLength };
