@@ -14,6 +14,15 @@ import { CudaEvent, CudaStream } from './stream.ts';
 /** One block: `blockBytes` from `src` at `srcOffset` to `dst` at `dstOffset`. */
 export interface BlockCopy { dst: Tensor; dstOffset: number; src: Tensor; srcOffset: number }
 
+/** A block table between two tensors cut into blocks of `blockBytes`: block `srcBlocks[k]` of
+ *  `src` to block `dstBlocks[k]` of `dst` for every k below `count` (a list left out: block k).
+ *  The indices go to the GPU as they are (gdrpc_copy_indexed): no object and no address per block
+ *  on the host. */
+export interface BlockTable { dst: Tensor; dstBlocks?: Uint32Array; src: Tensor; srcBlocks?: Uint32Array; count: number }
+
+/** What BlockCopier.copy takes: a list of block copies, or a block table between two tensors. */
+export type BlockCopies = readonly BlockCopy[] | BlockTable;
+
 const THREADS = 256;
 const MAX_GRID = 65535;
 /** Longest piece one thread block of the kernel copies: a longer block is cut into equal pieces
@@ -52,7 +61,7 @@ export function cutsOf(blockBytes: number): Array<{ bytes: number; offsets: numb
 
 /** What one GPU keeps for block copies: the kernel, a stream, the address table, and a queue so
  *  that one copy at a time fills the table. */
-interface GpuCopier { module: CudaModule; kernel: CudaKernel; stream: CudaStream; table: { ptr: bigint; bytes: number } | undefined; queue: Promise<void> }
+interface GpuCopier { module: CudaModule; kernel: CudaKernel; indexed: CudaKernel; stream: CudaStream; table: { ptr: bigint; bytes: number } | undefined; queue: Promise<void> }
 
 /** Block copies with what they keep per GPU (the loaded kernel, a stream, an address table): a
  *  Runtime holds one for the pulls it serves and makes (runtime.blocks), closed with it. */
@@ -70,23 +79,26 @@ export class BlockCopier {
    *  right before the copy starts, after any wait for its turn on the GPU, and refuses the copy
    *  by throwing (an owner checks there that a gather's handles are still exposed); a tensor
    *  released while the copy waited refuses it too (INVALID_ARGUMENT). */
-  async copy(blockBytes: number, copies: readonly BlockCopy[], options: { sourcesReady?: boolean; before?: () => void } = {}): Promise<void> {
-    checkCopies(blockBytes, copies);
-    if (copies.length === 0 || blockBytes === 0) return;
+  async copy(blockBytes: number, copies: BlockCopies, options: { sourcesReady?: boolean; before?: () => void } = {}): Promise<void> {
+    const list = Array.isArray(copies) ? copies as readonly BlockCopy[] : undefined;
+    const table = list === undefined ? checkTable(blockBytes, copies as BlockTable) : undefined;
+    if (list !== undefined) checkCopies(blockBytes, list);
+    if ((list?.length ?? table!.count) === 0 || blockBytes === 0) return;
     const before = options.before;
     // A block table names one or two tensors thousands of times: what is asked of a tensor is
     // asked once.
-    const tensors = tensorsOf(copies);
+    const tensors = list !== undefined ? tensorsOf(list) : [...new Set([table!.dst, table!.src])];
     if (tensors.every((tensor) => tensor.device === 'cpu')) {
       before?.();
-      for (const c of copies) c.dst.bytes().set(c.src.bytes().subarray(c.srcOffset, c.srcOffset + blockBytes), c.dstOffset);
+      if (list !== undefined) for (const c of list) c.dst.bytes().set(c.src.bytes().subarray(c.srcOffset, c.srcOffset + blockBytes), c.dstOffset);
+      else copyTableOnHost(blockBytes, table!);
       return;
     }
     const device = oneGpu(tensors);
     const sourcesReady = options.sourcesReady === true;
     if (device === undefined) {
       before?.();
-      copyEach(blockBytes, copies, sourcesReady);
+      copyEach(blockBytes, list ?? copiesOf(blockBytes, table!), sourcesReady);
       return;
     }
     if (this.#closed) throw new GdrpcError(Code.FAILED_PRECONDITION, 'the block copier is closed');
@@ -96,10 +108,10 @@ export class BlockCopier {
     const turn = gpu.queue.then(() => {
       before?.();
       if (tensors.some((tensor) => tensor.released)) {
-        const gone = copies.findIndex((c) => c.dst.released || c.src.released);
-        throw invalid(`copyBlocks: copies[${gone}] names a tensor released while the copy waited its turn`);
+        const gone = list !== undefined ? `copies[${list.findIndex((c) => c.dst.released || c.src.released)}] names a tensor` : `the table's ${table!.dst.released ? 'dst' : 'src'} was`;
+        throw invalid(`copyBlocks: ${gone} released while the copy waited its turn`);
       }
-      return launch(gpu, device, blockBytes, copies, sourcesReady);
+      return launch(gpu, device, blockBytes, list ?? table!, sourcesReady);
     });
     gpu.queue = turn.catch(() => undefined);
     await turn;
@@ -123,7 +135,14 @@ export class BlockCopier {
     let found = this.#gpus.get(device);
     if (found === undefined) {
       const module = CudaModule.load(device, readKernelsPtx());
-      found = { module, kernel: module.kernel('gdrpc_copy_blocks', ['ptr', 'u64', 'u32']), stream: CudaStream.create(device), table: undefined, queue: Promise.resolve() };
+      found = {
+        module,
+        kernel: module.kernel('gdrpc_copy_blocks', ['ptr', 'u64', 'u32']),
+        indexed: module.kernel('gdrpc_copy_indexed', ['ptr', 'u64', 'u64', 'u64', 'u64', 'u32', 'u32']),
+        stream: CudaStream.create(device),
+        table: undefined,
+        queue: Promise.resolve(),
+      };
       this.#gpus.set(device, found);
     }
     return found;
@@ -132,7 +151,7 @@ export class BlockCopier {
 
 /** Copies every block of `copies` once, with a BlockCopier of its own (on a GPU that loads the
  *  kernel for this call: keep a BlockCopier for repeated copies). */
-export async function copyBlocks(blockBytes: number, copies: readonly BlockCopy[]): Promise<void> {
+export async function copyBlocks(blockBytes: number, copies: BlockCopies): Promise<void> {
   const copier = new BlockCopier();
   try {
     await copier.copy(blockBytes, copies);
@@ -145,7 +164,7 @@ const NONE = Symbol('none');
 
 function checkCopies(blockBytes: number, copies: readonly BlockCopy[]): void {
   if (!Number.isSafeInteger(blockBytes) || blockBytes < 0) throw invalid(`copyBlocks: blockBytes must be an integer >= 0, got ${describe(blockBytes)}`);
-  if (!Array.isArray(copies) || copies.length > 0xffffffff) throw invalid('copyBlocks: copies must be an array of at most 2^32 - 1 blocks');
+  if (copies.length > 0xffffffff) throw invalid('copyBlocks: copies must be an array of at most 2^32 - 1 blocks');
   // A tensor checked for the copy before is not checked again; every offset is. (NONE: nothing
   // checked yet, so that a missing tensor in the first copy is checked as one.)
   let dst: unknown = NONE;
@@ -167,6 +186,60 @@ function checkSide(k: number, side: 'dst' | 'src', tensor: Tensor | undefined, o
   if (!Number.isSafeInteger(offset) || offset! < 0 || offset! + blockBytes > tensor!.byteLength) {
     throw invalid(`copyBlocks: copies[${k}].${side}Offset ${describe(offset)} + ${blockBytes} bytes is outside its ${tensor!.byteLength}-byte tensor`);
   }
+}
+
+/** Checks a block table before anything is copied; returns it. */
+function checkTable(blockBytes: number, table: BlockTable): BlockTable {
+  if (typeof table !== 'object' || table === null) throw invalid(`copyBlocks: copies must be an array of block copies or a block table, got ${describe(table)}`);
+  if (!Number.isSafeInteger(blockBytes) || blockBytes < 0) throw invalid(`copyBlocks: blockBytes must be an integer >= 0, got ${describe(blockBytes)}`);
+  const { count } = table;
+  if (!Number.isSafeInteger(count) || count < 0 || count > 0xffffffff) throw invalid(`copyBlocks: table.count must be an integer from 0 to 2^32 - 1, got ${describe(count)}`);
+  checkTableSide('dst', table.dst, table.dstBlocks, count, blockBytes);
+  checkTableSide('src', table.src, table.srcBlocks, count, blockBytes);
+  return table;
+}
+
+function checkTableSide(side: 'dst' | 'src', tensor: Tensor, blocks: Uint32Array | undefined, count: number, blockBytes: number): void {
+  if (typeof tensor !== 'object' || tensor === null || typeof tensor.byteLength !== 'number') throw invalid(`copyBlocks: table.${side} must be a Tensor, got ${describe(tensor)}`);
+  if (tensor.released) throw invalid(`copyBlocks: table.${side} has been released`);
+  if (blocks !== undefined && !(blocks instanceof Uint32Array && blocks.length === count)) {
+    throw invalid(`copyBlocks: table.${side}Blocks must be a Uint32Array of count (${count}) block indices, got ${describe(blocks)}`);
+  }
+  if (count === 0 || blockBytes === 0) return;
+  let top = count - 1;
+  if (blocks !== undefined) {
+    top = 0;
+    for (let k = 0; k < count; k += 1) if (blocks[k]! > top) top = blocks[k]!;
+  }
+  const held = Math.floor(tensor.byteLength / blockBytes);
+  if (top >= held) throw invalid(`copyBlocks: table.${side}${blocks === undefined ? ` (blocks 0 to ${count - 1})` : 'Blocks'} names block ${top}, outside the ${held} blocks of ${blockBytes} bytes its ${tensor.byteLength}-byte tensor holds`);
+}
+
+/** A block table's blocks copied in place, all on the host. */
+function copyTableOnHost(blockBytes: number, table: BlockTable): void {
+  const dst = table.dst.bytes();
+  const src = table.src.bytes();
+  for (let k = 0; k < table.count; k += 1) {
+    const from = (table.srcBlocks?.[k] ?? k) * blockBytes;
+    dst.set(src.subarray(from, from + blockBytes), (table.dstBlocks?.[k] ?? k) * blockBytes);
+  }
+}
+
+/** A block table as a list of copies (the cuMemcpy-per-block path of mixed devices). */
+function copiesOf(blockBytes: number, table: BlockTable): BlockCopy[] {
+  const { dst, src, dstBlocks, srcBlocks } = table;
+  return Array.from({ length: table.count }, (_, k) => ({ dst, dstOffset: (dstBlocks?.[k] ?? k) * blockBytes, src, srcOffset: (srcBlocks?.[k] ?? k) * blockBytes }));
+}
+
+/** The indexed kernel's table: the destination block of every copy, then its source block. */
+export function indexTable(table: BlockTable): Uint32Array {
+  const { count } = table;
+  const words = new Uint32Array(2 * count);
+  if (table.dstBlocks !== undefined) words.set(table.dstBlocks);
+  else for (let k = 0; k < count; k += 1) words[k] = k;
+  if (table.srcBlocks !== undefined) words.set(table.srcBlocks, count);
+  else for (let k = 0; k < count; k += 1) words[count + k] = k;
+  return words;
 }
 
 /** The tensors `copies` read, each once. */
@@ -212,12 +285,15 @@ function copyEach(blockBytes: number, copies: readonly BlockCopy[], sourcesReady
   for (const c of copies) cuda.copy(place(c.dst, c.dstOffset, blockBytes), place(c.src, c.srcOffset, blockBytes), blockBytes);
 }
 
-/** The copies on `device` after the last copy of this GPU finished with the table: one launch
- *  per group of pieces (cutsOf: long blocks are cut so that every thread block has a share). */
-async function launch(gpu: GpuCopier, device: number, blockBytes: number, copies: readonly BlockCopy[], sourcesReady: boolean): Promise<void> {
-  const groups = cutsOf(blockBytes);
-  const table = blockTable(groups, copies);
-  const tableBytes = table.byteLength;
+/** The copies on `device` after the last copy of this GPU finished with the table: a list of
+ *  copies as one launch per group of pieces (cutsOf: long blocks are cut so that every thread
+ *  block has a share) of gdrpc_copy_blocks, a block table as one launch of gdrpc_copy_indexed. */
+async function launch(gpu: GpuCopier, device: number, blockBytes: number, copies: readonly BlockCopy[] | BlockTable, sourcesReady: boolean): Promise<void> {
+  const list = Array.isArray(copies) ? copies as readonly BlockCopy[] : undefined;
+  const table = copies as BlockTable;
+  const groups = list !== undefined ? cutsOf(blockBytes) : [];
+  const words = list !== undefined ? blockTable(groups, list) : indexTable(table);
+  const tableBytes = words.byteLength;
   if (gpu.table === undefined || gpu.table.bytes < tableBytes) {
     if (gpu.table !== undefined) cuda.free(gpu.table.ptr);
     gpu.table = undefined;
@@ -225,7 +301,7 @@ async function launch(gpu: GpuCopier, device: number, blockBytes: number, copies
     gpu.table = { ptr: cuda.alloc(device, bytes), bytes };
   }
   let synchronized = sourcesReady;
-  for (const source of sourcesOf(copies)) {
+  for (const source of list !== undefined ? sourcesOf(list) : [table.src]) {
     const producer = producerOf(source);
     if (producer !== undefined) gpu.stream.waitFor(producer);
     else if (!synchronized) {
@@ -233,20 +309,32 @@ async function launch(gpu: GpuCopier, device: number, blockBytes: number, copies
       synchronized = true;
     }
   }
-  cuda.copy(gpu.table.ptr, table, tableBytes);
-  let at = 0;
+  cuda.copy(gpu.table.ptr, words, tableBytes);
+  let launched = false;
   let done: CudaEvent;
   try {
-    for (const group of groups) {
-      const n = copies.length * group.offsets.length;
-      gpu.kernel.launch({ grid: Math.min(n, MAX_GRID), block: THREADS, stream: gpu.stream }, gpu.table.ptr + BigInt(at * 8), BigInt(group.bytes), n);
-      at += 2 * n;
+    if (list !== undefined) {
+      let at = 0;
+      for (const group of groups) {
+        const n = list.length * group.offsets.length;
+        gpu.kernel.launch({ grid: Math.min(n, MAX_GRID), block: THREADS, stream: gpu.stream }, gpu.table.ptr + BigInt(at * 8), BigInt(group.bytes), n);
+        launched = true;
+        at += 2 * n;
+      }
+    } else {
+      // Pieces of at most MAX_PIECE_BYTES, the last one shorter: every thread block has a share.
+      const pieceBytes = Math.min(blockBytes, MAX_PIECE_BYTES);
+      const pieces = Math.ceil(blockBytes / pieceBytes);
+      if (pieces > 0xffffffff) throw invalid(`copyBlocks: blocks of ${blockBytes} bytes are cut into more pieces than a launch counts`);
+      gpu.indexed.launch({ grid: Math.min(table.count * pieces, MAX_GRID), block: THREADS, stream: gpu.stream },
+        gpu.table.ptr, table.dst.address, table.src.address, BigInt(blockBytes), BigInt(pieceBytes), table.count, pieces);
+      launched = true;
     }
     done = CudaEvent.create(device).record(gpu.stream);
   } catch (error) {
     // A launch that did start reads and writes until it ends: the caller may release or unmap the
     // memory once this throws, so it ends first.
-    if (at > 0) {
+    if (launched) {
       try {
         gpu.stream.synchronize();
       } catch {

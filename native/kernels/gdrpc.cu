@@ -65,20 +65,42 @@ __global__ void gdrpc_checksum(const unsigned char* data, unsigned long long byt
   if ((threadIdx.x & 31) == 0) atomicAdd(sum, local);
 }
 
+// Copies `bytes` from src to dst with the threads of one block, 16 bytes per load where both ends
+// and the length allow it.
+__device__ void gdrpc_copy_span(unsigned char* dst, const unsigned char* src, unsigned long long bytes) {
+  const unsigned long long ends = reinterpret_cast<unsigned long long>(dst) | reinterpret_cast<unsigned long long>(src);
+  if (((ends | bytes) & 15ULL) == 0) {
+    uint4* dst16 = reinterpret_cast<uint4*>(dst);
+    const uint4* src16 = reinterpret_cast<const uint4*>(src);
+    for (unsigned long long i = threadIdx.x; i < bytes / 16; i += blockDim.x) dst16[i] = src16[i];
+  } else {
+    for (unsigned long long i = threadIdx.x; i < bytes; i += blockDim.x) dst[i] = src[i];
+  }
+}
+
 // Copies `count` blocks of `bytes` each: block b from table[count + b] to table[b] (device
-// addresses). One thread block per copy at a time, 16 bytes per load where both ends and the
-// length allow it: the gather and scatter of a batched pull (RemoteTensor.pullAll).
+// addresses), one thread block per copy at a time: the gather and scatter of a batched pull
+// (RemoteTensor.pullAll).
 __global__ void gdrpc_copy_blocks(const unsigned long long* table, unsigned long long bytes, unsigned int count) {
   for (unsigned int b = blockIdx.x; b < count; b += gridDim.x) {
-    unsigned char* dst = reinterpret_cast<unsigned char*>(table[b]);
-    const unsigned char* src = reinterpret_cast<const unsigned char*>(table[count + b]);
-    if (((table[b] | table[count + b] | bytes) & 15ULL) == 0) {
-      uint4* dst16 = reinterpret_cast<uint4*>(dst);
-      const uint4* src16 = reinterpret_cast<const uint4*>(src);
-      for (unsigned long long i = threadIdx.x; i < bytes / 16; i += blockDim.x) dst16[i] = src16[i];
-    } else {
-      for (unsigned long long i = threadIdx.x; i < bytes; i += blockDim.x) dst[i] = src[i];
-    }
+    gdrpc_copy_span(reinterpret_cast<unsigned char*>(table[b]), reinterpret_cast<const unsigned char*>(table[count + b]), bytes);
+  }
+}
+
+// Copies `count` blocks by index between two tensors cut into blocks of `blockBytes`: block
+// blocks[count + k] of src to block blocks[k] of dst (a block table: RemoteTensor.pullBlocks). A
+// block goes in `pieces` pieces of `pieceBytes` (the last one shorter where they do not divide
+// it), one thread block per piece at a time. The host writes two u32 per block, not two
+// addresses: 4,096 blocks cost a 32 KiB table.
+__global__ void gdrpc_copy_indexed(const unsigned int* blocks, unsigned long long dst, unsigned long long src, unsigned long long blockBytes,
+                                   unsigned long long pieceBytes, unsigned int count, unsigned int pieces) {
+  const unsigned long long entries = static_cast<unsigned long long>(count) * pieces;
+  for (unsigned long long e = blockIdx.x; e < entries; e += gridDim.x) {
+    const unsigned long long k = e / pieces;
+    const unsigned long long start = (e - k * pieces) * pieceBytes;
+    const unsigned long long length = min(pieceBytes, blockBytes - start);
+    gdrpc_copy_span(reinterpret_cast<unsigned char*>(dst + blocks[k] * blockBytes + start),
+                    reinterpret_cast<const unsigned char*>(src + blocks[count + k] * blockBytes + start), length);
   }
 }
 

@@ -3,7 +3,7 @@
 // copied.
 import { describe, expect, it } from 'vitest';
 import { Code, copyBlocks, Tensor } from '../../core/index.ts';
-import { blockTable, cutsOf, piecesOf, type BlockCopy } from '../../core/compute/blocks.ts';
+import { blockTable, cutsOf, indexTable, piecesOf, type BlockCopy, type BlockTable } from '../../core/compute/blocks.ts';
 import { rejection } from '../rpc/fixtures/thrown.ts';
 
 /** `count` host tensors of `bytes` bytes, tensor k filled with bytes k * 7 + i. */
@@ -76,6 +76,71 @@ describe('copyBlocks on the host', () => {
     gone.release();
     expect(await refused(copyBlocks(8, [{ dst: b!, dstOffset: 0, src: gone, srcOffset: 0 }]))).toMatch(/copies\[0\]\.src has been released/);
     expect(Buffer.compare(b!.bytes(), before)).toBe(0);
+  });
+});
+
+describe('block tables (blocks by index between two tensors)', () => {
+  /** A host tensor of `count` blocks of `bytes`, block k filled with bytes k * 13 + i. */
+  function pool(count: number, bytes: number): Tensor {
+    return Tensor.fromArray(Uint8Array.from({ length: count * bytes }, (_, i) => (Math.floor(i / bytes) * 13 + (i % bytes)) & 0xff));
+  }
+  const blockOf = (tensor: Tensor, k: number, bytes: number): Buffer => Buffer.from(tensor.bytes().subarray(k * bytes, (k + 1) * bytes));
+
+  it('copies block srcBlocks[k] to block dstBlocks[k], either list left out meaning k, every byte in place', async () => {
+    const src = pool(8, 24);
+    const dst = Tensor.zeros([8 * 24], 'u8');
+    await copyBlocks(24, { dst, dstBlocks: Uint32Array.of(7, 0, 3), src, srcBlocks: Uint32Array.of(2, 5, 5), count: 3 });
+    expect(blockOf(dst, 7, 24)).toEqual(blockOf(src, 2, 24));
+    expect(blockOf(dst, 0, 24)).toEqual(blockOf(src, 5, 24));
+    expect(blockOf(dst, 3, 24)).toEqual(blockOf(src, 5, 24));
+    for (const untouched of [1, 2, 4, 5, 6]) expect(blockOf(dst, untouched, 24).every((b) => b === 0), `block ${untouched}`).toBe(true);
+    const gathered = Tensor.zeros([3 * 24], 'u8');
+    await copyBlocks(24, { dst: gathered, src, srcBlocks: Uint32Array.of(6, 1, 4), count: 3 });
+    expect([0, 1, 2].map((k) => blockOf(gathered, k, 24))).toEqual([6, 1, 4].map((k) => blockOf(src, k, 24)));
+    const scattered = Tensor.zeros([8 * 24], 'u8');
+    await copyBlocks(24, { dst: scattered, dstBlocks: Uint32Array.of(4, 2), src: gathered, count: 2 });
+    expect([blockOf(scattered, 4, 24), blockOf(scattered, 2, 24)]).toEqual([blockOf(src, 6, 24), blockOf(src, 1, 24)]);
+  });
+
+  it('writes the indexed kernel\'s table: destination blocks, then source blocks, k where a list is left out', () => {
+    const t = Tensor.zeros([64], 'u8');
+    expect([...indexTable({ dst: t, dstBlocks: Uint32Array.of(9, 4), src: t, count: 2 })]).toEqual([9, 4, 0, 1]);
+    expect([...indexTable({ dst: t, src: t, srcBlocks: Uint32Array.of(3, 3, 1), count: 3 })]).toEqual([0, 1, 2, 3, 3, 1]);
+    expect([...indexTable({ dst: t, src: t, count: 0 })]).toEqual([]);
+  });
+
+  it('copies nothing for a count of 0 or zero-byte blocks', async () => {
+    const dst = Tensor.fromArray(new Uint8Array([1, 2, 3]));
+    await copyBlocks(1, { dst, src: Tensor.zeros([3], 'u8'), count: 0 });
+    await copyBlocks(0, { dst, src: Tensor.zeros([3], 'u8'), count: 3 });
+    expect([...dst.bytes()]).toEqual([1, 2, 3]);
+  });
+
+  it('refuses indices outside a tensor, bad lists and counts, non-tensors and released tensors, copying nothing', async () => {
+    const src = pool(4, 16);
+    const dst = pool(4, 16);
+    const before = Buffer.from(dst.bytes());
+    const gone = Tensor.zeros([64], 'u8');
+    gone.release();
+    const cases: Array<[number, unknown, RegExp]> = [
+      [16, { dst, src, srcBlocks: Uint32Array.of(0, 4), count: 2 }, /table\.srcBlocks names block 4, outside the 4 blocks of 16 bytes its 64-byte tensor holds/],
+      [16, { dst, dstBlocks: Uint32Array.of(1, 2, 9), src, count: 3 }, /table\.dstBlocks names block 9/],
+      [16, { dst: Tensor.zeros([32], 'u8'), src, count: 3 }, /table\.dst \(blocks 0 to 2\) names block 2, outside the 2 blocks/],
+      [16, { dst, src, srcBlocks: [0, 1], count: 2 }, /table\.srcBlocks must be a Uint32Array of count \(2\) block indices/],
+      [16, { dst, src, srcBlocks: Uint32Array.of(0), count: 2 }, /table\.srcBlocks must be a Uint32Array of count \(2\)/],
+      [16, { dst, src, count: 1.5 }, /table\.count must be an integer from 0 to 2\^32 - 1, got 1\.5/],
+      [16, { dst, src }, /table\.count must be an integer/],
+      [16, { dst: 'x', src, count: 1 }, /table\.dst must be a Tensor/],
+      [16, { dst, src: gone, count: 1 }, /table\.src has been released/],
+      [-1, { dst, src, count: 1 }, /blockBytes must be an integer >= 0/],
+      [16, null, /copies must be an array of block copies or a block table, got null/],
+    ];
+    for (const [bytes, table, message] of cases) {
+      const error = await rejection(copyBlocks(bytes, table as BlockTable));
+      expect(error.code, String(message)).toBe(Code.INVALID_ARGUMENT);
+      expect(error.rawMessage).toMatch(message);
+    }
+    expect(Buffer.compare(dst.bytes(), before)).toBe(0);
   });
 });
 

@@ -23,9 +23,10 @@ describe('committed PTX', () => {
   });
 
   it('defines every kernel the runtime asks for, with its parameter count', () => {
-    const runtime = readFileSync(`${root}/core/compute/kernels.ts`, 'utf8');
+    const runtime = ['kernels.ts', 'blocks.ts'].map((file) => readFileSync(`${root}/core/compute/${file}`, 'utf8')).join('\n');
     const asked = [...runtime.matchAll(/module\.kernel\('(\w+)', (\w+|\[[^\]]*\])/g)].map((m) => m[1]!);
     expect(asked.length).toBeGreaterThanOrEqual(5);
+    expect(asked).toEqual(expect.arrayContaining(['gdrpc_copy_blocks', 'gdrpc_copy_indexed']));
     for (const name of asked) {
       const entry = new RegExp(`\\.visible \\.entry ${name}\\(([^)]*)\\)`).exec(ptx);
       expect(entry, `${name} in the PTX`).not.toBeNull();

@@ -42,6 +42,37 @@ describe.skipIf(skip !== undefined)('copyBlocks on cuda:0', () => {
     }
   });
 
+  it.each([
+    ['4,096 blocks of 32 KiB (16-byte copies)', 4096, 32 << 10],
+    ['300 blocks of 4,099 bytes (byte copies)', 300, 4099],
+    ['3 blocks of 16 MiB (64 pieces each)', 3, 16 << 20],
+    ['3 blocks of 2,097,169 bytes (a prime: 8 pieces of 256 KiB and a 17-byte tail)', 3, 2_097_169],
+  ])('copies a block table of %s by index (gdrpc_copy_indexed), every byte in place', async (_name, count, bytes) => {
+    // The host twin of the same table is the reference: block srcBlocks[k] to block dstBlocks[k].
+    const hostSrc = Tensor.fromArray(Uint8Array.from({ length: count * bytes }, (_, i) => (Math.floor(i / bytes) * 131 + i * 7) & 0xff));
+    const srcBlocks = Uint32Array.from({ length: count }, (_, k) => (k * 7 + 3) % count);
+    const dstBlocks = Uint32Array.from({ length: count }, (_, k) => count - 1 - k);
+    const expected = Tensor.zeros([count * bytes], 'u8');
+    await copyBlocks(bytes, { dst: expected, dstBlocks, src: hostSrc, srcBlocks, count });
+    const src = hostSrc.to('cuda:0');
+    const dst = Tensor.zeros([count * bytes], 'u8', { device: 'cuda:0' });
+    const gathered = Tensor.zeros([count * bytes], 'u8', { device: 'cuda:0' });
+    try {
+      await copyBlocks(bytes, { dst, dstBlocks, src, srcBlocks, count });
+      expect(Buffer.compare(dst.to('cpu').bytes(), expected.bytes())).toBe(0);
+      // In order on the destination side (a gather), then on the source side (a scatter back).
+      await copyBlocks(bytes, { dst: gathered, src, srcBlocks, count });
+      const back = gathered.to('cpu');
+      for (const k of [0, 1, count >> 1, count - 1]) {
+        expect(Buffer.compare(back.bytes().subarray(k * bytes, (k + 1) * bytes), hostSrc.bytes().subarray(srcBlocks[k]! * bytes, (srcBlocks[k]! + 1) * bytes)), `block ${k}`).toBe(0);
+      }
+      await copyBlocks(bytes, { dst, dstBlocks: srcBlocks, src: gathered, count });
+      expect(Buffer.compare(dst.to('cpu').bytes(), hostSrc.bytes()), 'scattered back to where each block came from').toBe(0);
+    } finally {
+      for (const t of [src, dst, gathered]) t.release();
+    }
+  });
+
   it('waits for a source still being written on another stream (producedOn)', async () => {
     const module = CudaModule.load(0, readFileSync(kernelsPtxPath()));
     const spin = module.kernel('gdrpc_spin', ['u64']);

@@ -178,7 +178,7 @@ async function pullPart(client: OwnerClient, plan: BlockPull, part: number, targ
   if (plan.straight) return { info, target: got };
   try {
     if (at === undefined) await client.copyBlocks((end - start) * blockBytes, [{ dst: target!, dstOffset: start * blockBytes, src: got, srcOffset: 0 }], { sourcesReady: true });
-    else await client.copyBlocks(blockBytes, Array.from(at.subarray(start, end), (place, k) => ({ dst: target!, dstOffset: place * blockBytes, src: got, srcOffset: k * blockBytes })), { sourcesReady: true });
+    else await client.copyBlocks(blockBytes, { dst: target!, dstBlocks: at.subarray(start, end), src: got, count: end - start }, { sourcesReady: true });
   } finally {
     got.release();
   }

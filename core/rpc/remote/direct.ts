@@ -98,7 +98,7 @@ export async function runDirectPull(client: OwnerClient, plan: BlockPull, via: O
     target = into ?? (plan.pool !== undefined ? plan.pool.allocate([indices.length, ...plan.blockShape], source.dtype) : Tensor.empty([indices.length, ...plan.blockShape], source.dtype, { device: plan.device }));
     const dst = target;
     // The owner synchronized the tensor when it exposed it (sourcesReady).
-    await client.copyBlocks(blockBytes, Array.from(indices, (index, k) => ({ dst, dstOffset: (at === undefined ? k : at[k]!) * blockBytes, src, srcOffset: index * blockBytes })), { sourcesReady: true });
+    await client.copyBlocks(blockBytes, { dst, dstBlocks: at, src, srcBlocks: indices, count: indices.length }, { sourcesReady: true });
     await client.unary(HELD_METHOD, handle, undefined);
     via?.keepGrant(grantKey, grant);
   } catch (error) {

@@ -8,7 +8,7 @@ import { isDevice } from '../../tensor/device.ts';
 import { rule } from '../../tensor/options.ts';
 import type { DType, MethodDescriptor, Placement, TypeRef } from '../../schema/descriptor.ts';
 import { callInfo, confirmTransfers } from '../movers/call-info.ts';
-import type { BlockCopy } from '../../compute/blocks.ts';
+import type { BlockCopies } from '../../compute/blocks.ts';
 import type { Mapping } from '../../compute/ipc.ts';
 
 /** Service name of the owner side of remote tensors. */
@@ -27,7 +27,7 @@ export interface OwnerClient {
   /** `allocate` gets each result tensor's field ("... results.ts[3]") besides its shape and dtype. */
   unary(method: MethodDescriptor, args: Record<string, unknown>, allocate: ((shape: number[], dtype: DType, placement: Placement, field: string) => Tensor) | undefined): Promise<Record<string, unknown>>;
   /** Copies a stacked answer out (the runtime's BlockCopier). */
-  copyBlocks(blockBytes: number, copies: readonly BlockCopy[], options?: { sourcesReady?: boolean }): Promise<void>;
+  copyBlocks(blockBytes: number, copies: BlockCopies, options?: { sourcesReady?: boolean }): Promise<void>;
   /** Where pullBlocks receives its parts on `device` (the runtime's pool there, mapped once). */
   staging(device: Device): TensorPool;
   close(): Promise<void>;

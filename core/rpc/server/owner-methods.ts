@@ -7,7 +7,7 @@
 // and leaves every handle of it pullable.
 import { Code, GdrpcError } from '../../errors.ts';
 import { elementSize, type Device, type DType, type Tensor, type TensorPool } from '../../tensor/index.ts';
-import type { BlockCopy } from '../../compute/blocks.ts';
+import type { BlockCopies } from '../../compute/blocks.ts';
 import type { MethodDescriptor } from '../../schema/descriptor.ts';
 import { MAX_PULLS_PER_CALL, MAX_STACKED_BLOCK_BYTES, PULL_MANY_ARGS } from '../remote/remote.ts';
 import { blocksTile, blockShapeOf, MAX_BLOCK_PULL_BYTES, MAX_BLOCKS_PER_PULL, PULL_BLOCKS_ARGS } from '../remote/block-table.ts';
@@ -23,7 +23,7 @@ export interface OwnerHost {
   /** Where pullStacked gathers its tensor on `device` (a mapped pool, so the send needs no registration). */
   staging(device: Device): TensorPool;
   /** The gather (the runtime's BlockCopier); `sourcesReady` and `before` as in BlockCopier.copy. */
-  copyBlocks(blockBytes: number, copies: readonly BlockCopy[], options?: { sourcesReady?: boolean; before?: () => void }): Promise<void>;
+  copyBlocks(blockBytes: number, copies: BlockCopies, options?: { sourcesReady?: boolean; before?: () => void }): Promise<void>;
   /** Whether peers may map exposed GPU tensors' allocations (ServerOptions.directPulls). */
   readonly directPulls: boolean;
 }
@@ -76,7 +76,7 @@ export function ownerMethods(host: OwnerHost): MethodEntry[] {
 
   /** Gathers `copies` (blocks of `blockBytes`) into a staging tensor of `shape` on `device`, which is
    *  freed once both the call is over (its bytes left, or never will) and the GPU is done writing it. */
-  const gather = async (ctx: CallContext, device: Device, shape: number[], dtype: DType, blockBytes: number, copies: (stacked: Tensor) => BlockCopy[], stillExposed: () => void): Promise<Tensor> => {
+  const gather = async (ctx: CallContext, device: Device, shape: number[], dtype: DType, blockBytes: number, copies: (stacked: Tensor) => BlockCopies, stillExposed: () => void): Promise<Tensor> => {
     const held = staged.get(ctx.peer) ?? 0;
     const bytes = shape.reduce((a, b) => a * b, elementSize(dtype));
     if (held + bytes > OWNER_STAGING_BYTES_PER_CONNECTION) {
@@ -158,7 +158,7 @@ export function ownerMethods(host: OwnerHost): MethodEntry[] {
       throw new GdrpcError(Code.INVALID_ARGUMENT, `pullBlocks gathers at most ${MAX_BLOCK_PULL_BYTES} bytes a call, ${indices.length} blocks of ${blockBytes} bytes are more; ask in parts`);
     }
     const stacked = await gather(ctx, tensor.device, [indices.length, ...blockShapeOf(tensor.dtype, tensor.shape, blockBytes)], tensor.dtype, blockBytes,
-      (dst) => Array.from(indices, (index, k) => ({ dst, dstOffset: k * blockBytes, src: tensor, srcOffset: index * blockBytes })),
+      (dst) => ({ dst, src: tensor, srcBlocks: indices, count: indices.length }),
       () => { host.lookup(args.x, args.s); });
     return { t: stacked };
   }, (result) => pullResultFields(result.t as Tensor));
