@@ -18,6 +18,7 @@ const suites: Record<string, () => Promise<(opts: SuiteOptions) => Promise<objec
   'wake-spin': async () => (await import('./wake-spin.ts')).runWakeSpinBench,
   'mem-events': async () => (await import('./mem-events.ts')).runMemEventsBench,
   poll: async () => (await import('./poll.ts')).runPollBench,
+  'call-split': async () => (await import('./call-split.ts')).runCallSplitBench,
 };
 
 const [name, ...rest] = process.argv.slice(2);

@@ -26,9 +26,9 @@ export function startPeer(mode: string, env: Record<string, string> = {}): Promi
 
 /** gdrpc with the default progress model (the adaptive polling window), with polling after work
  *  off (0), or with both processes busy-polling a fixed `busyPollUs` after each event (trading
- *  CPU for wake-up latency). */
-export async function gdrpcSystem(busyPollUs: number | 'adaptive' = 'adaptive'): Promise<System> {
-  const peer = await startPeer('gdrpc', { GDRPC_BUSY_POLL_US: String(busyPollUs) });
+ *  CPU for wake-up latency). `peerEnv` is added to the serving process's environment. */
+export async function gdrpcSystem(busyPollUs: number | 'adaptive' = 'adaptive', peerEnv: Record<string, string> = {}): Promise<System> {
+  const peer = await startPeer('gdrpc', { GDRPC_BUSY_POLL_US: String(busyPollUs), ...peerEnv });
   const client = await Client.connect(`127.0.0.1:${peer.ready.port}`, { poolBytes: 300 * MiB, busyPollUs });
   // Sources come from the client's mapped pool: registration paid once, as the design intends.
   const sources = new Map<number, Tensor>();

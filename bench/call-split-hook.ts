@@ -1,0 +1,50 @@
+// Loaded in both processes of bench/call-split.ts (in the peer through NODE_OPTIONS): stamps every
+// tag send and receive with the machine's monotonic clock, which both processes share, while
+// recording is on. The peer toggles recording on SIGUSR2 and writes its stamps to
+// $GDRPC_CALL_SPLIT_OUT.<pid> when it exits. Each stamp costs the operation one promise hop.
+import { writeFileSync } from 'node:fs';
+import { Endpoint } from '../core/ucx/endpoint.ts';
+import { Worker } from '../core/ucx/worker.ts';
+
+/** One tag operation: when it was posted and when its promise settled, in µs. */
+export interface Stamp { kind: 'send' | 'recv'; posted: number; settled: number }
+
+export const stamps: Stamp[] = [];
+let recording = false;
+
+/** Starts recording afresh (on) or stops it. */
+export function record(on: boolean): void {
+  if (on) stamps.length = 0;
+  recording = on;
+}
+
+/** The shared monotonic clock in µs. */
+export function nowUs(): number {
+  return Number(process.hrtime.bigint()) / 1e3;
+}
+
+function stamped(proto: object, name: string, kind: Stamp['kind']): void {
+  const original = (proto as Record<string, (...args: unknown[]) => unknown>)[name]!;
+  Object.defineProperty(proto, name, {
+    configurable: true,
+    writable: true,
+    value: function (this: unknown, ...args: unknown[]): unknown {
+      if (!recording) return original.apply(this, args);
+      const posted = nowUs();
+      return Promise.resolve(original.apply(this, args)).then((value) => {
+        stamps.push({ kind, posted, settled: nowUs() });
+        return value;
+      });
+    },
+  });
+}
+
+stamped(Worker.prototype, 'tagRecv', 'recv');
+stamped(Worker.prototype, 'tagRecvTaken', 'recv');
+stamped(Endpoint.prototype, 'tagSend', 'send');
+
+const out = process.env.GDRPC_CALL_SPLIT_OUT;
+if (out !== undefined) {
+  process.on('SIGUSR2', () => record(!recording));
+  process.on('exit', () => writeFileSync(`${out}.${process.pid}`, JSON.stringify(stamps)));
+}
