@@ -13,20 +13,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Stamp } from './call-split-hook.ts';
-import { describeMachine, percentile } from './machine.ts';
+import { describeMachine, percentile, positiveFlag } from './machine.ts';
 import { gdrpcSystem } from './rpc-gdrpc.ts';
 
 const SETTINGS: Array<number | 'adaptive'> = [0, 'adaptive', 1000];
 const PARTS = ['client', 'request', 'server', 'reply', 'settle', 'call'] as const;
 type Part = typeof PARTS[number];
-
-function flag(flags: string[], name: string, fallback: number): number {
-  const at = flags.indexOf(name);
-  if (at < 0) return fallback;
-  const value = Number(flags[at + 1]);
-  if (!Number.isInteger(value) || value <= 0) throw new Error(`${name} takes a positive integer`);
-  return value;
-}
 
 /** Each call's five parts, from the client's calls and stamps and the server's stamps. A call
  *  whose four operations are not all found inside it (a stamp lost at a toggle) is left out. */
@@ -101,8 +93,8 @@ async function measureSetting(setting: number | 'adaptive', calls: number): Prom
 }
 
 export async function runCallSplitBench(opts: { json?: string; flags: string[] }): Promise<object> {
-  const calls = flag(opts.flags, '--calls', 5000);
-  const rounds = flag(opts.flags, '--rounds', 2);
+  const calls = positiveFlag(opts.flags, '--calls', 5000);
+  const rounds = positiveFlag(opts.flags, '--rounds', 2);
   const results: Array<Record<string, unknown>> = [];
   for (let round = 0; round < rounds; round += 1) {
     for (const setting of SETTINGS) {

@@ -18,20 +18,12 @@ import { cuda } from '../core/cuda.ts';
 import { callInfo, Client, RemoteTensor, Runtime, type Device, type OwnerConnection, type Tensor } from '../core/index.ts';
 import { SinkDescriptor } from './schemas/gen/gpu_sink.ts';
 import { runPython } from './gpu-external.ts';
-import { describeMachine, type BenchResult } from './machine.ts';
+import { describeMachine, positiveFlag, type BenchResult } from './machine.ts';
 import { spawnPeer } from '../test/support/peer.ts';
 
 const KiB = 1024;
 const EACH_IN_FLIGHT = 32;
 const BLOCK_TABLE_REPEATS = 3;
-
-function flag(flags: string[], name: string, fallback: number): number {
-  const at = flags.indexOf(name);
-  if (at < 0) return fallback;
-  const value = Number(flags[at + 1]);
-  if (!Number.isInteger(value) || value <= 0) throw new Error(`${name} takes a positive integer`);
-  return value;
-}
 
 /** Runs `work` over `items` with `lanes` of it in flight. */
 async function inLanes<T, R>(items: readonly T[], lanes: number, work: (item: T) => Promise<R>): Promise<R[]> {
@@ -78,9 +70,9 @@ export async function runKvBlocksBench(opts: { json?: string; flags: string[] })
   const gpus = cuda.available() ? cuda.deviceCount() : 0;
   const local: Device = gpus > 0 ? 'cuda:0' : 'cpu';
   const remote: Device = gpus > 1 ? 'cuda:1' : local;
-  const count = flag(opts.flags, '--blocks', gpus > 0 ? 4096 : 512);
-  const blockBytes = flag(opts.flags, '--block-bytes', 32 * KiB);
-  const rounds = flag(opts.flags, '--rounds', 3);
+  const count = positiveFlag(opts.flags, '--blocks', gpus > 0 ? 4096 : 512);
+  const blockBytes = positiveFlag(opts.flags, '--block-bytes', 32 * KiB);
+  const rounds = positiveFlag(opts.flags, '--rounds', 3);
   const total = count * blockBytes;
   // The peer receives the blocks sent by value into its pool (the pulls need none there).
   const peer = await spawnPeer<{ port: number }>(fileURLToPath(new URL('./gpu-peer.ts', import.meta.url)), { args: [remote, String(total + (1 << 20))] });

@@ -59,3 +59,12 @@ export function percentile(sorted: number[], p: number): number {
   const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
   return sorted[i]!;
 }
+
+/** The positive integer after `name` in a suite's flags (`--rounds 3`), or `fallback` without it. */
+export function positiveFlag(flags: string[], name: string, fallback: number): number {
+  const at = flags.indexOf(name);
+  if (at < 0) return fallback;
+  const value = Number(flags[at + 1]);
+  if (!Number.isInteger(value) || value <= 0) throw new Error(`${name} takes a positive integer`);
+  return value;
+}
