@@ -1,10 +1,11 @@
 // Many equal-sized block copies between tensors as one step: the gather of a batched pull on the
-// owner and its scatter on the puller (RemoteTensor.pullAll, gdrpc.Owner/pullStacked). Blocks all
-// on one GPU go in one launch of gdrpc_copy_blocks; host blocks are copied in place; any other mix
-// (two GPUs, host and GPU) goes block by block through cuMemcpy.
+// owner and its scatter on the puller (RemoteTensor.pullAll, gdrpc.Owner/pullStacked), and block
+// tables between two tensors (RemoteTensor.pullBlocks). Blocks all on one GPU go in one launch of
+// gdrpc_copy_blocks (a list of copies) or gdrpc_copy_indexed (a block table); host blocks are
+// copied in place; any other mix (two GPUs, host and GPU) goes block by block through cuMemcpy.
 import { cuda } from '../cuda.ts';
 import { Code, GdrpcError } from '../errors.ts';
-import type { Tensor } from '../tensor/index.ts';
+import { Tensor } from '../tensor/index.ts';
 import { describe, invalid } from '../ucx/check.ts';
 import { readKernelsPtx } from './kernels.ts';
 import { CudaModule, type CudaKernel } from './module.ts';
@@ -25,6 +26,8 @@ export type BlockCopies = readonly BlockCopy[] | BlockTable;
 
 const THREADS = 256;
 const MAX_GRID = 65535;
+/** Most blocks a block table names (its index table is 8 bytes a block: 2 GiB at most). */
+const MAX_TABLE_BLOCKS = 2 ** 28;
 /** Longest piece one thread block of the kernel copies: a longer block is cut into equal pieces
  *  (a 16 MiB block as one entry would be copied by one thread block, at a few GB/s). */
 const MAX_PIECE_BYTES = 256 << 10;
@@ -88,6 +91,7 @@ export class BlockCopier {
     // A block table names one or two tensors thousands of times: what is asked of a tensor is
     // asked once.
     const tensors = list !== undefined ? tensorsOf(list) : [...new Set([table!.dst, table!.src])];
+    const tableDst = table?.dst;
     if (tensors.every((tensor) => tensor.device === 'cpu')) {
       before?.();
       if (list !== undefined) for (const c of list) c.dst.bytes().set(c.src.bytes().subarray(c.srcOffset, c.srcOffset + blockBytes), c.dstOffset);
@@ -103,15 +107,19 @@ export class BlockCopier {
     }
     if (this.#closed) throw new GdrpcError(Code.FAILED_PRECONDITION, 'the block copier is closed');
     const gpu = this.#gpu(device);
+    // What the kernel will read is taken now, as it was checked: the caller may change or reuse
+    // its list or table as soon as copy() has returned, before the copy's turn comes.
+    const plan = list !== undefined ? listLaunch(blockBytes, list) : tableLaunch(blockBytes, table!);
+    const named = list !== undefined ? list.map((c) => [c.dst, c.src] as const) : undefined;
     // Queued behind other copies on this GPU: the tensors are checked again when the turn comes
     // (one may have been released meanwhile), and so is whatever the caller checks (`before`).
     const turn = gpu.queue.then(() => {
       before?.();
       if (tensors.some((tensor) => tensor.released)) {
-        const gone = list !== undefined ? `copies[${list.findIndex((c) => c.dst.released || c.src.released)}] names a tensor` : `the table's ${table!.dst.released ? 'dst' : 'src'} was`;
+        const gone = named !== undefined ? `copies[${named.findIndex(([dst, src]) => dst.released || src.released)}] names a tensor` : `the table's ${tableDst!.released ? 'dst' : 'src'} was`;
         throw invalid(`copyBlocks: ${gone} released while the copy waited its turn`);
       }
-      return launch(gpu, device, blockBytes, list ?? table!, sourcesReady);
+      return launch(gpu, device, plan, sourcesReady);
     });
     gpu.queue = turn.catch(() => undefined);
     await turn;
@@ -180,7 +188,7 @@ function checkCopies(blockBytes: number, copies: readonly BlockCopy[]): void {
 
 function checkSide(k: number, side: 'dst' | 'src', tensor: Tensor | undefined, offset: number | undefined, blockBytes: number, checked: boolean): void {
   if (!checked) {
-    if (typeof tensor !== 'object' || tensor === null || typeof tensor.byteLength !== 'number') throw invalid(`copyBlocks: copies[${k}].${side} must be a Tensor, got ${describe(tensor)}`);
+    if (!(tensor instanceof Tensor)) throw invalid(`copyBlocks: copies[${k}].${side} must be a Tensor, got ${describe(tensor)}`);
     if (tensor.released) throw invalid(`copyBlocks: copies[${k}].${side} has been released`);
   }
   if (!Number.isSafeInteger(offset) || offset! < 0 || offset! + blockBytes > tensor!.byteLength) {
@@ -193,14 +201,14 @@ function checkTable(blockBytes: number, table: BlockTable): BlockTable {
   if (typeof table !== 'object' || table === null) throw invalid(`copyBlocks: copies must be an array of block copies or a block table, got ${describe(table)}`);
   if (!Number.isSafeInteger(blockBytes) || blockBytes < 0) throw invalid(`copyBlocks: blockBytes must be an integer >= 0, got ${describe(blockBytes)}`);
   const { count } = table;
-  if (!Number.isSafeInteger(count) || count < 0 || count > 0xffffffff) throw invalid(`copyBlocks: table.count must be an integer from 0 to 2^32 - 1, got ${describe(count)}`);
+  if (!Number.isSafeInteger(count) || count < 0 || count > MAX_TABLE_BLOCKS) throw invalid(`copyBlocks: table.count must be an integer from 0 to 2^28, got ${describe(count)}`);
   checkTableSide('dst', table.dst, table.dstBlocks, count, blockBytes);
   checkTableSide('src', table.src, table.srcBlocks, count, blockBytes);
   return table;
 }
 
 function checkTableSide(side: 'dst' | 'src', tensor: Tensor, blocks: Uint32Array | undefined, count: number, blockBytes: number): void {
-  if (typeof tensor !== 'object' || tensor === null || typeof tensor.byteLength !== 'number') throw invalid(`copyBlocks: table.${side} must be a Tensor, got ${describe(tensor)}`);
+  if (!(tensor instanceof Tensor)) throw invalid(`copyBlocks: table.${side} must be a Tensor, got ${describe(tensor)}`);
   if (tensor.released) throw invalid(`copyBlocks: table.${side} has been released`);
   if (blocks !== undefined && !(blocks instanceof Uint32Array && blocks.length === count)) {
     throw invalid(`copyBlocks: table.${side}Blocks must be a Uint32Array of count (${count}) block indices, got ${describe(blocks)}`);
@@ -273,7 +281,7 @@ function oneGpu(tensors: readonly Tensor[]): number | undefined {
 /** Host and GPU mixed (or two GPUs): cuMemcpy per block, once the sources' producers are done. */
 function copyEach(blockBytes: number, copies: readonly BlockCopy[], sourcesReady: boolean): void {
   const synchronized = new Set<string>();
-  for (const { src } of copies) {
+  for (const src of sourcesOf(copies)) {
     if (src.device === 'cpu' || sourcesReady) continue;
     const producer = producerOf(src);
     if (producer !== undefined) producer.synchronize();
@@ -285,15 +293,50 @@ function copyEach(blockBytes: number, copies: readonly BlockCopy[], sourcesReady
   for (const c of copies) cuda.copy(place(c.dst, c.dstOffset, blockBytes), place(c.src, c.srcOffset, blockBytes), blockBytes);
 }
 
-/** The copies on `device` after the last copy of this GPU finished with the table: a list of
- *  copies as one launch per group of pieces (cutsOf: long blocks are cut so that every thread
- *  block has a share) of gdrpc_copy_blocks, a block table as one launch of gdrpc_copy_indexed. */
-async function launch(gpu: GpuCopier, device: number, blockBytes: number, copies: readonly BlockCopy[] | BlockTable, sourcesReady: boolean): Promise<void> {
-  const list = Array.isArray(copies) ? copies as readonly BlockCopy[] : undefined;
-  const table = copies as BlockTable;
-  const groups = list !== undefined ? cutsOf(blockBytes) : [];
-  const words = list !== undefined ? blockTable(groups, list) : indexTable(table);
-  const tableBytes = words.byteLength;
+/** What one copy launches when its turn comes, taken when it was checked: the kernel's table, the
+ *  sources to wait for, and the launches themselves (each reports that it started). */
+interface LaunchPlan { words: Uint32Array; sources: Iterable<Tensor>; start(gpu: GpuCopier, table: bigint, started: () => void): void }
+
+/** A list of copies: one launch of gdrpc_copy_blocks per group of pieces (cutsOf: long blocks
+ *  are cut so that every thread block has a share). */
+function listLaunch(blockBytes: number, list: readonly BlockCopy[]): LaunchPlan {
+  const groups = cutsOf(blockBytes);
+  const count = list.length;
+  return {
+    words: blockTable(groups, list),
+    sources: sourcesOf(list),
+    start: (gpu, table, started) => {
+      let at = 0;
+      for (const group of groups) {
+        const n = count * group.offsets.length;
+        gpu.kernel.launch({ grid: Math.min(n, MAX_GRID), block: THREADS, stream: gpu.stream }, table + BigInt(at * 8), BigInt(group.bytes), n);
+        started();
+        at += 2 * n;
+      }
+    },
+  };
+}
+
+/** A block table: one launch of gdrpc_copy_indexed, blocks cut into pieces of at most
+ *  MAX_PIECE_BYTES (the last one shorter) so that every thread block has a share. */
+function tableLaunch(blockBytes: number, table: BlockTable): LaunchPlan {
+  const { dst, src, count } = table;
+  const pieceBytes = Math.min(blockBytes, MAX_PIECE_BYTES);
+  const pieces = Math.ceil(blockBytes / pieceBytes);
+  return {
+    words: indexTable(table),
+    sources: [src],
+    start: (gpu, words, started) => {
+      gpu.indexed.launch({ grid: Math.min(count * pieces, MAX_GRID), block: THREADS, stream: gpu.stream },
+        words, dst.address, src.address, BigInt(blockBytes), BigInt(pieceBytes), count, pieces);
+      started();
+    },
+  };
+}
+
+/** `plan` on `device`, after the last copy of this GPU finished with the table. */
+async function launch(gpu: GpuCopier, device: number, plan: LaunchPlan, sourcesReady: boolean): Promise<void> {
+  const tableBytes = plan.words.byteLength;
   if (gpu.table === undefined || gpu.table.bytes < tableBytes) {
     if (gpu.table !== undefined) cuda.free(gpu.table.ptr);
     gpu.table = undefined;
@@ -301,7 +344,7 @@ async function launch(gpu: GpuCopier, device: number, blockBytes: number, copies
     gpu.table = { ptr: cuda.alloc(device, bytes), bytes };
   }
   let synchronized = sourcesReady;
-  for (const source of list !== undefined ? sourcesOf(list) : [table.src]) {
+  for (const source of plan.sources) {
     const producer = producerOf(source);
     if (producer !== undefined) gpu.stream.waitFor(producer);
     else if (!synchronized) {
@@ -309,27 +352,11 @@ async function launch(gpu: GpuCopier, device: number, blockBytes: number, copies
       synchronized = true;
     }
   }
-  cuda.copy(gpu.table.ptr, words, tableBytes);
+  cuda.copy(gpu.table.ptr, plan.words, tableBytes);
   let launched = false;
   let done: CudaEvent;
   try {
-    if (list !== undefined) {
-      let at = 0;
-      for (const group of groups) {
-        const n = list.length * group.offsets.length;
-        gpu.kernel.launch({ grid: Math.min(n, MAX_GRID), block: THREADS, stream: gpu.stream }, gpu.table.ptr + BigInt(at * 8), BigInt(group.bytes), n);
-        launched = true;
-        at += 2 * n;
-      }
-    } else {
-      // Pieces of at most MAX_PIECE_BYTES, the last one shorter: every thread block has a share.
-      const pieceBytes = Math.min(blockBytes, MAX_PIECE_BYTES);
-      const pieces = Math.ceil(blockBytes / pieceBytes);
-      if (pieces > 0xffffffff) throw invalid(`copyBlocks: blocks of ${blockBytes} bytes are cut into more pieces than a launch counts`);
-      gpu.indexed.launch({ grid: Math.min(table.count * pieces, MAX_GRID), block: THREADS, stream: gpu.stream },
-        gpu.table.ptr, table.dst.address, table.src.address, BigInt(blockBytes), BigInt(pieceBytes), table.count, pieces);
-      launched = true;
-    }
+    plan.start(gpu, gpu.table.ptr, () => { launched = true; });
     done = CudaEvent.create(device).record(gpu.stream);
   } catch (error) {
     // A launch that did start reads and writes until it ends: the caller may release or unmap the

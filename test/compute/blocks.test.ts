@@ -72,6 +72,7 @@ describe('copyBlocks on the host', () => {
     expect(await refused(copyBlocks(-1, []))).toMatch(/blockBytes must be an integer >= 0/);
     expect(await refused(copyBlocks(8, [{ dst: 'x' as unknown as Tensor, dstOffset: 0, src: a!, srcOffset: 0 }]))).toMatch(/copies\[0\]\.dst must be a Tensor/);
     expect(await refused(copyBlocks(8, 'x' as unknown as []))).toMatch(/copies must be an array/);
+    expect(await refused(copyBlocks(8, [{ dst: b!, dstOffset: 0, src: { byteLength: 16 } as unknown as Tensor, srcOffset: 0 }]))).toMatch(/copies\[0\]\.src must be a Tensor/);
     const gone = Tensor.zeros([16], 'u8');
     gone.release();
     expect(await refused(copyBlocks(8, [{ dst: b!, dstOffset: 0, src: gone, srcOffset: 0 }]))).toMatch(/copies\[0\]\.src has been released/);
@@ -128,9 +129,11 @@ describe('block tables (blocks by index between two tensors)', () => {
       [16, { dst: Tensor.zeros([32], 'u8'), src, count: 3 }, /table\.dst \(blocks 0 to 2\) names block 2, outside the 2 blocks/],
       [16, { dst, src, srcBlocks: [0, 1], count: 2 }, /table\.srcBlocks must be a Uint32Array of count \(2\) block indices/],
       [16, { dst, src, srcBlocks: Uint32Array.of(0), count: 2 }, /table\.srcBlocks must be a Uint32Array of count \(2\)/],
-      [16, { dst, src, count: 1.5 }, /table\.count must be an integer from 0 to 2\^32 - 1, got 1\.5/],
+      [16, { dst, src, count: 1.5 }, /table\.count must be an integer from 0 to 2\^28, got 1\.5/],
       [16, { dst, src }, /table\.count must be an integer/],
       [16, { dst: 'x', src, count: 1 }, /table\.dst must be a Tensor/],
+      [16, { dst, src: { byteLength: 64 }, count: 1 }, /table\.src must be a Tensor, got/],
+      [16, { dst, src, count: 2 ** 28 + 1 }, /table\.count must be an integer from 0 to 2\^28/],
       [16, { dst, src: gone, count: 1 }, /table\.src has been released/],
       [-1, { dst, src, count: 1 }, /blockBytes must be an integer >= 0/],
       [16, null, /copies must be an array of block copies or a block table, got null/],
