@@ -110,13 +110,14 @@ export class BlockCopier {
     // What the kernel will read is taken now, as it was checked: the caller may change or reuse
     // its list or table as soon as copy() has returned, before the copy's turn comes.
     const plan = list !== undefined ? listLaunch(blockBytes, list) : tableLaunch(blockBytes, table!);
-    const named = list !== undefined ? list.map((c) => [c.dst, c.src] as const) : undefined;
     // Queued behind other copies on this GPU: the tensors are checked again when the turn comes
     // (one may have been released meanwhile), and so is whatever the caller checks (`before`).
     const turn = gpu.queue.then(() => {
       before?.();
       if (tensors.some((tensor) => tensor.released)) {
-        const gone = named !== undefined ? `copies[${named.findIndex(([dst, src]) => dst.released || src.released)}] names a tensor` : `the table's ${tableDst!.released ? 'dst' : 'src'} was`;
+        // (Which entry, for the message: the list as it is now, since a tensor, not an entry, went.)
+        const at = list?.findIndex((c) => c.dst?.released === true || c.src?.released === true) ?? -1;
+        const gone = list === undefined ? `the table's ${tableDst!.released ? 'dst' : 'src'} was` : at >= 0 ? `copies[${at}] names a tensor` : 'a tensor of the copies was';
         throw invalid(`copyBlocks: ${gone} released while the copy waited its turn`);
       }
       return launch(gpu, device, plan, sourcesReady);

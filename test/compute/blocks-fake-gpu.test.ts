@@ -122,6 +122,26 @@ describe('gdrpc_copy_indexed (emulated) against the host path', () => {
   });
 });
 
+describe('a list of copies waiting its turn', () => {
+  it('is refused when a tensor it names is released meanwhile, naming the first entry that names it', async () => {
+    const copier = new BlockCopier();
+    const a = filled(64, 3, 'cuda:0');
+    const b = filled(64, 4, 'cuda:0');
+    const dst = Tensor.zeros([128], 'u8', { device: 'cuda:0' });
+    const launches = gpu.launches.length;
+    const first = copier.copy(64, [{ dst, dstOffset: 0, src: a, srcOffset: 0 }], { sourcesReady: true });
+    const second = copier.copy(64, [{ dst, dstOffset: 0, src: a, srcOffset: 0 }, { dst, dstOffset: 64, src: b, srcOffset: 0 }], { sourcesReady: true });
+    b.release();
+    expect(await settleIt(first)).toBeUndefined();
+    const error = await reason(second);
+    expect(error.code).toBe(Code.INVALID_ARGUMENT);
+    expect(error.message).toMatch(/copies\[1\] names a tensor released while the copy waited its turn/);
+    expect(gpu.launches.length).toBe(launches + 1);
+    copier.close();
+    expect(gpu.violations).toEqual([]);
+  });
+});
+
 describe('the mixed path (a GPU source into host memory)', () => {
   it('waits for a source\'s producer once, not once per block', async () => {
     const copier = new BlockCopier();
