@@ -64,32 +64,40 @@ async function measureSetting(setting: number | 'adaptive', calls: number): Prom
     NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} --import tsx --import ${hook}`.trim(),
   });
   const made: Array<{ start: number; end: number }> = [];
+  let server: Stamp[];
   try {
-    for (let i = 0; i < 1000; i += 1) await system.ping();
-    process.kill(system.peerPid!, 'SIGUSR2');
-    record(true);
-    // The signal is handled on the peer's next loop turn; a call or two after it makes sure.
-    await new Promise((resolve) => setTimeout(resolve, 50));
-    for (let i = 0; i < calls; i += 1) {
-      const start = nowUs();
-      await system.ping();
-      made.push({ start, end: nowUs() });
+    try {
+      for (let i = 0; i < 1000; i += 1) await system.ping();
+      process.kill(system.peerPid!, 'SIGUSR2');
+      record(true);
+      // The signal is handled on the peer's next loop turn; 50 ms is many turns.
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      for (let i = 0; i < calls; i += 1) {
+        const start = nowUs();
+        await system.ping();
+        made.push({ start, end: nowUs() });
+      }
+    } finally {
+      record(false);
+      await system.close();
     }
-    record(false);
+    // The peer writes its stamps when it exits; one killed for lingering (peer.end) writes none.
+    const file = readdirSync(dir).find((name) => name.startsWith('server.'));
+    server = file === undefined ? [] : JSON.parse(readFileSync(join(dir, file), 'utf8')) as Stamp[];
   } finally {
-    await system.close();
+    rmSync(dir, { recursive: true, force: true });
   }
-  const file = readdirSync(dir).find((name) => name.startsWith('server.'));
-  const server = file === undefined ? [] : JSON.parse(readFileSync(join(dir, file), 'utf8')) as Stamp[];
-  rmSync(dir, { recursive: true, force: true });
-  if (server.length === 0) throw new Error('call-split: the server wrote no stamps (its hook did not load)');
+  if (server.length === 0) throw new Error('call-split: the server wrote no stamps (its hook did not load, or it did not exit by itself)');
   const parts = splitCalls(made, stamps, server);
-  return {
-    setting,
-    calls,
-    matched: parts.call.length,
-    parts_us: Object.fromEntries(PARTS.map((part) => [part, { p50: percentile(parts[part], 50), p90: percentile(parts[part], 90) }])),
-  };
+  return { setting, calls, matched: parts.call.length, parts_us: summarize(parts) };
+}
+
+/** p50 and p90 of every part (each list is sorted in place: percentile() reads a sorted list). */
+export function summarize(parts: Record<Part, number[]>): Record<Part, { p50: number; p90: number }> {
+  return Object.fromEntries(PARTS.map((part) => {
+    const sorted = parts[part].sort((a, b) => a - b);
+    return [part, { p50: percentile(sorted, 50), p90: percentile(sorted, 90) }];
+  })) as Record<Part, { p50: number; p90: number }>;
 }
 
 export async function runCallSplitBench(opts: { json?: string; flags: string[] }): Promise<object> {

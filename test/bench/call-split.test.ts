@@ -1,6 +1,6 @@
 // bench/call-split.ts: a small call split into its five parts from the stamps of both processes.
 import { describe, expect, it } from 'vitest';
-import { splitCalls } from '../../bench/call-split.ts';
+import { splitCalls, summarize } from '../../bench/call-split.ts';
 import type { Stamp } from '../../bench/call-split-hook.ts';
 
 const send = (posted: number, settled = posted + 1): Stamp => ({ kind: 'send', posted, settled });
@@ -30,5 +30,14 @@ describe('call-split', () => {
     expect(parts.call).toEqual([100]);
     expect(parts.request).toEqual([15]);
     expect(parts.server).toEqual([30]);
+  });
+
+  it('summarizes each part by its median and 90th percentile, whatever order the calls came in', () => {
+    const part = [50, 10, 40, 20, 30, 90, 60, 80, 70, 100];
+    const parts = { client: [...part], request: [...part], server: [...part], reply: [...part], settle: [...part], call: [3, 1, 2] };
+    const summary = summarize(parts);
+    expect(summary.client).toEqual({ p50: 50, p90: 90 });
+    expect(summary.call.p50).toBe(2);
+    expect(summary.server.p90).toBeGreaterThanOrEqual(summary.server.p50);
   });
 });
