@@ -7,61 +7,18 @@ import { cuda } from '../cuda.ts';
 import { Code, GdrpcError } from '../errors.ts';
 import { Tensor } from '../tensor/index.ts';
 import { describe, invalid } from '../ucx/check.ts';
+import { blockTable, cutsOf, indexTable, MAX_PIECE_BYTES, type BlockCopies, type BlockCopy, type BlockTable } from './block-layout.ts';
 import { readKernelsPtx } from './kernels.ts';
 import { CudaModule, type CudaKernel } from './module.ts';
-import { producerOf } from './ready.ts';
+import { producerOf, ProducerSync } from './ready.ts';
 import { CudaEvent, CudaStream } from './stream.ts';
 
-/** One block: `blockBytes` from `src` at `srcOffset` to `dst` at `dstOffset`. */
-export interface BlockCopy { dst: Tensor; dstOffset: number; src: Tensor; srcOffset: number }
-
-/** A block table between two tensors cut into blocks of `blockBytes`: block `srcBlocks[k]` of
- *  `src` to block `dstBlocks[k]` of `dst` for every k below `count` (a list left out: block k).
- *  The indices go to the GPU as they are (gdrpc_copy_indexed): no object and no address per block
- *  on the host. */
-export interface BlockTable { dst: Tensor; dstBlocks?: Uint32Array; src: Tensor; srcBlocks?: Uint32Array; count: number }
-
-/** What BlockCopier.copy takes: a list of block copies, or a block table between two tensors. */
-export type BlockCopies = readonly BlockCopy[] | BlockTable;
+export type { BlockCopies, BlockCopy, BlockTable } from './block-layout.ts';
 
 const THREADS = 256;
 const MAX_GRID = 65535;
 /** Most blocks a block table names (its index table is 8 bytes a block: 2 GiB at most). */
 const MAX_TABLE_BLOCKS = 2 ** 28;
-/** Longest piece one thread block of the kernel copies: a longer block is cut into equal pieces
- *  (a 16 MiB block as one entry would be copied by one thread block, at a few GB/s). */
-const MAX_PIECE_BYTES = 256 << 10;
-/** Most pieces a block is cut into (beyond that the table itself would cost). */
-const MAX_PIECES = 4096;
-
-/** How many equal pieces a block of `blockBytes` is copied as: the fewest that are each at most
- *  MAX_PIECE_BYTES, divide the block exactly, and keep 16-byte pieces when the block is a multiple
- *  of 16 (the kernel's wide path); 1 when no such cut exists (cutsOf then adds a tail). */
-export function piecesOf(blockBytes: number): number {
-  if (blockBytes <= MAX_PIECE_BYTES) return 1;
-  const wide = blockBytes % 16 === 0;
-  for (let pieces = Math.ceil(blockBytes / MAX_PIECE_BYTES); pieces <= MAX_PIECES; pieces += 1) {
-    if (blockBytes % pieces !== 0) continue;
-    if (!wide || (blockBytes / pieces) % 16 === 0) return pieces;
-  }
-  return 1;
-}
-
-/** The pieces one block is copied as, in groups of one length (one kernel launch each): equal
- *  pieces where piecesOf finds a cut, else pieces of MAX_PIECE_BYTES and the tail after them. */
-export function cutsOf(blockBytes: number): Array<{ bytes: number; offsets: number[] }> {
-  const pieces = piecesOf(blockBytes);
-  if (pieces > 1 || blockBytes <= MAX_PIECE_BYTES) {
-    const bytes = blockBytes / pieces;
-    return [{ bytes, offsets: Array.from({ length: pieces }, (_, j) => j * bytes) }];
-  }
-  const full = Math.floor(blockBytes / MAX_PIECE_BYTES);
-  return [
-    { bytes: MAX_PIECE_BYTES, offsets: Array.from({ length: full }, (_, j) => j * MAX_PIECE_BYTES) },
-    { bytes: blockBytes - full * MAX_PIECE_BYTES, offsets: [full * MAX_PIECE_BYTES] },
-  ];
-}
-
 /** What one GPU keeps for block copies: the kernel, a stream, the address table, and a queue so
  *  that one copy at a time fills the table. */
 interface GpuCopier { module: CudaModule; kernel: CudaKernel; indexed: CudaKernel; stream: CudaStream; table: { ptr: bigint; bytes: number } | undefined; queue: Promise<void> }
@@ -171,8 +128,12 @@ export async function copyBlocks(blockBytes: number, copies: BlockCopies): Promi
 
 const NONE = Symbol('none');
 
-function checkCopies(blockBytes: number, copies: readonly BlockCopy[]): void {
+function checkBlockBytes(blockBytes: number): void {
   if (!Number.isSafeInteger(blockBytes) || blockBytes < 0) throw invalid(`copyBlocks: blockBytes must be an integer >= 0, got ${describe(blockBytes)}`);
+}
+
+function checkCopies(blockBytes: number, copies: readonly BlockCopy[]): void {
+  checkBlockBytes(blockBytes);
   if (copies.length > 0xffffffff) throw invalid('copyBlocks: copies must be an array of at most 2^32 - 1 blocks');
   // A tensor checked for the copy before is not checked again; every offset is. (NONE: nothing
   // checked yet, so that a missing tensor in the first copy is checked as one.)
@@ -200,7 +161,7 @@ function checkSide(k: number, side: 'dst' | 'src', tensor: Tensor | undefined, o
 /** Checks a block table before anything is copied; returns it. */
 function checkTable(blockBytes: number, table: BlockTable): BlockTable {
   if (typeof table !== 'object' || table === null) throw invalid(`copyBlocks: copies must be an array of block copies or a block table, got ${describe(table)}`);
-  if (!Number.isSafeInteger(blockBytes) || blockBytes < 0) throw invalid(`copyBlocks: blockBytes must be an integer >= 0, got ${describe(blockBytes)}`);
+  checkBlockBytes(blockBytes);
   const { count } = table;
   if (!Number.isSafeInteger(count) || count < 0 || count > MAX_TABLE_BLOCKS) throw invalid(`copyBlocks: table.count must be an integer from 0 to 2^28, got ${describe(count)}`);
   checkTableSide('dst', table.dst, table.dstBlocks, count, blockBytes);
@@ -240,17 +201,6 @@ function copiesOf(blockBytes: number, table: BlockTable): BlockCopy[] {
   return Array.from({ length: table.count }, (_, k) => ({ dst, dstOffset: (dstBlocks?.[k] ?? k) * blockBytes, src, srcOffset: (srcBlocks?.[k] ?? k) * blockBytes }));
 }
 
-/** The indexed kernel's table: the destination block of every copy, then its source block. */
-export function indexTable(table: BlockTable): Uint32Array {
-  const { count } = table;
-  const words = new Uint32Array(2 * count);
-  if (table.dstBlocks !== undefined) words.set(table.dstBlocks);
-  else for (let k = 0; k < count; k += 1) words[k] = k;
-  if (table.srcBlocks !== undefined) words.set(table.srcBlocks, count);
-  else for (let k = 0; k < count; k += 1) words[count + k] = k;
-  return words;
-}
-
 /** The tensors `copies` read, each once. */
 function sourcesOf(copies: readonly BlockCopy[]): Set<Tensor> {
   const seen = new Set<Tensor>();
@@ -281,15 +231,9 @@ function oneGpu(tensors: readonly Tensor[]): number | undefined {
 
 /** Host and GPU mixed (or two GPUs): cuMemcpy per block, once the sources' producers are done. */
 function copyEach(blockBytes: number, copies: readonly BlockCopy[], sourcesReady: boolean): void {
-  const synchronized = new Set<string>();
-  for (const src of sourcesOf(copies)) {
-    if (src.device === 'cpu' || sourcesReady) continue;
-    const producer = producerOf(src);
-    if (producer !== undefined) producer.synchronize();
-    else if (!synchronized.has(src.device)) {
-      cuda.synchronize(Number(src.device.slice('cuda:'.length)));
-      synchronized.add(src.device);
-    }
+  if (!sourcesReady) {
+    const sync = new ProducerSync();
+    for (const src of sourcesOf(copies)) sync.before(src);
   }
   for (const c of copies) cuda.copy(place(c.dst, c.dstOffset, blockBytes), place(c.src, c.srcOffset, blockBytes), blockBytes);
 }
@@ -376,47 +320,6 @@ async function launch(gpu: GpuCopier, device: number, plan: LaunchPlan, sourcesR
   } finally {
     done.close();
   }
-}
-
-const TWO_32 = 2 ** 32;
-
-/** The kernel's address table for `copies` cut into `groups` (cutsOf): per group, the
- *  destination of every piece, then their sources, each a little-endian u64 written as two u32
- *  words. Addresses are added as numbers (device and host addresses lie far below 2^53). */
-export function blockTable(groups: ReadonlyArray<{ bytes: number; offsets: readonly number[] }>, copies: readonly BlockCopy[]): Uint32Array {
-  const entries = groups.reduce((n, group) => n + copies.length * group.offsets.length, 0);
-  const table = new Uint32Array(entries * 4);
-  const bases = new Map<Tensor, number>();
-  const baseOf = (tensor: Tensor): number => {
-    let base = bases.get(tensor);
-    if (base === undefined) {
-      const address = tensor.address;
-      if (address > BigInt(Number.MAX_SAFE_INTEGER) - BigInt(tensor.byteLength)) throw invalid(`copyBlocks: a tensor at 0x${address.toString(16)} lies beyond the addresses a block table holds`);
-      base = Number(address);
-      bases.set(tensor, base);
-    }
-    return base;
-  };
-  const put = (entry: number, value: number): void => {
-    table[2 * entry] = value % TWO_32;
-    table[2 * entry + 1] = Math.floor(value / TWO_32);
-  };
-  let at = 0;
-  for (const group of groups) {
-    const per = group.offsets.length;
-    const n = copies.length * per;
-    for (let k = 0; k < copies.length; k += 1) {
-      const c = copies[k]!;
-      const dst = baseOf(c.dst) + c.dstOffset;
-      const src = baseOf(c.src) + c.srcOffset;
-      for (let j = 0; j < per; j += 1) {
-        put(at + k * per + j, dst + group.offsets[j]!);
-        put(at + n + k * per + j, src + group.offsets[j]!);
-      }
-    }
-    at += 2 * n;
-  }
-  return table;
 }
 
 /** Where a block of `tensor` starts, as cuda.copy takes it: a device pointer or a host view. */

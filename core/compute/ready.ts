@@ -1,5 +1,6 @@
 // Stream-ordered tensors: a CUDA tensor can name the stream that produces it, so that a transfer
 // waits for that stream's work only, not for everything queued on the device.
+import { cuda } from '../cuda.ts';
 import type { Tensor } from '../tensor/index.ts';
 import { invalid, describe } from '../ucx/check.ts';
 import { checkStream, CudaEvent, type CudaStream } from './stream.ts';
@@ -27,4 +28,37 @@ export function readyAfter<T extends Tensor>(tensor: T, event: CudaEvent): T {
 export function producerOf(tensor: Tensor): CudaEvent | undefined {
   const event = producers.get(tensor);
   return event !== undefined && !event.closed ? event : undefined;
+}
+
+/** Waits for the work that produces each CUDA tensor handed to it. UCX and cuMemcpy are not ordered
+ *  with a tensor's stream: a kernel or an asynchronous copy still writing it would race the read. A
+ *  tensor that names its producer (producedOn / readyAfter) waits for that event only, and a tag
+ *  send may wait for it asynchronously (`defer`: the event comes back to be awaited before the
+ *  bytes go). Any other tensor costs one cuCtxSynchronize per device and ProducerSync (a frame, a
+ *  block copy): a few µs when the device is idle, but it also waits for unrelated work queued on
+ *  the device. */
+export class ProducerSync {
+  readonly #done = new Set<number>();
+
+  before(tensor: Tensor, options: { defer?: boolean } = {}): CudaEvent | undefined {
+    if (tensor.device === 'cpu' || tensor.byteLength === 0) return undefined;
+    const event = producerOf(tensor);
+    if (event !== undefined) {
+      if (options.defer === true) return event;
+      event.synchronize();
+      return undefined;
+    }
+    const index = Number(tensor.device.slice('cuda:'.length));
+    if (this.#done.has(index)) return undefined;
+    cuda.synchronize(index);
+    this.#done.add(index);
+    return undefined;
+  }
+}
+
+/** Waits for a producer event that ProducerSync.before deferred. An event closed meanwhile (its
+ *  stream closed) no longer says anything, so the whole device is synchronized instead. */
+export async function producerDone(event: CudaEvent): Promise<void> {
+  if (event.closed) cuda.synchronize(event.device);
+  else await event.finished();
 }

@@ -3,7 +3,7 @@
 // copied.
 import { describe, expect, it } from 'vitest';
 import { Code, copyBlocks, Tensor } from '../../core/index.ts';
-import { blockTable, cutsOf, indexTable, piecesOf, type BlockCopy, type BlockTable } from '../../core/compute/blocks.ts';
+import { blockTable, cutsOf, indexTable, piecesOf, type BlockCopy, type BlockTable } from '../../core/compute/block-layout.ts';
 import { rejection } from '../rpc/fixtures/thrown.ts';
 
 /** `count` host tensors of `bytes` bytes, tensor k filled with bytes k * 7 + i. */

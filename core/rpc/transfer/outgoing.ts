@@ -5,9 +5,9 @@ import { Code, GdrpcError } from '../../errors.ts';
 import { Tensor } from '../../tensor/index.ts';
 import type { Placement } from '../../schema/descriptor.ts';
 import { FrameKind, type TensorWire } from '../../wire/frames.ts';
+import { ProducerSync, producerDone } from '../../compute/ready.ts';
 import type { CudaEvent } from '../../compute/stream.ts';
 import { moverByName } from '../movers/choose.ts';
-import { ProducerSync, producerDone } from '../movers/memory.ts';
 import type { Mover, Outgoing, ProtocolSeen, TransferInfo, TransferScope } from '../movers/mover.ts';
 import { planSend, type SendPolicy, type TransferPlan } from '../movers/plan.ts';
 import { plannedInfo, reportSent } from '../movers/report.ts';
@@ -33,7 +33,7 @@ interface GatherCandidate { tensor: Tensor; wire: TensorWire; info: TransferInfo
 export class OutgoingTensors {
   readonly transfers: TransferInfo[] = [];
   readonly #outgoing: Sending[] = [];
-  /** Waits for the producers of CUDA tensors (memory.ts ProducerSync). */
+  /** Waits for the producers of CUDA tensors (compute/ready.ts ProducerSync). */
   readonly #sync = new ProducerSync();
   /** Bounces to give back if the frame never leaves. */
   readonly #discards: Array<() => void> = [];
