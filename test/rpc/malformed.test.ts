@@ -111,6 +111,28 @@ describe('malformed input', () => {
     }
   });
 
+  it('the answers of one turn leave in messages of at most 16 frames, in order (the peer starts on the first while the rest are made)', async () => {
+    const raw = await admittedRaw();
+    try {
+      const calls = Array.from({ length: 40 }, (_, i) => 100 + i);
+      await raw.sendMessage(packMessage(calls.map((call) => ({ kind: FrameKind.Request, call, body: packr.pack({ v: 2, svc: EchoDescriptor.name, m: 'ping', a: { n: call } }) }))));
+      const read = raw.messageSizes.length;
+      const answers: Array<[number | undefined, number | undefined]> = [];
+      for (const _ of calls) {
+        const f = await raw.receive();
+        answers.push([f?.call, (f?.body.r as { n: number } | undefined)?.n]);
+      }
+      expect(answers).toEqual(calls.map((call) => [call, call]));
+      const sizes = raw.messageSizes.slice(read);
+      expect(sizes.reduce((a, b) => a + b, 0)).toBe(40);
+      // The handlers answer within one turn: the first message is full, none is larger.
+      expect(sizes[0]).toBe(16);
+      expect(Math.max(...sizes)).toBe(16);
+    } finally {
+      await raw.close();
+    }
+  });
+
   it('a stream item behind a frame that failed its client-streaming call is dropped (found by the fuzzer: it crashed the server)', async () => {
     const raw = await admittedRaw();
     try {
