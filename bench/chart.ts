@@ -1,5 +1,7 @@
-// `node --import tsx bench/chart.ts <results.json> <chart.svg>`: throughput against size, one line
-// per system and workload, from a results file of bench/main.ts (rows with bytes > 0 and gbps).
+// `node --import tsx bench/chart.ts <results.json> <chart.svg> [more.json ...]`: throughput against
+// size, one line per system and workload, from a results file of bench/main.ts (rows with bytes > 0
+// and gbps), with the `results` and `copy` rows of any further files measured in the same run (the
+// NIXL sweep of bench/nixl_kv_bench.py --sizes) drawn beside them.
 // Plain SVG text: no dependencies, viewable in any browser.
 import { readFileSync, writeFileSync } from 'node:fs';
 import type { BenchResult } from './machine.ts';
@@ -76,13 +78,22 @@ export function renderChart(rows: BenchResult[], title: string): string {
 }
 
 if (process.argv[1] && import.meta.url.endsWith(process.argv[1].split('/').pop()!)) {
-  const [input, output] = process.argv.slice(2);
+  const [input, output, ...more] = process.argv.slice(2);
   if (!input || !output) {
-    console.error('usage: node --import tsx bench/chart.ts <results.json> <chart.svg>');
+    console.error('usage: node --import tsx bench/chart.ts <results.json> <chart.svg> [more.json ...]');
     process.exit(2);
   }
-  const data = JSON.parse(readFileSync(input, 'utf8')) as { results?: BenchResult[]; machine?: { gpus?: string[]; date?: string } };
+  type ResultFile = { results?: BenchResult[]; copy?: BenchResult[]; machine?: { gpus?: string[]; date?: string } };
+  const data = JSON.parse(readFileSync(input, 'utf8')) as ResultFile;
+  const rows = [...(data.results ?? [])];
+  // A size the first file already has for a system and workload keeps its point from there.
+  const key = (row: BenchResult): string => `${row.system}\0${row.workload}\0${row.bytes}`;
+  const seen = new Set(rows.map(key));
+  for (const file of more) {
+    const extra = JSON.parse(readFileSync(file, 'utf8')) as ResultFile;
+    for (const row of [...(extra.results ?? []), ...(extra.copy ?? [])]) if (!seen.has(key(row))) rows.push(row);
+  }
   const title = `gdrpc GPU benchmark${data.machine?.gpus?.length ? ` on ${data.machine.gpus[0]}` : ''}${data.machine?.date ? ` (${data.machine.date.slice(0, 10)})` : ''}`;
-  writeFileSync(output, renderChart(data.results ?? [], title));
-  console.log(`chart written to ${output} (${series(data.results ?? []).length} series)`);
+  writeFileSync(output, renderChart(rows, title));
+  console.log(`chart written to ${output} (${series(rows).length} series)`);
 }

@@ -19,8 +19,16 @@ once more on a poisoned local region and the bytes are checked block by block (a
 from the owner, and the pattern itself); a mismatch fails the run. On a GPU the raw copy of the same
 bytes between the same devices (PyTorch, CUDA events, median of --copy-iters) is the ceiling.
 
+With --sizes S1,S2,... it measures rate by size instead (the reference for the rate-by-size chart
+of the GPU bench): the owner registers one region as large as the largest size, and for each size
+this process READs that many bytes as one descriptor (made once, re-posted) until --size-budget-ms
+has passed (at least --rounds, at most 1,000 reads), after a warm-up; beside it, the torch copy of
+the same size between the same devices. The whole region is then read once more onto a poisoned
+local region and checked block by block.
+
 Usage: python3 bench/nixl_kv_bench.py [--blocks N] [--block-bytes B] [--rounds R] [--host]
                                       [--json FILE] [--no-proto-info]
+       python3 bench/nixl_kv_bench.py --sizes 4096,1048576,... [--size-budget-ms MS] [--json FILE]
 Writes {machine, what, transports, results, copy, skipped} like bench/kv-blocks.ts.
 """
 import argparse
@@ -39,6 +47,8 @@ import traceback
 
 POLL_LIMIT_S = 120.0  # a transfer that is not done by then fails the run
 CHUNK_BLOCKS = 256  # blocks per step when making or checking patterns (bounds scratch memory)
+SWEEP_BLOCK_BYTES = 1 << 20  # block size of the region a --sizes run reads from
+SWEEP_MAX_READS = 1000  # reads of one size at most in a --sizes run
 
 
 # ----------------------------------------------------------------------------- arguments
@@ -54,12 +64,25 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=20240611, help="seed of the block permutation")
     p.add_argument("--no-proto-info", action="store_true",
                    help="do not capture UCX_PROTO_INFO to name the UCX transports used")
+    p.add_argument("--sizes", help="rate by size: comma-separated byte counts, each read as one descriptor")
+    p.add_argument("--size-budget-ms", type=int, default=600, help="time spent reading each size (600)")
     a = p.parse_args(argv)
-    for name in ("blocks", "block_bytes", "rounds", "copy_iters"):
+    for name in ("blocks", "block_bytes", "rounds", "copy_iters", "size_budget_ms"):
         if getattr(a, name) <= 0:
             p.error("--%s takes a positive integer" % name.replace("_", "-"))
     if a.block_bytes % 4:
         p.error("--block-bytes must be a multiple of 4 (the pattern is 32-bit words)")
+    if a.sizes is not None:
+        try:
+            a.sizes = sorted({int(x) for x in a.sizes.split(",") if x.strip()})
+        except ValueError:
+            p.error("--sizes takes comma-separated byte counts")
+        if not a.sizes or a.sizes[0] <= 0 or any(x % 4 for x in a.sizes):
+            p.error("--sizes takes positive byte counts, each a multiple of 4")
+        # The region is blocks of at most 1 MiB (the pattern is made block by block), as many as
+        # the largest size needs.
+        a.block_bytes = min(SWEEP_BLOCK_BYTES, a.sizes[-1])
+        a.blocks = -(-a.sizes[-1] // a.block_bytes)
     return a
 
 
@@ -473,6 +496,18 @@ def main(argv):
         if isinstance(peer, bytes):
             peer = peer.decode()
         import numpy as np
+        if args.sizes is not None:
+            rows, copy, captured = sweep(args, agent, peer, hello, region, local, remote, gpus, skipped)
+            agent.remove_remote_agent(peer)
+            agent.deregister_memory(reg)
+            mine.send("done")
+            if mine.poll(30):
+                mine.recv()
+            return finish(args, nixl, rows, copy, skipped, captured, remote, local,
+                          "one descriptor of each size READ by NIXL (UCX backend) from %s (another process) into %s, made "
+                          "once and re-posted, for %d ms a size (%d to %d reads) after a warm-up; the torch copy of each "
+                          "size between the same devices; the whole region verified after"
+                          % (remote, local, args.size_budget_ms, args.rounds, SWEEP_MAX_READS))
         perm = permutation(n, args.seed)
         ids = np.arange(n, dtype=np.uint64)
         rdesc = np.stack([hello["addr"] + ids * b, np.full(n, b, np.uint64),
@@ -576,6 +611,7 @@ def main(argv):
             owner.terminate()
 
     rows = []
+    copy = []
     for name, us in samples.items():
         s = sorted(us)
         p50 = s[len(s) // 2]
@@ -585,7 +621,6 @@ def main(argv):
                      "gbps": total / p50 / 1e3, "iterations": len(s), "memory": "%s->%s" % (remote, local),
                      "backend": "UCX"})
 
-    copy = []
     if gpus > 0:
         try:
             copy.append(torch_copy(remote, local, total, args.copy_iters))
@@ -593,7 +628,77 @@ def main(argv):
             skipped.append({"system": "cuda-copy", "reason": "torch copy failed: %s" % error})
     else:
         skipped.append({"system": "cuda-copy", "reason": no_gpu})
+    return finish(args, nixl, rows, copy, skipped, captured, remote, local,
+                  "%d blocks of %d B READ by NIXL (UCX backend) from %s (another process) into %s, one transfer of %d "
+                  "descriptors (remote block i -> local block perm[i]): prepped (made once, re-posted), make_prepped "
+                  "(lists prepared once, transfer made each round), per-call (lists and transfer made each round); the "
+                  "same bytes as one descriptor; and the raw copy; %d rounds after a warm-up; bytes verified after"
+                  % (n, b, remote, local, n, args.rounds))
 
+
+def sweep(args, agent, peer, hello, region, local, remote, gpus, skipped):
+    """Rate by size (--sizes): returns (rows, torch copy rows, captured UCX_PROTO_INFO text)."""
+    import numpy as np
+    rmem, lmem = hello["mem"], region.mem
+    rows, copy, captured = [], [], ""
+    for size in args.sizes:
+        rdesc = np.array([[hello["addr"], size, hello["dev_id"]]], dtype=np.uint64)
+        ldesc = np.array([[region.addr, size, region.dev_id]], dtype=np.uint64)
+        handle = agent.initialize_xfer("READ", agent.get_xfer_descs(ldesc, lmem), agent.get_xfer_descs(rdesc, rmem), peer)
+        try:
+            what = "read of %d B" % size
+
+            def once():
+                t0 = time.perf_counter_ns()
+                post(agent, handle, what)
+                wait_done(agent, handle, what)
+                return (time.perf_counter_ns() - t0) / 1e3
+
+            if not args.no_proto_info and size == args.sizes[0]:
+                with FdCapture() as cap:
+                    once()
+                captured = cap.text()
+            for _ in range(3):
+                once()
+            us, started = [], time.monotonic()
+            while len(us) < args.rounds or (len(us) < SWEEP_MAX_READS and time.monotonic() - started < args.size_budget_ms / 1e3):
+                us.append(once())
+        finally:
+            handle.release()
+        us.sort()
+        p50 = us[len(us) // 2]
+        rows.append({"system": "nixl", "workload": "read/one descriptor", "bytes": size, "p50_us": p50,
+                     "p99_us": percentile(us, 99), "ops_per_s": 1e6 / p50, "gbps": size / p50 / 1e3,
+                     "iterations": len(us), "memory": "%s->%s" % (remote, local), "backend": "UCX"})
+        print("nixl read of %d B: %.1f us p50 over %d, %.2f GB/s" % (size, p50, len(us), size / p50 / 1e3), flush=True)
+        if gpus > 0:
+            try:
+                copy.append(torch_copy(remote, local, size, args.copy_iters))
+            except Exception as error:
+                skipped.append({"system": "cuda-copy", "reason": "torch copy of %d B failed: %s" % (size, error)})
+    # The largest read once more onto a poisoned region, every block checked (not permuted).
+    whole = region.bytes
+    rdesc = np.array([[hello["addr"], whole, hello["dev_id"]]], dtype=np.uint64)
+    ldesc = np.array([[region.addr, whole, region.dev_id]], dtype=np.uint64)
+    handle = agent.initialize_xfer("READ", agent.get_xfer_descs(ldesc, lmem), agent.get_xfer_descs(rdesc, rmem), peer)
+    try:
+        region.poison()
+        post(agent, handle, "verification read")
+        wait_done(agent, handle, "verification read")
+        region.sync()
+    finally:
+        handle.release()
+    bad = verify(region, list(range(region.blocks)), hello["sums"], False)
+    if bad:
+        raise RuntimeError("NIXL delivered wrong bytes: %d of %d blocks wrong (first: %s)" % (len(bad), region.blocks, bad[:8]))
+    print("verified: %d blocks of %d B match the owner's checksums and the pattern" % (region.blocks, region.block_bytes), flush=True)
+    if gpus == 0:
+        skipped.append({"system": "cuda-copy", "reason": "no GPU"})
+    return rows, copy, captured
+
+
+def finish(args, nixl, rows, copy, skipped, captured, remote, local, what):
+    """Prints the rows and writes the result file."""
     proto_lines, transports = proto_tables(captured)
     for r in rows + copy:
         print("%s: %s in %.2f ms (p99 %s), %.2f GB/s, %d blocks/s"
@@ -605,11 +710,7 @@ def main(argv):
             print("  " + line)
     result = {
         "machine": describe_machine(nixl),
-        "what": ("%d blocks of %d B READ by NIXL (UCX backend) from %s (another process) into %s, one transfer of %d "
-                 "descriptors (remote block i -> local block perm[i]): prepped (made once, re-posted), make_prepped "
-                 "(lists prepared once, transfer made each round), per-call (lists and transfer made each round); the "
-                 "same bytes as one descriptor; and the raw copy; %d rounds after a warm-up; bytes verified after"
-                 % (n, b, remote, local, n, args.rounds)),
+        "what": what,
         "transports": transports, "proto_info": proto_lines[:40],
         "results": rows, "copy": copy, "skipped": skipped,
     }
