@@ -4,11 +4,15 @@
 // NIXL sweep of bench/nixl_kv_bench.py --sizes) drawn beside them.
 // Plain SVG text: no dependencies, viewable in any browser.
 import { readFileSync, writeFileSync } from 'node:fs';
+import { basename } from 'node:path';
 import type { BenchResult } from './machine.ts';
 
-const WIDTH = 900;
+/** Width of the plot area; the legend to its right widens the drawing to fit the longest name. */
+const PLOT_WIDTH = 570;
 const HEIGHT = 520;
-const MARGIN = { left: 70, right: 260, top: 40, bottom: 60 };
+const MARGIN = { left: 70, top: 40, bottom: 60 };
+/** Roughly the width of one character of the legend (12 px sans-serif). */
+const CHAR_PX = 7;
 const COLORS = ['#1f77b4', '#d62728', '#2ca02c', '#ff7f0e', '#9467bd', '#8c564b', '#e377c2', '#17becf', '#7f7f7f', '#bcbd22'];
 
 /** Lines to draw: one per system/workload, points sorted by size. */
@@ -38,11 +42,13 @@ export function renderChart(rows: BenchResult[], title: string): string {
   const xs = lines.flatMap((line) => line.points.map((p) => p[0]));
   const ys = lines.flatMap((line) => line.points.map((p) => p[1]));
   if (xs.length === 0) {
-    return `<svg xmlns="http://www.w3.org/2000/svg" width="${WIDTH}" height="80"><text x="10" y="40">${escape(title)}: no throughput rows</text></svg>\n`;
+    return `<svg xmlns="http://www.w3.org/2000/svg" width="${MARGIN.left + PLOT_WIDTH}" height="80"><text x="10" y="40">${escape(title)}: no throughput rows</text></svg>\n`;
   }
   const [x0, x1] = [Math.log2(Math.min(...xs)), Math.log2(Math.max(...xs))];
   const [y0, y1] = [Math.floor(Math.log10(Math.min(...ys))), Math.ceil(Math.log10(Math.max(...ys)))];
-  const plotW = WIDTH - MARGIN.left - MARGIN.right;
+  const plotW = PLOT_WIDTH;
+  const legendX = MARGIN.left + plotW + 16;
+  const WIDTH = legendX + 42 + CHAR_PX * Math.max(...lines.map((line) => line.name.length)) + 10;
   const plotH = HEIGHT - MARGIN.top - MARGIN.bottom;
   const px = (bytes: number): number => MARGIN.left + (x1 === x0 ? plotW / 2 : ((Math.log2(bytes) - x0) / (x1 - x0)) * plotW);
   const py = (gbps: number): number => MARGIN.top + plotH - (y1 === y0 ? plotH / 2 : ((Math.log10(gbps) - y0) / (y1 - y0)) * plotH);
@@ -70,8 +76,8 @@ export function renderChart(rows: BenchResult[], title: string): string {
     out.push(`<polyline points="${points}" fill="none" stroke="${color}" stroke-width="2"/>`);
     for (const [b, g] of line.points) out.push(`<circle cx="${px(b).toFixed(1)}" cy="${py(g).toFixed(1)}" r="3" fill="${color}"><title>${escape(line.name)}: ${sizeLabel(b)} ${g.toFixed(2)} GB/s</title></circle>`);
     const ly = MARGIN.top + 10 + i * 18;
-    out.push(`<line x1="${WIDTH - MARGIN.right + 16}" x2="${WIDTH - MARGIN.right + 36}" y1="${ly}" y2="${ly}" stroke="${color}" stroke-width="2"/>`,
-      `<text x="${WIDTH - MARGIN.right + 42}" y="${ly + 4}">${escape(line.name)}</text>`);
+    out.push(`<line x1="${legendX}" x2="${legendX + 20}" y1="${ly}" y2="${ly}" stroke="${color}" stroke-width="2"/>`,
+      `<text x="${legendX + 26}" y="${ly + 4}">${escape(line.name)}</text>`);
   });
   out.push('</svg>');
   return `${out.join('\n')}\n`;
@@ -86,12 +92,14 @@ if (process.argv[1] && import.meta.url.endsWith(process.argv[1].split('/').pop()
   type ResultFile = { results?: BenchResult[]; copy?: BenchResult[]; machine?: { gpus?: string[]; date?: string } };
   const data = JSON.parse(readFileSync(input, 'utf8')) as ResultFile;
   const rows = [...(data.results ?? [])];
-  // A size the first file already has for a system and workload keeps its point from there.
-  const key = (row: BenchResult): string => `${row.system}\0${row.workload}\0${row.bytes}`;
-  const seen = new Set(rows.map(key));
+  // A system and workload the first file has too (a torch copy measured by both programs) is
+  // drawn as its own line, named after the file it came from.
+  const lineOf = (row: BenchResult): string => `${row.system}\0${row.workload}`;
+  const lines = new Set(rows.map(lineOf));
   for (const file of more) {
     const extra = JSON.parse(readFileSync(file, 'utf8')) as ResultFile;
-    for (const row of [...(extra.results ?? []), ...(extra.copy ?? [])]) if (!seen.has(key(row))) rows.push(row);
+    const from = basename(file, '.json');
+    for (const row of [...(extra.results ?? []), ...(extra.copy ?? [])]) rows.push(lines.has(lineOf(row)) ? { ...row, workload: `${row.workload} (${from})` } : row);
   }
   const title = `gdrpc GPU benchmark${data.machine?.gpus?.length ? ` on ${data.machine.gpus[0]}` : ''}${data.machine?.date ? ` (${data.machine.date.slice(0, 10)})` : ''}`;
   writeFileSync(output, renderChart(rows, title));
