@@ -1,6 +1,7 @@
 #include "poll_window.h"
 
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,8 +10,7 @@
 namespace gdrpc {
 
 namespace {
-/** The machine's idle and total CPU time so far, in ticks (/proc/stat); false where unreadable. */
-bool CpuTicks(unsigned long long* idle, unsigned long long* total) {
+bool MachineTicks(unsigned long long* idle, unsigned long long* total) {
   FILE* file = std::fopen("/proc/stat", "r");
   if (file == nullptr) return false;
   unsigned long long v[8] = {};
@@ -23,15 +23,30 @@ bool CpuTicks(unsigned long long* idle, unsigned long long* total) {
   return true;
 }
 
-/** Times this thread was preempted so far (involuntary context switches). */
+long OnlineCores() {
+  static const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+  return cores;
+}
+
+uint64_t ThreadCpuNs() {
+  struct timespec t {};
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t) != 0) return 0;
+  return static_cast<uint64_t>(t.tv_sec) * 1000000000ull + static_cast<uint64_t>(t.tv_nsec);
+}
+
 long InvoluntarySwitches() {
   struct rusage usage {};
   return getrusage(RUSAGE_THREAD, &usage) == 0 ? usage.ru_nivcsw : 0;
 }
 }  // namespace
 
-PollWindow::PollWindow(int64_t windowNs)
-    : adaptive_(windowNs == kAdaptive), fixedNs_(windowNs > 0 ? static_cast<uint64_t>(windowNs) : 0) {}
+const CpuProbe& SystemCpuProbe() {
+  static const CpuProbe probe{MachineTicks, OnlineCores, ThreadCpuNs, InvoluntarySwitches};
+  return probe;
+}
+
+PollWindow::PollWindow(int64_t windowNs, const CpuProbe& probe)
+    : probe_(&probe), adaptive_(windowNs == kAdaptive), fixedNs_(windowNs > 0 ? static_cast<uint64_t>(windowNs) : 0) {}
 
 bool PollWindow::Update(uint64_t nowNs, bool active) {
   if (!adaptive_) {
@@ -49,22 +64,21 @@ bool PollWindow::Update(uint64_t nowNs, bool active) {
     lastActivityNs_ = nowNs;
   }
   bool want = windowNs_ > 0 && nowNs >= cooldownUntilNs_ && nowNs - lastActivityNs_ < windowNs_;
-  if (want && !spinning_ && !IdleCore(nowNs)) {
+  if (want && !spinning_ && !FreeCore(nowNs)) {
     busyMachine_++;
     want = false;
   }
   if (want && !spinning_) {
     spinning_ = true;
     spins_++;
-    checkedNs_ = nowNs;
-    switchesAtCheck_ = InvoluntarySwitches();
+    MarkCheck(nowNs);
   } else if (want && nowNs - checkedNs_ >= kCheckEveryNs) {
     // A spin kept alive by a stream of work: look for preemption now and then all the same.
-    if (Preempted()) {
+    if (Preempted(nowNs)) {
       EndSpin(nowNs, false);
       return false;
     }
-    checkedNs_ = nowNs;
+    MarkCheck(nowNs);
   } else if (!want && spinning_) {
     EndSpin(nowNs, !active);
   }
@@ -78,7 +92,7 @@ void PollWindow::EndSpin(uint64_t nowNs, bool ranOut) {
     windowNs_ /= 2;
     if (windowNs_ < kMinWindowNs) windowNs_ = 0;
   }
-  if (Preempted()) {
+  if (Preempted(nowNs)) {
     preempted_++;
     cooldownUntilNs_ = nowNs + cooldownNs_;
     cooldownNs_ = std::min(cooldownNs_ * 2, kMaxCooldownNs);
@@ -87,24 +101,37 @@ void PollWindow::EndSpin(uint64_t nowNs, bool ranOut) {
   }
 }
 
-bool PollWindow::IdleCore(uint64_t nowNs) {
-  if (sampledNs_ != 0 && nowNs - sampledNs_ < kIdleSampleNs) return idleCore_;
+void PollWindow::MarkCheck(uint64_t nowNs) {
+  checkedNs_ = nowNs;
+  switchesAtCheck_ = probe_->involuntarySwitches();
+  cpuAtCheckNs_ = probe_->threadCpuNs();
+}
+
+bool PollWindow::Preempted(uint64_t nowNs) const {
+  if (probe_->involuntarySwitches() == switchesAtCheck_) return false;
+  uint64_t ran = probe_->threadCpuNs() - cpuAtCheckNs_;
+  return ran * 4 < (nowNs - checkedNs_) * 3;
+}
+
+bool PollWindow::FreeCore(uint64_t nowNs) {
+  if (sampledNs_ != 0 && nowNs - sampledNs_ < kIdleSampleNs) return freeCore_;
   unsigned long long idle = 0, total = 0;
-  if (!CpuTicks(&idle, &total)) return idleCore_ = true;
+  if (!probe_->machineTicks(&idle, &total)) return freeCore_ = true;
+  uint64_t ownNs = probe_->threadCpuNs();
   if (sampledNs_ != 0 && total > totalTicks_) {
-    static const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
-    // Idle cores over the period: the idle share of all ticks times the number of cores.
-    double idleCores = static_cast<double>(idle - idleTicks_) / static_cast<double>(total - totalTicks_) * static_cast<double>(cores);
-    idleCore_ = idleCores >= 0.5;
+    // Cores left idle over the period (the idle share of all ticks times the number of cores),
+    // plus the share of a core this thread used itself: what a spin of this thread may take
+    // without taking it from anyone else. Counting the thread's own time keeps two peers that
+    // spin on a machine with a core each from reading their own spinning as a busy machine.
+    double idleCores = static_cast<double>(idle - idleTicks_) / static_cast<double>(total - totalTicks_) * static_cast<double>(probe_->cores());
+    double ownCores = static_cast<double>(ownNs - ownNs_) / static_cast<double>(nowNs - sampledNs_);
+    freeCore_ = idleCores + ownCores >= kFreeCores;
   }
   sampledNs_ = nowNs;
   idleTicks_ = idle;
   totalTicks_ = total;
-  return idleCore_;
-}
-
-bool PollWindow::Preempted() const {
-  return InvoluntarySwitches() != switchesAtCheck_;
+  ownNs_ = ownNs;
+  return freeCore_;
 }
 
 }  // namespace gdrpc

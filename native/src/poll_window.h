@@ -6,14 +6,31 @@
 // Adaptive (the default): the window follows the gaps between passes that found work: a gap
 // shorter than kMaxWindowNs sets it to twice that gap (a reply that quick would have been caught),
 // a longer one halves it, and a window that runs out with nothing found halves it too, down to
-// nothing. An idle worker never spins. Nor does it while the machine had less than half a core
-// idle over the last 100 ms (/proc/stat), or for a cool-down after a spin during which the thread
-// was preempted (doubling while that keeps happening): on a busy machine a spin only takes the
-// CPU time the peer it waits for needs.
+// nothing. An idle worker never spins. Nor does one begin while the machine left less than
+// kFreeCores idle over the last 100 ms (/proc/stat), counting the share of a core this thread used
+// itself (its own spinning is not someone else's load), nor for a cool-down after a spin that was
+// preempted for more than a quarter of its time (doubling while that keeps happening): on a busy
+// machine a spin only takes the CPU time the peer it waits for needs.
 #pragma once
 #include <cstdint>
 
 namespace gdrpc {
+
+/** What the adaptive window reads of the machine and of its thread (the real ones by default;
+ *  tests give their own). */
+struct CpuProbe {
+  /** The machine's idle and total CPU ticks so far; false where unreadable. */
+  bool (*machineTicks)(unsigned long long* idle, unsigned long long* total);
+  /** The number of online cores. */
+  long (*cores)();
+  /** CPU time this thread has used so far (ns). */
+  uint64_t (*threadCpuNs)();
+  /** Times this thread was switched out involuntarily so far. */
+  long (*involuntarySwitches)();
+};
+
+/** The probe that reads /proc/stat, sysconf, the thread's CPU clock and getrusage. */
+const CpuProbe& SystemCpuProbe();
 
 class PollWindow {
  public:
@@ -21,12 +38,14 @@ class PollWindow {
   static constexpr uint64_t kMaxWindowNs = 200000;     // the adaptive window's ceiling
   static constexpr uint64_t kMinWindowNs = 2000;       // below this an adaptive window closes
   static constexpr uint64_t kCheckEveryNs = 1000000;   // preemption check while a spin lasts
-  static constexpr uint64_t kMinCooldownNs = 10000000;
+  static constexpr uint64_t kMinCooldownNs = 1000000;
   static constexpr uint64_t kMaxCooldownNs = 1000000000;
   static constexpr uint64_t kIdleSampleNs = 100000000;  // how often the machine's idle time is read
+  /** Idle cores plus this thread's own share of one, over the last sample, that a spin needs. */
+  static constexpr double kFreeCores = 0.5;
 
   /** `windowNs`: kAdaptive, 0 (never spin) or a fixed window. */
-  explicit PollWindow(int64_t windowNs);
+  explicit PollWindow(int64_t windowNs, const CpuProbe& probe = SystemCpuProbe());
 
   /** After a wake-up pass at `nowNs` that did (`active`) or did not find work: whether to keep
    *  polling on the next loop turn rather than wait for the event fd. */
@@ -37,14 +56,20 @@ class PollWindow {
   uint64_t spins() const { return spins_; }          // spins begun
   uint64_t misses() const { return misses_; }        // spins that ran out with nothing found
   uint64_t preempted() const { return preempted_; }  // spins cut short by a preemption (cool-downs)
-  uint64_t busyMachine() const { return busyMachine_; }  // spins not begun: no idle core
+  uint64_t busyMachine() const { return busyMachine_; }  // spins not begun: no free core
 
  private:
   void EndSpin(uint64_t nowNs, bool ranOut);
-  bool Preempted() const;
-  /** Whether the machine had at least half a core idle over the last sample period. */
-  bool IdleCore(uint64_t nowNs);
+  /** Starts the preemption check of a spin at `nowNs`. */
+  void MarkCheck(uint64_t nowNs);
+  /** Whether, since the last check, the thread was switched out and ran for less than three
+   *  quarters of the time (a brief interruption, by a kernel thread or a helper thread of this
+   *  process, does not count). */
+  bool Preempted(uint64_t nowNs) const;
+  /** Whether the machine had kFreeCores to spare over the last sample period. */
+  bool FreeCore(uint64_t nowNs);
 
+  const CpuProbe* probe_;
   bool adaptive_;
   uint64_t fixedNs_;
   uint64_t windowNs_ = 0;
@@ -52,6 +77,7 @@ class PollWindow {
   bool spinning_ = false;
   uint64_t checkedNs_ = 0;
   long switchesAtCheck_ = 0;
+  uint64_t cpuAtCheckNs_ = 0;
   uint64_t cooldownUntilNs_ = 0;
   uint64_t cooldownNs_ = kMinCooldownNs;
   uint64_t spins_ = 0;
@@ -59,7 +85,8 @@ class PollWindow {
   uint64_t preempted_ = 0;
   uint64_t sampledNs_ = 0;
   unsigned long long idleTicks_ = 0, totalTicks_ = 0;
-  bool idleCore_ = true;
+  uint64_t ownNs_ = 0;
+  bool freeCore_ = true;
   uint64_t busyMachine_ = 0;
 };
 

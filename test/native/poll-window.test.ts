@@ -1,0 +1,63 @@
+// The adaptive polling window's guards (native/src/poll_window.cc), driven through made-up machine
+// conditions: the window's source is compiled with a fake CPU probe and clock
+// (fixtures/poll-window-scenarios.cc) and each scenario's counts are checked here. What the window
+// buys on a real machine is a benchmark (npm run bench -- poll), not a test.
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, describe, expect, it } from 'vitest';
+
+const root = fileURLToPath(new URL('../..', import.meta.url));
+const dir = mkdtempSync(join(tmpdir(), 'gdrpc-poll-window-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+interface Scenario {
+  scenario: string; spins: number; misses: number; preempted: number; busyMachine: number; turns: number; spinningTurns: number;
+  spinAfterRunOut?: boolean; spinInCooldown?: boolean; spinAfterCooldown?: boolean; spinNext?: boolean;
+}
+
+/** Builds and runs the scenarios (the addon's build needs the same compiler, so it is here). */
+function scenarios(): Map<string, Scenario> {
+  const binary = join(dir, 'poll-window-scenarios');
+  execFileSync(process.env.CXX ?? 'c++', ['-std=c++17', '-O1', '-Wall', '-Werror', `-I${join(root, 'native/src')}`,
+    join(root, 'native/src/poll_window.cc'), join(root, 'test/native/fixtures/poll-window-scenarios.cc'), '-o', binary], { stdio: 'pipe' });
+  const lines = execFileSync(binary, { encoding: 'utf8' }).trim().split('\n');
+  return new Map(lines.map((line) => { const s = JSON.parse(line) as Scenario; return [s.scenario, s]; }));
+}
+
+describe('adaptive polling window guards', () => {
+  const results = scenarios();
+
+  it("two peers spinning on a two-core machine keep spinning: the thread's own spinning is not read as a busy machine", () => {
+    const s = results.get('peers-spinning')!;
+    expect(s.busyMachine).toBe(0);
+    expect(s.spins).toBeGreaterThan(0);
+    // Every burst is polled through: nearly every turn is a spinning one.
+    expect(s.spinningTurns / s.turns).toBeGreaterThan(0.99);
+  });
+
+  it('under two CPU hogs no spin begins once the first sample is read', () => {
+    const s = results.get('two-hogs')!;
+    expect(s.busyMachine).toBeGreaterThan(0);
+    // Only the bursts before the first 100 ms sample may spin (5 bursts of 20 ms, two spins each
+    // at most): a spinning turn is 1 µs, so at most about 100 ms of the 2 s were spun.
+    expect(s.spins).toBeLessThanOrEqual(10);
+    expect(s.spinningTurns).toBeLessThanOrEqual(110_000);
+  });
+
+  it('a spin preempted for half its time cools down for 1 ms, then spins again', () => {
+    const s = results.get('preempted-half')!;
+    expect(s.preempted).toBe(1);
+    expect(s.spinAfterRunOut).toBe(false);
+    expect(s.spinInCooldown).toBe(false);
+    expect(s.spinAfterCooldown).toBe(true);
+  });
+
+  it('a spin interrupted briefly (it ran 95% of its time) does not cool down', () => {
+    const s = results.get('preempted-briefly')!;
+    expect(s.preempted).toBe(0);
+    expect(s.spinNext).toBe(true);
+  });
+});
