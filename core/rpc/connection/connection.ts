@@ -5,11 +5,12 @@ import type { Endpoint } from '../../ucx/index.ts';
 import { Code, GdrpcError } from '../../errors.ts';
 import { decodeFrame, encodeFrame } from '../../wire/codec.ts';
 import { FrameKind, type Frame, type FrameBody } from '../../wire/frames.ts';
-import { FRAME_HEADER, packMessage, unpackMessage, type WireFrame } from '../../wire/message.ts';
+import { FRAME_HEADER, unpackMessage, type WireFrame } from '../../wire/message.ts';
 import { ConnectionKey, controlTag, dataTag, IdSequence, transferOf } from '../../wire/tag.ts';
 import type { TakenMessage } from '../../ucx/index.ts';
 import type { FrameSink } from '../runtime/dispatcher.ts';
 import { Exposures } from './exposures.ts';
+import { Outbox } from './outbox.ts';
 import { Liveness } from './liveness.ts';
 import { TransferReports } from './reports.ts';
 import type { Runtime } from '../runtime/runtime.ts';
@@ -33,8 +34,6 @@ export interface PeerLimits {
   /** reads gathered tag transfers (mover `g`, docs/wire.md) */ gathers?: boolean;
 }
 
-interface QueuedFrame extends WireFrame { resolve: () => void; reject: (error: unknown) => void }
-
 /** Default time announced tensor bytes have to arrive once their receive is posted. */
 export const DEFAULT_TRANSFER_TIMEOUT_MS = 30_000;
 
@@ -46,10 +45,6 @@ export const MAX_HELD_PAYLOADS = 64;
 /** Wake-ups with work per second above which the worker counts as moving data (a peer sending
  *  bulk over TCP makes hundreds; UCX's keepalive of a stopped peer, one). */
 const STREAMING_WAKES_PER_S = 10;
-/** How long a frame sent with sendSoon waits for another to share its message. */
-const SOON_MS = 1;
-/** Frames a message takes before it leaves within the turn instead of at its end (see send()). */
-const BATCH_FRAMES = 16;
 /** How long a held payload waits for the frame that announces it before it is dropped. */
 const HOLD_MS = 10_000;
 
@@ -100,12 +95,7 @@ export class Connection implements FrameSink {
 
   setHandler(handler: FrameHandler): void { this.#handler = handler; }
 
-  /** Sends a control frame to the peer. Frames sent in the same turn of the event loop leave
-   *  together, BATCH_FRAMES to a UCX message (docs/wire.md "Control messages"): with many calls in
-   *  flight that divides the messages and the wake-ups they cost. A turn's frames in one message,
-   *  however many, made the two sides take turns on one batch (each idle while the other worked
-   *  on it); in messages of 16 the peer starts on the first while this side makes the rest. On the
-   *  2-core box that took 64 calls in flight from 83-96k calls/s to 112-124k (README, Benchmarks). */
+  /** Sends a control frame to the peer; the frames of one turn share messages (outbox.ts). */
   send<K extends FrameKind>(kind: K, call: number, body: FrameBody<K>): Promise<void> {
     if (this.#error !== undefined) return Promise.reject(unprocessed(this.#error));
     if (this.peerKey === undefined) return Promise.reject(new GdrpcError(Code.FAILED_PRECONDITION, `no key for ${this.peer} yet (handshake incomplete)`));
@@ -113,62 +103,25 @@ export class Connection implements FrameSink {
     if (bytes.length + FRAME_HEADER > this.peerLimits.maxFrame) {
       return Promise.reject(new GdrpcError(Code.RESOURCE_EXHAUSTED, `frame of ${bytes.length} bytes exceeds the peer's ${this.peerLimits.maxFrame}-byte frame limit`));
     }
-    return new Promise<void>((resolve, reject) => {
-      if (this.#queue.length === 0) queueMicrotask(() => this.#flush());
-      this.#queue.push({ kind, call, body: bytes, resolve, reject });
-      if (this.#queue.length >= BATCH_FRAMES) this.#flush();
-    });
+    return this.#outbox.send(kind, call, bytes);
   }
 
-  #queue: QueuedFrame[] = [];
-
   /** Sends a frame the peer needs soon but nobody waits for (a SENT report): it joins the next
-   *  message this side sends, or leaves on its own after SOON_MS. With calls in flight that is
-   *  the next REQUEST or RESPONSE: no message and no wake-up of its own. Failures are the
-   *  connection's (the peer's wait for it ends when the connection does). */
+   *  message this side sends (outbox.ts). Failures are the connection's (the peer's wait for it
+   *  ends when the connection does). */
   sendSoon<K extends FrameKind>(kind: K, call: number, body: FrameBody<K>): void {
     if (this.#error !== undefined || this.peerKey === undefined) return;
     const bytes = encodeFrame(kind, body);
     if (bytes.length + FRAME_HEADER > this.peerLimits.maxFrame) return;
-    this.#soon.push({ kind, call, body: bytes, resolve: () => {}, reject: () => {} });
-    this.#soonTimer ??= setTimeout(() => {
-      this.#soonTimer = undefined;
-      if (this.#soon.length > 0 && this.#queue.length === 0) this.#flush();
-    }, SOON_MS).unref();
+    this.#outbox.sendSoon(kind, call, bytes);
   }
 
-  #soon: QueuedFrame[] = [];
-  #soonTimer: NodeJS.Timeout | undefined;
-
-  #flush(): void {
-    let queue = this.#queue;
-    this.#queue = [];
-    if (this.#soon.length > 0) {
-      queue = [...this.#soon, ...queue];
-      this.#soon = [];
-    }
-    if (this.#error !== undefined) {
-      // Closed since these were queued: none of them was handed to UCX.
-      const error = unprocessed(this.#error);
-      for (const frame of queue) frame.reject(error);
-      return;
-    }
-    let start = 0;
-    while (start < queue.length) {
-      // As many frames as fit in one peer message.
-      let end = start;
-      let size = 0;
-      while (end < queue.length && (end === start || size + FRAME_HEADER + queue[end]!.body.length <= this.peerLimits.maxFrame)) {
-        size += FRAME_HEADER + queue[end]!.body.length;
-        end += 1;
-      }
-      const group = queue.slice(start, end);
-      start = end;
-      // send() queued nothing before the handshake gave the peer's key, and a key is never taken back.
-      const sent = this.sendRaw(controlTag(this.peerKey!.value), packMessage(group));
-      sent.then(() => { for (const f of group) f.resolve(); }, (error: unknown) => { for (const f of group) f.reject(error); });
-    }
-  }
+  readonly #outbox = new Outbox({
+    maxFrame: () => this.peerLimits.maxFrame,
+    refusal: () => (this.#error === undefined ? undefined : unprocessed(this.#error)),
+    // Nothing is queued before the handshake gave the peer's key, and a key is never taken back.
+    deliver: (message) => this.sendRaw(controlTag(this.peerKey!.value), message),
+  });
 
   /** Sends a frame whose tag and bytes the caller built (handshake, tests of malformed input). */
   sendRaw(tag: bigint, bytes: Uint8Array): Promise<void> {
@@ -371,12 +324,7 @@ export class Connection implements FrameSink {
     if (this.#error !== undefined) return;
     // A graceful close lets frames that were waiting for company (sendSoon) leave first, on their
     // own: frames queued with send() in this turn fail as they always did.
-    if (options.graceful === true && this.#soon.length > 0) {
-      const queued = this.#queue;
-      this.#queue = [];
-      this.#flush();
-      this.#queue = queued;
-    }
+    if (options.graceful === true) this.#outbox.flushSoon();
     this.#error = error;
     this.liveness.stop();
     this.exposures.releaseAll();
@@ -385,8 +333,7 @@ export class Connection implements FrameSink {
     this.#held.clear();
     this.#expected.clear();
     clearTimeout(this.#holdTimer);
-    clearTimeout(this.#soonTimer);
-    this.#soon = [];
+    this.#outbox.close();
     clearTimeout(this.#watchTimer);
     this.#watchTimer = undefined;
     this.#watched.clear();
