@@ -109,8 +109,10 @@ void PollWindow::MarkCheck(uint64_t nowNs) {
 
 bool PollWindow::Preempted(uint64_t nowNs) const {
   if (probe_->involuntarySwitches() == switchesAtCheck_) return false;
-  uint64_t ran = probe_->threadCpuNs() - cpuAtCheckNs_;
-  return ran * 4 < (nowNs - checkedNs_) * 3;
+  uint64_t cpu = probe_->threadCpuNs();
+  // Without the thread's clock (it reads 0, or went back) any involuntary switch counts.
+  if (cpu == 0 || cpu < cpuAtCheckNs_) return true;
+  return (cpu - cpuAtCheckNs_) * 4 < (nowNs - checkedNs_) * 3;
 }
 
 bool PollWindow::FreeCore(uint64_t nowNs) {
@@ -123,8 +125,11 @@ bool PollWindow::FreeCore(uint64_t nowNs) {
     // plus the share of a core this thread used itself: what a spin of this thread may take
     // without taking it from anyone else. Counting the thread's own time keeps two peers that
     // spin on a machine with a core each from reading their own spinning as a busy machine.
-    double idleCores = static_cast<double>(idle - idleTicks_) / static_cast<double>(total - totalTicks_) * static_cast<double>(probe_->cores());
-    double ownCores = static_cast<double>(ownNs - ownNs_) / static_cast<double>(nowNs - sampledNs_);
+    // Idle time can go back (iowait is not monotonic) and never exceeds the total: clamped.
+    double idleTicks = idle > idleTicks_ ? static_cast<double>(idle - idleTicks_) : 0.0;
+    double share = std::min(1.0, idleTicks / static_cast<double>(total - totalTicks_));
+    double idleCores = share * static_cast<double>(probe_->cores());
+    double ownCores = ownNs > ownNs_ ? static_cast<double>(ownNs - ownNs_) / static_cast<double>(nowNs - sampledNs_) : 0.0;
     freeCore_ = idleCores + ownCores >= kFreeCores;
   }
   sampledNs_ = nowNs;

@@ -1,17 +1,18 @@
 // A connection's outbox (core/rpc/connection/outbox.ts) against a link that records the messages
 // it is handed: how the frames of a turn are cut into messages, frames sent soon, and a close.
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { BATCH_FRAMES, Outbox, SOON_MS, type OutboxLink } from '../../core/rpc/connection/outbox.ts';
 import { FRAME_HEADER, unpackMessage } from '../../core/wire/message.ts';
 
 /** An outbox whose messages are kept as lists of [kind, call] (and whose link can fail or close). */
-function recording(options: { maxFrame?: number; fail?: boolean } = {}): { outbox: Outbox; messages: Array<Array<[number, number]>>; closeLink(): void } {
+function recording(options: { maxFrame?: number; fail?: boolean; throws?: boolean } = {}): { outbox: Outbox; messages: Array<Array<[number, number]>>; closeLink(): void } {
   const messages: Array<Array<[number, number]>> = [];
   let refusal: unknown;
   const link: OutboxLink = {
     maxFrame: () => options.maxFrame ?? Number.MAX_SAFE_INTEGER,
     refusal: () => refusal,
     deliver: (message) => {
+      if (options.throws === true) throw new Error('link threw');
       messages.push(unpackMessage(message).map((f) => [f.kind, f.call]));
       return options.fail === true ? Promise.reject(new Error('link failed')) : Promise.resolve();
     },
@@ -20,7 +21,10 @@ function recording(options: { maxFrame?: number; fail?: boolean } = {}): { outbo
 }
 
 const body = (n: number): Uint8Array => new Uint8Array(n);
-const turn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+/** Lets queued microtasks run (the end-of-turn flush among them). */
+const microtasks = async (): Promise<void> => { for (let i = 0; i < 5; i += 1) await Promise.resolve(); };
+
+afterEach(() => { vi.useRealTimers(); });
 
 describe('outbox', () => {
   it.each([1, 5, BATCH_FRAMES, BATCH_FRAMES + 1, 40])('%i frames of one turn leave in order, at most 16 to a message', async (count) => {
@@ -41,16 +45,40 @@ describe('outbox', () => {
     expect(messages.map((m) => m.length)).toEqual([2, 2, 1]);
   });
 
-  it('a frame sent soon joins the next message, first; alone it leaves after SOON_MS', async () => {
+  it('a frame sent soon joins the next message, first; alone it waits SOON_MS, from its own sending', async () => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
     const { outbox, messages } = recording();
     outbox.sendSoon(12, 7, body(2));
     await outbox.send(4, 1, body(2));
     expect(messages).toEqual([[[12, 7], [4, 1]]]);
     messages.length = 0;
+    // The timer of frame 7 went with it (a later frame sent soon starts its own SOON_MS).
+    expect(vi.getTimerCount()).toBe(0);
     outbox.sendSoon(12, 8, body(2));
-    await turn();
-    await new Promise((resolve) => setTimeout(resolve, SOON_MS + 20));
+    await microtasks();
+    expect(messages).toEqual([]);
+    vi.advanceTimersByTime(SOON_MS);
     expect(messages).toEqual([[[12, 8]]]);
+  });
+
+  it('a frame sent soon after an early flush keeps waiting for company', async () => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+    const { outbox, messages } = recording();
+    const sent = Array.from({ length: BATCH_FRAMES }, (_, i) => outbox.send(4, i + 1, body(2)));
+    outbox.sendSoon(12, 99, body(2));
+    await Promise.all(sent);
+    await microtasks();
+    expect(messages.map((m) => m.length)).toEqual([BATCH_FRAMES]);
+    await outbox.send(4, 100, body(2));
+    expect(messages.at(-1)).toEqual([[12, 99], [4, 100]]);
+  });
+
+  it('frames sent soon count towards the 16 of a message', async () => {
+    const { outbox, messages } = recording();
+    for (let i = 0; i < 40; i += 1) outbox.sendSoon(12, 1000 + i, body(2));
+    await Promise.all(Array.from({ length: BATCH_FRAMES }, (_, i) => outbox.send(4, i + 1, body(2))));
+    expect(Math.max(...messages.map((m) => m.length))).toBe(BATCH_FRAMES);
+    expect(messages.flat()).toEqual([...Array.from({ length: 40 }, (_, i) => [12, 1000 + i]), ...Array.from({ length: BATCH_FRAMES }, (_, i) => [4, i + 1])]);
   });
 
   it('once the link is closed queued frames fail with its refusal and nothing is delivered', async () => {
@@ -61,10 +89,10 @@ describe('outbox', () => {
     expect(messages).toEqual([]);
   });
 
-  it('a failed delivery fails every frame of that message', async () => {
-    const { outbox } = recording({ fail: true });
-    const results = await Promise.allSettled([outbox.send(4, 1, body(2)), outbox.send(4, 2, body(2))]);
-    expect(results.map((r) => r.status)).toEqual(['rejected', 'rejected']);
+  it.each([['rejects', { fail: true }], ['throws', { throws: true }]] as const)('a link that %s fails every frame of its messages, and the flush goes on', async (_, options) => {
+    const { outbox } = recording(options);
+    const results = await Promise.allSettled(Array.from({ length: BATCH_FRAMES + 2 }, (_, i) => outbox.send(4, i + 1, body(2))));
+    expect(results.every((r) => r.status === 'rejected')).toBe(true);
   });
 
   it('flushSoon sends the frames waiting for company at once and keeps the turn\'s others queued; close drops the waiting ones', async () => {
@@ -76,9 +104,10 @@ describe('outbox', () => {
     await later;
     expect(messages).toEqual([[[12, 1]], [[4, 2]]]);
     messages.length = 0;
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
     outbox.sendSoon(12, 3, body(2));
     outbox.close();
-    await new Promise((resolve) => setTimeout(resolve, SOON_MS + 20));
+    vi.advanceTimersByTime(SOON_MS + 1);
     expect(messages).toEqual([]);
   });
 });

@@ -28,15 +28,24 @@ export class Outbox {
   #queue: QueuedFrame[] = [];
   #soon: QueuedFrame[] = [];
   #soonTimer: NodeJS.Timeout | undefined;
+  /** The end-of-turn flush is queued (one per turn, however many early flushes went before it). */
+  #scheduled = false;
 
   constructor(private readonly link: OutboxLink) {}
 
   /** Queues an encoded frame; resolves once the message that carries it was sent. */
   send(kind: number, call: number, body: Uint8Array): Promise<void> {
     return new Promise<void>((resolve, reject) => {
-      if (this.#queue.length === 0) queueMicrotask(() => this.#flush());
+      if (!this.#scheduled) {
+        this.#scheduled = true;
+        queueMicrotask(() => {
+          this.#scheduled = false;
+          // An early flush may have taken every frame: frames sent soon then keep waiting.
+          if (this.#queue.length > 0) this.#flush();
+        });
+      }
       this.#queue.push({ kind, call, body, resolve, reject });
-      if (this.#queue.length >= BATCH_FRAMES) this.#flush();
+      if (this.#queue.length + this.#soon.length >= BATCH_FRAMES) this.#flush();
     });
   }
 
@@ -74,6 +83,8 @@ export class Outbox {
     if (this.#soon.length > 0) {
       queue = [...this.#soon, ...queue];
       this.#soon = [];
+      clearTimeout(this.#soonTimer);
+      this.#soonTimer = undefined;
     }
     const refusal = this.link.refusal();
     if (refusal !== undefined) {
@@ -84,16 +95,23 @@ export class Outbox {
     const maxFrame = this.link.maxFrame();
     let start = 0;
     while (start < queue.length) {
-      // As many frames as fit in one peer message.
+      // Up to BATCH_FRAMES frames, as many as fit in one peer message.
       let end = start;
       let size = 0;
-      while (end < queue.length && (end === start || size + FRAME_HEADER + queue[end]!.body.length <= maxFrame)) {
+      while (end < queue.length && end - start < BATCH_FRAMES && (end === start || size + FRAME_HEADER + queue[end]!.body.length <= maxFrame)) {
         size += FRAME_HEADER + queue[end]!.body.length;
         end += 1;
       }
       const group = queue.slice(start, end);
       start = end;
-      this.link.deliver(packMessage(group)).then(() => { for (const f of group) f.resolve(); }, (error: unknown) => { for (const f of group) f.reject(error); });
+      let sent: Promise<void>;
+      try {
+        sent = this.link.deliver(packMessage(group));
+      } catch (error) {
+        // A link that throws instead of rejecting fails this message's frames, not the flush.
+        sent = Promise.reject(error);
+      }
+      sent.then(() => { for (const f of group) f.resolve(); }, (error: unknown) => { for (const f of group) f.reject(error); });
     }
   }
 }
