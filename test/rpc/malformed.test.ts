@@ -6,6 +6,7 @@ import { Client, Code } from '../../core/index.ts';
 import { FrameKind } from '../../core/wire/frames.ts';
 import { ConnectionKey, dataTag } from '../../core/wire/tag.ts';
 import { packMessage } from '../../core/wire/message.ts';
+import { MAX_MALFORMED_FRAMES } from '../../core/rpc/connection/connection.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer, type ListeningPeer } from './fixtures/peers.ts';
 import { disposePeers } from '../support/peer.ts';
@@ -106,6 +107,50 @@ describe('malformed input', () => {
       const frames = await raw.drain(500);
       expect(frames.some((f) => f.kind === FrameKind.Response)).toBe(false);
       await stillServing();
+    } finally {
+      await raw.close();
+    }
+  });
+
+  const notMsgpack = (call: number) => ({ kind: FrameKind.Request, call, body: new Uint8Array([0xc1]) });
+  const ping = (call: number) => ({ kind: FrameKind.Request, call, body: packr.pack({ v: 2, svc: EchoDescriptor.name, m: 'ping', a: { n: call } }) });
+
+  it(`${MAX_MALFORMED_FRAMES} malformed frames in one message each get their ERROR, and a well-formed frame after them is served`, async () => {
+    const raw = await admittedRaw();
+    try {
+      const calls = Array.from({ length: MAX_MALFORMED_FRAMES }, (_, i) => 200 + i);
+      await raw.sendMessage(packMessage([...calls.map(notMsgpack), ping(300)]));
+      const frames = await raw.drain(500);
+      expect(frames.filter((f) => f.kind === FrameKind.Error).map((f) => [f.call, f.body.code])).toEqual(calls.map((call) => [call, Code.INVALID_ARGUMENT]));
+      expect(frames.find((f) => f.call === 300)?.body.r).toEqual({ n: 300 });
+      await raw.sendMessage(packMessage([ping(301)]));
+      expect((await raw.receive())?.body.r).toEqual({ n: 301 });
+    } finally {
+      await raw.close();
+    }
+  });
+
+  // One 4 KiB message of 9-byte frames would otherwise cost about 450 ERROR frames and 'error' events.
+  // [what, the message, the calls answered one by one, the refusal's text]
+  const floods: Array<[string, () => ReturnType<typeof packMessage>, number[], RegExp]> = [
+    ['malformed frames', () => packMessage(Array.from({ length: 1000 }, (_, i) => notMsgpack(400 + i))),
+      Array.from({ length: MAX_MALFORMED_FRAMES }, (_, i) => 400 + i), /more than 16 malformed frames in one message/],
+    ['frames in a message over the frame limit', () => packMessage(Array.from({ length: 20 }, (_, i) => ({ kind: FrameKind.Request, call: 400 + i, body: new Uint8Array(4096) }))),
+      [], /more than 16 frames in a message over the frame limit/],
+  ];
+  it.each(floods)('more than 16 %s in one message: the connection is refused as a whole with one ERROR, no ERROR per frame past the 16th, and the server serves on', async (_, message, answered, text) => {
+    const raw = await admittedRaw();
+    try {
+      await raw.sendMessage(message());
+      const frames = await raw.drain(1000);
+      const errors = frames.filter((f) => f.kind === FrameKind.Error);
+      expect(errors.filter((f) => f.call !== 0).map((f) => f.call)).toEqual(answered);
+      const refusals = errors.filter((f) => f.call === 0);
+      expect(refusals.length).toBe(1);
+      expect(refusals[0]!.body.code).toBe(Code.INVALID_ARGUMENT);
+      expect(String(refusals[0]!.body.msg)).toMatch(text);
+      await stillServing();
+      expect(server.child.exitCode).toBeNull();
     } finally {
       await raw.close();
     }

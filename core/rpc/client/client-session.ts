@@ -33,7 +33,10 @@ export class ClientSession {
       malformed: (_kind, call, error) => {
         const failure = new GdrpcError(Code.INTERNAL, `bad frame from ${connection.peer}: ${error.rawMessage}`, { cause: error });
         onError(failure);
-        this.#finish(call, failure);
+        // One that belongs to no call (a broken message, or too many malformed frames in one)
+        // leaves the connection unusable: its calls fail now instead of waiting for answers.
+        if (call === 0) connection.close(failure);
+        else this.#finish(call, failure);
       },
       closed: (error) => {
         for (const call of [...this.#calls.keys()]) this.#finish(call, error);

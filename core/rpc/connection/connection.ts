@@ -42,6 +42,10 @@ export const DEFAULT_INLINE_BYTES = 4096;
 
 /** Tensor payloads a connection holds for frames still on their way; more closes it. */
 export const MAX_HELD_PAYLOADS = 64;
+/** Malformed frames one message may carry, each answered on its own (an ERROR for its call);
+ *  past that the connection is refused as a whole: a peer's one message cannot make this side
+ *  send an ERROR, and raise an 'error' event, for each of thousands of tiny frames. */
+export const MAX_MALFORMED_FRAMES = 16;
 /** Wake-ups with work per second above which the worker counts as moving data (a peer sending
  *  bulk over TCP makes hundreds; UCX's keepalive of a stopped peer, one). */
 const STREAMING_WAKES_PER_S = 10;
@@ -283,33 +287,47 @@ export class Connection implements FrameSink {
     if (bytes.length > this.frameLimit) {
       // Too long to be processed, but its frame headers still say which calls to fail.
       const error = new GdrpcError(Code.RESOURCE_EXHAUSTED, `message of ${bytes.length} bytes exceeds the ${this.frameLimit}-byte frame limit`);
+      if (frames.length > MAX_MALFORMED_FRAMES) return this.#tooManyMalformed(error);
       for (const frame of frames) if (this.#error === undefined) this.#handler?.malformed(frame.kind, frame.call, error);
       return;
     }
+    let malformed = 0;
     for (const frame of frames) {
       if (this.#error !== undefined) return;
-      this.#onFrame(frame);
+      const error = this.#onFrame(frame);
+      if (error === undefined) continue;
+      malformed += 1;
+      if (malformed > MAX_MALFORMED_FRAMES) return this.#tooManyMalformed();
+      this.#handler?.malformed(frame.kind, frame.call, error);
     }
   }
 
-  #onFrame(wire: WireFrame): void {
+  /** A message whose malformed frames would each cost an ERROR (and an 'error' event): the
+   *  connection is refused as a whole instead (the handler closes it), and the rest is not read. */
+  #tooManyMalformed(cause?: GdrpcError): void {
+    const what = cause === undefined ? 'malformed frames' : `frames in a message over the frame limit (${cause.rawMessage})`;
+    this.#handler?.malformed(0, 0, new GdrpcError(Code.INVALID_ARGUMENT, `${this.peer} sent more than ${MAX_MALFORMED_FRAMES} ${what} in one message`, cause === undefined ? {} : { cause }));
+  }
+
+  /** Handles one frame; returns the error of a frame that failed its checks (not yet reported). */
+  #onFrame(wire: WireFrame): GdrpcError | undefined {
     let frame: Frame;
     try {
       frame = decodeFrame(wire);
     } catch (error) {
-      this.#handler?.malformed(wire.kind, wire.call, GdrpcError.from(error));
-      return;
+      return GdrpcError.from(error);
     }
-    if (frame.kind === FrameKind.Keepalive) return;
+    if (frame.kind === FrameKind.Keepalive) return undefined;
     if (frame.kind === FrameKind.Fin) {
       if (this.admitted) this.exposures.release(frame.body.x);
-      return;
+      return undefined;
     }
     if (frame.kind === FrameKind.Sent) {
       if (this.admitted) this.reports.deliver(frame.body.x, frame.body.p);
-      return;
+      return undefined;
     }
     this.#handler?.frame(frame);
+    return undefined;
   }
 
   onOversized(length: number): void {

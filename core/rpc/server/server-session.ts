@@ -177,6 +177,8 @@ export class ServerSession {
   }
 
   #malformed(kind: number, call: number, error: GdrpcError): void {
+    // Refused already: what else the peer sends before the connection closes is not answered.
+    if (this.#closing) return;
     this.host.error(new GdrpcError(error.code, `${this.peer}: ${error.rawMessage}`, { cause: error }));
     if (!this.connection.admitted || call === 0) {
       // Nothing to tie the frame to: tell the peer if we can, then drop the connection.
