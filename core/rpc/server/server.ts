@@ -26,7 +26,9 @@ type Handlers = Record<string, Handler>;
 /** A gdrpc server: services, a listener, the connections and their calls. */
 export class Server extends EventEmitter<{ connection: [{ peer: string }]; disconnect: [{ peer: string }]; error: [GdrpcError] }> {
   readonly #options: Required<Omit<ServerOptions, 'token' | 'busyPollUs' | 'maxPoolBytesPerConnection' | 'poolQueueBytes' | 'device' | 'runtime'>> & { token?: string; busyPollUs?: number | 'adaptive'; maxPoolBytesPerConnection?: number; poolQueueBytes?: number; runtime?: Runtime };
-  readonly #methods = new Map<string, MethodEntry>();
+  /** Handlers by service, then method: two lookups of the strings a REQUEST carries, where one
+   *  of their concatenation made a string per call (and "a/b" + "c" met "a" + "b/c"). */
+  readonly #methods = new Map<string, Map<string, MethodEntry>>();
   readonly #sessions = new Set<ServerSession>();
   readonly #pools = new Map<Device, TensorPool>();
   readonly #perAddress = new Map<string, number>();
@@ -51,9 +53,15 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
       allowPoolOverflow: false, poolWaitMs: 10_000, livenessMs: DEFAULT_LIVENESS_MS, admissionTimeoutMs: 5000, transferTimeoutMs: DEFAULT_TRANSFER_TIMEOUT_MS, maxConnections: 1024, maxConnectionsPerAddress: 64, inlineBytes: DEFAULT_INLINE_BYTES, exposureHoldMs: 30_000, exposeErrorMessages: false, directPulls: false, ...options,
     };
     for (const entry of ownerMethods({ lookup: (x, secret) => this.#runtime!.owner.lookup(x, secret), staging: (device) => this.#runtime!.pool(device, { bytes: DEFAULT_PROCESS_POOL_BYTES, allowOverflow: true }), copyBlocks: (bytes, copies, options) => this.#runtime!.blocks.copy(bytes, copies, options), directPulls: this.#options.directPulls })) {
-      this.#methods.set(`${OWNER_SERVICE}/${entry.method.name}`, entry);
+      this.#serve(OWNER_SERVICE, entry.method.name, entry);
     }
     this.#host = this.#makeHost();
+  }
+
+  #serve(service: string, method: string, entry: MethodEntry): void {
+    let methods = this.#methods.get(service);
+    if (methods === undefined) this.#methods.set(service, methods = new Map());
+    methods.set(method, entry);
   }
 
   /** A server with these limits; nothing is opened until listen(). */
@@ -75,7 +83,7 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
     for (const [name, method] of Object.entries(service.methods)) {
       const handler = handlers[name];
       if (typeof handler !== 'function') throw new GdrpcError(Code.INVALID_ARGUMENT, `no handler for ${service.name}/${name}`);
-      this.#methods.set(`${service.name}/${method.name}`, { method, handler, types: methodTypes(method), receiveOn });
+      this.#serve(service.name, method.name, { method, handler, types: methodTypes(method), receiveOn });
     }
     for (const name of Object.keys(handlers)) {
       if (service.methods[name] === undefined) throw new GdrpcError(Code.INVALID_ARGUMENT, `${service.name} has no method ${name}`);
@@ -225,7 +233,7 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
         poolBytesPerConnection: this.#options.maxPoolBytesPerConnection ?? Math.max(1, Math.floor(this.#options.poolBytes / 2)),
       },
       env,
-      lookup: (service, method) => server.#methods.get(`${service}/${method}`),
+      lookup: (service, method) => server.#methods.get(service)?.get(method),
       acquireCall: () => {
         if (server.#activeCalls >= server.#options.maxCalls) return false;
         server.#activeCalls += 1;
