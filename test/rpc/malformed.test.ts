@@ -137,11 +137,16 @@ describe('malformed input', () => {
       Array.from({ length: MAX_MALFORMED_FRAMES }, (_, i) => 400 + i), /more than 16 malformed frames in one message/],
     ['frames in a message over the frame limit', () => packMessage(Array.from({ length: 20 }, (_, i) => ({ kind: FrameKind.Request, call: 400 + i, body: new Uint8Array(4096) }))),
       [], /more than 16 frames in a message over the frame limit/],
+    // Well-formed, but of a kind a client never sends: each would be an ERROR and an 'error' event.
+    ['frames of a kind a client never sends', () => packMessage(Array.from({ length: 1000 }, (_, i) => ({ kind: FrameKind.GoAway, call: 400 + i, body: packr.pack({ v: 2 }) }))),
+      Array.from({ length: MAX_MALFORMED_FRAMES }, (_, i) => 400 + i), /more than 16 malformed frames in one message/],
   ];
   it.each(floods)('more than 16 %s in one message: the connection is refused as a whole with one ERROR, no ERROR per frame past the 16th, and the server serves on', async (_, message, answered, text) => {
     const raw = await admittedRaw();
     try {
       await raw.sendMessage(message());
+      // What follows the refusal, before the connection closes, is not answered.
+      await raw.sendMessage(packMessage([notMsgpack(2000), notMsgpack(2001)]));
       const frames = await raw.drain(1000);
       const errors = frames.filter((f) => f.kind === FrameKind.Error);
       expect(errors.filter((f) => f.call !== 0).map((f) => f.call)).toEqual(answered);

@@ -17,8 +17,11 @@ import type { Runtime } from '../runtime/runtime.ts';
 
 /** What the side that owns a connection does with its frames. */
 export interface FrameHandler {
-  /** A well-formed frame (checked against the frame table), other than KEEPALIVE, FIN and SENT. */
-  frame(frame: Frame): void;
+  /** A well-formed frame (checked against the frame table), other than KEEPALIVE, FIN and SENT.
+   *  An error returned says the frame is of no use here (a kind this side never receives): it is
+   *  reported through malformed() and counts towards MAX_MALFORMED_FRAMES like a frame that
+   *  failed its checks. */
+  frame(frame: Frame): GdrpcError | void;
   /** A frame that failed decoding or was too long for the receive buffer. */
   malformed(kind: number, call: number, error: GdrpcError): void;
   /** The connection is gone (closed here, peer gone, liveness); `error` says why. */
@@ -326,8 +329,7 @@ export class Connection implements FrameSink {
       if (this.admitted) this.reports.deliver(frame.body.x, frame.body.p);
       return undefined;
     }
-    this.#handler?.frame(frame);
-    return undefined;
+    return this.#handler?.frame(frame) ?? undefined;
   }
 
   onOversized(length: number): void {

@@ -81,16 +81,20 @@ export class ServerSession {
     if (this.connection.admitted && this.connection.isOpen) this.connection.send(FrameKind.GoAway, 0, {}).catch(() => {});
   }
 
-  #frame(frame: Frame): void {
-    if (this.#closing) return;
+  /** Routes a call frame; returns the error of a kind a client never sends (the connection
+   *  reports it as malformed, and counts it). */
+  #frame(frame: Frame): GdrpcError | undefined {
+    if (this.#closing) return undefined;
     const { call } = frame;
     if (!this.connection.admitted) {
       if (frame.kind === FrameKind.Auth) this.#auth(frame.body);
       else this.connection.close(new GdrpcError(Code.UNAUTHENTICATED, `frame ${FrameKind[frame.kind]} before admission`));
-      return;
+      return undefined;
     }
     switch (frame.kind) {
-      case FrameKind.Request: return this.#request(call, frame.body);
+      case FrameKind.Request:
+        this.#request(call, frame.body);
+        return undefined;
       case FrameKind.Cancel: {
         const existing = this.calls.get(call);
         if (existing !== undefined) {
@@ -99,18 +103,22 @@ export class ServerSession {
             ? new GdrpcError(Code.DEADLINE_EXCEEDED, 'deadline exceeded (client)')
             : new GdrpcError(Code.CANCELLED, 'cancelled by the client'));
         }
-        return;
+        return undefined;
       }
       case FrameKind.StreamItem: {
         const existing = this.calls.get(call);
         if (existing !== undefined) existing.item(frame.body);
         else void refuseRaw({ connection: this.connection, call }, frame.body.a);
-        return;
+        return undefined;
       }
-      case FrameKind.StreamEnd: return this.calls.get(call)?.end();
-      case FrameKind.Credit: return this.calls.get(call)?.credit(frame.body.n);
+      case FrameKind.StreamEnd:
+        this.calls.get(call)?.end();
+        return undefined;
+      case FrameKind.Credit:
+        this.calls.get(call)?.credit(frame.body.n);
+        return undefined;
       default:
-        this.#malformed(frame.kind, call, new GdrpcError(Code.INVALID_ARGUMENT, `unexpected ${FrameKind[frame.kind]} frame from a client`));
+        return new GdrpcError(Code.INVALID_ARGUMENT, `unexpected ${FrameKind[frame.kind]} frame from a client`);
     }
   }
 
