@@ -2,11 +2,12 @@
 // the server keeps serving its other clients throughout.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Packr } from 'msgpackr';
-import { Client, Code } from '../../core/index.ts';
+import { Client, Code, Tensor } from '../../core/index.ts';
 import { FrameKind } from '../../core/wire/frames.ts';
 import { ConnectionKey, dataTag } from '../../core/wire/tag.ts';
 import { packMessage } from '../../core/wire/message.ts';
 import { MAX_MALFORMED_FRAMES } from '../../core/rpc/connection/connection.ts';
+import { MAX_TENSORS_PER_FRAME } from '../../core/rpc/transfer/transfer.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer, type ListeningPeer } from './fixtures/peers.ts';
 import { disposePeers } from '../support/peer.ts';
@@ -158,6 +159,42 @@ describe('malformed input', () => {
       expect(server.child.exitCode).toBeNull();
     } finally {
       await raw.close();
+    }
+  });
+
+  it.each([[1, MAX_TENSORS_PER_FRAME + 1000], [2, 9000]])(`%i frame(s) for no running call announcing %i tensors each (more than ${MAX_TENSORS_PER_FRAME} in all) close the connection instead of a receive posted for each`, async (frames, perFrame) => {
+    // The 64 KiB frame limit of this file's server already refuses such a frame: a server with
+    // the default 4 MiB one.
+    const wide = await startServer({});
+    const raw = await RawPeer.connect(wide.port);
+    try {
+      await raw.auth();
+      expect((await raw.receive())?.kind).toBe(FrameKind.Ready);
+      const item = (k: number) => {
+        const xs = Array.from({ length: perFrame }, (_, i) => ({ dt: 'u8', sh: [1], n: 1, mt: 'host', m: 't', x: k * perFrame + i + 1 }));
+        return { kind: FrameKind.StreamItem, call: 77 + k, body: packr.pack({ v: 2, seq: 0, a: { xs } }) };
+      };
+      await raw.sendMessage(packMessage(Array.from({ length: frames }, (_, k) => item(k))));
+      // Closed at once (with a receive posted for each, it would stay open until the 30 s
+      // transfer timeout).
+      expect(await raw.closedWithin(10_000)).toBe('closed');
+      const other = await Client.connect(wide.address);
+      expect((await other.unary(EchoDescriptor.methods.ping, { n: 9 })).n).toBe(9);
+      await other.close();
+      expect(wide.child.exitCode).toBeNull();
+    } finally {
+      await raw.close();
+    }
+  });
+
+  it(`a client refuses to send more than ${MAX_TENSORS_PER_FRAME} tensors in one frame (RESOURCE_EXHAUSTED, nothing sent)`, async () => {
+    const x = Tensor.empty([4], 'u8');
+    try {
+      const xs = Array.from({ length: MAX_TENSORS_PER_FRAME + 1 }, () => x);
+      await expect(good.unary(EchoDescriptor.methods.echoList, { xs })).rejects.toMatchObject({ code: Code.RESOURCE_EXHAUSTED });
+      await stillServing();
+    } finally {
+      x.release();
     }
   });
 

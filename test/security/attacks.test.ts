@@ -46,15 +46,6 @@ async function admitted(port = server.port): Promise<RawPeer> {
   return raw;
 }
 
-/** Resolves 'closed' when the raw peer's endpoint fails (the server dropped it), or 'open'. */
-function closedWithin(raw: RawPeer, ms: number): Promise<'closed' | 'open'> {
-  return new Promise((resolve) => {
-    if (raw.endpoint.failed) return resolve('closed');
-    const timer = setTimeout(() => resolve('open'), ms);
-    raw.endpoint.once('error', () => { clearTimeout(timer); resolve('closed'); });
-  });
-}
-
 /** A raw peer with an RMA-capable context and an rkey forged from its own host memory: over
  *  tcp/sm such an rkey is the same bytes whatever memory it was packed from. */
 async function forgedRma(raw: RawPeer): Promise<{ buffer: ArrayBuffer; span: { region: MemoryRegion; offset: number; length: number }; rkey: RemoteKey }> {
@@ -155,7 +146,7 @@ describe('no frame or byte reaches another connection', () => {
       const after = (await serverStats(good)).runs;
       expect(after.ping ?? 0).toBe((before.ping ?? 0));
       // Its own frames before AUTH are not processed either: the first one closed it.
-      expect(await closedWithin(raw, 3000)).toBe('closed');
+      expect(await raw.closedWithin(3000)).toBe('closed');
     } finally {
       await raw.close();
     }
@@ -185,7 +176,7 @@ describe('admission and limits', () => {
     const raw = await RawPeer.connect(server.port);
     const timer = setInterval(() => { raw.sendBody(FrameKind.Keepalive, 0, {}).catch(() => {}); }, 100);
     try {
-      expect(await closedWithin(raw, 10_000)).toBe('closed');
+      expect(await raw.closedWithin(10_000)).toBe('closed');
     } finally {
       clearInterval(timer);
       await raw.close();
@@ -223,7 +214,7 @@ describe('admission and limits', () => {
         await raw.sendBody(FrameKind.Request, call, { svc: EchoDescriptor.name, m: 'checksum', a: { x: { dt: 'u8', sh: [4 * MiB], n: 4 * MiB, mt: 'host', m: 't', x: call } } });
       }
       // The attacker's connection is closed once the bytes are overdue; the pool is whole again.
-      expect(await closedWithin(raw, 10_000)).toBe('closed');
+      expect(await raw.closedWithin(10_000)).toBe('closed');
       await expectPoolsEmpty(good);
       const x = patterned(6 * MiB, 1);
       expect((await good.unary(EchoDescriptor.methods.checksum, { x })).n).toBe(6 * MiB);
@@ -269,7 +260,7 @@ describe('admission and limits', () => {
       // Unannounced payloads under its own key close the attacker once it holds too many.
       const own = new ConnectionKey(raw.serverKey);
       await Promise.all(Array.from({ length: 200 }, (_, i) => raw.endpoint.tagSend(dataTag(own, 1000 + i), new Uint8Array(64)).catch(() => {})));
-      expect(await closedWithin(raw, 10_000)).toBe('closed');
+      expect(await raw.closedWithin(10_000)).toBe('closed');
     } finally {
       await raw.close();
     }

@@ -70,6 +70,8 @@ export class Connection implements FrameSink {
   transferTimeoutMs = DEFAULT_TRANSFER_TIMEOUT_MS;
   /** Largest frame this side accepts on this connection (the worker's buffer may be larger). */
   frameLimit = Number.MAX_SAFE_INTEGER;
+  /** Tensors of refused frames whose payloads are still being turned away (transfer.ts refuseRaw). */
+  refusing = 0;
   readonly exposures = new Exposures();
   readonly transfers = new IdSequence();
   /** The peer's reports of the tag transfers it sends here (SENT frames), by transfer id. */

@@ -16,7 +16,7 @@ import { memoryTypeOf } from '../runtime/memory-support.ts';
 import { RemoteTensor, exposeRemote } from '../remote/remote.ts';
 import { gatherable, gatherChunks, gatheredOutgoing } from './gather.ts';
 import { tensorTooLarge } from './memory-errors.ts';
-import type { TransferSite } from './transfer.ts';
+import { MAX_TENSORS_PER_FRAME, tooManyTensors, type TransferSite } from './transfer.ts';
 
 /** One send on its way out (one tensor, or the tensors of a gather): the send, their reports
  *  and the plan of the first. */
@@ -37,6 +37,8 @@ export class OutgoingTensors {
   readonly #sync = new ProducerSync();
   /** Bounces to give back if the frame never leaves. */
   readonly #discards: Array<() => void> = [];
+  /** Tensors encoded so far (at most MAX_TENSORS_PER_FRAME). */
+  #tensors = 0;
   /** Tensors that may share a tag message (mover `g`), by device and byte length. */
   readonly #candidates = new Map<string, GatherCandidate[]>();
 
@@ -44,6 +46,7 @@ export class OutgoingTensors {
 
   /** The EncodeTensor callback of encodeFields. */
   readonly encode = (value: unknown, where: string, placement: Placement): unknown => {
+    if (++this.#tensors > MAX_TENSORS_PER_FRAME) throw tooManyTensors(`${this.site.label}${where}`);
     if (value instanceof RemoteTensor) return value.wire;
     if (!(value instanceof Tensor)) throw new GdrpcError(Code.INVALID_ARGUMENT, `${where}: expected a Tensor`);
     if (placement.kind === 'remote') {

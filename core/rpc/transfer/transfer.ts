@@ -42,6 +42,16 @@ export class PendingTensor {
  *  names it for messages ("Echo.echo arguments.x"). */
 export type Allocate = (shape: number[], dtype: DType, placement: Placement, field: string) => Tensor | Promise<Tensor>;
 
+/** Tensors one frame may carry. Each costs its receiver a posted receive (or a FIN) even when
+ *  the frame is refused, so a peer's one message must not carry hundreds of thousands; a sender
+ *  fails such a frame locally, a receiver closes the connection (docs/security.md). */
+export const MAX_TENSORS_PER_FRAME = 16_384;
+
+/** The error for a frame carrying more than MAX_TENSORS_PER_FRAME tensors. */
+export function tooManyTensors(what: string): GdrpcError {
+  return new GdrpcError(Code.RESOURCE_EXHAUSTED, `${what}: more than ${MAX_TENSORS_PER_FRAME} tensors in one frame`);
+}
+
 /** An announced tensor whose bytes follow (not a remote handle). */
 const carriesBytes = (pending: PendingTensor): boolean => pending.wire.m !== 'h';
 
@@ -76,6 +86,7 @@ export class IncomingTensors {
     if (wire.m === 'r' && !this.scope.connection.runtime.rma) {
       throw new GdrpcError(Code.INVALID_ARGUMENT, `${where}: RMA descriptor refused: this process does not perform RMA (docs/security.md)`);
     }
+    if (this.pending.length >= MAX_TENSORS_PER_FRAME) throw tooManyTensors(`${this.site.label}${where}`);
     const pending = new PendingTensor(wire, where, placement);
     this.pending.push(pending);
     if (wire.m === 'h') return new RemoteTensor(wire, this.site.dialOwner);
@@ -307,6 +318,7 @@ export function refuseRaw(scope: TransferScope, wireObject: unknown): Promise<vo
   // that the sender completes. Walk generically for anything shaped like a descriptor.
   const found: TensorWire[] = [];
   const walk = (value: unknown): void => {
+    if (found.length > MAX_TENSORS_PER_FRAME) return;
     if (Array.isArray(value)) value.forEach(walk);
     else if (typeof value === 'object' && value !== null && !(value instanceof Uint8Array)) {
       const record = value as Record<string, unknown>;
@@ -315,6 +327,15 @@ export function refuseRaw(scope: TransferScope, wireObject: unknown): Promise<vo
     }
   };
   walk(wireObject);
+  const { connection } = scope;
+  if (found.length > MAX_TENSORS_PER_FRAME || connection.refusing + found.length > MAX_TENSORS_PER_FRAME) {
+    // More than any frame may carry, or than refused frames may have outstanding together: the
+    // connection goes (its payloads are then dropped as those of no connection) instead of a
+    // receive posted and held for each.
+    const what = found.length > MAX_TENSORS_PER_FRAME ? `${connection.peer} sent a frame for call ${scope.call}` : `${connection.peer}'s refused frames, together,`;
+    connection.close(tooManyTensors(what));
+    return Promise.resolve();
+  }
   // The tensors of a gather share one payload: a payload id is refused once, whatever claims it.
   const payloads = new Set<number>();
   const refusals = found.filter((wire) => {
@@ -323,6 +344,7 @@ export function refuseRaw(scope: TransferScope, wireObject: unknown): Promise<vo
     payloads.add(wire.x!);
     return true;
   });
-  for (const wire of refusals) if (wire.m !== 'r') scope.connection.reports.forget(wire.x!);
-  return Promise.all(refusals.map((wire) => moverByName(wire.m === 'r' ? 'rma' : 'tag').refuse(wire, scope))).then(() => undefined);
+  for (const wire of refusals) if (wire.m !== 'r') connection.reports.forget(wire.x!);
+  connection.refusing += refusals.length;
+  return Promise.all(refusals.map((wire) => moverByName(wire.m === 'r' ? 'rma' : 'tag').refuse(wire, scope).finally(() => { connection.refusing -= 1; }))).then(() => undefined);
 }
