@@ -3,7 +3,7 @@
 // messages"): with many calls in flight that divides the messages and the wake-ups they cost. A
 // turn's frames in one message, however many, made the two sides take turns on one batch (each
 // idle while the other worked on it); in messages of 16 the peer starts on the first while this
-// side makes the rest. On the 2-core box that took 64 calls in flight from 83-96k calls/s to
+// side makes the rest. On the 2-core box that took 64 calls in flight from 85-103k calls/s to
 // 112-124k (README, Benchmarks). A frame nobody waits for joins the next message (sendSoon).
 import { FRAME_HEADER, packMessage, type WireFrame } from '../../wire/message.ts';
 
