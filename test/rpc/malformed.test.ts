@@ -116,6 +116,19 @@ describe('malformed input', () => {
   const notMsgpack = (call: number) => ({ kind: FrameKind.Request, call, body: new Uint8Array([0xc1]) });
   const ping = (call: number) => ({ kind: FrameKind.Request, call, body: packr.pack({ v: 2, svc: EchoDescriptor.name, m: 'ping', a: { n: call } }) });
 
+  it('a REQUEST on call id 0 (reserved for the connection) gets ERROR on call 0 and a disconnect', async () => {
+    const raw = await admittedRaw();
+    try {
+      await raw.sendMessage(packMessage([ping(0)]));
+      const frame = await raw.receive();
+      expect([frame?.kind, frame?.call, frame?.body.code]).toEqual([FrameKind.Error, 0, Code.INVALID_ARGUMENT]);
+      expect(await raw.closedWithin(10_000)).toBe('closed');
+      await stillServing();
+    } finally {
+      await raw.close();
+    }
+  });
+
   it(`${MAX_MALFORMED_FRAMES} malformed frames in one message each get their ERROR, and a well-formed frame after them is served`, async () => {
     const raw = await admittedRaw();
     try {

@@ -155,7 +155,13 @@ export class ServerSession {
       void refuseRaw(scope, body.a);
       this.connection.send(FrameKind.Error, id, errorFrame(error)).catch(() => {});
     };
-    if (id === 0 || this.calls.has(id)) return refuse(new GdrpcError(Code.INVALID_ARGUMENT, `call id ${id} is ${id === 0 ? 'reserved' : 'already in use'}`));
+    // Call id 0 names the connection, not a call (docs/wire.md): the frame cannot be tied to a
+    // call, so the connection is refused as a whole, its payloads turned away first.
+    if (id === 0) {
+      void refuseRaw(scope, body.a);
+      return this.#refuseAndClose(new GdrpcError(Code.INVALID_ARGUMENT, 'a REQUEST on call id 0 (reserved for the connection)'));
+    }
+    if (this.calls.has(id)) return refuse(new GdrpcError(Code.INVALID_ARGUMENT, `call id ${id} is already in use`));
     // Not run: the client may retry it elsewhere or on a fresh connection.
     if (this.host.shuttingDown) return refuse(new GdrpcError(Code.UNAVAILABLE, 'server is shutting down', { details: { unprocessed: true } }));
     const entry = this.host.lookup(body.svc, body.m);
