@@ -72,20 +72,22 @@ export class Outbox {
 
   /** Drops the frames waiting for company (the connection closed; nobody waits for them). */
   close(): void {
+    this.#takeSoon();
+  }
+
+  /** Takes the frames waiting for company, and stops their timer. */
+  #takeSoon(): QueuedFrame[] {
+    const soon = this.#soon;
+    this.#soon = [];
     clearTimeout(this.#soonTimer);
     this.#soonTimer = undefined;
-    this.#soon = [];
+    return soon;
   }
 
   #flush(): void {
-    let queue = this.#queue;
+    const soon = this.#takeSoon();
+    const queue = soon.length > 0 ? [...soon, ...this.#queue] : this.#queue;
     this.#queue = [];
-    if (this.#soon.length > 0) {
-      queue = [...this.#soon, ...queue];
-      this.#soon = [];
-      clearTimeout(this.#soonTimer);
-      this.#soonTimer = undefined;
-    }
     const refusal = this.link.refusal();
     if (refusal !== undefined) {
       // Closed since these were queued: none of them was handed to UCX.

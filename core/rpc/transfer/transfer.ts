@@ -328,7 +328,7 @@ export function refuseRaw(scope: TransferScope, wireObject: unknown): Promise<vo
   };
   walk(wireObject);
   const { connection } = scope;
-  if (found.length > MAX_TENSORS_PER_FRAME || connection.refusing + found.length > MAX_TENSORS_PER_FRAME) {
+  if (connection.refusing + found.length > MAX_TENSORS_PER_FRAME) {
     // More than any frame may carry, or than refused frames may have outstanding together: the
     // connection goes (its payloads are then dropped as those of no connection) instead of a
     // receive posted and held for each.
