@@ -12,10 +12,26 @@ import { isMap, mismatch } from './schema.ts';
 // 64-bit integers decode as bigint so that addresses survive.
 const packr = new Packr({ useRecords: false, int64AsType: 'bigint', mapsAsObjects: true });
 
+/** msgpackr writes every plain object as a map16 (0xde, then the entry count as u16be), and the
+ *  `v` entry's bytes that follow a body's own. */
+const MAP16 = 0xde;
+const VERSION_ENTRY = packr.pack({ v: WIRE_VERSION }).subarray(3);
+
 /** Encodes the body of a frame of `kind` (which types it); `v` is added here, last as it always
- *  was, so that no sender forgets it. */
+ *  was, so that no sender forgets it. The body is packed as it is and the entry appended, with the
+ *  map's count raised by one: the same bytes as packing `{ ...body, v }`, for a seventh of the
+ *  time (a copy of the body made each frame take 1.5 µs instead of 0.2 on the CPU box). */
 export function encodeFrame<K extends FrameKind>(_kind: K, body: FrameBody<K>): Buffer {
-  return packr.pack({ ...body, v: WIRE_VERSION });
+  const bytes = packr.pack(body);
+  const count = bytes[0] === MAP16 ? (bytes[1]! << 8) | bytes[2]! : 0xffff;
+  // A count that cannot grow, or a `v` of the body's own to replace: the copy, as before.
+  if (count === 0xffff || Object.hasOwn(body, 'v')) return packr.pack({ ...body, v: WIRE_VERSION });
+  const out = Buffer.allocUnsafe(bytes.length + VERSION_ENTRY.length);
+  out.set(bytes);
+  out[1] = (count + 1) >> 8;
+  out[2] = (count + 1) & 0xff;
+  out.set(VERSION_ENTRY, bytes.length);
+  return out;
 }
 
 /** Decodes and checks one frame of a message; INVALID_ARGUMENT for anything malformed. Keys the

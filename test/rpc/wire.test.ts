@@ -77,6 +77,24 @@ describe('frames', () => {
     expect([...(frame.body.a as { b: Uint8Array }).b]).toEqual([1, 2]);
   });
 
+  // encodeFrame appends `v` to the packed body instead of packing a copy that has it: the bytes
+  // must be those the copy gave (what peers of earlier versions sent and read).
+  it.each([
+    ['an empty body', FrameKind.Ready, {}],
+    ['a request', FrameKind.Request, { svc: 'a.b.S', m: 'm', a: { n: 1, big: 1n << 60n, s: 'x'.repeat(300), b: new Uint8Array(70_000).fill(3) }, to: 5, md: { k: 'v' } }],
+    ['a body of 300 entries', FrameKind.Response, { r: Object.fromEntries(Array.from({ length: 300 }, (_, i) => [`k${i}`, i])) }],
+    ['integer-like keys', FrameKind.Response, { r: { 2: 'b', 1: 'a' } }],
+  ] as const)('encodes %s as packing the body with v last', (_name, kind, body) => {
+    const bytes = encodeFrame(kind, body as never);
+    expect(Buffer.from(bytes).equals(packr.pack({ ...body, v: WIRE_VERSION }))).toBe(true);
+    expect((decodeFrame({ kind, call: 1, body: bytes }).body as { v: unknown }).v).toBe(WIRE_VERSION);
+  });
+
+  it('keeps one v, the wire version, when a body brings its own', () => {
+    const bytes = encodeFrame(FrameKind.Keepalive, { v: 99 } as never);
+    expect(bytes).toEqual(packr.pack({ v: WIRE_VERSION }));
+  });
+
   // Each kind's checks: test/wire/decode.test.ts.
   it('rejects unknown kinds, other versions and bytes that are not msgpack', () => {
     expect(codeOf(() => decodeFrame({ kind: 99, call: 0, body: packr.pack({ v: WIRE_VERSION }) }))).toBe(Code.INVALID_ARGUMENT);
