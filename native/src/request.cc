@@ -81,6 +81,7 @@ void Request::Prepare(ucp_request_param_t& param, const Span* span) {
   if (span == nullptr) return;
   param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
   param.memory_type = span->memoryType;
+  device = span->memoryType != UCS_MEMORY_TYPE_HOST && span->memoryType != UCS_MEMORY_TYPE_UNKNOWN;
   if (span->memh != nullptr) {
     param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
     param.memh = span->memh;

@@ -66,6 +66,7 @@ struct Request {
   bool settled = false;                            // the JS promise was resolved or rejected
   bool pending = false;                            // registered with the worker, completion awaited
   bool describe = false;                           // read the selected protocol back from UCX
+  bool device = false;                             // its memory is on a device (the worker polls while it runs)
   std::string protocol;                            // ucp_request_query's info string when the operation started
   std::string finalProtocol;                       // ... and when it completed (a rendezvous may switch)
 

@@ -28,6 +28,15 @@ static uint64_t StuckSpinNs() {
   return *end == '\0' ? static_cast<uint64_t>(us) * 1000 : kStuckSpinNs;
 }
 
+/** GDRPC_DEVICE_SPIN_US, when it is a number (0 turns it off), else DeviceWait's default. */
+static uint64_t DeviceSpinNs() {
+  const char* text = std::getenv("GDRPC_DEVICE_SPIN_US");
+  if (text == nullptr || *text == '\0') return DeviceWait::kDefaultLimitNs;
+  char* end = nullptr;
+  unsigned long long us = std::strtoull(text, &end, 10);
+  return *end == '\0' ? static_cast<uint64_t>(us) * 1000 : DeviceWait::kDefaultLimitNs;
+}
+
 static uint64_t NowNs() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
       std::chrono::steady_clock::now().time_since_epoch()).count());
@@ -55,6 +64,8 @@ Worker::Worker(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Worker>(info) 
   int64_t busyPollUs = info[1].As<Napi::Number>().Int64Value();
   poll_ = PollWindow(busyPollUs < 0 ? PollWindow::kAdaptive : busyPollUs * 1000);
   stuckSpinNs_ = StuckSpinNs();
+  // busyPollUs 0 asks for no polling at all: none for device transfers either.
+  deviceWait_ = DeviceWait(busyPollUs == 0 ? 0 : DeviceSpinNs());
   unsigned watchdogMs = info[2].As<Napi::Number>().Uint32Value();
 
   ucp_worker_params_t params{};
@@ -94,12 +105,16 @@ void Worker::CheckOpen(Napi::Env env) const {
 void Worker::AddRequest(Request* request) {
   if (request->id == 0) request->id = internalId_--;
   requests_[request->id] = request;
+  if (request->device) deviceWait_.Changed(NowNs(), ++deviceInFlight_);
   UpdateRef();
 }
 
 void Worker::RemoveRequest(Request* request) {
   auto it = requests_.find(request->id);
-  if (it != requests_.end() && it->second == request) requests_.erase(it);
+  if (it != requests_.end() && it->second == request) {
+    requests_.erase(it);
+    if (request->device) deviceWait_.Changed(NowNs(), --deviceInFlight_);
+  }
   UpdateRef();
 }
 
@@ -208,6 +223,8 @@ void Worker::OnWake() {
         stuckSpinPays_ = true;
       }
       bool spin = poll_.Update(now, active);
+      // Both are asked: each keeps its own account of the turns.
+      if (deviceWait_.Spin(now)) spin = true;
       wakeup_->SetSpin(spin);
       if (spin) break;
       if (exhausted || now >= untilNs) {
@@ -314,6 +331,9 @@ Napi::Value Worker::Stats(const Napi::CallbackInfo& info) {
   stats.Set("pollMisses", static_cast<double>(poll_.misses()));
   stats.Set("pollPreempted", static_cast<double>(poll_.preempted()));
   stats.Set("pollBusyMachine", static_cast<double>(poll_.busyMachine()));
+  stats.Set("deviceInFlight", static_cast<double>(deviceWait_.inFlight()));
+  stats.Set("deviceSpins", static_cast<double>(deviceWait_.spells()));
+  stats.Set("deviceSpinLimits", static_cast<double>(deviceWait_.limited()));
   return stats;
 }
 

@@ -1,7 +1,7 @@
 // CUDA tensor arguments and results between two processes through both movers, at sizes from
 // empty to 1 GiB, contents verified byte for byte, and the path every transfer reports.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { callInfo, type Client, type Tensor, type TransferInfo } from '../../core/index.ts';
+import { callInfo, Runtime, type Client, type Tensor, type TransferInfo } from '../../core/index.ts';
 import { openClientSide, type ClientSide } from './fixtures/client-side.ts';
 import { DEFAULT_INLINE_BYTES } from '../../core/rpc/connection/connection.ts';
 import { announce, DRY_RUN, GPU_MOVERS, EXPECTED_PATH, MAX_BYTES, MiB, skipReason, topologies } from './fixtures/env.ts';
@@ -107,6 +107,14 @@ describe.skipIf(skipReason !== undefined)('CUDA tensors between two processes', 
           }
         }, 120_000);
       }
+
+      // The worker polls while a transfer in device memory is in flight instead of sleeping on
+      // its fd (native/src/device_wait.h): the calls above began spells, and none is left over.
+      it("polled this process's worker while its CUDA transfers were in flight, and has none pending after them", () => {
+        const stats = Runtime.default().worker.stats();
+        expect(stats.deviceInFlight).toBe(0);
+        if (!DRY_RUN) expect(stats.deviceSpins).toBeGreaterThan(0);
+      });
 
       it('left nothing allocated on the server after the calls', async () => {
         const stats = await side.stats(server.address);

@@ -46,6 +46,8 @@ describe('polling after work', () => {
       expect(busy.pollWindowUs).toBeGreaterThanOrEqual(0);
       expect(busy.pollWindowUs).toBeLessThanOrEqual(200);
       expect(busy.pollMisses).toBeLessThanOrEqual(busy.pollSpins);
+      // Host memory only: no polling for device transfers (native/src/device_wait.h).
+      expect(busy).toMatchObject({ deviceInFlight: 0, deviceSpins: 0, deviceSpinLimits: 0 });
       // Nothing to do from here on: no spin begins, and the process idles.
       await new Promise((resolve) => setTimeout(resolve, 200));
       const before = worker.stats().pollSpins;
