@@ -113,8 +113,9 @@ export interface WorkerStats {
    *  out with nothing found, spins cut short because the thread was preempted, spins not begun
    *  because the machine had no idle core. */
   pollAdaptive: boolean; pollWindowUs: number; pollSpins: number; pollMisses: number; pollPreempted: number; pollBusyMachine: number;
-  /** Polling while transfers in device memory are in flight (GDRPC_DEVICE_SPIN_US): such requests
-   *  pending now, polling spells begun for them, and spells that reached the limit with transfers
-   *  still in flight (the worker then sleeps on its fd). */
-  deviceInFlight: number; deviceSpins: number; deviceSpinLimits: number;
+  /** Polling while transfers in device memory are in flight: the limit after the last one began
+   *  (GDRPC_DEVICE_SPIN_US; 0 when off), such requests pending now, polling spells begun for them,
+   *  and spells that reached the limit with transfers still in flight (the worker then sleeps on
+   *  its fd). */
+  deviceSpinLimitUs: number; deviceInFlight: number; deviceSpins: number; deviceSpinLimits: number;
 }

@@ -15,7 +15,7 @@ const packr = new Packr({ useRecords: false, int64AsType: 'bigint', mapsAsObject
 /** msgpackr writes every plain object as a map16 (0xde, then the entry count as u16be), and the
  *  `v` entry's bytes that follow a body's own. */
 const MAP16 = 0xde;
-const VERSION_ENTRY = packr.pack({ v: WIRE_VERSION }).subarray(3);
+const VERSION_ENTRY = Uint8Array.from(packr.pack({ v: WIRE_VERSION }).subarray(3));  // a copy: pack() returns a view of msgpackr's scratch buffer
 
 /** Encodes the body of a frame of `kind` (which types it); `v` is added here, last as it always
  *  was, so that no sender forgets it. The body is packed as it is and the entry appended, with the
@@ -24,8 +24,9 @@ const VERSION_ENTRY = packr.pack({ v: WIRE_VERSION }).subarray(3);
 export function encodeFrame<K extends FrameKind>(_kind: K, body: FrameBody<K>): Buffer {
   const bytes = packr.pack(body);
   const count = bytes[0] === MAP16 ? (bytes[1]! << 8) | bytes[2]! : 0xffff;
-  // A count that cannot grow, or a `v` of the body's own to replace: the copy, as before.
-  if (count === 0xffff || Object.hasOwn(body, 'v')) return packr.pack({ ...body, v: WIRE_VERSION });
+  // A count that cannot grow, a `v` of the body's own to replace, or anything but a plain object
+  // (a class with toJSON, a Map: msgpackr writes those otherwise): the copy, as before.
+  if (count === 0xffff || Object.hasOwn(body, 'v') || Object.getPrototypeOf(body) !== Object.prototype) return packr.pack({ ...body, v: WIRE_VERSION });
   const out = Buffer.allocUnsafe(bytes.length + VERSION_ENTRY.length);
   out.set(bytes);
   out[1] = (count + 1) >> 8;

@@ -1,11 +1,13 @@
 // Whether a worker keeps polling because a transfer in device memory is in flight. UCX sees a CUDA
 // copy end by polling its event; a worker asleep on its event fd hears of it only when a host
-// function the driver runs on the copy's stream writes that fd, which on the H200 machine came
-// hundreds of microseconds late: 1 GiB between two processes on one GPU took 1,223-1,439 µs a call
-// with the adaptive window against 787-793 µs with both processes polling (docs/binding.md).
-// So while such a transfer is in flight the worker polls, up to `limitNs` after the last one began
-// or ended: a peer that announces a tensor and never sends it costs at most that much spinning,
-// after which the worker sleeps on its fd as before.
+// function the driver runs on the copy's stream writes that fd and the process wakes, and on the
+// H200 machine a worker that slept through a copy paid for it: 1 GiB between two processes on one
+// GPU took 1,223-1,439 µs a call with the adaptive window against 787-793 µs with both processes
+// polling (docs/binding.md).
+// So while such a transfer is in flight the worker polls, for up to `limitNs` after the last one
+// began: a peer that announces a tensor and never sends it costs at most that much spinning, and
+// so does a request left pending for good; after that, and for a transfer that lasts longer, the
+// worker sleeps on its fd as before.
 #pragma once
 #include <cstdint>
 
@@ -18,21 +20,26 @@ class DeviceWait {
   /** `limitNs` 0: never poll for device transfers. */
   explicit DeviceWait(uint64_t limitNs = 0) : limitNs_(limitNs) {}
 
-  /** A device transfer began or ended at `nowNs`; `inFlight` are still under way. */
-  void Changed(uint64_t nowNs, unsigned inFlight) {
+  /** A device transfer began at `nowNs`; `inFlight` are under way now. */
+  void Began(uint64_t nowNs, unsigned inFlight) {
     inFlight_ = inFlight;
-    changedNs_ = nowNs;
+    beganNs_ = nowNs;
   }
+
+  /** A device transfer ended; `inFlight` are still under way. An end does not renew the limit:
+   *  the transfers left may be ones that never end. */
+  void Ended(unsigned inFlight) { inFlight_ = inFlight; }
 
   /** Whether to keep polling on the next loop turn at `nowNs`. */
   bool Spin(uint64_t nowNs) {
-    bool spin = limitNs_ > 0 && inFlight_ > 0 && nowNs - changedNs_ < limitNs_;
+    bool spin = limitNs_ > 0 && inFlight_ > 0 && nowNs - beganNs_ < limitNs_;
     if (spin && !spinning_) spells_++;
     if (!spin && spinning_ && inFlight_ > 0) limited_++;
     spinning_ = spin;
     return spin;
   }
 
+  uint64_t limitNs() const { return limitNs_; }
   unsigned inFlight() const { return inFlight_; }
   uint64_t spells() const { return spells_; }    // polling spells begun for device transfers
   uint64_t limited() const { return limited_; }  // spells that ended at the limit, transfers still in flight
@@ -40,7 +47,7 @@ class DeviceWait {
  private:
   uint64_t limitNs_;
   unsigned inFlight_ = 0;
-  uint64_t changedNs_ = 0;
+  uint64_t beganNs_ = 0;
   bool spinning_ = false;
   uint64_t spells_ = 0;
   uint64_t limited_ = 0;

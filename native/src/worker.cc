@@ -19,23 +19,29 @@ constexpr unsigned kStuckRetryMs = 1;
 /** How long such a worker is progressed in place first, while the last such spell paid off. */
 constexpr uint64_t kStuckSpinNs = 200000;
 
-/** GDRPC_STUCK_SPIN_US, when it is a number (0 turns the spin off), else kStuckSpinNs. */
-static uint64_t StuckSpinNs() {
-  const char* text = std::getenv("GDRPC_STUCK_SPIN_US");
-  if (text == nullptr || *text == '\0') return kStuckSpinNs;
-  char* end = nullptr;
-  unsigned long long us = std::strtoull(text, &end, 10);
-  return *end == '\0' ? static_cast<uint64_t>(us) * 1000 : kStuckSpinNs;
+/** The longest spell either variable below may ask for. */
+constexpr unsigned long long kMaxSpinUs = 10000000;
+
+/** Microseconds from the environment variable `name`: its value when it is all digits and at most
+ *  kMaxSpinUs (0 turns the spell off), else `fallbackNs` ("-1", "5ms" and overflowing numbers
+ *  included). */
+static uint64_t SpinNsFromEnv(const char* name, uint64_t fallbackNs) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return fallbackNs;
+  unsigned long long us = 0;
+  for (const char* c = text; *c != '\0'; ++c) {
+    if (*c < '0' || *c > '9') return fallbackNs;
+    us = us * 10 + static_cast<unsigned long long>(*c - '0');
+    if (us > kMaxSpinUs) return fallbackNs;
+  }
+  return static_cast<uint64_t>(us) * 1000;
 }
 
-/** GDRPC_DEVICE_SPIN_US, when it is a number (0 turns it off), else DeviceWait's default. */
-static uint64_t DeviceSpinNs() {
-  const char* text = std::getenv("GDRPC_DEVICE_SPIN_US");
-  if (text == nullptr || *text == '\0') return DeviceWait::kDefaultLimitNs;
-  char* end = nullptr;
-  unsigned long long us = std::strtoull(text, &end, 10);
-  return *end == '\0' ? static_cast<uint64_t>(us) * 1000 : DeviceWait::kDefaultLimitNs;
-}
+/** GDRPC_STUCK_SPIN_US (0 turns the spin off), else kStuckSpinNs. */
+static uint64_t StuckSpinNs() { return SpinNsFromEnv("GDRPC_STUCK_SPIN_US", kStuckSpinNs); }
+
+/** GDRPC_DEVICE_SPIN_US (0 turns it off), else DeviceWait's default. */
+static uint64_t DeviceSpinNs() { return SpinNsFromEnv("GDRPC_DEVICE_SPIN_US", DeviceWait::kDefaultLimitNs); }
 
 static uint64_t NowNs() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -105,7 +111,7 @@ void Worker::CheckOpen(Napi::Env env) const {
 void Worker::AddRequest(Request* request) {
   if (request->id == 0) request->id = internalId_--;
   requests_[request->id] = request;
-  if (request->device) deviceWait_.Changed(NowNs(), ++deviceInFlight_);
+  if (request->device) deviceWait_.Began(NowNs(), ++deviceInFlight_);
   UpdateRef();
 }
 
@@ -113,7 +119,7 @@ void Worker::RemoveRequest(Request* request) {
   auto it = requests_.find(request->id);
   if (it != requests_.end() && it->second == request) {
     requests_.erase(it);
-    if (request->device) deviceWait_.Changed(NowNs(), --deviceInFlight_);
+    if (request->device) deviceWait_.Ended(--deviceInFlight_);
   }
   UpdateRef();
 }
@@ -331,6 +337,7 @@ Napi::Value Worker::Stats(const Napi::CallbackInfo& info) {
   stats.Set("pollMisses", static_cast<double>(poll_.misses()));
   stats.Set("pollPreempted", static_cast<double>(poll_.preempted()));
   stats.Set("pollBusyMachine", static_cast<double>(poll_.busyMachine()));
+  stats.Set("deviceSpinLimitUs", static_cast<double>(deviceWait_.limitNs()) / 1000);
   stats.Set("deviceInFlight", static_cast<double>(deviceWait_.inFlight()));
   stats.Set("deviceSpins", static_cast<double>(deviceWait_.spells()));
   stats.Set("deviceSpinLimits", static_cast<double>(deviceWait_.limited()));

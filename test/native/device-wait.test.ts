@@ -46,7 +46,11 @@ describe('polling while device transfers are in flight', () => {
     expect(s.spinningTurns).toBe(5100);
   });
 
-  it('polls overlapping copies until the last ends, each start or end renewing the limit', () => {
-    expect(results.get('overlapping')).toMatchObject({ spells: 1, limited: 0, spinningTurns: 12000, inFlight: 0 });
+  it('polls overlapping copies for 5 ms after the last one began, and leaves a longer one to the fd', () => {
+    expect(results.get('overlapping')).toMatchObject({ spells: 1, limited: 1, spinningTurns: 9000, inFlight: 0 });
+  });
+
+  it('charges a request left pending for good 5 ms after each later transfer began, not after each end', () => {
+    expect(results.get('left-pending')).toMatchObject({ spells: 2, limited: 2, spinningTurns: 10000, inFlight: 1 });
   });
 });

@@ -25,6 +25,30 @@ describe('polling after work', () => {
     }
   });
 
+  it('takes the device-transfer polling limit from GDRPC_DEVICE_SPIN_US when it is a number of µs up to 10 s, else 5 ms; busyPollUs 0 turns it off', async () => {
+    const saved = process.env.GDRPC_DEVICE_SPIN_US;
+    const limitWith = async (value: string | undefined, options: { busyPollUs?: number } = {}): Promise<number> => {
+      if (value === undefined) delete process.env.GDRPC_DEVICE_SPIN_US;
+      else process.env.GDRPC_DEVICE_SPIN_US = value;
+      const worker = Worker.create(context, options);
+      const limit = worker.stats().deviceSpinLimitUs;
+      await worker.close();
+      return limit;
+    };
+    try {
+      expect(await limitWith(undefined)).toBe(5000);
+      expect(await limitWith('250')).toBe(250);
+      expect(await limitWith('0')).toBe(0);
+      expect(await limitWith('10000000')).toBe(10_000_000);
+      // Not a count of µs, or past 10 s (a wrapped "-1" once meant centuries of spinning): the default.
+      for (const bad of ['-1', '5ms', '1e3', ' 5', '10000001', '18446744073709551615']) expect(await limitWith(bad)).toBe(5000);
+      expect(await limitWith('250', { busyPollUs: 0 })).toBe(0);
+    } finally {
+      if (saved === undefined) delete process.env.GDRPC_DEVICE_SPIN_US;
+      else process.env.GDRPC_DEVICE_SPIN_US = saved;
+    }
+  });
+
   it('after a burst of echoes, an idle worker starts no spin and uses next to no CPU', async () => {
     const worker = Worker.create(context);
     try {
