@@ -98,11 +98,12 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
         let sent: Sent | undefined;
         try {
           const final = this.#open(session, scope);
-          sent = await this.#send(session, final.id, FrameKind.Request, method, args, options, scope, true)
-            .catch((error: unknown) => { cancel(session, final.id); throw error; });
+          const sending = this.#send(session, final.id, FrameKind.Request, method, args, options, scope, true);
+          sent = sending instanceof Promise ? await sending.catch((error: unknown) => { cancel(session, final.id); throw error; }) : sending;
           const result = await final.result;
           if (result.kind !== FrameKind.Response) throw protocolError(session, 'expected RESPONSE');
-          const received = await this.#receive(session, final.id, method, result.body.r, scope, options);
+          const receiving = this.#receive(session, final.id, method, result.body.r, scope, options);
+          const received = receiving instanceof Promise ? await receiving : receiving;
           return attachCallInfo(received.values, info(sent.transfers, received.transfers, started));
         } catch (error) {
           if (attempt > 1 || scope.aborted || !(await neverSent(error, sent))) throw error;
@@ -132,7 +133,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
       session = await scope.race(this.#connection());
       const s = session;
       id = s.open({
-        item: (body) => queue.push(this.#receive(s, id, method, body.a, scope, options).then((r) => r.values)),
+        item: (body) => queue.push(Promise.resolve(this.#receive(s, id, method, body.a, scope, options)).then((r) => r.values)),
         final: (result) => {
           ended = true;
           if (result instanceof GdrpcError) queue.fail(result);
@@ -271,8 +272,19 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
     return { id, result };
   }
 
-  /** Encodes and sends a REQUEST or STREAM_ITEM with its tensors; returns the transfers. */
-  async #send(session: ClientSession, id: number, kind: FrameKind.Request | FrameKind.StreamItem, method: MethodDescriptor, values: Row, options: CallOptions, scope: CallScope, awaitTransfers: boolean, seq = 0, window?: number): Promise<Sent> {
+  /** Encodes and sends a REQUEST or STREAM_ITEM with its tensors; returns the transfers, at once
+   *  for a frame without tensor bytes (the small call makes no promise here), else once the frame
+   *  left (and, with `awaitTransfers`, its tag sends completed). Failures always come as a
+   *  rejected promise, never thrown. */
+  #send(session: ClientSession, id: number, kind: FrameKind.Request | FrameKind.StreamItem, method: MethodDescriptor, values: Row, options: CallOptions, scope: CallScope, awaitTransfers: boolean, seq = 0, window?: number): Sent | Promise<Sent> {
+    try {
+      return this.#sendFrame(session, id, kind, method, values, options, scope, awaitTransfers, seq, window);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  #sendFrame(session: ClientSession, id: number, kind: FrameKind.Request | FrameKind.StreamItem, method: MethodDescriptor, values: Row, options: CallOptions, scope: CallScope, awaitTransfers: boolean, seq: number, window: number | undefined): Sent | Promise<Sent> {
     const label = kind === FrameKind.Request ? `${methodName(method)} arguments.` : `${methodName(method)} arguments[${seq}].`;
     const out = new OutgoingTensors({ connection: session.connection, call: id }, { mover: options.mover ?? 'auto', noStaging: options.noStaging ?? false }, { side: 'client', label });
     let encoded: Row;
@@ -298,24 +310,38 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
     const frameSent = request !== undefined
       ? session.connection.send(FrameKind.Request, id, request)
       : session.connection.send(FrameKind.StreamItem, id, { seq, a: encoded });
-    const moving = frameSent.then(() => out.start(), (error: unknown) => { out.discard(); throw error; });
-    moving.catch(() => { /* surfaced through the call's own failure */ });
-    // A frame without tensors is not waited for: the answer cannot come before it left, and a
-    // failed send fails the connection, hence the call. A frame the connection refused (over the
-    // peer's frame limit) leaves it open, so that refusal ends the call here.
+    const sent: Sent = { transfers: out.transfers, frame: frameSent };
+    // A frame without tensor bytes is not waited for and starts nothing once it left: the answer
+    // cannot come before it left, and a failed send fails the connection, hence the call. A frame
+    // the connection refused (over the peer's frame limit) leaves it open, so that refusal ends
+    // the call here.
     if (out.transfers.length === 0) {
       frameSent.catch((error: unknown) => { if (session.connection.isOpen) scope.abort(GdrpcError.from(error)); });
-    } else {
-      await scope.race(frameSent);
+      return sent;
     }
-    // Tag sends complete when the server has the bytes; RMA exposures when it sent FIN. The
-    // response can only follow either, so waiting here adds no latency and keeps errors ordered.
-    if (awaitTransfers && out.transfers.some((t) => t.mover === 'tag')) await scope.race(moving);
-    return { transfers: out.transfers, frame: frameSent };
+    const moving = frameSent.then(() => out.start(), (error: unknown) => { out.discard(); throw error; });
+    moving.catch(() => { /* surfaced through the call's own failure */ });
+    return (async () => {
+      await scope.race(frameSent);
+      // Tag sends complete when the server has the bytes; RMA exposures when it sent FIN. The
+      // response can only follow either, so waiting here adds no latency and keeps errors ordered.
+      if (awaitTransfers && out.transfers.some((t) => t.mover === 'tag')) await scope.race(moving);
+      return sent;
+    })();
   }
 
-  /** Decodes a result object, validates it, receives its tensors. */
-  async #receive(session: ClientSession, id: number, method: MethodDescriptor, wire: Row, scope: CallScope, options: CallOptions): Promise<{ values: Row; transfers: TransferInfo[] }> {
+  /** Decodes a result object, validates it, receives its tensors: at once when it carries no
+   *  tensor bytes (the small call makes no promise here), else once they arrived. Failures always
+   *  come as a rejected promise, never thrown. */
+  #receive(session: ClientSession, id: number, method: MethodDescriptor, wire: Row, scope: CallScope, options: CallOptions): Received | Promise<Received> {
+    try {
+      return this.#receiveResults(session, id, method, wire, scope, options);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  #receiveResults(session: ClientSession, id: number, method: MethodDescriptor, wire: Row, scope: CallScope, options: CallOptions): Received | Promise<Received> {
     const incoming = new IncomingTensors({ connection: session.connection, call: id }, { maxTensor: Number.MAX_SAFE_INTEGER, noStaging: options.noStaging ?? false },
       { side: 'client', label: `${methodName(method)} results.`, dialOwner: this.#dialOwner ??= ownerDialer(this.#runtime) });
     const types = methodTypes(method);
@@ -325,15 +351,19 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
       validateFields(method.results, values, types, `${methodName(method)} results`);
       incoming.checkGathers();
     } catch (error) {
-      await refuseRaw({ connection: session.connection, call: id }, wire);
-      if (error instanceof GdrpcError && error.code === Code.FAILED_PRECONDITION) throw error;
-      throw new GdrpcError(Code.INTERNAL, `server ${session.connection.peer} sent bad results: ${GdrpcError.from(error).rawMessage}`, { cause: error });
+      const failure = error instanceof GdrpcError && error.code === Code.FAILED_PRECONDITION ? error
+        : new GdrpcError(Code.INTERNAL, `server ${session.connection.peer} sent bad results: ${GdrpcError.from(error).rawMessage}`, { cause: error });
+      return refuseRaw({ connection: session.connection, call: id }, wire).then(() => { throw failure; });
     }
     // No tensor bytes to wait for (none, or only remote handles): the common small call.
     if (!incoming.hasBytes) {
       scope.throwIfPastDeadline();
       return { values, transfers: incoming.transfers };
     }
+    return this.#receiveBytes(incoming, values, scope, options);
+  }
+
+  async #receiveBytes(incoming: IncomingTensors, values: Row, scope: CallScope, options: CallOptions): Promise<Received> {
     const allocate = options[ALLOCATE] ?? ((shape, dtype, placement, field) => this.#allocate(shape, dtype, placement, field));
     const receiving = incoming.receive(allocate);
     let received: Map<PendingTensor, Tensor>;
@@ -371,6 +401,9 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
 function info(sent: TransferInfo[], received: TransferInfo[], started: number): CallInfo {
   return { transfers: [...sent, ...received], durationMs: performance.now() - started };
 }
+
+/** A result object received: its values and the transfers that brought its tensors. */
+interface Received { values: Row; transfers: TransferInfo[] }
 
 /** Splits "host:port" (or passes {host, port} through), checking the port. */
 export function parseAddress(address: string | { host: string; port: number }): { host: string; port: number } {
