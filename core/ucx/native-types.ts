@@ -90,7 +90,7 @@ export interface NativeStats { contexts: number; workers: number; endpoints: num
 export interface NativeBinding {
   Context: new (features: string[], config: Record<string, string>) => NativeContext;
   /** busyPollUs < 0: the adaptive polling window. */
-  Worker: new (context: NativeContext, busyPollUs: number, watchdogMs: number) => NativeWorker;
+  Worker: new (context: NativeContext, busyPollUs: number, watchdogMs: number, deviceSpinUs: number) => NativeWorker;
   Listener: new (worker: NativeWorker, host: string, port: number,
     handler: (kind: ListenerEvent, a: unknown, b: unknown) => boolean | void) => NativeListener;
   Endpoint: new (worker: NativeWorker, host: string, port: number, name: string | undefined) => NativeEndpoint;
@@ -114,7 +114,7 @@ export interface WorkerStats {
    *  because the machine had no idle core. */
   pollAdaptive: boolean; pollWindowUs: number; pollSpins: number; pollMisses: number; pollPreempted: number; pollBusyMachine: number;
   /** Polling while transfers in device memory are in flight: the limit after the last one began
-   *  (GDRPC_DEVICE_SPIN_US; 0 when off), such requests pending now, polling spells begun for them,
+   *  (WorkerOptions.deviceSpinUs; 0 when off), such requests pending now, polling spells begun for them,
    *  and spells that reached the limit with transfers still in flight (the worker then sleeps on
    *  its fd). */
   deviceSpinLimitUs: number; deviceInFlight: number; deviceSpins: number; deviceSpinLimits: number;

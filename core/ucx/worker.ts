@@ -14,6 +14,11 @@ export interface WorkerOptions {
   busyPollUs?: number | 'adaptive';
   /** Period of the watchdog timer that progresses even without an event (missed wake-ups). */
   watchdogMs?: number;
+  /** While a transfer in device memory is in flight, keep progressing for up to this many
+   *  microseconds after the last one began instead of sleeping on the event fd (0: never; at most
+   *  10 s). Default GDRPC_DEVICE_SPIN_US from the environment, else 5000; busyPollUs 0 turns it
+   *  off too (docs/binding.md "Polling while a transfer in device memory is in flight"). */
+  deviceSpinUs?: number;
 }
 /** What UCX says about the protocol of one operation (ucp_request_query's info string), when asked
  *  for with `describe` (docs/binding.md "Protocol reports"). */
@@ -47,6 +52,22 @@ interface Child { close(options?: { force?: boolean }): unknown }
 
 const MAX_REQUEST_ID = 0x7fffffff;  // ids above are the addon's own
 
+/** The longest polling for device transfers a worker may be given (µs). */
+const MAX_DEVICE_SPIN_US = 10_000_000;
+/** Polling for device transfers when neither the option nor GDRPC_DEVICE_SPIN_US says (µs). */
+const DEFAULT_DEVICE_SPIN_US = 5000;
+
+/** GDRPC_DEVICE_SPIN_US, checked: a typo there fails the worker with a message naming it, rather
+ *  than leaving a bound nobody asked for. */
+function deviceSpinFromEnvironment(): number {
+  const text = process.env.GDRPC_DEVICE_SPIN_US;
+  if (text === undefined || text.trim() === '') return DEFAULT_DEVICE_SPIN_US;
+  if (!/^\d+$/.test(text.trim()) || Number(text) > MAX_DEVICE_SPIN_US) {
+    throw new GdrpcError(Code.INVALID_ARGUMENT, `GDRPC_DEVICE_SPIN_US must be an integer number of microseconds from 0 to ${MAX_DEVICE_SPIN_US}, got ${JSON.stringify(text)}`, { details: { option: 'GDRPC_DEVICE_SPIN_US' } });
+  }
+  return Number(text);
+}
+
 /** A UCP worker driven by the Node event loop (event fd + watchdog timer). */
 export class Worker {
   readonly context: Context;
@@ -67,8 +88,10 @@ export class Worker {
     const watchdogMs = checkSize(options.watchdogMs ?? 100, 'options.watchdogMs');
     if (busyPollUs > 10_000_000) throw invalid('options.busyPollUs must be at most 10 s');
     if (watchdogMs > 0xffffffff) throw invalid('options.watchdogMs is too large');
+    const deviceSpinUs = options.deviceSpinUs === undefined ? deviceSpinFromEnvironment() : checkSize(options.deviceSpinUs, 'options.deviceSpinUs');
+    if (deviceSpinUs > MAX_DEVICE_SPIN_US) throw invalid('options.deviceSpinUs must be at most 10 s');
     const nativeContext = Context.nativeOf(context);
-    return new Worker(context, new (native().Worker)(nativeContext, busyPollUs, watchdogMs));
+    return new Worker(context, new (native().Worker)(nativeContext, busyPollUs, watchdogMs, deviceSpinUs));
   }
 
   /** Posts a tag receive into `dest`. Rejects with INVALID_ARGUMENT (message says "truncated") when the

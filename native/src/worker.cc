@@ -19,7 +19,7 @@ constexpr unsigned kStuckRetryMs = 1;
 /** How long such a worker is progressed in place first, while the last such spell paid off. */
 constexpr uint64_t kStuckSpinNs = 200000;
 
-/** The longest spell either variable below may ask for. */
+/** The longest spell GDRPC_STUCK_SPIN_US may ask for. */
 constexpr unsigned long long kMaxSpinUs = 10000000;
 
 /** Microseconds from the environment variable `name`: its value when it is all digits and at most
@@ -40,8 +40,6 @@ static uint64_t SpinNsFromEnv(const char* name, uint64_t fallbackNs) {
 /** GDRPC_STUCK_SPIN_US (0 turns the spin off), else kStuckSpinNs. */
 static uint64_t StuckSpinNs() { return SpinNsFromEnv("GDRPC_STUCK_SPIN_US", kStuckSpinNs); }
 
-/** GDRPC_DEVICE_SPIN_US (0 turns it off), else DeviceWait's default. */
-static uint64_t DeviceSpinNs() { return SpinNsFromEnv("GDRPC_DEVICE_SPIN_US", DeviceWait::kDefaultLimitNs); }
 
 static uint64_t NowNs() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -61,7 +59,7 @@ Napi::Function Worker::Define(Napi::Env env) {
   });
 }
 
-// new Worker(context, busyPollUs, watchdogMs)
+// new Worker(context, busyPollUs, watchdogMs, deviceSpinUs) (checked by core/ucx/worker.ts)
 Worker::Worker(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Worker>(info) {
   Napi::Env env = info.Env();
   context_ = Context::Unwrap(info[0].As<Napi::Object>());
@@ -71,7 +69,8 @@ Worker::Worker(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Worker>(info) 
   poll_ = PollWindow(busyPollUs < 0 ? PollWindow::kAdaptive : busyPollUs * 1000);
   stuckSpinNs_ = StuckSpinNs();
   // busyPollUs 0 asks for no polling at all: none for device transfers either.
-  deviceWait_ = DeviceWait(busyPollUs == 0 ? 0 : DeviceSpinNs());
+  uint64_t deviceSpinNs = info[3].IsNumber() ? static_cast<uint64_t>(info[3].As<Napi::Number>().Int64Value()) * 1000 : DeviceWait::kDefaultLimitNs;
+  deviceWait_ = DeviceWait(busyPollUs == 0 ? 0 : deviceSpinNs);
   unsigned watchdogMs = info[2].As<Napi::Number>().Uint32Value();
 
   ucp_worker_params_t params{};

@@ -3,6 +3,7 @@
 // benchmark (npm run bench -- poll), not a test: on a loaded machine the window closes by design.
 import { afterAll, describe, expect, it } from 'vitest';
 import { Context, Worker } from '../../core/ucx/index.ts';
+import { Code, GdrpcError } from '../../core/errors.ts';
 import { NativePeer } from './fixture.ts';
 import { disposePeers } from '../support/peer.ts';
 import { connect, EXACT, TRANSPORTS } from './local.ts';
@@ -25,9 +26,9 @@ describe('polling after work', () => {
     }
   });
 
-  it('takes the device-transfer polling limit from GDRPC_DEVICE_SPIN_US when it is a number of µs up to 10 s, else 5 ms; busyPollUs 0 turns it off', async () => {
+  it('bounds the polling for device transfers by options.deviceSpinUs, else GDRPC_DEVICE_SPIN_US, else 5 ms; busyPollUs 0 turns it off; a bad value is refused', async () => {
     const saved = process.env.GDRPC_DEVICE_SPIN_US;
-    const limitWith = async (value: string | undefined, options: { busyPollUs?: number } = {}): Promise<number> => {
+    const limitWith = async (value: string | undefined, options: Parameters<typeof Worker.create>[1] = {}): Promise<number> => {
       if (value === undefined) delete process.env.GDRPC_DEVICE_SPIN_US;
       else process.env.GDRPC_DEVICE_SPIN_US = value;
       const worker = Worker.create(context, options);
@@ -40,9 +41,18 @@ describe('polling after work', () => {
       expect(await limitWith('250')).toBe(250);
       expect(await limitWith('0')).toBe(0);
       expect(await limitWith('10000000')).toBe(10_000_000);
-      // Not a count of µs, or past 10 s (a wrapped "-1" once meant centuries of spinning): the default.
-      for (const bad of ['-1', '5ms', '1e3', ' 5', '10000001', '18446744073709551615']) expect(await limitWith(bad)).toBe(5000);
+      expect(await limitWith('250', { deviceSpinUs: 40 })).toBe(40);
       expect(await limitWith('250', { busyPollUs: 0 })).toBe(0);
+      // Not a count of µs, or past 10 s (read by the addon itself, "-1" once meant centuries of spinning).
+      for (const bad of ['-1', '5ms', '1e3', '10000001', '18446744073709551615']) {
+        const error = await limitWith(bad).then(() => undefined, (e: unknown) => e);
+        expect(error).toBeInstanceOf(GdrpcError);
+        expect((error as GdrpcError).code).toBe(Code.INVALID_ARGUMENT);
+        expect((error as GdrpcError).message).toContain(`GDRPC_DEVICE_SPIN_US must be an integer number of microseconds from 0 to 10000000, got ${JSON.stringify(bad)}`);
+      }
+      for (const bad of [-1, 1.5, 10_000_001, '5' as unknown as number]) {
+        expect(() => Worker.create(context, { deviceSpinUs: bad })).toThrow(/options.deviceSpinUs/);
+      }
     } finally {
       if (saved === undefined) delete process.env.GDRPC_DEVICE_SPIN_US;
       else process.env.GDRPC_DEVICE_SPIN_US = saved;
