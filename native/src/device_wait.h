@@ -20,15 +20,15 @@ class DeviceWait {
   /** `limitNs` 0: never poll for device transfers. */
   explicit DeviceWait(uint64_t limitNs = 0) : limitNs_(limitNs) {}
 
-  /** A device transfer began at `nowNs`; `inFlight` are under way now. */
-  void Began(uint64_t nowNs, unsigned inFlight) {
-    inFlight_ = inFlight;
+  /** A device transfer began at `nowNs`. */
+  void Began(uint64_t nowNs) {
+    inFlight_++;
     beganNs_ = nowNs;
   }
 
-  /** A device transfer ended; `inFlight` are still under way. An end does not renew the limit:
-   *  the transfers left may be ones that never end. */
-  void Ended(unsigned inFlight) { inFlight_ = inFlight; }
+  /** A device transfer ended. An end does not renew the limit: the transfers left may be ones
+   *  that never end. */
+  void Ended() { inFlight_--; }
 
   /** Whether to keep polling on the next loop turn at `nowNs`. */
   bool Spin(uint64_t nowNs) {
@@ -40,7 +40,7 @@ class DeviceWait {
   }
 
   uint64_t limitNs() const { return limitNs_; }
-  unsigned inFlight() const { return inFlight_; }
+  unsigned inFlight() const { return inFlight_; }  // device transfers under way
   uint64_t spells() const { return spells_; }    // polling spells begun for device transfers
   uint64_t limited() const { return limited_; }  // spells that ended at the limit, transfers still in flight
 

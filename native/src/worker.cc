@@ -40,7 +40,6 @@ static uint64_t SpinNsFromEnv(const char* name, uint64_t fallbackNs) {
 /** GDRPC_STUCK_SPIN_US (0 turns the spin off), else kStuckSpinNs. */
 static uint64_t StuckSpinNs() { return SpinNsFromEnv("GDRPC_STUCK_SPIN_US", kStuckSpinNs); }
 
-
 static uint64_t NowNs() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
       std::chrono::steady_clock::now().time_since_epoch()).count());
@@ -110,7 +109,7 @@ void Worker::CheckOpen(Napi::Env env) const {
 void Worker::AddRequest(Request* request) {
   if (request->id == 0) request->id = internalId_--;
   requests_[request->id] = request;
-  if (request->device) deviceWait_.Began(NowNs(), ++deviceInFlight_);
+  if (request->device) deviceWait_.Began(NowNs());
   UpdateRef();
 }
 
@@ -118,7 +117,7 @@ void Worker::RemoveRequest(Request* request) {
   auto it = requests_.find(request->id);
   if (it != requests_.end() && it->second == request) {
     requests_.erase(it);
-    if (request->device) deviceWait_.Ended(--deviceInFlight_);
+    if (request->device) deviceWait_.Ended();
   }
   UpdateRef();
 }

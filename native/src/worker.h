@@ -93,7 +93,6 @@ class Worker : public Napi::ObjectWrap<Worker> {
   size_t maxInfoString_ = 0;
   PollWindow poll_{0};            // how long to keep polling after work (busyPollUs; poll_window.h)
   DeviceWait deviceWait_;         // polling while device transfers are in flight (device_wait.h)
-  unsigned deviceInFlight_ = 0;   // pending requests whose memory is on a device
   uint64_t activeWakes_ = 0;      // wake-up passes that found work (see activity())
   unsigned stuckBusy_ = 0;        // consecutive arms that said BUSY with nothing progressed
   uint64_t stuckSinceNs_ = 0;     // when the present BUSY-with-nothing-to-do spell began (0: none)
