@@ -228,9 +228,12 @@ describe('admission and limits', () => {
     try {
       const before = (await serverStats(good)).dropped.payloads;
       const own = new ConnectionKey(raw.serverKey);
+      raw.keepAlive();
       await raw.endpoint.tagSend(dataTag(own, 4242), new Uint8Array(64)).catch(() => {});
       // Held for a frame that may still come (10 s), then dropped by the connection's own timer.
       await expect.poll(async () => (await serverStats(good)).dropped.payloads - before, { timeout: 30_000, interval: 500 }).toBe(1);
+      // The connection is still open: the timer dropped it, not a close.
+      expect(raw.endpoint.failed).toBe(false);
     } finally {
       await raw.close();
     }
@@ -245,12 +248,16 @@ describe('admission and limits', () => {
       }
     };
     try {
+      // Liveness would close a silent peer after 10 s; a slow machine can take that long to
+      // drain the first flood, and the second would then go nowhere.
+      raw.keepAlive();
       const before = (await serverStats(good)).dropped.payloads;
       await flood();
       await stillServing('flood');
       // Every one of the 40,000 is taken out of UCX's queue and dropped (none is kept).
       await expect.poll(async () => (await serverStats(good)).dropped.payloads - before, { timeout: 20_000 }).toBeGreaterThanOrEqual(40_000);
       const rssAfterFirst = (await serverStats(good)).rss;
+      expect(raw.endpoint.failed).toBe(false);
       await flood();
       await expect.poll(async () => (await serverStats(good)).dropped.payloads - before, { timeout: 20_000 }).toBeGreaterThanOrEqual(80_000);
       // 160 MiB more were sent: what the first flood made the server hold is reused, not added to.
@@ -258,6 +265,7 @@ describe('admission and limits', () => {
       console.log(`[flood] server RSS grew ${(growth / MiB).toFixed(1)} MiB over the second 160 MiB flood`);
       expect(growth).toBeLessThan(48 * MiB);
       // Unannounced payloads under its own key close the attacker once it holds too many.
+      expect(raw.endpoint.failed).toBe(false);
       const own = new ConnectionKey(raw.serverKey);
       await Promise.all(Array.from({ length: 200 }, (_, i) => raw.endpoint.tagSend(dataTag(own, 1000 + i), new Uint8Array(64)).catch(() => {})));
       expect(await raw.closedWithin(10_000)).toBe('closed');
