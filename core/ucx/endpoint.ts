@@ -72,6 +72,20 @@ export class Endpoint extends EventEmitter<{ error: [GdrpcError]; close: [] }> {
     });
   }
 
+  /** @internal tagSend for a message whose completion nobody needs to see when UCX sent it at
+   *  once (a connection's control messages): undefined then, and `src` may be reused; otherwise
+   *  the promise tagSend would return. Makes no promise for the common small message. */
+  tagSendNow(tag: bigint, src: Uint8Array): Promise<void> | undefined {
+    try {
+      this.#checkUsable();
+      checkU64(tag, 'tag');
+      const { target, offset, length } = tagTarget(src, 'src');
+      return this.#native.tagSend(tag, target, offset, length, this.worker.requestId(), undefined, false, true);
+    } catch (error) {
+      return Promise.reject(GdrpcError.from(error));
+    }
+  }
+
   /** RMA write of `src` to the peer's `remoteAddress` (inside the region `rkey` was packed from). */
   put(src: MemorySpan, remoteAddress: bigint, rkey: RemoteKey, options: { describe: true }): Promise<ProtocolReport>;
   put(src: MemorySpan, remoteAddress: bigint, rkey: RemoteKey, options?: { describe?: boolean }): Promise<void>;

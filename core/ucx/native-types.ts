@@ -15,6 +15,7 @@ export interface NativeContext {
 }
 export interface NativeWorker {
   tagRecv(target: NativeTarget, offset: number, length: number, tag: bigint, mask: bigint, id: number, completed?: () => void, describe?: boolean): Promise<NativeRecvResult>;
+  tagRecvInto(target: NativeTarget, offset: number, length: number, tag: bigint, mask: bigint, id: number, slot: Uint32Array, callback: (error?: unknown) => void): boolean;
   tagProbe(tag: bigint, mask: bigint, remove: boolean): (NativeRecvResult & { taken: number }) | null;
   tagRecvTaken(taken: number, target: NativeTarget, offset: number, length: number, id: number, completed?: () => void, describe?: boolean): Promise<NativeRecvResult>;
   progress(): boolean;
@@ -31,6 +32,8 @@ export interface NativeEndpoint {
   setHandler(handler: (kind: 'error' | 'close', value: GdrpcError | undefined) => void): void;
   /** Resolves to a report with `describe`, to undefined without. */
   tagSend(tag: bigint, target: NativeTarget, offset: number, length: number, id: number, completed?: () => void, describe?: boolean): Promise<NativeProtocolReport | void>;
+  /** `quiet`: undefined instead of a promise when the send completed inside the call. */
+  tagSend(tag: bigint, target: NativeTarget, offset: number, length: number, id: number, completed: undefined, describe: false, quiet: true): Promise<void> | undefined;
   put(target: NativeMemoryRegion, offset: number, length: number, remote: bigint, rkey: NativeRemoteKey, id: number, describe?: boolean): Promise<NativeProtocolReport | void>;
   get(target: NativeMemoryRegion, offset: number, length: number, remote: bigint, rkey: NativeRemoteKey, id: number, describe?: boolean): Promise<NativeProtocolReport | void>;
   flush(id: number): Promise<void>;

@@ -169,12 +169,33 @@ export class Worker {
     if (this.#closing) throw new GdrpcError(Code.FAILED_PRECONDITION, 'the worker is closed');
   }
 
+  /** @internal A receive into `dest` that reports through `slot` and `done` instead of a promise
+   *  (the dispatcher's control messages): true when a message was received inside the call,
+   *  `slot` then holding its sender tag (low and high words) and length (low and high words);
+   *  false while pending, `done()` once received (slot written first) or `done(error)`. A receive
+   *  cancelled with cancelRequest(id), or by close, reports nothing. Throws an immediate failure. */
+  tagRecvInto(dest: Uint8Array, tag: bigint, mask: bigint, id: number, slot: Uint32Array, done: (error?: unknown) => void): boolean {
+    this.#checkOpen();
+    return this.#native.tagRecvInto(dest, 0, dest.byteLength, tag, mask, id, slot, done);
+  }
+
+  /** @internal Cancels the native operation `id` (a receive of tagRecvInto). */
+  cancelRequest(id: number): void {
+    if (!this.closed) this.#native.cancel(id);
+  }
+
+  /** @internal The id of the next native operation (what cancel() names it by). */
+  requestId(): number {
+    const id = this.#nextId;
+    this.#nextId = id === MAX_REQUEST_ID ? 1 : id + 1;
+    return id;
+  }
+
   /** @internal Starts a native operation with a request id, wiring `signal` to cancel it. With
    *  `untilComplete` the result waits, whatever it is, for UCX to complete the request. */
   track<T>(signal: AbortSignal | undefined, start: (id: number, completed?: () => void) => Promise<T>, untilComplete = false): Promise<T> {
     if (signal?.aborted) return Promise.reject(new GdrpcError(Code.CANCELLED, 'the operation was aborted before it started'));
-    const id = this.#nextId;
-    this.#nextId = id === MAX_REQUEST_ID ? 1 : id + 1;
+    const id = this.requestId();
     let promise: Promise<T>;
     if (untilComplete) {
       let completed!: () => void;

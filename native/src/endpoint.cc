@@ -117,7 +117,8 @@ void Endpoint::Emit(Napi::Env env, const char* kind, Napi::Value value) {
   handler_.Call({Napi::String::New(env, kind), value});
 }
 
-// tagSend(tag: bigint, target, offset, length, id, completed?, describe?) -> Promise<void | {protocol, ...}>
+// tagSend(tag: bigint, target, offset, length, id, completed?, describe?, quiet?) -> Promise<void | {protocol, ...}>;
+// with `quiet`, undefined when UCX sent the message inside the call (Request::Start)
 Napi::Value Endpoint::TagSend(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   CheckUsable(env);
@@ -127,9 +128,10 @@ Napi::Value Endpoint::TagSend(const Napi::CallbackInfo& info) {
   Request* request = new Request(worker_, this, RequestKind::Send, info[4].As<Napi::Number>().Uint32Value(), env);
   request->OnCompleted(info[5]);
   request->Describe(info[6]);
+  bool quiet = info.Length() > 7 && info[7].ToBoolean().Value();
   ucp_request_param_t param{};
   request->Prepare(param, &span);
-  return request->Start(ucp_tag_send_nbx(ep_, span.address, span.length, tag, &param), "tag send");
+  return request->Start(ucp_tag_send_nbx(ep_, span.address, span.length, tag, &param), "tag send", quiet);
 }
 
 // put/get(region, offset, length, remoteAddress: bigint, rkey, id, describe?) -> Promise<void | {protocol, ...}>

@@ -57,13 +57,13 @@ static void OnRecvDone(void* request, ucs_status_t status, const ucp_tag_recv_in
 }
 
 Request::Request(Worker* worker, Endpoint* endpoint, RequestKind kind, uint32_t id, Napi::Env env)
-    : worker(worker), endpoint(endpoint), kind(kind), id(id), deferred(Napi::Promise::Deferred::New(env)) {
+    : worker(worker), endpoint(endpoint), kind(kind), id(id), env(env) {
   State::Of(env)->counters.requests++;
 }
 
 Request::~Request() {
   if (region != nullptr) region->Release();
-  State::Of(deferred.Env())->counters.requests--;
+  State::Of(env)->counters.requests--;
 }
 
 void Request::Prepare(ucp_request_param_t& param, const Span* span) {
@@ -93,10 +93,41 @@ void Request::Prepare(ucp_request_param_t& param, const Span* span) {
   holder = Napi::Persistent(span->holder);
 }
 
-Napi::Value Request::Start(ucs_status_ptr_t result, const char* name) {
+Napi::Value Request::Start(ucs_status_ptr_t result, const char* name, bool quiet) {
   what = name;
-  Napi::Env env = deferred.Env();
-  Napi::Promise promise = deferred.Promise();
+  if (quiet && result == nullptr) {
+    // Completed inside the call: settled, nothing to resolve.
+    settled = true;
+    Finish(env);
+    return env.Undefined();
+  }
+  if (!report.IsEmpty()) {
+    // ReportInto: true when done inside the call (slot written), false while pending; an
+    // immediate failure is thrown.
+    if (result == nullptr) {
+      status = UCS_OK;
+      WriteSlot();
+      settled = true;
+      report.Reset();
+      Finish(env);
+      return Napi::Boolean::New(env, true);
+    }
+    if (UCS_PTR_IS_ERR(result)) {
+      status = UCS_PTR_STATUS(result);
+      Napi::Value error = Failure(env);
+      settled = true;
+      report.Reset();
+      Finish(env);
+      throw Napi::Error(env, error);
+    }
+    ucxRequest = result;
+    pending = true;
+    worker->AddRequest(this);
+    worker->Kick();
+    return Napi::Boolean::New(env, false);
+  }
+  deferred.emplace(Napi::Promise::Deferred::New(env));
+  Napi::Promise promise = deferred->Promise();
   if (result == nullptr || UCS_PTR_IS_ERR(result)) {
     status = result == nullptr ? UCS_OK : UCS_PTR_STATUS(result);
     Finish(env);
@@ -114,14 +145,53 @@ Napi::Value Request::Start(ucs_status_ptr_t result, const char* name) {
 void Request::Detach(Napi::Env env, const char* code, const std::string& message, ucs_status_t cause) {
   if (settled) return;
   settled = true;
-  if (!State::Of(env)->JsAllowed()) return;
-  deferred.Reject(MakeError(env, code, message, StatusName(cause)).Value());
+  report.Reset();  // ReportInto: a cancelled receive tells nobody
+  if (!State::Of(env)->JsAllowed() || !deferred) return;
+  deferred->Reject(MakeError(env, code, message, StatusName(cause)).Value());
+}
+
+void Request::ReportInto(Napi::Uint32Array target, Napi::Function callback) {
+  slot = target.Data();
+  slotHolder = Napi::Persistent(static_cast<Napi::Value>(target));
+  report = Napi::Persistent(callback);
+}
+
+void Request::WriteSlot() const {
+  uint64_t tag = recvInfo.sender_tag;
+  uint64_t length = recvInfo.length;
+  slot[0] = static_cast<uint32_t>(tag);
+  slot[1] = static_cast<uint32_t>(tag >> 32);
+  slot[2] = static_cast<uint32_t>(length);
+  slot[3] = static_cast<uint32_t>(length >> 32);
+}
+
+Napi::Value Request::Failure(Napi::Env env) const {
+  std::string name = std::string(what);
+  if (!pending && kind == RequestKind::Send) {
+    // UCX refused the send outright (the endpoint had already failed): nothing left this process,
+    // which lets a caller retry safely.
+    Napi::Error error = StatusError(env, status, name);
+    Napi::Object details = Napi::Object::New(env);
+    details.Set("unsent", true);
+    error.Value().Set("details", details);
+    return error.Value();
+  }
+  if (endpoint != nullptr && endpoint->failed()) {
+    return MakeError(env, "UNAVAILABLE", name + ": endpoint to " + endpoint->peer() + " failed: " +
+                     ucs_status_string(endpoint->failure()), StatusName(endpoint->failure())).Value();
+  }
+  if (status == UCS_ERR_MESSAGE_TRUNCATED) {
+    return MakeError(env, "INVALID_ARGUMENT", name + ": message truncated (the receive buffer is smaller "
+                     "than the message)", StatusName(status)).Value();
+  }
+  if (status == UCS_ERR_CANCELED) return MakeError(env, "CANCELLED", name + ": cancelled", StatusName(status)).Value();
+  return StatusError(env, status, name).Value();
 }
 
 void Request::Settle(Napi::Env env) {
   if (settled) return;
   settled = true;
-  if (!State::Of(env)->JsAllowed()) return;
+  if (!State::Of(env)->JsAllowed() || !deferred) return;
   if (status == UCS_OK || kind == RequestKind::Close) {  // a forced close reports the failure it ended
     Napi::Object result = Napi::Object::New(env);
     if (kind == RequestKind::Recv) {
@@ -134,30 +204,11 @@ void Request::Settle(Napi::Env env) {
       result.Set("protocol", Napi::String::New(env, finalProtocol.empty() ? protocol : finalProtocol));
       result.Set("initialProtocol", Napi::String::New(env, protocol));
     }
-    if (kind == RequestKind::Recv || describe) deferred.Resolve(result);
-    else deferred.Resolve(env.Undefined());
+    if (kind == RequestKind::Recv || describe) deferred->Resolve(result);
+    else deferred->Resolve(env.Undefined());
     return;
   }
-  std::string name = std::string(what);
-  if (!pending && kind == RequestKind::Send) {
-    // UCX refused the send outright (the endpoint had already failed): nothing left this process,
-    // which lets a caller retry safely.
-    Napi::Error error = StatusError(env, status, name);
-    Napi::Object details = Napi::Object::New(env);
-    details.Set("unsent", true);
-    error.Value().Set("details", details);
-    deferred.Reject(error.Value());
-  } else if (endpoint != nullptr && endpoint->failed()) {
-    deferred.Reject(MakeError(env, "UNAVAILABLE", name + ": endpoint to " + endpoint->peer() + " failed: " +
-                              ucs_status_string(endpoint->failure()), StatusName(endpoint->failure())).Value());
-  } else if (status == UCS_ERR_MESSAGE_TRUNCATED) {
-    deferred.Reject(MakeError(env, "INVALID_ARGUMENT", name + ": message truncated (the receive buffer is smaller "
-                              "than the message)", StatusName(status)).Value());
-  } else if (status == UCS_ERR_CANCELED) {
-    deferred.Reject(MakeError(env, "CANCELLED", name + ": cancelled", StatusName(status)).Value());
-  } else {
-    deferred.Reject(StatusError(env, status, name).Value());
-  }
+  deferred->Reject(Failure(env));
 }
 
 void Request::OnCompleted(Napi::Value callback) {
@@ -177,6 +228,18 @@ std::string Request::QueryProtocol() const {
 
 void Request::Finish(Napi::Env env, bool keep) {
   if (describe && ucxRequest != nullptr && status != UCS_INPROGRESS) finalProtocol = QueryProtocol();
+  // ReportInto: the outcome is worked out now and told once this request is gone (the callback
+  // may post the next receive, or close the worker).
+  Napi::FunctionReference told;
+  Napi::Value failure;
+  if (!report.IsEmpty() && !settled) {
+    told = std::move(report);
+    settled = true;
+    if (status == UCS_OK) WriteSlot();
+    else if (status != UCS_ERR_CANCELED && State::Of(env)->JsAllowed()) failure = Failure(env);
+    else told.Reset();
+  }
+  report.Reset();
   Settle(env);
   if (ucxRequest != nullptr) ucp_request_free(ucxRequest);
   if (pending) worker->RemoveRequest(this);
@@ -188,6 +251,10 @@ void Request::Finish(Napi::Env env, bool keep) {
   // The 'close' event runs JS, which may throw: only once this request is gone.
   if (closed != nullptr) closed->OnClosed(env);
   if (!done.IsEmpty() && State::Of(env)->JsAllowed()) done.Call({});
+  if (!told.IsEmpty() && State::Of(env)->JsAllowed()) {
+    if (failure.IsEmpty()) told.Call({});
+    else told.Call({failure});
+  }
 }
 
 }  // namespace gdrpc

@@ -5,6 +5,7 @@
 #include <napi.h>
 #include <ucp/api/ucp.h>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace gdrpc {
@@ -34,8 +35,15 @@ struct Request {
 
   /** Adds the UCX callback + user data + memory fields for `span` to `param`. */
   void Prepare(ucp_request_param_t& param, const Span* span);
-  /** Handles the return value of a *_nbx call: settles now, fails now, or registers as pending. */
-  Napi::Value Start(ucs_status_ptr_t result, const char* what);
+  /** Handles the return value of a *_nbx call: settles now, fails now, or registers as pending.
+   *  Returns the JS promise; with `quiet`, undefined instead when UCX completed the operation
+   *  inside the call (no promise is made: nothing is left to wait for). */
+  Napi::Value Start(ucs_status_ptr_t result, const char* what, bool quiet = false);
+  /** Makes the request report through `slot` and `callback` instead of a promise (tagRecvInto):
+   *  on success the sender tag and length are written to `slot` (uint32 words: tag low, tag high,
+   *  length low, length high), then `callback()`; on failure `callback(error)`. A cancelled or
+   *  detached request calls nothing. */
+  void ReportInto(Napi::Uint32Array slot, Napi::Function callback);
   /** Rejects the JS promise now (if not yet settled); the native request stays until UCX completes it. */
   void Detach(Napi::Env env, const char* code, const std::string& message, ucs_status_t status);
   /** Called by the worker when it drains the queue: settle JS, free the UCX request, delete,
@@ -56,9 +64,14 @@ struct Request {
   RequestKind kind;
   uint32_t id;
   const char* what = "";
-  Napi::Promise::Deferred deferred;
+  Napi::Env env;
+  /** Made by Start, unless a quiet operation completed inside its *_nbx call. */
+  std::optional<Napi::Promise::Deferred> deferred;
   Napi::Reference<Napi::Value> holder;             // keeps the JS memory alive until completion
   Napi::FunctionReference completed;               // called once UCX has completed the request
+  uint32_t* slot = nullptr;                        // ReportInto: where the outcome is written ...
+  Napi::Reference<Napi::Value> slotHolder;         //   ... kept alive while the request lives
+  Napi::FunctionReference report;                  //   ... and who is told
   MemoryRegion* region = nullptr;
   void* ucxRequest = nullptr;
   ucs_status_t status = UCS_INPROGRESS;
@@ -72,6 +85,9 @@ struct Request {
 
  private:
   void Settle(Napi::Env env);
+  /** The JS error for a failed request (status not UCS_OK). */
+  Napi::Value Failure(Napi::Env env) const;
+  void WriteSlot() const;
   /** UCX's description of the protocol this request runs (ucp_request_query INFO_STRING). */
   std::string QueryProtocol() const;
 };

@@ -48,6 +48,7 @@ static uint64_t NowNs() {
 Napi::Function Worker::Define(Napi::Env env) {
   return DefineClass(env, "Worker", {
     InstanceMethod<&Worker::TagRecv>("tagRecv"),
+    InstanceMethod<&Worker::TagRecvInto>("tagRecvInto"),
     InstanceMethod<&Worker::TagProbe>("tagProbe"),
     InstanceMethod<&Worker::TagRecvTaken>("tagRecvTaken"),
     InstanceMethod<&Worker::Progress>("progress"),

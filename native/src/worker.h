@@ -65,6 +65,7 @@ class Worker : public Napi::ObjectWrap<Worker> {
 
  private:
   Napi::Value TagRecv(const Napi::CallbackInfo& info);
+  Napi::Value TagRecvInto(const Napi::CallbackInfo& info);
   Napi::Value TagProbe(const Napi::CallbackInfo& info);
   Napi::Value TagRecvTaken(const Napi::CallbackInfo& info);
   Napi::Value Progress(const Napi::CallbackInfo& info);

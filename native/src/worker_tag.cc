@@ -24,6 +24,31 @@ Napi::Value Worker::TagRecv(const Napi::CallbackInfo& info) {
   return request->Start(ucp_tag_recv_nbx(worker_, span.address, span.length, tag, mask, &param), "tag receive");
 }
 
+// tagRecvInto(target, offset, length, tag: bigint, mask: bigint, id, slot: Uint32Array(4), callback)
+// -> boolean: a receive that makes no promise and no object (the dispatcher's control messages).
+// True when a message was received inside the call, its sender tag and length in `slot`; false
+// while pending: `callback()` once received (slot written first), `callback(error)` if it failed.
+// A cancelled receive calls nothing. An immediate failure is thrown.
+Napi::Value Worker::TagRecvInto(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  CheckOpen(env);
+  Span span = ResolveSpan(env, info[0], info[1], info[2]);
+  bool lossless = true;
+  uint64_t tag = info[3].As<Napi::BigInt>().Uint64Value(&lossless);
+  uint64_t mask = info[4].As<Napi::BigInt>().Uint64Value(&lossless);
+  uint32_t id = info[5].As<Napi::Number>().Uint32Value();
+  if (!info[6].IsTypedArray() || info[6].As<Napi::TypedArray>().TypedArrayType() != napi_uint32_array ||
+      info[6].As<Napi::TypedArray>().ElementLength() < 4) {
+    Throw(env, "INVALID_ARGUMENT", "slot must be a Uint32Array of at least 4 words");
+  }
+  if (!info[7].IsFunction()) Throw(env, "INVALID_ARGUMENT", "callback must be a function");
+  Request* request = new Request(this, nullptr, RequestKind::Recv, id, env);
+  request->ReportInto(info[6].As<Napi::Uint32Array>(), info[7].As<Napi::Function>());
+  ucp_request_param_t param{};
+  request->Prepare(param, &span);
+  return request->Start(ucp_tag_recv_nbx(worker_, span.address, span.length, tag, mask, &param), "tag receive");
+}
+
 // tagProbe(tag, mask, remove) -> {senderTag, length, taken?} | null. With `remove` the message
 // leaves UCX's unexpected queue and is held here under the id `taken` until tagRecvTaken.
 Napi::Value Worker::TagProbe(const Napi::CallbackInfo& info) {

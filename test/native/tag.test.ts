@@ -2,6 +2,7 @@
 // rendezvous thresholds, contents verified; mask matching; truncation.
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { GdrpcError } from '../../core/errors.ts';
+import { nativeStats } from '../../core/index.ts';
 import type { TakenMessage } from '../../core/ucx/index.ts';
 import { NativePeer } from './fixture.ts';
 import { disposePeers } from '../support/peer.ts';
@@ -94,6 +95,75 @@ describe.each(Object.keys(TRANSPORTS) as TransportName[])('tag send/recv over %s
     expect(rest.senderTag).toBe(String(0x1234_0000_0007n));
     expect(rest.length).toBe(16);
     await ep.close();
+  });
+
+  it('tagSendNow: undefined for a message UCX sent inside the call, a promise for a rendezvous, a rejection for a closed endpoint', async () => {
+    await using peer = await NativePeer.start(config);
+    const ep = await connect(local.worker, peer.port);
+    const before = nativeStats().requests;
+    for (const [size, seed] of [[64, 5], [1 << 20, 6]] as const) {
+      const tag = 0x7000n + BigInt(size);
+      const received = peer.call<{ senderTag: string; length: number; digest: string }>('recv', { tag: String(tag), mask: String(EXACT), size });
+      await peer.event('posted');
+      const payload = pattern(size, seed);
+      const sent = ep.tagSendNow(tag, payload);
+      // An eager message on an idle endpoint leaves at once (no promise, no request kept); a
+      // 1 MiB one waits for the peer's receive (rendezvous).
+      if (size === 64) expect(sent).toBeUndefined();
+      else expect(sent).toBeInstanceOf(Promise);
+      await sent;
+      expect(await received).toEqual({ senderTag: String(tag), length: size, digest: digest(payload) });
+    }
+    expect(nativeStats().requests).toBe(before);
+    await ep.close();
+    const refused = ep.tagSendNow(0x7100n, pattern(8, 1));
+    expect(refused).toBeInstanceOf(Promise);
+    await expect(refused).rejects.toMatchObject({ code: 'FAILED_PRECONDITION' });
+  });
+
+  it('tagRecvInto: a queued message is received inside the call, a later one through the callback, its tag and length in the slot; truncation, cancel and a bad slot', async () => {
+    await using peer = await NativePeer.start(config);
+    await connect(local.worker, peer.port);
+    const worker = local.worker;
+    const before = nativeStats().requests;
+    const slot = new Uint32Array(4);
+    const buffer = Buffer.alloc(4096);
+    const told: unknown[] = [];
+    const done = (error?: unknown): void => { told.push(error ?? 'received'); };
+    const words = (tag: bigint, length: number): number[] => [Number(tag & 0xffff_ffffn), Number(tag >> 32n), length, 0];
+    const base = 0x8800_0000_1234_0000n;
+    // Already in UCX's queue: done inside the call, nothing told.
+    await peer.call('send', { tag: String(base + 1n), size: 100, seed: 3 });
+    await expect.poll(() => worker.tagProbe(base + 1n, EXACT) !== null, { timeout: 10_000 }).toBe(true);
+    expect(worker.tagRecvInto(buffer, base + 1n, EXACT, worker.requestId(), slot, done)).toBe(true);
+    expect([...slot]).toEqual(words(base + 1n, 100));
+    expect(digest(buffer.subarray(0, 100))).toBe(digest(pattern(100, 3)));
+    // Pending, then told once it arrived (the slot written first).
+    expect(worker.tagRecvInto(buffer, base + 2n, EXACT, worker.requestId(), slot, done)).toBe(false);
+    await peer.call('send', { tag: String(base + 2n), size: 200, seed: 4 });
+    await expect.poll(() => told.length, { timeout: 10_000 }).toBe(1);
+    expect(told).toEqual(['received']);
+    expect([...slot]).toEqual(words(base + 2n, 200));
+    expect(digest(buffer.subarray(0, 200))).toBe(digest(pattern(200, 4)));
+    // Longer than the buffer, pending: told with the error.
+    expect(worker.tagRecvInto(buffer.subarray(0, 16), base + 3n, EXACT, worker.requestId(), slot, done)).toBe(false);
+    await peer.call('send', { tag: String(base + 3n), size: 64, seed: 5 });
+    await expect.poll(() => told.length, { timeout: 10_000 }).toBe(2);
+    expect(told[1]).toMatchObject({ code: 'INVALID_ARGUMENT' });
+    expect((told[1] as GdrpcError).message).toMatch(/truncated/);
+    // Longer than the buffer and already queued: thrown.
+    await peer.call('send', { tag: String(base + 5n), size: 64, seed: 6 });
+    await expect.poll(() => worker.tagProbe(base + 5n, EXACT) !== null, { timeout: 10_000 }).toBe(true);
+    expect(() => worker.tagRecvInto(buffer.subarray(0, 16), base + 5n, EXACT, worker.requestId(), slot, done)).toThrow(/truncated/);
+    expect(told).toHaveLength(2);
+    // Cancelled: nothing told, the request goes.
+    const id = worker.requestId();
+    expect(worker.tagRecvInto(buffer, base + 4n, EXACT, id, slot, done)).toBe(false);
+    worker.cancelRequest(id);
+    await expect.poll(() => nativeStats().requests, { timeout: 10_000 }).toBe(before);
+    expect(told).toHaveLength(2);
+    expect(() => worker.tagRecvInto(buffer, base, EXACT, worker.requestId(), new Uint32Array(2), done)).toThrow(/slot/);
+    expect(nativeStats().requests).toBe(before);
   });
 
   it('rejects a receive into a smaller buffer with INVALID_ARGUMENT "truncated"', async () => {

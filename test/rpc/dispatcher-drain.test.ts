@@ -1,21 +1,47 @@
-// The dispatcher's collection of tensor payloads that arrived before any receive: while a control
-// message (perhaps the frame announcing them) still waits to be read, the payloads are left in
-// UCX's queue, a bounded number of passes, so that a frame announcing many tensors is not beaten
-// by its own payloads (they would count against the limit of unannounced payloads). A fake worker
-// holds the queue, so that the order of events is the test's.
+// The dispatcher's control receive and its collection of tensor payloads that arrived before any
+// receive. Control messages are read one receive at a time, without a promise per message, and
+// routed by all 56 bits of their key. While a control message (perhaps the frame announcing them)
+// still waits to be read, payloads are left in UCX's queue, a bounded number of passes, so that a
+// frame announcing many tensors is not beaten by its own payloads (they would count against the
+// limit of unannounced payloads). A fake worker holds the queues, so that the order of events is
+// the test's.
 import { afterEach, describe, expect, it } from 'vitest';
-import { Dispatcher, type FrameSink } from '../../core/rpc/runtime/dispatcher.ts';
+import { Dispatcher, RECEIVE_SLICE_MESSAGES, type FrameSink } from '../../core/rpc/runtime/dispatcher.ts';
 import type { Worker } from '../../core/ucx/index.ts';
-import { CONTROL_BIT, dataTag, type ConnectionKey } from '../../core/wire/tag.ts';
+import { CONTROL_BIT, controlTag, dataTag, HELLO_KEY, type ConnectionKey } from '../../core/wire/tag.ts';
 
 interface Queued { senderTag: bigint; length: number }
 
-/** The part of a Worker the dispatcher uses, over a queue of unexpected messages. */
+/** The part of a Worker the dispatcher uses, over a queue of unexpected messages (`queue`, for
+ *  tagProbe) and the control messages its receive takes (`controls`). */
 class FakeWorker {
   closed = false;
   readonly queue: Queued[] = [];
-  tagRecv(_buffer: unknown, _tag: bigint, _mask: bigint, options: { signal: AbortSignal }): Promise<never> {
-    return new Promise((_, reject) => options.signal.addEventListener('abort', () => reject(new Error('stopped'))));
+  readonly controls: Array<{ tag: bigint; bytes: Uint8Array }> = [];
+  pending: { id: number; buffer: Uint8Array; slot: Uint32Array; done: (error?: unknown) => void } | undefined;
+  readonly cancelled: number[] = [];
+  #id = 0;
+  requestId(): number { return ++this.#id; }
+  tagRecvInto(buffer: Uint8Array, _tag: bigint, _mask: bigint, id: number, slot: Uint32Array, done: (error?: unknown) => void): boolean {
+    const message = this.controls.shift();
+    if (message === undefined) {
+      this.pending = { id, buffer, slot, done };
+      return false;
+    }
+    FakeWorker.#write(message, buffer, slot);
+    return true;
+  }
+  /** A message arrives for the pending receive (the binding's callback from a wake-up). */
+  arrive(tag: bigint, bytes: Uint8Array): void {
+    const pending = this.pending!;
+    this.pending = undefined;
+    FakeWorker.#write({ tag, bytes }, pending.buffer, pending.slot);
+    pending.done();
+  }
+  cancelRequest(id: number): void { this.cancelled.push(id); }
+  static #write(message: { tag: bigint; bytes: Uint8Array }, buffer: Uint8Array, slot: Uint32Array): void {
+    buffer.set(message.bytes);
+    slot.set([Number(message.tag & 0xffff_ffffn), Number(message.tag >> 32n), message.bytes.length, 0]);
   }
   tagProbe(tag: bigint, mask: bigint, options?: { remove: boolean }): (Queued & { taken?: number }) | null {
     const at = this.queue.findIndex((m) => (m.senderTag & mask) === (tag & mask));
@@ -42,6 +68,57 @@ function setUp(): { worker: FakeWorker; key: ConnectionKey; strays: bigint[] } {
   const key = dispatcher.register(sink);
   return { worker, key, strays };
 }
+
+/** A dispatcher with one registered connection whose messages are recorded. */
+function receiving(): { worker: FakeWorker; key: ConnectionKey; got: number[]; hello: number[] } {
+  const worker = new FakeWorker();
+  dispatcher = new Dispatcher(worker as unknown as Worker, 4096);
+  const got: number[] = [];
+  const hello: number[] = [];
+  const sink = (into: number[]): FrameSink => ({ onMessage: (bytes: Uint8Array) => { into.push(bytes[0]!); }, onOversized: () => {}, onStrayData: () => {} });
+  const key = dispatcher.register(sink(got));
+  void dispatcher.awaitHelloTurn(sink(hello));
+  return { worker, key, got, hello };
+}
+
+describe('Dispatcher control receive', () => {
+  it('routes by all 56 bits of the key: a guessed low word, another class byte or an unknown prefix is unattributed', async () => {
+    const { worker, key, got, hello } = receiving();
+    await Promise.resolve();
+    const wrongLow = controlTag(key.value ^ 1n);
+    const wrongClass = (0x81n << 56n) | key.value;
+    const otherPrefix = controlTag(key.value ^ (1n << 40n));
+    for (const [n, tag] of [[1, controlTag(key.value)], [2, wrongLow], [3, wrongClass], [4, otherPrefix], [5, controlTag(HELLO_KEY)]] as const) {
+      worker.arrive(tag, new Uint8Array([n]));
+    }
+    expect(got).toEqual([1]);
+    expect(hello).toEqual([5]);
+    expect(dispatcher!.stats().unattributed).toBe(3);
+  });
+
+  it('reads messages already queued without returning to the event loop, a slice at a time, in order', async () => {
+    const { worker, key, got } = receiving();
+    const count = RECEIVE_SLICE_MESSAGES + 44;
+    // Queued in UCX behind the one the pending receive gets: each completes inside its call.
+    worker.controls.push(...Array.from({ length: count }, (_, i) => ({ tag: controlTag(key.value), bytes: new Uint8Array([i % 200]) })));
+    worker.arrive(controlTag(key.value), new Uint8Array([255]));
+    const inOneGo = got.length;
+    // One slice at most (fewer if it ran past its few milliseconds), never the whole queue.
+    expect(inOneGo).toBeGreaterThan(0);
+    expect(inOneGo).toBeLessThanOrEqual(RECEIVE_SLICE_MESSAGES);
+    await expect.poll(() => got.length).toBe(count + 1);
+    expect(got).toEqual([255, ...Array.from({ length: count }, (_, i) => i % 200)]);
+    // And a receive is posted again once the queue is empty.
+    expect(worker.pending).toBeDefined();
+  });
+
+  it('stop cancels the pending receive', () => {
+    const { worker } = receiving();
+    const id = worker.pending!.id;
+    dispatcher!.stop();
+    expect(worker.cancelled).toEqual([id]);
+  });
+});
 
 describe('Dispatcher.drainPayloads', () => {
   it('takes payloads at once when no control message waits', () => {

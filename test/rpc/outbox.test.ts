@@ -1,11 +1,11 @@
 // A connection's outbox (core/rpc/connection/outbox.ts) against a link that records the messages
 // it is handed: how the frames of a turn are cut into messages, frames sent soon, and a close.
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { BATCH_FRAMES, Outbox, SOON_MS, type OutboxLink } from '../../core/rpc/connection/outbox.ts';
+import { BATCH_FRAMES, Outbox, PostedFrame, SOON_MS, type FrameDone, type OutboxLink } from '../../core/rpc/connection/outbox.ts';
 import { FRAME_HEADER, unpackMessage } from '../../core/wire/message.ts';
 
 /** An outbox whose messages are kept as lists of [kind, call] (and whose link can fail or close). */
-function recording(options: { maxFrame?: number; fail?: boolean; throws?: boolean } = {}): { outbox: Outbox; messages: Array<Array<[number, number]>>; closeLink(): void } {
+function recording(options: { maxFrame?: number; fail?: boolean; throws?: boolean; inline?: boolean } = {}): { outbox: Outbox; messages: Array<Array<[number, number]>>; closeLink(): void } {
   const messages: Array<Array<[number, number]>> = [];
   let refusal: unknown;
   const link: OutboxLink = {
@@ -14,6 +14,7 @@ function recording(options: { maxFrame?: number; fail?: boolean; throws?: boolea
     deliver: (message) => {
       if (options.throws === true) throw new Error('link threw');
       messages.push(unpackMessage(message).map((f) => [f.kind, f.call]));
+      if (options.inline === true) return undefined;
       return options.fail === true ? Promise.reject(new Error('link failed')) : Promise.resolve();
     },
   };
@@ -93,6 +94,47 @@ describe('outbox', () => {
     const { outbox } = recording(options);
     const results = await Promise.allSettled(Array.from({ length: BATCH_FRAMES + 2 }, (_, i) => outbox.send(4, i + 1, body(2))));
     expect(results.every((r) => r.status === 'rejected')).toBe(true);
+  });
+
+  it('a posted frame is told sent when its message left at once (no promise), in the flush that sent it', async () => {
+    const { outbox, messages } = recording({ inline: true });
+    const told: string[] = [];
+    const done = (call: number): FrameDone => ({ sent: () => told.push(`sent ${call}`), failed: () => told.push(`failed ${call}`) });
+    outbox.post(4, 1, body(2), done(1));
+    expect(told).toEqual([]);
+    await microtasks();
+    expect(told).toEqual(['sent 1']);
+    // The frame that fills a message sends it at once, within post.
+    for (let call = 2; call <= BATCH_FRAMES + 1; call += 1) outbox.post(4, call, body(2), done(call));
+    expect(told).toHaveLength(1 + BATCH_FRAMES);
+    expect(messages.map((m) => m.length)).toEqual([1, BATCH_FRAMES]);
+  });
+
+  it.each([['rejects', { fail: true }], ['throws', { throws: true }], ['is closed', { close: true }]] as const)('a posted frame is told failed when its link %s', async (_, options) => {
+    const { outbox, closeLink } = recording({ fail: 'fail' in options, throws: 'throws' in options });
+    const told: unknown[] = [];
+    outbox.post(4, 1, body(2), { sent: () => told.push('sent'), failed: (error) => told.push(error) });
+    if ('close' in options) closeLink();
+    await microtasks();
+    expect(told).toHaveLength(1);
+    expect(told[0]).toBeInstanceOf(Error);
+  });
+
+  it("PostedFrame: failure() waits for the frame's fate, and onFailed runs once, after", async () => {
+    const failures: unknown[] = [];
+    const left = new PostedFrame((error) => failures.push(error));
+    const asked = left.failure();
+    left.sent();
+    left.failed(new Error('too late'));
+    expect(await asked).toBeUndefined();
+    const lost = new PostedFrame((error) => failures.push(error));
+    const waiting = lost.failure();
+    const error = new Error('closed');
+    lost.failed(error);
+    expect(failures).toEqual([]);
+    expect(await waiting).toBe(error);
+    expect(await lost.failure()).toBe(error);
+    expect(failures).toEqual([error]);
   });
 
   it('flushSoon sends the frames waiting for company at once and keeps the turn\'s others queued; close drops the waiting ones', async () => {

@@ -6,11 +6,12 @@ import { FrameKind, type FrameBody } from '../../wire/frames.ts';
 import type { CallOptions } from '../call/options.ts';
 import type { TransferInfo } from '../movers/mover.ts';
 import type { ClientSession } from './client-session.ts';
+import type { PostedFrame } from '../connection/outbox.ts';
 
 type RequestBody = FrameBody<FrameKind.Request>;
 
 /** A frame handed to the connection: its transfers, and the frame's own send. */
-export interface Sent { transfers: TransferInfo[]; frame: Promise<void> }
+export interface Sent { transfers: TransferInfo[]; frame: Promise<void> | PostedFrame }
 
 /** Whether a failed call certainly never reached the server: the error says so, or the
  *  connection was lost and its REQUEST never left (its send was refused, not attempted). */
@@ -18,7 +19,8 @@ export async function neverSent(error: unknown, sent: Sent | undefined): Promise
   if (!(error instanceof GdrpcError)) return false;
   if (error.details?.unprocessed === true) return true;
   if (error.code !== Code.UNAVAILABLE || sent === undefined) return false;
-  return sent.frame.then(() => false, (sendError: unknown) => sendError instanceof GdrpcError && sendError.details?.unprocessed === true);
+  const failure = sent.frame instanceof Promise ? await sent.frame.then(() => undefined, (sendError: unknown) => sendError) : await sent.frame.failure();
+  return failure instanceof GdrpcError && failure.details?.unprocessed === true;
 }
 
 /** Stops tracking a call, gives back what it exposed, and tells the server (CANCEL). */

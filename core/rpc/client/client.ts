@@ -9,6 +9,7 @@ import { attachCallInfo, type CallInfo } from '../movers/call-info.ts';
 import { checkCall, isIterable } from '../call/call-checks.ts';
 import { ClientSession, type FinalFrame } from './client-session.ts';
 import { cancel, neverSent, protocolError, putPolicy, type Sent } from './call-frames.ts';
+import { PostedFrame } from '../connection/outbox.ts';
 import { absoluteDeadline, CallScope } from '../call/deadline.ts';
 import type { MethodDescriptor, Placement } from '../../schema/descriptor.ts';
 import { connectAndAdmit } from '../connection/handshake.ts';
@@ -306,19 +307,21 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
     }
     if (scope.aborted) out.discard();
     scope.throwIfAborted();
+    // A frame without tensor bytes is not waited for and starts nothing once it left: the answer
+    // cannot come before it left, and a failed send fails the connection, hence the call. It is
+    // posted, which makes no promise. A frame the connection refused (over the peer's frame
+    // limit, or closed) throws here and ends the call.
+    if (out.transfers.length === 0) {
+      const posted = new PostedFrame((error) => { if (session.connection.isOpen) scope.abort(GdrpcError.from(error)); });
+      if (request !== undefined) session.connection.post(FrameKind.Request, id, request, posted);
+      else session.connection.post(FrameKind.StreamItem, id, { seq, a: encoded }, posted);
+      return { transfers: out.transfers, frame: posted };
+    }
     // Once the frame is on its way the server expects the bytes it announces, abort or not.
     const frameSent = request !== undefined
       ? session.connection.send(FrameKind.Request, id, request)
       : session.connection.send(FrameKind.StreamItem, id, { seq, a: encoded });
     const sent: Sent = { transfers: out.transfers, frame: frameSent };
-    // A frame without tensor bytes is not waited for and starts nothing once it left: the answer
-    // cannot come before it left, and a failed send fails the connection, hence the call. A frame
-    // the connection refused (over the peer's frame limit) leaves it open, so that refusal ends
-    // the call here.
-    if (out.transfers.length === 0) {
-      frameSent.catch((error: unknown) => { if (session.connection.isOpen) scope.abort(GdrpcError.from(error)); });
-      return sent;
-    }
     const moving = frameSent.then(() => out.start(), (error: unknown) => { out.discard(); throw error; });
     moving.catch(() => { /* surfaced through the call's own failure */ });
     return (async () => {

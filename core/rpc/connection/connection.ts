@@ -10,7 +10,7 @@ import { ConnectionKey, controlTag, dataTag, IdSequence, transferOf } from '../.
 import type { TakenMessage } from '../../ucx/index.ts';
 import type { FrameSink } from '../runtime/dispatcher.ts';
 import { Exposures } from './exposures.ts';
-import { Outbox } from './outbox.ts';
+import { Outbox, type FrameDone } from './outbox.ts';
 import { Liveness } from './liveness.ts';
 import { TransferReports } from './reports.ts';
 import type { Runtime } from '../runtime/runtime.ts';
@@ -106,13 +106,30 @@ export class Connection implements FrameSink {
 
   /** Sends a control frame to the peer; the frames of one turn share messages (outbox.ts). */
   send<K extends FrameKind>(kind: K, call: number, body: FrameBody<K>): Promise<void> {
-    if (this.#error !== undefined) return Promise.reject(unprocessed(this.#error));
-    if (this.peerKey === undefined) return Promise.reject(new GdrpcError(Code.FAILED_PRECONDITION, `no key for ${this.peer} yet (handshake incomplete)`));
-    const bytes = encodeFrame(kind, body);
-    if (bytes.length + FRAME_HEADER > this.peerLimits.maxFrame) {
-      return Promise.reject(new GdrpcError(Code.RESOURCE_EXHAUSTED, `frame of ${bytes.length} bytes exceeds the peer's ${this.peerLimits.maxFrame}-byte frame limit`));
+    let bytes: Uint8Array;
+    try {
+      bytes = this.#encode(kind, body);
+    } catch (error) {
+      return Promise.reject(error);
     }
     return this.#outbox.send(kind, call, bytes);
+  }
+
+  /** send() without a promise: `done` is told when the frame's message was sent, or why it was
+   *  not (perhaps before post returns). Throws, sending nothing, where send() would reject at
+   *  once (connection closed, handshake incomplete, frame over the peer's limit). */
+  post<K extends FrameKind>(kind: K, call: number, body: FrameBody<K>, done: FrameDone): void {
+    this.#outbox.post(kind, call, this.#encode(kind, body), done);
+  }
+
+  #encode<K extends FrameKind>(kind: K, body: FrameBody<K>): Uint8Array {
+    if (this.#error !== undefined) throw unprocessed(this.#error);
+    if (this.peerKey === undefined) throw new GdrpcError(Code.FAILED_PRECONDITION, `no key for ${this.peer} yet (handshake incomplete)`);
+    const bytes = encodeFrame(kind, body);
+    if (bytes.length + FRAME_HEADER > this.peerLimits.maxFrame) {
+      throw new GdrpcError(Code.RESOURCE_EXHAUSTED, `frame of ${bytes.length} bytes exceeds the peer's ${this.peerLimits.maxFrame}-byte frame limit`);
+    }
+    return bytes;
   }
 
   /** Sends a frame the peer needs soon but nobody waits for (a SENT report): it joins the next
@@ -129,21 +146,33 @@ export class Connection implements FrameSink {
     maxFrame: () => this.peerLimits.maxFrame,
     refusal: () => (this.#error === undefined ? undefined : unprocessed(this.#error)),
     // Nothing is queued before the handshake gave the peer's key, and a key is never taken back.
-    deliver: (message) => this.sendRaw(controlTag(this.peerKey!.value), message),
+    deliver: (message) => this.#sendNow(controlTag(this.peerKey!.value), message),
   });
 
   /** Sends a frame whose tag and bytes the caller built (handshake, tests of malformed input). */
   sendRaw(tag: bigint, bytes: Uint8Array): Promise<void> {
+    return this.#sendNow(tag, bytes) ?? Promise.resolve();
+  }
+
+  /** Sends a message: undefined when UCX sent it at once (no promise made), else what settles
+   *  when it was sent. */
+  #sendNow(tag: bigint, bytes: Uint8Array): Promise<void> | undefined {
     this.liveness.sent();
     const slot = this.runtime.sendSlots.take(bytes);
-    const sent = this.endpoint.tagSend(tag, slot?.view ?? bytes);
+    const sent = this.endpoint.tagSendNow(tag, slot?.view ?? bytes);
+    if (sent === undefined) {
+      slot?.release();
+      return undefined;
+    }
     if (slot !== undefined) sent.then(slot.release, slot.release);
-    return sent.catch((error: unknown) => {
-      const failure = this.#error ?? GdrpcError.from(error, Code.UNAVAILABLE);
-      // Refused by UCX before anything left (binding: details.unsent): the peer never saw it.
-      throw error instanceof GdrpcError && error.details?.unsent === true ? unprocessed(failure) : failure;
-    });
+    return sent.catch(this.#sendFailed);
   }
+
+  readonly #sendFailed = (error: unknown): never => {
+    const failure = this.#error ?? GdrpcError.from(error, Code.UNAVAILABLE);
+    // Refused by UCX before anything left (binding: details.unsent): the peer never saw it.
+    throw error instanceof GdrpcError && error.details?.unsent === true ? unprocessed(failure) : failure;
+  };
 
   /** Tag of tensor bytes this side sends on this connection. */
   outgoingDataTag(transfer: number): bigint {

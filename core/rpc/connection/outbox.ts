@@ -12,7 +12,46 @@ export const BATCH_FRAMES = 16;
 /** How long a frame sent with sendSoon waits for another to share its message. */
 export const SOON_MS = 1;
 
-interface QueuedFrame extends WireFrame { resolve: () => void; reject: (error: unknown) => void }
+/** Told what became of a queued frame: handed to UCX (its message sent), or failed. */
+export interface FrameDone { sent(): void; failed(error: unknown): void }
+
+/** What became of a frame handed to Connection.post (no promise unless someone asks). */
+export class PostedFrame implements FrameDone {
+  #fate: 'pending' | 'sent' | 'failed' = 'pending';
+  #error: unknown;
+  #waiters: Array<(error: unknown) => void> | undefined;
+
+  /** `onFailed` runs in a microtask of its own when the frame fails. */
+  constructor(private readonly onFailed?: (error: unknown) => void) {}
+
+  sent(): void { this.#settle('sent', undefined); }
+
+  failed(error: unknown): void {
+    const onFailed = this.onFailed;
+    if (this.#settle('failed', error) && onFailed !== undefined) queueMicrotask(() => onFailed(error));
+  }
+
+  /** Undefined once the frame left; why it did not, once that is known (a promise is made only
+   *  here, for whoever asks). */
+  failure(): Promise<unknown> {
+    if (this.#fate !== 'pending') return Promise.resolve(this.#error);
+    return new Promise((resolve) => { (this.#waiters ??= []).push(resolve); });
+  }
+
+  /** Whether this was the frame's fate (the first one told). */
+  #settle(fate: 'sent' | 'failed', error: unknown): boolean {
+    if (this.#fate !== 'pending') return false;
+    this.#fate = fate;
+    this.#error = error;
+    for (const resolve of this.#waiters ?? []) resolve(error);
+    this.#waiters = undefined;
+    return true;
+  }
+}
+
+interface QueuedFrame extends WireFrame { done: FrameDone }
+
+const NOBODY: FrameDone = { sent() {}, failed() {} };
 
 /** What an outbox needs of its connection. */
 export interface OutboxLink {
@@ -20,8 +59,9 @@ export interface OutboxLink {
   maxFrame(): number;
   /** What queued frames fail with once the connection has closed; undefined while it is open. */
   refusal(): unknown;
-  /** Hands one packed message to UCX. */
-  deliver(message: Uint8Array): Promise<void>;
+  /** Hands one packed message to UCX: undefined when UCX sent it at once, else what settles
+   *  when it did. */
+  deliver(message: Uint8Array): Promise<void> | undefined;
 }
 
 export class Outbox {
@@ -35,25 +75,30 @@ export class Outbox {
 
   /** Queues an encoded frame; resolves once the message that carries it was sent. */
   send(kind: number, call: number, body: Uint8Array): Promise<void> {
-    return new Promise<void>((resolve, reject) => {
-      if (!this.#scheduled) {
-        this.#scheduled = true;
-        queueMicrotask(() => {
-          this.#scheduled = false;
-          // An early flush may have taken every frame: frames sent soon then keep waiting.
-          if (this.#queue.length > 0) this.#flush();
-        });
-      }
-      this.#queue.push({ kind, call, body, resolve, reject });
-      if (this.#queue.length + this.#soon.length >= BATCH_FRAMES) this.#flush();
-    });
+    return new Promise<void>((resolve, reject) => this.post(kind, call, body, { sent: resolve, failed: reject }));
+  }
+
+  /** Queues an encoded frame and tells `done` what became of it: no promise (the small call's
+   *  frames). The frame that fills a message sends it at once, so `done` may be told before
+   *  post returns. */
+  post(kind: number, call: number, body: Uint8Array, done: FrameDone): void {
+    if (!this.#scheduled) {
+      this.#scheduled = true;
+      queueMicrotask(() => {
+        this.#scheduled = false;
+        // An early flush may have taken every frame: frames sent soon then keep waiting.
+        if (this.#queue.length > 0) this.#flush();
+      });
+    }
+    this.#queue.push({ kind, call, body, done });
+    if (this.#queue.length + this.#soon.length >= BATCH_FRAMES) this.#flush();
   }
 
   /** Queues a frame the peer needs soon but nobody waits for (a SENT report): it joins the next
    *  message, or leaves on its own after SOON_MS. With calls in flight that is the next REQUEST
    *  or RESPONSE: no message and no wake-up of its own. */
   sendSoon(kind: number, call: number, body: Uint8Array): void {
-    this.#soon.push({ kind, call, body, resolve: () => {}, reject: () => {} });
+    this.#soon.push({ kind, call, body, done: NOBODY });
     this.#soonTimer ??= setTimeout(() => {
       this.#soonTimer = undefined;
       if (this.#soon.length > 0 && this.#queue.length === 0) this.#flush();
@@ -91,7 +136,7 @@ export class Outbox {
     const refusal = this.link.refusal();
     if (refusal !== undefined) {
       // Closed since these were queued: none of them was handed to UCX.
-      for (const frame of queue) frame.reject(refusal);
+      for (const frame of queue) frame.done.failed(refusal);
       return;
     }
     const maxFrame = this.link.maxFrame();
@@ -106,14 +151,16 @@ export class Outbox {
       }
       const group = queue.slice(start, end);
       start = end;
-      let sent: Promise<void>;
+      let sent: Promise<void> | undefined;
       try {
         sent = this.link.deliver(packMessage(group));
       } catch (error) {
         // A link that throws instead of rejecting fails this message's frames, not the flush.
-        sent = Promise.reject(error);
+        for (const f of group) f.done.failed(error);
+        continue;
       }
-      sent.then(() => { for (const f of group) f.resolve(); }, (error: unknown) => { for (const f of group) f.reject(error); });
+      if (sent === undefined) for (const f of group) f.done.sent();
+      else sent.then(() => { for (const f of group) f.done.sent(); }, (error: unknown) => { for (const f of group) f.done.failed(error); });
     }
   }
 }

@@ -8,7 +8,7 @@
 // on its way) and drops the rest, so nothing a peer sends is queued forever.
 import type { TakenMessage, Worker } from '../../ucx/index.ts';
 import { Code, GdrpcError } from '../../errors.ts';
-import { CONTROL_BIT, CONTROL_MASK, ConnectionKey, HELLO_KEY, controlKey, dataParts } from '../../wire/tag.ts';
+import { CONTROL_BIT, CONTROL_MASK, ConnectionKey, dataParts } from '../../wire/tag.ts';
 
 /** What a connection exposes to the dispatcher. */
 export interface FrameSink {
@@ -23,7 +23,7 @@ export interface FrameSink {
 /** How often unexpected tensor payloads are collected. */
 export const DRAIN_INTERVAL_MS = 25;
 /** Control messages read before the loop yields to timers and I/O (whichever comes first). */
-const RECEIVE_SLICE_MESSAGES = 256;
+export const RECEIVE_SLICE_MESSAGES = 256;
 const RECEIVE_SLICE_MS = 4;
 /** Most payloads taken in one drain pass, so that a flood cannot hold the event loop. */
 const DRAIN_BATCH = 4096;
@@ -34,14 +34,24 @@ const MAX_DRAIN_DEFERRALS = 8;
 export interface DispatcherStats { unattributed: number; droppedPayloads: number; connections: number }
 
 /** Routes control messages and stray payloads of one worker to its connections. */
+/** A registered connection: its sink, and its key's parts (a tag's words are compared with them). */
+interface Registered { sink: FrameSink; key: bigint; low: number }
+
 export class Dispatcher {
-  readonly #sinks = new Map<bigint, FrameSink>();
-  readonly #byPrefix = new Map<number, FrameSink>();
+  /** By key prefix, unique among this worker's keys (ConnectionKey.draw). */
+  readonly #byPrefix = new Map<number, Registered>();
   #hello: FrameSink | undefined;
   #helloQueue: Array<() => void> = [];
   #buffer: Buffer;
   #stop = new AbortController();
   #running = false;
+  /** The buffer the pending control receive was posted into, and that receive's request id. */
+  #posted: Buffer | undefined;
+  #receiveId = 0;
+  /** Where the binding writes a received message's sender tag and length (tagRecvInto). */
+  readonly #slot = new Uint32Array(4);
+  #sliceStart = 0;
+  #inSlice = 0;
   #drainTimer: NodeJS.Timeout | undefined;
   readonly #stats: DispatcherStats = { unattributed: 0, droppedPayloads: 0, connections: 0 };
   /** Drain passes in a row put off because a control message was waiting. */
@@ -60,21 +70,19 @@ export class Dispatcher {
   /** Largest control message this worker can receive. */
   get frameBytes(): number { return this.#buffer.length; }
 
-  stats(): DispatcherStats { return { ...this.#stats, connections: this.#sinks.size }; }
+  stats(): DispatcherStats { return { ...this.#stats, connections: this.#byPrefix.size }; }
 
   /** Draws a fresh connection key for `sink`; messages tagged with it go there. */
   register(sink: FrameSink): ConnectionKey {
     if (this.#stop.signal.aborted) throw new GdrpcError(Code.FAILED_PRECONDITION, 'the runtime is closing');
     const key = ConnectionKey.draw((prefix) => !this.#byPrefix.has(prefix));
-    this.#sinks.set(key.value, sink);
-    this.#byPrefix.set(key.prefix, sink);
+    this.#byPrefix.set(key.prefix, { sink, key: key.value, low: key.low });
     this.#start();
     return key;
   }
 
   unregister(key: ConnectionKey): void {
-    if (this.#sinks.get(key.value) === undefined) return;
-    this.#sinks.delete(key.value);
+    if (this.#byPrefix.get(key.prefix)?.key !== key.value) return;
     this.#byPrefix.delete(key.prefix);
   }
 
@@ -100,6 +108,10 @@ export class Dispatcher {
   /** Stops receiving (the worker is about to close). */
   stop(): void {
     this.#stop.abort();
+    // A cancelled receive reports nothing (tagRecvInto).
+    if (this.#posted !== undefined && !this.worker.closed) this.worker.cancelRequest(this.#receiveId);
+    this.#posted = undefined;
+    this.#running = false;
     if (this.#drainTimer !== undefined) clearInterval(this.#drainTimer);
     this.#drainTimer = undefined;
   }
@@ -108,43 +120,89 @@ export class Dispatcher {
     if (this.#running || this.#stop.signal.aborted) return;
     this.#running = true;
     this.#drainTimer ??= setInterval(() => this.drainPayloads(), DRAIN_INTERVAL_MS).unref();
-    void this.#loop();
+    this.#sliceStart = performance.now();
+    this.#inSlice = 0;
+    this.#receive();
   }
 
-  async #loop(): Promise<void> {
-    const signal = this.#stop.signal;
-    let sliceStart = performance.now();
-    let inSlice = 0;
-    while (!signal.aborted) {
+  // Control messages come through one posted receive at a time, without a promise or an object
+  // per message: the binding writes the sender tag and length into #slot and calls #onReceived
+  // (from the wake-up that completed it), or the receive completes inside the call when the
+  // message was already queued, and the next one is posted at once.
+
+  /** Posts the control receive, reading the messages already queued, until one is pending. */
+  #receive(): void {
+    while (!this.#stop.signal.aborted && !this.worker.closed) {
+      const buffer = this.#buffer;
+      let now: boolean;
+      this.#posted = buffer;
       try {
-        const buffer = this.#buffer;
-        const { senderTag, length } = await this.worker.tagRecv(buffer, CONTROL_BIT, CONTROL_MASK, { signal });
-        this.#route(senderTag, Buffer.from(buffer.subarray(0, length)));
+        this.#receiveId = this.worker.requestId();
+        now = this.worker.tagRecvInto(buffer, CONTROL_BIT, CONTROL_MASK, this.#receiveId, this.#slot, this.#onReceived);
       } catch (error) {
-        if (signal.aborted) break;
+        // Failed at once (a message longer than the buffer): it is gone; post again.
+        this.#posted = undefined;
         this.#onReceiveError(GdrpcError.from(error));
+        if (this.#yielded()) return;
+        continue;
       }
-      // A receive whose message is already queued completes at once, so a flood would be read in
-      // one run of microtasks and starve timers (keepalives, deadlines): yield to the event loop
-      // every few milliseconds of receiving.
-      inSlice += 1;
-      if (inSlice >= RECEIVE_SLICE_MESSAGES || performance.now() - sliceStart >= RECEIVE_SLICE_MS) {
-        await new Promise<void>((resolve) => setImmediate(resolve));
-        sliceStart = performance.now();
-        inSlice = 0;
-      }
+      if (!now) return;
+      this.#posted = undefined;
+      this.#deliver(buffer);
+      if (this.#yielded()) return;
     }
     this.#running = false;
   }
 
-  #sinkOf(tag: bigint): FrameSink | undefined {
-    const key = controlKey(tag);
-    if (key === undefined) return undefined;
-    return key === HELLO_KEY ? this.#hello : this.#sinks.get(key);
+  readonly #onReceived = (error?: unknown): void => {
+    const buffer = this.#posted;
+    this.#posted = undefined;
+    if (buffer === undefined || this.#stop.signal.aborted) return;
+    if (error === undefined) this.#deliver(buffer);
+    else this.#onReceiveError(GdrpcError.from(error));
+    if (!this.#yielded()) this.#receive();
+  };
+
+  /** Hands the message in #slot, received into `buffer`, to its connection (a private copy). */
+  #deliver(buffer: Buffer): void {
+    const slot = this.#slot;
+    try {
+      this.#route(slot[0]!, slot[1]!, Buffer.from(buffer.subarray(0, slot[2]!)));
+    } catch {
+      // A connection that throws on its message loses that message, not the receive loop.
+    }
   }
 
-  #route(tag: bigint, bytes: Uint8Array): void {
-    const sink = this.#sinkOf(tag);
+  /** Ends a slice of receiving every RECEIVE_SLICE_MESSAGES messages or RECEIVE_SLICE_MS: the next
+   *  receive is posted from setImmediate. Messages already queued are read without returning to
+   *  the event loop, so a flood would otherwise starve timers (keepalives, deadlines). */
+  #yielded(): boolean {
+    this.#inSlice += 1;
+    if (this.#inSlice < RECEIVE_SLICE_MESSAGES && performance.now() - this.#sliceStart < RECEIVE_SLICE_MS) return false;
+    setImmediate(() => {
+      this.#sliceStart = performance.now();
+      this.#inSlice = 0;
+      this.#receive();
+    });
+    return true;
+  }
+
+  /** The connection a control tag's two 32-bit words name: byte 7 is the control class, the next
+   *  three the key's prefix, the low word its secret part (all of it checked). */
+  #sinkOfWords(low: number, high: number): FrameSink | undefined {
+    if (high >>> 24 !== 0x80) return undefined;
+    const prefix = high & 0xff_ffff;
+    if (prefix === 0) return low === 0 ? this.#hello : undefined;
+    const registered = this.#byPrefix.get(prefix);
+    return registered !== undefined && registered.low === low ? registered.sink : undefined;
+  }
+
+  #sinkOf(tag: bigint): FrameSink | undefined {
+    return this.#sinkOfWords(Number(tag & 0xffff_ffffn), Number(tag >> 32n));
+  }
+
+  #route(low: number, high: number, bytes: Uint8Array): void {
+    const sink = this.#sinkOfWords(low, high);
     // A message for no live connection (gone, never was, or a guess) has nobody to answer: drop it.
     if (sink === undefined) this.#stats.unattributed += 1;
     else sink.onMessage(bytes);
@@ -182,9 +240,9 @@ export class Dispatcher {
       const message = this.worker.tagProbe(0n, CONTROL_MASK, { remove: true });
       if (message === null) return;
       const parts = dataParts(message.senderTag);
-      const sink = parts === undefined ? undefined : this.#byPrefix.get(parts.prefix);
-      if (sink === undefined) this.drop(message);
-      else sink.onStrayData(message, parts!.low);
+      const registered = parts === undefined ? undefined : this.#byPrefix.get(parts.prefix);
+      if (registered === undefined) this.drop(message);
+      else registered.sink.onStrayData(message, parts!.low);
     }
   }
 }

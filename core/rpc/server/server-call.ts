@@ -5,6 +5,7 @@ import { Code, GdrpcError } from '../../errors.ts';
 import type { PoolShare } from '../../tensor/index.ts';
 import { FrameKind, type FrameBody } from '../../wire/frames.ts';
 import type { Connection } from '../connection/connection.ts';
+import { PostedFrame } from '../connection/outbox.ts';
 import type { CallScope } from '../call/deadline.ts';
 import type { MethodDescriptor, TypeTable } from '../../schema/descriptor.ts';
 import { handlerContractError, handlerError, HandlerFailure, runHandler, type FailedCall } from './handler-failure.ts';
@@ -73,6 +74,17 @@ export interface CallEnvironment {
   dialOwner: OwnerDialer;
 }
 
+/** What a call's end waits for before its release pass: its RESPONSE frame, posted, or the
+ *  transfers of its results. */
+type Sending = Promise<void> | PostedFrame;
+const NOTHING_SENT: Promise<void> = Promise.resolve();
+
+/** Settles (never rejects) once `sending` is over. */
+function settled(sending: Sending | undefined): Promise<void> {
+  if (sending === undefined) return NOTHING_SENT;
+  return sending instanceof PostedFrame ? sending.failure().then(() => {}) : sending.then(() => {}, () => {});
+}
+
 /** A call in progress on the server. */
 export class ServerCall {
   /** Set when the client cancelled: nothing more is sent. */
@@ -92,7 +104,7 @@ export class ServerCall {
   #over = false;
   /** The response's send, once run() ended with nothing to release (no release pass will run a
    *  late afterSend hook: it waits for this itself). */
-  #sentWithNothingToRelease: Promise<void> | undefined;
+  #sentWithNothingToRelease: Sending | undefined;
 
   constructor(readonly id: number, readonly connection: Connection, readonly entry: MethodEntry, readonly scope: CallScope,
     readonly metadata: Record<string, string>, private readonly env: CallEnvironment,
@@ -107,16 +119,18 @@ export class ServerCall {
     // Registered after the call ended without anything left to release: run it once the
     // response has left (there is no release pass to run it with).
     const sent = this.#sentWithNothingToRelease;
-    if (sent !== undefined) void sent.then(() => fn(), () => fn());
+    if (sent !== undefined) void settled(sent).then(fn);
     else this.#afterSend.push(fn);
   }
 
-  /** Runs the call to its end; never rejects (failures become ERROR frames). */
-  async run(args: Row | undefined): Promise<void> {
+  /** Runs the call to its end, then calls `ended`; never rejects (failures become ERROR frames).
+   *  A unary call whose handler returns a plain object, and whose arguments and results carry
+   *  no tensor bytes, makes no promise on the way (only this function's own). */
+  async run(args: Row | undefined, ended: () => void): Promise<void> {
     const { method, handler } = this.entry;
     // One object per call, its methods on the prototype: a handler's context costs no closures.
     const ctx: CallContext = new HandlerContext(this);
-    let sent: Promise<void> = Promise.resolve();
+    let sent: Sending | undefined;
     try {
       if (method.clientStreaming) {
         this.#items = new ItemQueue<Row>(undefined, () => this.#took());
@@ -127,8 +141,13 @@ export class ServerCall {
       } else {
         const received = this.#receive(args ?? {});
         const values = received instanceof Promise ? await received : received;
-        if (method.serverStreaming) await this.#stream(runHandler(() => (handler as ServerStreamHandler)(values, ctx)));
-        else sent = (await this.#respond(await this.#settle(runHandler(() => (handler as UnaryHandler)(values, ctx))))).moving;
+        if (method.serverStreaming) {
+          await this.#stream(runHandler(() => (handler as ServerStreamHandler)(values, ctx)));
+        } else {
+          const settling = this.#settle(runHandler(() => (handler as UnaryHandler)(values, ctx)));
+          const responding = this.#respond(settling instanceof Promise ? await settling : settling);
+          sent = (responding instanceof Promise ? await responding : responding).moving;
+        }
       }
     } catch (error) {
       this.#fail(error);
@@ -139,13 +158,14 @@ export class ServerCall {
       // Argument tensors go back to the pool once nothing reads them: after the results' bytes left.
       // A call that received no tensor bytes and has no afterSend hook has nothing to wait for.
       if (this.#receiving.length > 0 || this.#afterSend.length > 0 || this.#incoming.some((incoming) => incoming.allocated.length > 0)) {
-        void Promise.allSettled([sent, ...this.#receiving]).then(() => {
+        void Promise.allSettled([settled(sent), ...this.#receiving]).then(() => {
           for (const incoming of this.#incoming) incoming.releaseAll();
           for (const fn of this.#afterSend) fn();
         });
       } else {
-        this.#sentWithNothingToRelease = sent;
+        this.#sentWithNothingToRelease = sent ?? NOTHING_SENT;
       }
+      ended();
     }
   }
 
@@ -239,17 +259,20 @@ export class ServerCall {
     return result;
   }
 
-  /** Sends RESPONSE; resolves (once the frame is out) to the promise of its transfers. */
-  async #respond(result: Row): Promise<{ moving: Promise<void> }> {
+  /** Sends RESPONSE. Without tensor bytes the frame is posted (no promise) and `moving` is the
+   *  frame; with them, resolves once the frame is out, `moving` then being its transfers. */
+  #respond(result: Row): { moving: Sending } | Promise<{ moving: Sending }> {
     this.scope.throwIfAborted();
     const out = this.#encode(FrameKind.Response, result);
-    const frameSent = this.connection.send(FrameKind.Response, this.id, { r: out.encoded });
     if (out.tensors.transfers.length === 0) {
-      frameSent.catch(() => {});
-      return { moving: frameSent.then(() => {}, () => {}) };
+      // A frame the connection refuses at once (closed, over the peer's limit) throws: the call
+      // fails with it (an ERROR frame where the connection can still carry one).
+      const posted = new PostedFrame();
+      this.connection.post(FrameKind.Response, this.id, { r: out.encoded }, posted);
+      return { moving: posted };
     }
-    await frameSent.catch((error: unknown) => { out.tensors.discard(); throw error; });
-    return { moving: this.#startTransfers(out.tensors) };
+    const frameSent = this.connection.send(FrameKind.Response, this.id, { r: out.encoded });
+    return frameSent.then(() => ({ moving: this.#startTransfers(out.tensors) }), (error: unknown) => { out.tensors.discard(); throw error; });
   }
 
   async #stream(items: AsyncIterable<Row>): Promise<void> {

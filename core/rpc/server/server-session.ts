@@ -184,7 +184,7 @@ export class ServerSession {
     const call = new ServerCall(id, this.connection, entry, callScope, body.md ?? {}, this.#env, policy);
     if (body.win !== undefined) call.openWindow(body.win);
     this.calls.set(id, call);
-    void call.run(body.a).finally(() => {
+    void call.run(body.a, () => {
       this.calls.delete(id);
       this.host.releaseCall();
     });
