@@ -112,6 +112,9 @@ export interface NativeBinding {
 /** Counters of a worker (Worker.stats()). */
 export interface WorkerStats {
   liveRequests: number; liveEndpoints: number; liveListeners: number; liveRegions: number; takenMessages: number; stuckSpins: number; stuckSleeps: number;
+  /** Progress passes scheduled for the next loop turn (an operation posted outside a wake-up's
+   *  progress loop, a wake-up out of time, a stuck transport's retry excluded). */
+  kicks: number;
   /** The polling window after work: whether it adapts, its size now, and (adaptive only) spins begun, spins that ran
    *  out with nothing found, spins cut short because the thread was preempted, spins not begun
    *  because the machine had no idle core. */

@@ -123,7 +123,7 @@ Napi::Value Request::Start(ucs_status_ptr_t result, const char* name, bool quiet
     ucxRequest = result;
     pending = true;
     worker->AddRequest(this);
-    worker->Kick();
+    worker->KickOutsideWake();
     return Napi::Boolean::New(env, false);
   }
   deferred.emplace(Napi::Promise::Deferred::New(env));
@@ -138,7 +138,7 @@ Napi::Value Request::Start(ucs_status_ptr_t result, const char* name, bool quiet
   pending = true;
   worker->AddRequest(this);
   if (endpoint != nullptr && kind != RequestKind::Close) endpoint->AddRequest(this);
-  worker->Kick();
+  worker->KickOutsideWake();
   return promise;
 }
 

@@ -209,6 +209,7 @@ void Worker::OnWake() {
     // next turn (the idle kick): a transfer UCX keeps busy must not keep timers, deadlines and
     // keepalives from running.
     const uint64_t untilNs = NowNs() + kWakeBudgetNs;
+    inWakeLoop_ = true;
     for (;;) {
       bool exhausted = false;
       bool active = ProgressUntilIdle(untilNs, &exhausted);
@@ -256,7 +257,11 @@ void Worker::OnWake() {
         break;
       }
     }
+    // JS that runs from here on (the microtasks of what was settled, as the callback scope
+    // closes) comes after the loop: what it posts is kicked.
+    inWakeLoop_ = false;
   } catch (const Napi::Error& error) {
+    inWakeLoop_ = false;
     napi_fatal_exception(env, error.Value());
   }
   driving_ = false;
@@ -328,6 +333,7 @@ Napi::Value Worker::Stats(const Napi::CallbackInfo& info) {
   stats.Set("liveListeners", static_cast<double>(listeners_.size()));
   stats.Set("takenMessages", static_cast<double>(taken_.size()));
   stats.Set("liveRegions", static_cast<double>(context_ != nullptr ? context_->regionCount() : 0));
+  stats.Set("kicks", static_cast<double>(kicks_));
   stats.Set("stuckSpins", static_cast<double>(stuckSpins_));
   stats.Set("stuckSleeps", static_cast<double>(stuckSleeps_));
   stats.Set("pollAdaptive", poll_.adaptive());

@@ -55,7 +55,14 @@ class Worker : public Napi::ObjectWrap<Worker> {
   /** Drops queued events of an object that is going away; returns the dropped connection requests. */
   std::vector<ucp_conn_request_h> Forget(Endpoint* endpoint, Listener* listener);
   /** Runs the worker on the next loop iteration. */
-  void Kick() { if (wakeup_) wakeup_->Kick(); }
+  void Kick() {
+    kicks_++;
+    if (wakeup_) wakeup_->Kick();
+  }
+  /** Kick(), unless this is called from a completion settled inside the wake-up's progress loop
+   *  (an operation posted by a callback there): that loop progresses again, or schedules the
+   *  next pass itself, before it sleeps. */
+  void KickOutsideWake() { if (!inWakeLoop_) Kick(); }
   /** Recomputes whether the loop handle keeps the process alive. */
   void UpdateRef();
   /** Progress until idle and settle, without arming (used while closing). */
@@ -102,6 +109,8 @@ class Worker : public Napi::ObjectWrap<Worker> {
   uint64_t stuckSpins_ = 0;       // spells that ended in progress while spinning (stats)
   uint64_t stuckSleeps_ = 0;      // spells that slept kStuckRetryMs (stats)
   bool driving_ = false;
+  bool inWakeLoop_ = false;       // inside OnWake's progress-and-settle loop (KickOutsideWake)
+  uint64_t kicks_ = 0;            // progress passes scheduled for the next loop turn (stats)
   uint32_t internalId_ = 0xffffffffu;  // ids for requests JS cannot cancel (JS ids count up from 1)
 };
 

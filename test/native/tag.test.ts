@@ -156,6 +156,23 @@ describe.each(Object.keys(TRANSPORTS) as TransportName[])('tag send/recv over %s
     await expect.poll(() => worker.tagProbe(base + 5n, EXACT) !== null, { timeout: 10_000 }).toBe(true);
     expect(() => worker.tagRecvInto(buffer.subarray(0, 16), base + 5n, EXACT, worker.requestId(), slot, done)).toThrow(/truncated/);
     expect(told).toHaveLength(2);
+    // A receive posted from `done` (inside the wake-up's loop) adds no loop pass; one posted
+    // from outside schedules one.
+    let kicksInside = -1;
+    let postedInside: boolean | undefined;
+    let againId = 0;
+    const kicksBefore = worker.stats().kicks;
+    expect(worker.tagRecvInto(buffer, base + 6n, EXACT, worker.requestId(), slot, () => {
+      const at = worker.stats().kicks;
+      againId = worker.requestId();
+      postedInside = worker.tagRecvInto(buffer, base + 7n, EXACT, againId, slot, done);
+      kicksInside = worker.stats().kicks - at;
+    })).toBe(false);
+    expect(worker.stats().kicks).toBeGreaterThan(kicksBefore);
+    await peer.call('send', { tag: String(base + 6n), size: 8, seed: 7 });
+    await expect.poll(() => postedInside, { timeout: 10_000 }).toBe(false);
+    expect(kicksInside).toBe(0);
+    worker.cancelRequest(againId);
     // Cancelled: nothing told, the request goes.
     const id = worker.requestId();
     expect(worker.tagRecvInto(buffer, base + 4n, EXACT, id, slot, done)).toBe(false);
