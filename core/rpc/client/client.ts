@@ -18,17 +18,18 @@ import { clientAllocationFailed } from '../transfer/memory-errors.ts';
 import { methodName } from '../call/method-name.ts';
 import { DEFAULT_INLINE_BYTES } from '../connection/connection.ts';
 import { cudaReceives } from '../runtime/memory-support.ts';
-import { DEFAULT_RECEIVE_DEVICE, landingDevice, receiveDeviceIndex, receivingDeviceCount, type CudaDevice } from '../call/placement.ts';
-import type { MoverName, TransferInfo } from '../movers/mover.ts';
+import { DEFAULT_RECEIVE_DEVICE, landingDevice, receiveDeviceIndex, receivingDeviceCount } from '../call/placement.ts';
+import type { TransferInfo } from '../movers/mover.ts';
 import { ALLOCATE, CLIENT_OPTIONS, type CallOptions, type ClientOptions } from '../call/options.ts';
 import { DEFAULT_PROCESS_POOL_BYTES } from '../runtime/process-pool.ts';
 import type { OwnerClient, OwnerDialer } from '../remote/owner-client.ts';
 import { Runtime } from '../runtime/runtime.ts';
 import { ItemQueue } from '../call/stream.ts';
-import { IncomingTensors, PendingTensor, refuseRaw, type Allocate } from '../transfer/transfer.ts';
+import type { Allocate } from '../transfer/transfer.ts';
 import { OutgoingTensors } from '../transfer/outgoing.ts';
 import { validateFields } from '../call/validate.ts';
-import { decodeFields, encodeFields, methodTypes, replaceDeep } from '../call/values.ts';
+import { receiveResults, type Received, type ResultLanding } from './results.ts';
+import { encodeFields, methodTypes } from '../call/values.ts';
 
 /** Stream items in flight before the receiving side has taken any (flow control, both ways). */
 const STREAM_WINDOW = 64;
@@ -333,62 +334,16 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
     })();
   }
 
-  /** Decodes a result object, validates it, receives its tensors: at once when it carries no
-   *  tensor bytes (the small call makes no promise here), else once they arrived. Failures always
-   *  come as a rejected promise, never thrown. */
+  /** Decodes a result object, validates it, receives its tensors (results.ts). */
   #receive(session: ClientSession, id: number, method: MethodDescriptor, wire: Row, scope: CallScope, options: CallOptions): Received | Promise<Received> {
-    try {
-      return this.#receiveResults(session, id, method, wire, scope, options);
-    } catch (error) {
-      return Promise.reject(error);
-    }
+    return receiveResults({ connection: session.connection, call: id }, method, wire, scope, options, this.#landing);
   }
 
-  #receiveResults(session: ClientSession, id: number, method: MethodDescriptor, wire: Row, scope: CallScope, options: CallOptions): Received | Promise<Received> {
-    const incoming = new IncomingTensors({ connection: session.connection, call: id }, { maxTensor: Number.MAX_SAFE_INTEGER, noStaging: options.noStaging ?? false },
-      { side: 'client', label: `${methodName(method)} results.`, dialOwner: this.#dialOwner ??= ownerDialer(this.#runtime) });
-    const types = methodTypes(method);
-    let values: Row;
-    try {
-      values = decodeFields(method.results, wire, types, incoming.decode, '');
-      validateFields(method.results, values, types, `${methodName(method)} results`);
-      incoming.checkGathers();
-    } catch (error) {
-      const failure = error instanceof GdrpcError && error.code === Code.FAILED_PRECONDITION ? error
-        : new GdrpcError(Code.INTERNAL, `server ${session.connection.peer} sent bad results: ${GdrpcError.from(error).rawMessage}`, { cause: error });
-      return refuseRaw({ connection: session.connection, call: id }, wire).then(() => { throw failure; });
-    }
-    // No tensor bytes to wait for (none, or only remote handles): the common small call.
-    if (!incoming.hasBytes) {
-      scope.throwIfPastDeadline();
-      return { values, transfers: incoming.transfers };
-    }
-    return this.#receiveBytes(incoming, values, scope, options);
-  }
-
-  async #receiveBytes(incoming: IncomingTensors, values: Row, scope: CallScope, options: CallOptions): Promise<Received> {
-    const allocate = options[ALLOCATE] ?? ((shape, dtype, placement, field) => this.#allocate(shape, dtype, placement, field));
-    const receiving = incoming.receive(allocate);
-    let received: Map<PendingTensor, Tensor>;
-    try {
-      received = await scope.race(receiving);
-    } catch (error) {
-      // The bytes keep arriving after an abort: give their memory back once they have.
-      receiving.then(() => incoming.releaseAll(), () => {});
-      throw error;
-    }
-    // noStaging holds the results until the server's reports say how UCX moved them.
-    if (options.noStaging === true) {
-      try {
-        await scope.race(incoming.confirm());
-      } catch (error) {
-        incoming.releaseAll();
-        throw error;
-      }
-    }
-    replaceDeep(values, (item) => (item instanceof PendingTensor ? received.get(item) ?? item : item));
-    return { values, transfers: incoming.transfers };
-  }
+  /** Where results land: the owner dialer of remote handles, and memory for their tensors. */
+  readonly #landing: ResultLanding = {
+    dialOwner: () => this.#dialOwner ??= ownerDialer(this.#runtime),
+    allocate: (shape, dtype, placement, field) => this.#allocate(shape, dtype, placement, field),
+  };
 
   #allocate(shape: number[], dtype: Parameters<Allocate>[1], placement: Placement, field: string): Tensor {
     const device = landingDevice(placement, this.#receiveOn, cudaReceives());
@@ -404,9 +359,6 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
 function info(sent: TransferInfo[], received: TransferInfo[], started: number): CallInfo {
   return { transfers: [...sent, ...received], durationMs: performance.now() - started };
 }
-
-/** A result object received: its values and the transfers that brought its tensors. */
-interface Received { values: Row; transfers: TransferInfo[] }
 
 /** Splits "host:port" (or passes {host, port} through), checking the port. */
 export function parseAddress(address: string | { host: string; port: number }): { host: string; port: number } {

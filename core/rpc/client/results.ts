@@ -1,0 +1,78 @@
+// A client call's result objects on their way in: decoded from the RESPONSE (or a stream item),
+// validated against the method, and their tensors received into memory the client gives.
+import { Code, GdrpcError } from '../../errors.ts';
+import type { Tensor } from '../../tensor/index.ts';
+import type { MethodDescriptor } from '../../schema/descriptor.ts';
+import type { CallScope } from '../call/deadline.ts';
+import { methodName } from '../call/method-name.ts';
+import { ALLOCATE, type CallOptions } from '../call/options.ts';
+import { validateFields } from '../call/validate.ts';
+import { decodeFields, methodTypes, replaceDeep } from '../call/values.ts';
+import type { OwnerDialer } from '../remote/owner-client.ts';
+import type { TransferInfo, TransferScope } from '../movers/mover.ts';
+import { IncomingTensors, PendingTensor, refuseRaw, type Allocate } from '../transfer/transfer.ts';
+
+type Row = Record<string, unknown>;
+
+/** A result object received: its values and the transfers that brought its tensors. */
+export interface Received { values: Row; transfers: TransferInfo[] }
+
+/** Where a client's results land: how remote handles in them are pulled, and the memory their
+ *  tensors are received into (a call's ALLOCATE option takes its place). */
+export interface ResultLanding { dialOwner(): OwnerDialer; allocate: Allocate }
+
+/** Decodes a result object, validates it, receives its tensors: at once when it carries no
+ *  tensor bytes (the small call makes no promise here), else once they arrived. Failures always
+ *  come as a rejected promise, never thrown. */
+export function receiveResults(call: TransferScope, method: MethodDescriptor, wire: Row, scope: CallScope, options: CallOptions, landing: ResultLanding): Received | Promise<Received> {
+  try {
+    return decodeResults(call, method, wire, scope, options, landing);
+  } catch (error) {
+    return Promise.reject(error);
+  }
+}
+
+function decodeResults(call: TransferScope, method: MethodDescriptor, wire: Row, scope: CallScope, options: CallOptions, landing: ResultLanding): Received | Promise<Received> {
+  const incoming = new IncomingTensors(call, { maxTensor: Number.MAX_SAFE_INTEGER, noStaging: options.noStaging ?? false },
+    { side: 'client', label: `${methodName(method)} results.`, dialOwner: landing.dialOwner() });
+  const types = methodTypes(method);
+  let values: Row;
+  try {
+    values = decodeFields(method.results, wire, types, incoming.decode, '');
+    validateFields(method.results, values, types, `${methodName(method)} results`);
+    incoming.checkGathers();
+  } catch (error) {
+    const failure = error instanceof GdrpcError && error.code === Code.FAILED_PRECONDITION ? error
+      : new GdrpcError(Code.INTERNAL, `server ${call.connection.peer} sent bad results: ${GdrpcError.from(error).rawMessage}`, { cause: error });
+    return refuseRaw(call, wire).then(() => { throw failure; });
+  }
+  // No tensor bytes to wait for (none, or only remote handles): the common small call.
+  if (!incoming.hasBytes) {
+    scope.throwIfPastDeadline();
+    return { values, transfers: incoming.transfers };
+  }
+  return receiveBytes(incoming, values, scope, options[ALLOCATE] ?? landing.allocate, options.noStaging === true);
+}
+
+async function receiveBytes(incoming: IncomingTensors, values: Row, scope: CallScope, allocate: Allocate, noStaging: boolean): Promise<Received> {
+  const receiving = incoming.receive(allocate);
+  let received: Map<PendingTensor, Tensor>;
+  try {
+    received = await scope.race(receiving);
+  } catch (error) {
+    // The bytes keep arriving after an abort: give their memory back once they have.
+    receiving.then(() => incoming.releaseAll(), () => {});
+    throw error;
+  }
+  // noStaging holds the results until the server's reports say how UCX moved them.
+  if (noStaging) {
+    try {
+      await scope.race(incoming.confirm());
+    } catch (error) {
+      incoming.releaseAll();
+      throw error;
+    }
+  }
+  replaceDeep(values, (item) => (item instanceof PendingTensor ? received.get(item) ?? item : item));
+  return { values, transfers: incoming.transfers };
+}
