@@ -93,7 +93,7 @@ export interface NativeStats { contexts: number; workers: number; endpoints: num
 export interface NativeBinding {
   Context: new (features: string[], config: Record<string, string>) => NativeContext;
   /** busyPollUs < 0: the adaptive polling window. */
-  Worker: new (context: NativeContext, busyPollUs: number, watchdogMs: number, deviceSpinUs: number) => NativeWorker;
+  Worker: new (context: NativeContext, busyPollUs: number, watchdogMs: number, deviceSpinUs: number, stuckSpinUs: number) => NativeWorker;
   Listener: new (worker: NativeWorker, host: string, port: number,
     handler: (kind: ListenerEvent, a: unknown, b: unknown) => boolean | void) => NativeListener;
   Endpoint: new (worker: NativeWorker, host: string, port: number, name: string | undefined) => NativeEndpoint;
@@ -111,7 +111,10 @@ export interface NativeBinding {
 
 /** Counters of a worker (Worker.stats()). */
 export interface WorkerStats {
-  liveRequests: number; liveEndpoints: number; liveListeners: number; liveRegions: number; takenMessages: number; stuckSpins: number; stuckSleeps: number;
+  liveRequests: number; liveEndpoints: number; liveListeners: number; liveRegions: number; takenMessages: number;
+  /** The spell a wake-up progresses in place while UCX stays BUSY with nothing to progress
+   *  (GDRPC_STUCK_SPIN_US), the spells that ended in progress and those that slept. */
+  stuckSpinLimitUs: number; stuckSpins: number; stuckSleeps: number;
   /** Progress passes scheduled for the next loop turn (an operation posted outside a wake-up's
    *  progress loop, a wake-up out of time, a stuck transport's retry excluded). */
   kicks: number;

@@ -52,18 +52,21 @@ interface Child { close(options?: { force?: boolean }): unknown }
 
 const MAX_REQUEST_ID = 0x7fffffff;  // ids above are the addon's own
 
-/** The longest polling for device transfers a worker may be given (µs). */
-const MAX_DEVICE_SPIN_US = 10_000_000;
+/** The longest polling for device transfers, or spell on a stuck transport, a worker may be given (µs). */
+const MAX_SPIN_US = 10_000_000;
 /** Polling for device transfers when neither the option nor GDRPC_DEVICE_SPIN_US says (µs). */
 const DEFAULT_DEVICE_SPIN_US = 5000;
+/** How long a wake-up progresses in place while UCX stays BUSY with nothing to progress, when
+ *  GDRPC_STUCK_SPIN_US does not say (µs; docs/binding.md). */
+const DEFAULT_STUCK_SPIN_US = 200;
 
-/** GDRPC_DEVICE_SPIN_US, checked: a typo there fails the worker with a message naming it, rather
- *  than leaving a bound nobody asked for. */
-function deviceSpinFromEnvironment(): number {
-  const text = process.env.GDRPC_DEVICE_SPIN_US;
-  if (text === undefined || text.trim() === '') return DEFAULT_DEVICE_SPIN_US;
-  if (!/^\d+$/.test(text.trim()) || Number(text) > MAX_DEVICE_SPIN_US) {
-    throw new GdrpcError(Code.INVALID_ARGUMENT, `GDRPC_DEVICE_SPIN_US must be an integer number of microseconds from 0 to ${MAX_DEVICE_SPIN_US}, got ${JSON.stringify(text)}`, { details: { option: 'GDRPC_DEVICE_SPIN_US' } });
+/** A count of µs from the environment variable `name` (0 to 10 s), else `fallback`: a typo there
+ *  fails the worker with a message naming the variable, rather than leaving a bound nobody asked for. */
+function spinFromEnvironment(name: 'GDRPC_DEVICE_SPIN_US' | 'GDRPC_STUCK_SPIN_US', fallback: number): number {
+  const text = process.env[name];
+  if (text === undefined || text.trim() === '') return fallback;
+  if (!/^\d+$/.test(text.trim()) || Number(text) > MAX_SPIN_US) {
+    throw new GdrpcError(Code.INVALID_ARGUMENT, `${name} must be an integer number of microseconds from 0 to ${MAX_SPIN_US}, got ${JSON.stringify(text)}`, { details: { option: name } });
   }
   return Number(text);
 }
@@ -88,10 +91,11 @@ export class Worker {
     const watchdogMs = checkSize(options.watchdogMs ?? 100, 'options.watchdogMs');
     if (busyPollUs > 10_000_000) throw invalid('options.busyPollUs must be at most 10 s');
     if (watchdogMs > 0xffffffff) throw invalid('options.watchdogMs is too large');
-    const deviceSpinUs = options.deviceSpinUs === undefined ? deviceSpinFromEnvironment() : checkSize(options.deviceSpinUs, 'options.deviceSpinUs');
-    if (deviceSpinUs > MAX_DEVICE_SPIN_US) throw invalid('options.deviceSpinUs must be at most 10 s');
+    const deviceSpinUs = options.deviceSpinUs === undefined ? spinFromEnvironment('GDRPC_DEVICE_SPIN_US', DEFAULT_DEVICE_SPIN_US) : checkSize(options.deviceSpinUs, 'options.deviceSpinUs');
+    if (deviceSpinUs > MAX_SPIN_US) throw invalid('options.deviceSpinUs must be at most 10 s');
+    const stuckSpinUs = spinFromEnvironment('GDRPC_STUCK_SPIN_US', DEFAULT_STUCK_SPIN_US);
     const nativeContext = Context.nativeOf(context);
-    return new Worker(context, new (native().Worker)(nativeContext, busyPollUs, watchdogMs, deviceSpinUs));
+    return new Worker(context, new (native().Worker)(nativeContext, busyPollUs, watchdogMs, deviceSpinUs, stuckSpinUs));
   }
 
   /** Posts a tag receive into `dest`. Rejects with INVALID_ARGUMENT (message says "truncated") when the

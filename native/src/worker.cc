@@ -19,27 +19,6 @@ constexpr unsigned kStuckRetryMs = 1;
 /** How long such a worker is progressed in place first, while the last such spell paid off. */
 constexpr uint64_t kStuckSpinNs = 200000;
 
-/** The longest spell GDRPC_STUCK_SPIN_US may ask for. */
-constexpr unsigned long long kMaxSpinUs = 10000000;
-
-/** Microseconds from the environment variable `name`: its value when it is all digits and at most
- *  kMaxSpinUs (0 turns the spell off), else `fallbackNs` ("-1", "5ms" and overflowing numbers
- *  included). */
-static uint64_t SpinNsFromEnv(const char* name, uint64_t fallbackNs) {
-  const char* text = std::getenv(name);
-  if (text == nullptr || *text == '\0') return fallbackNs;
-  unsigned long long us = 0;
-  for (const char* c = text; *c != '\0'; ++c) {
-    if (*c < '0' || *c > '9') return fallbackNs;
-    us = us * 10 + static_cast<unsigned long long>(*c - '0');
-    if (us > kMaxSpinUs) return fallbackNs;
-  }
-  return static_cast<uint64_t>(us) * 1000;
-}
-
-/** GDRPC_STUCK_SPIN_US (0 turns the spin off), else kStuckSpinNs. */
-static uint64_t StuckSpinNs() { return SpinNsFromEnv("GDRPC_STUCK_SPIN_US", kStuckSpinNs); }
-
 static uint64_t NowNs() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
       std::chrono::steady_clock::now().time_since_epoch()).count());
@@ -67,7 +46,8 @@ Worker::Worker(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Worker>(info) 
   // busyPollUs < 0: the adaptive window (poll_window.h); 0: never spin; > 0: a fixed window.
   int64_t busyPollUs = info[1].As<Napi::Number>().Int64Value();
   poll_ = PollWindow(busyPollUs < 0 ? PollWindow::kAdaptive : busyPollUs * 1000);
-  stuckSpinNs_ = StuckSpinNs();
+  // The spell on a stuck transport (GDRPC_STUCK_SPIN_US, checked by Worker.create), else the default.
+  stuckSpinNs_ = info[4].IsNumber() ? static_cast<uint64_t>(info[4].As<Napi::Number>().Int64Value()) * 1000 : kStuckSpinNs;
   // busyPollUs 0 asks for no polling at all: none for device transfers either.
   uint64_t deviceSpinNs = info[3].IsNumber() ? static_cast<uint64_t>(info[3].As<Napi::Number>().Int64Value()) * 1000 : DeviceWait::kDefaultLimitNs;
   deviceWait_ = DeviceWait(busyPollUs == 0 ? 0 : deviceSpinNs);
@@ -334,6 +314,7 @@ Napi::Value Worker::Stats(const Napi::CallbackInfo& info) {
   stats.Set("takenMessages", static_cast<double>(taken_.size()));
   stats.Set("liveRegions", static_cast<double>(context_ != nullptr ? context_->regionCount() : 0));
   stats.Set("kicks", static_cast<double>(kicks_));
+  stats.Set("stuckSpinLimitUs", static_cast<double>(stuckSpinNs_) / 1000);
   stats.Set("stuckSpins", static_cast<double>(stuckSpins_));
   stats.Set("stuckSleeps", static_cast<double>(stuckSleeps_));
   stats.Set("pollAdaptive", poll_.adaptive());

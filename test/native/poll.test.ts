@@ -59,6 +59,33 @@ describe('polling after work', () => {
     }
   });
 
+  it('takes the spell on a stuck transport from GDRPC_STUCK_SPIN_US, else 200 us; a bad value is refused naming it', async () => {
+    const saved = process.env.GDRPC_STUCK_SPIN_US;
+    const limitWith = async (value: string | undefined): Promise<number> => {
+      if (value === undefined) delete process.env.GDRPC_STUCK_SPIN_US;
+      else process.env.GDRPC_STUCK_SPIN_US = value;
+      const worker = Worker.create(context);
+      const limit = worker.stats().stuckSpinLimitUs;
+      await worker.close();
+      return limit;
+    };
+    try {
+      expect(await limitWith(undefined)).toBe(200);
+      expect(await limitWith('0')).toBe(0);
+      expect(await limitWith(' 750 ')).toBe(750);
+      expect(await limitWith('10000000')).toBe(10_000_000);
+      for (const bad of ['-1', '5ms', '1e3', '10000001']) {
+        const error = await limitWith(bad).then(() => undefined, (e: unknown) => e);
+        expect(error).toBeInstanceOf(GdrpcError);
+        expect((error as GdrpcError).code).toBe(Code.INVALID_ARGUMENT);
+        expect((error as GdrpcError).message).toContain(`GDRPC_STUCK_SPIN_US must be an integer number of microseconds from 0 to 10000000, got ${JSON.stringify(bad)}`);
+      }
+    } finally {
+      if (saved === undefined) delete process.env.GDRPC_STUCK_SPIN_US;
+      else process.env.GDRPC_STUCK_SPIN_US = saved;
+    }
+  });
+
   it('after a burst of echoes, an idle worker starts no spin and uses next to no CPU', async () => {
     const worker = Worker.create(context);
     try {
