@@ -11,6 +11,7 @@ import type { TakenMessage } from '../../ucx/index.ts';
 import type { FrameSink } from '../runtime/dispatcher.ts';
 import { Exposures } from './exposures.ts';
 import { Outbox, type FrameDone } from './outbox.ts';
+import { HeldPayloads, MAX_HELD_PAYLOADS } from './held-payloads.ts';
 import { Liveness } from './liveness.ts';
 import { TransferReports } from './reports.ts';
 import type { Runtime } from '../runtime/runtime.ts';
@@ -43,8 +44,6 @@ export const DEFAULT_TRANSFER_TIMEOUT_MS = 30_000;
 /** Largest host tensor sent inline by default (bytes); movers/choose.ts says why 4 KiB. */
 export const DEFAULT_INLINE_BYTES = 4096;
 
-/** Tensor payloads a connection holds for frames still on their way; more closes it. */
-export const MAX_HELD_PAYLOADS = 64;
 /** Malformed frames one message may carry, each answered on its own (an ERROR for its call);
  *  past that the connection is refused as a whole: a peer's one message cannot make this side
  *  send an ERROR, and raise an 'error' event, for each of thousands of tiny frames. */
@@ -52,8 +51,6 @@ export const MAX_MALFORMED_FRAMES = 16;
 /** Wake-ups with work per second above which the worker counts as moving data (a peer sending
  *  bulk over TCP makes hundreds; UCX's keepalive of a stopped peer, one). */
 const STREAMING_WAKES_PER_S = 10;
-/** How long a held payload waits for the frame that announces it before it is dropped. */
-const HOLD_MS = 10_000;
 
 /** A connection: frames out, frames in (via the dispatcher), liveness, exposures, close. */
 export class Connection implements FrameSink {
@@ -80,16 +77,14 @@ export class Connection implements FrameSink {
   readonly #abort = new AbortController();
   #error: GdrpcError | undefined;
   #handler: FrameHandler | undefined;
-  /** Payloads that arrived before their receive was posted, by transfer id. */
-  readonly #held = new Map<number, { message: TakenMessage; at: number }>();
-  /** Transfers announced by frames already read whose receive is not posted yet (the
-   *  destination may be waiting for pool memory): their payloads are held without limit. */
-  readonly #expected = new Set<number>();
+  /** Tensor payloads that arrived before their receive was posted. */
+  readonly #held: HeldPayloads;
 
   constructor(readonly runtime: Runtime, readonly endpoint: Endpoint, livenessMs: number) {
     // Every receive tied to the connection listens to this signal: many at once is normal.
     setMaxListeners(0, this.#abort.signal);
     this.key = runtime.dispatcher.register(this);
+    this.#held = new HeldPayloads((message) => runtime.dispatcher.drop(message));
     this.liveness = new Liveness(livenessMs, () => this.#keepalive(), (silentMs) => {
       this.close(new GdrpcError(Code.UNAVAILABLE, `peer ${this.peer} silent for ${silentMs} ms (liveness ${this.liveness.timeoutMs} ms)`));
     }, () => this.#dataMoving() && this.#incoming > 0);  // sampled every tick, transfers or not
@@ -184,11 +179,7 @@ export class Connection implements FrameSink {
 
   /** A held payload of `transfer` (it arrived before its frame was read), taken out; or undefined. */
   takeHeld(transfer: number): TakenMessage | undefined {
-    this.#expected.delete(transfer);
-    const held = this.#held.get(transfer);
-    if (held === undefined) return undefined;
-    this.#held.delete(transfer);
-    return held.message;
+    return this.#held.take(transfer);
   }
 
   /** Runs the receive of a tensor payload from the peer, counted as an incoming transfer (for
@@ -257,7 +248,7 @@ export class Connection implements FrameSink {
   /** A frame announced the payload of `transfer`; its receive (or refusal) comes later. */
   expect(transfer: number): void {
     if (this.#error !== undefined) return;
-    this.#expected.add(transfer);
+    this.#held.expect(transfer);
   }
 
   onStrayData(message: TakenMessage, low: number): void {
@@ -268,44 +259,9 @@ export class Connection implements FrameSink {
       this.close(new GdrpcError(Code.UNAUTHENTICATED, `${this.peer} sent tensor bytes before admission`));
       return;
     }
-    const transfer = transferOf(this.key, low);
-    if (this.#expected.has(transfer) && !this.#held.has(transfer)) {
-      // Announced, its call bounds how long it waits (deadline, pool wait, refusal).
-      this.#held.set(transfer, { message, at: Date.now() });
-      return;
-    }
-    if (this.#expireHeld() >= MAX_HELD_PAYLOADS || this.#held.has(transfer)) {
-      dispatcher.drop(message);
+    if (!this.#held.hold(transferOf(this.key, low), message)) {
       this.close(new GdrpcError(Code.RESOURCE_EXHAUSTED, `${this.peer} sent more than ${MAX_HELD_PAYLOADS} tensor payloads that no frame announced`));
-      return;
     }
-    this.#held.set(transfer, { message, at: Date.now() });
-    // Dropped after HOLD_MS even if nothing else arrives for this connection.
-    this.#holdTimer ??= setTimeout(() => this.#sweepHeld(), HOLD_MS + 1).unref();
-  }
-
-  #holdTimer: NodeJS.Timeout | undefined;
-
-  #sweepHeld(): void {
-    this.#holdTimer = undefined;
-    if (this.#error !== undefined) return;
-    if (this.#expireHeld() > 0) this.#holdTimer = setTimeout(() => this.#sweepHeld(), HOLD_MS + 1).unref();
-  }
-
-  /** Drops held payloads no frame announced within HOLD_MS; returns how many unannounced remain. */
-  #expireHeld(): number {
-    const now = Date.now();
-    let unannounced = 0;
-    for (const [id, held] of this.#held) {
-      if (this.#expected.has(id)) continue;
-      if (now - held.at > HOLD_MS) {
-        this.#held.delete(id);
-        this.runtime.dispatcher.drop(held.message);
-      } else {
-        unannounced += 1;
-      }
-    }
-    return unannounced;
   }
 
   onMessage(bytes: Uint8Array): void {
@@ -380,10 +336,7 @@ export class Connection implements FrameSink {
     this.liveness.stop();
     this.exposures.releaseAll();
     this.reports.close();
-    for (const held of this.#held.values()) this.runtime.dispatcher.drop(held.message);
     this.#held.clear();
-    this.#expected.clear();
-    clearTimeout(this.#holdTimer);
     this.#outbox.close();
     clearTimeout(this.#watchTimer);
     this.#watchTimer = undefined;

@@ -1,0 +1,84 @@
+// Tensor payloads of one connection that arrived before their receive was posted (the dispatcher
+// took them out of UCX's unexpected queue). A payload whose frame was read is kept until its
+// receive takes it; one that no frame announced yet is kept a while for a frame still on its way,
+// a few at most, then dropped.
+import type { TakenMessage } from '../../ucx/index.ts';
+
+/** Tensor payloads a connection holds for frames still on their way; more closes it. */
+export const MAX_HELD_PAYLOADS = 64;
+/** How long a held payload waits for the frame that announces it before it is dropped. */
+const HOLD_MS = 10_000;
+
+export class HeldPayloads {
+  /** Payloads that arrived before their receive was posted, by transfer id. */
+  readonly #held = new Map<number, { message: TakenMessage; at: number }>();
+  /** Transfers announced by frames already read whose receive is not posted yet (the
+   *  destination may be waiting for pool memory): their payloads are held without limit. */
+  readonly #expected = new Set<number>();
+  #timer: NodeJS.Timeout | undefined;
+
+  /** `drop` receives a payload into nothing (Dispatcher.drop). */
+  constructor(private readonly drop: (message: TakenMessage) => void) {}
+
+  /** A frame announced the payload of `transfer`; its receive (or refusal) comes later. */
+  expect(transfer: number): void {
+    this.#expected.add(transfer);
+  }
+
+  /** Keeps the payload of `transfer`; false (the payload dropped) when it is one unannounced
+   *  payload too many, or a second one for the same transfer: the peer is misbehaving. */
+  hold(transfer: number, message: TakenMessage): boolean {
+    if (this.#expected.has(transfer) && !this.#held.has(transfer)) {
+      // Announced, its call bounds how long it waits (deadline, pool wait, refusal).
+      this.#held.set(transfer, { message, at: Date.now() });
+      return true;
+    }
+    if (this.#expire() >= MAX_HELD_PAYLOADS || this.#held.has(transfer)) {
+      this.drop(message);
+      return false;
+    }
+    this.#held.set(transfer, { message, at: Date.now() });
+    // Dropped after HOLD_MS even if nothing else arrives for this connection.
+    this.#timer ??= setTimeout(() => this.#sweep(), HOLD_MS + 1).unref();
+    return true;
+  }
+
+  /** The held payload of `transfer`, taken out (its receive is being posted); or undefined. */
+  take(transfer: number): TakenMessage | undefined {
+    this.#expected.delete(transfer);
+    const held = this.#held.get(transfer);
+    if (held === undefined) return undefined;
+    this.#held.delete(transfer);
+    return held.message;
+  }
+
+  /** Drops everything held (the connection closed). */
+  clear(): void {
+    for (const held of this.#held.values()) this.drop(held.message);
+    this.#held.clear();
+    this.#expected.clear();
+    clearTimeout(this.#timer);
+    this.#timer = undefined;
+  }
+
+  #sweep(): void {
+    this.#timer = undefined;
+    if (this.#expire() > 0) this.#timer = setTimeout(() => this.#sweep(), HOLD_MS + 1).unref();
+  }
+
+  /** Drops held payloads no frame announced within HOLD_MS; returns how many unannounced remain. */
+  #expire(): number {
+    const now = Date.now();
+    let unannounced = 0;
+    for (const [id, held] of this.#held) {
+      if (this.#expected.has(id)) continue;
+      if (now - held.at > HOLD_MS) {
+        this.#held.delete(id);
+        this.drop(held.message);
+      } else {
+        unannounced += 1;
+      }
+    }
+    return unannounced;
+  }
+}

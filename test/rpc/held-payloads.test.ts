@@ -1,0 +1,53 @@
+// Payloads that came before their receive (core/rpc/connection/held-payloads.ts): announced ones
+// are kept for their receive, unannounced ones a while and a few at most; everything is dropped
+// through the given function (which receives a payload into nothing), never lost track of.
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { HeldPayloads, MAX_HELD_PAYLOADS } from '../../core/rpc/connection/held-payloads.ts';
+import type { TakenMessage } from '../../core/ucx/index.ts';
+
+const message = (n: number): TakenMessage => ({ senderTag: BigInt(n), length: 8, taken: n }) as unknown as TakenMessage;
+
+afterEach(() => { vi.useRealTimers(); });
+
+describe('HeldPayloads', () => {
+  it(`keeps ${MAX_HELD_PAYLOADS} unannounced payloads; one more, or a second for one transfer, is refused and dropped`, () => {
+    const dropped: TakenMessage[] = [];
+    const held = new HeldPayloads((m) => dropped.push(m));
+    for (let i = 0; i < MAX_HELD_PAYLOADS; i += 1) expect(held.hold(i, message(i))).toBe(true);
+    const extra = message(1000);
+    expect(held.hold(1000, extra)).toBe(false);
+    expect(dropped).toEqual([extra]);
+    const again = message(2000);
+    expect(held.hold(3, again)).toBe(false);
+    expect(dropped).toEqual([extra, again]);
+    held.clear();
+    expect(dropped).toHaveLength(2 + MAX_HELD_PAYLOADS);
+  });
+
+  it('announced payloads are kept without that limit and taken by their receive', () => {
+    const dropped: TakenMessage[] = [];
+    const held = new HeldPayloads((m) => dropped.push(m));
+    for (let i = 0; i < 2 * MAX_HELD_PAYLOADS; i += 1) {
+      held.expect(i);
+      expect(held.hold(i, message(i))).toBe(true);
+    }
+    expect(held.take(5)).toEqual(message(5));
+    expect(held.take(5)).toBeUndefined();
+    expect(dropped).toEqual([]);
+  });
+
+  it('drops an unannounced payload after the hold time with nothing else arriving; an announced one stays', () => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'Date'] });
+    const dropped: TakenMessage[] = [];
+    const held = new HeldPayloads((m) => dropped.push(m));
+    held.expect(1);
+    held.hold(1, message(1));
+    held.hold(2, message(2));
+    vi.advanceTimersByTime(9_000);
+    expect(dropped).toEqual([]);
+    vi.advanceTimersByTime(2_000);
+    expect(dropped).toEqual([message(2)]);
+    expect(held.take(1)).toEqual(message(1));
+    expect(vi.getTimerCount()).toBe(0);
+  });
+});
