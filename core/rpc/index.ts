@@ -3,7 +3,7 @@ export { Client } from './client/client.ts';
 export { Server, serveRemoteTensors, shutdownOwner } from './server/server.ts';
 export type { CallOptions, ClientOptions, ServerOptions, RegisterOptions } from './call/options.ts';
 export type { CudaDevice } from './call/placement.ts';
-export type { CallContext, UnaryHandler, ServerStreamHandler, ClientStreamHandler } from './server/server-call.ts';
+export type { CallContext, UnaryHandler, ServerStreamHandler, ClientStreamHandler } from './server/handler-context.ts';
 export { callInfo, confirmedCallInfo, confirmTransfers, type CallInfo } from './movers/call-info.ts';
 export type { TransferInfo, MoverName, TransferPath, PathSource } from './movers/mover.ts';
 export { Runtime, moverStats, type RuntimeOptions } from './runtime/runtime.ts';

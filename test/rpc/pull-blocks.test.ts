@@ -10,7 +10,7 @@ import { ownerMethods, OWNER_STAGING_BYTES_PER_CONNECTION, OWNER_STAGING_BYTES_P
 import { IncomingTensors } from '../../core/rpc/transfer/transfer.ts';
 import { lentTensor } from '../../core/rpc/remote/lent.ts';
 import type { TransferScope } from '../../core/rpc/movers/mover.ts';
-import type { CallContext } from '../../core/rpc/server/server-call.ts';
+import type { CallContext } from '../../core/rpc/server/handler-context.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer, type ListeningPeer } from './fixtures/peers.ts';
 import { disposePeers } from '../support/peer.ts';

@@ -14,7 +14,8 @@ import { blocksTile, blockShapeOf, MAX_BLOCK_PULL_BYTES, MAX_BLOCKS_PER_PULL, PU
 import { HANDLE_ARGS, OWNER_SERVICE, pullResultFields } from '../remote/owner-client.ts';
 import { HELD_METHOD, MAP_METHOD } from '../remote/direct.ts';
 import { exportAllocation } from '../../compute/ipc.ts';
-import type { CallContext, MethodEntry } from './server-call.ts';
+import type { CallContext } from './handler-context.ts';
+import type { MethodEntry } from './server-call.ts';
 
 /** What the owner methods need from their server. */
 export interface OwnerHost {

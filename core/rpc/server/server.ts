@@ -17,7 +17,8 @@ import { OWNER_SERVICE } from '../remote/owner-client.ts';
 import { ownerMethods } from './owner-methods.ts';
 import { DEFAULT_PROCESS_POOL_BYTES } from '../runtime/process-pool.ts';
 import { Runtime } from '../runtime/runtime.ts';
-import { type AllocationWait, type CallContext, type CallEnvironment, type Handler, type MethodEntry } from './server-call.ts';
+import { type AllocationWait, type CallEnvironment, type MethodEntry } from './server-call.ts';
+import type { CallContext, Handler } from './handler-context.ts';
 import { ServerSession, type SessionHost } from './server-session.ts';
 import { methodTypes } from '../call/values.ts';
 
