@@ -8,20 +8,35 @@
 
 namespace gdrpc {
 
+namespace {
+/** The arguments both receives start with: (target, offset, length, tag: bigint, mask: bigint). */
+struct ReceiveInto {
+  Span span;
+  uint64_t tag = 0;
+  uint64_t mask = 0;
+};
+
+ReceiveInto ReceiveArguments(Napi::Env env, const Napi::CallbackInfo& info) {
+  ReceiveInto into;
+  into.span = ResolveSpan(env, info[0], info[1], info[2]);
+  bool lossless = true;
+  into.tag = info[3].As<Napi::BigInt>().Uint64Value(&lossless);
+  into.mask = info[4].As<Napi::BigInt>().Uint64Value(&lossless);
+  return into;
+}
+}  // namespace
+
 // tagRecv(target, offset, length, tag: bigint, mask: bigint, id, completed?, describe?) -> Promise<{senderTag, length}>
 Napi::Value Worker::TagRecv(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   CheckOpen(env);
-  Span span = ResolveSpan(env, info[0], info[1], info[2]);
-  bool lossless = true;
-  uint64_t tag = info[3].As<Napi::BigInt>().Uint64Value(&lossless);
-  uint64_t mask = info[4].As<Napi::BigInt>().Uint64Value(&lossless);
+  ReceiveInto into = ReceiveArguments(env, info);
   Request* request = new Request(this, nullptr, RequestKind::Recv, info[5].As<Napi::Number>().Uint32Value(), env);
   request->OnCompleted(info[6]);
   request->Describe(info[7]);
   ucp_request_param_t param{};
-  request->Prepare(param, &span);
-  return request->Start(ucp_tag_recv_nbx(worker_, span.address, span.length, tag, mask, &param), "tag receive");
+  request->Prepare(param, &into.span);
+  return request->Start(ucp_tag_recv_nbx(worker_, into.span.address, into.span.length, into.tag, into.mask, &param), "tag receive");
 }
 
 // tagRecvInto(target, offset, length, tag: bigint, mask: bigint, id, slot: Uint32Array(4), callback)
@@ -32,10 +47,7 @@ Napi::Value Worker::TagRecv(const Napi::CallbackInfo& info) {
 Napi::Value Worker::TagRecvInto(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   CheckOpen(env);
-  Span span = ResolveSpan(env, info[0], info[1], info[2]);
-  bool lossless = true;
-  uint64_t tag = info[3].As<Napi::BigInt>().Uint64Value(&lossless);
-  uint64_t mask = info[4].As<Napi::BigInt>().Uint64Value(&lossless);
+  ReceiveInto into = ReceiveArguments(env, info);
   uint32_t id = info[5].As<Napi::Number>().Uint32Value();
   if (!info[6].IsTypedArray() || info[6].As<Napi::TypedArray>().TypedArrayType() != napi_uint32_array ||
       info[6].As<Napi::TypedArray>().ElementLength() < 4) {
@@ -45,8 +57,8 @@ Napi::Value Worker::TagRecvInto(const Napi::CallbackInfo& info) {
   Request* request = new Request(this, nullptr, RequestKind::Recv, id, env);
   request->ReportInto(info[6].As<Napi::Uint32Array>(), info[7].As<Napi::Function>());
   ucp_request_param_t param{};
-  request->Prepare(param, &span);
-  return request->Start(ucp_tag_recv_nbx(worker_, span.address, span.length, tag, mask, &param), "tag receive");
+  request->Prepare(param, &into.span);
+  return request->Start(ucp_tag_recv_nbx(worker_, into.span.address, into.span.length, into.tag, into.mask, &param), "tag receive");
 }
 
 // tagProbe(tag, mask, remove) -> {senderTag, length, taken?} | null. With `remove` the message
