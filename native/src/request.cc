@@ -181,8 +181,16 @@ Napi::Value Request::Failure(Napi::Env env) const {
                      ucs_status_string(endpoint->failure()), StatusName(endpoint->failure())).Value();
   }
   if (status == UCS_ERR_MESSAGE_TRUNCATED) {
-    return MakeError(env, "INVALID_ARGUMENT", name + ": message truncated (the receive buffer is smaller "
-                     "than the message)", StatusName(status)).Value();
+    Napi::Error error = MakeError(env, "INVALID_ARGUMENT", name + ": message truncated (the receive buffer is smaller "
+                                  "than the message)", StatusName(status));
+    // Which message it was, where UCX said (a receiver tells its sender so: the dispatcher).
+    if (kind == RequestKind::Recv && recvInfo.sender_tag != 0) {
+      Napi::Object details = Napi::Object::New(env);
+      details.Set("senderTag", Napi::BigInt::New(env, static_cast<uint64_t>(recvInfo.sender_tag)));
+      details.Set("length", Napi::Number::New(env, static_cast<double>(recvInfo.length)));
+      error.Value().Set("details", details);
+    }
+    return error.Value();
   }
   if (status == UCS_ERR_CANCELED) return MakeError(env, "CANCELLED", name + ": cancelled", StatusName(status)).Value();
   return StatusError(env, status, name).Value();

@@ -149,12 +149,19 @@ describe.each(Object.keys(TRANSPORTS) as TransportName[])('tag send/recv over %s
     expect(worker.tagRecvInto(buffer.subarray(0, 16), base + 3n, EXACT, worker.requestId(), slot, done)).toBe(false);
     await peer.call('send', { tag: String(base + 3n), size: 64, seed: 5 });
     await expect.poll(() => told.length, { timeout: 10_000 }).toBe(2);
-    expect(told[1]).toMatchObject({ code: 'INVALID_ARGUMENT' });
+    expect(told[1]).toMatchObject({ code: 'INVALID_ARGUMENT', details: { senderTag: base + 3n, length: 64 } });
     expect((told[1] as GdrpcError).message).toMatch(/truncated/);
     // Longer than the buffer and already queued: thrown.
     await peer.call('send', { tag: String(base + 5n), size: 64, seed: 6 });
     await expect.poll(() => worker.tagProbe(base + 5n, EXACT) !== null, { timeout: 10_000 }).toBe(true);
-    expect(() => worker.tagRecvInto(buffer.subarray(0, 16), base + 5n, EXACT, worker.requestId(), slot, done)).toThrow(/truncated/);
+    let thrown: unknown;
+    try {
+      worker.tagRecvInto(buffer.subarray(0, 16), base + 5n, EXACT, worker.requestId(), slot, done);
+    } catch (error) {
+      thrown = error;
+    }
+    expect((thrown as GdrpcError).message).toMatch(/truncated/);
+    console.log(`inline truncation details: ${JSON.stringify((thrown as GdrpcError).details, (_, v: unknown) => (typeof v === 'bigint' ? v.toString(16) : v))}`);
     expect(told).toHaveLength(2);
     // A receive posted from `done` (inside the wake-up's loop) adds no loop pass; one posted
     // from outside schedules one.

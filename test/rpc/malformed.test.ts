@@ -116,6 +116,21 @@ describe('malformed input', () => {
   const notMsgpack = (call: number) => ({ kind: FrameKind.Request, call, body: new Uint8Array([0xc1]) });
   const ping = (call: number) => ({ kind: FrameKind.Request, call, body: packr.pack({ v: 2, svc: EchoDescriptor.name, m: 'ping', a: { n: call } }) });
 
+  it("a control message longer than the server's receive buffer gets ERROR RESOURCE_EXHAUSTED on call 0 and a disconnect", async () => {
+    const raw = await admittedRaw();
+    try {
+      // 5 MiB against the runtime's 4 MiB buffer: UCX truncates it unread, and says whose it was.
+      await raw.sendMessage(new Uint8Array(5 << 20));
+      const frame = await raw.receive(10_000);
+      expect([frame?.kind, frame?.call, frame?.body.code]).toEqual([FrameKind.Error, 0, Code.RESOURCE_EXHAUSTED]);
+      expect(String(frame?.body.msg)).toMatch(/message of 5242880 bytes exceeds the \d+-byte frame limit/);
+      expect(await raw.closedWithin(10_000)).toBe('closed');
+      await stillServing();
+    } finally {
+      await raw.close();
+    }
+  });
+
   it('a REQUEST on call id 0 (reserved for the connection) gets ERROR on call 0 and a disconnect', async () => {
     const raw = await admittedRaw();
     try {
