@@ -94,6 +94,8 @@ void Request::Prepare(ucp_request_param_t& param, const Span* span) {
 }
 
 Napi::Value Request::Start(ucs_status_ptr_t result, const char* name, bool quiet) {
+  // A copy: the paths below may Finish (delete) this request before they return.
+  Napi::Env env = this->env;
   what = name;
   if (quiet && result == nullptr) {
     // Completed inside the call: settled, nothing to resolve.

@@ -3,6 +3,7 @@
 #include <exception>
 #include <chrono>
 #include <cstdlib>
+#include <utility>
 #include "context.h"
 #include "endpoint.h"
 #include "listener.h"
@@ -177,6 +178,21 @@ void Worker::Settle(Napi::Env env) {
   if (first) std::rethrow_exception(first);
 }
 
+namespace {
+/** Runs `f` when the scope is left, however it is left. */
+template <typename F>
+class ScopeExit {
+ public:
+  explicit ScopeExit(F f) : f_(std::move(f)) {}
+  ~ScopeExit() { f_(); }
+  ScopeExit(const ScopeExit&) = delete;
+  ScopeExit& operator=(const ScopeExit&) = delete;
+
+ private:
+  F f_;
+};
+}  // namespace
+
 void Worker::OnWake() {
   if (worker_ == nullptr || driving_) return;
   Napi::Env env = Env();
@@ -189,6 +205,13 @@ void Worker::OnWake() {
     // next turn (the idle kick): a transfer UCX keeps busy must not keep timers, deadlines and
     // keepalives from running.
     const uint64_t untilNs = NowNs() + kWakeBudgetNs;
+    // Left before the callback scope closes (declared after it), on every path: the JS that runs
+    // then is kicked. A loop cut short by a throw kicks too: what its callbacks posted was not.
+    bool finished = false;
+    ScopeExit leave([this, &finished] {
+      inWakeLoop_ = false;
+      if (!finished) Kick();
+    });
     inWakeLoop_ = true;
     for (;;) {
       bool exhausted = false;
@@ -237,11 +260,8 @@ void Worker::OnWake() {
         break;
       }
     }
-    // JS that runs from here on (the microtasks of what was settled, as the callback scope
-    // closes) comes after the loop: what it posts is kicked.
-    inWakeLoop_ = false;
+    finished = true;
   } catch (const Napi::Error& error) {
-    inWakeLoop_ = false;
     napi_fatal_exception(env, error.Value());
   }
   driving_ = false;

@@ -10,14 +10,14 @@ namespace gdrpc {
 
 namespace {
 /** The arguments both receives start with: (target, offset, length, tag: bigint, mask: bigint). */
-struct ReceiveInto {
+struct ReceiveArgs {
   Span span;
   uint64_t tag = 0;
   uint64_t mask = 0;
 };
 
-ReceiveInto ReceiveArguments(Napi::Env env, const Napi::CallbackInfo& info) {
-  ReceiveInto into;
+ReceiveArgs ReceiveArguments(Napi::Env env, const Napi::CallbackInfo& info) {
+  ReceiveArgs into;
   into.span = ResolveSpan(env, info[0], info[1], info[2]);
   bool lossless = true;
   into.tag = info[3].As<Napi::BigInt>().Uint64Value(&lossless);
@@ -30,7 +30,7 @@ ReceiveInto ReceiveArguments(Napi::Env env, const Napi::CallbackInfo& info) {
 Napi::Value Worker::TagRecv(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   CheckOpen(env);
-  ReceiveInto into = ReceiveArguments(env, info);
+  ReceiveArgs into = ReceiveArguments(env, info);
   Request* request = new Request(this, nullptr, RequestKind::Recv, info[5].As<Napi::Number>().Uint32Value(), env);
   request->OnCompleted(info[6]);
   request->Describe(info[7]);
@@ -47,7 +47,7 @@ Napi::Value Worker::TagRecv(const Napi::CallbackInfo& info) {
 Napi::Value Worker::TagRecvInto(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   CheckOpen(env);
-  ReceiveInto into = ReceiveArguments(env, info);
+  ReceiveArgs into = ReceiveArguments(env, info);
   uint32_t id = info[5].As<Napi::Number>().Uint32Value();
   if (!info[6].IsTypedArray() || info[6].As<Napi::TypedArray>().TypedArrayType() != napi_uint32_array ||
       info[6].As<Napi::TypedArray>().ElementLength() < 4) {

@@ -8,6 +8,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { Dispatcher, RECEIVE_SLICE_MESSAGES, type FrameSink } from '../../core/rpc/runtime/dispatcher.ts';
 import type { Worker } from '../../core/ucx/index.ts';
+import { Code, GdrpcError } from '../../core/errors.ts';
 import { CONTROL_BIT, controlTag, dataTag, HELLO_KEY, type ConnectionKey } from '../../core/wire/tag.ts';
 
 interface Queued { senderTag: bigint; length: number }
@@ -37,6 +38,12 @@ class FakeWorker {
     this.pending = undefined;
     FakeWorker.#write({ tag, bytes }, pending.buffer, pending.slot);
     pending.done();
+  }
+  /** The pending receive fails: a message of `length` bytes from `tag` did not fit. */
+  truncate(tag: bigint, length: number): void {
+    const pending = this.pending!;
+    this.pending = undefined;
+    pending.done(new GdrpcError(Code.INVALID_ARGUMENT, 'tag receive: message truncated', { details: { senderTag: tag, length } }));
   }
   cancelRequest(id: number): void { this.cancelled.push(id); }
   static #write(message: { tag: bigint; bytes: Uint8Array }, buffer: Uint8Array, slot: Uint32Array): void {
@@ -109,6 +116,30 @@ describe('Dispatcher control receive', () => {
     await expect.poll(() => got.length).toBe(count + 1);
     expect(got).toEqual([255, ...Array.from({ length: count }, (_, i) => i % 200)]);
     // And a receive is posted again once the queue is empty.
+    expect(worker.pending).toBeDefined();
+  });
+
+  it('a connection that throws on a message, or on being told of an oversized one, loses that message, not the receive loop', () => {
+    const worker = new FakeWorker();
+    dispatcher = new Dispatcher(worker as unknown as Worker, 4096);
+    const got: number[] = [];
+    const oversized: number[] = [];
+    const key = dispatcher.register({
+      onMessage: (bytes) => {
+        got.push(bytes[0]!);
+        if (bytes[0] === 1) throw new Error('a listener threw');
+      },
+      onOversized: (length) => {
+        oversized.push(length);
+        throw new Error('a listener threw');
+      },
+      onStrayData: () => {},
+    });
+    worker.arrive(controlTag(key.value), new Uint8Array([1]));
+    worker.truncate(controlTag(key.value), 5 << 20);
+    worker.arrive(controlTag(key.value), new Uint8Array([2]));
+    expect(got).toEqual([1, 2]);
+    expect(oversized).toEqual([5 << 20]);
     expect(worker.pending).toBeDefined();
   });
 

@@ -1,7 +1,7 @@
 // Concurrency limits: per connection and over all connections, refused with RESOURCE_EXHAUSTED
 // and recovered from as soon as calls finish.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Client, Code, GdrpcError } from '../../core/index.ts';
+import { Client, Code, GdrpcError, Tensor } from '../../core/index.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer, type ListeningPeer } from './fixtures/peers.ts';
 import { disposePeers } from '../support/peer.ts';
@@ -51,5 +51,24 @@ describe('frame limit on the client side', () => {
     expect(error!.message).toMatch(/frame limit/);
     expect(performance.now() - started).toBeLessThan(2000);
     expect(await a.unary(EchoDescriptor.methods.ping, { n: 7 })).toBeDefined();
+  });
+});
+
+describe('frame limit on the server side', () => {
+  it("fails a call whose RESPONSE exceeds the client's frame limit with that error, instead of leaving it to its deadline", async () => {
+    // The server takes 8 MiB frames, the client 4 MiB: a 5 MiB string goes there but not back.
+    const wide = await startServer({ maxFrameBytes: 8 << 20 });
+    const client = await Client.connect(wide.address);
+    try {
+      const x = Tensor.fromArray(new Uint8Array([1, 2, 3]));
+      const error = await client.unary(EchoDescriptor.methods.echo, { x, tag: 't'.repeat(5 << 20) }, { deadline: 60_000 }).then(
+        () => undefined, (e: unknown) => e as GdrpcError);
+      expect(error).toBeInstanceOf(GdrpcError);
+      expect(error!.code).toBe(Code.RESOURCE_EXHAUSTED);
+      expect(error!.message).toMatch(/frame limit/);
+      expect((await client.unary(EchoDescriptor.methods.ping, { n: 9 })).n).toBe(9);
+    } finally {
+      await client.close();
+    }
   });
 });

@@ -142,7 +142,7 @@ export class Dispatcher {
       } catch (error) {
         // Failed at once (a message longer than the buffer): it is gone; post again.
         this.#posted = undefined;
-        this.#onReceiveError(GdrpcError.from(error));
+        this.#failed(error);
         if (this.#yielded()) return;
         continue;
       }
@@ -158,8 +158,11 @@ export class Dispatcher {
     const buffer = this.#posted;
     this.#posted = undefined;
     if (buffer === undefined || this.#stop.signal.aborted) return;
+    // The receive waited for this message: the loop came back from the event loop, a new slice.
+    this.#sliceStart = performance.now();
+    this.#inSlice = 0;
     if (error === undefined) this.#deliver(buffer);
-    else this.#onReceiveError(GdrpcError.from(error));
+    else this.#failed(error);
     if (!this.#yielded()) this.#receive();
   };
 
@@ -169,7 +172,17 @@ export class Dispatcher {
     try {
       this.#route(slot[0]!, slot[1]!, Buffer.from(buffer.subarray(0, slot[2]!)));
     } catch {
-      // A connection that throws on its message loses that message, not the receive loop.
+      // A connection that throws on its message (an 'error' listener that throws) loses that
+      // message, not the receive loop: nothing a peer sends may stop this side's receiving.
+    }
+  }
+
+  /** A receive that failed (a message longer than the buffer), told to its connection if known. */
+  #failed(error: unknown): void {
+    try {
+      this.#onReceiveError(GdrpcError.from(error));
+    } catch {
+      // As in #deliver: the loop goes on.
     }
   }
 
