@@ -122,12 +122,18 @@ void Worker::DisownEndpoint(Endpoint* endpoint) {
 
 std::vector<ucp_conn_request_h> Worker::Forget(Endpoint* endpoint, Listener* listener) {
   std::vector<ucp_conn_request_h> dropped;
-  for (Event& event : events_) {
+  auto forget = [&](Event& event) {
     if (endpoint != nullptr && event.kind == Event::EndpointFailed && event.endpoint == endpoint) event.endpoint = nullptr;
     if (listener != nullptr && event.kind == Event::ConnectionRequest && event.listener == listener) {
       event.listener = nullptr;
       dropped.push_back(event.connRequest);
     }
+  };
+  for (Event& event : events_) forget(event);
+  // The batch Settle is working through (JS it runs may close a listener or an endpoint): the
+  // events it has not reached yet.
+  if (settling_ != nullptr) {
+    for (size_t i = settlingNext_; i < settling_->size(); ++i) forget((*settling_)[i]);
   }
   return dropped;
 }
@@ -158,10 +164,16 @@ void Worker::Settle(Napi::Env env) {
   // must neither leave finished events queued to be finished twice nor skip the rest of the batch.
   // The first exception is rethrown once every event has been handled.
   std::exception_ptr first;
+  // Settle may run inside another's batch (a worker closed from JS): that batch is restored after.
+  std::vector<Event>* outer = settling_;
+  size_t outerNext = settlingNext_;
   while (!events_.empty()) {
     std::vector<Event> batch;
     batch.swap(events_);
-    for (const Event& event : batch) {
+    settling_ = &batch;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      settlingNext_ = i + 1;
+      const Event event = batch[i];
       try {
         switch (event.kind) {
           case Event::RequestDone: event.request->Finish(env); break;
@@ -175,6 +187,8 @@ void Worker::Settle(Napi::Env env) {
       }
     }
   }
+  settling_ = outer;
+  settlingNext_ = outerNext;
   if (first) std::rethrow_exception(first);
 }
 

@@ -93,6 +93,8 @@ class Worker : public Napi::ObjectWrap<Worker> {
   std::unique_ptr<Wakeup> wakeup_;
   std::unique_ptr<Napi::AsyncContext> asyncContext_;
   std::vector<Event> events_;
+  std::vector<Event>* settling_ = nullptr;  // the batch Settle is working through (Forget)
+  size_t settlingNext_ = 0;                 // ... and the first of its events not yet handled
   std::unordered_map<uint32_t, Request*> requests_;
   std::unordered_map<uint32_t, ucp_tag_message_h> taken_;  // removed by tagProbe, not yet received
   uint32_t nextTaken_ = 1;
