@@ -90,16 +90,23 @@ void Listener::OnConnectionRequest(Napi::Env env, ucp_conn_request_h request) {
   std::pair<std::string, unsigned> client{"", 0};
   if (ucp_conn_request_query(request, &attr) == UCS_OK) client = Describe(attr.client_address);
   Napi::Value accepted;
+  // The accept callback may close this listener: the close waits until the request it is
+  // deciding on is rejected (UCX needs the listener for that), then runs.
+  inRequest_ = true;
   try {
     accepted = handler_.Call({Napi::String::New(env, "request"), Napi::String::New(env, client.first),
                               Napi::Number::New(env, client.second)});
   } catch (const Napi::Error& error) {
+    inRequest_ = false;
     ucp_listener_reject(listener_, request);
     handler_.Call({Napi::String::New(env, "error"), error.Value()});
+    if (closeDeferred_) Destroy(true);
     return;
   }
-  if (!accepted.ToBoolean()) {
+  inRequest_ = false;
+  if (closeDeferred_ || !accepted.ToBoolean()) {
     ucp_listener_reject(listener_, request);
+    if (closeDeferred_) Destroy(true);
     return;
   }
   Napi::Object endpoint;
@@ -120,6 +127,10 @@ Napi::Value Listener::Close(const Napi::CallbackInfo& info) {
 
 void Listener::Destroy(bool fromJs) {
   if (listener_ == nullptr) return;
+  if (inRequest_) {
+    closeDeferred_ = true;  // OnConnectionRequest finishes it
+    return;
+  }
   for (ucp_conn_request_h request : worker_->Forget(nullptr, this)) ucp_listener_reject(listener_, request);
   ucp_listener_destroy(listener_);
   listener_ = nullptr;

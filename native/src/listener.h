@@ -29,6 +29,8 @@ class Listener : public Napi::ObjectWrap<Listener> {
   Napi::ObjectReference workerRef_;
   Napi::FunctionReference handler_;
   ucp_listener_h listener_ = nullptr;
+  bool inRequest_ = false;      // JS decides on a connection request now (the accept callback)
+  bool closeDeferred_ = false;  // ... and closed the listener meanwhile: done once it returns
   std::string host_;
   unsigned port_ = 0;
 };

@@ -137,6 +137,27 @@ describe('close semantics', () => {
     context.close();
   });
 
+  // One request: with several in flight at once, UCX 1.22 itself crashes when the listener goes
+  // (docs/security.md "Open gaps", openucx/ucx#11087).
+  it.each([1])('an accept callback that closes its listener (%i request): the request is rejected, nothing crashes', async (count) => {
+    const context = Context.create({ config });
+    const worker = Worker.create(context);
+    let asked = 0;
+    const listener: Listener = Listener.create(worker, { host: '127.0.0.1', accept: () => {
+      asked += 1;
+      listener.close();
+      return true;  // too late: the listener is closing
+    } });
+    const port = listener.port;
+    const eps = Array.from({ length: count }, () => Endpoint.connect(worker, { host: '127.0.0.1', port }));
+    for (const ep of eps) await expect(ep.flush()).rejects.toMatchObject({ code: 'UNAVAILABLE' });
+    expect(asked).toBe(1);
+    expect(listener.closed).toBe(true);
+    expect(worker.stats().liveListeners).toBe(0);
+    await worker.close();
+    context.close();
+  });
+
   it('connecting to a port nobody listens on fails with UNAVAILABLE', async () => {
     const context = Context.create({ config });
     const worker = Worker.create(context);
