@@ -90,6 +90,15 @@ export async function throughput(system: System, bytes: number, mover?: 'inline'
   return row(system.name, workload, bytes, { p50_us: p50, p99_us: percentile(samples, 99), ops_per_s: 1e6 / p50, gbps: bytes / (p50 * 1000) });
 }
 
+/** Calls that warm a system's tensor path before its first tensor row: gdrpc's 4 KiB call took
+ *  about 300 us for its first 1,500 calls and 60 us from the 2,500th on (the JIT at work; a
+ *  scratch run of 500-call rounds), so rows timed cold measured the compiler. */
+const TENSOR_WARM_CALLS = 3000;
+
+async function warmTensorPath(system: System): Promise<void> {
+  for (let i = 0; i < TENSOR_WARM_CALLS; i += 1) await system.sink(TENSOR_SIZES[0]!);
+}
+
 /** Runs every workload on gdrpc (default, and busy-polling for the small-call rows) and grpc-js;
  *  rows of gdrpc carry their ratio to grpc-js. */
 export async function runRpcBench(_opts: { json?: string } = {}): Promise<object> {
@@ -99,6 +108,7 @@ export async function runRpcBench(_opts: { json?: string } = {}): Promise<object
     try {
       results.push(await latency(system, system.name === 'grpc-js' ? LATENCY_CALLS / 4 : LATENCY_CALLS));
       results.push(await rate(system));
+      await warmTensorPath(system);
       for (const bytes of TENSOR_SIZES) if (system.name !== `gdrpc-busypoll-${BUSY_POLL_US}us` || bytes <= MiB) results.push(await throughput(system, bytes));
       if (system.name === 'gdrpc') {
         // 'rma' only where the run opted in (GDRPC_UNSAFE_RMA=1, docs/security.md).
