@@ -6,7 +6,7 @@ import { Tensor, TensorPool, type Device } from '../../tensor/index.ts';
 import { checkOptions, describeValue } from '../../tensor/options.ts';
 import { FrameKind, type FrameBody } from '../../wire/frames.ts';
 import { attachCallInfo, type CallInfo } from '../movers/call-info.ts';
-import { checkCall, isIterable } from '../call/call-checks.ts';
+import { checkCall, isIterable, NO_OPTIONS } from '../call/call-checks.ts';
 import { ClientSession, type FinalFrame } from './client-session.ts';
 import { cancel, neverSent, protocolError, putPolicy, type Sent } from './call-frames.ts';
 import { PostedFrame } from '../connection/outbox.ts';
@@ -87,7 +87,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
   /** One request, one response. A call whose request certainly never reached the server (the
    *  connection was already gone, or the server refused it unrun while shutting down) is tried
    *  once more on a fresh connection, as gRPC does; a call that may have run never is. */
-  async unary(method: MethodDescriptor, args: Row, options: CallOptions = {}): Promise<Row> {
+  async unary(method: MethodDescriptor, args: Row, options: CallOptions = NO_OPTIONS): Promise<Row> {
     const started = performance.now();
     checkCall('unary', method, options);
     const types = methodTypes(method);
@@ -117,7 +117,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
   }
 
   /** One request, a stream of responses (an async iterable; breaking out of it cancels the call). */
-  serverStream(method: MethodDescriptor, args: Row, options: CallOptions = {}): AsyncIterable<Row> {
+  serverStream(method: MethodDescriptor, args: Row, options: CallOptions = NO_OPTIONS): AsyncIterable<Row> {
     return { [Symbol.asyncIterator]: () => this.#serverStream(method, args, options)[Symbol.asyncIterator]() };
   }
 
@@ -165,7 +165,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
   }
 
   /** A stream of requests, one response. */
-  async clientStream(method: MethodDescriptor, args: AsyncIterable<Row> | Iterable<Row>, options: CallOptions = {}): Promise<Row> {
+  async clientStream(method: MethodDescriptor, args: AsyncIterable<Row> | Iterable<Row>, options: CallOptions = NO_OPTIONS): Promise<Row> {
     const started = performance.now();
     checkCall('clientStream', method, options);
     if (!isIterable(args)) throw new GdrpcError(Code.INVALID_ARGUMENT, `${methodName(method)}: clientStream takes an iterable or async iterable of argument objects, got ${describeValue(args)}`);
