@@ -91,8 +91,9 @@ export async function throughput(system: System, bytes: number, mover?: 'inline'
 }
 
 /** Calls that warm a system's tensor path before its first tensor row: gdrpc's 4 KiB call took
- *  about 300 us for its first 1,500 calls and 60 us from the 2,500th on (the JIT at work; a
- *  scratch run of 500-call rounds), so rows timed cold measured the compiler. */
+ *  about 300 us for its first 1,500 calls and 60 us from the 2,500th on (a scratch run of
+ *  500-call rounds; most likely V8 compiling the path, not pinned down), so rows timed cold
+ *  measured the warm-up. */
 const TENSOR_WARM_CALLS = 3000;
 
 async function warmTensorPath(system: System): Promise<void> {
