@@ -74,6 +74,13 @@ export function controlKey(tag: bigint): bigint | undefined {
   return tag & KEY_BITS;
 }
 
+/** The key prefix of a control tag given as its high 32-bit word (the low word is the key's
+ *  low 32 bits), or undefined when byte 7 is not exactly the control class. Words rather than a
+ *  bigint: the receive loop reads them from the binding without making one. */
+export function controlPrefix(high: number): number | undefined {
+  return high >>> 24 === 0x80 ? high & 0xff_ffff : undefined;
+}
+
 /** The prefix and low word of a payload tag, or undefined when byte 7 is not the data class. */
 export function dataParts(tag: bigint): { prefix: number; low: number } | undefined {
   if ((tag >> 56n) !== BigInt(DATA_CLASS)) return undefined;

@@ -5,7 +5,7 @@ import { Packr } from 'msgpackr';
 import { Code, GdrpcError, Tensor, validateFields } from '../../core/index.ts';
 import { decodeFrame, encodeFrame, checkTensorWire } from '../../core/wire/codec.ts';
 import { FrameKind, WIRE_VERSION } from '../../core/wire/frames.ts';
-import { CONTROL_MASK, ConnectionKey, controlKey, controlTag, dataParts, dataTag, transferOf } from '../../core/wire/tag.ts';
+import { CONTROL_MASK, ConnectionKey, controlKey, controlPrefix, controlTag, dataParts, dataTag, transferOf } from '../../core/wire/tag.ts';
 import { packMessage, unpackMessage } from '../../core/wire/message.ts';
 import { chooseMover } from '../../core/rpc/movers/choose.ts';
 import { transferPath } from '../../core/rpc/movers/path.ts';
@@ -24,6 +24,7 @@ describe('tag layout', () => {
     const key = new ConnectionKey(0xabcdef_fffffffen);
     expect(controlTag(key.value)).toBe(0x80abcdeffffffffen);
     expect(controlKey(controlTag(key.value))).toBe(key.value);
+    expect(controlPrefix(Number(controlTag(key.value) >> 32n))).toBe(0xabcdef);
     // The low word wraps: (0xfffffffe + 3) mod 2^32 = 1.
     expect(dataTag(key, 3)).toBe(0x01abcdef00000001n);
     expect(dataParts(dataTag(key, 3))).toEqual({ prefix: 0xabcdef, low: 1 });
@@ -35,6 +36,8 @@ describe('tag layout', () => {
     expect(controlTag(key.value) & CONTROL_MASK).toBe(CONTROL_MASK);
     expect(dataTag(key, 1) & CONTROL_MASK).toBe(0n);
     expect(controlKey(0x8100000000000001n)).toBeUndefined();
+    expect(controlPrefix(0x81000000)).toBeUndefined();
+    expect(controlPrefix(0x00abcdef)).toBeUndefined();
     expect(dataParts(0x0200000000000000n)).toBeUndefined();
   });
 

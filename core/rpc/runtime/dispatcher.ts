@@ -8,7 +8,7 @@
 // on its way) and drops the rest, so nothing a peer sends is queued forever.
 import type { TakenMessage, Worker } from '../../ucx/index.ts';
 import { Code, GdrpcError } from '../../errors.ts';
-import { CONTROL_BIT, CONTROL_MASK, ConnectionKey, dataParts } from '../../wire/tag.ts';
+import { CONTROL_BIT, CONTROL_MASK, ConnectionKey, controlPrefix, dataParts } from '../../wire/tag.ts';
 
 /** What a connection exposes to the dispatcher. */
 export interface FrameSink {
@@ -33,10 +33,10 @@ const MAX_DRAIN_DEFERRALS = 8;
 /** Counters of what the dispatcher dropped (for tests and diagnostics). */
 export interface DispatcherStats { unattributed: number; droppedPayloads: number; connections: number }
 
-/** Routes control messages and stray payloads of one worker to its connections. */
-/** A registered connection: its sink, and its key's parts (a tag's words are compared with them). */
-interface Registered { sink: FrameSink; key: bigint; low: number }
+/** A registered connection: its sink, and its key's low 32 bits (the prefix is its map key). */
+interface Registered { sink: FrameSink; low: number }
 
+/** Routes control messages and stray payloads of one worker to its connections. */
 export class Dispatcher {
   /** By key prefix, unique among this worker's keys (ConnectionKey.draw). */
   readonly #byPrefix = new Map<number, Registered>();
@@ -76,13 +76,14 @@ export class Dispatcher {
   register(sink: FrameSink): ConnectionKey {
     if (this.#stop.signal.aborted) throw new GdrpcError(Code.FAILED_PRECONDITION, 'the runtime is closing');
     const key = ConnectionKey.draw((prefix) => !this.#byPrefix.has(prefix));
-    this.#byPrefix.set(key.prefix, { sink, key: key.value, low: key.low });
+    this.#byPrefix.set(key.prefix, { sink, low: key.low });
     this.#start();
     return key;
   }
 
   unregister(key: ConnectionKey): void {
-    if (this.#byPrefix.get(key.prefix)?.key !== key.value) return;
+    // Prefix and low word together are the whole key.
+    if (this.#byPrefix.get(key.prefix)?.low !== key.low) return;
     this.#byPrefix.delete(key.prefix);
   }
 
@@ -200,11 +201,11 @@ export class Dispatcher {
     return true;
   }
 
-  /** The connection a control tag's two 32-bit words name: byte 7 is the control class, the next
-   *  three the key's prefix, the low word its secret part (all of it checked). */
+  /** The connection a control tag's two 32-bit words name: the key's prefix and its secret low
+   *  word, all of it checked. */
   #sinkOfWords(low: number, high: number): FrameSink | undefined {
-    if (high >>> 24 !== 0x80) return undefined;
-    const prefix = high & 0xff_ffff;
+    const prefix = controlPrefix(high);
+    if (prefix === undefined) return undefined;
     if (prefix === 0) return low === 0 ? this.#hello : undefined;
     const registered = this.#byPrefix.get(prefix);
     return registered !== undefined && registered.low === low ? registered.sink : undefined;
