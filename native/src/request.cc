@@ -97,51 +97,43 @@ Napi::Value Request::Start(ucs_status_ptr_t result, const char* name, bool quiet
   // A copy: the paths below may Finish (delete) this request before they return.
   Napi::Env env = this->env;
   what = name;
+  const bool done = result == nullptr || UCS_PTR_IS_ERR(result);
+  if (done) status = result == nullptr ? UCS_OK : UCS_PTR_STATUS(result);
+  if (!report.IsEmpty()) {
+    // ReportInto: true when done inside the call (slot written), false while pending; an
+    // immediate failure is thrown.
+    if (!done) {
+      Register(result);
+      return Napi::Boolean::New(env, false);
+    }
+    Napi::Value error = status == UCS_OK ? Napi::Value() : Failure(env);
+    if (status == UCS_OK) WriteSlot();
+    settled = true;
+    report.Reset();
+    Finish(env);
+    if (!error.IsEmpty()) throw Napi::Error(env, error);
+    return Napi::Boolean::New(env, true);
+  }
   if (quiet && result == nullptr) {
     // Completed inside the call: settled, nothing to resolve.
     settled = true;
     Finish(env);
     return env.Undefined();
   }
-  if (!report.IsEmpty()) {
-    // ReportInto: true when done inside the call (slot written), false while pending; an
-    // immediate failure is thrown.
-    if (result == nullptr) {
-      status = UCS_OK;
-      WriteSlot();
-      settled = true;
-      report.Reset();
-      Finish(env);
-      return Napi::Boolean::New(env, true);
-    }
-    if (UCS_PTR_IS_ERR(result)) {
-      status = UCS_PTR_STATUS(result);
-      Napi::Value error = Failure(env);
-      settled = true;
-      report.Reset();
-      Finish(env);
-      throw Napi::Error(env, error);
-    }
-    ucxRequest = result;
-    pending = true;
-    worker->AddRequest(this);
-    worker->KickOutsideWake();
-    return Napi::Boolean::New(env, false);
-  }
   deferred.emplace(Napi::Promise::Deferred::New(env));
   Napi::Promise promise = deferred->Promise();
-  if (result == nullptr || UCS_PTR_IS_ERR(result)) {
-    status = result == nullptr ? UCS_OK : UCS_PTR_STATUS(result);
-    Finish(env);
-    return promise;
-  }
+  if (done) Finish(env);
+  else Register(result);
+  return promise;
+}
+
+void Request::Register(ucs_status_ptr_t result) {
   ucxRequest = result;
   if (describe) protocol = QueryProtocol();
   pending = true;
   worker->AddRequest(this);
   if (endpoint != nullptr && kind != RequestKind::Close) endpoint->AddRequest(this);
   worker->KickOutsideWake();
-  return promise;
 }
 
 void Request::Detach(Napi::Env env, const char* code, const std::string& message, ucs_status_t cause) {

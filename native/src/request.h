@@ -85,6 +85,9 @@ struct Request {
 
  private:
   void Settle(Napi::Env env);
+  /** A *_nbx call's request still in flight: kept with the worker (and endpoint) until UCX
+   *  completes it. */
+  void Register(ucs_status_ptr_t result);
   /** The JS error for a failed request (status not UCS_OK). */
   Napi::Value Failure(Napi::Env env) const;
   void WriteSlot() const;
