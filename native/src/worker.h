@@ -3,6 +3,8 @@
 #pragma once
 #include <napi.h>
 #include <ucp/api/ucp.h>
+#include <chrono>
+#include <cstdint>
 #include <memory>
 #include <set>
 #include <unordered_map>
@@ -12,6 +14,12 @@
 #include "wakeup.h"
 
 namespace gdrpc {
+
+/** The monotonic clock the worker's polling decisions use (ns). */
+inline uint64_t NowNs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::steady_clock::now().time_since_epoch()).count());
+}
 
 class Context;
 class Endpoint;

@@ -1,6 +1,6 @@
 // The tag receives of a Worker: a receive posted with a tag and mask, the probe that takes
 // messages out of UCX's unexpected queue (the dispatcher's drain of payloads that came before
-// their frame), and the receive of such a taken message. Progress and settling are worker.cc's.
+// their frame), and the receive of such a taken message. Progress and settling are worker_progress.cc's.
 #include "worker.h"
 
 #include "request.h"
