@@ -36,6 +36,8 @@ export interface HandlerCall {
   afterSend(fn: () => void): void;
 }
 
+/** The call behind a HandlerContext: a symbol-keyed field, not a private one, so that a Proxy
+ *  of the context or an object made from it (Object.create) still reads through. */
 const CALL = Symbol('gdrpc.call');
 
 /** What a handler sees of its call (CallContext), one object per call. What most handlers never

@@ -333,6 +333,3 @@ export class ServerCall {
     return { method: this.entry.method, call: this.id, peer: this.connection.peer };
   }
 }
-
-/** The call behind a HandlerContext: a symbol-keyed field, not a private one, so that a Proxy
- *  of the context or an object made from it (Object.create) still reads through. */
