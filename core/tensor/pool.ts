@@ -166,6 +166,20 @@ export class TensorPool implements TensorPoolLike {
     }
   }
 
+  /** @internal What allocateWhenFree gives without waiting: a tensor when one is served at once
+   *  (nobody waits ahead and it fits, 0 bytes, or overflow allowed), undefined when the caller
+   *  would wait; throws what allocateWhenFree rejects with at once. A server tries this before it
+   *  makes the call's AbortSignal, which only a wait needs (an AbortSignal costs microseconds). */
+  allocateIfFree(shape: number[], dtype: DType, share?: PoolShare): Tensor | undefined {
+    if (this.#closed) throw new GdrpcError(Code.FAILED_PRECONDITION, `tensor pool on ${this.device} is closed`);
+    const info = checkShape(shape, checkDType(dtype));
+    const bytes = info.byteLength;
+    if (bytes === 0 || this.allowOverflow) return this.allocate(shape, dtype);
+    if (bytes > this.#arena.capacity) throw this.#exhausted(bytes, 'it can never fit');
+    const now = this.#waiters.length === 0 ? this.#carve(bytes, share) : undefined;
+    return now === undefined ? undefined : new Tensor(dtype, info, now);
+  }
+
   #wait(bytes: number, options: PoolWaitOptions): Promise<Storage<TensorPool>> {
     const { signal, share, maxWaitMs } = options;
     const started = Date.now();

@@ -343,6 +343,27 @@ describe('TensorPool.allocateWhenFree (memory admission that waits)', () => {
     expect(error.message).toMatch(/maxQueuedBytes/);
   });
 
+  it('allocateIfFree serves what allocateWhenFree would serve at once, answers undefined where it would wait, and throws its immediate refusals', async () => {
+    const pool = hostPool(4 * GRAIN);
+    const share = new PoolShare(4 * GRAIN);
+    const a = pool.allocateIfFree([3 * GRAIN], 'u8', share)!;
+    expect(a.byteLength).toBe(3 * GRAIN);
+    expect(share.held).toBe(3 * GRAIN);
+    expect(pool.allocateIfFree([2 * GRAIN], 'u8', share)).toBeUndefined();  // would wait: nothing taken, nothing queued
+    expect(pool.stats()).toMatchObject({ waiting: 0, used: 3 * GRAIN, liveTensors: 1 });
+    expect(pool.allocateIfFree([0], 'u8')!.byteLength).toBe(0);
+    expectCode(() => pool.allocateIfFree([8 * GRAIN], 'u8'), Code.RESOURCE_EXHAUSTED, /never fit/);
+    expectCode(() => pool.allocateIfFree([-1], 'u8'), Code.INVALID_ARGUMENT);
+    // Someone waiting is ahead: a block that fits is still not taken from them.
+    const waiting = pool.allocateWhenFree([2 * GRAIN], 'u8', { maxWaitMs: 60_000 });
+    expect(pool.allocateIfFree([GRAIN], 'u8')).toBeUndefined();
+    a.release();
+    (await waiting).release();
+    expect(share.held).toBe(0);
+    pool.close({ force: true });
+    expectCode(() => pool.allocateIfFree([GRAIN], 'u8'), Code.FAILED_PRECONDITION, /closed/);
+  });
+
   it('close() fails the waiters with FAILED_PRECONDITION', async () => {
     const pool = hostPool(4 * GRAIN);
     pool.allocate([4 * GRAIN], 'u8');

@@ -6,7 +6,7 @@
 import { Code, GdrpcError } from '../../errors.ts';
 import type { ProtocolSeen, TransferInfo } from './mover.ts';
 import type { TransferPlan } from './plan.ts';
-import { parseProtocol, pathOfProtocol, type UcxProtocol } from './protocol.ts';
+import { parseProtocol, pathOfProtocol, readLocalProtocol, type UcxProtocol } from './protocol.ts';
 
 /** The report of a transfer as planned, before UCX said anything. */
 export function plannedInfo(argument: string, plan: TransferPlan): TransferInfo {
@@ -20,7 +20,7 @@ export function plannedInfo(argument: string, plan: TransferPlan): TransferInfo 
 export function reportSent(infos: readonly TransferInfo[], plan: TransferPlan, seen: ProtocolSeen | void, noStaging: boolean, peer: string): void {
   if (seen === undefined || seen.protocol === '') return;
   for (const info of infos) info.protocol = seen.protocol;
-  const parsed = parseProtocol(seen.protocol);
+  const parsed = readLocalProtocol(seen.protocol);
   if (plan.staged !== undefined || parsed === undefined) return;
   const path = pathOfProtocol(parsed, plan.from, plan.to);
   if (path === undefined) return;
@@ -41,7 +41,7 @@ export function reportReceived(argument: string, plan: TransferPlan, seen: Proto
   if (plan.staged !== undefined || plan.mover === 'inline') return info;
   if (seen !== undefined && seen.protocol !== '') {
     info.protocol = seen.protocol;
-    const parsed = parseProtocol(seen.protocol);
+    const parsed = readLocalProtocol(seen.protocol);
     const path = parsed === undefined ? undefined : pathOfProtocol(parsed, plan.to, plan.from);
     if (path !== undefined) {
       info.path = path;

@@ -36,7 +36,9 @@ export interface MethodEntry {
 }
 
 /** What an argument allocation may wait on: the call's end, and its connection's pool share. */
-export interface AllocationWait { signal: AbortSignal; share: PoolShare | undefined }
+/** What a server's allocation for a call may wait under: the call's scope (whose AbortSignal is
+ *  made only if the allocation has to wait) and the connection's pool share. */
+export interface AllocationWait { scope: CallScope; share: PoolShare | undefined }
 
 /** What a call needs from its server. */
 export interface CallEnvironment {
@@ -216,7 +218,7 @@ export class ServerCall {
       throw error;
     }
     if (!incoming.hasBytes) return values;
-    const wait: AllocationWait = { signal: this.scope.signal, share: this.env.share };
+    const wait: AllocationWait = { scope: this.scope, share: this.env.share };
     const receiving = incoming.receive((shape, dtype, placement, field) => this.env.allocate(shape, dtype, bindPlacement(placement, this.entry.receiveOn), wait, field));
     // Its failure reaches the caller through the race below; run() waits for it before releasing.
     receiving.catch(() => {});

@@ -276,7 +276,16 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
     }
     // Say whose memory ran out and what to change: the caller sees this message.
     const maxQueuedBytes = this.#options.poolQueueBytes ?? this.#options.poolBytes;
-    return pool.allocateWhenFree(shape, dtype, { maxWaitMs: this.#options.poolWaitMs, signal: wait.signal, share: wait.share, maxQueuedBytes }).catch(failed);
+    // Served at once in the common case, without the call's AbortSignal (made only for a wait).
+    if (!wait.scope.aborted) {
+      try {
+        const now = pool.allocateIfFree(shape, dtype, wait.share);
+        if (now !== undefined) return now;
+      } catch (error) {
+        return failed(error);
+      }
+    }
+    return pool.allocateWhenFree(shape, dtype, { maxWaitMs: this.#options.poolWaitMs, signal: wait.scope.signal, share: wait.share, maxQueuedBytes }).catch(failed);
   }
 }
 
