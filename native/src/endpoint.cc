@@ -117,6 +117,20 @@ void Endpoint::Emit(Napi::Env env, const char* kind, Napi::Value value) {
   handler_.Call({Napi::String::New(env, kind), value});
 }
 
+/** Distinct (operation, memory type, length) descriptions an endpoint keeps: a workload repeats a
+ *  few sizes. */
+constexpr size_t kDescriptionsKept = 64;
+
+const std::string* Endpoint::Described(uint64_t key) const {
+  auto found = described_.find(key);
+  return found == described_.end() ? nullptr : &found->second;
+}
+
+void Endpoint::RememberDescribed(uint64_t key, const std::string& protocol) {
+  if (described_.size() >= kDescriptionsKept && described_.count(key) == 0) described_.clear();
+  described_[key] = protocol;
+}
+
 // tagSend(tag: bigint, target, offset, length, id, completed?, describe?, quiet?) -> Promise<void | {protocol, ...}>;
 // with `quiet`, undefined when UCX sent the message inside the call (Request::Start)
 Napi::Value Endpoint::TagSend(const Napi::CallbackInfo& info) {

@@ -4,8 +4,10 @@
 #pragma once
 #include <napi.h>
 #include <ucp/api/ucp.h>
+#include <cstdint>
 #include <set>
 #include <string>
+#include <unordered_map>
 
 namespace gdrpc {
 
@@ -33,6 +35,15 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
   void RemoveRequest(Request* request) { requests_.erase(request); }
   void AddRkey(RemoteKey* rkey) { rkeys_.insert(rkey); }
   void RemoveRkey(RemoteKey* rkey) { rkeys_.erase(rkey); }
+
+  /** What UCX said of this endpoint's last described tag send of `key` (memory type and length:
+   *  Request::DescriptionKey) that it ran with one protocol from start to end; nullptr if
+   *  none. A described tag send of that key then goes without UCP_OP_ATTR_FLAG_NO_IMM_CMPL, and
+   *  one UCX completes inside its *_nbx call (which leaves no request to query) is described by
+   *  this: the protocol for an operation, memory type and length is UCX's selection for them. */
+  const std::string* Described(uint64_t key) const;
+  /** Keeps `protocol` for `key`; at most kDescriptionsKept keys (the table starts over when full). */
+  void RememberDescribed(uint64_t key, const std::string& protocol);
 
   /** Main thread, after the UCX error callback fired. */
   void OnFailed(Napi::Env env);
@@ -69,6 +80,7 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
   std::string peer_;
   std::set<Request*> requests_;
   std::set<RemoteKey*> rkeys_;
+  std::unordered_map<uint64_t, std::string> described_;  // see Described
   ucs_status_t failure_ = UCS_OK;
   bool failed_ = false;
   bool closing_ = false;

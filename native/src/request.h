@@ -82,6 +82,10 @@ struct Request {
   bool device = false;                             // its memory is on a device (the worker polls while it runs)
   std::string protocol;                            // ucp_request_query's info string when the operation started
   std::string finalProtocol;                       // ... and when it completed (a rendezvous may switch)
+  /** Described: the endpoint's description of this operation, memory type and length, if it has
+   *  one (Endpoint::Described); the request then may complete inside its *_nbx call. */
+  std::optional<std::string> remembered;
+  uint64_t descriptionKey = 0;
 
  private:
   void Settle(Napi::Env env);
@@ -93,6 +97,8 @@ struct Request {
   void WriteSlot() const;
   /** UCX's description of the protocol this request runs (ucp_request_query INFO_STRING). */
   std::string QueryProtocol() const;
+  /** The endpoint memo's key for an operation of `kind` on `length` bytes of `memoryType`. */
+  static uint64_t DescriptionKey(RequestKind kind, ucs_memory_type_t memoryType, size_t length);
 };
 
 }  // namespace gdrpc

@@ -62,6 +62,8 @@ class Worker : public Napi::ObjectWrap<Worker> {
   void DisownEndpoint(Endpoint* endpoint);
   /** Drops queued events of an object that is going away; returns the dropped connection requests. */
   std::vector<ucp_conn_request_h> Forget(Endpoint* endpoint, Listener* listener);
+  /** A described request that UCX completed inside its *_nbx call (stats: describedInline). */
+  void CountDescribedInline() { describedInline_++; }
   /** Runs the worker on the next loop iteration. */
   void Kick() {
     kicks_++;
@@ -121,6 +123,7 @@ class Worker : public Napi::ObjectWrap<Worker> {
   bool driving_ = false;
   bool inWakeLoop_ = false;       // inside OnWake's progress-and-settle loop (KickOutsideWake)
   uint64_t kicks_ = 0;            // progress passes scheduled for the next loop turn (stats)
+  uint64_t describedInline_ = 0;  // described requests UCX completed inside the call (stats)
   uint32_t internalId_ = 0xffffffffu;  // ids for requests JS cannot cancel (JS ids count up from 1)
 };
 

@@ -72,6 +72,27 @@ describe.each(Object.keys(TRANSPORTS) as TransportName[])('protocol reports over
     await ep.close();
   }, 120_000);
 
+  it('a send of a length and memory type already described may complete inside the call, and is described the same', async () => {
+    await using peer = await NativePeer.start(config);
+    const ep = await connect(local.worker, peer.port);
+    const path = transport === 'tcp' ? 'tcp' : 'shm';
+    for (const size of [64, 4096]) {
+      const before = local.worker.stats().describedInline;
+      const reports: ProtocolReport[] = [];
+      // Eager sizes: UCX completes a send once the bytes are out, whether the peer has a receive
+      // posted or not (they wait in its unexpected queue).
+      for (let i = 0; i < 20; i += 1) reports.push((await ep.tagSend(0x200n + BigInt(size), pattern(size, i), { describe: true }))!);
+      const first = reports[0]!;
+      expect(pathOfProtocol(parseProtocol(first.protocol)!, 'host', 'host'), first.protocol).toBe(path);
+      expect(first.protocol).toContain(`length ${size} `);
+      for (const report of reports) expect(report).toEqual({ protocol: first.protocol, initialProtocol: first.initialProtocol });
+      // The first was asked for a request to query; of the rest, those UCX finished inside the
+      // call were described from the endpoint's description.
+      expect(local.worker.stats().describedInline - before, `${size} bytes`).toBeGreaterThan(0);
+    }
+    await ep.close();
+  }, 60_000);
+
   it('reports nothing extra without describe', async () => {
     await using peer = await NativePeer.start(config);
     const ep = await connect(local.worker, peer.port);
