@@ -2,7 +2,7 @@
 // verbatim from UCX 1.22 on the CPU box; the GPU ones follow the format of UCX's proto v2 query
 // functions (rndv_mtype.inl, proto_rndv.c) and are checked for real by test/gpu/paths.test.ts.
 import { describe, expect, it } from 'vitest';
-import { LOCAL_READINGS_KEPT, parseProtocol, pathOfProtocol, readLocalProtocol } from '../../core/rpc/movers/protocol.ts';
+import { parseProtocol, pathOfProtocol } from '../../core/rpc/movers/protocol.ts';
 
 const OBSERVED = {
   tcpEager: '{cpml|proto|init} tag_send from host memory length 8193 eager zero-copy copy-out tcp/lo 10.2 MB/s 767.92 us',
@@ -30,19 +30,6 @@ describe('UCX protocol descriptions', () => {
     expect(parseProtocol(GPU_FORM.ipcPull)).toMatchObject({ memoryType: 'cuda', transports: ['cuda_ipc'], receiverPulled: true });
     expect(parseProtocol(GPU_FORM.pushThroughHost)).toMatchObject({ operation: 'rndv_put', transports: ['cuda_copy', 'tcp'] });
     expect(parseProtocol('<no debug info>')).toBeUndefined();
-  });
-
-  it('read from this process\'s UCX are kept: the same reading for the same description, frozen, the oldest forgotten past the bound', () => {
-    const first = readLocalProtocol(OBSERVED.tcpEager)!;
-    expect(first).toEqual(parseProtocol(OBSERVED.tcpEager));
-    expect(readLocalProtocol(OBSERVED.tcpEager)).toBe(first);
-    expect(Object.isFrozen(first) && Object.isFrozen(first.transports)).toBe(true);
-    expect(readLocalProtocol('<no debug info>')).toBeUndefined();
-    // As many other descriptions as are kept push the first one out: it is read afresh.
-    for (let i = 0; i < LOCAL_READINGS_KEPT; i += 1) readLocalProtocol(OBSERVED.tcpEager.replace('8193', String(10_000 + i)));
-    const again = readLocalProtocol(OBSERVED.tcpEager)!;
-    expect(again).not.toBe(first);
-    expect(again).toEqual(first);
   });
 
   it('map host to host transfers to their transport', () => {

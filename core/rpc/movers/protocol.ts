@@ -51,27 +51,6 @@ export function parseProtocol(raw: string): UcxProtocol | undefined {
   };
 }
 
-/** Distinct descriptions whose reading readLocalProtocol keeps. */
-export const LOCAL_READINGS_KEPT = 64;
-const localReadings = new Map<string, Readonly<UcxProtocol> | undefined>();
-
-/** parseProtocol of a description this process's UCX wrote, kept for the last LOCAL_READINGS_KEPT
- *  distinct ones (oldest forgotten first): a workload repeats a few sizes and protocols, and the
- *  description of a size is the same every time, while reading one is regex work (2-3% of a
- *  caller's CPU with 16 tensor calls in flight). The reading is frozen: callers share it. A peer's
- *  reports are kept per connection instead (TransferReports.reading). */
-export function readLocalProtocol(raw: string): Readonly<UcxProtocol> | undefined {
-  if (localReadings.has(raw)) return localReadings.get(raw);
-  const parsed = parseProtocol(raw);
-  if (parsed !== undefined) {
-    Object.freeze(parsed.transports);
-    Object.freeze(parsed);
-  }
-  if (localReadings.size >= LOCAL_READINGS_KEPT) localReadings.delete(localReadings.keys().next().value!);
-  localReadings.set(raw, parsed);
-  return parsed;
-}
-
 /** The path class of a transfer UCX described as `protocol`, between buffers of memory types
  *  `local` (this side) and `remote` (the peer's). Undefined when the description names no transport. */
 export function pathOfProtocol(protocol: UcxProtocol, local: 'host' | 'cuda', remote: 'host' | 'cuda'): TransferPath | undefined {

@@ -11,6 +11,7 @@ import { moverByName } from '../movers/choose.ts';
 import type { Mover, Outgoing, ProtocolSeen, TransferInfo, TransferScope } from '../movers/mover.ts';
 import { planSend, type SendPolicy, type TransferPlan } from '../movers/plan.ts';
 import { plannedInfo, reportSent } from '../movers/report.ts';
+import { parseProtocol } from '../movers/protocol.ts';
 import { bounceFor, stagingReason } from '../movers/staging.ts';
 import { memoryTypeOf } from '../runtime/memory-support.ts';
 import { RemoteTensor, exposeRemote } from '../remote/remote.ts';
@@ -136,7 +137,8 @@ export class OutgoingTensors {
       if (entry.ready !== undefined) await producerDone(entry.ready);
       const seen = await entry.outgoing.start();
       this.#report(entry, seen);
-      reportSent(entry.infos, entry.plan, seen, this.policy.noStaging, this.scope.connection.peer);
+      const { connection } = this.scope;
+      reportSent(entry.infos, entry.plan, seen, this.policy.noStaging, connection.peer, (text) => connection.reports.reading(text, parseProtocol));
     })).then(() => undefined);
   }
 

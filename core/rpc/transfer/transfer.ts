@@ -163,7 +163,7 @@ export class IncomingTensors {
       try {
         const seen = await receiveAsPlanned(mover, pending.wire, dest, plan, this.scope);
         received.set(pending, dest);
-        const info = reportReceived(pending.where, plan, seen);
+        const info = reportReceived(pending.where, plan, seen, (text) => this.scope.connection.reports.reading(text, parseProtocol));
         this.transfers.push(info);
         if (pending.wire.m === 't') this.#awaitReport([info], plan, pending.wire.x!);
       } catch (error) {
@@ -269,7 +269,7 @@ export class IncomingTensors {
       await connection.runtime.blocks.copy(bytes, members.map((_, k) => ({ dst: dests[k]!, dstOffset: 0, src: staging!, srcOffset: k * bytes })), { sourcesReady: true });
       const infos = members.map((member, k) => {
         received.set(member, dests[k]!);
-        const info = reportReceived(member.where, plan, seen);
+        const info = reportReceived(member.where, plan, seen, (text) => this.scope.connection.reports.reading(text, parseProtocol));
         info.bytes = bytes;
         info.gathered = members.length;
         this.transfers.push(info);
