@@ -1,7 +1,8 @@
 // Loaded in both processes of bench/call-split.ts (in the peer through NODE_OPTIONS): stamps every
-// tag send and receive with the machine's monotonic clock, which both processes share, while
-// recording is on. The peer toggles recording on SIGUSR2 and writes its stamps to
-// $GDRPC_CALL_SPLIT_OUT.<pid> when it exits. Each stamp costs the operation one promise hop.
+// tag send and receive, the control path's tagSendNow and tagRecvInto included, with the
+// machine's monotonic clock, which both processes share, while recording is on. The peer toggles
+// recording on SIGUSR2 and writes its stamps to $GDRPC_CALL_SPLIT_OUT.<pid> when it exits. A
+// stamp costs a promise operation one promise hop; the control path's stamps cost no hop.
 import { writeFileSync } from 'node:fs';
 import { Endpoint } from '../core/ucx/endpoint.ts';
 import { Worker } from '../core/ucx/worker.ts';
@@ -42,6 +43,31 @@ function stamped(proto: object, name: string, kind: Stamp['kind']): void {
 stamped(Worker.prototype, 'tagRecv', 'recv');
 stamped(Worker.prototype, 'tagRecvTaken', 'recv');
 stamped(Endpoint.prototype, 'tagSend', 'send');
+
+// The control path's two operations without a promise (core/ucx: tagSendNow answers undefined
+// when UCX sent the message inside the call; tagRecvInto answers true when the message was
+// received inside the call, else calls `done` later).
+const sendNow = Endpoint.prototype.tagSendNow;
+Endpoint.prototype.tagSendNow = function (this: Endpoint, ...args: Parameters<Endpoint['tagSendNow']>) {
+  if (!recording) return sendNow.apply(this, args);
+  const posted = nowUs();
+  const result = sendNow.apply(this, args);
+  if (result === undefined) stamps.push({ kind: 'send', posted, settled: nowUs() });
+  else void result.then(() => stamps.push({ kind: 'send', posted, settled: nowUs() }), () => {});
+  return result;
+};
+const recvInto = Worker.prototype.tagRecvInto;
+Worker.prototype.tagRecvInto = function (this: Worker, dest, tag, mask, id, slot, done) {
+  if (!recording) return recvInto.call(this, dest, tag, mask, id, slot, done);
+  const posted = nowUs();
+  const stampedDone = (error?: unknown): void => {
+    if (error === undefined) stamps.push({ kind: 'recv', posted, settled: nowUs() });
+    done(error);
+  };
+  const now = recvInto.call(this, dest, tag, mask, id, slot, stampedDone);
+  if (now) stamps.push({ kind: 'recv', posted, settled: nowUs() });
+  return now;
+};
 
 const out = process.env.GDRPC_CALL_SPLIT_OUT;
 if (out !== undefined) {
