@@ -9,7 +9,7 @@ import { attachCallInfo, type CallInfo } from '../movers/call-info.ts';
 import { checkCall, isIterable, NO_OPTIONS } from '../call/call-checks.ts';
 import { ClientSession, type FinalFrame } from './client-session.ts';
 import { cancel, neverSent, protocolError, putPolicy, type Sent } from './call-frames.ts';
-import { PostedFrame } from '../connection/outbox.ts';
+import { PostedFrame, type FrameDone } from '../connection/outbox.ts';
 import { absoluteDeadline, CallScope } from '../call/deadline.ts';
 import type { MethodDescriptor, Placement } from '../../schema/descriptor.ts';
 import { connectAndAdmit } from '../connection/handshake.ts';
@@ -318,18 +318,37 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
       else session.connection.post(FrameKind.StreamItem, id, { seq, a: encoded }, posted);
       return { transfers: out.transfers, frame: posted };
     }
-    // Once the frame is on its way the server expects the bytes it announces, abort or not.
-    const frameSent = request !== undefined
-      ? session.connection.send(FrameKind.Request, id, request)
-      : session.connection.send(FrameKind.StreamItem, id, { seq, a: encoded });
+    // Once the frame is on its way the server expects the bytes it announces, abort or not. The
+    // transfers start as soon as its message was handed to UCX, inside the flush that sent it:
+    // a promise hop in between left the bytes 10-14 µs behind their frame on the H200 machine
+    // (a trace of both processes), and the receiver waiting for them.
+    let moving: Promise<void> | undefined;
+    const frameSent = new Promise<void>((resolve, reject) => {
+      const done: FrameDone = {
+        sent: () => {
+          moving = out.start();
+          moving.catch(() => { /* surfaced through the call's own failure */ });
+          resolve();
+        },
+        failed: (error) => {
+          out.discard();
+          reject(error);
+        },
+      };
+      try {
+        if (request !== undefined) session.connection.post(FrameKind.Request, id, request, done);
+        else session.connection.post(FrameKind.StreamItem, id, { seq, a: encoded }, done);
+      } catch (error) {
+        // Refused at once (closed, over the peer's frame limit): nothing was sent.
+        done.failed(error);
+      }
+    });
     const sent: Sent = { transfers: out.transfers, frame: frameSent };
-    const moving = frameSent.then(() => out.start(), (error: unknown) => { out.discard(); throw error; });
-    moving.catch(() => { /* surfaced through the call's own failure */ });
     return (async () => {
       await scope.race(frameSent);
       // Tag sends complete when the server has the bytes; RMA exposures when it sent FIN. The
       // response can only follow either, so waiting here adds no latency and keeps errors ordered.
-      if (awaitTransfers && out.transfers.some((t) => t.mover === 'tag')) await scope.race(moving);
+      if (awaitTransfers && out.transfers.some((t) => t.mover === 'tag')) await scope.race(moving!);
       return sent;
     })();
   }
