@@ -118,8 +118,8 @@ export interface WorkerStats {
   /** Progress passes scheduled for the next loop turn (an operation posted outside a wake-up's
    *  progress loop, a wake-up out of time, a stuck transport's retry excluded). */
   kicks: number;
-  /** Described tag sends (`describe`) that UCX completed inside the call: the endpoint had a
-   *  description of a send of the same memory type and length, which stands for them
+  /** Described tag sends (`describe`) from host memory that UCX completed inside the call: the
+   *  endpoint had a description of an eager send of the same length, which stands for them
    *  (docs/binding.md "Protocol reports"). */
   describedInline: number;
   /** The polling window after work: whether it adapts, its size now, and (adaptive only) spins begun, spins that ran

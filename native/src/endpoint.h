@@ -36,8 +36,8 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
   void AddRkey(RemoteKey* rkey) { rkeys_.insert(rkey); }
   void RemoveRkey(RemoteKey* rkey) { rkeys_.erase(rkey); }
 
-  /** What UCX said of this endpoint's last described tag send of `key` (memory type and length:
-   *  Request::DescriptionKey) that it ran with one protocol from start to end; nullptr if
+  /** What UCX said of this endpoint's last described eager tag send from host memory of `key`
+   *  (its length: Request::DescriptionKey) that ran one protocol from start to end; nullptr if
    *  none. A described tag send of that key then goes without UCP_OP_ATTR_FLAG_NO_IMM_CMPL, and
    *  one UCX completes inside its *_nbx call (which leaves no request to query) is described by
    *  this: the protocol for an operation, memory type and length is UCX's selection for them. */

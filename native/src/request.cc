@@ -76,8 +76,12 @@ void Request::Prepare(ucp_request_param_t& param, const Span* span) {
   } else {
     param.cb.send = OnSendDone;
   }
-  // Tag sends only: an RMA operation's protocol also depends on the remote key (the peer's memory).
-  if (describe && kind == RequestKind::Send && span != nullptr && endpoint != nullptr) {
+  // Tag sends from host memory only. An RMA operation's protocol also depends on the remote key
+  // (the peer's memory); a send from GPU memory on which GPU it is (UCX selects by device too), and
+  // there a wrong description could hide a staged transfer from noStaging.
+  if (describe && kind == RequestKind::Send && span != nullptr && endpoint != nullptr &&
+      span->memoryType == UCS_MEMORY_TYPE_HOST) {
+    memoized = true;
     descriptionKey = DescriptionKey(kind, span->memoryType, span->length);
     if (const std::string* known = endpoint->Described(descriptionKey)) remembered = *known;
   }
@@ -250,9 +254,11 @@ uint64_t Request::DescriptionKey(RequestKind kind, ucs_memory_type_t memoryType,
 void Request::Finish(Napi::Env env, bool keep) {
   if (describe && ucxRequest != nullptr && status != UCS_INPROGRESS) {
     finalProtocol = QueryProtocol();
-    // Only a request that ran one protocol throughout stands for one UCX could finish inside the
-    // call (a rendezvous starts as one protocol and ends as another; it never completes inside).
-    if (status == UCS_OK && kind == RequestKind::Send && endpoint != nullptr && !finalProtocol.empty() && finalProtocol == protocol) {
+    // Only an eager send that ran one protocol throughout stands for one UCX could finish inside
+    // the call. A rendezvous never completes inside it; one the receiver pulled keeps its first
+    // description to the end, so the text is checked too.
+    if (status == UCS_OK && memoized && endpoint != nullptr && !finalProtocol.empty() && finalProtocol == protocol &&
+        finalProtocol.find(" eager ") != std::string::npos && finalProtocol.find("rendezvous") == std::string::npos) {
       endpoint->RememberDescribed(descriptionKey, finalProtocol);
     }
   }

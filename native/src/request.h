@@ -85,6 +85,7 @@ struct Request {
   /** Described: the endpoint's description of this operation, memory type and length, if it has
    *  one (Endpoint::Described); the request then may complete inside its *_nbx call. */
   std::optional<std::string> remembered;
+  bool memoized = false;                           // a described tag send from host memory (Endpoint::Described)
   uint64_t descriptionKey = 0;
 
  private:

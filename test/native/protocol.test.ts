@@ -90,6 +90,18 @@ describe.each(Object.keys(TRANSPORTS) as TransportName[])('protocol reports over
       // call were described from the endpoint's description.
       expect(local.worker.stats().describedInline - before, `${size} bytes`).toBeGreaterThan(0);
     }
+    // A rendezvous is never kept: each one is asked for its own request and described afresh.
+    const size = 4 << 20;
+    const before = local.worker.stats().describedInline;
+    for (let i = 0; i < 2; i += 1) {
+      const tag = 0x300n + BigInt(i);
+      const received = peer.call<{ length: number }>('recv', { tag: String(tag), size, mask: String((1n << 64n) - 1n) });
+      const report = (await ep.tagSend(tag, pattern(size, i), { describe: true }))!;
+      expect((await received).length).toBe(size);
+      expect(report.initialProtocol, report.initialProtocol).toMatch(/rendezvous/);
+      expect(report.protocol).toContain(`length ${size} `);
+    }
+    expect(local.worker.stats().describedInline).toBe(before);
     await ep.close();
   }, 60_000);
 
