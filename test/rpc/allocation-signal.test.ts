@@ -44,7 +44,8 @@ beforeAll(async () => {
     await new Promise<void>((resolve) => { releaseHold = resolve; });
     return { sum: byteSum(args.x as never) };
   };
-  server = Server.create({ runtime: serving, poolBytes: 256 * KiB, maxTensorBytes: 256 * KiB }).register(EchoDescriptor, handlers);
+  // A wait far longer than any poll below: only the call's signal can end one in time.
+  server = Server.create({ runtime: serving, poolBytes: 256 * KiB, maxTensorBytes: 256 * KiB, poolWaitMs: 600_000 }).register(EchoDescriptor, handlers);
   await server.listen({ host: '127.0.0.1', port: 0 });
   client = await Client.connect(server.address!, { runtime: calling, poolBytes: 0 });
 });
@@ -73,21 +74,28 @@ describe('server allocations for argument tensors', () => {
     x.release();
   });
 
-  it('an allocation that has to wait gets the call\'s signal: the deadline ends the wait, and the next call is served', async () => {
+  it('an allocation that has to wait gets the call\'s signal: cancelling the call ends the wait, and the next call is served', async () => {
     const first = patterned(192 * KiB, 1);
     const second = patterned(192 * KiB, 2);
     holding = 0;
     const held = client.unary(EchoDescriptor.methods.hold, { x: first, ms: 0 });
     await expect.poll(() => holding, { timeout: 20_000, interval: 10 }).toBe(1);
-    // 192 KiB more does not fit beside the held 192 KiB in 256 KiB: the allocation waits until
-    // the deadline, under the call's signal.
+    const waiting = (): number => server.poolStats().reduce((n, pool) => n + pool.waiting, 0);
+    // 192 KiB more does not fit beside the held 192 KiB in 256 KiB: the allocation waits (for up
+    // to poolWaitMs, 10 minutes) under the call's signal.
+    const stop = new AbortController();
     let error: unknown;
     const made = await controllersMadeBy(async () => {
-      error = await client.unary(EchoDescriptor.methods.checksum, { x: second }, { deadline: 300, mover: 'tag' }).then(() => undefined, (e: unknown) => e);
+      const call = client.unary(EchoDescriptor.methods.checksum, { x: second }, { signal: stop.signal, mover: 'tag' }).then(() => undefined, (e: unknown) => e);
+      await expect.poll(waiting, { timeout: 20_000, interval: 10 }).toBe(1);
+      stop.abort();
+      error = await call;
     });
-    expect((error as GdrpcError).code).toBe(Code.DEADLINE_EXCEEDED);
+    expect((error as GdrpcError).code).toBe(Code.CANCELLED);
+    // The server's wait made the call's signal (the test's own controller was made before counting).
     expect(made).toBeGreaterThanOrEqual(1);
-    await expect.poll(() => server.poolStats().reduce((n, pool) => n + pool.waiting, 0), { timeout: 20_000, interval: 10 }).toBe(0);
+    // The cancel reaches the server, whose signal ends the wait long before poolWaitMs.
+    await expect.poll(waiting, { timeout: 20_000, interval: 10 }).toBe(0);
     releaseHold();
     expect((await held).sum).toBe(byteSum(first));
     expect((await client.unary(EchoDescriptor.methods.checksum, { x: second })).sum).toBe(byteSum(second));

@@ -39,16 +39,18 @@ describe('a frame and the bytes it announces', () => {
      *  the bytes then follow it from that completion, not judged here.) */
     const afterTurn: boolean[] = [];
     let unjudged = 0;
-    let lastFrame: { turned: boolean; inline: boolean } | undefined;
+    // Per endpoint: client and server share this process (and the prototypes).
+    const lastFrames = new WeakMap<Endpoint, { turned: boolean; inline: boolean }>();
     Endpoint.prototype.tagSendNow = function (this: Endpoint, ...args: Parameters<Endpoint['tagSendNow']>) {
       const frame = { turned: false, inline: false };
-      lastFrame = frame;
+      lastFrames.set(this, frame);
       queueMicrotask(() => { frame.turned = true; });
       const result = sendNow.apply(this, args);
       frame.inline = result === undefined;
       return result;
     };
     Endpoint.prototype.tagSend = function (this: Endpoint, ...args: unknown[]) {
+      const lastFrame = lastFrames.get(this);
       if (lastFrame?.inline === true) afterTurn.push(lastFrame.turned);
       else unjudged += 1;
       return (tagSend as (...a: unknown[]) => unknown).apply(this, args);

@@ -120,6 +120,22 @@ describe('outbox', () => {
     expect(told[0]).toBeInstanceOf(Error);
   });
 
+  it('a FrameDone that throws leaves no frame after it untold and no message unsent; the flush rethrows its error afterwards', async () => {
+    const { outbox, messages } = recording({ inline: true });
+    const told: string[] = [];
+    const throwing: FrameDone = { sent() { told.push('throwing'); throw new Error('a bug in a FrameDone'); }, failed() {} };
+    const quiet = (name: string): FrameDone => ({ sent() { told.push(name); }, failed() { told.push(`${name} failed`); } });
+    outbox.post(4, 1, body(3), throwing);
+    for (let call = 2; call <= BATCH_FRAMES + 3; call += 1) {
+      // The 16th frame fills the first message, which leaves inside this post: the error comes out here.
+      if (call === BATCH_FRAMES) expect(() => outbox.post(4, call, body(3), quiet(String(call)))).toThrow('a bug in a FrameDone');
+      else outbox.post(4, call, body(3), quiet(String(call)));
+    }
+    await microtasks();
+    expect(messages.map((m) => m.length)).toEqual([BATCH_FRAMES, 3]);
+    expect(told).toEqual(['throwing', ...Array.from({ length: BATCH_FRAMES + 2 }, (_, i) => String(i + 2))]);
+  });
+
   it("PostedFrame: failure() waits for the frame's fate, and onFailed runs once, after", async () => {
     const failures: unknown[] = [];
     const left = new PostedFrame((error) => failures.push(error));

@@ -134,9 +134,14 @@ export class Outbox {
     const queue = soon.length > 0 ? [...soon, ...this.#queue] : this.#queue;
     this.#queue = [];
     const refusal = this.link.refusal();
+    // A FrameDone that throws (a bug of its own) must not leave the frames after it untold, or
+    // their messages unsent: the first such error is thrown once the flush is done.
+    let thrown: { error: unknown } | undefined;
+    const tell = (frames: readonly QueuedFrame[], error?: { error: unknown }): void => { thrown ??= tellFrames(frames, error); };
     if (refusal !== undefined) {
       // Closed since these were queued: none of them was handed to UCX.
-      for (const frame of queue) frame.done.failed(refusal);
+      tell(queue, { error: refusal });
+      if (thrown !== undefined) throw thrown.error;
       return;
     }
     const maxFrame = this.link.maxFrame();
@@ -156,11 +161,35 @@ export class Outbox {
         sent = this.link.deliver(packMessage(group));
       } catch (error) {
         // A link that throws instead of rejecting fails this message's frames, not the flush.
-        for (const f of group) f.done.failed(error);
+        tell(group, { error });
         continue;
       }
-      if (sent === undefined) for (const f of group) f.done.sent();
-      else sent.then(() => { for (const f of group) f.done.sent(); }, (error: unknown) => { for (const f of group) f.done.failed(error); });
+      if (sent === undefined) {
+        tell(group);
+      } else {
+        const later = (error?: { error: unknown }): void => {
+          const failure = tellFrames(group, error);
+          // Rethrown as an uncaught exception once every frame of the message was told.
+          if (failure !== undefined) queueMicrotask(() => { throw failure.error; });
+        };
+        sent.then(() => later(), (error: unknown) => later({ error }));
+      }
+    }
+    if (thrown !== undefined) throw thrown.error;
+  }
+}
+
+/** Tells each of `frames` it was sent (no `error`) or failed; every one is told even if one
+ *  FrameDone throws, and the first thrown is returned. */
+function tellFrames(frames: readonly QueuedFrame[], error?: { error: unknown }): { error: unknown } | undefined {
+  let thrown: { error: unknown } | undefined;
+  for (const frame of frames) {
+    try {
+      if (error === undefined) frame.done.sent();
+      else frame.done.failed(error.error);
+    } catch (caught) {
+      thrown ??= { error: caught };
     }
   }
+  return thrown;
 }
