@@ -1,14 +1,14 @@
 // A server's allocation for a call's argument tensor is served without the call's AbortSignal
 // when the pool has room (an AbortSignal and its listener cost microseconds a call); only an
-// allocation that has to wait makes one, and the call's deadline still ends that wait.
+// allocation that has to wait makes one, and cancelling the call still ends that wait.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { Client, Code, GdrpcError, Runtime, Server, type UnaryHandler } from '../../core/index.ts';
+import { Code, type Client, type GdrpcError, type Server } from '../../core/index.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
+import { inProcessEcho, type InProcessEcho } from './fixtures/in-process.ts';
 import { byteSum, patterned } from './fixtures/tensors.ts';
 
 const KiB = 1 << 10;
-let serving: Runtime;
-let calling: Runtime;
+let pair: InProcessEcho;
 let server: Server;
 let client: Client;
 /** Resolves the hold handler's wait. */
@@ -34,28 +34,22 @@ async function controllersMadeBy(run: () => Promise<void>): Promise<number> {
 }
 
 beforeAll(async () => {
-  serving = Runtime.create();
-  calling = Runtime.create();
-  const unimplemented = (name: string): UnaryHandler => () => { throw new GdrpcError(Code.UNIMPLEMENTED, name); };
-  const handlers: Record<string, UnaryHandler> = Object.fromEntries(Object.keys(EchoDescriptor.methods).map((name) => [name, unimplemented(name)]));
-  handlers.checksum = (args: { x: { bytes(): Uint8Array; byteLength: number } }) => ({ sum: byteSum(args.x as never), n: args.x.byteLength });
-  handlers.hold = async (args: { x: unknown }) => {
-    holding += 1;
-    await new Promise<void>((resolve) => { releaseHold = resolve; });
-    return { sum: byteSum(args.x as never) };
-  };
-  // A wait far longer than any poll below: only the call's signal can end one in time.
-  server = Server.create({ runtime: serving, poolBytes: 256 * KiB, maxTensorBytes: 256 * KiB, poolWaitMs: 600_000 }).register(EchoDescriptor, handlers);
-  await server.listen({ host: '127.0.0.1', port: 0 });
-  client = await Client.connect(server.address!, { runtime: calling, poolBytes: 0 });
+  pair = await inProcessEcho({
+    checksum: (args: { x: { byteLength: number } }) => ({ sum: byteSum(args.x as never), n: args.x.byteLength }),
+    hold: async (args: { x: unknown }) => {
+      holding += 1;
+      await new Promise<void>((resolve) => { releaseHold = resolve; });
+      return { sum: byteSum(args.x as never) };
+    },
+  }, {
+    // A wait far longer than any poll below: only the call's signal can end one in time.
+    server: { poolBytes: 256 * KiB, maxTensorBytes: 256 * KiB, poolWaitMs: 600_000 },
+    client: { poolBytes: 0 },
+  });
+  ({ server, client } = pair);
 });
 afterEach(() => releaseHold());
-afterAll(async () => {
-  await client.close();
-  await server.shutdown({ graceMs: 0 });
-  await calling.close();
-  await serving.close();
-});
+afterAll(() => pair.close());
 
 describe('server allocations for argument tensors', () => {
   it('a tensor the pool has room for is received without an AbortSignal, over tag and inline', async () => {

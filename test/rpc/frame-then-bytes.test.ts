@@ -3,32 +3,23 @@
 // between (which had left the bytes 10-14 µs behind their frame on the H200 machine, with the
 // receiver waiting for them). Both directions: a REQUEST's arguments and a RESPONSE's results.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Client, Code, GdrpcError, Runtime, Server, type Tensor, type UnaryHandler } from '../../core/index.ts';
+import type { Client, Tensor } from '../../core/index.ts';
 import { Endpoint } from '../../core/ucx/endpoint.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
+import { inProcessEcho, type InProcessEcho } from './fixtures/in-process.ts';
 import { byteSum, patterned } from './fixtures/tensors.ts';
 
-let serving: Runtime;
-let calling: Runtime;
-let server: Server;
+let pair: InProcessEcho;
 let client: Client;
 
 beforeAll(async () => {
-  serving = Runtime.create();
-  calling = Runtime.create();
-  const unimplemented = (name: string): UnaryHandler => () => { throw new GdrpcError(Code.UNIMPLEMENTED, name); };
-  const handlers: Record<string, UnaryHandler> = Object.fromEntries(Object.keys(EchoDescriptor.methods).map((name) => [name, unimplemented(name)]));
-  handlers.echo = (args: { x: unknown; tag: string }) => ({ y: args.x, tag: args.tag });
-  server = Server.create({ runtime: serving, poolBytes: 4 << 20 }).register(EchoDescriptor, handlers);
-  await server.listen({ host: '127.0.0.1', port: 0 });
-  client = await Client.connect(server.address!, { runtime: calling, poolBytes: 4 << 20 });
+  pair = await inProcessEcho({ echo: (args: { x: unknown; tag: string }) => ({ y: args.x, tag: args.tag }) }, {
+    server: { poolBytes: 4 << 20 },
+    client: { poolBytes: 4 << 20 },
+  });
+  client = pair.client;
 });
-afterAll(async () => {
-  await client.close();
-  await server.shutdown({ graceMs: 0 });
-  await calling.close();
-  await serving.close();
-});
+afterAll(() => pair.close());
 
 describe('a frame and the bytes it announces', () => {
   it('the bytes\' tag send is posted before a microtask queued at the frame\'s send runs, for arguments and results alike', async () => {
