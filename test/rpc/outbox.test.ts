@@ -5,10 +5,12 @@ import { BATCH_FRAMES, Outbox, PostedFrame, SOON_MS, type FrameDone, type Outbox
 import { FRAME_HEADER, unpackMessage } from '../../core/wire/message.ts';
 
 /** An outbox whose messages are kept as lists of [kind, call] (and whose link can fail or close). */
-function recording(options: { maxFrame?: number; fail?: boolean; throws?: boolean; inline?: boolean } = {}): { outbox: Outbox; messages: Array<Array<[number, number]>>; closeLink(): void } {
+function recording(options: { maxFrame?: number; fail?: boolean; throws?: boolean; inline?: boolean } = {}): { outbox: Outbox; messages: Array<Array<[number, number]>>; faults: unknown[]; closeLink(): void } {
   const messages: Array<Array<[number, number]>> = [];
+  const faults: unknown[] = [];
   let refusal: unknown;
   const link: OutboxLink = {
+    fault: (error) => { faults.push(error); },
     maxFrame: () => options.maxFrame ?? Number.MAX_SAFE_INTEGER,
     refusal: () => refusal,
     deliver: (message) => {
@@ -18,7 +20,7 @@ function recording(options: { maxFrame?: number; fail?: boolean; throws?: boolea
       return options.fail === true ? Promise.reject(new Error('link failed')) : Promise.resolve();
     },
   };
-  return { outbox: new Outbox(link), messages, closeLink: () => { refusal = new Error('closed'); } };
+  return { outbox: new Outbox(link), messages, faults, closeLink: () => { refusal = new Error('closed'); } };
 }
 
 const body = (n: number): Uint8Array => new Uint8Array(n);
@@ -120,20 +122,33 @@ describe('outbox', () => {
     expect(told[0]).toBeInstanceOf(Error);
   });
 
-  it('a FrameDone that throws leaves no frame after it untold and no message unsent; the flush rethrows its error afterwards', async () => {
-    const { outbox, messages } = recording({ inline: true });
+  it.each([true, false])('a FrameDone that throws leaves no frame untold, never comes out of post, and is reported once the flush is done (sent at once: %s)', async (inline) => {
+    const { outbox, messages, faults } = recording({ inline });
     const told: string[] = [];
-    const throwing: FrameDone = { sent() { told.push('throwing'); throw new Error('a bug in a FrameDone'); }, failed() {} };
+    const bug = new Error('a bug in a FrameDone');
+    const throwing: FrameDone = { sent() { told.push('throwing'); throw bug; }, failed() { told.push('throwing failed'); } };
     const quiet = (name: string): FrameDone => ({ sent() { told.push(name); }, failed() { told.push(`${name} failed`); } });
     outbox.post(4, 1, body(3), throwing);
-    for (let call = 2; call <= BATCH_FRAMES + 3; call += 1) {
-      // The 16th frame fills the first message, which leaves inside this post: the error comes out here.
-      if (call === BATCH_FRAMES) expect(() => outbox.post(4, call, body(3), quiet(String(call)))).toThrow('a bug in a FrameDone');
-      else outbox.post(4, call, body(3), quiet(String(call)));
-    }
+    // Two messages' worth: the 16th frame fills the first, which leaves inside that post.
+    for (let call = 2; call <= BATCH_FRAMES + 3; call += 1) expect(() => outbox.post(4, call, body(3), quiet(String(call)))).not.toThrow();
     await microtasks();
     expect(messages.map((m) => m.length)).toEqual([BATCH_FRAMES, 3]);
+    // Each frame told once, sent; the throw reported once.
     expect(told).toEqual(['throwing', ...Array.from({ length: BATCH_FRAMES + 2 }, (_, i) => String(i + 2))]);
+    expect(faults).toEqual([bug]);
+  });
+
+  it('a FrameDone that throws when its frame fails (closed link) is reported too, and the others are told', async () => {
+    const { outbox, messages, faults, closeLink } = recording();
+    const told: string[] = [];
+    const bug = new Error('a bug in a FrameDone');
+    outbox.post(4, 1, body(3), { sent() {}, failed() { told.push('1 failed'); throw bug; } });
+    outbox.post(4, 2, body(3), { sent() {}, failed() { told.push('2 failed'); } });
+    closeLink();
+    await microtasks();
+    expect(messages).toEqual([]);
+    expect(told).toEqual(['1 failed', '2 failed']);
+    expect(faults).toEqual([bug]);
   });
 
   it("PostedFrame: failure() waits for the frame's fate, and onFailed runs once, after", async () => {

@@ -324,16 +324,13 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
     // (a trace of both processes), and the receiver waiting for them.
     let moving: Promise<void> | undefined;
     const frameSent = new Promise<void>((resolve, reject) => {
-      let told = false;
       const done: FrameDone = {
         sent: () => {
-          told = true;
           moving = out.start();
           moving.catch(() => { /* surfaced through the call's own failure */ });
           resolve();
         },
         failed: (error) => {
-          told = true;
           out.discard();
           reject(error);
         },
@@ -342,11 +339,9 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
         if (request !== undefined) session.connection.post(FrameKind.Request, id, request, done);
         else session.connection.post(FrameKind.StreamItem, id, { seq, a: encoded }, done);
       } catch (error) {
-        // Refused at once (closed, over the peer's frame limit): nothing was sent. Anything
-        // thrown after the frame was told its fate is a bug, not a refusal: it is rethrown (a
-        // promise executor would swallow it).
-        if (told) queueMicrotask(() => { throw error; });
-        else done.failed(error);
+        // Refused at once (closed, over the peer's frame limit): nothing was queued, nothing
+        // sent (once queued, a frame's fate comes through `done` only).
+        done.failed(error);
       }
     });
     const sent: Sent = { transfers: out.transfers, frame: frameSent };

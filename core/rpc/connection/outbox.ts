@@ -62,6 +62,9 @@ export interface OutboxLink {
   /** Hands one packed message to UCX: undefined when UCX sent it at once, else what settles
    *  when it did. */
   deliver(message: Uint8Array): Promise<void> | undefined;
+  /** Told what a FrameDone threw (a bug of its own) once every frame was told its fate; left out,
+   *  it is rethrown as an uncaught exception in a microtask of its own. */
+  fault?(error: unknown): void;
 }
 
 export class Outbox {
@@ -135,13 +138,14 @@ export class Outbox {
     this.#queue = [];
     const refusal = this.link.refusal();
     // A FrameDone that throws (a bug of its own) must not leave the frames after it untold, or
-    // their messages unsent: the first such error is thrown once the flush is done.
+    // their messages unsent, nor come out of post() for whoever's frame filled the message: it is
+    // reported once the flush is done (fault).
     let thrown: { error: unknown } | undefined;
     const tell = (frames: readonly QueuedFrame[], error?: { error: unknown }): void => { thrown ??= tellFrames(frames, error); };
     if (refusal !== undefined) {
       // Closed since these were queued: none of them was handed to UCX.
       tell(queue, { error: refusal });
-      if (thrown !== undefined) throw thrown.error;
+      if (thrown !== undefined) this.#fault(thrown.error);
       return;
     }
     const maxFrame = this.link.maxFrame();
@@ -169,13 +173,17 @@ export class Outbox {
       } else {
         const later = (error?: { error: unknown }): void => {
           const failure = tellFrames(group, error);
-          // Rethrown as an uncaught exception once every frame of the message was told.
-          if (failure !== undefined) queueMicrotask(() => { throw failure.error; });
+          if (failure !== undefined) this.#fault(failure.error);
         };
         sent.then(() => later(), (error: unknown) => later({ error }));
       }
     }
-    if (thrown !== undefined) throw thrown.error;
+    if (thrown !== undefined) this.#fault(thrown.error);
+  }
+
+  #fault(error: unknown): void {
+    if (this.link.fault !== undefined) this.link.fault(error);
+    else queueMicrotask(() => { throw error; });
   }
 }
 

@@ -255,14 +255,11 @@ export class ServerCall {
     // The transfers start as the frame's message is handed to UCX, inside the flush that sent it
     // (no promise hop between the frame and its bytes; the client waits for both).
     return new Promise((resolve, reject) => {
-      let told = false;
       const done: FrameDone = {
         sent: () => {
-          told = true;
           resolve({ moving: this.#startTransfers(out.tensors) });
         },
         failed: (error) => {
-          told = true;
           out.tensors.discard();
           reject(error);
         },
@@ -270,11 +267,9 @@ export class ServerCall {
       try {
         this.connection.post(FrameKind.Response, this.id, { r: out.encoded }, done);
       } catch (error) {
-        // Refused at once (closed, over the peer's frame limit): nothing was sent. Anything
-        // thrown after the frame was told its fate is a bug, not a refusal: it is rethrown (a
-        // promise executor would swallow it).
-        if (told) queueMicrotask(() => { throw error; });
-        else done.failed(error);
+        // Refused at once (closed, over the peer's frame limit): nothing was queued, nothing
+        // sent (once queued, a frame's fate comes through `done` only).
+        done.failed(error);
       }
     });
   }
