@@ -5,7 +5,7 @@ import { Code, GdrpcError } from '../../errors.ts';
 import type { PoolShare } from '../../tensor/index.ts';
 import { FrameKind, type FrameBody } from '../../wire/frames.ts';
 import type { Connection } from '../connection/connection.ts';
-import { PostedFrame, type FrameDone } from '../connection/outbox.ts';
+import { PostedFrame } from '../connection/outbox.ts';
 import type { CallScope } from '../call/deadline.ts';
 import type { MethodDescriptor, TypeTable } from '../../schema/descriptor.ts';
 import { handlerContractError, handlerError, HandlerFailure, runHandler, type FailedCall } from './handler-failure.ts';
@@ -252,26 +252,8 @@ export class ServerCall {
       this.connection.post(FrameKind.Response, this.id, { r: out.encoded }, posted);
       return { moving: posted };
     }
-    // The transfers start as the frame's message is handed to UCX, inside the flush that sent it
-    // (no promise hop between the frame and its bytes; the client waits for both).
-    return new Promise((resolve, reject) => {
-      const done: FrameDone = {
-        sent: () => {
-          resolve({ moving: this.#startTransfers(out.tensors) });
-        },
-        failed: (error) => {
-          out.tensors.discard();
-          reject(error);
-        },
-      };
-      try {
-        this.connection.post(FrameKind.Response, this.id, { r: out.encoded }, done);
-      } catch (error) {
-        // Refused at once (closed, over the peer's frame limit): nothing was queued, nothing
-        // sent (once queued, a frame's fate comes through `done` only).
-        done.failed(error);
-      }
-    });
+    // The transfers start as the frame's message is handed to UCX (Connection.postThen).
+    return this.connection.postThen(FrameKind.Response, this.id, { r: out.encoded }, () => ({ moving: this.#startTransfers(out.tensors) }), () => out.tensors.discard());
   }
 
   async #stream(items: AsyncIterable<Row>): Promise<void> {
