@@ -122,7 +122,7 @@ describe('outbox', () => {
     expect(told[0]).toBeInstanceOf(Error);
   });
 
-  it.each([true, false])('a FrameDone that throws leaves no frame untold, never comes out of post, and is reported once the flush is done (sent at once: %s)', async (inline) => {
+  it.each([true, false])("a FrameDone that throws leaves no frame untold, never comes out of post, and is reported once its message's frames were told (sent at once: %s)", async (inline) => {
     const { outbox, messages, faults } = recording({ inline });
     const told: string[] = [];
     const bug = new Error('a bug in a FrameDone');

@@ -62,8 +62,8 @@ export interface OutboxLink {
   /** Hands one packed message to UCX: undefined when UCX sent it at once, else what settles
    *  when it did. */
   deliver(message: Uint8Array): Promise<void> | undefined;
-  /** Told what a FrameDone threw (a bug of its own) once every frame was told its fate; left out,
-   *  it is rethrown as an uncaught exception in a microtask of its own. */
+  /** Told what a FrameDone threw (a bug of its own) once every frame of its message was told its
+   *  fate; left out, it is rethrown as an uncaught exception in a microtask of its own. */
   fault?(error: unknown): void;
 }
 
@@ -137,15 +137,9 @@ export class Outbox {
     const queue = soon.length > 0 ? [...soon, ...this.#queue] : this.#queue;
     this.#queue = [];
     const refusal = this.link.refusal();
-    // A FrameDone that throws (a bug of its own) must not leave the frames after it untold, or
-    // their messages unsent, nor come out of post() for whoever's frame filled the message: it is
-    // reported once the flush is done (fault).
-    let thrown: { error: unknown } | undefined;
-    const tell = (frames: readonly QueuedFrame[], error?: { error: unknown }): void => { thrown ??= tellFrames(frames, error); };
     if (refusal !== undefined) {
       // Closed since these were queued: none of them was handed to UCX.
-      tell(queue, { error: refusal });
-      if (thrown !== undefined) this.#fault(thrown.error);
+      this.#tell(queue, { error: refusal });
       return;
     }
     const maxFrame = this.link.maxFrame();
@@ -165,39 +159,31 @@ export class Outbox {
         sent = this.link.deliver(packMessage(group));
       } catch (error) {
         // A link that throws instead of rejecting fails this message's frames, not the flush.
-        tell(group, { error });
+        this.#tell(group, { error });
         continue;
       }
-      if (sent === undefined) {
-        tell(group);
-      } else {
-        const later = (error?: { error: unknown }): void => {
-          const failure = tellFrames(group, error);
-          if (failure !== undefined) this.#fault(failure.error);
-        };
-        sent.then(() => later(), (error: unknown) => later({ error }));
+      if (sent === undefined) this.#tell(group);
+      else sent.then(() => this.#tell(group), (error: unknown) => this.#tell(group, { error }));
+    }
+  }
+
+  /** Tells each of `frames` it was sent (no `error`) or failed. A FrameDone that throws (a bug of
+   *  its own) must not leave the frames after it untold, or the flush's later messages unsent, nor
+   *  come out of post() for whoever's frame filled the message: the first one thrown goes to the
+   *  link's fault, by default rethrown as an uncaught exception in a microtask of its own. */
+  #tell(frames: readonly QueuedFrame[], error?: { error: unknown }): void {
+    let thrown: { error: unknown } | undefined;
+    for (const frame of frames) {
+      try {
+        if (error === undefined) frame.done.sent();
+        else frame.done.failed(error.error);
+      } catch (caught) {
+        thrown ??= { error: caught };
       }
     }
-    if (thrown !== undefined) this.#fault(thrown.error);
+    if (thrown === undefined) return;
+    const fault = thrown.error;
+    if (this.link.fault !== undefined) this.link.fault(fault);
+    else queueMicrotask(() => { throw fault; });
   }
-
-  #fault(error: unknown): void {
-    if (this.link.fault !== undefined) this.link.fault(error);
-    else queueMicrotask(() => { throw error; });
-  }
-}
-
-/** Tells each of `frames` it was sent (no `error`) or failed; every one is told even if one
- *  FrameDone throws, and the first thrown is returned. */
-function tellFrames(frames: readonly QueuedFrame[], error?: { error: unknown }): { error: unknown } | undefined {
-  let thrown: { error: unknown } | undefined;
-  for (const frame of frames) {
-    try {
-      if (error === undefined) frame.done.sent();
-      else frame.done.failed(error.error);
-    } catch (caught) {
-      thrown ??= { error: caught };
-    }
-  }
-  return thrown;
 }
