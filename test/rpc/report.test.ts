@@ -1,8 +1,7 @@
 // What a transfer reports from UCX's description of it (core/rpc/movers/report.ts): the
-// description is read through the reader the caller gives (a connection's cache of readings).
+// description is read through the readings the caller gives (a connection's TransferReports).
 import { describe, expect, it } from 'vitest';
-import { parseProtocol } from '../../core/rpc/movers/protocol.ts';
-import { plannedInfo, reportReceived, reportSent } from '../../core/rpc/movers/report.ts';
+import { plannedInfo, reportReceived, reportSent, type ProtocolReadings } from '../../core/rpc/movers/report.ts';
 import type { TransferPlan } from '../../core/rpc/movers/plan.ts';
 import { TransferReports } from '../../core/rpc/connection/reports.ts';
 
@@ -10,11 +9,11 @@ const TCP_EAGER = '{cpml|proto|init} tag_send from host memory length 8193 eager
 const plan = { mover: 'tag', path: 'tcp', bytes: 8193, from: 'host', to: 'host' } as unknown as TransferPlan;
 
 describe('transfer reports from UCX descriptions', () => {
-  it('a sender reads its description through the given reader: a connection reads each description once', () => {
+  it('a sender reads its description through the given readings: a connection reads each description once', () => {
     const reports = new TransferReports(() => 1000);
     let reads = 0;
-    const counted = (text: string) => { reads += 1; return parseProtocol(text); };
-    const read = (text: string) => reports.reading(text, counted);
+    // The connection's readings, counting the reads they make.
+    const read: ProtocolReadings = { reading: (text, parse) => reports.reading(text, (t) => { reads += 1; return parse(t); }) };
     for (let i = 0; i < 5; i += 1) {
       const info = plannedInfo('x', plan);
       reportSent([info], plan, { protocol: TCP_EAGER }, false, 'peer:1', read);
@@ -25,7 +24,7 @@ describe('transfer reports from UCX descriptions', () => {
     expect(reads).toBe(1);
   });
 
-  it('without a reader each description is parsed as it comes, to the same report', () => {
+  it('without readings each description is parsed as it comes, to the same report', () => {
     const info = plannedInfo('x', plan);
     reportSent([info], plan, { protocol: TCP_EAGER }, false, 'peer:1');
     expect(info).toMatchObject({ path: 'tcp', source: 'ucx', protocol: TCP_EAGER });

@@ -6,7 +6,7 @@
 import { Code, GdrpcError } from '../../errors.ts';
 import type { ProtocolSeen, TransferInfo } from './mover.ts';
 import type { TransferPlan } from './plan.ts';
-import { parseProtocol, pathOfProtocol, type UcxProtocol } from './protocol.ts';
+import { parseProtocol, pathOfProtocol } from './protocol.ts';
 
 /** The report of a transfer as planned, before UCX said anything. */
 export function plannedInfo(argument: string, plan: TransferPlan): TransferInfo {
@@ -14,17 +14,20 @@ export function plannedInfo(argument: string, plan: TransferPlan): TransferInfo 
   return { argument, bytes: plan.bytes, mover: plan.mover, path: plan.path, source: gdrpc ? 'gdrpc' : 'predicted' };
 }
 
-/** Reads a UCX description: parseProtocol, or a cache of its readings (a connection keeps one:
- *  TransferReports.reading; a workload repeats a few descriptions, and reading one is regex work). */
-export type ReadProtocol = (report: string) => UcxProtocol | undefined;
+/** Where readings of UCX descriptions are kept: a connection's TransferReports (a workload repeats
+ *  a few descriptions, and reading one is regex work). */
+export interface ProtocolReadings { reading<T>(report: string, read: (report: string) => T): T }
+
+/** No keeping: each description is read as it comes. */
+const READ_AFRESH: ProtocolReadings = { reading: (report, read) => read(report) };
 
 /** Updates a sender's `infos` (one transfer's, or a gather's) with what UCX said of the send.
  *  Under noStaging a send that UCX moved through host memory throws: the bytes have moved, so the
  *  call fails. */
-export function reportSent(infos: readonly TransferInfo[], plan: TransferPlan, seen: ProtocolSeen | void, noStaging: boolean, peer: string, read: ReadProtocol = parseProtocol): void {
+export function reportSent(infos: readonly TransferInfo[], plan: TransferPlan, seen: ProtocolSeen | void, noStaging: boolean, peer: string, readings: ProtocolReadings = READ_AFRESH): void {
   if (seen === undefined || seen.protocol === '') return;
   for (const info of infos) info.protocol = seen.protocol;
-  const parsed = read(seen.protocol);
+  const parsed = readings.reading(seen.protocol, parseProtocol);
   if (plan.staged !== undefined || parsed === undefined) return;
   const path = pathOfProtocol(parsed, plan.from, plan.to);
   if (path === undefined) return;
@@ -40,12 +43,12 @@ export function reportSent(infos: readonly TransferInfo[], plan: TransferPlan, s
 /** What a receiver reports when the bytes are in: an RMA read from UCX's description of the get
  *  (the reader ran it); a tag receive predicted from the lanes and the memory types until the
  *  sender's report comes (applySenderReport). */
-export function reportReceived(argument: string, plan: TransferPlan, seen: ProtocolSeen | void, read: ReadProtocol = parseProtocol): TransferInfo {
+export function reportReceived(argument: string, plan: TransferPlan, seen: ProtocolSeen | void, readings: ProtocolReadings = READ_AFRESH): TransferInfo {
   const info = plannedInfo(argument, plan);
   if (plan.staged !== undefined || plan.mover === 'inline') return info;
   if (seen !== undefined && seen.protocol !== '') {
     info.protocol = seen.protocol;
-    const parsed = read(seen.protocol);
+    const parsed = readings.reading(seen.protocol, parseProtocol);
     const path = parsed === undefined ? undefined : pathOfProtocol(parsed, plan.to, plan.from);
     if (path !== undefined) {
       info.path = path;
@@ -59,11 +62,11 @@ export function reportReceived(argument: string, plan: TransferPlan, seen: Proto
  *  The sender's description names the memory UCX found at its end; this side's is the destination
  *  it allocated. A rendezvous the receiver pulled is described as UCX's estimate for a receiver with
  *  memory like the sender's: between unlike memory it maps to `staged` (pathOfProtocol). */
-export function applySenderReport(info: TransferInfo, plan: TransferPlan, report: string | undefined, parse: ReadProtocol = parseProtocol): void {
+export function applySenderReport(info: TransferInfo, plan: TransferPlan, report: string | undefined, readings: ProtocolReadings = READ_AFRESH): void {
   if (report === undefined || report === '') return;
   info.protocol = report;
   if (plan.staged !== undefined) return;
-  const parsed = parse(report);
+  const parsed = readings.reading(report, parseProtocol);
   if (parsed === undefined) return;
   const from = parsed.memoryType === 'cuda' || parsed.memoryType === 'host' ? parsed.memoryType : plan.from;
   const path = pathOfProtocol(parsed, from, plan.to);

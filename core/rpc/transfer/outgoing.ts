@@ -11,7 +11,6 @@ import { moverByName } from '../movers/choose.ts';
 import type { Mover, Outgoing, ProtocolSeen, TransferInfo, TransferScope } from '../movers/mover.ts';
 import { planSend, type SendPolicy, type TransferPlan } from '../movers/plan.ts';
 import { plannedInfo, reportSent } from '../movers/report.ts';
-import { parseProtocol } from '../movers/protocol.ts';
 import { bounceFor, stagingReason } from '../movers/staging.ts';
 import { memoryTypeOf } from '../runtime/memory-support.ts';
 import { RemoteTensor, exposeRemote } from '../remote/remote.ts';
@@ -138,7 +137,7 @@ export class OutgoingTensors {
       const seen = await entry.outgoing.start();
       this.#report(entry, seen);
       const { connection } = this.scope;
-      reportSent(entry.infos, entry.plan, seen, this.policy.noStaging, connection.peer, (text) => connection.reports.reading(text, parseProtocol));
+      reportSent(entry.infos, entry.plan, seen, this.policy.noStaging, connection.peer, connection.reports);
     })).then(() => undefined);
   }
 

@@ -13,7 +13,6 @@ import { cudaReceives } from '../runtime/memory-support.ts';
 import type { Mover, ProtocolSeen, TransferInfo, TransferScope } from '../movers/mover.ts';
 import { moverOf, planArrival, planReceive, type PeerFacts, type TransferPlan } from '../movers/plan.ts';
 import { applySenderReport, reportReceived } from '../movers/report.ts';
-import { parseProtocol } from '../movers/protocol.ts';
 import { bounceFor, stagingReason } from '../movers/staging.ts';
 import { tensorTooLarge, type Side } from './memory-errors.ts';
 import { checkGathers, stagingTensor, type Gather } from './gather.ts';
@@ -163,7 +162,7 @@ export class IncomingTensors {
       try {
         const seen = await receiveAsPlanned(mover, pending.wire, dest, plan, this.scope);
         received.set(pending, dest);
-        const info = reportReceived(pending.where, plan, seen, (text) => this.scope.connection.reports.reading(text, parseProtocol));
+        const info = reportReceived(pending.where, plan, seen, this.scope.connection.reports);
         this.transfers.push(info);
         if (pending.wire.m === 't') this.#awaitReport([info], plan, pending.wire.x!);
       } catch (error) {
@@ -212,7 +211,7 @@ export class IncomingTensors {
     const reported = connection.reports.take(transfer).then((report) => {
       for (const info of infos) {
         if (report === undefined) this.#unreported.push(info);
-        else applySenderReport(info, plan, report, (text) => connection.reports.reading(text, parseProtocol));
+        else applySenderReport(info, plan, report, connection.reports);
       }
     });
     for (const info of infos) awaitingReport(info, reported);
@@ -269,7 +268,7 @@ export class IncomingTensors {
       await connection.runtime.blocks.copy(bytes, members.map((_, k) => ({ dst: dests[k]!, dstOffset: 0, src: staging!, srcOffset: k * bytes })), { sourcesReady: true });
       const infos = members.map((member, k) => {
         received.set(member, dests[k]!);
-        const info = reportReceived(member.where, plan, seen, (text) => this.scope.connection.reports.reading(text, parseProtocol));
+        const info = reportReceived(member.where, plan, seen, this.scope.connection.reports);
         info.bytes = bytes;
         info.gathered = members.length;
         this.transfers.push(info);
