@@ -9,7 +9,7 @@ import { parseDevice, type Device, type DeviceKind } from './device.ts';
 import { checkDType, type DType } from './dtype.ts';
 import { mapMemory, type MappedMemory } from './mapped-memory.ts';
 import { Accept, checkOptions, invalidOption, rule, type OptionRules } from './options.ts';
-import { checkShape } from './shape.ts';
+import { checkShape, type ShapeInfo } from './shape.ts';
 import { Storage } from './storage.ts';
 import { markPool, Tensor, type TensorPoolLike, type TensorPoolStats } from './tensor.ts';
 
@@ -146,15 +146,10 @@ export class TensorPool implements TensorPoolLike {
       checkOptions('PoolWaitOptions', options, WAIT_OPTIONS);
       // Required: a timer of undefined ms fires at once.
       if (options?.maxWaitMs === undefined) throw invalidOption('PoolWaitOptions.maxWaitMs', undefined, Accept.ms.expected);
-      if (this.#closed) throw new GdrpcError(Code.FAILED_PRECONDITION, `tensor pool on ${this.device} is closed`);
-      const info = checkShape(shape, checkDType(dtype));
-      const bytes = info.byteLength;
-      if (bytes === 0 || this.allowOverflow) return Promise.resolve(this.allocate(shape, dtype));
-      if (bytes > this.#arena.capacity) throw this.#exhausted(bytes, 'it can never fit');
-      options.signal?.throwIfAborted();
       const share = options.share;
-      const now = this.#waiters.length === 0 ? this.#carve(bytes, share) : undefined;
-      if (now !== undefined) return Promise.resolve(new Tensor(dtype, info, now));
+      const now = this.#serveNow(shape, dtype, share, () => options.signal?.throwIfAborted());
+      if (now instanceof Tensor) return Promise.resolve(now);
+      const { info, bytes } = now;
       const limit = options.maxQueuedBytes;
       if (limit !== undefined && this.#queuedBytes + bytes > limit && (share === undefined || share.waiting > 0)) {
         throw this.#exhausted(bytes, `the wait queue is full: ${this.#queuedBytes} bytes in ${this.#waiters.length} allocation(s) already wait`,
@@ -171,13 +166,23 @@ export class TensorPool implements TensorPoolLike {
    *  would wait; throws what allocateWhenFree rejects with at once. A server tries this before it
    *  makes the call's AbortSignal, which only a wait needs (an AbortSignal costs microseconds). */
   allocateIfFree(shape: number[], dtype: DType, share?: PoolShare): Tensor | undefined {
+    const now = this.#serveNow(shape, dtype, share);
+    return now instanceof Tensor ? now : undefined;
+  }
+
+  /** allocateWhenFree's and allocateIfFree's path without a wait: FAILED_PRECONDITION once closed,
+   *  the shape and dtype checked, a tensor at once for 0 bytes or a pool that overflows,
+   *  RESOURCE_EXHAUSTED for what can never fit; then `ready` (before anything is carved), and a
+   *  tensor carved now when nobody waits ahead and it fits. Else what a wait for it needs. */
+  #serveNow(shape: number[], dtype: DType, share: PoolShare | undefined, ready?: () => void): Tensor | { info: ShapeInfo; bytes: number } {
     if (this.#closed) throw new GdrpcError(Code.FAILED_PRECONDITION, `tensor pool on ${this.device} is closed`);
     const info = checkShape(shape, checkDType(dtype));
     const bytes = info.byteLength;
     if (bytes === 0 || this.allowOverflow) return this.allocate(shape, dtype);
     if (bytes > this.#arena.capacity) throw this.#exhausted(bytes, 'it can never fit');
+    ready?.();
     const now = this.#waiters.length === 0 ? this.#carve(bytes, share) : undefined;
-    return now === undefined ? undefined : new Tensor(dtype, info, now);
+    return now === undefined ? { info, bytes } : new Tensor(dtype, info, now);
   }
 
   #wait(bytes: number, options: PoolWaitOptions): Promise<Storage<TensorPool>> {
