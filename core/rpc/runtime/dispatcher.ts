@@ -121,8 +121,7 @@ export class Dispatcher {
     if (this.#running || this.#stop.signal.aborted) return;
     this.#running = true;
     this.#drainTimer ??= setInterval(() => this.drainPayloads(), DRAIN_INTERVAL_MS).unref();
-    this.#sliceStart = performance.now();
-    this.#inSlice = 0;
+    this.#newSlice();
     this.#receive();
   }
 
@@ -160,8 +159,7 @@ export class Dispatcher {
     this.#posted = undefined;
     if (buffer === undefined || this.#stop.signal.aborted) return;
     // The receive waited for this message: the loop came back from the event loop, a new slice.
-    this.#sliceStart = performance.now();
-    this.#inSlice = 0;
+    this.#newSlice();
     if (error === undefined) this.#deliver(buffer);
     else this.#failed(error);
     if (!this.#yielded()) this.#receive();
@@ -194,11 +192,15 @@ export class Dispatcher {
     this.#inSlice += 1;
     if (this.#inSlice < RECEIVE_SLICE_MESSAGES && performance.now() - this.#sliceStart < RECEIVE_SLICE_MS) return false;
     setImmediate(() => {
-      this.#sliceStart = performance.now();
-      this.#inSlice = 0;
+      this.#newSlice();
       this.#receive();
     });
     return true;
+  }
+
+  #newSlice(): void {
+    this.#sliceStart = performance.now();
+    this.#inSlice = 0;
   }
 
   /** The connection a control tag's two 32-bit words name: the key's prefix and its secret low
