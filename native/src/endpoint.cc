@@ -117,18 +117,17 @@ void Endpoint::Emit(Napi::Env env, const char* kind, Napi::Value value) {
   handler_.Call({Napi::String::New(env, kind), value});
 }
 
-/** Distinct (operation, memory type, length) descriptions an endpoint keeps: a workload repeats a
- *  few sizes. */
+/** Lengths an endpoint keeps a description of: a workload repeats a few sizes. */
 constexpr size_t kDescriptionsKept = 64;
 
-const std::string* Endpoint::Described(uint64_t key) const {
-  auto found = described_.find(key);
+const std::string* Endpoint::Described(size_t length) const {
+  auto found = described_.find(length);
   return found == described_.end() ? nullptr : &found->second;
 }
 
-void Endpoint::RememberDescribed(uint64_t key, const std::string& protocol) {
-  if (described_.size() >= kDescriptionsKept && described_.count(key) == 0) described_.clear();
-  described_[key] = protocol;
+void Endpoint::RememberDescribed(size_t length, const std::string& protocol) {
+  if (described_.size() >= kDescriptionsKept && described_.count(length) == 0) described_.clear();
+  described_[length] = protocol;
 }
 
 // tagSend(tag: bigint, target, offset, length, id, completed?, describe?, quiet?) -> Promise<void | {protocol, ...}>;

@@ -4,7 +4,7 @@
 #pragma once
 #include <napi.h>
 #include <ucp/api/ucp.h>
-#include <cstdint>
+#include <cstddef>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -36,14 +36,14 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
   void AddRkey(RemoteKey* rkey) { rkeys_.insert(rkey); }
   void RemoveRkey(RemoteKey* rkey) { rkeys_.erase(rkey); }
 
-  /** What UCX said of this endpoint's last described eager tag send from host memory of `key`
-   *  (its length: Request::DescriptionKey) that ran one protocol from start to end; nullptr if
-   *  none. A described tag send of that key then goes without UCP_OP_ATTR_FLAG_NO_IMM_CMPL, and
-   *  one UCX completes inside its *_nbx call (which leaves no request to query) is described by
-   *  this: the protocol for an operation, memory type and length is UCX's selection for them. */
-  const std::string* Described(uint64_t key) const;
-  /** Keeps `protocol` for `key`; at most kDescriptionsKept keys (the table starts over when full). */
-  void RememberDescribed(uint64_t key, const std::string& protocol);
+  /** What UCX said of this endpoint's last described eager tag send from host memory of
+   *  `length` bytes that ran one protocol from start to end; nullptr if none. A described tag send
+   *  from host memory of that length then goes without UCP_OP_ATTR_FLAG_NO_IMM_CMPL, and one UCX
+   *  completes inside its *_nbx call (which leaves no request to query) is described by this: the
+   *  protocol for a tag send from host memory of a length is UCX's selection for them. */
+  const std::string* Described(size_t length) const;
+  /** Keeps `protocol` for `length`; at most kDescriptionsKept lengths (the table starts over when full). */
+  void RememberDescribed(size_t length, const std::string& protocol);
 
   /** Main thread, after the UCX error callback fired. */
   void OnFailed(Napi::Env env);
@@ -80,7 +80,7 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
   std::string peer_;
   std::set<Request*> requests_;
   std::set<RemoteKey*> rkeys_;
-  std::unordered_map<uint64_t, std::string> described_;  // see Described
+  std::unordered_map<size_t, std::string> described_;  // see Described
   ucs_status_t failure_ = UCS_OK;
   bool failed_ = false;
   bool closing_ = false;

@@ -81,14 +81,13 @@ void Request::Prepare(ucp_request_param_t& param, const Span* span) {
   // there a wrong description could hide a staged transfer from noStaging.
   if (describe && kind == RequestKind::Send && span != nullptr && endpoint != nullptr &&
       span->memoryType == UCS_MEMORY_TYPE_HOST) {
-    memoized = true;
-    descriptionKey = DescriptionKey(kind, span->memoryType, span->length);
-    if (const std::string* known = endpoint->Described(descriptionKey)) remembered = *known;
+    describedLength = span->length;
+    if (const std::string* known = endpoint->Described(span->length)) remembered = *known;
   }
   // An operation completed inside the *_nbx call leaves no request to query: it is asked for one
-  // until the endpoint has a description of the same operation, memory type and length. Forcing a
-  // request costs a send that UCX would have finished inside the call its trip through progress
-  // and the completion queue (a fifth of a 4 KiB tag call's CPU on the CPU box).
+  // unless the endpoint has a description of a send of the same length. A forced request sends a
+  // send UCX would have finished inside the call through progress and the completion queue
+  // (docs/binding.md "Protocol reports": a quarter of a described 4 KiB send's CPU).
   if (describe && !remembered) param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   if (span == nullptr) return;
   param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
@@ -245,21 +244,15 @@ std::string Request::QueryProtocol() const {
   return text;
 }
 
-uint64_t Request::DescriptionKey(RequestKind kind, ucs_memory_type_t memoryType, size_t length) {
-  // Lengths stay below 2^48 (256 TiB); 8 bits each for the operation and the memory type.
-  return (static_cast<uint64_t>(kind) << 56) | (static_cast<uint64_t>(memoryType & 0xff) << 48) |
-         (static_cast<uint64_t>(length) & ((uint64_t{1} << 48) - 1));
-}
-
 void Request::Finish(Napi::Env env, bool keep) {
   if (describe && ucxRequest != nullptr && status != UCS_INPROGRESS) {
     finalProtocol = QueryProtocol();
     // Only an eager send that ran one protocol throughout stands for one UCX could finish inside
     // the call. A rendezvous never completes inside it; one the receiver pulled keeps its first
     // description to the end, so the text is checked too.
-    if (status == UCS_OK && memoized && endpoint != nullptr && !finalProtocol.empty() && finalProtocol == protocol &&
+    if (status == UCS_OK && describedLength && endpoint != nullptr && !finalProtocol.empty() && finalProtocol == protocol &&
         finalProtocol.find(" eager ") != std::string::npos && finalProtocol.find("rendezvous") == std::string::npos) {
-      endpoint->RememberDescribed(descriptionKey, finalProtocol);
+      endpoint->RememberDescribed(*describedLength, finalProtocol);
     }
   }
   // ReportInto: the outcome is worked out now and told once this request is gone (the callback

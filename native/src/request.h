@@ -82,11 +82,12 @@ struct Request {
   bool device = false;                             // its memory is on a device (the worker polls while it runs)
   std::string protocol;                            // ucp_request_query's info string when the operation started
   std::string finalProtocol;                       // ... and when it completed (a rendezvous may switch)
-  /** Described: the endpoint's description of this operation, memory type and length, if it has
-   *  one (Endpoint::Described); the request then may complete inside its *_nbx call. */
+  /** A described tag send from host memory: its length, under which its endpoint keeps
+   *  descriptions (Endpoint::Described) ... */
+  std::optional<size_t> describedLength;
+  /** ... and the endpoint's description for that length, if it has one: the request then may
+   *  complete inside its *_nbx call. */
   std::optional<std::string> remembered;
-  bool memoized = false;                           // a described tag send from host memory (Endpoint::Described)
-  uint64_t descriptionKey = 0;
 
  private:
   void Settle(Napi::Env env);
@@ -98,8 +99,6 @@ struct Request {
   void WriteSlot() const;
   /** UCX's description of the protocol this request runs (ucp_request_query INFO_STRING). */
   std::string QueryProtocol() const;
-  /** The endpoint memo's key for an operation of `kind` on `length` bytes of `memoryType`. */
-  static uint64_t DescriptionKey(RequestKind kind, ucs_memory_type_t memoryType, size_t length);
 };
 
 }  // namespace gdrpc
