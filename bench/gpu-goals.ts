@@ -2,6 +2,7 @@
 // it is missed, what the time goes to (the part of a call that is not the wire at ucx_perftest's
 // bandwidth, i.e. the framework's own cost per call).
 import type { BenchResult } from './machine.ts';
+import { UCX_CALL_SYSTEM } from './ucx-call.ts';
 
 export interface Goal { goal: string; target: string; measured: string; met: boolean | null; note: string }
 
@@ -28,13 +29,18 @@ export function checkGoals(rows: BenchResult[], system: string): Goal[] {
   const goals: Goal[] = [];
   const perf = (bytes: number): BenchResult | undefined => rows.find((r) => r.system === 'ucx_perftest' && r.workload === 'tag_bw' && r.bytes === bytes);
   const perfRtt = rows.find((r) => r.system === 'ucx_perftest' && r.workload === 'tag_rtt');
+  const floor = (bytes: number): BenchResult | undefined => rows.find((r) => r.system === UCX_CALL_SYSTEM && r.bytes === bytes);
+  const floorNote = (bytes: number): string => {
+    const c = floor(bytes);
+    return c ? `; the same call in C over UCX with busy-polling workers (bench/ucx-call.c) takes ${c.p50_us!.toFixed(1)} us` : '';
+  };
 
   const small = rows.find((r) => r.system === system && r.workload === 'small_call_rtt');
   goals.push({
     goal: 'small call round trip p50', target: '<= 20 us',
     measured: small ? `${small.p50_us!.toFixed(1)} us` : 'not measured',
     met: small ? small.p50_us! <= 20 : null,
-    note: small && perfRtt ? smallCallNote(small.p50_us!, perfRtt.p50_us!) : 'no ucx_perftest latency to compare',
+    note: (small && perfRtt ? smallCallNote(small.p50_us!, perfRtt.p50_us!) : 'no ucx_perftest latency to compare') + floorNote(0),
   });
 
   const mid = best(rows, system, 16 * MiB);
@@ -43,7 +49,7 @@ export function checkGoals(rows: BenchResult[], system: string): Goal[] {
     goal: 'per-call time with a 16 MiB CUDA argument (best mover), p50', target: '<= 50 us',
     measured: mid ? `${mid.p50_us!.toFixed(1)} us (${mid.mover as string})` : 'not measured',
     met: mid ? mid.p50_us! <= 50 : null,
-    note: mid && midPerf?.gbps ? overhead(mid, midPerf.gbps) : 'no ucx_perftest bandwidth at 16 MiB to compare',
+    note: (mid && midPerf?.gbps ? overhead(mid, midPerf.gbps) : 'no ucx_perftest bandwidth at 16 MiB to compare') + floorNote(16 * MiB),
   });
 
   const big = best(rows, system, 1024 * MiB);

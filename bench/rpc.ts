@@ -5,6 +5,7 @@ import * as grpc from '@grpc/grpc-js';
 import { describeMachine, percentile, type BenchResult } from './machine.ts';
 import { gdrpcSystem, startPeer, type System } from './rpc-gdrpc.ts';
 import { unsafeRmaEnabled } from '../core/rpc/runtime/runtime.ts';
+import { runUcxCall } from './ucx-call.ts';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
@@ -101,9 +102,14 @@ async function warmTensorPath(system: System): Promise<void> {
 }
 
 /** Runs every workload on gdrpc (default, and busy-polling for the small-call rows) and grpc-js;
- *  rows of gdrpc carry their ratio to grpc-js. */
+ *  rows of gdrpc carry their ratio to grpc-js. The C floor (bench/ucx-call.c: the same round trip
+ *  over the same UCX with busy-polling workers) runs beside them where it can be built. */
 export async function runRpcBench(_opts: { json?: string } = {}): Promise<object> {
   const results: BenchResult[] = [];
+  const skipped: { system: string; reason: string }[] = [];
+  const floor = await runUcxCall('host', [0, 4 * KiB, 64 * KiB, MiB], () => {});
+  results.push(...floor.results.map((r) => ({ ...r, workload: r.bytes === 0 ? 'unary_small_rtt' : 'tensor_arg_host' })));
+  skipped.push(...floor.skipped);
   for (const make of [() => gdrpcSystem(), () => gdrpcSystem(BUSY_POLL_US), grpcSystem]) {
     const system = await make();
     try {
@@ -133,5 +139,6 @@ export async function runRpcBench(_opts: { json?: string } = {}): Promise<object
       r.ops_per_s !== null ? `${Math.round(r.ops_per_s)} /s` : '', r.gbps !== null ? `${r.gbps.toFixed(2)} GB/s` : ''].filter(Boolean).join('  ');
     console.log(`${r.system.padEnd(22)} ${r.workload.padEnd(34)} ${String(r.bytes).padStart(10)}  ${figures}`);
   }
-  return { machine: describeMachine(), results };
+  for (const s of skipped) console.log(`skipped ${s.system}: ${s.reason.split('\n')[0]}`);
+  return { machine: describeMachine(), results, skipped };
 }

@@ -1,6 +1,9 @@
-// The GPU bench's goal notes (bench/gpu-goals.ts): a small call against ucx_perftest's round trip.
+// The GPU bench's goal notes (bench/gpu-goals.ts): a small call against ucx_perftest's round trip,
+// and the C floor (bench/ucx-call.c) beside the goals it bounds.
 import { describe, expect, it } from 'vitest';
-import { smallCallNote } from '../../bench/gpu-goals.ts';
+import { checkGoals, smallCallNote } from '../../bench/gpu-goals.ts';
+import type { BenchResult } from '../../bench/machine.ts';
+import { UCX_CALL_SYSTEM } from '../../bench/ucx-call.ts';
 
 describe('smallCallNote', () => {
   it('says what gdrpc adds when its call is the slower', () => {
@@ -11,5 +14,27 @@ describe('smallCallNote', () => {
     const note = smallCallNote(41.1, 542.9);
     expect(note).toBe("ucx_perftest tag round trip (8 B, CUDA memory) is 542.9 us; gdrpc's call, which carries no tensor, takes 501.8 us less");
     expect(note).not.toContain('-');
+  });
+});
+
+describe('checkGoals with the C floor', () => {
+  const row = (system: string, workload: string, bytes: number, p50: number): BenchResult =>
+    ({ system, workload, bytes, p50_us: p50, p99_us: null, ops_per_s: null, gbps: bytes ? bytes / p50 / 1e3 : null, mover: 'tag' });
+
+  it('names what the same call takes in C beside the small-call and 16 MiB goals', () => {
+    const goals = checkGoals([
+      row('gdrpc', 'small_call_rtt', 0, 57.5),
+      row('gdrpc', 'tensor_arg/tag', 16 * 2 ** 20, 105.3),
+      row('ucx_perftest', 'tag_rtt', 8, 696.4),
+      row(UCX_CALL_SYSTEM, 'small_call_rtt', 0, 16.88),
+      row(UCX_CALL_SYSTEM, 'tensor_arg/tag', 16 * 2 ** 20, 63.19),
+    ], 'gdrpc');
+    expect(goals[0]!.note).toMatch(/; the same call in C over UCX with busy-polling workers \(bench\/ucx-call\.c\) takes 16\.9 us$/);
+    expect(goals[1]!.note).toMatch(/takes 63\.2 us$/);
+  });
+
+  it('adds nothing when the C program did not run', () => {
+    const goals = checkGoals([row('gdrpc', 'small_call_rtt', 0, 57.5), row('ucx_perftest', 'tag_rtt', 8, 696.4)], 'gdrpc');
+    expect(goals[0]!.note).not.toContain('ucx-call');
   });
 });

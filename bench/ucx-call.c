@@ -1,0 +1,191 @@
+// A gdrpc tensor call's wire steps in C over UCX, no Node.js: the floor under the runtime's call.
+//   cc -O2 -o /tmp/ucx-call bench/ucx-call.c -I$UCX/include -L$UCX/lib -lucp -lucs -ldl
+//   /tmp/ucx-call host|cuda [bytes...]
+// The GPU benchmark and the RPC benchmark run it beside gdrpc with gdrpc's UCX settings
+// (bench/gpu-external.ts runUcxCall; scripts/gpu-pack.sh builds it for the GPU machine).
+// Two processes on one machine, each with its buffer from ucp_mem_map (as gdrpc's pools are), an
+// endpoint with peer error handling, and a worker that busy-polls: the best case of a call.
+// Per round the client synchronizes its device (gdrpc synchronizes the producing device), posts the
+// RESPONSE's receive, sends a 64-byte REQUEST and then the payload; the server receives the REQUEST,
+// only then posts the payload's receive (so the payload arrives unexpected, as in gdrpc), and
+// sends a 64-byte RESPONSE once the payload is in. Bytes 0 is the small call: REQUEST and RESPONSE.
+// Reports the round trip's p50/p99 and the server's receive step (its receive posted until it
+// completes: docs/gpu.md "Where a CUDA tensor call's time goes" measures the same step in gdrpc).
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <ucp/api/ucp.h>
+
+#define CHECK(what, ok) do { if (!(ok)) { fprintf(stderr, "ucx-call: %s failed\n", what); exit(1); } } while (0)
+
+static double now_us(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1e6 + t.tv_nsec / 1e3; }
+static int cmpd(const void* a, const void* b) { double x = *(const double*)a, y = *(const double*)b; return x < y ? -1 : x > y; }
+static double pct(double* v, int n, int p) { qsort(v, n, sizeof(double), cmpd); return v[(long)n * p / 100]; }
+
+// The CUDA driver, loaded at run time so that the program builds where there is no driver.
+static int (*cuInit_)(unsigned);
+static int (*cuDeviceGet_)(int*, int);
+static int (*cuDevicePrimaryCtxRetain_)(void**, int);
+static int (*cuCtxSetCurrent_)(void*);
+static int (*cuMemAlloc_)(unsigned long long*, size_t);
+static int (*cuCtxSynchronize_)(void);
+
+static void* cuda_alloc(size_t bytes) {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW);
+  CHECK("dlopen libcuda.so.1", lib);
+  *(void**)&cuInit_ = dlsym(lib, "cuInit");
+  *(void**)&cuDeviceGet_ = dlsym(lib, "cuDeviceGet");
+  *(void**)&cuDevicePrimaryCtxRetain_ = dlsym(lib, "cuDevicePrimaryCtxRetain");
+  *(void**)&cuCtxSetCurrent_ = dlsym(lib, "cuCtxSetCurrent");
+  *(void**)&cuMemAlloc_ = dlsym(lib, "cuMemAlloc_v2");
+  *(void**)&cuCtxSynchronize_ = dlsym(lib, "cuCtxSynchronize");
+  int dev; void* ctx; unsigned long long p;
+  CHECK("cuInit", cuInit_(0) == 0);
+  CHECK("cuDeviceGet", cuDeviceGet_(&dev, 0) == 0);
+  CHECK("cuDevicePrimaryCtxRetain", cuDevicePrimaryCtxRetain_(&ctx, dev) == 0);
+  CHECK("cuCtxSetCurrent", cuCtxSetCurrent_(ctx) == 0);
+  CHECK("cuMemAlloc", cuMemAlloc_(&p, bytes) == 0);
+  return (void*)(uintptr_t)p;
+}
+
+static ucp_worker_h worker;
+
+static void wait_for(void* req) {
+  CHECK("request", !UCS_PTR_IS_ERR(req));
+  if (req == NULL) return;
+  while (ucp_request_check_status(req) == UCS_INPROGRESS) ucp_worker_progress(worker);
+  CHECK("request status", ucp_request_check_status(req) == UCS_OK);
+  ucp_request_free(req);
+}
+
+static void* tag_recv(void* buf, size_t n, uint64_t tag, ucp_mem_h memh, ucs_memory_type_t type) {
+  ucp_request_param_t p = {0};
+  if (memh) { p.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH | UCP_OP_ATTR_FIELD_MEMORY_TYPE; p.memh = memh; p.memory_type = type; }
+  return ucp_tag_recv_nbx(worker, buf, n, tag, (uint64_t)-1, &p);
+}
+
+static void* tag_send(ucp_ep_h ep, void* buf, size_t n, uint64_t tag, ucp_mem_h memh, ucs_memory_type_t type) {
+  ucp_request_param_t p = {0};
+  if (memh) { p.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH | UCP_OP_ATTR_FIELD_MEMORY_TYPE; p.memh = memh; p.memory_type = type; }
+  return ucp_tag_send_nbx(ep, buf, n, tag, &p);
+}
+
+static void full_write(int fd, const void* b, size_t n) { CHECK("write", write(fd, b, n) == (ssize_t)n); }
+static void full_read(int fd, void* b, size_t n) {
+  for (size_t got = 0; got < n;) { ssize_t r = read(fd, (char*)b + got, n - got); CHECK("read", r > 0); got += r; }
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2 || (strcmp(argv[1], "host") && strcmp(argv[1], "cuda"))) {
+    fprintf(stderr, "usage: ucx-call host|cuda [bytes...]\n");
+    return 2;
+  }
+  const int cuda = !strcmp(argv[1], "cuda");
+  size_t sizes[32]; int nsizes = 0;
+  for (int i = 2; i < argc && nsizes < 32; i++) sizes[nsizes++] = strtoull(argv[i], NULL, 10);
+  if (nsizes == 0) { size_t d[] = {0, 4096, 65536, 1 << 20, 16 << 20}; memcpy(sizes, d, sizeof d); nsizes = 5; }
+  size_t most = 64;
+  for (int i = 0; i < nsizes; i++) if (sizes[i] > most) most = sizes[i];
+
+  int sv[2];
+  CHECK("socketpair", socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+  pid_t child = fork();
+  const int server = child == 0;
+  int fd = server ? sv[1] : sv[0];
+
+  const ucs_memory_type_t type = cuda ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
+  void* payload = cuda ? cuda_alloc(most) : calloc(1, most);
+  static char control[2][64];
+
+  ucp_params_t params = {0};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.features = UCP_FEATURE_TAG;
+  ucp_context_h context;
+  CHECK("ucp_init", ucp_init(&params, NULL, &context) == UCS_OK);
+  ucp_worker_params_t wp = {0};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+  CHECK("ucp_worker_create", ucp_worker_create(context, &wp, &worker) == UCS_OK);
+  ucp_mem_map_params_t mp = {0};
+  mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+  mp.address = payload; mp.length = most; mp.memory_type = type;
+  ucp_mem_h memh;
+  CHECK("ucp_mem_map", ucp_mem_map(context, &mp, &memh) == UCS_OK);
+
+  ucp_address_t* addr; size_t alen;
+  CHECK("ucp_worker_get_address", ucp_worker_get_address(worker, &addr, &alen) == UCS_OK);
+  full_write(fd, &alen, sizeof alen); full_write(fd, addr, alen);
+  size_t plen; full_read(fd, &plen, sizeof plen);
+  void* peer = malloc(plen); full_read(fd, peer, plen);
+  ucp_ep_params_t ep_params = {0};
+  ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  ep_params.address = peer; ep_params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  ucp_ep_h ep;
+  CHECK("ucp_ep_create", ucp_ep_create(worker, &ep_params, &ep) == UCS_OK);
+
+  enum { REQUEST = 1, PAYLOAD = 2, RESPONSE = 3 };
+  if (!server) printf("# ucx-call %s: two processes, busy-polling workers, buffers from ucp_mem_map\n", argv[1]);
+  for (int s = 0; s < nsizes; s++) {
+    const size_t n = sizes[s];
+    // GDRPC_UCX_CALL_ROUNDS replaces the number of measured rounds (a fifth as many warm up first).
+    const char* given = getenv("GDRPC_UCX_CALL_ROUNDS");
+    int runs = n >= (16 << 20) ? 1000 : 5000;
+    if (given != NULL && atoi(given) > 0) runs = atoi(given);
+    const int warm = given != NULL && atoi(given) > 0 ? runs / 5 : n >= (16 << 20) ? 200 : 2000;
+    double* t = malloc(sizeof(double) * runs);
+    for (int i = 0; i < warm + runs; i++) {
+      if (server) {
+        wait_for(tag_recv(control[0], 64, REQUEST, NULL, UCS_MEMORY_TYPE_HOST));
+        double t0 = now_us();
+        if (n > 0) wait_for(tag_recv(payload, n, PAYLOAD, memh, type));
+        if (i >= warm) t[i - warm] = now_us() - t0;
+        wait_for(tag_send(ep, control[1], 64, RESPONSE, NULL, UCS_MEMORY_TYPE_HOST));
+      } else {
+        double t0 = now_us();
+        if (cuda) cuCtxSynchronize_();
+        void* response = tag_recv(control[1], 64, RESPONSE, NULL, UCS_MEMORY_TYPE_HOST);
+        wait_for(tag_send(ep, control[0], 64, REQUEST, NULL, UCS_MEMORY_TYPE_HOST));
+        if (n > 0) wait_for(tag_send(ep, payload, n, PAYLOAD, memh, type));
+        wait_for(response);
+        if (i >= warm) t[i - warm] = now_us() - t0;
+      }
+    }
+    if (server) {
+      full_write(fd, t, sizeof(double) * runs);
+    } else {
+      double* r = malloc(sizeof(double) * runs);
+      full_read(fd, r, sizeof(double) * runs);
+      double c50 = pct(t, runs, 50), c99 = pct(t, runs, 99);
+      printf("%s %10zu bytes: call p50 %8.2f us p99 %8.2f", argv[1], n, c50, c99);
+      if (n > 0) printf(" | server receive step p50 %8.2f us p99 %8.2f", pct(r, runs, 50), pct(r, runs, 99));
+      printf(" (%d rounds)\n", runs);
+      fflush(stdout);
+      free(r);
+    }
+    free(t);
+  }
+  // Both sides flush before either tears down, so neither sees its peer vanish mid-round.
+  char done = 1;
+  full_write(fd, &done, 1); full_read(fd, &done, 1);
+  ucp_request_param_t close = {0};
+  close.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  close.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  void* closing = ucp_ep_close_nbx(ep, &close);
+  if (closing != NULL && !UCS_PTR_IS_ERR(closing)) {
+    while (ucp_request_check_status(closing) == UCS_INPROGRESS) ucp_worker_progress(worker);
+    ucp_request_free(closing);
+  }
+  ucp_worker_release_address(worker, addr);
+  ucp_mem_unmap(context, memh);
+  ucp_worker_destroy(worker);
+  ucp_cleanup(context);
+  if (!server) waitpid(child, NULL, 0);
+  return 0;
+}

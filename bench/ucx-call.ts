@@ -1,0 +1,69 @@
+// bench/ucx-call.c beside gdrpc: a call's wire steps in C over the same UCX with gdrpc's settings
+// and busy-polling workers, the floor under gdrpc's call. Built here against the UCX the addon
+// was built with, or taken from GDRPC_UCX_CALL (the GPU machine has no UCX headers:
+// scripts/gpu-pack.sh builds it); skipped with the reason where neither is possible.
+import { existsSync, mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { BenchResult } from './machine.ts';
+import { ucxEnv, ucxHome } from './perftest.ts';
+import { run } from './process.ts';
+
+const root = fileURLToPath(new URL('..', import.meta.url));
+export const UCX_CALL_SYSTEM = 'ucx-call (C, busy-poll)';
+
+/** The program to run, or why there is none. */
+async function program(home: string): Promise<{ bin: string } | { reason: string }> {
+  const given = process.env.GDRPC_UCX_CALL;
+  if (given) return existsSync(given) ? { bin: given } : { reason: `GDRPC_UCX_CALL names ${given}, which does not exist` };
+  if (!existsSync(join(home, 'include/ucp/api/ucp.h'))) return { reason: `no UCX headers under ${home}/include to build bench/ucx-call.c` };
+  const bin = join(mkdtempSync(join(tmpdir(), 'gdrpc-ucx-call-')), 'ucx-call');
+  const cc = await run(process.env.CC ?? 'cc', ['-O2', '-o', bin, join(root, 'bench/ucx-call.c'), `-I${join(home, 'include')}`,
+    `-L${join(home, 'lib')}`, '-lucp', '-lucs', '-ldl'], { limitMs: 120_000 });
+  return cc.code === 0 ? { bin } : { reason: `building bench/ucx-call.c failed: ${cc.stderr.slice(-500)}` };
+}
+
+/** One row per line "<memory> <bytes> bytes: call p50 X us p99 Y [| server receive step p50 Z us p99 W] (N rounds)". */
+export function parseUcxCall(output: string, memory: 'host' | 'cuda'): BenchResult[] {
+  const rows: BenchResult[] = [];
+  const line = /^(host|cuda)\s+(\d+) bytes: call p50\s+([\d.]+) us p99\s+([\d.]+)(?: \| server receive step p50\s+([\d.]+) us p99\s+([\d.]+))? \((\d+) rounds\)/;
+  for (const text of output.split('\n')) {
+    const m = line.exec(text.trim());
+    if (!m) continue;
+    const bytes = Number(m[2]);
+    const p50 = Number(m[3]);
+    rows.push({
+      system: UCX_CALL_SYSTEM, workload: bytes === 0 ? 'small_call_rtt' : 'tensor_arg/tag', bytes,
+      p50_us: p50, p99_us: Number(m[4]), ops_per_s: 1e6 / p50, gbps: bytes === 0 ? null : bytes / p50 / 1e3, memory, iterations: Number(m[7]),
+      ...(m[5] !== undefined ? { receive_p50_us: Number(m[5]), receive_p99_us: Number(m[6]) } : {}),
+    });
+  }
+  return rows;
+}
+
+/** Runs bench/ucx-call.c on `memory` over `sizes` (0: the small call without a payload); `rounds`
+ *  measured rounds per size instead of the program's own count. */
+export async function runUcxCall(memory: 'host' | 'cuda', sizes: number[], log: (line: string) => void, rounds?: number):
+  Promise<{ results: BenchResult[]; skipped: { system: string; reason: string }[] }> {
+  const home = ucxHome();
+  const skip = (reason: string) => ({ results: [], skipped: [{ system: UCX_CALL_SYSTEM, reason }] });
+  if (home === undefined) return skip('no UCX install found (build/gdrpc-build.json ucxHome, .deps/python/libucx)');
+  const found = await program(home);
+  if ('reason' in found) return skip(found.reason);
+  const env = ucxEnv({
+    LD_LIBRARY_PATH: [join(home, 'lib'), process.env.LD_LIBRARY_PATH].filter(Boolean).join(':'),
+    ...(rounds !== undefined ? { GDRPC_UCX_CALL_ROUNDS: String(rounds) } : {}),
+  });
+  const finished = await run(found.bin, [memory, ...sizes.map(String)], { env, limitMs: 300_000 });
+  if (finished.timedOut || finished.code !== 0) {
+    return skip(`${finished.timedOut ? 'timed out' : `exit ${finished.code}`}: ${(finished.stderr || finished.stdout).slice(-500)}`);
+  }
+  const results = parseUcxCall(finished.stdout, memory);
+  for (const r of results) {
+    log(`${UCX_CALL_SYSTEM}: ${r.workload} ${r.bytes} B p50 ${r.p50_us!.toFixed(1)} us` +
+      (r.receive_p50_us !== undefined ? ` (server receive step ${(r.receive_p50_us as number).toFixed(1)} us)` : ''));
+  }
+  if (results.length !== sizes.length) return { results, skipped: [{ system: UCX_CALL_SYSTEM, reason: `${results.length} rows for ${sizes.length} sizes:\n${finished.stdout.slice(-500)}` }] };
+  return { results, skipped: [] };
+}
