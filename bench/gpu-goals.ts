@@ -2,7 +2,7 @@
 // it is missed, what the time goes to (the part of a call that is not the wire at ucx_perftest's
 // bandwidth, i.e. the framework's own cost per call).
 import type { BenchResult } from './machine.ts';
-import { UCX_CALL_SYSTEM } from './ucx-call.ts';
+import { UCX_CALL_SYSTEMS } from './ucx-call.ts';
 
 export interface Goal { goal: string; target: string; measured: string; met: boolean | null; note: string }
 
@@ -29,10 +29,15 @@ export function checkGoals(rows: BenchResult[], system: string): Goal[] {
   const goals: Goal[] = [];
   const perf = (bytes: number): BenchResult | undefined => rows.find((r) => r.system === 'ucx_perftest' && r.workload === 'tag_bw' && r.bytes === bytes);
   const perfRtt = rows.find((r) => r.system === 'ucx_perftest' && r.workload === 'tag_rtt');
-  const floor = (bytes: number): BenchResult | undefined => rows.find((r) => r.system === UCX_CALL_SYSTEM && r.bytes === bytes);
+  const floor = (system: string, bytes: number): BenchResult | undefined => rows.find((r) => r.system === system && r.bytes === bytes);
+  /** What the same call takes in C over UCX (bench/ucx-call.c), spinning and with the server asleep between calls. */
   const floorNote = (bytes: number): string => {
-    const c = floor(bytes);
-    return c ? `; the same call in C over UCX with busy-polling workers (bench/ucx-call.c) takes ${c.p50_us!.toFixed(1)} us` : '';
+    const spin = floor(UCX_CALL_SYSTEMS.none, bytes);
+    const sleeps = floor(UCX_CALL_SYSTEMS.server, bytes);
+    if (!spin && !sleeps) return '';
+    const parts = [spin && `${spin.p50_us!.toFixed(1)} us with busy-polling workers`,
+      sleeps && `${sleeps.p50_us!.toFixed(1)} us with the server asleep on its worker's fd between calls, as an idle gdrpc server is`];
+    return `; the same call in C over UCX (bench/ucx-call.c) takes ${parts.filter(Boolean).join(', ')}`;
   };
 
   const small = rows.find((r) => r.system === system && r.workload === 'small_call_rtt');

@@ -103,13 +103,16 @@ async function warmTensorPath(system: System): Promise<void> {
 
 /** Runs every workload on gdrpc (default, and busy-polling for the small-call rows) and grpc-js;
  *  rows of gdrpc carry their ratio to grpc-js. The C floor (bench/ucx-call.c: the same round trip
- *  over the same UCX with busy-polling workers) runs beside them where it can be built. */
+ *  over the same UCX, both sides spinning, the server asleep between calls, or both asleep) runs
+ *  beside them where it can be built. */
 export async function runRpcBench(_opts: { json?: string } = {}): Promise<object> {
   const results: BenchResult[] = [];
   const skipped: { system: string; reason: string }[] = [];
-  const floor = await runUcxCall('host', [0, 4 * KiB, 64 * KiB, MiB], () => {});
-  results.push(...floor.results.map((r) => ({ ...r, workload: r.bytes === 0 ? 'unary_small_rtt' : 'tensor_arg_host' })));
-  skipped.push(...floor.skipped);
+  for (const [wait, sizes] of [['none', [0, 4 * KiB, 64 * KiB, MiB]], ['server', [0, 4 * KiB]], ['both', [0, 4 * KiB]]] as const) {
+    const floor = await runUcxCall('host', [...sizes], () => {}, { wait });
+    results.push(...floor.results.map((r) => ({ ...r, workload: r.bytes === 0 ? 'unary_small_rtt' : 'tensor_arg_host' })));
+    skipped.push(...floor.skipped);
+  }
   for (const make of [() => gdrpcSystem(), () => gdrpcSystem(BUSY_POLL_US), grpcSystem]) {
     const system = await make();
     try {

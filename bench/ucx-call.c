@@ -9,7 +9,7 @@
 // RESPONSE's receive, sends a 64-byte REQUEST and then the payload; the server receives the REQUEST,
 // only then posts the payload's receive (so the payload arrives unexpected, as in gdrpc), and
 // sends a 64-byte RESPONSE once the payload is in. Bytes 0 is the small call: REQUEST and RESPONSE.
-// Reports the round trip's p50/p99 and the server's receive step (its receive posted until it
+// Reports the round trip's p50/p99, each side's CPU time per round, and the server's receive step (its receive posted until it
 // completes: docs/gpu.md "Where a CUDA tensor call's time goes" measures the same step in gdrpc).
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -17,6 +17,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -25,6 +29,10 @@
 
 #define CHECK(what, ok) do { if (!(ok)) { fprintf(stderr, "ucx-call: %s failed\n", what); exit(1); } } while (0)
 
+static double cpu_us(void) {
+  struct rusage u; getrusage(RUSAGE_SELF, &u);
+  return (u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1e6 + u.ru_utime.tv_usec + u.ru_stime.tv_usec;
+}
 static double now_us(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1e6 + t.tv_nsec / 1e3; }
 static int cmpd(const void* a, const void* b) { double x = *(const double*)a, y = *(const double*)b; return x < y ? -1 : x > y; }
 static double pct(double* v, int n, int p) { qsort(v, n, sizeof(double), cmpd); return v[(long)n * p / 100]; }
@@ -56,11 +64,20 @@ static void* cuda_alloc(size_t bytes) {
 }
 
 static ucp_worker_h worker;
+static int sleeper = -1;  // an epoll fd on the worker's event fd where this side sleeps while it waits
 
 static void wait_for(void* req) {
   CHECK("request", !UCS_PTR_IS_ERR(req));
   if (req == NULL) return;
-  while (ucp_request_check_status(req) == UCS_INPROGRESS) ucp_worker_progress(worker);
+  while (ucp_request_check_status(req) == UCS_INPROGRESS) {
+    if (ucp_worker_progress(worker) != 0 || sleeper < 0) continue;
+    // Nothing happened: arm the worker and sleep until its fd says there is something to do.
+    ucs_status_t armed = ucp_worker_arm(worker);
+    if (armed == UCS_ERR_BUSY) continue;
+    CHECK("ucp_worker_arm", armed == UCS_OK);
+    struct epoll_event ev;
+    while (epoll_wait(sleeper, &ev, 1, -1) < 0) {}
+  }
   CHECK("request status", ucp_request_check_status(req) == UCS_OK);
   ucp_request_free(req);
 }
@@ -98,6 +115,8 @@ int main(int argc, char** argv) {
   CHECK("socketpair", socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
   pid_t child = fork();
   const int server = child == 0;
+  // A server whose client was killed (a bench's time limit) must not spin on alone.
+  if (server) { prctl(PR_SET_PDEATHSIG, SIGKILL); if (getppid() == 1) return 1; }
   int fd = server ? sv[1] : sv[0];
 
   const ucs_memory_type_t type = cuda ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
@@ -106,13 +125,24 @@ int main(int argc, char** argv) {
 
   ucp_params_t params = {0};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
-  params.features = UCP_FEATURE_TAG;
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
   ucp_context_h context;
   CHECK("ucp_init", ucp_init(&params, NULL, &context) == UCS_OK);
   ucp_worker_params_t wp = {0};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   wp.thread_mode = UCS_THREAD_MODE_SINGLE;
   CHECK("ucp_worker_create", ucp_worker_create(context, &wp, &worker) == UCS_OK);
+  // GDRPC_UCX_CALL_WAIT=server: the server sleeps on its worker's fd between messages, as an idle
+  // gdrpc server does, while the client spins (gdrpc's adaptive window while a call is pending);
+  // =both: both sleep. Unset: both spin, the floor.
+  const char* waits = getenv("GDRPC_UCX_CALL_WAIT");
+  if (waits != NULL && (!strcmp(waits, "both") || (server && !strcmp(waits, "server")))) {
+    int efd;
+    CHECK("ucp_worker_get_efd", ucp_worker_get_efd(worker, &efd) == UCS_OK);
+    sleeper = epoll_create1(0);
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = efd};
+    CHECK("epoll_ctl", epoll_ctl(sleeper, EPOLL_CTL_ADD, efd, &ev) == 0);
+  }
   ucp_mem_map_params_t mp = {0};
   mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
   mp.address = payload; mp.length = most; mp.memory_type = type;
@@ -131,7 +161,8 @@ int main(int argc, char** argv) {
   CHECK("ucp_ep_create", ucp_ep_create(worker, &ep_params, &ep) == UCS_OK);
 
   enum { REQUEST = 1, PAYLOAD = 2, RESPONSE = 3 };
-  if (!server) printf("# ucx-call %s: two processes, busy-polling workers, buffers from ucp_mem_map\n", argv[1]);
+  if (!server) printf("# ucx-call %s: two processes, %s, buffers from ucp_mem_map\n", argv[1],
+                      waits == NULL ? "busy-polling workers" : !strcmp(waits, "both") ? "both sleep on the worker's fd" : "the server sleeps on the worker's fd, the client spins");
   for (int s = 0; s < nsizes; s++) {
     const size_t n = sizes[s];
     // GDRPC_UCX_CALL_ROUNDS replaces the number of measured rounds (a fifth as many warm up first).
@@ -139,8 +170,10 @@ int main(int argc, char** argv) {
     int runs = n >= (16 << 20) ? 1000 : 5000;
     if (given != NULL && atoi(given) > 0) runs = atoi(given);
     const int warm = given != NULL && atoi(given) > 0 ? runs / 5 : n >= (16 << 20) ? 200 : 2000;
-    double* t = malloc(sizeof(double) * runs);
+    double* t = malloc(sizeof(double) * (runs + 1));
+    double cpu0 = 0;
     for (int i = 0; i < warm + runs; i++) {
+      if (i == warm) cpu0 = cpu_us();
       if (server) {
         wait_for(tag_recv(control[0], 64, REQUEST, NULL, UCS_MEMORY_TYPE_HOST));
         double t0 = now_us();
@@ -157,15 +190,18 @@ int main(int argc, char** argv) {
         if (i >= warm) t[i - warm] = now_us() - t0;
       }
     }
+    // The last slot carries this side's CPU time per measured round (user + system).
+    t[runs] = (cpu_us() - cpu0) / runs;
     if (server) {
-      full_write(fd, t, sizeof(double) * runs);
+      full_write(fd, t, sizeof(double) * (runs + 1));
     } else {
-      double* r = malloc(sizeof(double) * runs);
-      full_read(fd, r, sizeof(double) * runs);
+      double* r = malloc(sizeof(double) * (runs + 1));
+      full_read(fd, r, sizeof(double) * (runs + 1));
+      double client_cpu = t[runs], server_cpu = r[runs];
       double c50 = pct(t, runs, 50), c99 = pct(t, runs, 99);
       printf("%s %10zu bytes: call p50 %8.2f us p99 %8.2f", argv[1], n, c50, c99);
       if (n > 0) printf(" | server receive step p50 %8.2f us p99 %8.2f", pct(r, runs, 50), pct(r, runs, 99));
-      printf(" (%d rounds)\n", runs);
+      printf(" | cpu per round client %.2f us server %.2f us (%d rounds)\n", client_cpu, server_cpu, runs);
       fflush(stdout);
       free(r);
     }

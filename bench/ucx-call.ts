@@ -1,5 +1,5 @@
-// bench/ucx-call.c beside gdrpc: a call's wire steps in C over the same UCX with gdrpc's settings
-// and busy-polling workers, the floor under gdrpc's call. Built here against the UCX the addon
+// bench/ucx-call.c beside gdrpc: a call's wire steps in C over the same UCX with gdrpc's settings,
+// with busy-polling workers (the floor under gdrpc's call) or sleeping ones. Built here against the UCX the addon
 // was built with, or taken from GDRPC_UCX_CALL (the GPU machine has no UCX headers:
 // scripts/gpu-pack.sh builds it); skipped with the reason where neither is possible.
 import { existsSync, mkdtempSync } from 'node:fs';
@@ -11,7 +11,17 @@ import { ucxEnv, ucxHome } from './perftest.ts';
 import { run } from './process.ts';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
-export const UCX_CALL_SYSTEM = 'ucx-call (C, busy-poll)';
+
+/** Who sleeps on the worker's fd while waiting: nobody (both spin: the floor), the server (an idle
+ *  gdrpc server sleeps, a client with a call pending spins: gdrpc's default), or both. */
+export type UcxCallWait = 'none' | 'server' | 'both';
+const SYSTEMS: Record<UcxCallWait, string> = {
+  none: 'ucx-call (C, busy-poll)',
+  server: 'ucx-call (C, server sleeps)',
+  both: 'ucx-call (C, both sleep)',
+};
+export const UCX_CALL_SYSTEMS: Readonly<Record<UcxCallWait, string>> = SYSTEMS;
+export const UCX_CALL_SYSTEM = SYSTEMS.none;
 
 /** The program to run, or why there is none. */
 async function program(home: string): Promise<{ bin: string } | { reason: string }> {
@@ -24,18 +34,20 @@ async function program(home: string): Promise<{ bin: string } | { reason: string
   return cc.code === 0 ? { bin } : { reason: `building bench/ucx-call.c failed: ${cc.stderr.slice(-500)}` };
 }
 
-/** One row per line "<memory> <bytes> bytes: call p50 X us p99 Y [| server receive step p50 Z us p99 W] (N rounds)". */
-export function parseUcxCall(output: string, memory: 'host' | 'cuda'): BenchResult[] {
+/** One row per line "<memory> <bytes> bytes: call p50 X us p99 Y [| server receive step p50 Z us p99 W]
+ *  | cpu per round client C us server S us (N rounds)". */
+export function parseUcxCall(output: string, memory: 'host' | 'cuda', wait: UcxCallWait = 'none'): BenchResult[] {
   const rows: BenchResult[] = [];
-  const line = /^(host|cuda)\s+(\d+) bytes: call p50\s+([\d.]+) us p99\s+([\d.]+)(?: \| server receive step p50\s+([\d.]+) us p99\s+([\d.]+))? \((\d+) rounds\)/;
+  const line = /^(host|cuda)\s+(\d+) bytes: call p50\s+([\d.]+) us p99\s+([\d.]+)(?: \| server receive step p50\s+([\d.]+) us p99\s+([\d.]+))? \| cpu per round client ([\d.]+) us server ([\d.]+) us \((\d+) rounds\)/;
   for (const text of output.split('\n')) {
     const m = line.exec(text.trim());
     if (!m) continue;
     const bytes = Number(m[2]);
     const p50 = Number(m[3]);
     rows.push({
-      system: UCX_CALL_SYSTEM, workload: bytes === 0 ? 'small_call_rtt' : 'tensor_arg/tag', bytes,
-      p50_us: p50, p99_us: Number(m[4]), ops_per_s: 1e6 / p50, gbps: bytes === 0 ? null : bytes / p50 / 1e3, memory, iterations: Number(m[7]),
+      system: SYSTEMS[wait], workload: bytes === 0 ? 'small_call_rtt' : 'tensor_arg/tag', bytes,
+      p50_us: p50, p99_us: Number(m[4]), ops_per_s: 1e6 / p50, gbps: bytes === 0 ? null : bytes / p50 / 1e3, memory, iterations: Number(m[9]),
+      client_cpu_us: Number(m[7]), server_cpu_us: Number(m[8]),
       ...(m[5] !== undefined ? { receive_p50_us: Number(m[5]), receive_p99_us: Number(m[6]) } : {}),
     });
   }
@@ -44,10 +56,12 @@ export function parseUcxCall(output: string, memory: 'host' | 'cuda'): BenchResu
 
 /** Runs bench/ucx-call.c on `memory` over `sizes` (0: the small call without a payload); `rounds`
  *  measured rounds per size instead of the program's own count. */
-export async function runUcxCall(memory: 'host' | 'cuda', sizes: number[], log: (line: string) => void, rounds?: number):
-  Promise<{ results: BenchResult[]; skipped: { system: string; reason: string }[] }> {
+export async function runUcxCall(memory: 'host' | 'cuda', sizes: number[], log: (line: string) => void,
+  options: { rounds?: number; wait?: UcxCallWait; limitMs?: number } = {}): Promise<{ results: BenchResult[]; skipped: { system: string; reason: string }[] }> {
+  const { rounds, wait = 'none', limitMs = 300_000 } = options;
+  const system = SYSTEMS[wait];
   const home = ucxHome();
-  const skip = (reason: string) => ({ results: [], skipped: [{ system: UCX_CALL_SYSTEM, reason }] });
+  const skip = (reason: string) => ({ results: [], skipped: [{ system, reason }] });
   if (home === undefined) return skip('no UCX install found (build/gdrpc-build.json ucxHome, .deps/python/libucx)');
   const found = await program(home);
   if ('reason' in found) return skip(found.reason);
@@ -55,15 +69,17 @@ export async function runUcxCall(memory: 'host' | 'cuda', sizes: number[], log: 
     LD_LIBRARY_PATH: [join(home, 'lib'), process.env.LD_LIBRARY_PATH].filter(Boolean).join(':'),
     ...(rounds !== undefined ? { GDRPC_UCX_CALL_ROUNDS: String(rounds) } : {}),
   });
-  const finished = await run(found.bin, [memory, ...sizes.map(String)], { env, limitMs: 300_000 });
+  if (wait === 'none') delete env.GDRPC_UCX_CALL_WAIT;
+  else env.GDRPC_UCX_CALL_WAIT = wait;
+  const finished = await run(found.bin, [memory, ...sizes.map(String)], { env, limitMs });
   if (finished.timedOut || finished.code !== 0) {
     return skip(`${finished.timedOut ? 'timed out' : `exit ${finished.code}`}: ${(finished.stderr || finished.stdout).slice(-500)}`);
   }
-  const results = parseUcxCall(finished.stdout, memory);
+  const results = parseUcxCall(finished.stdout, memory, wait);
   for (const r of results) {
-    log(`${UCX_CALL_SYSTEM}: ${r.workload} ${r.bytes} B p50 ${r.p50_us!.toFixed(1)} us` +
+    log(`${system}: ${r.workload} ${r.bytes} B p50 ${r.p50_us!.toFixed(1)} us` +
       (r.receive_p50_us !== undefined ? ` (server receive step ${(r.receive_p50_us as number).toFixed(1)} us)` : ''));
   }
-  if (results.length !== sizes.length) return { results, skipped: [{ system: UCX_CALL_SYSTEM, reason: `${results.length} rows for ${sizes.length} sizes:\n${finished.stdout.slice(-500)}` }] };
+  if (results.length !== sizes.length) return { results, skipped: [{ system, reason: `${results.length} rows for ${sizes.length} sizes:\n${finished.stdout.slice(-500)}` }] };
   return { results, skipped: [] };
 }

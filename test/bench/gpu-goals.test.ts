@@ -3,7 +3,7 @@
 import { describe, expect, it } from 'vitest';
 import { checkGoals, smallCallNote } from '../../bench/gpu-goals.ts';
 import type { BenchResult } from '../../bench/machine.ts';
-import { UCX_CALL_SYSTEM } from '../../bench/ucx-call.ts';
+import { UCX_CALL_SYSTEMS } from '../../bench/ucx-call.ts';
 
 describe('smallCallNote', () => {
   it('says what gdrpc adds when its call is the slower', () => {
@@ -26,15 +26,17 @@ describe('checkGoals with the C floor', () => {
       row('gdrpc', 'small_call_rtt', 0, 57.5),
       row('gdrpc', 'tensor_arg/tag', 16 * 2 ** 20, 105.3),
       row('ucx_perftest', 'tag_rtt', 8, 696.4),
-      row(UCX_CALL_SYSTEM, 'small_call_rtt', 0, 16.88),
-      row(UCX_CALL_SYSTEM, 'tensor_arg/tag', 16 * 2 ** 20, 63.19),
+      row(UCX_CALL_SYSTEMS.none, 'small_call_rtt', 0, 16.88),
+      row(UCX_CALL_SYSTEMS.server, 'small_call_rtt', 0, 29.47),
+      row(UCX_CALL_SYSTEMS.none, 'tensor_arg/tag', 16 * 2 ** 20, 63.19),
     ], 'gdrpc');
-    expect(goals[0]!.note).toMatch(/; the same call in C over UCX with busy-polling workers \(bench\/ucx-call\.c\) takes 16\.9 us$/);
-    expect(goals[1]!.note).toMatch(/takes 63\.2 us$/);
+    expect(goals[0]!.note).toMatch(/; the same call in C over UCX \(bench\/ucx-call\.c\) takes 16\.9 us with busy-polling workers, 29\.5 us with the server asleep on its worker's fd between calls, as an idle gdrpc server is$/);
+    expect(goals[1]!.note).toMatch(/\(bench\/ucx-call\.c\) takes 63\.2 us with busy-polling workers$/);
   });
 
   it('adds nothing when the C program did not run', () => {
     const goals = checkGoals([row('gdrpc', 'small_call_rtt', 0, 57.5), row('ucx_perftest', 'tag_rtt', 8, 696.4)], 'gdrpc');
     expect(goals[0]!.note).not.toContain('ucx-call');
+    expect(goals[0]!.note).toBe(smallCallNote(57.5, 696.4));
   });
 });

@@ -1,20 +1,20 @@
 // bench/ucx-call.c, the C floor the benchmarks run beside gdrpc: its lines parse into rows, and the
 // program itself builds against the project's UCX and runs a host-memory call here.
 import { describe, expect, it } from 'vitest';
-import { parseUcxCall, runUcxCall, UCX_CALL_SYSTEM } from '../../bench/ucx-call.ts';
+import { parseUcxCall, runUcxCall, UCX_CALL_SYSTEM, UCX_CALL_SYSTEMS } from '../../bench/ucx-call.ts';
 
 describe('parseUcxCall', () => {
   it('reads the small call and payload rows, with the receive step where there is a payload', () => {
     const rows = parseUcxCall([
       '# ucx-call cuda: two processes, busy-polling workers, buffers from ucp_mem_map',
-      'cuda          0 bytes: call p50    24.17 us p99    29.07 (5000 rounds)',
-      'cuda    1048576 bytes: call p50    58.85 us p99    73.92 | server receive step p50    26.32 us p99    34.03 (5000 rounds)',
+      'cuda          0 bytes: call p50    24.17 us p99    29.07 | cpu per round client 24.50 us server 24.25 us (5000 rounds)',
+      'cuda    1048576 bytes: call p50    58.85 us p99    73.92 | server receive step p50    26.32 us p99    34.03 | cpu per round client 59.00 us server 58.75 us (5000 rounds)',
       'a stray UCX log line',
     ].join('\n'), 'cuda');
     expect(rows).toEqual([
-      { system: UCX_CALL_SYSTEM, workload: 'small_call_rtt', bytes: 0, p50_us: 24.17, p99_us: 29.07, ops_per_s: 1e6 / 24.17, gbps: null, memory: 'cuda', iterations: 5000 },
+      { system: UCX_CALL_SYSTEM, workload: 'small_call_rtt', bytes: 0, p50_us: 24.17, p99_us: 29.07, ops_per_s: 1e6 / 24.17, gbps: null, memory: 'cuda', iterations: 5000, client_cpu_us: 24.5, server_cpu_us: 24.25 },
       { system: UCX_CALL_SYSTEM, workload: 'tensor_arg/tag', bytes: 1048576, p50_us: 58.85, p99_us: 73.92, ops_per_s: 1e6 / 58.85,
-        gbps: 1048576 / 58.85 / 1e3, memory: 'cuda', iterations: 5000, receive_p50_us: 26.32, receive_p99_us: 34.03 },
+        gbps: 1048576 / 58.85 / 1e3, memory: 'cuda', iterations: 5000, client_cpu_us: 59, server_cpu_us: 58.75, receive_p50_us: 26.32, receive_p99_us: 34.03 },
     ]);
   });
 });
@@ -22,7 +22,7 @@ describe('parseUcxCall', () => {
 describe('runUcxCall', () => {
   it('builds and runs the program on host memory: one row per size, each with a time', async () => {
     const lines: string[] = [];
-    const { results, skipped } = await runUcxCall('host', [0, 4096], (line) => lines.push(line), 500);
+    const { results, skipped } = await runUcxCall('host', [0, 4096], (line) => lines.push(line), { rounds: 500, limitMs: 100_000 });
     expect(skipped).toEqual([]);
     expect(results.map((r) => [r.workload, r.bytes])).toEqual([['small_call_rtt', 0], ['tensor_arg/tag', 4096]]);
     for (const r of results) {
@@ -32,5 +32,16 @@ describe('runUcxCall', () => {
     }
     expect(results[1]!.receive_p50_us).toBeGreaterThan(0);
     expect(lines).toHaveLength(2);
+  }, 120_000);
+
+  it('runs with the server asleep on its worker fd between calls, and with both asleep', async () => {
+    for (const wait of ['server', 'both'] as const) {
+      const { results, skipped } = await runUcxCall('host', [0], () => {}, { rounds: 200, wait, limitMs: 50_000 });
+      expect(skipped).toEqual([]);
+      expect(results).toHaveLength(1);
+      expect(results[0]).toMatchObject({ system: UCX_CALL_SYSTEMS[wait], workload: 'small_call_rtt', bytes: 0, iterations: 200 });
+      expect(results[0]!.p50_us).toBeGreaterThan(0);
+      expect(results[0]!.server_cpu_us).toBeGreaterThan(0);
+    }
   }, 120_000);
 });
