@@ -271,11 +271,12 @@ export class ServerCall {
         if (next.done) break;
         this.#credit -= 1;
         const out = this.#encode(FrameKind.StreamItem, next.value);
-        await this.connection.send(FrameKind.StreamItem, this.id, { seq, a: out.encoded })
-          .catch((error: unknown) => { out.tensors.discard(); throw error; });
+        // The item's transfers start as its frame's message is handed to UCX (Connection.postThen).
+        const { moving } = await this.connection.postThen(FrameKind.StreamItem, this.id, { seq, a: out.encoded },
+          () => ({ moving: this.#startTransfers(out.tensors) }), () => out.tensors.discard());
         seq += 1;
         // One item's bytes at a time: a slow reader slows the producer instead of filling memory.
-        await this.scope.race(this.#startTransfers(out.tensors));
+        await this.scope.race(moving);
       }
     } finally {
       off();

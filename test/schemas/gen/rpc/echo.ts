@@ -157,6 +157,20 @@ export type EchoCountResults = {
   i: number;
 };
 
+/** Arguments of Echo.repeat. */
+export type EchoRepeatArgs = {
+  /** Schema: `tensor<u8, [n]> @host` */
+  x: Tensor;
+  times: number;
+};
+
+/** Results of Echo.repeat (one message of the stream). */
+export type EchoRepeatResults = {
+  /** Schema: `tensor<u8, [n]> @host` */
+  y: Tensor;
+  i: number;
+};
+
 /** Arguments of Echo.sum (one message of the stream). */
 export type EchoSumArgs = {
   /** Schema: `tensor<u8, [n]> @host` */
@@ -538,6 +552,37 @@ export const EchoDescriptor = {
       serverStreaming: true,
       types,
     },
+    repeat: {
+      name: 'repeat',
+      service: 'test.rpc.v1.Echo',
+      args: [
+        {
+          name: 'x',
+          type: {
+            kind: 'tensor',
+            dtype: 'u8',
+            shape: [{ kind: 'symbol', name: 'n' }],
+            placement: { kind: 'host' },
+          },
+        },
+        { name: 'times', type: { kind: 'scalar', name: 'u32' } },
+      ],
+      results: [
+        {
+          name: 'y',
+          type: {
+            kind: 'tensor',
+            dtype: 'u8',
+            shape: [{ kind: 'symbol', name: 'n' }],
+            placement: { kind: 'host' },
+          },
+        },
+        { name: 'i', type: { kind: 'scalar', name: 'u32' } },
+      ],
+      clientStreaming: false,
+      serverStreaming: true,
+      types,
+    },
     sum: {
       name: 'sum',
       service: 'test.rpc.v1.Echo',
@@ -838,6 +883,16 @@ export function validateEchoCountResults(values: Record<string, unknown>): void 
   validateFields(EchoDescriptor.methods.count.results, values, types, 'Echo.count results');
 }
 
+/** Checks arguments of Echo.repeat against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
+export function validateEchoRepeatArgs(values: Record<string, unknown>): void {
+  validateFields(EchoDescriptor.methods.repeat.args, values, types, 'Echo.repeat arguments');
+}
+
+/** Checks results of Echo.repeat against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
+export function validateEchoRepeatResults(values: Record<string, unknown>): void {
+  validateFields(EchoDescriptor.methods.repeat.results, values, types, 'Echo.repeat results');
+}
+
 /** Checks arguments of Echo.sum against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateEchoSumArgs(values: Record<string, unknown>): void {
   validateFields(EchoDescriptor.methods.sum.args, values, types, 'Echo.sum arguments');
@@ -996,6 +1051,11 @@ export class EchoClient {
     return this.#client.serverStream(EchoDescriptor.methods.count, args, options) as AsyncIterable<EchoCountResults>;
   }
 
+  /** x back `times` times as a server stream, item i carrying i. */
+  repeat(args: EchoRepeatArgs, options?: CallOptions): AsyncIterable<EchoRepeatResults> {
+    return this.#client.serverStream(EchoDescriptor.methods.repeat, args, options) as AsyncIterable<EchoRepeatResults>;
+  }
+
   /** Calls Echo.sum. */
   sum(messages: AsyncIterable<EchoSumArgs> | Iterable<EchoSumArgs>, options?: CallOptions): Promise<EchoSumResults> {
     return this.#client.clientStream(EchoDescriptor.methods.sum, messages, options) as Promise<EchoSumResults>;
@@ -1071,6 +1131,8 @@ export interface EchoHandlers {
   /** Holds x (its pool block) for `ms` or until cancelled, then reports its byte sum. */
   hold(args: EchoHoldArgs, ctx: CallContext): Promise<EchoHoldResults> | EchoHoldResults;
   count(args: EchoCountArgs, ctx: CallContext): AsyncIterable<EchoCountResults>;
+  /** x back `times` times as a server stream, item i carrying i. */
+  repeat(args: EchoRepeatArgs, ctx: CallContext): AsyncIterable<EchoRepeatResults>;
   sum(messages: AsyncIterable<EchoSumArgs>, ctx: CallContext): Promise<EchoSumResults> | EchoSumResults;
   /** Client streaming that answers after the first item (the server ends the stream early). */
   first(messages: AsyncIterable<EchoFirstArgs>, ctx: CallContext): Promise<EchoFirstResults> | EchoFirstResults;
@@ -1119,6 +1181,7 @@ export const Echo = {
       sink: (args: EchoSinkArgs, ctx: CallContext) => handlers.sink(args, ctx),
       hold: (args: EchoHoldArgs, ctx: CallContext) => handlers.hold(args, ctx),
       count: (args: EchoCountArgs, ctx: CallContext) => handlers.count(args, ctx),
+      repeat: (args: EchoRepeatArgs, ctx: CallContext) => handlers.repeat(args, ctx),
       sum: async (messages: AsyncIterable<EchoSumArgs>, ctx: CallContext) => handlers.sum(messages, ctx),
       first: async (messages: AsyncIterable<EchoFirstArgs>, ctx: CallContext) => handlers.first(messages, ctx),
       slowFirst: async (messages: AsyncIterable<EchoSlowFirstArgs>, ctx: CallContext) => handlers.slowFirst(messages, ctx),
