@@ -91,14 +91,20 @@ export async function throughput(system: System, bytes: number, mover?: 'inline'
   return row(system.name, workload, bytes, { p50_us: p50, p99_us: percentile(samples, 99), ops_per_s: 1e6 / p50, gbps: bytes / (p50 * 1000) });
 }
 
-/** Calls that warm a system's tensor path before its first tensor row: gdrpc's 4 KiB call took
- *  about 300 us for its first 1,500 calls and 60 us from the 2,500th on (a scratch run of
+/** Calls that warm each of a system's tensor paths before its first tensor row: gdrpc's 4 KiB call
+ *  took about 300 us for its first 1,500 calls and 60 us from the 2,500th on (a scratch run of
  *  500-call rounds; most likely V8 compiling the path, not pinned down), so rows timed cold
  *  measured the warm-up. */
 const TENSOR_WARM_CALLS = 3000;
+/** One size per path the default mover takes: 4 KiB goes inline (DEFAULT_INLINE_BYTES), 64 KiB by
+ *  tag. Warming 4 KiB alone left the tag path cold: the default 64 KiB row then came out at
+ *  387 us against 50 us for the same calls with the tag mover forced, timed after the rest (one
+ *  run, 2-core box), and 64 KiB calls timed from a cold start took 400-600 us p50 per window of
+ *  500 calls until about the 3,000th, then 50-70 us (scratch). */
+const WARM_SIZES = [4 * KiB, 64 * KiB];
 
 async function warmTensorPath(system: System): Promise<void> {
-  for (let i = 0; i < TENSOR_WARM_CALLS; i += 1) await system.sink(TENSOR_SIZES[0]!);
+  for (const bytes of WARM_SIZES) for (let i = 0; i < TENSOR_WARM_CALLS; i += 1) await system.sink(bytes);
 }
 
 /** Runs every workload on gdrpc (default, and busy-polling for the small-call rows) and grpc-js;
