@@ -64,13 +64,16 @@ static void* cuda_alloc(size_t bytes) {
 }
 
 static ucp_worker_h worker;
-static int sleeper = -1;  // an epoll fd on the worker's event fd where this side sleeps while it waits
+static int sleeper = -1;  // an epoll fd on the worker's event fd, where this side may sleep
+static int sleeps_always;  // sleeps in every wait, not only in the server's wait for a REQUEST
 
-static void wait_for(void* req) {
+// Progresses until `req` completes; with `may_sleep` and a sleeper, sleeps on the worker's fd
+// whenever a pass found nothing to do.
+static void wait_until(void* req, int may_sleep) {
   CHECK("request", !UCS_PTR_IS_ERR(req));
   if (req == NULL) return;
   while (ucp_request_check_status(req) == UCS_INPROGRESS) {
-    if (ucp_worker_progress(worker) != 0 || sleeper < 0) continue;
+    if (ucp_worker_progress(worker) != 0 || sleeper < 0 || !may_sleep) continue;
     // Nothing happened: arm the worker and sleep until its fd says there is something to do.
     ucs_status_t armed = ucp_worker_arm(worker);
     if (armed == UCS_ERR_BUSY) continue;
@@ -81,6 +84,8 @@ static void wait_for(void* req) {
   CHECK("request status", ucp_request_check_status(req) == UCS_OK);
   ucp_request_free(req);
 }
+
+static void wait_for(void* req) { wait_until(req, sleeps_always); }
 
 static void* tag_recv(void* buf, size_t n, uint64_t tag, ucp_mem_h memh, ucs_memory_type_t type) {
   ucp_request_param_t p = {0};
@@ -132,11 +137,13 @@ int main(int argc, char** argv) {
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   wp.thread_mode = UCS_THREAD_MODE_SINGLE;
   CHECK("ucp_worker_create", ucp_worker_create(context, &wp, &worker) == UCS_OK);
-  // GDRPC_UCX_CALL_WAIT=server: the server sleeps on its worker's fd between messages, as an idle
-  // gdrpc server does, while the client spins (gdrpc's adaptive window while a call is pending);
-  // =both: both sleep. Unset: both spin, the floor.
+  // GDRPC_UCX_CALL_WAIT=server: the server sleeps on its worker's fd while it waits for a REQUEST,
+  // as an idle gdrpc server does, and spins for the payload (gdrpc's server polls while a device
+  // transfer is in flight); the client spins (gdrpc's adaptive window while a call is pending).
+  // =both: both sleep in every wait (gdrpc with busyPollUs 0). Unset: both spin, the floor.
   const char* waits = getenv("GDRPC_UCX_CALL_WAIT");
-  if (waits != NULL && (!strcmp(waits, "both") || (server && !strcmp(waits, "server")))) {
+  sleeps_always = waits != NULL && !strcmp(waits, "both");
+  if (waits != NULL && (sleeps_always || (server && !strcmp(waits, "server")))) {
     int efd;
     CHECK("ucp_worker_get_efd", ucp_worker_get_efd(worker, &efd) == UCS_OK);
     sleeper = epoll_create1(0);
@@ -162,7 +169,8 @@ int main(int argc, char** argv) {
 
   enum { REQUEST = 1, PAYLOAD = 2, RESPONSE = 3 };
   if (!server) printf("# ucx-call %s: two processes, %s, buffers from ucp_mem_map\n", argv[1],
-                      waits == NULL ? "busy-polling workers" : !strcmp(waits, "both") ? "both sleep on the worker's fd" : "the server sleeps on the worker's fd, the client spins");
+                      waits == NULL ? "busy-polling workers" : sleeps_always ? "both sleep on the worker's fd"
+                                    : "the server sleeps on the worker's fd between calls, the client spins");
   for (int s = 0; s < nsizes; s++) {
     const size_t n = sizes[s];
     // GDRPC_UCX_CALL_ROUNDS replaces the number of measured rounds (a fifth as many warm up first).
@@ -175,7 +183,7 @@ int main(int argc, char** argv) {
     for (int i = 0; i < warm + runs; i++) {
       if (i == warm) cpu0 = cpu_us();
       if (server) {
-        wait_for(tag_recv(control[0], 64, REQUEST, NULL, UCS_MEMORY_TYPE_HOST));
+        wait_until(tag_recv(control[0], 64, REQUEST, NULL, UCS_MEMORY_TYPE_HOST), 1);
         double t0 = now_us();
         if (n > 0) wait_for(tag_recv(payload, n, PAYLOAD, memh, type));
         if (i >= warm) t[i - warm] = now_us() - t0;

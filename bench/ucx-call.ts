@@ -12,8 +12,10 @@ import { run } from './process.ts';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 
-/** Who sleeps on the worker's fd while waiting: nobody (both spin: the floor), the server (an idle
- *  gdrpc server sleeps, a client with a call pending spins: gdrpc's default), or both. */
+/** Who sleeps on the worker's fd while waiting: nobody (both spin: the floor); the server while it
+ *  waits for a REQUEST, spinning for the payload (an idle gdrpc server sleeps, and polls while a
+ *  device transfer is in flight; a client with a call pending spins: gdrpc's default); or both,
+ *  in every wait (gdrpc with busyPollUs 0). */
 export type UcxCallWait = 'none' | 'server' | 'both';
 const SYSTEMS: Record<UcxCallWait, string> = {
   none: 'ucx-call (C, busy-poll)',

@@ -25,9 +25,15 @@ async function runOn(device) {
       server.once('exit', (code) => reject(new Error(`server exited (${code}) before listening`)));
     });
     const out = execFileSync(process.execPath, ['out/client.js', `127.0.0.1:${port}`, device], { cwd: dir, encoding: 'utf8', timeout: 120_000 });
-    const result = JSON.parse(out);
+    // The client prints one JSON line; anything else on stdout (UCX logs there by default) is
+    // reported beside the result, not parsed.
+    const lines = out.split('\n').filter((line) => line.trim() !== '');
+    const json = lines.filter((line) => line.startsWith('{'));
+    if (json.length !== 1) return { input: device, ok: false, error: `expected one JSON line from the client, got ${json.length}`, stdout: out.slice(-2000) };
+    const result = JSON.parse(json[0]);
     const ok = JSON.stringify(result.values) === '[2,4,6,9]' && result.sum === 21 && result.refused === 'INVALID_ARGUMENT';
-    return { input: device, ok, ...result };
+    const other = lines.filter((line) => !line.startsWith('{'));
+    return { input: device, ok, ...result, ...(other.length > 0 ? { otherStdout: other } : {}) };
   } catch (error) {
     return { input: device, ok: false, error: String(error?.message ?? error) };
   } finally {
