@@ -41,7 +41,14 @@ export async function runGpuBench(_opts: { json?: string }): Promise<object> {
   const system = dryRun ? 'gdrpc (host dry run)' : 'gdrpc';
   const smallCalls = Number(process.env.GDRPC_BENCH_SMALL_CALLS ?? 5000);
 
+  // GDRPC_GPU_BENCH_STEPS: a comma-separated list of the steps to run (gdrpc, ucx-call,
+  // ucx_perftest, pytorch-rpc, cuda-copy); the others are listed as skipped.
+  const only = process.env.GDRPC_GPU_BENCH_STEPS?.split(',').map((name) => name.trim()).filter(Boolean);
   const step = async (name: string, fn: () => Promise<void>): Promise<void> => {
+    if (only !== undefined && !only.includes(name.split(' ')[0]!)) {
+      skipped.push({ system: name, reason: `not in GDRPC_GPU_BENCH_STEPS (${only.join(',')})` });
+      return;
+    }
     const started = Date.now();
     try {
       await fn();
@@ -51,7 +58,7 @@ export async function runGpuBench(_opts: { json?: string }): Promise<object> {
     log(`-- ${name}: ${((Date.now() - started) / 1000).toFixed(1)} s`);
   };
 
-  await step(system, async () => { results.push(...await runGdrpc({ client: device, server: device, sizes, system, smallCalls }, log)); });
+  await step('gdrpc', async () => { results.push(...await runGdrpc({ client: device, server: device, sizes, system, smallCalls }, log)); });
   if (count >= 2) {
     await step('gdrpc cuda:0->cuda:1', async () => {
       results.push(...await runGdrpc({ client: 'cuda:0', server: 'cuda:1', sizes, system: 'gdrpc (cuda:0 -> cuda:1)', smallCalls: 1000 }, log));
@@ -91,7 +98,11 @@ export async function runGpuBench(_opts: { json?: string }): Promise<object> {
   for (const s of skipped) log(`skipped ${s.system}: ${s.reason.split('\n')[0]}`);
   return {
     machine: { ...describeMachine(), cudaDevices: count },
-    config: { dryRun, sizes, ucxDefaults: UCX_DEFAULTS, ucxEnv: Object.fromEntries(Object.entries(process.env).filter(([k]) => k.startsWith('UCX_'))) },
+    config: {
+      dryRun, sizes, ucxDefaults: UCX_DEFAULTS,
+      ucxEnv: Object.fromEntries(Object.entries(process.env).filter(([k]) => k.startsWith('UCX_'))),
+      gdrpcEnv: Object.fromEntries(Object.entries(process.env).filter(([k]) => k.startsWith('GDRPC_'))),
+    },
     results, goals, skipped,
     notes: [
       'gdrpc rows: one call in flight; p50/p99 are per-call times; gbps = bytes / p50 (payload bytes, counted once).',
