@@ -158,11 +158,18 @@ export class Worker {
   /** Cancels all pending requests (they reject with CANCELLED), closes endpoints (force) and listeners. */
   close(): Promise<void> {
     this.#closing ??= (async () => {
-      const children = [...this.#children];
-      await Promise.all(children.map((child) => child.close({ force: true })));
+      await this.closeChildren();
       this.#native.close();
     })();
     return this.#closing;
+  }
+
+  /** @internal Closes the endpoints (force) and listeners, leaving the worker open: its posted
+   *  receives stay, so a caller can still take what peers sent before they were cut off
+   *  (Runtime.close drains the unexpected queue so before the worker goes). */
+  async closeChildren(): Promise<void> {
+    const children = [...this.#children];
+    await Promise.all(children.map((child) => child.close({ force: true })));
   }
 
   get closed(): boolean {

@@ -27,6 +27,8 @@ export const RECEIVE_SLICE_MESSAGES = 256;
 const RECEIVE_SLICE_MS = 4;
 /** Most payloads taken in one drain pass, so that a flood cannot hold the event loop. */
 const DRAIN_BATCH = 4096;
+/** Longest a runtime's close spends dropping what peers left in the queue (drainForClose). */
+const CLOSE_DRAIN_MS = 1000;
 /** Drain passes in a row that may wait for the control loop (see drainPayloads). */
 const MAX_DRAIN_DEFERRALS = 8;
 
@@ -237,6 +239,25 @@ export class Dispatcher {
 
   /** Takes the tensor payloads waiting without a receive out of UCX's queue and hands each to its
    *  connection, dropping those of no connection. Runs on a timer; tests call it directly. */
+  /** At close, once every endpoint is closed (nothing new arrives): takes every message left in
+   *  UCX's unexpected queue (payloads, and control messages the loop had not read yet) and drops
+   *  it, for at most CLOSE_DRAIN_MS. Left there, each would be reported by the worker's destroy
+   *  on stdout ("unexpected tag-receive descriptor ... was not matched"). Returns how many it
+   *  dropped. */
+  drainForClose(): number {
+    if (this.worker.closed) return 0;
+    const until = performance.now() + CLOSE_DRAIN_MS;
+    let dropped = 0;
+    for (;;) {
+      const message = this.worker.tagProbe(0n, 0n, { remove: true });
+      if (message === null) break;
+      this.drop(message);
+      dropped += 1;
+      if ((dropped & 1023) === 0 && performance.now() > until) break;
+    }
+    return dropped;
+  }
+
   drainPayloads(): void {
     if (this.#stop.signal.aborted || this.worker.closed) return;
     // A peer sends a frame before the payloads it announces, and UCX keeps one peer's messages in
