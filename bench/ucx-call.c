@@ -2,15 +2,18 @@
 //   cc -O2 -o /tmp/ucx-call bench/ucx-call.c -I$UCX/include -L$UCX/lib -lucp -lucs -ldl
 //   /tmp/ucx-call host|cuda [bytes...]
 // The GPU benchmark and the RPC benchmark run it beside gdrpc with gdrpc's UCX settings
-// (bench/gpu-external.ts runUcxCall; scripts/gpu-pack.sh builds it for the GPU machine).
+// (bench/ucx-call.ts runUcxCall; scripts/gpu-pack.sh builds it for the GPU machine).
 // Two processes on one machine, each with its buffer from ucp_mem_map (as gdrpc's pools are), an
-// endpoint with peer error handling, and a worker that busy-polls: the best case of a call.
-// Per round the client synchronizes its device (gdrpc synchronizes the producing device), posts the
-// RESPONSE's receive, sends a 64-byte REQUEST and then the payload; the server receives the REQUEST,
-// only then posts the payload's receive (so the payload arrives unexpected, as in gdrpc), and
-// sends a 64-byte RESPONSE once the payload is in. Bytes 0 is the small call: REQUEST and RESPONSE.
-// Reports the round trip's p50/p99, each side's CPU time per round, and the server's receive step (its receive posted until it
-// completes: docs/gpu.md "Where a CUDA tensor call's time goes" measures the same step in gdrpc).
+// endpoint with peer error handling, and workers that busy-poll (the best case of a call) or sleep
+// on their event fd (GDRPC_UCX_CALL_WAIT, below). Per round the client synchronizes its device
+// when there is a payload (gdrpc synchronizes the producing device of a CUDA tensor; the runs
+// committed before this rule synchronized in the 0-byte rounds too), posts the RESPONSE's receive,
+// sends a 64-byte REQUEST and then the payload; the server receives the REQUEST, only then posts
+// the payload's receive (so the payload arrives unexpected, as in gdrpc), and sends a 64-byte
+// RESPONSE once the payload is in. Bytes 0 is the small call: REQUEST and RESPONSE. Reports the
+// round trip's p50/p99, each side's CPU time per round, and the server's receive step (its receive
+// posted until it completes: docs/gpu.md "Where a CUDA tensor call's time goes" measures the same
+// step in gdrpc).
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdint.h>
@@ -111,7 +114,20 @@ int main(int argc, char** argv) {
   }
   const int cuda = !strcmp(argv[1], "cuda");
   size_t sizes[32]; int nsizes = 0;
-  for (int i = 2; i < argc && nsizes < 32; i++) sizes[nsizes++] = strtoull(argv[i], NULL, 10);
+  for (int i = 2; i < argc && nsizes < 32; i++) {
+    char* end;
+    sizes[nsizes++] = strtoull(argv[i], &end, 10);
+    if (*argv[i] < '0' || *argv[i] > '9' || *end != '\0') {
+      fprintf(stderr, "ucx-call: a size is a byte count, got '%s'\n", argv[i]);
+      return 2;
+    }
+  }
+  const char* waits = getenv("GDRPC_UCX_CALL_WAIT");
+  if (waits != NULL && strcmp(waits, "none") && strcmp(waits, "server") && strcmp(waits, "both")) {
+    fprintf(stderr, "ucx-call: GDRPC_UCX_CALL_WAIT must be none, server or both, got '%s'\n", waits);
+    return 2;
+  }
+  if (waits != NULL && !strcmp(waits, "none")) waits = NULL;
   if (nsizes == 0) { size_t d[] = {0, 4096, 65536, 1 << 20, 16 << 20}; memcpy(sizes, d, sizeof d); nsizes = 5; }
   size_t most = 64;
   for (int i = 0; i < nsizes; i++) if (sizes[i] > most) most = sizes[i];
@@ -141,7 +157,6 @@ int main(int argc, char** argv) {
   // as an idle gdrpc server does, and spins for the payload (gdrpc's server polls while a device
   // transfer is in flight); the client spins (gdrpc's adaptive window while a call is pending).
   // =both: both sleep in every wait (gdrpc with busyPollUs 0). Unset: both spin, the floor.
-  const char* waits = getenv("GDRPC_UCX_CALL_WAIT");
   sleeps_always = waits != NULL && !strcmp(waits, "both");
   if (waits != NULL && (sleeps_always || (server && !strcmp(waits, "server")))) {
     int efd;
@@ -190,7 +205,9 @@ int main(int argc, char** argv) {
         wait_for(tag_send(ep, control[1], 64, RESPONSE, NULL, UCS_MEMORY_TYPE_HOST));
       } else {
         double t0 = now_us();
-        if (cuda) cuCtxSynchronize_();
+        // gdrpc synchronizes the producing device before it sends a CUDA tensor; a call without
+        // a payload has none to synchronize.
+        if (cuda && n > 0) CHECK("cuCtxSynchronize", cuCtxSynchronize_() == 0);
         void* response = tag_recv(control[1], 64, RESPONSE, NULL, UCS_MEMORY_TYPE_HOST);
         wait_for(tag_send(ep, control[0], 64, REQUEST, NULL, UCS_MEMORY_TYPE_HOST));
         if (n > 0) wait_for(tag_send(ep, payload, n, PAYLOAD, memh, type));

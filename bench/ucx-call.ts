@@ -2,7 +2,7 @@
 // with busy-polling workers (the floor under gdrpc's call) or sleeping ones. Built here against the UCX the addon
 // was built with, or taken from GDRPC_UCX_CALL (the GPU machine has no UCX headers:
 // scripts/gpu-pack.sh builds it); skipped with the reason where neither is possible.
-import { existsSync, mkdtempSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -25,15 +25,23 @@ const SYSTEMS: Record<UcxCallWait, string> = {
 export const UCX_CALL_SYSTEMS: Readonly<Record<UcxCallWait, string>> = SYSTEMS;
 export const UCX_CALL_SYSTEM = SYSTEMS.none;
 
+/** The program built in this process, once (removed when the process exits). */
+let built: Promise<{ bin: string } | { reason: string }> | undefined;
+
 /** The program to run, or why there is none. */
-async function program(home: string): Promise<{ bin: string } | { reason: string }> {
+export function ucxCallProgram(home: string): Promise<{ bin: string } | { reason: string }> {
   const given = process.env.GDRPC_UCX_CALL;
-  if (given) return existsSync(given) ? { bin: given } : { reason: `GDRPC_UCX_CALL names ${given}, which does not exist` };
-  if (!existsSync(join(home, 'include/ucp/api/ucp.h'))) return { reason: `no UCX headers under ${home}/include to build bench/ucx-call.c` };
-  const bin = join(mkdtempSync(join(tmpdir(), 'gdrpc-ucx-call-')), 'ucx-call');
-  const cc = await run(process.env.CC ?? 'cc', ['-O2', '-o', bin, join(root, 'bench/ucx-call.c'), `-I${join(home, 'include')}`,
-    `-L${join(home, 'lib')}`, '-lucp', '-lucs', '-ldl'], { limitMs: 120_000 });
-  return cc.code === 0 ? { bin } : { reason: `building bench/ucx-call.c failed: ${cc.stderr.slice(-500)}` };
+  if (given) return Promise.resolve(existsSync(given) ? { bin: given } : { reason: `GDRPC_UCX_CALL names ${given}, which does not exist` });
+  if (!existsSync(join(home, 'include/ucp/api/ucp.h'))) return Promise.resolve({ reason: `no UCX headers under ${home}/include to build bench/ucx-call.c` });
+  built ??= (async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gdrpc-ucx-call-'));
+    process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
+    const bin = join(dir, 'ucx-call');
+    const cc = await run(process.env.CC ?? 'cc', ['-O2', '-o', bin, join(root, 'bench/ucx-call.c'), `-I${join(home, 'include')}`,
+      `-L${join(home, 'lib')}`, '-lucp', '-lucs', '-ldl'], { limitMs: 120_000 });
+    return cc.code === 0 ? { bin } : { reason: `building bench/ucx-call.c failed: ${cc.stderr.slice(-500)}` };
+  })();
+  return built;
 }
 
 /** One row per line "<memory> <bytes> bytes: call p50 X us p99 Y [| server receive step p50 Z us p99 W]
@@ -65,7 +73,7 @@ export async function runUcxCall(memory: 'host' | 'cuda', sizes: number[], log: 
   const home = ucxHome();
   const skip = (reason: string) => ({ results: [], skipped: [{ system, reason }] });
   if (home === undefined) return skip('no UCX install found (build/gdrpc-build.json ucxHome, .deps/python/libucx)');
-  const found = await program(home);
+  const found = await ucxCallProgram(home);
   if ('reason' in found) return skip(found.reason);
   const env = ucxEnv({
     LD_LIBRARY_PATH: [join(home, 'lib'), process.env.LD_LIBRARY_PATH].filter(Boolean).join(':'),

@@ -1,7 +1,10 @@
 // bench/ucx-call.c, the C floor the benchmarks run beside gdrpc: its lines parse into rows, and the
 // program itself builds against the project's UCX and runs a host-memory call here.
 import { describe, expect, it } from 'vitest';
-import { parseUcxCall, runUcxCall, UCX_CALL_SYSTEM, UCX_CALL_SYSTEMS } from '../../bench/ucx-call.ts';
+import { join } from 'node:path';
+import { ucxHome } from '../../bench/perftest.ts';
+import { run } from '../../bench/process.ts';
+import { parseUcxCall, runUcxCall, ucxCallProgram, UCX_CALL_SYSTEM, UCX_CALL_SYSTEMS } from '../../bench/ucx-call.ts';
 
 describe('parseUcxCall', () => {
   it('reads the small call and payload rows, with the receive step where there is a payload', () => {
@@ -39,9 +42,28 @@ describe('runUcxCall', () => {
       const { results, skipped } = await runUcxCall('host', [0], () => {}, { rounds: 200, wait, limitMs: 50_000 });
       expect(skipped).toEqual([]);
       expect(results).toHaveLength(1);
-      expect(results[0]).toMatchObject({ system: UCX_CALL_SYSTEMS[wait], workload: 'small_call_rtt', bytes: 0, iterations: 200 });
-      expect(results[0]!.p50_us).toBeGreaterThan(0);
-      expect(results[0]!.server_cpu_us).toBeGreaterThan(0);
+      const row = results[0]!;
+      expect(row).toMatchObject({ system: UCX_CALL_SYSTEMS[wait], workload: 'small_call_rtt', bytes: 0, iterations: 200 });
+      expect(row.p50_us).toBeGreaterThan(0);
+      expect(row.server_cpu_us).toBeGreaterThan(0);
+      // A sleeping server spends less CPU than the time its calls take: a spinning one spends all
+      // of it. In 'server' mode the client still spins, so it spends more than the server.
+      expect(row.server_cpu_us as number).toBeLessThan(row.p50_us!);
+      if (wait === 'server') expect(row.server_cpu_us as number).toBeLessThan(row.client_cpu_us as number);
     }
   }, 120_000);
+
+  it('refuses a wait mode or a size it does not know, with a message and exit code 2', async () => {
+    const home = ucxHome();
+    expect(home).toBeDefined();
+    const found = await ucxCallProgram(home!);
+    if ('reason' in found) throw new Error(found.reason);
+    const env = { ...process.env, LD_LIBRARY_PATH: join(home!, 'lib') };
+    const bogusWait = await run(found.bin, ['host', '0'], { env: { ...env, GDRPC_UCX_CALL_WAIT: 'bogus' }, limitMs: 30_000 });
+    expect(bogusWait.code).toBe(2);
+    expect(bogusWait.stderr).toMatch(/GDRPC_UCX_CALL_WAIT must be none, server or both, got 'bogus'/);
+    const badSize = await run(found.bin, ['host', '12x'], { env, limitMs: 30_000 });
+    expect(badSize.code).toBe(2);
+    expect(badSize.stderr).toMatch(/a size is a byte count, got '12x'/);
+  }, 60_000);
 });

@@ -65,3 +65,24 @@ describe('Dispatcher.drainForClose', () => {
     expect(runtime.dispatcher.stats().droppedPayloads).toBeGreaterThan(before);
   });
 });
+
+describe('Runtime.close', () => {
+  it('closes the endpoints while the dispatcher receives, drains what is left, then stops it and closes the worker', async () => {
+    const runtime = Runtime.create();
+    const server = Server.create({ runtime });
+    await server.listen({ host: '127.0.0.1', port: 0 });
+    const calls: string[] = [];
+    const { worker, dispatcher } = runtime;
+    const closeChildren = worker.closeChildren.bind(worker);
+    const close = worker.close.bind(worker);
+    const drainForClose = dispatcher.drainForClose.bind(dispatcher);
+    const stop = dispatcher.stop.bind(dispatcher);
+    worker.closeChildren = async () => { calls.push('closeChildren'); await closeChildren(); };
+    worker.close = async () => { calls.push('worker.close'); await close(); };
+    dispatcher.drainForClose = () => { calls.push('drainForClose'); return drainForClose(); };
+    dispatcher.stop = () => { calls.push('stop'); stop(); };
+    await runtime.close();
+    expect(calls.slice(0, 4)).toEqual(['closeChildren', 'drainForClose', 'stop', 'worker.close']);
+    expect(worker.closed).toBe(true);
+  });
+});

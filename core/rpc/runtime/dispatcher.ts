@@ -237,13 +237,13 @@ export class Dispatcher {
     // Without the tag there is no one to tell; the message is lost and the loop goes on.
   }
 
-  /** Takes the tensor payloads waiting without a receive out of UCX's queue and hands each to its
-   *  connection, dropping those of no connection. Runs on a timer; tests call it directly. */
   /** At close, once every endpoint is closed (nothing new arrives): takes every message left in
    *  UCX's unexpected queue (payloads, and control messages the loop had not read yet) and drops
    *  it, for at most CLOSE_DRAIN_MS. Left there, each would be reported by the worker's destroy
-   *  on stdout ("unexpected tag-receive descriptor ... was not matched"). Returns how many it
-   *  dropped. */
+   *  on stdout ("unexpected tag-receive descriptor ... was not matched"). Dropped control messages
+   *  count as droppedPayloads too. It stops early when a completion is waiting to be handed to
+   *  JavaScript (tagProbe takes nothing then), which after the endpoints closed needs a message
+   *  and a completion in one progress pass. Returns how many it dropped. */
   drainForClose(): number {
     if (this.worker.closed) return 0;
     const until = performance.now() + CLOSE_DRAIN_MS;
@@ -258,6 +258,8 @@ export class Dispatcher {
     return dropped;
   }
 
+  /** Takes the tensor payloads waiting without a receive out of UCX's queue and hands each to its
+   *  connection, dropping those of no connection. Runs on a timer; tests call it directly. */
   drainPayloads(): void {
     if (this.#stop.signal.aborted || this.worker.closed) return;
     // A peer sends a frame before the payloads it announces, and UCX keeps one peer's messages in

@@ -209,10 +209,13 @@ export class Runtime {
     // were cut off is taken and dropped: left in UCX's queue, each message would be reported on
     // stdout when the worker is destroyed (a client that closed right after its last CUDA call
     // printed one such line on the H200 machine).
-    await this.worker.closeChildren();
-    this.dispatcher.drainForClose();
-    this.dispatcher.stop();
-    await this.worker.close();
+    try {
+      await this.worker.closeChildren();
+      this.dispatcher.drainForClose();
+    } finally {
+      this.dispatcher.stop();
+      await this.worker.close();
+    }
     this.context.close();
   }
 }
