@@ -62,7 +62,7 @@ export function checkGoals(rows: BenchResult[], system: string): Goal[] {
     goal: '1 GiB CUDA argument throughput (best mover)', target: '>= 1500 GB/s (bytes moved / p50 time)',
     measured: big ? `${big.gbps!.toFixed(1)} GB/s (${big.mover as string})` : 'not measured',
     met: big ? big.gbps! >= 1500 : null,
-    note: big && perf(1024 * MiB)?.gbps ? overhead(big, perf(1024 * MiB)!.gbps!) : 'no ucx_perftest bandwidth at 1 GiB to compare',
+    note: (big && perf(1024 * MiB)?.gbps ? overhead(big, perf(1024 * MiB)!.gbps!) : 'no ucx_perftest bandwidth at 1 GiB to compare') + floorNote(1024 * MiB),
   });
 
   const sizes = [...new Set(rows.filter((r) => r.system === system && r.bytes >= 16 * MiB).map((r) => r.bytes))].sort((a, b) => a - b);

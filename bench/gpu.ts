@@ -66,7 +66,7 @@ export async function runGpuBench(_opts: { json?: string }): Promise<object> {
   }
   await step('ucx-call', async () => {
     // Spinning over the sizes, and with the server asleep between calls (as an idle gdrpc server is) for a few.
-    for (const [wait, floorSizes] of [['none', [0, 4 * KiB, 64 * KiB, MiB, 16 * MiB]], ['server', [0, 4 * KiB, MiB]]] as const) {
+    for (const [wait, floorSizes] of [['none', [0, 4 * KiB, 64 * KiB, MiB, 16 * MiB, 256 * MiB, GiB]], ['server', [0, 4 * KiB, MiB]]] as const) {
       const floor = await runUcxCall(dryRun ? 'host' : 'cuda', floorSizes.filter((size) => size <= maxBytes), log, { wait });
       results.push(...floor.results);
       skipped.push(...floor.skipped);

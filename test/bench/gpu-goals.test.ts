@@ -32,6 +32,18 @@ describe('checkGoals with the C floor', () => {
     ], 'gdrpc');
     expect(goals[0]!.note).toMatch(/; the same call in C over UCX \(bench\/ucx-call\.c\) takes 16\.9 us with busy-polling workers, 29\.5 us with the server asleep on its worker's fd between calls, as an idle gdrpc server is$/);
     expect(goals[1]!.note).toMatch(/\(bench\/ucx-call\.c\) takes 63\.2 us with busy-polling workers$/);
+    // No C row at 1 GiB in these rows: the 1 GiB note says nothing of it.
+    expect(goals[2]!.note).not.toContain('ucx-call');
+  });
+
+  it('names the C call beside the 1 GiB goal when there is one', () => {
+    const goals = checkGoals([
+      row('gdrpc', 'tensor_arg/tag', 2 ** 30, 740.9),
+      row('ucx_perftest', 'tag_bw', 2 ** 30, 762.9),
+      row(UCX_CALL_SYSTEMS.none, 'tensor_arg/tag', 2 ** 30, 582.13),
+    ], 'gdrpc');
+    expect(goals[2]!.goal).toBe('1 GiB CUDA argument throughput (best mover)');
+    expect(goals[2]!.note).toMatch(/; the same call in C over UCX \(bench\/ucx-call\.c\) takes 582\.1 us with busy-polling workers$/);
   });
 
   it('adds nothing when the C program did not run', () => {
