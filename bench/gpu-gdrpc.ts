@@ -135,9 +135,12 @@ export async function runGdrpc(options: GdrpcOptions, log: (line: string) => voi
           const sink = (): Promise<Record<string, unknown>> => c.unary(service.methods.sink, { x }, { mover });
           const iters = itersFor(size);
           await timeCalls(Math.max(3, Math.round(iters / 10)), sink);
-          const path = callInfo(await sink())?.transfers[0]?.path ?? 'unknown';
+          const transfer = callInfo(await sink())?.transfers[0];
+          const path = transfer?.path ?? 'unknown';
           const samples = await timeCalls(iters, sink);
-          results.push(row(options.system, `tensor_arg/${mover}`, size, samples, { mover, path, client: options.client, server: options.server }));
+          // UCX's own description of the send (which protocol, which lanes), where it gave one.
+          const protocol = transfer?.protocol;
+          results.push(row(options.system, `tensor_arg/${mover}`, size, samples, { mover, path, ...(protocol !== undefined ? { protocol } : {}), client: options.client, server: options.server }));
           const r = results.at(-1)!;
           log(`${options.system}: ${mover} ${size} B p50 ${r.p50_us!.toFixed(1)} us ${r.gbps!.toFixed(1)} GB/s via ${path}`);
         } finally {
