@@ -66,8 +66,14 @@ export async function runGpuBench(_opts: { json?: string }): Promise<object> {
   }
   await step('ucx-call', async () => {
     // Spinning over the sizes, and with the server asleep between calls (as an idle gdrpc server is) for a few.
-    for (const [wait, floorSizes] of [['none', [0, 4 * KiB, 64 * KiB, MiB, 16 * MiB, 256 * MiB, GiB]], ['server', [0, 4 * KiB, MiB]]] as const) {
-      const floor = await runUcxCall(dryRun ? 'host' : 'cuda', floorSizes.filter((size) => size <= maxBytes), log, { wait });
+    // And endpoints made from worker addresses, as the first runs of the program were, at two sizes.
+    const variants = [
+      { wait: 'none', connect: 'listener', floorSizes: [0, 4 * KiB, 64 * KiB, MiB, 16 * MiB, 256 * MiB, GiB] },
+      { wait: 'server', connect: 'listener', floorSizes: [0, 4 * KiB, MiB] },
+      { wait: 'none', connect: 'address', floorSizes: [16 * MiB, GiB] },
+    ] as const;
+    for (const { wait, connect, floorSizes } of variants) {
+      const floor = await runUcxCall(dryRun ? 'host' : 'cuda', floorSizes.filter((size) => size <= maxBytes), log, { wait, connect });
       results.push(...floor.results);
       skipped.push(...floor.skipped);
     }
@@ -107,7 +113,7 @@ export async function runGpuBench(_opts: { json?: string }): Promise<object> {
     notes: [
       'gdrpc rows: one call in flight; p50/p99 are per-call times; gbps = bytes / p50 (payload bytes, counted once).',
       'ucx_perftest rows: tag_rtt doubles tag_lat (half round trip); tag_bw streams messages (window of outstanding sends); -e (PEER error mode) like gdrpc; same UCX_* environment.',
-      'ucx-call rows: bench/ucx-call.c, the call\'s wire steps in C over the same UCX and settings, with busy-polling workers or with the server asleep on its worker\'s fd between calls, buffers from ucp_mem_map (64-byte REQUEST, the payload, 64-byte RESPONSE; the client synchronizes its device first); receive_p50_us is the server\'s payload receive, posted after the REQUEST, until it completes.',
+      'ucx-call rows: bench/ucx-call.c, the call\'s wire steps in C over the same UCX and settings, with busy-polling workers or with the server asleep on its worker\'s fd between calls, buffers from ucp_mem_map, the client connected through the server\'s listener (rows marked \'worker address\': endpoints made from worker addresses) (64-byte REQUEST, the payload, 64-byte RESPONSE; the client synchronizes its device first when there is a payload); receive_p50_us is the server\'s payload receive, posted after the REQUEST, until it completes.',
       'cuda-copy gbps counts bytes copied (size / time); read_plus_write_gbps counts read and write (2x).',
     ],
   };

@@ -25,6 +25,8 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -90,6 +92,8 @@ static void wait_until(void* req, int may_sleep) {
 
 static void wait_for(void* req) { wait_until(req, sleeps_always); }
 
+static void on_conn_request(ucp_conn_request_h request, void* arg) { *(ucp_conn_request_h*)arg = request; }
+
 static void* tag_recv(void* buf, size_t n, uint64_t tag, ucp_mem_h memh, ucs_memory_type_t type) {
   ucp_request_param_t p = {0};
   if (memh) { p.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH | UCP_OP_ATTR_FIELD_MEMORY_TYPE; p.memh = memh; p.memory_type = type; }
@@ -128,6 +132,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (waits != NULL && !strcmp(waits, "none")) waits = NULL;
+  // The client connects to the server's ucp_listener on 127.0.0.1, as a gdrpc Client connects to
+  // a Server; GDRPC_UCX_CALL_CONNECT=address: each side makes its endpoint from the other's worker
+  // address instead (the committed runs before this option were made so).
+  const char* connect_how = getenv("GDRPC_UCX_CALL_CONNECT");
+  const int via_listener = connect_how == NULL || !strcmp(connect_how, "listener");
+  if (connect_how != NULL && !via_listener && strcmp(connect_how, "address")) {
+    fprintf(stderr, "ucx-call: GDRPC_UCX_CALL_CONNECT must be listener or address, got '%s'\n", connect_how);
+    return 2;
+  }
   if (nsizes == 0) { size_t d[] = {0, 4096, 65536, 1 << 20, 16 << 20}; memcpy(sizes, d, sizeof d); nsizes = 5; }
   size_t most = 64;
   for (int i = 0; i < nsizes; i++) if (sizes[i] > most) most = sizes[i];
@@ -171,21 +184,52 @@ int main(int argc, char** argv) {
   ucp_mem_h memh;
   CHECK("ucp_mem_map", ucp_mem_map(context, &mp, &memh) == UCS_OK);
 
-  ucp_address_t* addr; size_t alen;
-  CHECK("ucp_worker_get_address", ucp_worker_get_address(worker, &addr, &alen) == UCS_OK);
-  full_write(fd, &alen, sizeof alen); full_write(fd, addr, alen);
-  size_t plen; full_read(fd, &plen, sizeof plen);
-  void* peer = malloc(plen); full_read(fd, peer, plen);
-  ucp_ep_params_t ep_params = {0};
-  ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-  ep_params.address = peer; ep_params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  ucp_address_t* addr = NULL; size_t alen;
   ucp_ep_h ep;
-  CHECK("ucp_ep_create", ucp_ep_create(worker, &ep_params, &ep) == UCS_OK);
+  ucp_ep_params_t ep_params = {0};
+  ep_params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  ucp_listener_h listener = NULL;
+  if (!via_listener) {
+    CHECK("ucp_worker_get_address", ucp_worker_get_address(worker, &addr, &alen) == UCS_OK);
+    full_write(fd, &alen, sizeof alen); full_write(fd, addr, alen);
+    size_t plen; full_read(fd, &plen, sizeof plen);
+    void* peer = malloc(plen); full_read(fd, peer, plen);
+    ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    ep_params.address = peer;
+    CHECK("ucp_ep_create", ucp_ep_create(worker, &ep_params, &ep) == UCS_OK);
+  } else if (server) {
+    static ucp_conn_request_h pending = NULL;
+    struct sockaddr_in sa = {0};
+    sa.sin_family = AF_INET; sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK); sa.sin_port = 0;
+    ucp_listener_params_t lp = {0};
+    lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+    lp.sockaddr.addr = (const struct sockaddr*)&sa; lp.sockaddr.addrlen = sizeof sa;
+    lp.conn_handler.cb = on_conn_request; lp.conn_handler.arg = &pending;
+    CHECK("ucp_listener_create", ucp_listener_create(worker, &lp, &listener) == UCS_OK);
+    ucp_listener_attr_t la = {0};
+    la.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
+    CHECK("ucp_listener_query", ucp_listener_query(listener, &la) == UCS_OK);
+    uint16_t port = ntohs(((struct sockaddr_in*)&la.sockaddr)->sin_port);
+    full_write(fd, &port, sizeof port);
+    while (pending == NULL) ucp_worker_progress(worker);
+    ep_params.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    ep_params.conn_request = pending;
+    CHECK("ucp_ep_create", ucp_ep_create(worker, &ep_params, &ep) == UCS_OK);
+  } else {
+    uint16_t port; full_read(fd, &port, sizeof port);
+    static struct sockaddr_in sa;
+    sa.sin_family = AF_INET; sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK); sa.sin_port = htons(port);
+    ep_params.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    ep_params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+    ep_params.sockaddr.addr = (const struct sockaddr*)&sa; ep_params.sockaddr.addrlen = sizeof sa;
+    CHECK("ucp_ep_create", ucp_ep_create(worker, &ep_params, &ep) == UCS_OK);
+  }
 
   enum { REQUEST = 1, PAYLOAD = 2, RESPONSE = 3 };
-  if (!server) printf("# ucx-call %s: two processes, %s, buffers from ucp_mem_map\n", argv[1],
+  if (!server) printf("# ucx-call %s: two processes, %s, buffers from ucp_mem_map%s\n", argv[1],
                       waits == NULL ? "busy-polling workers" : sleeps_always ? "both sleep on the worker's fd"
-                                    : "the server sleeps on the worker's fd between calls, the client spins");
+                                    : "the server sleeps on the worker's fd between calls, the client spins",
+                      via_listener ? ", connected through a listener" : ", endpoints from worker addresses");
   for (int s = 0; s < nsizes; s++) {
     const size_t n = sizes[s];
     // GDRPC_UCX_CALL_ROUNDS replaces the number of measured rounds (a fifth as many warm up first).
@@ -243,7 +287,8 @@ int main(int argc, char** argv) {
     while (ucp_request_check_status(closing) == UCS_INPROGRESS) ucp_worker_progress(worker);
     ucp_request_free(closing);
   }
-  ucp_worker_release_address(worker, addr);
+  if (addr != NULL) ucp_worker_release_address(worker, addr);
+  if (listener != NULL) ucp_listener_destroy(listener);
   ucp_mem_unmap(context, memh);
   ucp_worker_destroy(worker);
   ucp_cleanup(context);

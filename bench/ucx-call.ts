@@ -23,6 +23,13 @@ const SYSTEMS: Record<UcxCallWait, string> = {
   both: 'ucx-call (C, both sleep)',
 };
 export const UCX_CALL_SYSTEMS: Readonly<Record<UcxCallWait, string>> = SYSTEMS;
+/** How the client's endpoint is made: through the server's listener (as a gdrpc Client connects,
+ *  the default) or from the server's worker address. */
+export type UcxCallConnect = 'listener' | 'address';
+/** The system name of rows made with `wait` and `connect`. */
+export function ucxCallSystem(wait: UcxCallWait, connect: UcxCallConnect = 'listener'): string {
+  return connect === 'listener' ? SYSTEMS[wait] : `${SYSTEMS[wait].slice(0, -1)}, worker address)`;
+}
 export const UCX_CALL_SYSTEM = SYSTEMS.none;
 
 /** The program built in this process, once (removed when the process exits). */
@@ -46,7 +53,7 @@ export function ucxCallProgram(home: string): Promise<{ bin: string } | { reason
 
 /** One row per line "<memory> <bytes> bytes: call p50 X us p99 Y [| server receive step p50 Z us p99 W]
  *  | cpu per round client C us server S us (N rounds)". */
-export function parseUcxCall(output: string, memory: 'host' | 'cuda', wait: UcxCallWait = 'none'): BenchResult[] {
+export function parseUcxCall(output: string, memory: 'host' | 'cuda', wait: UcxCallWait = 'none', connect: UcxCallConnect = 'listener'): BenchResult[] {
   const rows: BenchResult[] = [];
   const line = /^(host|cuda)\s+(\d+) bytes: call p50\s+([\d.]+) us p99\s+([\d.]+)(?: \| server receive step p50\s+([\d.]+) us p99\s+([\d.]+))? \| cpu per round client ([\d.]+) us server ([\d.]+) us \((\d+) rounds\)/;
   for (const text of output.split('\n')) {
@@ -55,7 +62,7 @@ export function parseUcxCall(output: string, memory: 'host' | 'cuda', wait: UcxC
     const bytes = Number(m[2]);
     const p50 = Number(m[3]);
     rows.push({
-      system: SYSTEMS[wait], workload: bytes === 0 ? 'small_call_rtt' : 'tensor_arg/tag', bytes,
+      system: ucxCallSystem(wait, connect), workload: bytes === 0 ? 'small_call_rtt' : 'tensor_arg/tag', bytes,
       p50_us: p50, p99_us: Number(m[4]), ops_per_s: 1e6 / p50, gbps: bytes === 0 ? null : bytes / p50 / 1e3, memory, iterations: Number(m[9]),
       client_cpu_us: Number(m[7]), server_cpu_us: Number(m[8]),
       ...(m[5] !== undefined ? { receive_p50_us: Number(m[5]), receive_p99_us: Number(m[6]) } : {}),
@@ -67,9 +74,9 @@ export function parseUcxCall(output: string, memory: 'host' | 'cuda', wait: UcxC
 /** Runs bench/ucx-call.c on `memory` over `sizes` (0: the small call without a payload); `rounds`
  *  measured rounds per size instead of the program's own count. */
 export async function runUcxCall(memory: 'host' | 'cuda', sizes: number[], log: (line: string) => void,
-  options: { rounds?: number; wait?: UcxCallWait; limitMs?: number } = {}): Promise<{ results: BenchResult[]; skipped: { system: string; reason: string }[] }> {
-  const { rounds, wait = 'none', limitMs = 300_000 } = options;
-  const system = SYSTEMS[wait];
+  options: { rounds?: number; wait?: UcxCallWait; connect?: UcxCallConnect; limitMs?: number } = {}): Promise<{ results: BenchResult[]; skipped: { system: string; reason: string }[] }> {
+  const { rounds, wait = 'none', connect = 'listener', limitMs = 300_000 } = options;
+  const system = ucxCallSystem(wait, connect);
   const home = ucxHome();
   const skip = (reason: string) => ({ results: [], skipped: [{ system, reason }] });
   if (home === undefined) return skip('no UCX install found (build/gdrpc-build.json ucxHome, .deps/python/libucx)');
@@ -81,11 +88,12 @@ export async function runUcxCall(memory: 'host' | 'cuda', sizes: number[], log: 
   });
   if (wait === 'none') delete env.GDRPC_UCX_CALL_WAIT;
   else env.GDRPC_UCX_CALL_WAIT = wait;
+  env.GDRPC_UCX_CALL_CONNECT = connect;
   const finished = await run(found.bin, [memory, ...sizes.map(String)], { env, limitMs });
   if (finished.timedOut || finished.code !== 0) {
     return skip(`${finished.timedOut ? 'timed out' : `exit ${finished.code}`}: ${(finished.stderr || finished.stdout).slice(-500)}`);
   }
-  const results = parseUcxCall(finished.stdout, memory, wait);
+  const results = parseUcxCall(finished.stdout, memory, wait, connect);
   for (const r of results) {
     log(`${system}: ${r.workload} ${r.bytes} B p50 ${r.p50_us!.toFixed(1)} us` +
       (r.receive_p50_us !== undefined ? ` (server receive step ${(r.receive_p50_us as number).toFixed(1)} us)` : ''));

@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { join } from 'node:path';
 import { ucxHome } from '../../bench/perftest.ts';
 import { run } from '../../bench/process.ts';
-import { parseUcxCall, runUcxCall, ucxCallProgram, UCX_CALL_SYSTEM, UCX_CALL_SYSTEMS } from '../../bench/ucx-call.ts';
+import { parseUcxCall, runUcxCall, ucxCallProgram, ucxCallSystem, UCX_CALL_SYSTEM, UCX_CALL_SYSTEMS } from '../../bench/ucx-call.ts';
 
 describe('parseUcxCall', () => {
   it('reads the small call and payload rows, with the receive step where there is a payload', () => {
@@ -53,7 +53,17 @@ describe('runUcxCall', () => {
     }
   }, 120_000);
 
-  it('refuses a wait mode or a size it does not know, with a message and exit code 2', async () => {
+  it('connects through the server\'s listener by default, and from worker addresses when asked', async () => {
+    const lines: string[] = [];
+    const viaAddress = await runUcxCall('host', [4096], (line) => lines.push(line), { rounds: 200, connect: 'address', limitMs: 50_000 });
+    expect(viaAddress.skipped).toEqual([]);
+    expect(viaAddress.results.map((r) => r.system)).toEqual([ucxCallSystem('none', 'address')]);
+    expect(ucxCallSystem('none', 'address')).toBe('ucx-call (C, busy-poll, worker address)');
+    expect(ucxCallSystem('server')).toBe(UCX_CALL_SYSTEMS.server);
+    expect(viaAddress.results[0]!.p50_us).toBeGreaterThan(0);
+  }, 60_000);
+
+  it('refuses a wait mode, a way to connect or a size it does not know, with a message and exit code 2', async () => {
     const home = ucxHome();
     expect(home).toBeDefined();
     const found = await ucxCallProgram(home!);
@@ -62,6 +72,9 @@ describe('runUcxCall', () => {
     const bogusWait = await run(found.bin, ['host', '0'], { env: { ...env, GDRPC_UCX_CALL_WAIT: 'bogus' }, limitMs: 30_000 });
     expect(bogusWait.code).toBe(2);
     expect(bogusWait.stderr).toMatch(/GDRPC_UCX_CALL_WAIT must be none, server or both, got 'bogus'/);
+    const bogusConnect = await run(found.bin, ['host', '0'], { env: { ...env, GDRPC_UCX_CALL_CONNECT: 'bogus' }, limitMs: 30_000 });
+    expect(bogusConnect.code).toBe(2);
+    expect(bogusConnect.stderr).toMatch(/GDRPC_UCX_CALL_CONNECT must be listener or address, got 'bogus'/);
     const badSize = await run(found.bin, ['host', '12x'], { env, limitMs: 30_000 });
     expect(badSize.code).toBe(2);
     expect(badSize.stderr).toMatch(/a size is a byte count, got '12x'/);
