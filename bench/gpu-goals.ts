@@ -2,7 +2,7 @@
 // it is missed, what the time goes to (the part of a call that is not the wire at ucx_perftest's
 // bandwidth, i.e. the framework's own cost per call).
 import type { BenchResult } from './machine.ts';
-import { UCX_CALL_SYSTEMS } from './ucx-call.ts';
+import { ucxCallSystem } from './ucx-call.ts';
 
 export interface Goal { goal: string; target: string; measured: string; met: boolean | null; note: string }
 
@@ -32,8 +32,8 @@ export function checkGoals(rows: BenchResult[], system: string): Goal[] {
   const floor = (system: string, bytes: number): BenchResult | undefined => rows.find((r) => r.system === system && r.bytes === bytes);
   /** What the same call takes in C over UCX (bench/ucx-call.c), spinning and with the server asleep between calls. */
   const floorNote = (bytes: number): string => {
-    const spin = floor(UCX_CALL_SYSTEMS.none, bytes);
-    const sleeps = floor(UCX_CALL_SYSTEMS.server, bytes);
+    const spin = floor(ucxCallSystem('none'), bytes);
+    const sleeps = floor(ucxCallSystem('server'), bytes);
     if (!spin && !sleeps) return '';
     const parts = [spin && `${spin.p50_us!.toFixed(1)} us with busy-polling workers`,
       sleeps && `${sleeps.p50_us!.toFixed(1)} us with the server asleep on its worker's fd between calls, as an idle gdrpc server is`];

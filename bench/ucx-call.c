@@ -94,15 +94,21 @@ static void wait_for(void* req) { wait_until(req, sleeps_always); }
 
 static void on_conn_request(ucp_conn_request_h request, void* arg) { *(ucp_conn_request_h*)arg = request; }
 
-static void* tag_recv(void* buf, size_t n, uint64_t tag, ucp_mem_h memh, ucs_memory_type_t type) {
+// An operation's parameters: with `memh`, the mapped memory handle and its memory type, as gdrpc
+// passes its pools' handles.
+static ucp_request_param_t op_param(ucp_mem_h memh, ucs_memory_type_t type) {
   ucp_request_param_t p = {0};
   if (memh) { p.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH | UCP_OP_ATTR_FIELD_MEMORY_TYPE; p.memh = memh; p.memory_type = type; }
+  return p;
+}
+
+static void* tag_recv(void* buf, size_t n, uint64_t tag, ucp_mem_h memh, ucs_memory_type_t type) {
+  ucp_request_param_t p = op_param(memh, type);
   return ucp_tag_recv_nbx(worker, buf, n, tag, (uint64_t)-1, &p);
 }
 
 static void* tag_send(ucp_ep_h ep, void* buf, size_t n, uint64_t tag, ucp_mem_h memh, ucs_memory_type_t type) {
-  ucp_request_param_t p = {0};
-  if (memh) { p.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH | UCP_OP_ATTR_FIELD_MEMORY_TYPE; p.memh = memh; p.memory_type = type; }
+  ucp_request_param_t p = op_param(memh, type);
   return ucp_tag_send_nbx(ep, buf, n, tag, &p);
 }
 

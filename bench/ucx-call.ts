@@ -17,20 +17,15 @@ const root = fileURLToPath(new URL('..', import.meta.url));
  *  device transfer is in flight; a client with a call pending spins: gdrpc's default); or both,
  *  in every wait (gdrpc with busyPollUs 0). */
 export type UcxCallWait = 'none' | 'server' | 'both';
-const SYSTEMS: Record<UcxCallWait, string> = {
-  none: 'ucx-call (C, busy-poll)',
-  server: 'ucx-call (C, server sleeps)',
-  both: 'ucx-call (C, both sleep)',
-};
-export const UCX_CALL_SYSTEMS: Readonly<Record<UcxCallWait, string>> = SYSTEMS;
 /** How the client's endpoint is made: through the server's listener (as a gdrpc Client connects,
  *  the default) or from the server's worker address. */
 export type UcxCallConnect = 'listener' | 'address';
-/** The system name of rows made with `wait` and `connect`. */
+const WAIT_WORDS: Record<UcxCallWait, string> = { none: 'busy-poll', server: 'server sleeps', both: 'both sleep' };
+
+/** The system name of rows made with `wait` and `connect`, e.g. "ucx-call (C, busy-poll)". */
 export function ucxCallSystem(wait: UcxCallWait, connect: UcxCallConnect = 'listener'): string {
-  return connect === 'listener' ? SYSTEMS[wait] : `${SYSTEMS[wait].slice(0, -1)}, worker address)`;
+  return `ucx-call (C, ${WAIT_WORDS[wait]}${connect === 'address' ? ', worker address' : ''})`;
 }
-export const UCX_CALL_SYSTEM = SYSTEMS.none;
 
 /** The program built in this process, once (removed when the process exits). */
 let built: Promise<{ bin: string } | { reason: string }> | undefined;
@@ -86,8 +81,7 @@ export async function runUcxCall(memory: 'host' | 'cuda', sizes: number[], log: 
     LD_LIBRARY_PATH: [join(home, 'lib'), process.env.LD_LIBRARY_PATH].filter(Boolean).join(':'),
     ...(rounds !== undefined ? { GDRPC_UCX_CALL_ROUNDS: String(rounds) } : {}),
   });
-  if (wait === 'none') delete env.GDRPC_UCX_CALL_WAIT;
-  else env.GDRPC_UCX_CALL_WAIT = wait;
+  env.GDRPC_UCX_CALL_WAIT = wait;
   env.GDRPC_UCX_CALL_CONNECT = connect;
   const finished = await run(found.bin, [memory, ...sizes.map(String)], { env, limitMs });
   if (finished.timedOut || finished.code !== 0) {

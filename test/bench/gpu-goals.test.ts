@@ -3,7 +3,7 @@
 import { describe, expect, it } from 'vitest';
 import { checkGoals, smallCallNote } from '../../bench/gpu-goals.ts';
 import type { BenchResult } from '../../bench/machine.ts';
-import { UCX_CALL_SYSTEMS } from '../../bench/ucx-call.ts';
+import { ucxCallSystem } from '../../bench/ucx-call.ts';
 
 describe('smallCallNote', () => {
   it('says what gdrpc adds when its call is the slower', () => {
@@ -26,9 +26,9 @@ describe('checkGoals with the C floor', () => {
       row('gdrpc', 'small_call_rtt', 0, 57.5),
       row('gdrpc', 'tensor_arg/tag', 16 * 2 ** 20, 105.3),
       row('ucx_perftest', 'tag_rtt', 8, 696.4),
-      row(UCX_CALL_SYSTEMS.none, 'small_call_rtt', 0, 16.88),
-      row(UCX_CALL_SYSTEMS.server, 'small_call_rtt', 0, 29.47),
-      row(UCX_CALL_SYSTEMS.none, 'tensor_arg/tag', 16 * 2 ** 20, 63.19),
+      row(ucxCallSystem('none'), 'small_call_rtt', 0, 16.88),
+      row(ucxCallSystem('server'), 'small_call_rtt', 0, 29.47),
+      row(ucxCallSystem('none'), 'tensor_arg/tag', 16 * 2 ** 20, 63.19),
     ], 'gdrpc');
     expect(goals[0]!.note).toMatch(/; the same call in C over UCX \(bench\/ucx-call\.c\) takes 16\.9 us with busy-polling workers, 29\.5 us with the server asleep on its worker's fd between calls, as an idle gdrpc server is$/);
     expect(goals[1]!.note).toMatch(/\(bench\/ucx-call\.c\) takes 63\.2 us with busy-polling workers$/);
@@ -40,7 +40,7 @@ describe('checkGoals with the C floor', () => {
     const goals = checkGoals([
       row('gdrpc', 'tensor_arg/tag', 2 ** 30, 740.9),
       row('ucx_perftest', 'tag_bw', 2 ** 30, 762.9),
-      row(UCX_CALL_SYSTEMS.none, 'tensor_arg/tag', 2 ** 30, 582.13),
+      row(ucxCallSystem('none'), 'tensor_arg/tag', 2 ** 30, 582.13),
     ], 'gdrpc');
     expect(goals[2]!.goal).toBe('1 GiB CUDA argument throughput (best mover)');
     expect(goals[2]!.note).toMatch(/; the same call in C over UCX \(bench\/ucx-call\.c\) takes 582\.1 us with busy-polling workers$/);
