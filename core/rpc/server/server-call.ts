@@ -35,7 +35,6 @@ export interface MethodEntry {
   resultsOf?: (result: Row) => MethodDescriptor['results'];
 }
 
-/** What an argument allocation may wait on: the call's end, and its connection's pool share. */
 /** What a server's allocation for a call may wait under: the call's scope (whose AbortSignal is
  *  made only if the allocation has to wait) and the connection's pool share. */
 export interface AllocationWait { scope: CallScope; share: PoolShare | undefined }
@@ -252,8 +251,14 @@ export class ServerCall {
       this.connection.post(FrameKind.Response, this.id, { r: out.encoded }, posted);
       return { moving: posted };
     }
-    // The transfers start as the frame's message is handed to UCX (Connection.postThen).
-    return this.connection.postThen(FrameKind.Response, this.id, { r: out.encoded }, () => ({ moving: this.#startTransfers(out.tensors) }), () => out.tensors.discard());
+    return this.#postThenMove(FrameKind.Response, { r: out.encoded }, out.tensors);
+  }
+
+  /** Posts a frame whose tensors' transfers start as its message is handed to UCX
+   *  (Connection.postThen); resolves to those transfers once it left. Where it does not leave, the
+   *  tensors are discarded and the promise rejects with why. */
+  #postThenMove<K extends FrameKind.Response | FrameKind.StreamItem>(kind: K, body: FrameBody<K>, tensors: OutgoingTensors): Promise<{ moving: Promise<void> }> {
+    return this.connection.postThen(kind, this.id, body, () => ({ moving: this.#startTransfers(tensors) }), () => tensors.discard());
   }
 
   async #stream(items: AsyncIterable<Row>): Promise<void> {
@@ -271,9 +276,7 @@ export class ServerCall {
         if (next.done) break;
         this.#credit -= 1;
         const out = this.#encode(FrameKind.StreamItem, next.value);
-        // The item's transfers start as its frame's message is handed to UCX (Connection.postThen).
-        const { moving } = await this.connection.postThen(FrameKind.StreamItem, this.id, { seq, a: out.encoded },
-          () => ({ moving: this.#startTransfers(out.tensors) }), () => out.tensors.discard());
+        const { moving } = await this.#postThenMove(FrameKind.StreamItem, { seq, a: out.encoded }, out.tensors);
         seq += 1;
         // One item's bytes at a time: a slow reader slows the producer instead of filling memory.
         await this.scope.race(moving);
