@@ -53,7 +53,10 @@ bool PollWindow::Update(uint64_t nowNs, bool active) {
     if (active) lastActivityNs_ = nowNs;
     return fixedNs_ > 0 && nowNs - lastActivityNs_ < fixedNs_;
   }
-  if (active) {
+  if (active && held_) {
+    held_ = false;
+    lastActivityNs_ = nowNs;
+  } else if (active) {
     uint64_t gap = lastActivityNs_ == 0 ? UINT64_MAX : nowNs - lastActivityNs_;
     if (gap <= kMaxWindowNs) {
       windowNs_ = std::max(windowNs_ - windowNs_ / 8, std::min(2 * gap, kMaxWindowNs));

@@ -51,6 +51,19 @@ class PollWindow {
    *  polling on the next loop turn rather than wait for the event fd. */
   bool Update(uint64_t nowNs, bool active);
 
+  /** After Update, on a pass at `nowNs` where a transfer in device memory keeps the worker polling
+   *  (DeviceWait): the wait is on the device, not on a peer. The window does not run out while it
+   *  lasts, and the work found on the next active pass (the transfer's end, or another's) changes
+   *  neither the window nor anything else but the time of the last work: that gap was the
+   *  device's. Without this, a 1 GiB copy (about 500 µs on an H200) ran the window out and then
+   *  counted as a long gap, halving it twice per call, and both processes slept through the
+   *  replies that follow a transfer (docs/binding.md "Polling while a transfer in device memory is
+   *  in flight"). */
+  void Hold(uint64_t nowNs) {
+    lastActivityNs_ = nowNs;
+    held_ = true;
+  }
+
   bool adaptive() const { return adaptive_; }
   uint64_t windowNs() const { return adaptive_ ? windowNs_ : fixedNs_; }
   uint64_t spins() const { return spins_; }          // spins begun
@@ -74,6 +87,7 @@ class PollWindow {
   uint64_t fixedNs_;
   uint64_t windowNs_ = 0;
   uint64_t lastActivityNs_ = 0;
+  bool held_ = false;  // the last pass was held (Hold): its gap is the device's
   bool spinning_ = false;
   uint64_t checkedNs_ = 0;
   long switchesAtCheck_ = 0;

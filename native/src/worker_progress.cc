@@ -117,8 +117,12 @@ void Worker::OnWake() {
         stuckSpinPays_ = true;
       }
       bool spin = poll_.Update(now, active);
-      // Both are asked: each keeps its own account of the turns.
-      if (deviceWait_.Spin(now)) spin = true;
+      // Both are asked: each keeps its own account of the turns. While a device transfer keeps
+      // the worker polling, the window holds (PollWindow::Hold).
+      if (deviceWait_.Spin(now)) {
+        poll_.Hold(now);
+        spin = true;
+      }
       wakeup_->SetSpin(spin);
       if (spin) break;
       if (exhausted || now >= untilNs) {

@@ -15,7 +15,7 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 interface Scenario {
   scenario: string; spins: number; misses: number; preempted: number; busyMachine: number; turns: number; spinningTurns: number;
-  spinNext?: boolean; spinAfterCooldown?: boolean;
+  spinNext?: boolean; spinAfterCooldown?: boolean; calls?: number; caught?: number; windowUs?: number;
 }
 
 /** Builds and runs the scenarios (the addon's build needs the same compiler, so it is here). */
@@ -60,5 +60,31 @@ describe('adaptive polling window guards', () => {
     const s = results.get('preempted-briefly')!;
     expect(s.preempted).toBe(0);
     expect(s.spinNext).toBe(true);
+  });
+
+  it('a device transfer holds the window: the request that follows a 500 µs copy finds the worker polling', () => {
+    const held = results.get('device-transfers-held')!;
+    const notHeld = results.get('device-transfers-not-held')!;
+    // Held, the window keeps the size the replies around the copies give it (60 µs after a copy
+    // sets it to 120 µs, decaying by an eighth per pass that finds work).
+    expect(held.calls).toBe(200);
+    expect(held.caught).toBeGreaterThanOrEqual(195);
+    expect(held.windowUs).toBeGreaterThan(60);
+    // Without the hold, as before: each copy ran the window out and then counted as a long gap,
+    // and the worker slept through every request.
+    expect(notHeld.caught).toBe(0);
+    expect(notHeld.windowUs).toBeLessThan(60);
+  });
+
+  it('work found during a hold leaves the window as the replies before made it (many transfers in flight)', () => {
+    const held = results.get('device-stream-held')!;
+    const notHeld = results.get('device-stream-not-held')!;
+    // Replies 30 µs apart set the window to 60 µs; 2 ms of transfers ending every 10 µs, held,
+    // leave it there, and the reply 40 µs after the last finds the worker polling. A hold that
+    // only moved the time of the last work let those 10 µs gaps shrink it to nothing.
+    expect(held.windowUs).toBe(60);
+    expect(held.caught).toBe(1);
+    expect(notHeld.windowUs).toBeLessThan(40);
+    expect(notHeld.caught).toBe(0);
   });
 });
