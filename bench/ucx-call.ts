@@ -27,8 +27,17 @@ export function ucxCallSystem(wait: UcxCallWait, connect: UcxCallConnect = 'list
   return `ucx-call (C, ${WAIT_WORDS[wait]}${connect === 'address' ? ', worker address' : ''})`;
 }
 
-/** The program built in this process, once (removed when the process exits). */
+/** The program built in this process, once, in a private folder of its own. */
 let built: Promise<{ bin: string } | { reason: string }> | undefined;
+let builtDir: string | undefined;
+
+/** Removes the program this process built, if any (at exit; a test runner whose workers end
+ *  without an exit event calls it itself, or every worker leaves its folder behind). */
+export function removeUcxCallProgram(): void {
+  if (builtDir !== undefined) rmSync(builtDir, { recursive: true, force: true });
+  builtDir = undefined;
+  built = undefined;
+}
 
 /** The program to run, or why there is none. */
 export function ucxCallProgram(home: string): Promise<{ bin: string } | { reason: string }> {
@@ -37,7 +46,8 @@ export function ucxCallProgram(home: string): Promise<{ bin: string } | { reason
   if (!existsSync(join(home, 'include/ucp/api/ucp.h'))) return Promise.resolve({ reason: `no UCX headers under ${home}/include to build bench/ucx-call.c` });
   built ??= (async () => {
     const dir = mkdtempSync(join(tmpdir(), 'gdrpc-ucx-call-'));
-    process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
+    if (builtDir === undefined) process.once('exit', removeUcxCallProgram);
+    builtDir = dir;
     const bin = join(dir, 'ucx-call');
     const cc = await run(process.env.CC ?? 'cc', ['-O2', '-o', bin, join(root, 'bench/ucx-call.c'), `-I${join(home, 'include')}`,
       `-L${join(home, 'lib')}`, '-lucp', '-lucs', '-ldl'], { limitMs: 120_000 });

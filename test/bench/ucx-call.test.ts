@@ -1,10 +1,14 @@
 // bench/ucx-call.c, the C floor the benchmarks run beside gdrpc: its lines parse into rows, and the
 // program itself builds against the project's UCX and runs a host-memory call here.
-import { describe, expect, it } from 'vitest';
-import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { existsSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { ucxHome } from '../../bench/perftest.ts';
 import { run } from '../../bench/process.ts';
-import { parseUcxCall, runUcxCall, ucxCallProgram, ucxCallSystem } from '../../bench/ucx-call.ts';
+import { parseUcxCall, removeUcxCallProgram, runUcxCall, ucxCallProgram, ucxCallSystem } from '../../bench/ucx-call.ts';
+
+// Vitest's workers may end without an exit event: the program's folder goes here.
+afterAll(removeUcxCallProgram);
 
 describe('parseUcxCall', () => {
   it('reads the small call and payload rows, with the receive step where there is a payload', () => {
@@ -80,4 +84,21 @@ describe('runUcxCall', () => {
     expect(badSize.code).toBe(2);
     expect(badSize.stderr).toMatch(/a size is a byte count, got '12x'/);
   }, 60_000);
+});
+
+describe('removeUcxCallProgram', () => {
+  it('removes the folder this process built the program in; the next call builds it again', async () => {
+    const home = ucxHome();
+    expect(home).toBeDefined();
+    const first = await ucxCallProgram(home!);
+    expect(first).toHaveProperty('bin');
+    const bin = (first as { bin: string }).bin;
+    expect(existsSync(bin)).toBe(true);
+    removeUcxCallProgram();
+    expect(existsSync(dirname(bin))).toBe(false);
+    const again = await ucxCallProgram(home!);
+    expect(again).toHaveProperty('bin');
+    expect(existsSync((again as { bin: string }).bin)).toBe(true);
+    expect((again as { bin: string }).bin).not.toBe(bin);
+  }, 120_000);
 });
