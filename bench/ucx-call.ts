@@ -49,8 +49,7 @@ export function ucxCallProgram(home: string): Promise<{ bin: string } | { reason
     if (builtDir === undefined) process.once('exit', removeUcxCallProgram);
     builtDir = dir;
     const bin = join(dir, 'ucx-call');
-    const cc = await run(process.env.CC ?? 'cc', ['-O2', '-o', bin, join(root, 'bench/ucx-call.c'), `-I${join(home, 'include')}`,
-      `-L${join(home, 'lib')}`, '-lucp', '-lucs', '-ldl'], { limitMs: 120_000 });
+    const cc = await run('bash', [join(root, 'scripts/build-bench-c.sh'), 'ucx-call', bin, home], { limitMs: 120_000 });
     return cc.code === 0 ? { bin } : { reason: `building bench/ucx-call.c failed: ${cc.stderr.slice(-500)}` };
   })();
   return built;

@@ -22,8 +22,9 @@ echo "gpu-pack: UCX runtime"
     libucx/lib/*.so* libucx/lib/ucx/*.so* libucx/bin/ucx_info libucx/bin/ucx_perftest \
     libucx/share/ucx/perftest libucx/etc libucx_cu13.libs ) | xz -T2 -6 > "$pack/ucx.tar.xz"
 
-echo "gpu-pack: bench/ucx-call.c (the machine there has no UCX headers)"
-cc -O2 -Wall -o "$pack/ucx-call" bench/ucx-call.c -I"$ucx/libucx/include" -L"$ucx/libucx/lib" -lucp -lucs -ldl
+echo "gpu-pack: bench/ucx-call.c and bench/cuda-copies.c (the machine there has no UCX headers)"
+bash scripts/build-bench-c.sh ucx-call "$pack/ucx-call" "$ucx/libucx"
+bash scripts/build-bench-c.sh cuda-copies "$pack/cuda-copies.so" "$(node -p "require('./build/gdrpc-build.json').cudaInclude")"
 
 echo "gpu-pack: addon, dist and runtime node_modules"
 cp build/Release/gdrpc.node build/gdrpc-build.json "$pack/"
