@@ -9,8 +9,10 @@
 // Each process writes its summary to stderr at exit and, with GDRPC_CUDA_COPIES_DIR, to
 // <dir>/cuda-copies.<pid>.txt, rewritten every 128 copies seen done (a process killed at the end,
 // such as a benchmark's peer, leaves its last one). GDRPC_CUDA_COPIES_LABEL names the process in it.
-// The event records add about 10-15 µs to each copy's issue (measured on the H200 machine); the
-// first 4,096 copies of 1 MiB or more are timed, the rest only counted.
+// Each timed copy's issue pays for two event creations and records, and the summary file is
+// written by the thread that polls UCX: timings of the process around it move a little. The first
+// 4,096 copies of 1 MiB or more are timed, the rest only counted. test/bench/cuda-copies.test.ts
+// runs it in front of a stand-in libcuda.
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <dlfcn.h>
@@ -60,6 +62,7 @@ struct Copy {
   CUevent before, after, ucx;  // ucx: the event UCX recorded on the stream right after the copy
   uint64_t issuedNs, returnedNs, seenNs;
   float gpuMs;
+  int ready;  // issued with both events
   int seen;
 };
 static struct Copy copies[kMaxTimed];
@@ -76,24 +79,28 @@ static uint64_t NowNs(void) {
 
 static CUresult Timed(CopyFn copy, CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream) {
   if (copy == NULL) return CUDA_ERROR_NOT_INITIALIZED;
+  // The slot is taken under the lock; the events and the copy are issued outside it.
   pthread_mutex_lock(&lock);
   allCopies++;
   allBytes += (double)bytes;
-  if (!timing || bytes < kMinTimed || timed >= kMaxTimed) {
-    pthread_mutex_unlock(&lock);
-    return copy(dst, src, bytes, stream);
-  }
-  struct Copy* c = &copies[timed];
-  memset(c, 0, sizeof *c);
-  c->bytes = bytes;
-  c->stream = stream;
+  int slot = timing && bytes >= kMinTimed && timed < kMaxTimed ? timed++ : -1;
+  pthread_mutex_unlock(&lock);
+  if (slot < 0) return copy(dst, src, bytes, stream);
+  struct Copy* c = &copies[slot];
   int events = real.eventCreate(&c->before, 0) == CUDA_SUCCESS && real.eventCreate(&c->after, 0) == CUDA_SUCCESS;
-  c->issuedNs = NowNs();
+  uint64_t issued = NowNs();
   if (events) real.eventRecord(c->before, stream);
   CUresult result = copy(dst, src, bytes, stream);
   if (events) real.eventRecord(c->after, stream);
-  c->returnedNs = NowNs();
-  if (events && result == CUDA_SUCCESS) lastTimed = timed++;
+  uint64_t returned = NowNs();
+  pthread_mutex_lock(&lock);
+  c->bytes = bytes;
+  c->stream = stream;
+  c->issuedNs = issued;
+  c->returnedNs = returned;
+  // Only a copy with both events is followed (a slot left unready stays out of the summary).
+  c->ready = events && result == CUDA_SUCCESS;
+  if (c->ready) lastTimed = slot;
   pthread_mutex_unlock(&lock);
   return result;
 }
@@ -113,6 +120,7 @@ CUresult cuEventRecord(CUevent event, CUstream stream) {
   if (real.eventRecord == NULL) return CUDA_ERROR_NOT_INITIALIZED;
   CUresult result = real.eventRecord(event, stream);
   pthread_mutex_lock(&lock);
+  // UCX records its completion event on the copy's stream right after the copy, in the same thread.
   if (lastTimed >= 0 && copies[lastTimed].stream == stream && copies[lastTimed].ucx == NULL) copies[lastTimed].ucx = event;
   pthread_mutex_unlock(&lock);
   return result;
@@ -130,7 +138,7 @@ CUresult cuEventQuery(CUevent event) {
   // UCX queries its events in order; the copy is among the last few timed.
   for (int i = timed - 1; i >= 0 && i >= timed - 64; i--) {
     struct Copy* c = &copies[i];
-    if (c->ucx != event || c->seen) continue;
+    if (!c->ready || c->ucx != event || c->seen) continue;
     c->seenNs = NowNs();
     // Recorded before UCX's event on the same stream: done too.
     if (real.elapsed(&c->gpuMs, c->before, c->after) == CUDA_SUCCESS) c->seen = 1;

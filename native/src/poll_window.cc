@@ -48,13 +48,18 @@ const CpuProbe& SystemCpuProbe() {
 PollWindow::PollWindow(int64_t windowNs, const CpuProbe& probe)
     : probe_(&probe), adaptive_(windowNs == kAdaptive), fixedNs_(windowNs > 0 ? static_cast<uint64_t>(windowNs) : 0) {}
 
-bool PollWindow::Update(uint64_t nowNs, bool active) {
+bool PollWindow::Update(uint64_t nowNs, bool active, bool held) {
   if (!adaptive_) {
-    if (active) lastActivityNs_ = nowNs;
-    return fixedNs_ > 0 && nowNs - lastActivityNs_ < fixedNs_;
+    if (active || held) lastActivityNs_ = nowNs;
+    return held || (fixedNs_ > 0 && nowNs - lastActivityNs_ < fixedNs_);
   }
-  if (active && held_) {
-    held_ = false;
+  const bool afterHold = held_;
+  held_ = held;
+  if (held) {
+    lastActivityNs_ = nowNs;
+    return true;
+  }
+  if (active && afterHold) {
     lastActivityNs_ = nowNs;
   } else if (active) {
     uint64_t gap = lastActivityNs_ == 0 ? UINT64_MAX : nowNs - lastActivityNs_;

@@ -48,21 +48,16 @@ class PollWindow {
   explicit PollWindow(int64_t windowNs, const CpuProbe& probe = SystemCpuProbe());
 
   /** After a wake-up pass at `nowNs` that did (`active`) or did not find work: whether to keep
-   *  polling on the next loop turn rather than wait for the event fd. */
-  bool Update(uint64_t nowNs, bool active);
-
-  /** After Update, on a pass at `nowNs` where a transfer in device memory keeps the worker polling
-   *  (DeviceWait): the wait is on the device, not on a peer. The window does not run out while it
-   *  lasts, and the work found on the next active pass (the transfer's end, or another's) changes
-   *  neither the window nor anything else but the time of the last work: that gap was the
-   *  device's. Without this, a 1 GiB copy (about 500 µs on an H200) ran the window out and then
-   *  counted as a long gap, halving it twice per call, and both processes slept through the
-   *  replies that follow a transfer (docs/binding.md "Polling while a transfer in device memory is
-   *  in flight"). */
-  void Hold(uint64_t nowNs) {
-    lastActivityNs_ = nowNs;
-    held_ = true;
-  }
+   *  polling on the next loop turn rather than wait for the event fd. `held`: a transfer in device
+   *  memory keeps the worker polling on this pass anyway (DeviceWait). The wait is then on the
+   *  device, not on a peer: a held pass returns true and changes nothing but the time of the last
+   *  work (the window neither runs out however long the loop's turns take, nor starts a spin of
+   *  its own, nor counts a busy machine), and work found on the pass after a held one does not
+   *  resize the window either, since that gap was the device's. Without this, a 1 GiB copy (about
+   *  500 µs on an H200) ran the window out and then counted as a gap over its ceiling, halving it
+   *  twice per call, and both processes slept through the replies that follow a transfer
+   *  (docs/binding.md "Polling while a transfer in device memory is in flight"). */
+  bool Update(uint64_t nowNs, bool active, bool held = false);
 
   bool adaptive() const { return adaptive_; }
   uint64_t windowNs() const { return adaptive_ ? windowNs_ : fixedNs_; }
@@ -87,7 +82,7 @@ class PollWindow {
   uint64_t fixedNs_;
   uint64_t windowNs_ = 0;
   uint64_t lastActivityNs_ = 0;
-  bool held_ = false;  // the last pass was held (Hold): its gap is the device's
+  bool held_ = false;  // the last pass was held: the gap since it is the device's
   bool spinning_ = false;
   uint64_t checkedNs_ = 0;
   long switchesAtCheck_ = 0;

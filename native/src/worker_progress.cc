@@ -116,13 +116,8 @@ void Worker::OnWake() {
         }
         stuckSpinPays_ = true;
       }
-      bool spin = poll_.Update(now, active);
-      // Both are asked: each keeps its own account of the turns. While a device transfer keeps
-      // the worker polling, the window holds (PollWindow::Hold).
-      if (deviceWait_.Spin(now)) {
-        poll_.Hold(now);
-        spin = true;
-      }
+      // A device transfer in flight keeps the worker polling; the window is told, and holds.
+      bool spin = poll_.Update(now, active, deviceWait_.Spin(now));
       wakeup_->SetSpin(spin);
       if (spin) break;
       if (exhausted || now >= untilNs) {

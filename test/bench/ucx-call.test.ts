@@ -51,9 +51,9 @@ describe('runUcxCall', () => {
       expect(row.p50_us).toBeGreaterThan(0);
       expect(row.server_cpu_us).toBeGreaterThan(0);
       // A sleeping server spends less CPU than the time its calls take: a spinning one spends all
-      // of it. In 'server' mode the client still spins, so it spends more than the server.
+      // of it. (Whether the spinning client of 'server' mode spends more than the server depends on
+      // how much of a core the scheduler gives it: under CPU hogs it did not, 12.2 against 7.3 µs.)
       expect(row.server_cpu_us as number).toBeLessThan(row.p50_us!);
-      if (wait === 'server') expect(row.server_cpu_us as number).toBeLessThan(row.client_cpu_us as number);
     }
   }, 120_000);
 
@@ -86,7 +86,8 @@ describe('runUcxCall', () => {
   }, 60_000);
 });
 
-describe('removeUcxCallProgram', () => {
+// With GDRPC_UCX_CALL the program is the one named there, not built here: nothing to remove.
+describe.skipIf(process.env.GDRPC_UCX_CALL !== undefined)('removeUcxCallProgram', () => {
   it('removes the folder this process built the program in; the next call builds it again', async () => {
     const home = ucxHome();
     expect(home).toBeDefined();

@@ -1,5 +1,6 @@
-import { describe, expect, it } from 'vitest';
-import { cudaAllocationBytes, CUDA_LARGE_PAGE } from '../../core/tensor/storage.ts';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { cuda } from '../../core/cuda.ts';
+import { cudaAlloc, cudaAllocationBytes, CUDA_LARGE_PAGE } from '../../core/tensor/storage.ts';
 
 const MiB = 1 << 20;
 const GiB = 1 << 30;
@@ -26,5 +27,19 @@ describe('cudaAllocationBytes', () => {
       expect(asked - bytes).toBeLessThan(CUDA_LARGE_PAGE);
       if (bytes >= CUDA_LARGE_PAGE) expect(asked % CUDA_LARGE_PAGE).toBe(0);
     }
+  });
+});
+
+describe('cudaAlloc', () => {
+  afterEach(() => vi.restoreAllMocks());
+
+  it('asks the driver for the rounded size and reports a failure with the size asked by the caller', () => {
+    const alloc = vi.spyOn(cuda, 'alloc').mockReturnValue(0x1000n);
+    expect(cudaAlloc(0, GiB + MiB + 255)).toBe(0x1000n);
+    expect(alloc).toHaveBeenCalledWith(0, GiB + 2 * MiB);
+    expect(cudaAlloc(1, 4096)).toBe(0x1000n);
+    expect(alloc).toHaveBeenLastCalledWith(1, 4096);
+    alloc.mockImplementation(() => { throw new Error('out of memory'); });
+    expect(() => cudaAlloc(0, 3 * MiB)).toThrow(/RESOURCE_EXHAUSTED.*cannot allocate 3145728 bytes on cuda:0: out of memory/);
   });
 });
