@@ -32,8 +32,6 @@ xz -dc "$pack/dist.tar.xz" | tar -xf -
 export GDRPC_DIST_PREBUILT=1
 # bench/ucx-call.c, built where the UCX headers are (this machine has none).
 export GDRPC_UCX_CALL=$PWD/$pack/ucx-call
-# bench/cuda-copies.c, for LD_PRELOAD by hand (docs/gpu.md "Allocation sizes"); no phase loads it.
-export GDRPC_CUDA_COPIES=$PWD/$pack/cuda-copies.so
 rm -rf /tmp/gdrpc-consumer && mkdir -p /tmp/gdrpc-consumer && xz -dc "$pack/consumer.tar.xz" | tar -xf - -C /tmp/gdrpc-consumer
 # The addons were linked against the wheel in the packing machine's cache; here it lies in .deps.
 export LD_LIBRARY_PATH=$PWD/.deps/python/libucx/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
