@@ -25,12 +25,18 @@ export function ucxEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
   return env;
 }
 
+/** ucxEnv for a program of the UCX install at `home` (ucx_perftest, bench/ucx-call.c): its lib
+ *  folder first on LD_LIBRARY_PATH. */
+export function ucxProgramEnv(home: string, extra: Record<string, string> = {}): NodeJS.ProcessEnv {
+  return ucxEnv({ ...extra, LD_LIBRARY_PATH: [join(home, 'lib'), process.env.LD_LIBRARY_PATH].filter(Boolean).join(':') });
+}
+
 let nextPort = 21000 + (process.pid % 10000);
 
 /** One ucx_perftest run (server and client each bounded); its final numbers, see parseFinal. */
 export async function perftest(home: string, args: string[], limitMs: number, extraEnv: Record<string, string> = {}): Promise<number[]> {
   const bin = join(home, 'bin/ucx_perftest');
-  const env = ucxEnv({ ...extraEnv, LD_LIBRARY_PATH: [join(home, 'lib'), process.env.LD_LIBRARY_PATH].filter(Boolean).join(':') });
+  const env = ucxProgramEnv(home, extraEnv);
   const port = String(nextPort++);
   const server = start(bin, ['-p', port], { env, limitMs });
   try {

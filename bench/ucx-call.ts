@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { BenchResult } from './machine.ts';
-import { ucxEnv, ucxHome } from './perftest.ts';
+import { ucxHome, ucxProgramEnv } from './perftest.ts';
 import { run } from './process.ts';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
@@ -86,12 +86,11 @@ export async function runUcxCall(memory: 'host' | 'cuda', sizes: number[], log: 
   if (home === undefined) return skip('no UCX install found (build/gdrpc-build.json ucxHome, .deps/python/libucx)');
   const found = await ucxCallProgram(home);
   if ('reason' in found) return skip(found.reason);
-  const env = ucxEnv({
-    LD_LIBRARY_PATH: [join(home, 'lib'), process.env.LD_LIBRARY_PATH].filter(Boolean).join(':'),
+  const env = ucxProgramEnv(home, {
+    GDRPC_UCX_CALL_WAIT: wait,
+    GDRPC_UCX_CALL_CONNECT: connect,
     ...(rounds !== undefined ? { GDRPC_UCX_CALL_ROUNDS: String(rounds) } : {}),
   });
-  env.GDRPC_UCX_CALL_WAIT = wait;
-  env.GDRPC_UCX_CALL_CONNECT = connect;
   const finished = await run(found.bin, [memory, ...sizes.map(String)], { env, limitMs });
   if (finished.timedOut || finished.code !== 0) {
     return skip(`${finished.timedOut ? 'timed out' : `exit ${finished.code}`}: ${(finished.stderr || finished.stdout).slice(-500)}`);
