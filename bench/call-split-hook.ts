@@ -1,14 +1,16 @@
 // Loaded in both processes of bench/call-split.ts (in the peer through NODE_OPTIONS): stamps every
 // tag send and receive, the control path's tagSendNow and tagRecvInto included, with the
-// machine's monotonic clock, which both processes share, while recording is on. The peer toggles
+// machine's monotonic clock, which both processes share, while recording is on. Control frames
+// (tagSendNow, tagRecvInto) are marked apart from tensor payloads (tagSend, tagRecv, tagRecvTaken). The peer toggles
 // recording on SIGUSR2 and writes its stamps to $GDRPC_CALL_SPLIT_OUT.<pid> when it exits. A
 // stamp costs a promise operation one promise hop; the control path's stamps cost no hop.
 import { writeFileSync } from 'node:fs';
 import { Endpoint } from '../core/ucx/endpoint.ts';
 import { Worker } from '../core/ucx/worker.ts';
 
-/** One tag operation: when it was posted and when its promise settled, in µs. */
-export interface Stamp { kind: 'send' | 'recv'; posted: number; settled: number }
+/** One tag operation: when it was posted and when its promise settled, in µs; `op` says whether it
+ *  moved a control frame or a tensor's bytes (absent in stamps made before the two were told apart). */
+export interface Stamp { kind: 'send' | 'recv'; op?: 'control' | 'data'; posted: number; settled: number }
 
 export const stamps: Stamp[] = [];
 let recording = false;
@@ -25,6 +27,9 @@ export function nowUs(): number {
 }
 
 function stamped(proto: object, name: string, kind: Stamp['kind']): void {
+  // Every promise-returning operation wrapped here moves a tensor's bytes (the control path uses
+  // tagSendNow and tagRecvInto, stamped below); the dispatcher's truncating receive of a message
+  // it drops is one too, and is left to the split to ignore.
   const original = (proto as Record<string, (...args: unknown[]) => unknown>)[name]!;
   Object.defineProperty(proto, name, {
     configurable: true,
@@ -33,7 +38,7 @@ function stamped(proto: object, name: string, kind: Stamp['kind']): void {
       if (!recording) return original.apply(this, args);
       const posted = nowUs();
       return Promise.resolve(original.apply(this, args)).then((value) => {
-        stamps.push({ kind, posted, settled: nowUs() });
+        stamps.push({ kind, op: 'data', posted, settled: nowUs() });
         return value;
       });
     },
@@ -52,8 +57,8 @@ Endpoint.prototype.tagSendNow = function (this: Endpoint, ...args: Parameters<En
   if (!recording) return sendNow.apply(this, args);
   const posted = nowUs();
   const result = sendNow.apply(this, args);
-  if (result === undefined) stamps.push({ kind: 'send', posted, settled: nowUs() });
-  else void result.then(() => stamps.push({ kind: 'send', posted, settled: nowUs() }), () => {});
+  if (result === undefined) stamps.push({ kind: 'send', op: 'control', posted, settled: nowUs() });
+  else void result.then(() => stamps.push({ kind: 'send', op: 'control', posted, settled: nowUs() }), () => {});
   return result;
 };
 const recvInto = Worker.prototype.tagRecvInto;
@@ -61,11 +66,11 @@ Worker.prototype.tagRecvInto = function (this: Worker, dest, tag, mask, id, slot
   if (!recording) return recvInto.call(this, dest, tag, mask, id, slot, done);
   const posted = nowUs();
   const stampedDone = (error?: unknown): void => {
-    if (error === undefined) stamps.push({ kind: 'recv', posted, settled: nowUs() });
+    if (error === undefined) stamps.push({ kind: 'recv', op: 'control', posted, settled: nowUs() });
     done(error);
   };
   const now = recvInto.call(this, dest, tag, mask, id, slot, stampedDone);
-  if (now) stamps.push({ kind: 'recv', posted, settled: nowUs() });
+  if (now) stamps.push({ kind: 'recv', op: 'control', posted, settled: nowUs() });
   return now;
 };
 
