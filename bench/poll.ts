@@ -2,8 +2,10 @@
 // "Polling after work") under each setting: off (sleep on the event fd at once), adaptive (the
 // default) and a fixed 100 us window. Per setting: small-call round trip (p50, p99) with the CPU
 // time both processes spent per call, calls/s with 64 in flight with the same, and the CPU both
-// use over 2 s of idling after the load (an idle process must use none). Settings alternate
-// round by round in one run, so the machine's drift hits all alike.
+// use over 2 s of idling after the load (an idle process must use none); then, in a fresh pair of
+// processes, calls carrying a 4 KiB host tensor through the tag mover (a request, its payload and
+// a reply: the window must open for them from a cold start too). Settings alternate round by
+// round in one run, so the machine's drift hits all alike.
 import { readFileSync } from 'node:fs';
 import { describeMachine, percentile } from './machine.ts';
 import { gdrpcSystem, type System } from './rpc-gdrpc.ts';
@@ -13,6 +15,10 @@ const CALLS = 10_000;
 const IN_FLIGHT = 64;
 const RATE_MS = 2000;
 const IDLE_MS = 2000;
+const TENSOR_BYTES = 4096;
+/** Tensor calls before the timed ones: the path runs compiled code from about the 3,000th. */
+const TENSOR_WARM_CALLS = 3000;
+const TENSOR_CALLS = 5000;
 
 /** CPU seconds (user + system) `pid` has used so far (Linux /proc). */
 function cpuSeconds(pid: number): number {
@@ -30,6 +36,32 @@ async function measured(system: System, work: () => Promise<number>): Promise<{ 
   const c = process.cpuUsage(c0);
   const s = cpuSeconds(system.peerPid!) - s0;
   return { calls, wallMs, clientCpuUsPerCall: (c.user + c.system) / calls, serverCpuUsPerCall: (s * 1e6) / calls };
+}
+
+/** Serial calls carrying a TENSOR_BYTES host tensor (tag mover) in a fresh pair of processes. */
+async function measureTensorCalls(setting: number | 'adaptive'): Promise<Record<string, number>> {
+  const system = await gdrpcSystem(setting);
+  try {
+    for (let i = 0; i < TENSOR_WARM_CALLS; i += 1) await system.sink(TENSOR_BYTES, 'tag');
+    const samples: number[] = [];
+    const serial = await measured(system, async () => {
+      for (let i = 0; i < TENSOR_CALLS; i += 1) {
+        const t0 = process.hrtime.bigint();
+        await system.sink(TENSOR_BYTES, 'tag');
+        samples.push(Number(process.hrtime.bigint() - t0) / 1000);
+      }
+      return TENSOR_CALLS;
+    });
+    samples.sort((a, b) => a - b);
+    const w = system.workerStats?.() as Record<string, number> | undefined;
+    return {
+      bytes: TENSOR_BYTES, p50_us: percentile(samples, 50), p99_us: percentile(samples, 99),
+      client_cpu_us_per_call: serial.clientCpuUsPerCall, server_cpu_us_per_call: serial.serverCpuUsPerCall,
+      client_window_us: w?.pollWindowUs ?? NaN,
+    };
+  } finally {
+    await system.close();
+  }
 }
 
 async function measureSetting(setting: number | 'adaptive'): Promise<Record<string, unknown>> {
@@ -78,19 +110,21 @@ export async function runPollBench(opts: { json?: string; flags: string[] }): Pr
   const results: Array<Record<string, unknown>> = [];
   for (let round = 0; round < rounds; round += 1) {
     for (const setting of SETTINGS) {
-      const r = await measureSetting(setting);
+      const r: Record<string, unknown> = { ...await measureSetting(setting), tensor_tag: await measureTensorCalls(setting) };
       results.push({ round, ...r });
       const small = r.small_rtt as Record<string, number>;
       const loaded = r.in_flight_64 as Record<string, number>;
       const idle = r.idle_cores as Record<string, number>;
       const w = r.client_worker as Record<string, number>;
+      const t = r.tensor_tag as Record<string, number>;
       console.log(`round ${round}, busyPollUs ${setting}: small p50 ${small.p50_us!.toFixed(1)} us p99 ${small.p99_us!.toFixed(1)} us, cpu/call ${small.client_cpu_us_per_call!.toFixed(1)} + ${small.server_cpu_us_per_call!.toFixed(1)} us; `
-        + `64 in flight ${Math.round(loaded.calls_per_s!)} calls/s, cpu/call ${loaded.client_cpu_us_per_call!.toFixed(1)} + ${loaded.server_cpu_us_per_call!.toFixed(1)} us; idle ${idle.client!.toFixed(3)} + ${idle.server!.toFixed(3)} cores; client spins ${w.pollSpins} (ran out ${w.pollMisses}, preempted ${w.pollPreempted}, not begun: no idle core ${w.pollBusyMachine})`);
+        + `64 in flight ${Math.round(loaded.calls_per_s!)} calls/s, cpu/call ${loaded.client_cpu_us_per_call!.toFixed(1)} + ${loaded.server_cpu_us_per_call!.toFixed(1)} us; idle ${idle.client!.toFixed(3)} + ${idle.server!.toFixed(3)} cores; client spins ${w.pollSpins} (ran out ${w.pollMisses}, preempted ${w.pollPreempted}, not begun: no idle core ${w.pollBusyMachine}); `
+        + `${t.bytes} B tensor calls p50 ${t.p50_us!.toFixed(1)} us p99 ${t.p99_us!.toFixed(1)} us, cpu/call ${t.client_cpu_us_per_call!.toFixed(1)} + ${t.server_cpu_us_per_call!.toFixed(1)} us, client window ${t.client_window_us!.toFixed(1)} us`);
     }
   }
   return {
     machine: describeMachine(),
-    what: `gdrpc small calls between two processes under busyPollUs 0 (off), 'adaptive' (the default) and 100 us, alternating over ${rounds} rounds: round trip, CPU per call of client + server, calls/s with ${IN_FLIGHT} in flight, idle CPU over ${IDLE_MS} ms after`,
+    what: `gdrpc small calls between two processes under busyPollUs 0 (off), 'adaptive' (the default) and 100 us, alternating over ${rounds} rounds: round trip, CPU per call of client + server, calls/s with ${IN_FLIGHT} in flight, idle CPU over ${IDLE_MS} ms after; then, in fresh processes, ${TENSOR_CALLS} serial calls carrying a ${TENSOR_BYTES}-byte host tensor through the tag mover after ${TENSOR_WARM_CALLS} warm-up calls (tensor_tag)`,
     results,
   };
 }

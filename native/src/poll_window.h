@@ -6,7 +6,9 @@
 // Adaptive (the default): the window follows the gaps between passes that found work: a gap
 // shorter than kMaxWindowNs sets it to twice that gap (a reply that quick would have been caught),
 // a longer one halves it, and a window that runs out with nothing found halves it too, down to
-// nothing. An idle worker never spins. Nor does one begin while the machine left less than
+// nothing. The ceiling is 1 ms because gaps measured asleep are longer than the same peers' gaps
+// polling (each side's wake-ups, vCPUs that halted): with a 200 µs ceiling, peers whose calls took
+// longer than that asleep halved their windows on every call and never polled again. An idle worker never spins. Nor does one begin while the machine left less than
 // kFreeCores idle over the last 100 ms (/proc/stat), counting the share of a core this thread used
 // itself (its own spinning is not someone else's load), nor for a cool-down after a spin that was
 // preempted for more than a quarter of its time (doubling while that keeps happening): on a busy
@@ -35,7 +37,7 @@ const CpuProbe& SystemCpuProbe();
 class PollWindow {
  public:
   static constexpr int64_t kAdaptive = -1;
-  static constexpr uint64_t kMaxWindowNs = 200000;     // the adaptive window's ceiling
+  static constexpr uint64_t kMaxWindowNs = 1000000;    // the adaptive window's ceiling
   static constexpr uint64_t kMinWindowNs = 2000;       // below this an adaptive window closes
   static constexpr uint64_t kCheckEveryNs = 1000000;   // preemption check while a spin lasts
   static constexpr uint64_t kMinCooldownNs = 1000000;
@@ -53,9 +55,10 @@ class PollWindow {
    *  device, not on a peer: a held pass returns true and changes nothing but the time of the last
    *  work (the window neither runs out however long the loop's turns take, nor starts a spin of
    *  its own, nor counts a busy machine), and work found on the pass after a held one does not
-   *  resize the window either, since that gap was the device's. Without this, a 1 GiB copy (about
-   *  500 µs on an H200) ran the window out and then counted as a gap over its ceiling, halving it
-   *  twice per call, and both processes slept through the replies that follow a transfer
+   *  resize the window either, since that gap was the device's. Without this, a copy longer than
+   *  the window (1 GiB took about 500 µs on an H200, when the ceiling was 200 µs) ran the window
+   *  out and then counted as a gap over its ceiling, halving it twice per call, and both processes
+   *  slept through the replies that follow a transfer
    *  (docs/binding.md "Polling while a transfer in device memory is in flight"). */
   bool Update(uint64_t nowNs, bool active, bool held = false);
 

@@ -62,7 +62,7 @@ describe('adaptive polling window guards', () => {
     expect(s.spinNext).toBe(true);
   });
 
-  it('a device transfer holds the window: the request that follows a 500 µs copy finds the worker polling', () => {
+  it('a device transfer holds the window: the request that follows a 2 ms copy finds the worker polling', () => {
     const held = results.get('device-transfers-held')!;
     const notHeld = results.get('device-transfers-not-held')!;
     // Held, the window keeps the size the replies around the copies give it (60 µs after a copy
@@ -70,8 +70,8 @@ describe('adaptive polling window guards', () => {
     expect(held.calls).toBe(200);
     expect(held.caught).toBeGreaterThanOrEqual(195);
     expect(held.windowUs).toBeGreaterThan(60);
-    // Without the hold, as before: each copy ran the window out and then counted as a long gap,
-    // and the worker slept through every request.
+    // Without the hold, each copy runs the window out and then counts as a gap past the window's
+    // 1 ms ceiling, and the worker sleeps through every request.
     expect(notHeld.caught).toBe(0);
     expect(notHeld.windowUs).toBeLessThan(60);
   });
@@ -97,5 +97,23 @@ describe('adaptive polling window guards', () => {
     expect(held.caught).toBe(1);
     expect(notHeld.windowUs).toBeLessThan(40);
     expect(notHeld.caught).toBe(0);
+  });
+
+  it('peers that are slow only while both sleep do not keep each other asleep: a reply 400 µs away opens the window', () => {
+    // Replies take 90 µs while both poll and 400 µs while both sleep. A ceiling of 200 µs left the
+    // window shut for good (each 400 µs gap halved it): no reply was ever caught, and a 4 KiB host
+    // tensor call on the two-core VM stayed at 290-400 µs against 68-110 µs with the 1 ms ceiling.
+    const s = results.get('closed-loop-400us-asleep')!;
+    expect(s.calls).toBe(2000);
+    expect(s.caught).toBeGreaterThanOrEqual(1990);
+    // Once both poll, the 90 µs replies bring the window down to twice that.
+    expect(s.windowUs).toBe(180);
+  });
+
+  it('peers slower than the ceiling while asleep stay asleep: the window never opens for them', () => {
+    const s = results.get('closed-loop-1500us-asleep')!;
+    expect(s.caught).toBe(0);
+    expect(s.spins).toBe(0);
+    expect(s.windowUs).toBe(0);
   });
 });
