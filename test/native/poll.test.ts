@@ -97,7 +97,8 @@ describe('polling after work', () => {
       const busy = worker.stats();
       console.log(`after 300 echoes: window ${busy.pollWindowUs} us, ${busy.pollSpins} spins, ${busy.pollMisses} ran out, ${busy.pollPreempted} preempted, ${busy.pollBusyMachine} not begun (no idle core)`);
       expect(busy.pollWindowUs).toBeGreaterThanOrEqual(0);
-      expect(busy.pollWindowUs).toBeLessThanOrEqual(200);
+      // The adaptive window's ceiling (native/src/poll_window.h): 1 ms.
+      expect(busy.pollWindowUs).toBeLessThanOrEqual(1000);
       expect(busy.pollMisses).toBeLessThanOrEqual(busy.pollSpins);
       // Host memory only: no polling for device transfers (native/src/device_wait.h).
       expect(busy).toMatchObject({ deviceInFlight: 0, deviceSpins: 0, deviceSpinLimits: 0 });
