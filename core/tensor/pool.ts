@@ -82,6 +82,8 @@ export class TensorPool implements TensorPoolLike {
   readonly #waiters: Waiter[] = [];
   /** Bytes the waiters ask for, together. */
   #queuedBytes = 0;
+  /** allocateWhenFree calls that have waited so far (stats().waited). */
+  #waited = 0;
   #overflowRegistrations = 0;
   #closed = false;
 
@@ -212,6 +214,7 @@ export class TensorPool implements TensorPoolLike {
         fail: (error) => { stopWaiting(); reject(error); },
       };
       this.#waiters.push(waiter);
+      this.#waited += 1;
       this.#queuedBytes += bytes;
       if (share !== undefined) share.waiting += 1;
       // Those ahead may all be claimants over their share: this one may go now.
@@ -298,6 +301,7 @@ export class TensorPool implements TensorPoolLike {
       overflowRegistrations: this.#overflowRegistrations,
       waiting: this.#waiters.length,
       waitingBytes: this.#queuedBytes,
+      waited: this.#waited,
     };
   }
 

@@ -22,6 +22,9 @@ export interface TensorPoolStats {
   waiting: number;
   /** Bytes those waiting calls ask for, together. */
   waitingBytes: number;
+  /** allocateWhenFree calls that have had to wait since the pool was made (a server whose pool
+   *  is too small for the calls it gets makes them wait here: docs/runtime-api.md "Pools"). */
+  waited: number;
 }
 
 /** A TensorPool as its tensors and allocation options see it. TensorPool (pool.ts) is the one

@@ -53,7 +53,7 @@ describe('TensorPool (host)', () => {
 
   it('counts use, returns blocks on release, and release is idempotent', () => {
     const pool = hostPool(1024);
-    expect(pool.stats()).toEqual({ device: 'cpu', capacity: 1024, used: 0, liveTensors: 0, overflowRegistrations: 0, waiting: 0, waitingBytes: 0 });
+    expect(pool.stats()).toEqual({ device: 'cpu', capacity: 1024, used: 0, liveTensors: 0, overflowRegistrations: 0, waiting: 0, waitingBytes: 0, waited: 0 });
     const a = pool.allocate([10], 'u8');
     const b = pool.allocate([300], 'u8');
     expect(pool.stats()).toMatchObject({ used: 768, liveTensors: 2 });
@@ -293,13 +293,15 @@ describe('TensorPool.allocateWhenFree (memory admission that waits)', () => {
     const queue = { maxWaitMs: 60_000, maxQueuedBytes: 3 * GRAIN };
     const first = pool.allocateWhenFree([2 * GRAIN], 'u8', queue);
     const second = rejection(pool.allocateWhenFree([GRAIN], 'u8', { ...queue, maxWaitMs: 1 }));
-    expect(pool.stats()).toMatchObject({ waiting: 2, waitingBytes: 3 * GRAIN });
+    // Two calls have waited; the allocate() before them, served at once, did not.
+    expect(pool.stats()).toMatchObject({ waiting: 2, waitingBytes: 3 * GRAIN, waited: 2 });
     // 3 grains wait already: one more byte is over the limit, refused before any wait.
     const full = await rejection(pool.allocateWhenFree([1], 'u8', queue));
     expect(full.code).toBe(Code.RESOURCE_EXHAUSTED);
     expect(full.message).toMatch(/wait queue is full: 768 bytes in 2 allocation\(s\) already wait/);
     expect(full.details).toMatchObject({ requested: 1, queuedBytes: 3 * GRAIN, queued: 2, queueLimit: 3 * GRAIN });
-    expect(pool.stats()).toMatchObject({ waiting: 2, waitingBytes: 3 * GRAIN });
+    // Refused before any wait: not counted.
+    expect(pool.stats()).toMatchObject({ waiting: 2, waitingBytes: 3 * GRAIN, waited: 2 });
     // The second waiter's wait expires: its room is free again, and a newcomer may queue.
     expect((await second).message).toMatch(/waited \d+ ms/);
     expect(pool.stats()).toMatchObject({ waiting: 1, waitingBytes: 2 * GRAIN });
@@ -307,9 +309,14 @@ describe('TensorPool.allocateWhenFree (memory admission that waits)', () => {
     expect(pool.stats()).toMatchObject({ waiting: 2, waitingBytes: 3 * GRAIN });
     held.release();
     const [a, b] = await Promise.all([first, third]);
-    expect(pool.stats()).toMatchObject({ waiting: 0, waitingBytes: 0, used: 3 * GRAIN });
+    // The count keeps every wait, ended or not.
+    expect(pool.stats()).toMatchObject({ waiting: 0, waitingBytes: 0, used: 3 * GRAIN, waited: 3 });
     a.release();
     b.release();
+    // Served at once when nothing waits ahead: no wait counted.
+    const now = await pool.allocateWhenFree([GRAIN], 'u8', queue);
+    expect(pool.stats().waited).toBe(3);
+    now.release();
   });
 
   it('a claimant with nothing waiting may join a full queue; one with a waiter already may not', async () => {
