@@ -214,12 +214,13 @@ export class TensorPool implements TensorPoolLike {
         fail: (error) => { stopWaiting(); reject(error); },
       };
       this.#waiters.push(waiter);
-      this.#waited += 1;
       this.#queuedBytes += bytes;
       if (share !== undefined) share.waiting += 1;
       // Those ahead may all be claimants over their share: this one may go now.
       this.#serve();
       if (!this.#waiters.includes(waiter)) return;
+      // Not served in this tick: this call waits.
+      this.#waited += 1;
       timer = setTimeout(() => {
         const waitedMs = Date.now() - started;
         leave(this.#exhausted(bytes, `waited ${waitedMs} ms for blocks to be freed`, { waitedMs }));

@@ -287,13 +287,31 @@ describe('TensorPool.allocateWhenFree (memory admission that waits)', () => {
     expect(greedy.held + other.held).toBe(0);
   });
 
+  it('counts in waited only the calls that waited: one served at once past a claimant over its share is not', async () => {
+    const pool = hostPool(4 * GRAIN);
+    const greedy = new PoolShare(2 * GRAIN);
+    const other = new PoolShare(2 * GRAIN);
+    const wait = (share: PoolShare) => ({ maxWaitMs: 60_000, share });
+    const held = await pool.allocateWhenFree([3 * GRAIN], 'u8', wait(greedy));
+    // Greedy holds 3 grains, over its share, and waits for 2 more.
+    const greedyNext = pool.allocateWhenFree([2 * GRAIN], 'u8', wait(greedy));
+    expect(pool.stats()).toMatchObject({ waiting: 1, waited: 1 });
+    // Other asks for the grain left: it goes ahead of greedy at once, without waiting.
+    const now = await pool.allocateWhenFree([GRAIN], 'u8', wait(other));
+    expect(pool.stats()).toMatchObject({ waiting: 1, waited: 1, used: 4 * GRAIN });
+    now.release();
+    held.release();
+    (await greedyNext).release();
+    expect(pool.stats()).toMatchObject({ waiting: 0, waited: 1, used: 0 });
+  });
+
   it('a full wait queue refuses at once (maxQueuedBytes), and frees its room as waiters leave', async () => {
     const pool = hostPool(4 * GRAIN);
     const held = pool.allocate([4 * GRAIN], 'u8');
     const queue = { maxWaitMs: 60_000, maxQueuedBytes: 3 * GRAIN };
     const first = pool.allocateWhenFree([2 * GRAIN], 'u8', queue);
     const second = rejection(pool.allocateWhenFree([GRAIN], 'u8', { ...queue, maxWaitMs: 1 }));
-    // Two calls have waited; the allocate() before them, served at once, did not.
+    // Both calls wait.
     expect(pool.stats()).toMatchObject({ waiting: 2, waitingBytes: 3 * GRAIN, waited: 2 });
     // 3 grains wait already: one more byte is over the limit, refused before any wait.
     const full = await rejection(pool.allocateWhenFree([1], 'u8', queue));
