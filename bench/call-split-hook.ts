@@ -28,8 +28,8 @@ export function nowUs(): number {
 
 function stamped(proto: object, name: string, kind: Stamp['kind']): void {
   // Every promise-returning operation wrapped here moves a tensor's bytes (the control path uses
-  // tagSendNow and tagRecvInto, stamped below); the dispatcher's truncating receive of a message
-  // it drops is one too, and is left to the split to ignore.
+  // tagSendNow and tagRecvInto, stamped below). The dispatcher's truncating receive of a message
+  // it drops uses one too, but rejects, and only fulfilled operations are stamped.
   const original = (proto as Record<string, (...args: unknown[]) => unknown>)[name]!;
   Object.defineProperty(proto, name, {
     configurable: true,

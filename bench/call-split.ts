@@ -134,40 +134,41 @@ interface Caller { peerPid: number; call(): Promise<unknown>; close(): Promise<v
 
 async function tensorCaller(setting: number | 'adaptive', target: Target, peerEnv: Record<string, string>): Promise<Caller> {
   const poolBytes = target.bytes + (2 << 20);
-  const peer = await spawnPeer<{ port: number }>(fileURLToPath(new URL('./gpu-peer.ts', import.meta.url)), {
-    args: [target.device, String(poolBytes)], env: { GDRPC_BUSY_POLL_US: String(setting), ...peerEnv },
-  });
-  const runtime = Runtime.create({ busyPollUs: setting });
-  const pool = runtime.createPool({ device: target.device, bytes: poolBytes });
-  const x = pool.allocate([target.bytes], 'u8');
-  if (target.device === 'cpu') x.bytes().fill(7);
-  else cuda.memset(x.address, 7, target.bytes);
-  const service = receivingOn(SinkDescriptor, target.device);
-  let client: Client | undefined;
+  // What was set up, undone in reverse order on close and on any failure on the way; every step
+  // runs even if one before it throws, and the first error is the one reported.
+  const undo: Array<() => unknown> = [];
+  const undoAll = async (): Promise<void> => {
+    let first: unknown;
+    for (const step of undo.splice(0).reverse()) {
+      try {
+        await step();
+      } catch (error) {
+        first ??= error;
+      }
+    }
+    if (first !== undefined) throw first;
+  };
   try {
-    client = await Client.connect({ host: '127.0.0.1', port: (await peer.ready).port }, { poolBytes: 0, runtime });
+    const peer = await spawnPeer<{ port: number }>(fileURLToPath(new URL('./gpu-peer.ts', import.meta.url)), {
+      args: [target.device, String(poolBytes)], env: { GDRPC_BUSY_POLL_US: String(setting), ...peerEnv },
+    });
+    undo.push(() => peer.end(5000));
+    const runtime = Runtime.create({ busyPollUs: setting });
+    undo.push(() => runtime.close());
+    const pool = runtime.createPool({ device: target.device, bytes: poolBytes });
+    undo.push(() => pool.close({ force: true }));
+    const x = pool.allocate([target.bytes], 'u8');
+    undo.push(() => x.release());
+    if (target.device === 'cpu') x.bytes().fill(7);
+    else cuda.memset(x.address, 7, target.bytes);
+    const service = receivingOn(SinkDescriptor, target.device);
+    const client = await Client.connect({ host: '127.0.0.1', port: (await peer.ready).port }, { poolBytes: 0, runtime });
+    undo.push(() => client.close());
+    return { peerPid: peer.pid!, call: () => client.unary(service.methods.sink, { x }, { mover: 'tag' }), close: undoAll };
   } catch (error) {
-    x.release();
-    pool.close({ force: true });
-    await runtime.close();
-    await peer.end(5000);
+    await undoAll().catch(() => { /* the setup's error is the one to report */ });
     throw error;
   }
-  const c = client;
-  return {
-    peerPid: peer.pid!,
-    call: () => c.unary(service.methods.sink, { x }, { mover: 'tag' }),
-    close: async () => {
-      try {
-        await c.close();
-      } finally {
-        x.release();
-        pool.close({ force: true });
-        await runtime.close();
-        await peer.end(5000);
-      }
-    },
-  };
 }
 
 async function pingCaller(setting: number | 'adaptive', peerEnv: Record<string, string>): Promise<Caller> {

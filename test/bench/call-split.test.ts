@@ -55,8 +55,10 @@ describe('call-split', () => {
   it('splits a tensor call into seven parts that add up to the call, and times the payload send', () => {
     // Call 1: 100..300. The request leaves at 110 and its payload at 112; the server receives the
     // request at 140, posts the payload's receive at 150, has it at 210 and replies at 230.
-    // Call 2: 400..600, after the client's SENT report of call 1 reached the server at 405 (a
-    // control frame received between the calls, before call 2's request).
+    // Call 2: 400..600; the client's SENT report of call 1 reached the server at 425, after call
+    // 2's request was sent (420) and before that request arrived (450): the first control frame
+    // received after the send would be the report, the last one before the payload's post is the
+    // request.
     const calls = [{ start: 100, end: 300 }, { start: 400, end: 600 }];
     const client = [
       control(send(110)), dataSend(112, 215), control(recv(20, 260)), control(send(265)),
@@ -64,7 +66,7 @@ describe('call-split', () => {
     ];
     const server = [
       control(recv(0, 140)), dataRecv(150, 210), control(send(230)),
-      control(recv(141, 405)), control(recv(406, 450)), dataRecv(455, 520), control(send(540)),
+      control(recv(141, 425)), control(recv(426, 450)), dataRecv(455, 520), control(send(540)),
     ];
     const parts = splitTensorCalls(calls, client, server);
     expect(parts).toEqual({
