@@ -2,10 +2,10 @@
 // "Polling after work") under each setting: off (sleep on the event fd at once), adaptive (the
 // default) and a fixed 100 us window. Per setting: small-call round trip (p50, p99) with the CPU
 // time both processes spent per call, calls/s with 64 in flight with the same, and the CPU both
-// use over 2 s of idling after the load (an idle process must use none); then, in a fresh pair of
-// processes, calls carrying a 4 KiB host tensor through the tag mover (a request, its payload and
-// a reply: the window must open for them from a cold start too). Settings alternate round by
-// round in one run, so the machine's drift hits all alike.
+// use over 2 s of idling after the load (an idle process must use none); then, with a new server
+// process and a new client runtime, calls carrying a 4 KiB host tensor through the tag mover (a
+// request, its payload and a reply: the window must open for them from a cold start too).
+// Settings alternate round by round in one run, so the machine's drift hits all alike.
 import { readFileSync } from 'node:fs';
 import { describeMachine, percentile } from './machine.ts';
 import { gdrpcSystem, type System } from './rpc-gdrpc.ts';
@@ -38,7 +38,8 @@ async function measured(system: System, work: () => Promise<number>): Promise<{ 
   return { calls, wallMs, clientCpuUsPerCall: (c.user + c.system) / calls, serverCpuUsPerCall: (s * 1e6) / calls };
 }
 
-/** Serial calls carrying a TENSOR_BYTES host tensor (tag mover) in a fresh pair of processes. */
+/** Serial calls carrying a TENSOR_BYTES host tensor (tag mover), with a new server process and a
+ *  new client runtime. */
 async function measureTensorCalls(setting: number | 'adaptive'): Promise<Record<string, number>> {
   const system = await gdrpcSystem(setting);
   try {
@@ -124,7 +125,7 @@ export async function runPollBench(opts: { json?: string; flags: string[] }): Pr
   }
   return {
     machine: describeMachine(),
-    what: `gdrpc small calls between two processes under busyPollUs 0 (off), 'adaptive' (the default) and 100 us, alternating over ${rounds} rounds: round trip, CPU per call of client + server, calls/s with ${IN_FLIGHT} in flight, idle CPU over ${IDLE_MS} ms after; then, in fresh processes, ${TENSOR_CALLS} serial calls carrying a ${TENSOR_BYTES}-byte host tensor through the tag mover after ${TENSOR_WARM_CALLS} warm-up calls (tensor_tag)`,
+    what: `gdrpc small calls between two processes under busyPollUs 0 (off), 'adaptive' (the default) and 100 us, alternating over ${rounds} rounds: round trip, CPU per call of client + server, calls/s with ${IN_FLIGHT} in flight, idle CPU over ${IDLE_MS} ms after; then, with a new server process and client runtime, ${TENSOR_CALLS} serial calls carrying a ${TENSOR_BYTES}-byte host tensor through the tag mover after ${TENSOR_WARM_CALLS} warm-up calls (tensor_tag)`,
     results,
   };
 }

@@ -8,11 +8,12 @@
 // a longer one halves it, and a window that runs out with nothing found halves it too, down to
 // nothing. The ceiling is 1 ms because gaps measured asleep are longer than the same peers' gaps
 // polling (each side's wake-ups, vCPUs that halted): with a 200 µs ceiling, peers whose calls took
-// longer than that asleep halved their windows on every call and never polled again. An idle worker never spins. Nor does one begin while the machine left less than
-// kFreeCores idle over the last 100 ms (/proc/stat), counting the share of a core this thread used
-// itself (its own spinning is not someone else's load), nor for a cool-down after a spin that was
-// preempted for more than a quarter of its time (doubling while that keeps happening): on a busy
-// machine a spin only takes the CPU time the peer it waits for needs.
+// longer than that asleep halved their windows on every call and rarely caught a reply again
+// (nearly every spin ran out). An idle worker never spins. Nor does one begin while the machine
+// left less than kFreeCores idle over the last 100 ms (/proc/stat), counting the share of a core
+// this thread used itself (its own spinning is not someone else's load), nor for a cool-down after
+// a spin that was preempted for more than a quarter of its time (doubling while that keeps
+// happening): on a busy machine a spin only takes the CPU time the peer it waits for needs.
 #pragma once
 #include <cstdint>
 
@@ -56,9 +57,10 @@ class PollWindow {
    *  work (the window neither runs out however long the loop's turns take, nor starts a spin of
    *  its own, nor counts a busy machine), and work found on the pass after a held one does not
    *  resize the window either, since that gap was the device's. Without this, a copy longer than
-   *  the window (1 GiB took about 500 µs on an H200, when the ceiling was 200 µs) ran the window
-   *  out and then counted as a gap over its ceiling, halving it twice per call, and both processes
-   *  slept through the replies that follow a transfer
+   *  the ceiling runs the window out and then counts as a gap over the ceiling, halving it twice
+   *  per call, and both processes sleep through the replies that follow a transfer: 1 GiB on one
+   *  H200 (about 500 µs) did so when the ceiling was 200 µs; with 1 ms it takes 4 GiB there, or
+   *  1 GiB between two GPUs (about 2.7 ms)
    *  (docs/binding.md "Polling while a transfer in device memory is in flight"). */
   bool Update(uint64_t nowNs, bool active, bool held = false);
 

@@ -101,8 +101,9 @@ describe('adaptive polling window guards', () => {
 
   it('peers that are slow only while both sleep do not keep each other asleep: a reply 400 µs away opens the window', () => {
     // Replies take 90 µs while both poll and 400 µs while both sleep. A ceiling of 200 µs left the
-    // window shut for good (each 400 µs gap halved it): no reply was ever caught, and a 4 KiB host
-    // tensor call on the two-core VM stayed at 290-400 µs against 68-110 µs with the 1 ms ceiling.
+    // window shut for good (each 400 µs gap halved it): no reply was ever caught. On the two-core
+    // VM a 4 KiB host tensor call stayed at 223-300 µs p50 with that ceiling against 83-107 µs with
+    // 1 ms (bench/results/poll-ceiling-ab-cpu.txt).
     const s = results.get('closed-loop-400us-asleep')!;
     expect(s.calls).toBe(2000);
     expect(s.caught).toBeGreaterThanOrEqual(1990);
