@@ -87,8 +87,11 @@ export function splitCalls(calls: readonly Made[], client: readonly Stamp[], ser
 /** Each tensor call's seven parts and its payload send. The server's payload receive anchors a
  *  call: its request is the last control frame the server received before posting that receive
  *  (the client's SENT report of the call before may arrive after the request was sent), and its
- *  reply the first control frame the server sent after the payload settled. A call whose
- *  operations are not all found inside it is left out. */
+ *  reply the first control frame the server sent after the payload settled. A control message of
+ *  its own (a SENT report or a keepalive that did not ride with a request) received between the
+ *  request and that post would be taken for the request, moving a few µs from post to request;
+ *  reports normally ride with the next request. A call whose operations are not all found inside
+ *  it is left out. */
 export function splitTensorCalls(calls: readonly Made[], client: readonly Stamp[], server: readonly Stamp[]): Record<TensorPart, number[]> {
   const clientSend = cursor(byKind(client, 'send', 'control', 'posted'), 'posted');
   const clientData = cursor(byKind(client, 'send', 'data', 'posted'), 'posted');
