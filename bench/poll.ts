@@ -38,22 +38,29 @@ async function measured(system: System, work: () => Promise<number>): Promise<{ 
   return { calls, wallMs, clientCpuUsPerCall: (c.user + c.system) / calls, serverCpuUsPerCall: (s * 1e6) / calls };
 }
 
+/** `calls` serial calls of `call`: each one's round trip in µs, sorted, and the CPU per call of
+ *  both processes (measured). */
+async function serialCalls(system: System, calls: number, call: () => Promise<void>): Promise<{ samples: number[]; serial: Awaited<ReturnType<typeof measured>> }> {
+  const samples: number[] = [];
+  const serial = await measured(system, async () => {
+    for (let i = 0; i < calls; i += 1) {
+      const t0 = process.hrtime.bigint();
+      await call();
+      samples.push(Number(process.hrtime.bigint() - t0) / 1000);
+    }
+    return calls;
+  });
+  samples.sort((a, b) => a - b);
+  return { samples, serial };
+}
+
 /** Serial calls carrying a TENSOR_BYTES host tensor (tag mover), with a new server process and a
  *  new client runtime. */
 async function measureTensorCalls(setting: number | 'adaptive'): Promise<Record<string, number>> {
   const system = await gdrpcSystem(setting);
   try {
     for (let i = 0; i < TENSOR_WARM_CALLS; i += 1) await system.sink(TENSOR_BYTES, 'tag');
-    const samples: number[] = [];
-    const serial = await measured(system, async () => {
-      for (let i = 0; i < TENSOR_CALLS; i += 1) {
-        const t0 = process.hrtime.bigint();
-        await system.sink(TENSOR_BYTES, 'tag');
-        samples.push(Number(process.hrtime.bigint() - t0) / 1000);
-      }
-      return TENSOR_CALLS;
-    });
-    samples.sort((a, b) => a - b);
+    const { samples, serial } = await serialCalls(system, TENSOR_CALLS, () => system.sink(TENSOR_BYTES, 'tag'));
     const w = system.workerStats?.() as Record<string, number> | undefined;
     return {
       bytes: TENSOR_BYTES, p50_us: percentile(samples, 50), p99_us: percentile(samples, 99),
@@ -69,16 +76,7 @@ async function measureSetting(setting: number | 'adaptive'): Promise<Record<stri
   const system = await gdrpcSystem(setting);
   try {
     for (let i = 0; i < 2000; i += 1) await system.ping();
-    const samples: number[] = [];
-    const serial = await measured(system, async () => {
-      for (let i = 0; i < CALLS; i += 1) {
-        const t0 = process.hrtime.bigint();
-        await system.ping();
-        samples.push(Number(process.hrtime.bigint() - t0) / 1000);
-      }
-      return CALLS;
-    });
-    samples.sort((a, b) => a - b);
+    const { samples, serial } = await serialCalls(system, CALLS, () => system.ping());
     const until = performance.now() + RATE_MS;
     const loaded = await measured(system, async () => {
       let done = 0;
