@@ -11,7 +11,13 @@ import { percentile, type BenchResult } from './machine.ts';
 import { unsafeRmaEnabled } from '../core/rpc/runtime/runtime.ts';
 import { spawnPeer, type Peer } from '../test/support/peer.ts';
 
-export interface GdrpcOptions { client: Device; server: Device; sizes: number[]; system: string; smallCalls: number }
+export interface GdrpcOptions {
+  client: Device; server: Device; sizes: number[]; system: string; smallCalls: number;
+  /** Both processes on shared memory (RuntimeOptions.sharedMemory: trusted peers). */
+  sharedMemory?: boolean;
+  /** The many-in-flight rows too (default true). */
+  inFlight?: boolean;
+}
 
 function row(system: string, workload: string, bytes: number, samples: number[], extra: Record<string, unknown> = {}): BenchResult {
   const sorted = [...samples].sort((a, b) => a - b);
@@ -28,9 +34,10 @@ export function itersFor(size: number): number {
   return Math.max(20, Math.min(3000, Math.round((16 * 2 ** 30) / Math.max(size, 1))));
 }
 
-function startPeer(device: Device, poolBytes: number): Promise<Peer<{ port: number }>> {
+function startPeer(device: Device, poolBytes: number, sharedMemory: boolean): Promise<Peer<{ port: number }>> {
   const file = fileURLToPath(new URL('./gpu-peer.ts', import.meta.url));
-  return spawnPeer(file, { args: [device, String(poolBytes)] });
+  // The peer's default runtime takes shared memory from the environment.
+  return spawnPeer(file, { args: [device, String(poolBytes)], env: sharedMemory ? { UCX_MM_ERROR_HANDLING: 'y' } : {} });
 }
 
 async function timeCalls(iters: number, call: () => Promise<unknown>): Promise<number[]> {
@@ -110,9 +117,10 @@ async function warmTensorPath(pool: ReturnType<Runtime['createPool']>, options: 
 export async function runGdrpc(options: GdrpcOptions, log: (line: string) => void): Promise<BenchResult[]> {
   const maxSize = Math.max(...options.sizes);
   const poolBytes = maxSize + (1 << 20);
-  const peer = await startPeer(options.server, poolBytes);
+  const sharedMemory = options.sharedMemory === true;
+  const peer = await startPeer(options.server, poolBytes, sharedMemory);
   // The client's own runtime, so that the pool it sends from is mapped on the client's context.
-  const runtime = Runtime.create();
+  const runtime = Runtime.create(sharedMemory ? { sharedMemory } : {});
   const pool = runtime.createPool({ device: options.client, bytes: poolBytes });
   const service = receivingOn(SinkDescriptor, options.client);
   const results: BenchResult[] = [];
@@ -148,7 +156,7 @@ export async function runGdrpc(options: GdrpcOptions, log: (line: string) => voi
         }
       }
     }
-    results.push(...await manyInFlight(c, service, pool, options, poolBytes, log));
+    if (options.inFlight !== false) results.push(...await manyInFlight(c, service, pool, options, poolBytes, log));
   } finally {
     await client?.close();
     pool.close({ force: true });

@@ -59,6 +59,12 @@ export async function runGpuBench(_opts: { json?: string }): Promise<object> {
   };
 
   await step('gdrpc', async () => { results.push(...await runGdrpc({ client: device, server: device, sizes, system, smallCalls }, log)); });
+  // Trusted peers (RuntimeOptions.sharedMemory): control messages over shared memory instead of TCP
+  // loopback, for the small call and the sizes from 1 MiB to 16 MiB.
+  await step('gdrpc-shm', async () => {
+    const shmSizes = sizes.filter((size) => size >= MiB && size <= 16 * MiB);
+    results.push(...await runGdrpc({ client: device, server: device, sizes: shmSizes, system: `${system} (shared memory)`, smallCalls, sharedMemory: true, inFlight: false }, log));
+  });
   if (count >= 2) {
     await step('gdrpc cuda:0->cuda:1', async () => {
       results.push(...await runGdrpc({ client: 'cuda:0', server: 'cuda:1', sizes, system: 'gdrpc (cuda:0 -> cuda:1)', smallCalls: 1000 }, log));
@@ -71,9 +77,11 @@ export async function runGpuBench(_opts: { json?: string }): Promise<object> {
       { wait: 'none', connect: 'listener', floorSizes: [0, 4 * KiB, 64 * KiB, MiB, 16 * MiB, 256 * MiB, GiB] },
       { wait: 'server', connect: 'listener', floorSizes: [0, 4 * KiB, MiB] },
       { wait: 'none', connect: 'address', floorSizes: [16 * MiB, GiB] },
+      { wait: 'none', connect: 'listener', sharedMemory: true, floorSizes: [0, MiB, 16 * MiB] },
     ] as const;
-    for (const { wait, connect, floorSizes } of variants) {
-      const floor = await runUcxCall(dryRun ? 'host' : 'cuda', floorSizes.filter((size) => size <= maxBytes), log, { wait, connect });
+    for (const { wait, connect, floorSizes, ...variant } of variants) {
+      const sharedMemory = 'sharedMemory' in variant && variant.sharedMemory;
+      const floor = await runUcxCall(dryRun ? 'host' : 'cuda', floorSizes.filter((size) => size <= maxBytes), log, { wait, connect, sharedMemory });
       results.push(...floor.results);
       skipped.push(...floor.skipped);
     }

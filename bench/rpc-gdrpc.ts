@@ -26,10 +26,13 @@ export function startPeer(mode: string, env: Record<string, string> = {}): Promi
 
 /** gdrpc with the default progress model (the adaptive polling window), with polling after work
  *  off (0), or with both processes busy-polling a fixed `busyPollUs` after each event (trading
- *  CPU for wake-up latency). `peerEnv` is added to the serving process's environment. */
-export async function gdrpcSystem(busyPollUs: number | 'adaptive' = 'adaptive', peerEnv: Record<string, string> = {}): Promise<System> {
-  const peer = await startPeer('gdrpc', { GDRPC_BUSY_POLL_US: String(busyPollUs), ...peerEnv });
-  const client = await Client.connect(`127.0.0.1:${peer.ready.port}`, { poolBytes: 300 * MiB, busyPollUs });
+ *  CPU for wake-up latency). `peerEnv` is added to the serving process's environment. With
+ *  `sharedMemory` both processes talk over shared memory (RuntimeOptions.sharedMemory, trusted
+ *  peers): the client on a runtime of its own, closed with the system. */
+export async function gdrpcSystem(busyPollUs: number | 'adaptive' = 'adaptive', peerEnv: Record<string, string> = {}, sharedMemory = false): Promise<System> {
+  const peer = await startPeer('gdrpc', { GDRPC_BUSY_POLL_US: String(busyPollUs), ...(sharedMemory ? { UCX_MM_ERROR_HANDLING: 'y' } : {}), ...peerEnv });
+  const runtime = sharedMemory ? Runtime.create({ busyPollUs, sharedMemory }) : undefined;
+  const client = await Client.connect(`127.0.0.1:${peer.ready.port}`, { poolBytes: 300 * MiB, busyPollUs, ...(runtime !== undefined ? { runtime } : {}) });
   // Sources come from the client's mapped pool: registration paid once, as the design intends.
   const sources = new Map<number, Tensor>();
   const source = (bytes: number): Tensor => {
@@ -44,9 +47,9 @@ export async function gdrpcSystem(busyPollUs: number | 'adaptive' = 'adaptive', 
     return tensor;
   };
   return {
-    name: busyPollUs === 'adaptive' ? 'gdrpc' : busyPollUs > 0 ? `gdrpc-busypoll-${busyPollUs}us` : 'gdrpc-poll-off',
+    name: `${busyPollUs === 'adaptive' ? 'gdrpc' : busyPollUs > 0 ? `gdrpc-busypoll-${busyPollUs}us` : 'gdrpc-poll-off'}${sharedMemory ? '-shm' : ''}`,
     peerPid: peer.pid,
-    workerStats: () => ({ ...Runtime.current()?.worker.stats() }),
+    workerStats: () => ({ ...(runtime ?? Runtime.current())?.worker.stats() }),
     ping: async () => { await client.unary(BenchDescriptor.methods.ping, {}); },
     sink: async (bytes, mover) => {
       const x = source(bytes);
@@ -55,6 +58,7 @@ export async function gdrpcSystem(busyPollUs: number | 'adaptive' = 'adaptive', 
     close: async () => {
       for (const tensor of sources.values()) tensor.release();
       await client.close();
+      await runtime?.close();
       // Closing its stdin ends the peer; one that lingers is killed.
       await peer.end(5000);
     },

@@ -22,9 +22,10 @@ export type UcxCallWait = 'none' | 'server' | 'both';
 export type UcxCallConnect = 'listener' | 'address';
 const WAIT_WORDS: Record<UcxCallWait, string> = { none: 'busy-poll', server: 'server sleeps', both: 'both sleep' };
 
-/** The system name of rows made with `wait` and `connect`, e.g. "ucx-call (C, busy-poll)". */
-export function ucxCallSystem(wait: UcxCallWait, connect: UcxCallConnect = 'listener'): string {
-  return `ucx-call (C, ${WAIT_WORDS[wait]}${connect === 'address' ? ', worker address' : ''})`;
+/** The system name of rows made with `wait` and `connect` (and shared memory between the two
+ *  processes, as trusted gdrpc peers may choose), e.g. "ucx-call (C, busy-poll)". */
+export function ucxCallSystem(wait: UcxCallWait, connect: UcxCallConnect = 'listener', sharedMemory = false): string {
+  return `ucx-call (C, ${WAIT_WORDS[wait]}${connect === 'address' ? ', worker address' : ''}${sharedMemory ? ', shared memory' : ''})`;
 }
 
 /** The program built in this process, once, in a private folder of its own. */
@@ -57,7 +58,7 @@ export function ucxCallProgram(home: string): Promise<{ bin: string } | { reason
 
 /** One row per line "<memory> <bytes> bytes: call p50 X us p99 Y [| server receive step p50 Z us p99 W]
  *  | cpu per round client C us server S us (N rounds)". */
-export function parseUcxCall(output: string, memory: 'host' | 'cuda', wait: UcxCallWait = 'none', connect: UcxCallConnect = 'listener'): BenchResult[] {
+export function parseUcxCall(output: string, memory: 'host' | 'cuda', wait: UcxCallWait = 'none', connect: UcxCallConnect = 'listener', sharedMemory = false): BenchResult[] {
   const rows: BenchResult[] = [];
   const line = /^(host|cuda)\s+(\d+) bytes: call p50\s+([\d.]+) us p99\s+([\d.]+)(?: \| server receive step p50\s+([\d.]+) us p99\s+([\d.]+))? \| cpu per round client ([\d.]+) us server ([\d.]+) us \((\d+) rounds\)/;
   for (const text of output.split('\n')) {
@@ -66,7 +67,7 @@ export function parseUcxCall(output: string, memory: 'host' | 'cuda', wait: UcxC
     const bytes = Number(m[2]);
     const p50 = Number(m[3]);
     rows.push({
-      system: ucxCallSystem(wait, connect), workload: bytes === 0 ? 'small_call_rtt' : 'tensor_arg/tag', bytes,
+      system: ucxCallSystem(wait, connect, sharedMemory), workload: bytes === 0 ? 'small_call_rtt' : 'tensor_arg/tag', bytes,
       p50_us: p50, p99_us: Number(m[4]), ops_per_s: 1e6 / p50, gbps: bytes === 0 ? null : bytes / p50 / 1e3, memory, iterations: Number(m[9]),
       client_cpu_us: Number(m[7]), server_cpu_us: Number(m[8]),
       ...(m[5] !== undefined ? { receive_p50_us: Number(m[5]), receive_p99_us: Number(m[6]) } : {}),
@@ -78,9 +79,9 @@ export function parseUcxCall(output: string, memory: 'host' | 'cuda', wait: UcxC
 /** Runs bench/ucx-call.c on `memory` over `sizes` (0: the small call without a payload); `rounds`
  *  measured rounds per size instead of the program's own count. */
 export async function runUcxCall(memory: 'host' | 'cuda', sizes: number[], log: (line: string) => void,
-  options: { rounds?: number; wait?: UcxCallWait; connect?: UcxCallConnect; limitMs?: number } = {}): Promise<{ results: BenchResult[]; skipped: { system: string; reason: string }[] }> {
-  const { rounds, wait = 'none', connect = 'listener', limitMs = 300_000 } = options;
-  const system = ucxCallSystem(wait, connect);
+  options: { rounds?: number; wait?: UcxCallWait; connect?: UcxCallConnect; limitMs?: number; sharedMemory?: boolean } = {}): Promise<{ results: BenchResult[]; skipped: { system: string; reason: string }[] }> {
+  const { rounds, wait = 'none', connect = 'listener', limitMs = 300_000, sharedMemory = false } = options;
+  const system = ucxCallSystem(wait, connect, sharedMemory);
   const home = ucxHome();
   const skip = (reason: string) => ({ results: [], skipped: [{ system, reason }] });
   if (home === undefined) return skip('no UCX install found (build/gdrpc-build.json ucxHome, .deps/python/libucx)');
@@ -90,12 +91,14 @@ export async function runUcxCall(memory: 'host' | 'cuda', sizes: number[], log: 
     GDRPC_UCX_CALL_WAIT: wait,
     GDRPC_UCX_CALL_CONNECT: connect,
     ...(rounds !== undefined ? { GDRPC_UCX_CALL_ROUNDS: String(rounds) } : {}),
+    // Its endpoints are in PEER error mode, as gdrpc's are: shared memory only with this.
+    ...(sharedMemory ? { UCX_MM_ERROR_HANDLING: 'y' } : {}),
   });
   const finished = await run(found.bin, [memory, ...sizes.map(String)], { env, limitMs });
   if (finished.timedOut || finished.code !== 0) {
     return skip(`${finished.timedOut ? 'timed out' : `exit ${finished.code}`}: ${(finished.stderr || finished.stdout).slice(-500)}`);
   }
-  const results = parseUcxCall(finished.stdout, memory, wait, connect);
+  const results = parseUcxCall(finished.stdout, memory, wait, connect, sharedMemory);
   for (const r of results) {
     log(`${system}: ${r.workload} ${r.bytes} B p50 ${r.p50_us!.toFixed(1)} us` +
       (r.receive_p50_us !== undefined ? ` (server receive step ${(r.receive_p50_us as number).toFixed(1)} us)` : ''));

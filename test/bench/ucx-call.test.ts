@@ -57,6 +57,14 @@ describe('runUcxCall', () => {
     }
   }, 120_000);
 
+  it('runs over shared memory when asked (UCX_MM_ERROR_HANDLING=y in both processes), in rows of their own', async () => {
+    const { results, skipped } = await runUcxCall('host', [0, 4096], () => {}, { rounds: 200, sharedMemory: true, limitMs: 50_000 });
+    expect(skipped).toEqual([]);
+    expect(results.map((r) => [r.system, r.bytes])).toEqual([[ucxCallSystem('none', 'listener', true), 0], [ucxCallSystem('none', 'listener', true), 4096]]);
+    expect(ucxCallSystem('none', 'listener', true)).toBe('ucx-call (C, busy-poll, shared memory)');
+    for (const r of results) expect(r.p50_us).toBeGreaterThan(0);
+  }, 120_000);
+
   it('connects through the server\'s listener by default, and from worker addresses when asked', async () => {
     const lines: string[] = [];
     const viaAddress = await runUcxCall('host', [4096], (line) => lines.push(line), { rounds: 200, connect: 'address', limitMs: 50_000 });

@@ -31,12 +31,20 @@ export async function connectAndAdmit(runtime: Runtime, host: string, port: numb
     await admit(connection, options);
     return connection;
   } catch (error) {
-    const failure = GdrpcError.from(error, Code.UNAVAILABLE);
+    const failure = sharedMemoryHint(runtime, connection, GdrpcError.from(error, Code.UNAVAILABLE));
     connection?.close(failure);
     throw failure;
   } finally {
     endTurn();
   }
+}
+
+/** A connection that failed before the server's HELLO, from a runtime on shared memory: UCX's
+ *  wire-up says only that the peer reset it, which is what a server without shared memory does
+ *  to such a client (measured on UCX 1.22); the error says so. */
+function sharedMemoryHint(runtime: Runtime, connection: Connection | undefined, failure: GdrpcError): GdrpcError {
+  if (!runtime.sharedMemory || failure.code !== Code.UNAVAILABLE || connection?.peerKey !== undefined) return failure;
+  return new GdrpcError(Code.UNAVAILABLE, `${failure.rawMessage} (this runtime uses shared memory with peers on this host, RuntimeOptions.sharedMemory: a server without it refuses the connection)`, { cause: failure, ...(failure.ucsStatus !== undefined ? { ucsStatus: failure.ucsStatus } : {}) });
 }
 
 function admit(connection: Connection, options: HandshakeOptions): Promise<void> {

@@ -8,7 +8,7 @@
 import { Context, Worker } from '../../ucx/index.ts';
 import { TensorPool, type Device, type TensorPoolOptions } from '../../tensor/index.ts';
 import { Dispatcher } from './dispatcher.ts';
-import { Accept, checkOptions, invalidOption, rule } from '../../tensor/options.ts';
+import { Accept, checkOptions, invalidOption, rule, type OptionRules } from '../../tensor/options.ts';
 import { Code, GdrpcError } from '../../errors.ts';
 import { cudaReceives, type MoverStats } from './memory-support.ts';
 import { RemoteOwner } from './remote-owner.ts';
@@ -22,6 +22,8 @@ export const DEFAULT_FRAME_BYTES = 4 << 20;
  *  'adaptive'; the busyPollUs option's rule. */
 export const BUSY_POLL_US = rule(`'adaptive' or an integer number of microseconds from 0 to 10000000`,
   (value) => value === 'adaptive' || Accept.integer(0, 10_000_000, 'microseconds').accepts(value));
+
+const RUNTIME_OPTIONS: OptionRules<RuntimeOptions> = { busyPollUs: BUSY_POLL_US, sharedMemory: Accept.boolean };
 
 /** Whether GDRPC_UNSAFE_RMA asks for the RMA mover, giving up isolation between peers. */
 export function unsafeRmaEnabled(): boolean {
@@ -44,6 +46,18 @@ export interface RuntimeOptions {
    *  0 never, 'adaptive' a window sized from recent gaps between replies (docs/binding.md "Polling
    *  after work"). Default GDRPC_BUSY_POLL_US from the environment, else 'adaptive'. */
   busyPollUs?: number | 'adaptive';
+  /** Shared memory (UCX's posix and sysv transports) for control messages and host tensors with
+   *  peers on this host, instead of TCP loopback: for trusted peers only. A peer that dies
+   *  mid-message can leave this worker's shared FIFO stuck (it answers no one), and a peer that
+   *  maps the FIFO can write into it (docs/security.md "Shared memory between trusted peers").
+   *  Both sides must choose it: a server without it refuses a client with it. Default:
+   *  UCX_MM_ERROR_HANDLING from the environment (y turns it on), else off. */
+  sharedMemory?: boolean;
+}
+
+/** Whether UCX_MM_ERROR_HANDLING turns shared memory on for runtimes that do not choose. */
+function sharedMemoryFromEnvironment(): boolean {
+  return /^(1|y|yes|on|true)$/i.test(process.env.UCX_MM_ERROR_HANDLING ?? '');
 }
 
 /** A UCX context and worker with the pools, remote tensors and counters of the Clients and
@@ -81,11 +95,16 @@ export class Runtime {
   #mapsCuda: boolean | undefined;
   #closing: Promise<void> | undefined;
 
-  private constructor(readonly context: Context, readonly worker: Worker, readonly dispatcher: Dispatcher, readonly rma: boolean, readonly implicit: boolean) {}
+  /** Whether this runtime talks to peers on this host over shared memory (RuntimeOptions.sharedMemory). */
+  readonly sharedMemory: boolean;
+
+  private constructor(readonly context: Context, readonly worker: Worker, readonly dispatcher: Dispatcher, readonly rma: boolean, readonly implicit: boolean, sharedMemory: boolean) {
+    this.sharedMemory = sharedMemory;
+  }
 
   /** A runtime of the caller's own: its own UCX context and worker, closed by close(). */
   static create(options: RuntimeOptions = {}): Runtime {
-    checkOptions('RuntimeOptions', options, { busyPollUs: BUSY_POLL_US });
+    checkOptions('RuntimeOptions', options, RUNTIME_OPTIONS);
     return Runtime.#open(options, false);
   }
 
@@ -93,6 +112,7 @@ export class Runtime {
    *  GDRPC_BUSY_POLL_US, else 0: later callers share what the first chose). It closes itself when
    *  its last Client, Server and processPool hold are gone; the next use makes a new one. */
   static default(options: RuntimeOptions = {}): Runtime {
+    if (Runtime.#default === undefined) checkOptions('RuntimeOptions', options, RUNTIME_OPTIONS);
     Runtime.#default ??= Runtime.#open(options, true);
     return Runtime.#default;
   }
@@ -106,7 +126,10 @@ export class Runtime {
     // through UCX's software RMA emulation (docs/security.md).
     const rma = unsafeRmaEnabled();
     const busyPollUs = options.busyPollUs ?? busyPollFromEnvironment();
-    const context = Context.create({ features: rma ? ['tag', 'rma', 'wakeup'] : ['tag', 'wakeup'] });
+    const sharedMemory = options.sharedMemory ?? sharedMemoryFromEnvironment();
+    // UCX keeps shared memory off endpoints in PEER error mode unless MM_ERROR_HANDLING says so.
+    const config: Record<string, string> = options.sharedMemory === undefined ? {} : { MM_ERROR_HANDLING: sharedMemory ? 'y' : 'n' };
+    const context = Context.create({ features: rma ? ['tag', 'rma', 'wakeup'] : ['tag', 'wakeup'], config });
     let worker: Worker;
     try {
       worker = Worker.create(context, { busyPollUs });
@@ -114,7 +137,7 @@ export class Runtime {
       context.close();
       throw error;
     }
-    return new Runtime(context, worker, new Dispatcher(worker, DEFAULT_FRAME_BYTES), rma, implicit);
+    return new Runtime(context, worker, new Dispatcher(worker, DEFAULT_FRAME_BYTES), rma, implicit, sharedMemory);
   }
 
   /** Whether close() has begun. */

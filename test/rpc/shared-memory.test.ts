@@ -1,0 +1,97 @@
+// RuntimeOptions.sharedMemory: peers on one host that trust each other talk over UCX's shared memory
+// instead of TCP loopback, when both runtimes choose it. Runtimes in one process reach each other
+// the way two processes do for host memory (runtimes.test.ts), so each case pairs two runtimes.
+import { afterEach, describe, expect, it } from 'vitest';
+import { callInfo, Client, Code, GdrpcError, Runtime, Server, Tensor, type UnaryHandler } from '../../core/index.ts';
+import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
+import { rejection, thrown } from './fixtures/thrown.ts';
+import { patterned } from './fixtures/tensors.ts';
+
+const opened: Runtime[] = [];
+
+function runtime(sharedMemory?: boolean): Runtime {
+  const made = Runtime.create(sharedMemory === undefined ? {} : { sharedMemory });
+  opened.push(made);
+  return made;
+}
+
+afterEach(async () => {
+  await Promise.all(opened.splice(0).map((r) => r.close()));
+});
+
+/** An Echo server (echo only) listening on loopback on `on`. */
+async function echoServer(on: Runtime): Promise<Server> {
+  const unimplemented = (name: string): UnaryHandler => () => { throw new GdrpcError(Code.UNIMPLEMENTED, name); };
+  const handlers: Record<string, UnaryHandler> = Object.fromEntries(Object.keys(EchoDescriptor.methods).map((name) => [name, unimplemented(name)]));
+  handlers.echo = (args: { x: Tensor; tag: string }) => ({ y: args.x, tag: args.tag });
+  const server = Server.create({ runtime: on, poolBytes: 8 << 20 }).register(EchoDescriptor, handlers);
+  await server.listen({ host: '127.0.0.1', port: 0 });
+  return server;
+}
+
+/** Echoes `size` patterned bytes through the tag mover; returns the path the argument took. */
+async function echoPath(client: Client, size: number): Promise<string | undefined> {
+  const x = patterned(size, 3);
+  const result = await client.unary(EchoDescriptor.methods.echo, { x, tag: 's' }, { mover: 'tag' });
+  const y = result.y as Tensor;
+  expect(y.equals(x)).toBe(true);
+  y.release();
+  return callInfo(result)!.transfers.find((t) => t.argument === 'x')!.path;
+}
+
+describe('RuntimeOptions.sharedMemory', () => {
+  it('is a boolean: anything else is INVALID_ARGUMENT naming it, and nothing is opened', () => {
+    for (const bad of ['yes', 1, null]) {
+      const error = thrown(() => Runtime.create({ sharedMemory: bad as unknown as boolean }));
+      expect(error.code).toBe(Code.INVALID_ARGUMENT);
+      expect(error.message).toContain('sharedMemory');
+    }
+    expect(Runtime.current()).toBeUndefined();
+  });
+
+  it.each([1, 4097, 64 * 1024, 1 << 20])('both sides on it: %i bytes go over shared memory, exact', async (size) => {
+    const server = await echoServer(runtime(true));
+    const calling = runtime(true);
+    expect(calling.sharedMemory).toBe(true);
+    const client = await Client.connect(server.address!, { runtime: calling });
+    expect(await echoPath(client, size)).toBe('shm');
+  });
+
+  it.skipIf(process.env.UCX_MM_ERROR_HANDLING !== undefined)('off by default (UCX_MM_ERROR_HANDLING not set): TCP loopback even to a server on it', async () => {
+    const server = await echoServer(runtime(true));
+    const calling = runtime();
+    expect(calling.sharedMemory).toBe(false);
+    const client = await Client.connect(server.address!, { runtime: calling });
+    expect(await echoPath(client, 64 * 1024)).toBe('tcp');
+  });
+
+  it('false wins over UCX_MM_ERROR_HANDLING=y, and the variable alone turns it on', async () => {
+    const saved = process.env.UCX_MM_ERROR_HANDLING;
+    process.env.UCX_MM_ERROR_HANDLING = 'y';
+    let fromEnvironment: Runtime;
+    let off: Runtime;
+    try {
+      fromEnvironment = runtime();
+      off = runtime(false);
+    } finally {
+      if (saved === undefined) delete process.env.UCX_MM_ERROR_HANDLING;
+      else process.env.UCX_MM_ERROR_HANDLING = saved;
+    }
+    expect(fromEnvironment.sharedMemory).toBe(true);
+    expect(off.sharedMemory).toBe(false);
+    const server = await echoServer(fromEnvironment);
+    const viaEnvironment = await Client.connect(server.address!, { runtime: runtime(true) });
+    expect(await echoPath(viaEnvironment, 64 * 1024)).toBe('shm');
+    const viaTcp = await Client.connect(server.address!, { runtime: off });
+    expect(await echoPath(viaTcp, 64 * 1024)).toBe('tcp');
+  });
+
+  it('a client on it against a server without it: UNAVAILABLE that says why, and the server serves the next client', async () => {
+    const server = await echoServer(runtime(false));
+    const error = await rejection(Client.connect(server.address!, { runtime: runtime(true), connectTimeoutMs: 10_000 }));
+    expect(error.code).toBe(Code.UNAVAILABLE);
+    expect(error.message).toContain('RuntimeOptions.sharedMemory');
+    const client = await Client.connect(server.address!, { runtime: runtime(false) });
+    expect(await echoPath(client, 64 * 1024)).toBe('tcp');
+  });
+});
