@@ -1,4 +1,4 @@
-// `npm run bench -- call-split [--calls N] [--rounds R] [--bytes B --device D] --json <file>`:
+// `npm run bench -- call-split [--calls N] [--rounds R] [--bytes B --device D] [--shared-memory] --json <file>`:
 // where a call's time goes. Client and server stamp every tag send and receive with the monotonic
 // clock both share (bench/call-split-hook.ts). A small call (bench/rpc-peer.ts) splits into five
 // parts:
@@ -14,7 +14,8 @@
 //   server  the payload received until the reply is handed to the tag send
 // and `send` is the client's payload send from its post to its settling (not a part of the sum).
 // Medians and p90 per part, under polling after work off, adaptive and a fixed 1,000 µs window,
-// alternating round by round. The stamps cost each tag operation one promise hop.
+// alternating round by round. The stamps cost each tag operation one promise hop. With
+// --shared-memory both processes talk over shared memory (RuntimeOptions.sharedMemory, trusted peers).
 import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -130,7 +131,12 @@ export function splitTensorCalls(calls: readonly Made[], client: readonly Stamp[
 
 /** What each call carries: nothing (a ping to bench/rpc-peer.ts), or one tensor of `bytes` on
  *  `device` through the tag mover to bench/gpu-peer.ts, received on the same kind of device. */
-export interface Target { bytes: number; device: Device }
+export interface Target {
+  bytes: number;
+  device: Device;
+  /** Both processes on shared memory instead of TCP loopback (RuntimeOptions.sharedMemory). */
+  sharedMemory: boolean;
+}
 
 /** A client and its peer, one call at a time. */
 interface Caller { peerPid: number; call(): Promise<unknown>; close(): Promise<void> }
@@ -153,10 +159,11 @@ async function tensorCaller(setting: number | 'adaptive', target: Target, peerEn
   };
   try {
     const peer = await spawnPeer<{ port: number }>(fileURLToPath(new URL('./gpu-peer.ts', import.meta.url)), {
-      args: [target.device, String(poolBytes)], env: { GDRPC_BUSY_POLL_US: String(setting), ...peerEnv },
+      args: [target.device, String(poolBytes)],
+      env: { GDRPC_BUSY_POLL_US: String(setting), ...(target.sharedMemory ? { UCX_MM_ERROR_HANDLING: 'y' } : {}), ...peerEnv },
     });
     undo.push(() => peer.end(5000));
-    const runtime = Runtime.create({ busyPollUs: setting });
+    const runtime = Runtime.create({ busyPollUs: setting, sharedMemory: target.sharedMemory });
     undo.push(() => runtime.close());
     const pool = runtime.createPool({ device: target.device, bytes: poolBytes });
     undo.push(() => pool.close({ force: true }));
@@ -174,8 +181,8 @@ async function tensorCaller(setting: number | 'adaptive', target: Target, peerEn
   }
 }
 
-async function pingCaller(setting: number | 'adaptive', peerEnv: Record<string, string>): Promise<Caller> {
-  const system = await gdrpcSystem(setting, peerEnv);
+async function pingCaller(setting: number | 'adaptive', peerEnv: Record<string, string>, sharedMemory: boolean): Promise<Caller> {
+  const system = await gdrpcSystem(setting, peerEnv, sharedMemory);
   return { peerPid: system.peerPid!, call: () => system.ping(), close: () => system.close() };
 }
 
@@ -197,7 +204,7 @@ async function measureSetting(setting: number | 'adaptive', calls: number, targe
   const made: Made[] = [];
   let server: Stamp[];
   try {
-    const caller = target.bytes === 0 ? await pingCaller(setting, peerEnv) : await tensorCaller(setting, target, peerEnv);
+    const caller = target.bytes === 0 ? await pingCaller(setting, peerEnv, target.sharedMemory) : await tensorCaller(setting, target, peerEnv);
     try {
       for (let i = 0; i < (target.bytes === 0 ? WARM_CALLS : TENSOR_WARM_CALLS); i += 1) await caller.call();
       process.kill(caller.peerPid, 'SIGUSR2');
@@ -233,14 +240,15 @@ export function summarize<P extends string>(parts: Record<P, number[]>): Record<
   })) as Record<P, { p50: number; p90: number; count: number }>;
 }
 
-/** The tensor the calls carry, from --bytes and --device; none (a small call) without --bytes. */
+/** The tensor the calls carry, from --bytes and --device (none, a small call, without --bytes), and
+ *  --shared-memory. */
 export function targetFrom(flags: string[]): Target {
   const bytes = flags.includes('--bytes') ? positiveFlag(flags, '--bytes', 0) : 0;
   const at = flags.indexOf('--device');
   const device: unknown = at < 0 ? 'cpu' : flags[at + 1];
   if (!isDevice(device)) throw new Error(`--device takes cpu or cuda:N, got ${JSON.stringify(device)}`);
   if (at >= 0 && bytes === 0) throw new Error('--device needs --bytes: a small call carries no tensor');
-  return { bytes, device };
+  return { bytes, device, sharedMemory: flags.includes('--shared-memory') };
 }
 
 export async function runCallSplitBench(opts: { json?: string; flags: string[] }): Promise<object> {
@@ -262,7 +270,7 @@ export async function runCallSplitBench(opts: { json?: string; flags: string[] }
     : `calls carrying one ${target.bytes}-byte tensor from ${target.device} to ${target.device} through the tag mover, split into parts by monotonic stamps of every tag send and receive in both processes (bench/call-split-hook.ts): client (call to its request's send), request (that send to the server's receive settled), post (to the payload's receive posted), payload (that receive posted to settled), server (to the reply's send), reply (to the client's receive settled), settle (to the call resolved); send is the client's payload send from post to settle, not part of the sum`;
   return {
     machine: describeMachine(),
-    what: `${what}; p50 and p90 of ${calls} calls per setting of busyPollUs (0, 'adaptive', 1000), alternating over ${rounds} rounds; each stamp costs its operation one promise hop`,
+    what: `${what}${target.sharedMemory ? '; both processes on shared memory (RuntimeOptions.sharedMemory)' : ''}; p50 and p90 of ${calls} calls per setting of busyPollUs (0, 'adaptive', 1000), alternating over ${rounds} rounds; each stamp costs its operation one promise hop`,
     target,
     results,
   };

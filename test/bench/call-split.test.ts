@@ -91,9 +91,10 @@ describe('call-split', () => {
   });
 
   it('reads the tensor of the calls from --bytes and --device, and refuses what it cannot use', () => {
-    expect(targetFrom([])).toEqual({ bytes: 0, device: 'cpu' });
-    expect(targetFrom(['--bytes', '4096'])).toEqual({ bytes: 4096, device: 'cpu' });
-    expect(targetFrom(['--calls', '10', '--bytes', '16777216', '--device', 'cuda:1'])).toEqual({ bytes: 16777216, device: 'cuda:1' });
+    expect(targetFrom([])).toEqual({ bytes: 0, device: 'cpu', sharedMemory: false });
+    expect(targetFrom(['--bytes', '4096'])).toEqual({ bytes: 4096, device: 'cpu', sharedMemory: false });
+    expect(targetFrom(['--calls', '10', '--bytes', '16777216', '--device', 'cuda:1'])).toEqual({ bytes: 16777216, device: 'cuda:1', sharedMemory: false });
+    expect(targetFrom(['--shared-memory'])).toEqual({ bytes: 0, device: 'cpu', sharedMemory: true });
     expect(() => targetFrom(['--bytes', '0'])).toThrow(/--bytes takes a positive integer/);
     expect(() => targetFrom(['--bytes', '4096', '--device', 'gpu0'])).toThrow(/--device takes cpu or cuda:N, got "gpu0"/);
     expect(() => targetFrom(['--device', 'cuda:0'])).toThrow(/--device needs --bytes/);

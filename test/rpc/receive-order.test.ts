@@ -1,0 +1,60 @@
+// The control receive loop answers first and receives again after: a server that got a REQUEST
+// through its pending control receive sends the RESPONSE before it posts the next receive (posting
+// first put the receive's cost between every message and its answer). Recorded by wrapping the
+// binding's control operations, a server and a client on two runtimes of this process.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Client, Runtime, Server, Worker, Endpoint } from '../../core/index.ts';
+import { BenchDescriptor } from '../../bench/schemas/gen/rpc_bench.ts';
+
+type Op = 'post' | 'received' | 'send';
+const events: Array<{ worker: Worker; op: Op }> = [];
+const postInto = Worker.prototype.tagRecvInto;
+const sendNow = Endpoint.prototype.tagSendNow;
+
+let serving: Runtime;
+let calling: Runtime;
+
+beforeAll(() => {
+  Worker.prototype.tagRecvInto = function (this: Worker, dest, tag, mask, id, slot, done) {
+    events.push({ worker: this, op: 'post' });
+    return postInto.call(this, dest, tag, mask, id, slot, (error?: unknown) => {
+      events.push({ worker: this, op: 'received' });
+      done(error);
+    });
+  };
+  Endpoint.prototype.tagSendNow = function (this: Endpoint, tag, src) {
+    events.push({ worker: this.worker, op: 'send' });
+    return sendNow.call(this, tag, src);
+  };
+  serving = Runtime.create();
+  calling = Runtime.create();
+});
+
+afterAll(async () => {
+  Worker.prototype.tagRecvInto = postInto;
+  Endpoint.prototype.tagSendNow = sendNow;
+  await calling.close();
+  await serving.close();
+});
+
+describe('the control receive loop', () => {
+  it('sends the answer to a message it waited for before it posts the next receive', async () => {
+    const server = Server.create({ runtime: serving, poolBytes: 1 << 20 }).register(BenchDescriptor, {
+      ping: () => ({}),
+      sink: () => ({ n: 0n }),
+    });
+    const { port } = await server.listen({ host: '127.0.0.1', port: 0 });
+    const client = await Client.connect({ host: '127.0.0.1', port }, { runtime: calling });
+    for (let i = 0; i < 20; i += 1) await client.unary(BenchDescriptor.methods.ping, {});
+    events.length = 0;
+    for (let i = 0; i < 200; i += 1) await client.unary(BenchDescriptor.methods.ping, {});
+    await client.close();
+    const ops = events.filter((e) => e.worker === serving.worker).map((e) => e.op);
+    // Each REQUEST the server waited for: the next operation of its worker is the RESPONSE's send.
+    const after = ops.flatMap((op, i) => (op === 'received' && i + 1 < ops.length ? [ops[i + 1]] : []));
+    expect(after.length).toBeGreaterThan(100);
+    expect(after.every((op) => op === 'send')).toBe(true);
+    // And the loop goes on receiving: a post follows every such send.
+    expect(ops.filter((op) => op === 'post').length).toBeGreaterThanOrEqual(after.length);
+  });
+});
