@@ -160,7 +160,7 @@ async function tensorCaller(setting: number | 'adaptive', target: Target, peerEn
   try {
     const peer = await spawnPeer<{ port: number }>(fileURLToPath(new URL('./gpu-peer.ts', import.meta.url)), {
       args: [target.device, String(poolBytes)],
-      env: { GDRPC_BUSY_POLL_US: String(setting), ...(target.sharedMemory ? { UCX_MM_ERROR_HANDLING: 'y' } : {}), ...peerEnv },
+      env: { GDRPC_BUSY_POLL_US: String(setting), UCX_MM_ERROR_HANDLING: target.sharedMemory ? 'y' : 'n', ...peerEnv },
     });
     undo.push(() => peer.end(5000));
     const runtime = Runtime.create({ busyPollUs: setting, sharedMemory: target.sharedMemory });
@@ -182,7 +182,7 @@ async function tensorCaller(setting: number | 'adaptive', target: Target, peerEn
 }
 
 async function pingCaller(setting: number | 'adaptive', peerEnv: Record<string, string>, sharedMemory: boolean): Promise<Caller> {
-  const system = await gdrpcSystem(setting, peerEnv, sharedMemory);
+  const system = await gdrpcSystem(setting, { peerEnv, sharedMemory });
   return { peerPid: system.peerPid!, call: () => system.ping(), close: () => system.close() };
 }
 

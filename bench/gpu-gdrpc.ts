@@ -36,8 +36,9 @@ export function itersFor(size: number): number {
 
 function startPeer(device: Device, poolBytes: number, sharedMemory: boolean): Promise<Peer<{ port: number }>> {
   const file = fileURLToPath(new URL('./gpu-peer.ts', import.meta.url));
-  // The peer's default runtime takes shared memory from the environment.
-  return spawnPeer(file, { args: [device, String(poolBytes)], env: sharedMemory ? { UCX_MM_ERROR_HANDLING: 'y' } : {} });
+  // The peer's default runtime takes its choice from the environment: set either way, so that a
+  // default row is never run over shared memory by an inherited variable.
+  return spawnPeer(file, { args: [device, String(poolBytes)], env: { UCX_MM_ERROR_HANDLING: sharedMemory ? 'y' : 'n' } });
 }
 
 async function timeCalls(iters: number, call: () => Promise<unknown>): Promise<number[]> {
@@ -120,7 +121,7 @@ export async function runGdrpc(options: GdrpcOptions, log: (line: string) => voi
   const sharedMemory = options.sharedMemory === true;
   const peer = await startPeer(options.server, poolBytes, sharedMemory);
   // The client's own runtime, so that the pool it sends from is mapped on the client's context.
-  const runtime = Runtime.create(sharedMemory ? { sharedMemory } : {});
+  const runtime = Runtime.create({ sharedMemory });
   const pool = runtime.createPool({ device: options.client, bytes: poolBytes });
   const service = receivingOn(SinkDescriptor, options.client);
   const results: BenchResult[] = [];

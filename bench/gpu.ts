@@ -74,13 +74,12 @@ export async function runGpuBench(_opts: { json?: string }): Promise<object> {
     // Spinning over the sizes, and with the server asleep between calls (as an idle gdrpc server is) for a few.
     // And endpoints made from worker addresses, as the first runs of the program were, at two sizes.
     const variants = [
-      { wait: 'none', connect: 'listener', floorSizes: [0, 4 * KiB, 64 * KiB, MiB, 16 * MiB, 256 * MiB, GiB] },
-      { wait: 'server', connect: 'listener', floorSizes: [0, 4 * KiB, MiB] },
-      { wait: 'none', connect: 'address', floorSizes: [16 * MiB, GiB] },
+      { wait: 'none', connect: 'listener', sharedMemory: false, floorSizes: [0, 4 * KiB, 64 * KiB, MiB, 16 * MiB, 256 * MiB, GiB] },
+      { wait: 'server', connect: 'listener', sharedMemory: false, floorSizes: [0, 4 * KiB, MiB] },
+      { wait: 'none', connect: 'address', sharedMemory: false, floorSizes: [16 * MiB, GiB] },
       { wait: 'none', connect: 'listener', sharedMemory: true, floorSizes: [0, MiB, 16 * MiB] },
     ] as const;
-    for (const { wait, connect, floorSizes, ...variant } of variants) {
-      const sharedMemory = 'sharedMemory' in variant && variant.sharedMemory;
+    for (const { wait, connect, sharedMemory, floorSizes } of variants) {
       const floor = await runUcxCall(dryRun ? 'host' : 'cuda', floorSizes.filter((size) => size <= maxBytes), log, { wait, connect, sharedMemory });
       results.push(...floor.results);
       skipped.push(...floor.skipped);

@@ -26,13 +26,23 @@ export function startPeer(mode: string, env: Record<string, string> = {}): Promi
 
 /** gdrpc with the default progress model (the adaptive polling window), with polling after work
  *  off (0), or with both processes busy-polling a fixed `busyPollUs` after each event (trading
- *  CPU for wake-up latency). `peerEnv` is added to the serving process's environment. With
- *  `sharedMemory` both processes talk over shared memory (RuntimeOptions.sharedMemory, trusted
- *  peers): the client on a runtime of its own, closed with the system. */
-export async function gdrpcSystem(busyPollUs: number | 'adaptive' = 'adaptive', peerEnv: Record<string, string> = {}, sharedMemory = false): Promise<System> {
-  const peer = await startPeer('gdrpc', { GDRPC_BUSY_POLL_US: String(busyPollUs), ...(sharedMemory ? { UCX_MM_ERROR_HANDLING: 'y' } : {}), ...peerEnv });
-  const runtime = sharedMemory ? Runtime.create({ busyPollUs, sharedMemory }) : undefined;
-  const client = await Client.connect(`127.0.0.1:${peer.ready.port}`, { poolBytes: 300 * MiB, busyPollUs, ...(runtime !== undefined ? { runtime } : {}) });
+ *  CPU for wake-up latency). `peerEnv` is added to the serving process's environment. Both
+ *  processes talk over shared memory with `sharedMemory` (RuntimeOptions.sharedMemory, trusted
+ *  peers) and over TCP loopback without, whatever UCX_MM_ERROR_HANDLING says; the client on a
+ *  runtime of its own, closed with the system. */
+export async function gdrpcSystem(busyPollUs: number | 'adaptive' = 'adaptive', options: { peerEnv?: Record<string, string>; sharedMemory?: boolean } = {}): Promise<System> {
+  const sharedMemory = options.sharedMemory === true;
+  // The peer's default runtime takes its choice from the environment.
+  const peer = await startPeer('gdrpc', { GDRPC_BUSY_POLL_US: String(busyPollUs), UCX_MM_ERROR_HANDLING: sharedMemory ? 'y' : 'n', ...options.peerEnv });
+  const runtime = Runtime.create({ busyPollUs, sharedMemory });
+  let client: Client;
+  try {
+    client = await Client.connect(`127.0.0.1:${peer.ready.port}`, { poolBytes: 300 * MiB, runtime });
+  } catch (error) {
+    await runtime.close();
+    await peer.end(5000);
+    throw error;
+  }
   // Sources come from the client's mapped pool: registration paid once, as the design intends.
   const sources = new Map<number, Tensor>();
   const source = (bytes: number): Tensor => {
@@ -49,7 +59,7 @@ export async function gdrpcSystem(busyPollUs: number | 'adaptive' = 'adaptive', 
   return {
     name: `${busyPollUs === 'adaptive' ? 'gdrpc' : busyPollUs > 0 ? `gdrpc-busypoll-${busyPollUs}us` : 'gdrpc-poll-off'}${sharedMemory ? '-shm' : ''}`,
     peerPid: peer.pid,
-    workerStats: () => ({ ...(runtime ?? Runtime.current())?.worker.stats() }),
+    workerStats: () => ({ ...runtime.worker.stats() }),
     ping: async () => { await client.unary(BenchDescriptor.methods.ping, {}); },
     sink: async (bytes, mover) => {
       const x = source(bytes);
@@ -58,7 +68,7 @@ export async function gdrpcSystem(busyPollUs: number | 'adaptive' = 'adaptive', 
     close: async () => {
       for (const tensor of sources.values()) tensor.release();
       await client.close();
-      await runtime?.close();
+      await runtime.close();
       // Closing its stdin ends the peer; one that lingers is killed.
       await peer.end(5000);
     },

@@ -123,7 +123,7 @@ export async function runRpcBench(_opts: { json?: string } = {}): Promise<object
   const shmFloor = await runUcxCall('host', [0, 4 * KiB, 64 * KiB, MiB], () => {}, { wait: 'none', sharedMemory: true });
   results.push(...shmFloor.results.map((r) => ({ ...r, workload: r.bytes === 0 ? 'unary_small_rtt' : 'tensor_arg_host' })));
   skipped.push(...shmFloor.skipped);
-  for (const make of [() => gdrpcSystem(), () => gdrpcSystem(BUSY_POLL_US), () => gdrpcSystem('adaptive', {}, true), grpcSystem]) {
+  for (const make of [() => gdrpcSystem(), () => gdrpcSystem(BUSY_POLL_US), () => gdrpcSystem('adaptive', { sharedMemory: true }), grpcSystem]) {
     const system = await make();
     try {
       results.push(await latency(system, system.name === 'grpc-js' ? LATENCY_CALLS / 4 : LATENCY_CALLS));

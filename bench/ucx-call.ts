@@ -91,8 +91,9 @@ export async function runUcxCall(memory: 'host' | 'cuda', sizes: number[], log: 
     GDRPC_UCX_CALL_WAIT: wait,
     GDRPC_UCX_CALL_CONNECT: connect,
     ...(rounds !== undefined ? { GDRPC_UCX_CALL_ROUNDS: String(rounds) } : {}),
-    // Its endpoints are in PEER error mode, as gdrpc's are: shared memory only with this.
-    ...(sharedMemory ? { UCX_MM_ERROR_HANDLING: 'y' } : {}),
+    // Its endpoints are in PEER error mode, as gdrpc's are: shared memory only with y (set either
+    // way, so that an inherited variable cannot move a TCP row onto shared memory).
+    UCX_MM_ERROR_HANDLING: sharedMemory ? 'y' : 'n',
   });
   const finished = await run(found.bin, [memory, ...sizes.map(String)], { env, limitMs });
   if (finished.timedOut || finished.code !== 0) {

@@ -50,8 +50,9 @@ export const UCX_DEFAULTS: Record<string, string> = {
 // after a client was killed mid-upload), and a peer that maps that FIFO can write into it.
 // Processes on one node therefore talk over TCP loopback (UCX puts no CMA lane on such endpoints:
 // large host tensors go as fragmented rendezvous over TCP), and GPU memory over cuda_ipc, which
-// handles peer failure. Trusted peers on one node may set UCX_MM_ERROR_HANDLING=y for
-// shared-memory speed (docs/security.md).
+// handles peer failure. Trusted peers on one node choose shared memory with
+// RuntimeOptions.sharedMemory (UCX_MM_ERROR_HANDLING=y for runtimes that do not choose;
+// docs/security.md "Shared memory between trusted peers").
 
 /** Copies UCX_DEFAULTS into process.env where a variable is not already set. */
 export function applyUcxDefaults(): void {

@@ -103,11 +103,18 @@ export interface NativeBinding {
   };
   RemoteKey: new (endpoint: NativeEndpoint, packed: Uint8Array) => NativeRemoteKey;
   ucxVersion(): string;
+  /** Which wake-up build the addon is (native/CMakeLists.txt). */
+  wakeup: WakeupKind;
   nativeStats(): NativeStats;
   addressOf(view: ArrayBufferView | ArrayBuffer): bigint;
   setErrorClass(errorClass: typeof GdrpcError): void;
   cuda: NativeCuda;
 }
+
+/** How the event loop drives a worker: its own handles ('uv': immediates run between two wake-up
+ *  passes), or a helper thread and a thread-safe function ('thread': busy-poll passes follow each
+ *  other without an event-loop turn). */
+export type WakeupKind = 'uv' | 'thread';
 
 /** Counters of a worker (Worker.stats()). */
 export interface WorkerStats {

@@ -4,7 +4,7 @@ import { native } from '../native.ts';
 import { checkObject, checkSignal, checkSize, checkU64, invalid, rejecting } from './check.ts';
 import { Context } from './context.ts';
 import { tagTarget, type TagBuffer } from './memory.ts';
-import type { NativeWorker, WorkerStats } from './native-types.ts';
+import type { NativeWorker, WakeupKind, WorkerStats } from './native-types.ts';
 
 export interface WorkerOptions {
   /** After a pass that found work, keep progressing for this many microseconds before sleeping
@@ -45,7 +45,7 @@ export interface TagOptions {
    *  UCX's "eager short" into the next eager protocol for messages that would have used it. */
   describe?: boolean;
 }
-export type { WorkerStats } from './native-types.ts';
+export type { WakeupKind, WorkerStats } from './native-types.ts';
 
 /** What a worker closes when it closes: its endpoints and listeners. */
 interface Child { close(options?: { force?: boolean }): unknown }
@@ -174,6 +174,11 @@ export class Worker {
 
   get closed(): boolean {
     return this.#closing !== undefined;
+  }
+
+  /** Which wake-up build drives this worker (docs/binding.md "Two builds of the wake-up"). */
+  get wakeup(): WakeupKind {
+    return native().wakeup;
   }
 
   #checkOpen(): void {

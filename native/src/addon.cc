@@ -8,6 +8,7 @@
 #include "rkey.h"
 #include "state.h"
 #include "status.h"
+#include "wakeup.h"
 #include "worker.h"
 
 using namespace gdrpc;
@@ -33,6 +34,7 @@ static Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("addressOf", Napi::Function::New(env, AddressOf));
   exports.Set("setErrorClass", Napi::Function::New(env, SetErrorClass));
   exports.Set("cuda", cuda::Define(env));
+  exports.Set("wakeup", Napi::String::New(env, Wakeup::kKind));
   return exports;
 }
 

@@ -10,6 +10,10 @@ namespace gdrpc {
 class Wakeup {
  public:
   using Callback = std::function<void()>;
+  /** Which build this is: "uv" (the event loop's own handles: its check phase, where immediates
+   *  run, comes between two wake-up passes) or "thread" (a helper thread and a thread-safe
+   *  function, whose busy-poll passes follow each other without a loop turn). */
+  static const char* const kKind;
   /** Watches `fd` for readability and starts the watchdog; `onWake` runs on the main thread. */
   Wakeup(Napi::Env env, int fd, unsigned watchdogMs, Callback onWake);
   ~Wakeup();

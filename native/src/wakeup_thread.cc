@@ -13,6 +13,8 @@
 
 namespace gdrpc {
 
+const char* const Wakeup::kKind = "thread";
+
 enum CallKind : intptr_t { kWake = 1, kKick = 2 };
 
 struct Wakeup::Handles {

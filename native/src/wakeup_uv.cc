@@ -5,6 +5,8 @@
 
 namespace gdrpc {
 
+const char* const Wakeup::kKind = "uv";
+
 struct Wakeup::Handles {
   uv_poll_t poll;
   uv_timer_t timer;

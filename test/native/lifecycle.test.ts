@@ -14,6 +14,21 @@ afterEach(disposePeers);
 const config = { TLS: 'tcp' };
 const exitChild = fileURLToPath(new URL('./exit-child.ts', import.meta.url));
 
+describe('the wake-up build', () => {
+  // The dispatcher posts its control receive differently per build (docs/binding.md "Two builds of
+  // the wake-up"); npm install builds `uv` wherever Node's headers carry uv.h, as they do here.
+  it.skipIf(process.env.GDRPC_ADDON_PATH !== undefined)('is named by Worker.wakeup: uv for the build npm install made', async () => {
+    const context = Context.create({ config: { TLS: 'tcp' } });
+    const worker = Worker.create(context);
+    try {
+      expect(worker.wakeup).toBe('uv');
+    } finally {
+      await worker.close();
+      context.close();
+    }
+  });
+});
+
 describe('close semantics', () => {
   it('closes every handle twice without error and refuses use after close', async () => {
     const context = Context.create({ config });

@@ -7,7 +7,7 @@
 // the test's.
 import { afterEach, describe, expect, it } from 'vitest';
 import { Dispatcher, RECEIVE_SLICE_MESSAGES, type FrameSink } from '../../core/rpc/runtime/dispatcher.ts';
-import type { Worker } from '../../core/ucx/index.ts';
+import type { WakeupKind, Worker } from '../../core/ucx/index.ts';
 import { Code, GdrpcError } from '../../core/errors.ts';
 import { CONTROL_BIT, controlTag, dataTag, HELLO_KEY, type ConnectionKey } from '../../core/wire/tag.ts';
 
@@ -17,6 +17,8 @@ interface Queued { senderTag: bigint; length: number }
  *  tagProbe) and the control messages its receive takes (`controls`). */
 class FakeWorker {
   closed = false;
+  /** The wake-up build it stands for: 'uv' unless a test says otherwise. */
+  constructor(readonly wakeup: WakeupKind = 'uv') {}
   readonly queue: Queued[] = [];
   readonly controls: Array<{ tag: bigint; bytes: Uint8Array }> = [];
   pending: { id: number; buffer: Uint8Array; slot: Uint32Array; done: (error?: unknown) => void } | undefined;
@@ -82,8 +84,8 @@ function setUp(): { worker: FakeWorker; key: ConnectionKey; strays: bigint[] } {
 }
 
 /** A dispatcher with one registered connection whose messages are recorded. */
-function receiving(): { worker: FakeWorker; key: ConnectionKey; got: number[]; hello: number[] } {
-  const worker = new FakeWorker();
+function receiving(wakeup: WakeupKind = 'uv'): { worker: FakeWorker; key: ConnectionKey; got: number[]; hello: number[] } {
+  const worker = new FakeWorker(wakeup);
   dispatcher = new Dispatcher(worker as unknown as Worker, 4096);
   const got: number[] = [];
   const hello: number[] = [];
@@ -94,6 +96,25 @@ function receiving(): { worker: FakeWorker; key: ConnectionKey; got: number[]; h
 }
 
 describe('Dispatcher control receive', () => {
+  // The answer to a message leaves in a microtask at the end of the wake-up that brought it; with
+  // the uv wake-up the next receive is posted after that, from an immediate. The thread wake-up's
+  // polling passes follow each other without an event-loop turn, so there it is posted at once.
+  it.each([['uv', false], ['thread', true]] as const)('after a message it waited for, the %s wake-up posts the next receive at once: %s', async (wakeup, atOnce) => {
+    const { worker, key, got } = receiving(wakeup);
+    await worker.posted();
+    let postedInMicrotask: boolean | undefined;
+    worker.arrive(controlTag(key.value), new Uint8Array([7]));
+    expect(got).toEqual([7]);
+    expect(worker.pending !== undefined).toBe(atOnce);
+    queueMicrotask(() => { postedInMicrotask = worker.pending !== undefined; });
+    await new Promise<void>((resolve) => setImmediate(resolve));
+    expect(postedInMicrotask).toBe(atOnce);
+    // Either way the loop goes on: a receive is pending after the turn.
+    expect(worker.pending).toBeDefined();
+    worker.arrive(controlTag(key.value), new Uint8Array([8]));
+    expect(got).toEqual([7, 8]);
+  });
+
   it('routes by all 56 bits of the key: a guessed low word, another class byte or an unknown prefix is unattributed', async () => {
     const { worker, key, got, hello } = receiving();
     await Promise.resolve();

@@ -5,6 +5,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, Runtime, Server, Worker, Endpoint } from '../../core/index.ts';
 import { BenchDescriptor } from '../../bench/schemas/gen/rpc_bench.ts';
+import { native } from '../../core/native.ts';
 
 type Op = 'post' | 'received' | 'send';
 const events: Array<{ worker: Worker; op: Op }> = [];
@@ -38,7 +39,8 @@ afterAll(async () => {
 });
 
 describe('the control receive loop', () => {
-  it('sends the answer to a message it waited for before it posts the next receive', async () => {
+  // The thread wake-up posts at once (test/rpc/dispatcher-drain.test.ts has both builds' order).
+  it.skipIf(native().wakeup !== 'uv')('sends the answer to a message it waited for before it posts the next receive (uv wake-up)', async () => {
     const server = Server.create({ runtime: serving, poolBytes: 1 << 20 }).register(BenchDescriptor, {
       ping: () => ({}),
       sink: () => ({ n: 0n }),
@@ -48,13 +50,12 @@ describe('the control receive loop', () => {
     for (let i = 0; i < 20; i += 1) await client.unary(BenchDescriptor.methods.ping, {});
     events.length = 0;
     for (let i = 0; i < 200; i += 1) await client.unary(BenchDescriptor.methods.ping, {});
-    await client.close();
     const ops = events.filter((e) => e.worker === serving.worker).map((e) => e.op);
-    // Each REQUEST the server waited for: the next operation of its worker is the RESPONSE's send.
-    const after = ops.flatMap((op, i) => (op === 'received' && i + 1 < ops.length ? [ops[i + 1]] : []));
-    expect(after.length).toBeGreaterThan(100);
-    expect(after.every((op) => op === 'send')).toBe(true);
-    // And the loop goes on receiving: a post follows every such send.
-    expect(ops.filter((op) => op === 'post').length).toBeGreaterThanOrEqual(after.length);
+    await client.close();
+    // Each REQUEST the server waited for: the next operations of its worker are the RESPONSE's
+    // send, then the next receive's post (the loop goes on).
+    const next = ops.flatMap((op, i) => (op === 'received' && i + 2 < ops.length ? [`${ops[i + 1]} ${ops[i + 2]}`] : []));
+    expect(next.length).toBeGreaterThan(100);
+    expect(new Set(next)).toEqual(new Set(['send post']));
   });
 });

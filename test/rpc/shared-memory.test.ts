@@ -46,7 +46,37 @@ describe('RuntimeOptions.sharedMemory', () => {
       expect(error.code).toBe(Code.INVALID_ARGUMENT);
       expect(error.message).toContain('sharedMemory');
     }
-    expect(Runtime.current()).toBeUndefined();
+  });
+
+  it('a value of UCX_MM_ERROR_HANDLING that UCX would refuse is INVALID_ARGUMENT naming the variable, whatever the runtime chose', () => {
+    const saved = process.env.UCX_MM_ERROR_HANDLING;
+    process.env.UCX_MM_ERROR_HANDLING = 'true';
+    try {
+      for (const options of [{}, { sharedMemory: false }, { sharedMemory: true }]) {
+        const error = thrown(() => opened.push(Runtime.create(options)));
+        expect(error.code).toBe(Code.INVALID_ARGUMENT);
+        expect(error.message).toContain('UCX_MM_ERROR_HANDLING');
+        expect(error.message).toContain('"true"');
+      }
+    } finally {
+      if (saved === undefined) delete process.env.UCX_MM_ERROR_HANDLING;
+      else process.env.UCX_MM_ERROR_HANDLING = saved;
+    }
+  });
+
+  it('the default runtime: checked on every call, and another sharedMemory than it has is FAILED_PRECONDITION', async () => {
+    const first = Runtime.default({ sharedMemory: true });
+    try {
+      expect(first.sharedMemory).toBe(true);
+      expect(Runtime.default({ sharedMemory: true })).toBe(first);
+      expect(Runtime.default()).toBe(first);
+      const conflict = thrown(() => Runtime.default({ sharedMemory: false }));
+      expect(conflict.code).toBe(Code.FAILED_PRECONDITION);
+      expect(conflict.message).toContain('sharedMemory true');
+      expect(thrown(() => Runtime.default({ sharedMemory: 'no' as unknown as boolean })).code).toBe(Code.INVALID_ARGUMENT);
+    } finally {
+      await first.close();
+    }
   });
 
   it.each([1, 4097, 64 * 1024, 1 << 20])('both sides on it: %i bytes go over shared memory, exact', async (size) => {
@@ -84,6 +114,15 @@ describe('RuntimeOptions.sharedMemory', () => {
     expect(await echoPath(viaEnvironment, 64 * 1024)).toBe('shm');
     const viaTcp = await Client.connect(server.address!, { runtime: off });
     expect(await echoPath(viaTcp, 64 * 1024)).toBe('tcp');
+  });
+
+  it('a client on it that fails for another reason (nothing listening) gets no word about shared memory', async () => {
+    const server = await echoServer(runtime(false));
+    const port = server.address!.port;
+    await server.shutdown({ graceMs: 0 });
+    const error = await rejection(Client.connect({ host: '127.0.0.1', port }, { runtime: runtime(true), connectTimeoutMs: 10_000 }));
+    expect(error.code).toBe(Code.UNAVAILABLE);
+    expect(error.message).not.toContain('sharedMemory');
   });
 
   it('a client on it against a server without it: UNAVAILABLE that says why, and the server serves the next client', async () => {

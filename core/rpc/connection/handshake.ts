@@ -39,12 +39,12 @@ export async function connectAndAdmit(runtime: Runtime, host: string, port: numb
   }
 }
 
-/** A connection that failed before the server's HELLO, from a runtime on shared memory: UCX's
- *  wire-up says only that the peer reset it, which is what a server without shared memory does
- *  to such a client (measured on UCX 1.22); the error says so. */
+/** A connection that UCX reset before the server's HELLO, from a runtime on shared memory: that is
+ *  what a server without shared memory does to such a client at wire-up (measured on UCX 1.22,
+ *  which says no more than "Connection reset by remote peer"); the error names the likely cause. */
 function sharedMemoryHint(runtime: Runtime, connection: Connection | undefined, failure: GdrpcError): GdrpcError {
-  if (!runtime.sharedMemory || failure.code !== Code.UNAVAILABLE || connection?.peerKey !== undefined) return failure;
-  return new GdrpcError(Code.UNAVAILABLE, `${failure.rawMessage} (this runtime uses shared memory with peers on this host, RuntimeOptions.sharedMemory: a server without it refuses the connection)`, { cause: failure, ...(failure.ucsStatus !== undefined ? { ucsStatus: failure.ucsStatus } : {}) });
+  if (!runtime.sharedMemory || failure.ucsStatus !== 'UCS_ERR_CONNECTION_RESET' || connection?.peerKey !== undefined) return failure;
+  return new GdrpcError(Code.UNAVAILABLE, `${failure.rawMessage} (this runtime uses shared memory with peers on this host, RuntimeOptions.sharedMemory: a server without it resets such a connection)`, { cause: failure, ucsStatus: failure.ucsStatus });
 }
 
 function admit(connection: Connection, options: HandshakeOptions): Promise<void> {

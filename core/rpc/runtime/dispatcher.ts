@@ -60,8 +60,12 @@ export class Dispatcher {
   #deferrals = 0;
   static readonly #sink = new Uint8Array(1);
 
+  /** Whether the receive after a message it waited for waits for the event loop's turn (#onReceived). */
+  readonly #receiveAfterTurn: boolean;
+
   constructor(private readonly worker: Worker, frameBytes: number) {
     this.#buffer = Buffer.allocUnsafe(frameBytes);
+    this.#receiveAfterTurn = worker.wakeup === 'uv';
   }
 
   /** Grows the receive buffer to at least `bytes` (from the next receive on). */
@@ -161,14 +165,19 @@ export class Dispatcher {
     const buffer = this.#posted;
     this.#posted = undefined;
     if (buffer === undefined || this.#stop.signal.aborted) return;
+    // The receive waited for this message: the loop came back from the event loop, a new slice.
+    this.#newSlice();
     if (error === undefined) this.#deliver(buffer);
     else this.#failed(error);
-    // The next receive is posted once this wake-up's work is done: the frames it answered with
-    // leave in a microtask of the wake-up, and the event loop runs immediates after it, before it
-    // looks at the worker again. Posted here, it stood between every message and its answer
-    // (0.6-0.7 µs a side on the CPU box). Whatever arrives meanwhile waits in UCX's queue, and
-    // the receive takes it at once (payload drains wait for it: drainPayloads).
-    setImmediate(this.#resume);
+    // Posted here, the next receive stood between every message and its answer (0.6-0.7 µs a side
+    // on the CPU box): the frames of the answer leave in a microtask at the end of this wake-up.
+    // With the uv wake-up the event loop's check phase, where immediates run, comes after that
+    // and before the worker's next wake-up; whatever arrives meanwhile waits in UCX's queue, and the
+    // receive takes it at once (payload drains wait for it: drainPayloads). The thread wake-up's
+    // busy-poll passes follow each other without a loop turn, which would hold the immediate (and
+    // the messages behind it) for as long as the worker polls: there it is posted at once.
+    if (this.#receiveAfterTurn) setImmediate(this.#resume);
+    else if (!this.#yielded()) this.#receive();
   };
 
   /** Receives again after a pause (a message that had been waited for, a slice's end): a new slice. */

@@ -55,9 +55,16 @@ export interface RuntimeOptions {
   sharedMemory?: boolean;
 }
 
-/** Whether UCX_MM_ERROR_HANDLING turns shared memory on for runtimes that do not choose. */
+/** Whether UCX_MM_ERROR_HANDLING turns shared memory on for runtimes that do not choose. UCX reads
+ *  the variable as its boolean (y, yes, 1, on / n, no, 0, off, any case) when any context is
+ *  made, whatever the runtime chose; another value fails every runtime in UCX with an "Invalid
+ *  parameter" that names nothing, so it is refused here with its name. */
 function sharedMemoryFromEnvironment(): boolean {
-  return /^(1|y|yes|on|true)$/i.test(process.env.UCX_MM_ERROR_HANDLING ?? '');
+  const text = process.env.UCX_MM_ERROR_HANDLING;
+  if (text === undefined) return false;
+  if (/^(y|yes|1|on)$/i.test(text)) return true;
+  if (/^(n|no|0|off)$/i.test(text)) return false;
+  throw invalidOption('UCX_MM_ERROR_HANDLING', text, "y, yes, 1 or on; n, no, 0 or off (UCX's boolean)");
 }
 
 /** A UCX context and worker with the pools, remote tensors and counters of the Clients and
@@ -108,11 +115,17 @@ export class Runtime {
     return Runtime.#open(options, false);
   }
 
-  /** The process's default runtime, created on first use (with `busyPollUs`, else
-   *  GDRPC_BUSY_POLL_US, else 0: later callers share what the first chose). It closes itself when
-   *  its last Client, Server and processPool hold are gone; the next use makes a new one. */
+  /** The process's default runtime, created on first use with `options` (busyPollUs: else
+   *  GDRPC_BUSY_POLL_US, else 'adaptive'; later callers share what the first chose). A later
+   *  caller asking for another `sharedMemory` than it has gets FAILED_PRECONDITION: that choice is
+   *  one of trust, not of tuning. It closes itself when its last Client, Server and processPool
+   *  hold are gone; the next use makes a new one. */
   static default(options: RuntimeOptions = {}): Runtime {
-    if (Runtime.#default === undefined) checkOptions('RuntimeOptions', options, RUNTIME_OPTIONS);
+    checkOptions('RuntimeOptions', options, RUNTIME_OPTIONS);
+    const open = Runtime.#default;
+    if (open !== undefined && options.sharedMemory !== undefined && options.sharedMemory !== open.sharedMemory) {
+      throw new GdrpcError(Code.FAILED_PRECONDITION, `the default runtime is open with sharedMemory ${open.sharedMemory}; Runtime.create() makes one with another choice`);
+    }
     Runtime.#default ??= Runtime.#open(options, true);
     return Runtime.#default;
   }
@@ -126,7 +139,9 @@ export class Runtime {
     // through UCX's software RMA emulation (docs/security.md).
     const rma = unsafeRmaEnabled();
     const busyPollUs = options.busyPollUs ?? busyPollFromEnvironment();
-    const sharedMemory = options.sharedMemory ?? sharedMemoryFromEnvironment();
+    // Checked even when the option decides: UCX reads the variable anyway.
+    const fromEnvironment = sharedMemoryFromEnvironment();
+    const sharedMemory = options.sharedMemory ?? fromEnvironment;
     // UCX keeps shared memory off endpoints in PEER error mode unless MM_ERROR_HANDLING says so.
     const config: Record<string, string> = options.sharedMemory === undefined ? {} : { MM_ERROR_HANDLING: sharedMemory ? 'y' : 'n' };
     const context = Context.create({ features: rma ? ['tag', 'rma', 'wakeup'] : ['tag', 'wakeup'], config });
