@@ -77,6 +77,34 @@ export function checkGoals(rows: BenchResult[], system: string): Goal[] {
     met: ratios.length ? ratios.every((r) => r.ratio >= 0.9) : null,
     note: 'gdrpc is measured one call at a time (latency-bound); ucx_perftest tag_bw streams many messages in flight',
   });
+  goals.push(...sharedMemoryGoals(rows, `${system} (shared memory)`));
+  return goals;
+}
+
+/** The small-call and 16 MiB goals for trusted peers over shared memory (the GPU bench's gdrpc-shm
+ *  step), each beside the same call in C over shared memory; none when the step did not run. */
+function sharedMemoryGoals(rows: BenchResult[], system: string): Goal[] {
+  const ours = (bytes: number): BenchResult | undefined => rows.find((r) => r.system === system && r.bytes === bytes && r.p50_us !== null);
+  const inC = (bytes: number): BenchResult | undefined => rows.find((r) => r.system === ucxCallSystem('none', 'listener', true) && r.bytes === bytes);
+  const cNote = (bytes: number): string => {
+    const c = inC(bytes);
+    return c ? `the same call in C over UCX's shared memory takes ${c.p50_us!.toFixed(1)} us` : 'no C call over shared memory to compare';
+  };
+  const small = ours(0);
+  if (small === undefined) return [];
+  const goals: Goal[] = [{
+    goal: 'small call round trip p50, trusted peers over shared memory (RuntimeOptions.sharedMemory)', target: '<= 20 us',
+    measured: `${small.p50_us!.toFixed(1)} us`, met: small.p50_us! <= 20, note: cNote(0),
+  }];
+  const mid = ours(16 * MiB);
+  if (mid !== undefined) {
+    const copy = rows.find((r) => r.system === 'cuda-copy (torch)' && r.bytes === 16 * MiB && r.p50_us !== null);
+    goals.push({
+      goal: 'per-call time with a 16 MiB CUDA argument over shared memory, p50', target: copy ? `<= ${(copy.p50_us! + 30).toFixed(1)} us (torch's copy + 30 us)` : "<= torch's copy + 30 us",
+      measured: `${mid.p50_us!.toFixed(1)} us`, met: copy ? mid.p50_us! <= copy.p50_us! + 30 : null,
+      note: copy ? cNote(16 * MiB) : `no torch copy at 16 MiB in this run; ${cNote(16 * MiB)}`,
+    });
+  }
   return goals;
 }
 

@@ -46,6 +46,23 @@ describe('checkGoals with the C floor', () => {
     expect(goals[2]!.note).toMatch(/; the same call in C over UCX \(bench\/ucx-call\.c\) takes 582\.1 us with busy-polling workers$/);
   });
 
+  it('adds the shared-memory goals when the gdrpc-shm step ran, each beside C over shared memory and the copy', () => {
+    const shm = 'gdrpc (shared memory)';
+    const goals = checkGoals([
+      row('gdrpc', 'small_call_rtt', 0, 58.9),
+      row(shm, 'small_call_rtt', 0, 28.2),
+      row(shm, 'tensor_arg/tag', 16 * 2 ** 20, 92.8),
+      row('cuda-copy (torch)', 'd2d_copy/cuda:0->cuda:0', 16 * 2 ** 20, 8.5),
+      row(ucxCallSystem('none', 'listener', true), 'small_call_rtt', 0, 6.4),
+      row(ucxCallSystem('none', 'listener', true), 'tensor_arg/tag', 16 * 2 ** 20, 25.2),
+    ], 'gdrpc');
+    const [small, mid] = goals.slice(-2);
+    expect(small).toMatchObject({ target: '<= 20 us', measured: '28.2 us', met: false, note: "the same call in C over UCX's shared memory takes 6.4 us" });
+    expect(mid).toMatchObject({ target: "<= 38.5 us (torch's copy + 30 us)", measured: '92.8 us', met: false, note: "the same call in C over UCX's shared memory takes 25.2 us" });
+    // Without the step, no such goal.
+    expect(checkGoals([row('gdrpc', 'small_call_rtt', 0, 58.9)], 'gdrpc').some((g) => g.goal.includes('shared memory'))).toBe(false);
+  });
+
   it('adds nothing when the C program did not run', () => {
     const goals = checkGoals([row('gdrpc', 'small_call_rtt', 0, 57.5), row('ucx_perftest', 'tag_rtt', 8, 696.4)], 'gdrpc');
     expect(goals[0]!.note).not.toContain('ucx-call');
