@@ -8,6 +8,11 @@ export interface Goal { goal: string; target: string; measured: string; met: boo
 
 const MiB = 2 ** 20;
 
+/** The first row of `system` at `bytes`. */
+function rowOf(rows: BenchResult[], system: string, bytes: number): BenchResult | undefined {
+  return rows.find((r) => r.system === system && r.bytes === bytes);
+}
+
 function best(rows: BenchResult[], system: string, bytes: number): BenchResult | undefined {
   return rows.filter((r) => r.system === system && r.workload.startsWith('tensor_arg/') && r.bytes === bytes && r.p50_us !== null)
     .sort((a, b) => a.p50_us! - b.p50_us!)[0];
@@ -29,7 +34,7 @@ export function checkGoals(rows: BenchResult[], system: string): Goal[] {
   const goals: Goal[] = [];
   const perf = (bytes: number): BenchResult | undefined => rows.find((r) => r.system === 'ucx_perftest' && r.workload === 'tag_bw' && r.bytes === bytes);
   const perfRtt = rows.find((r) => r.system === 'ucx_perftest' && r.workload === 'tag_rtt');
-  const floor = (system: string, bytes: number): BenchResult | undefined => rows.find((r) => r.system === system && r.bytes === bytes);
+  const floor = (system: string, bytes: number): BenchResult | undefined => rowOf(rows, system, bytes);
   /** What the same call takes in C over UCX (bench/ucx-call.c), spinning and with the server asleep between calls. */
   const floorNote = (bytes: number): string => {
     const spin = floor(ucxCallSystem('none'), bytes);
@@ -85,7 +90,7 @@ export function checkGoals(rows: BenchResult[], system: string): Goal[] {
  *  step), each beside the same call in C over shared memory; none when the step did not run. */
 function sharedMemoryGoals(rows: BenchResult[], system: string): Goal[] {
   const ours = (bytes: number): BenchResult | undefined => rows.find((r) => r.system === system && r.bytes === bytes && r.p50_us !== null);
-  const inC = (bytes: number): BenchResult | undefined => rows.find((r) => r.system === ucxCallSystem('none', 'listener', true) && r.bytes === bytes);
+  const inC = (bytes: number): BenchResult | undefined => rowOf(rows, ucxCallSystem('none', 'listener', true), bytes);
   const cNote = (bytes: number): string => {
     const c = inC(bytes);
     return c ? `the same call in C over UCX's shared memory takes ${c.p50_us!.toFixed(1)} us` : 'no C call over shared memory to compare';

@@ -114,15 +114,19 @@ async function warmTensorPath(system: System): Promise<void> {
 export async function runRpcBench(_opts: { json?: string } = {}): Promise<object> {
   const results: BenchResult[] = [];
   const skipped: { system: string; reason: string }[] = [];
-  for (const [wait, sizes] of [['none', [0, 4 * KiB, 64 * KiB, MiB]], ['server', [0, 4 * KiB]], ['both', [0, 4 * KiB]]] as const) {
-    const floor = await runUcxCall('host', [...sizes], () => {}, { wait });
+  // The last variant is trusted peers over shared memory (RuntimeOptions.sharedMemory), as the
+  // gdrpc-shm system below.
+  const floors = [
+    { wait: 'none', sizes: [0, 4 * KiB, 64 * KiB, MiB], sharedMemory: false },
+    { wait: 'server', sizes: [0, 4 * KiB], sharedMemory: false },
+    { wait: 'both', sizes: [0, 4 * KiB], sharedMemory: false },
+    { wait: 'none', sizes: [0, 4 * KiB, 64 * KiB, MiB], sharedMemory: true },
+  ] as const;
+  for (const { wait, sizes, sharedMemory } of floors) {
+    const floor = await runUcxCall('host', [...sizes], () => {}, { wait, sharedMemory });
     results.push(...floor.results.map((r) => ({ ...r, workload: r.bytes === 0 ? 'unary_small_rtt' : 'tensor_arg_host' })));
     skipped.push(...floor.skipped);
   }
-  // Trusted peers over shared memory (RuntimeOptions.sharedMemory), in C and in gdrpc.
-  const shmFloor = await runUcxCall('host', [0, 4 * KiB, 64 * KiB, MiB], () => {}, { wait: 'none', sharedMemory: true });
-  results.push(...shmFloor.results.map((r) => ({ ...r, workload: r.bytes === 0 ? 'unary_small_rtt' : 'tensor_arg_host' })));
-  skipped.push(...shmFloor.skipped);
   for (const make of [() => gdrpcSystem(), () => gdrpcSystem(BUSY_POLL_US), () => gdrpcSystem('adaptive', { sharedMemory: true }), grpcSystem]) {
     const system = await make();
     try {

@@ -102,12 +102,9 @@ export class Runtime {
   #mapsCuda: boolean | undefined;
   #closing: Promise<void> | undefined;
 
-  /** Whether this runtime talks to peers on this host over shared memory (RuntimeOptions.sharedMemory). */
-  readonly sharedMemory: boolean;
-
-  private constructor(readonly context: Context, readonly worker: Worker, readonly dispatcher: Dispatcher, readonly rma: boolean, readonly implicit: boolean, sharedMemory: boolean) {
-    this.sharedMemory = sharedMemory;
-  }
+  /** `sharedMemory`: whether this runtime talks to peers on this host over shared memory
+   *  (RuntimeOptions.sharedMemory). */
+  private constructor(readonly context: Context, readonly worker: Worker, readonly dispatcher: Dispatcher, readonly rma: boolean, readonly implicit: boolean, readonly sharedMemory: boolean) {}
 
   /** A runtime of the caller's own: its own UCX context and worker, closed by close(). */
   static create(options: RuntimeOptions = {}): Runtime {
