@@ -77,10 +77,12 @@ export class Endpoint extends EventEmitter<{ error: [GdrpcError]; close: [] }> {
    *  the promise tagSend would return. Makes no promise for the common small message. */
   tagSendNow(tag: bigint, src: Uint8Array): Promise<void> | undefined {
     try {
-      this.#checkUsable();
+      // A failed endpoint is the addon's to refuse (UNAVAILABLE, with UCX's reason): asking it
+      // first, as #checkUsable does, cost a crossing into the addon per control message.
+      if (this.#closing !== undefined || this.#ended) this.#checkUsable();
       checkU64(tag, 'tag');
-      const { target, offset, length } = tagTarget(src, 'src');
-      return this.#native.tagSend(tag, target, offset, length, this.worker.requestId(), undefined, false, true);
+      if (!(src instanceof Uint8Array)) throw invalid(`src must be a Uint8Array, got ${describe(src)}`);
+      return this.#native.tagSend(tag, src, 0, src.byteLength, this.worker.requestId(), undefined, false, true);
     } catch (error) {
       return Promise.reject(GdrpcError.from(error));
     }

@@ -57,6 +57,8 @@ describe.each(Object.keys(TRANSPORTS) as TransportName[])('peer killed over %s',
 
     // The failed endpoint refuses new work with the same code; closing it is a no-op that resolves.
     await expect(ep.tagSend(1n, Buffer.alloc(8))).rejects.toMatchObject({ code: 'UNAVAILABLE' });
+    // tagSendNow leaves the failed endpoint for the addon to refuse: a rejection with the same code.
+    await expect(ep.tagSendNow(1n, new Uint8Array(8))).rejects.toMatchObject({ code: 'UNAVAILABLE', message: expect.stringMatching(/failed/) });
     await expect(ep.get(region.span(), BigInt(remote.address), rkey)).rejects.toMatchObject({ code: 'UNAVAILABLE' });
     await ep.close();
     await ep.close();

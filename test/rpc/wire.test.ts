@@ -62,6 +62,16 @@ describe('control messages', () => {
     expect(unpacked.map((f) => [f.kind, f.call, [...f.body]])).toEqual([[4, 7, [1, 2, 3]], [10, 0, []]]);
   });
 
+  it('write each header as kind u8, call u32 and length u32, big-endian (docs/wire.md)', () => {
+    const body = Uint8Array.from({ length: 0x1234 }, (_, i) => i & 0xff);
+    const packed = packMessage([{ kind: 9, call: 0x8765_4321, body }, { kind: 255, call: 1, body: new Uint8Array([7]) }]);
+    expect([...packed.subarray(0, 9)]).toEqual([9, 0x87, 0x65, 0x43, 0x21, 0x00, 0x00, 0x12, 0x34]);
+    expect([...packed.subarray(9, 9 + body.length)]).toEqual([...body]);
+    expect([...packed.subarray(9 + body.length)]).toEqual([255, 0, 0, 0, 1, 0, 0, 0, 1, 7]);
+    const [first] = unpackMessage(packed);
+    expect([first!.kind, first!.call, first!.body.length]).toEqual([9, 0x8765_4321, 0x1234]);
+  });
+
   it('refuse an empty message and entries that run past the end', () => {
     expect(codeOf(() => unpackMessage(new Uint8Array(0)))).toBe(Code.INVALID_ARGUMENT);
     const whole = packMessage([{ kind: 4, call: 1, body: new Uint8Array(10) }]);
