@@ -40,23 +40,33 @@ export function packMessage(frames: readonly WireFrame[]): Uint8Array {
   return out;
 }
 
-/** Splits a message into its frames (views into `bytes`); INVALID_ARGUMENT when an entry is cut
- *  short or the message is empty: then none of its frames is used. */
-export function unpackMessage(bytes: Uint8Array): WireFrame[] {
-  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  const frames: WireFrame[] = [];
-  for (let at = 0; at < bytes.length;) {
-    if (at + FRAME_HEADER > bytes.length) throw malformed('a frame header runs past the end of the message');
-    const kind = view.getUint8(at);
-    const call = view.getUint32(at + 1);
-    const length = view.getUint32(at + 5);
+/** A frame as it arrived: its body is `source[start, end)`, bytes of the message it came in, read
+ *  in place (not copied; decodeFrame copies what it keeps). */
+export interface ReceivedFrame { kind: number; call: number; source: Uint8Array; start: number; end: number }
+
+/** Splits the message `source[0, length)` into its frames; INVALID_ARGUMENT when an entry is cut
+ *  short or the message is empty: then none of its frames is used. The header words are read
+ *  byte by byte, for the reason packMessage writes them so. */
+export function unpackMessage(source: Uint8Array, length = source.length): ReceivedFrame[] {
+  if (length > source.length) throw new RangeError(`a message of ${length} bytes in ${source.length}`);
+  const frames: ReceivedFrame[] = [];
+  for (let at = 0; at < length;) {
+    if (at + FRAME_HEADER > length) throw malformed('a frame header runs past the end of the message');
+    const kind = source[at]!;
+    const call = ((source[at + 1]! << 24) | (source[at + 2]! << 16) | (source[at + 3]! << 8) | source[at + 4]!) >>> 0;
+    const size = ((source[at + 5]! << 24) | (source[at + 6]! << 16) | (source[at + 7]! << 8) | source[at + 8]!) >>> 0;
     at += FRAME_HEADER;
-    if (at + length > bytes.length) throw malformed(`a frame of ${length} bytes runs past the end of the message`);
-    frames.push({ kind, call, body: bytes.subarray(at, at + length) });
-    at += length;
+    if (at + size > length) throw malformed(`a frame of ${size} bytes runs past the end of the message`);
+    frames.push({ kind, call, source, start: at, end: at + size });
+    at += size;
   }
   if (frames.length === 0) throw malformed('empty control message');
   return frames;
+}
+
+/** The body of a received frame, as a view. */
+export function frameBody(frame: ReceivedFrame): Uint8Array {
+  return frame.source.subarray(frame.start, frame.end);
 }
 
 function malformed(message: string): GdrpcError {

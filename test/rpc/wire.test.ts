@@ -4,9 +4,10 @@ import { describe, expect, it } from 'vitest';
 import { Packr } from 'msgpackr';
 import { Code, GdrpcError, Tensor, validateFields } from '../../core/index.ts';
 import { decodeFrame, encodeFrame, checkTensorWire } from '../../core/wire/codec.ts';
+import { frameOf } from '../support/frames.ts';
 import { FrameKind, WIRE_VERSION } from '../../core/wire/frames.ts';
 import { CONTROL_MASK, ConnectionKey, controlKey, controlPrefix, controlTag, dataParts, dataTag, transferOf } from '../../core/wire/tag.ts';
-import { packMessage, unpackMessage } from '../../core/wire/message.ts';
+import { frameBody, packMessage, unpackMessage } from '../../core/wire/message.ts';
 import { chooseMover } from '../../core/rpc/movers/choose.ts';
 import { transferPath } from '../../core/rpc/movers/path.ts';
 import type { Endpoint } from '../../core/ucx/index.ts';
@@ -59,7 +60,7 @@ describe('control messages', () => {
   it('pack frames in order and unpack them back', () => {
     const frames = [{ kind: 4, call: 7, body: new Uint8Array([1, 2, 3]) }, { kind: 10, call: 0, body: new Uint8Array(0) }];
     const unpacked = unpackMessage(packMessage(frames));
-    expect(unpacked.map((f) => [f.kind, f.call, [...f.body]])).toEqual([[4, 7, [1, 2, 3]], [10, 0, []]]);
+    expect(unpacked.map((f) => [f.kind, f.call, [...frameBody(f)]])).toEqual([[4, 7, [1, 2, 3]], [10, 0, []]]);
   });
 
   it('write each header as kind u8, call u32 and length u32, big-endian (docs/wire.md)', () => {
@@ -69,7 +70,18 @@ describe('control messages', () => {
     expect([...packed.subarray(9, 9 + body.length)]).toEqual([...body]);
     expect([...packed.subarray(9 + body.length)]).toEqual([255, 0, 0, 0, 1, 0, 0, 0, 1, 7]);
     const [first] = unpackMessage(packed);
-    expect([first!.kind, first!.call, first!.body.length]).toEqual([9, 0x8765_4321, 0x1234]);
+    expect([first!.kind, first!.call, first!.end - first!.start]).toEqual([9, 0x8765_4321, 0x1234]);
+  });
+
+  it('unpack only the first `length` bytes of a source, frames as ranges of it', () => {
+    const one = packMessage([{ kind: 4, call: 7, body: new Uint8Array([1, 2, 3]) }]);
+    const source = new Uint8Array(64).fill(0xee);
+    source.set(one);
+    const frames = unpackMessage(source, one.length);
+    expect(frames.map((f) => [f.kind, f.call, f.start, f.end, f.source === source])).toEqual([[4, 7, 9, 12, true]]);
+    // The bytes after `length` would be a frame header cut short.
+    expect(codeOf(() => unpackMessage(source, one.length + 3))).toBe(Code.INVALID_ARGUMENT);
+    expect(() => unpackMessage(source, 65)).toThrow(RangeError);
   });
 
   it('refuse an empty message and entries that run past the end', () => {
@@ -84,7 +96,7 @@ describe('frames', () => {
   it('round-trips a request with version, bigint and bytes', () => {
     const bytes = encodeFrame(FrameKind.Request, { svc: 's', m: 'm', a: { big: 1n << 60n, b: new Uint8Array([1, 2]) }, to: 5, md: { k: 'v' } });
     expect((packr.unpack(bytes) as { v: unknown }).v).toBe(WIRE_VERSION);
-    const frame = decodeFrame({ kind: FrameKind.Request, call: 1, body: bytes });
+    const frame = decodeFrame(frameOf(FrameKind.Request, 1, bytes));
     if (frame.kind !== FrameKind.Request) throw new Error(`decoded as kind ${frame.kind}`);
     expect(frame.body.a?.big).toBe(1n << 60n);
     expect([...(frame.body.a as { b: Uint8Array }).b]).toEqual([1, 2]);
@@ -100,7 +112,26 @@ describe('frames', () => {
   ] as const)('encodes %s as packing the body with v last', (_name, kind, body) => {
     const bytes = encodeFrame(kind, body as never);
     expect(Buffer.from(bytes).equals(packr.pack({ ...body, v: WIRE_VERSION }))).toBe(true);
-    expect((decodeFrame({ kind, call: 1, body: bytes }).body as { v: unknown }).v).toBe(WIRE_VERSION);
+    expect((decodeFrame(frameOf(kind, 1, bytes)).body as { v: unknown }).v).toBe(WIRE_VERSION);
+  });
+
+  it('decodes a frame in place from the middle of a source, its byte strings copied out', () => {
+    const body = encodeFrame(FrameKind.Request, { svc: 's', m: 'm', a: { b: new Uint8Array([1, 2, 3]) } });
+    const source = new Uint8Array(body.length + 20).fill(0xee);
+    source.set(body, 10);
+    const frame = decodeFrame({ kind: FrameKind.Request, call: 1, source, start: 10, end: 10 + body.length });
+    if (frame.kind !== FrameKind.Request) throw new Error(`decoded as kind ${frame.kind}`);
+    const bytes = (frame.body.a as { b: Uint8Array }).b;
+    source.fill(0);  // the next message, received into the same buffer
+    expect([...bytes]).toEqual([1, 2, 3]);
+    expect(bytes.buffer).not.toBe(source.buffer);
+  });
+
+  it('refuses an empty body as not msgpack (not as the rest of its source)', () => {
+    const source = packr.pack({ v: WIRE_VERSION });
+    expect(codeOf(() => decodeFrame({ kind: FrameKind.Keepalive, call: 0, source, start: 0, end: 0 }))).toBe(Code.INVALID_ARGUMENT);
+    expect(codeOf(() => decodeFrame({ kind: FrameKind.Keepalive, call: 0, source, start: 2, end: 2 }))).toBe(Code.INVALID_ARGUMENT);
+    expect(decodeFrame({ kind: FrameKind.Keepalive, call: 0, source, start: 0, end: source.length }).kind).toBe(FrameKind.Keepalive);
   });
 
   it('keeps one v, the wire version, when a body brings its own', () => {
@@ -110,9 +141,9 @@ describe('frames', () => {
 
   // Each kind's checks: test/wire/decode.test.ts.
   it('rejects unknown kinds, other versions and bytes that are not msgpack', () => {
-    expect(codeOf(() => decodeFrame({ kind: 99, call: 0, body: packr.pack({ v: WIRE_VERSION }) }))).toBe(Code.INVALID_ARGUMENT);
-    expect(codeOf(() => decodeFrame({ kind: FrameKind.Keepalive, call: 0, body: packr.pack({ v: 1 }) }))).toBe(Code.INVALID_ARGUMENT);
-    expect(codeOf(() => decodeFrame({ kind: FrameKind.Keepalive, call: 0, body: new Uint8Array([0xc1]) }))).toBe(Code.INVALID_ARGUMENT);
+    expect(codeOf(() => decodeFrame(frameOf(99, 0, packr.pack({ v: WIRE_VERSION }))))).toBe(Code.INVALID_ARGUMENT);
+    expect(codeOf(() => decodeFrame(frameOf(FrameKind.Keepalive, 0, packr.pack({ v: 1 }))))).toBe(Code.INVALID_ARGUMENT);
+    expect(codeOf(() => decodeFrame(frameOf(FrameKind.Keepalive, 0, new Uint8Array([0xc1]))))).toBe(Code.INVALID_ARGUMENT);
     expect(codeOf(() => checkTensorWire({ dt: 'u8', sh: [2], n: 2, mt: 'host', m: 'i', b: new Uint8Array(3) }, 'x'))).toBe(Code.INVALID_ARGUMENT);
     expect(codeOf(() => checkTensorWire({ dt: 'u8', sh: [2], n: 2, mt: 'host', m: 'r', x: 1 }, 'x'))).toBe(Code.INVALID_ARGUMENT);
   });

@@ -169,7 +169,50 @@ describe('no frame or byte reaches another connection', () => {
     }
     await stillServing('payload spoofing');
   });
+
+  // Control messages are decoded in place in the server's one receive buffer (wire/codec.ts
+  // decodeFrame). msgpackr's bundled-strings extension (0x62) sets its read position, once the
+  // value is read, to where the body says its bundle ends: a string that runs past the body's end
+  // is then not caught as an over-read, and whatever lay past the message would come back in the
+  // error that names the unknown method.
+  it('a frame that makes msgpack read past its message gets zeros, never an earlier message of another peer', async () => {
+    const victim = await admitted();
+    const attacker = await admitted();
+    try {
+      const secret = 'VICTIM-SECRET-'.repeat(40);
+      await victim.sendBody(FrameKind.Request, 1, { svc: secret, m: 'ping', a: { n: 1 } });
+      const refused = await victim.receive();
+      expect([refused?.kind, refused?.body.code]).toEqual([FrameKind.Error, Code.NOT_FOUND]);
+      // The victim's message (about 600 bytes) sits in the buffer now; the attacker's is 34.
+      await attacker.sendBytes(FrameKind.Request, 1, overReadingRequest(250));
+      const answer = await attacker.receive();
+      expect(answer?.kind).toBe(FrameKind.Error);
+      const message = String(answer?.body.msg);
+      expect(message).toMatch(/^unknown method x\/AA/);
+      // The read did go past the end (250 bytes more than the body holds) and found zeros.
+      expect(message).toMatch(/\u0000{200}/);
+      expect(message).not.toMatch(/VICTIM|SECRET/);
+    } finally {
+      await Promise.all([victim.close(), attacker.close()]);
+    }
+    await stillServing('reading past a message');
+  });
 });
+
+/** A REQUEST body `{ v: 2, svc: 'x', m: <str> }` whose `m` is declared `runPast` bytes longer than
+ *  the body holds, behind a bundled-strings extension whose bundle (two empty strings) is the
+ *  body's last two bytes: msgpackr reads the string past the end, then moves its position back to
+ *  the bundle's end, the body's end, and reports no over-read. */
+function overReadingRequest(runPast: number): Uint8Array {
+  const own = [0x41, 0x41, 0xa0, 0xa0];
+  if (own.length + runPast > 0xff) throw new RangeError('a str8 holds at most 255 bytes');
+  const value = [0x83, 0xa1, 0x76, 0x02, 0xa3, 0x73, 0x76, 0x63, 0xa1, 0x78, 0xa1, 0x6d, 0xd9, own.length + runPast, ...own];
+  const body = [0xd6, 0x62, 0, 0, 0, 0, ...value];
+  // From the end of the extension's 4 data bytes to the bundle, plus those 4 bytes.
+  const bundleAt = body.length - 2 - 6 + 4;
+  body[5] = bundleAt;
+  return Uint8Array.from(body);
+}
 
 describe('admission and limits', () => {
   it('a peer that only sends KEEPALIVE is closed after the admission timeout', async () => {

@@ -6,6 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { Packr } from 'msgpackr';
 import { Code, GdrpcError } from '../../core/errors.ts';
 import { checkTensorWire, decodeFrame } from '../../core/wire/codec.ts';
+import { frameOf } from '../support/frames.ts';
 import { FRAMES, FrameKind, MOVER_FIELDS, WIRE_VERSION } from '../../core/wire/frames.ts';
 
 type Row = Record<string, unknown>;
@@ -52,7 +53,7 @@ const MOVER_CASES: Record<keyof typeof MOVER_FIELDS, Case> = {
 };
 
 function decode(kind: number, body: Row): unknown {
-  return decodeFrame({ kind, call: 3, body: packr.pack({ ...body, v: WIRE_VERSION }) }).body;
+  return decodeFrame(frameOf(kind, 3, packr.pack({ ...body, v: WIRE_VERSION }))).body;
 }
 
 /** `value` with its byte strings as arrays (msgpack hands out Buffers, the cases hold Uint8Arrays). */
@@ -117,9 +118,9 @@ describe('any frame', () => {
 
   it('refuses unknown kinds, another version, a body that is not a map or not msgpack', () => {
     expect(refusal(() => decode(13, {})).message).toMatch(/unknown frame kind 13/);
-    expect(refusal(() => decodeFrame({ kind: FrameKind.Fin, call: 1, body: packr.pack({ v: 1, x: 1 }) })).message).toMatch(/wire version 1/);
-    expect(refusal(() => decodeFrame({ kind: FrameKind.Fin, call: 1, body: packr.pack([1]) })).message).toMatch(/FIN frame is not a map/);
-    expect(refusal(() => decodeFrame({ kind: FrameKind.Fin, call: 1, body: new Uint8Array([0x81]) })).message).toMatch(/FIN frame is not msgpack/);
+    expect(refusal(() => decodeFrame(frameOf(FrameKind.Fin, 1, packr.pack({ v: 1, x: 1 })))).message).toMatch(/wire version 1/);
+    expect(refusal(() => decodeFrame(frameOf(FrameKind.Fin, 1, packr.pack([1])))).message).toMatch(/FIN frame is not a map/);
+    expect(refusal(() => decodeFrame(frameOf(FrameKind.Fin, 1, new Uint8Array([0x81])))).message).toMatch(/FIN frame is not msgpack/);
   });
 
   it('refuses a key of 0 or wider than 56 bits, and a required field sent as nil', () => {

@@ -5,7 +5,7 @@ import type { Endpoint } from '../../ucx/index.ts';
 import { Code, GdrpcError } from '../../errors.ts';
 import { decodeFrame, encodeFrame } from '../../wire/codec.ts';
 import { FrameKind, type Frame, type FrameBody } from '../../wire/frames.ts';
-import { FRAME_HEADER, unpackMessage, type WireFrame } from '../../wire/message.ts';
+import { FRAME_HEADER, unpackMessage, type ReceivedFrame } from '../../wire/message.ts';
 import { ConnectionKey, controlTag, dataTag, IdSequence, transferOf } from '../../wire/tag.ts';
 import type { TakenMessage } from '../../ucx/index.ts';
 import type { FrameSink } from '../runtime/dispatcher.ts';
@@ -284,19 +284,19 @@ export class Connection implements FrameSink {
     }
   }
 
-  onMessage(bytes: Uint8Array): void {
+  onMessage(source: Uint8Array, length: number): void {
     this.liveness.received();
     if (this.#error !== undefined) return;
-    let frames: WireFrame[];
+    let frames: ReceivedFrame[];
     try {
-      frames = unpackMessage(bytes);
+      frames = unpackMessage(source, length);
     } catch (error) {
       this.#handler?.malformed(0, 0, GdrpcError.from(error));
       return;
     }
-    if (bytes.length > this.frameLimit) {
+    if (length > this.frameLimit) {
       // Too long to be processed, but its frame headers still say which calls to fail.
-      const error = new GdrpcError(Code.RESOURCE_EXHAUSTED, `message of ${bytes.length} bytes exceeds the ${this.frameLimit}-byte frame limit`);
+      const error = new GdrpcError(Code.RESOURCE_EXHAUSTED, `message of ${length} bytes exceeds the ${this.frameLimit}-byte frame limit`);
       if (frames.length > MAX_MALFORMED_FRAMES) return this.#tooManyMalformed(error);
       for (const frame of frames) if (this.#error === undefined) this.#handler?.malformed(frame.kind, frame.call, error);
       return;
@@ -320,7 +320,7 @@ export class Connection implements FrameSink {
   }
 
   /** Handles one frame; returns the error of a frame that failed its checks (not yet reported). */
-  #onFrame(wire: WireFrame): GdrpcError | undefined {
+  #onFrame(wire: ReceivedFrame): GdrpcError | undefined {
     let frame: Frame;
     try {
       frame = decodeFrame(wire);

@@ -18,7 +18,7 @@ export async function connectAndAdmit(runtime: Runtime, host: string, port: numb
   // came from (UCX tag matching does not say), so the one pending endpoint is the one it is for.
   // After HELLO, everything arrives under the key this side drew, which only that server learns.
   const forward: FrameSink & { target?: Connection } = {
-    onMessage(bytes) { this.target?.onMessage(bytes); },
+    onMessage(source, length) { this.target?.onMessage(source, length); },
     onOversized(length) { this.target?.onOversized(length); },
     onStrayData(message, low) { if (this.target !== undefined) this.target.onStrayData(message, low); else runtime.dispatcher.drop(message); },
   };

@@ -12,8 +12,9 @@ import { CONTROL_BIT, CONTROL_MASK, ConnectionKey, controlPrefix, dataParts } fr
 
 /** What a connection exposes to the dispatcher. */
 export interface FrameSink {
-  /** A control message for this connection; `bytes` is a private copy. */
-  onMessage(bytes: Uint8Array): void;
+  /** A control message for this connection: `source[0, length)`, the receive buffer itself,
+   *  valid only during the call (the next receive overwrites it); past `length` it holds zeros. */
+  onMessage(source: Uint8Array, length: number): void;
   /** A control message longer than the receive buffer (truncated by UCX, contents lost). */
   onOversized(length: number): void;
   /** A tensor payload nobody had posted a receive for; the sink receives or drops it. */
@@ -38,17 +39,34 @@ export interface DispatcherStats { unattributed: number; droppedPayloads: number
 /** A registered connection: its sink, and its key's low 32 bits (the prefix is its map key). */
 interface Registered { sink: FrameSink; low: number }
 
+/** The control receive buffer. Messages are decoded where they arrive (wire/codec.ts decodeFrame),
+ *  and a crafted msgpack body can make the decoder read past its message's end and keep what it
+ *  read: so past the message in it, the buffer holds zeros, never bytes of an earlier message
+ *  (another peer's, docs/security.md). `used` is how far received bytes may reach. */
+class ReceiveBuffer {
+  readonly bytes: Buffer;
+  #used = 0;
+  constructor(size: number) { this.bytes = Buffer.alloc(size); }
+  /** A message of `length` bytes arrived: clears what earlier ones left past it. */
+  received(length: number): void {
+    if (this.#used > length) this.bytes.fill(0, length, this.#used);
+    this.#used = length;
+  }
+  /** A receive failed (truncated): UCX may have written anywhere in the buffer. */
+  spoiled(): void { this.#used = this.bytes.length; }
+}
+
 /** Routes control messages and stray payloads of one worker to its connections. */
 export class Dispatcher {
   /** By key prefix, unique among this worker's keys (ConnectionKey.draw). */
   readonly #byPrefix = new Map<number, Registered>();
   #hello: FrameSink | undefined;
   #helloQueue: Array<() => void> = [];
-  #buffer: Buffer;
+  #buffer: ReceiveBuffer;
   #stop = new AbortController();
   #running = false;
   /** The buffer the pending control receive was posted into, and that receive's request id. */
-  #posted: Buffer | undefined;
+  #posted: ReceiveBuffer | undefined;
   #receiveId = 0;
   /** Where the binding writes a received message's sender tag and length (tagRecvInto). */
   readonly #slot = new Uint32Array(4);
@@ -64,17 +82,17 @@ export class Dispatcher {
   readonly #receiveAfterTurn: boolean;
 
   constructor(private readonly worker: Worker, frameBytes: number) {
-    this.#buffer = Buffer.allocUnsafe(frameBytes);
+    this.#buffer = new ReceiveBuffer(frameBytes);
     this.#receiveAfterTurn = worker.wakeup === 'uv';
   }
 
   /** Grows the receive buffer to at least `bytes` (from the next receive on). */
   ensureFrameBytes(bytes: number): void {
-    if (bytes > this.#buffer.length) this.#buffer = Buffer.allocUnsafe(bytes);
+    if (bytes > this.#buffer.bytes.length) this.#buffer = new ReceiveBuffer(bytes);
   }
 
   /** Largest control message this worker can receive. */
-  get frameBytes(): number { return this.#buffer.length; }
+  get frameBytes(): number { return this.#buffer.bytes.length; }
 
   stats(): DispatcherStats { return { ...this.#stats, connections: this.#byPrefix.size }; }
 
@@ -145,10 +163,11 @@ export class Dispatcher {
       this.#posted = buffer;
       try {
         this.#receiveId = this.worker.requestId();
-        now = this.worker.tagRecvInto(buffer, CONTROL_BIT, CONTROL_MASK, this.#receiveId, this.#slot, this.#onReceived);
+        now = this.worker.tagRecvInto(buffer.bytes, CONTROL_BIT, CONTROL_MASK, this.#receiveId, this.#slot, this.#onReceived);
       } catch (error) {
         // Failed at once (a message longer than the buffer): it is gone; post again.
         this.#posted = undefined;
+        buffer.spoiled();
         this.#failed(error);
         if (this.#yielded()) return;
         continue;
@@ -168,7 +187,10 @@ export class Dispatcher {
     // The receive waited for this message: the loop came back from the event loop, a new slice.
     this.#newSlice();
     if (error === undefined) this.#deliver(buffer);
-    else this.#failed(error);
+    else {
+      buffer.spoiled();
+      this.#failed(error);
+    }
     // Posted here, the next receive stood between every message and its answer (0.6-0.7 µs a side
     // on the CPU box): the frames of the answer leave in a microtask at the end of this wake-up.
     // With the uv wake-up the event loop's check phase, where immediates run, comes after that
@@ -186,11 +208,15 @@ export class Dispatcher {
     this.#receive();
   };
 
-  /** Hands the message in #slot, received into `buffer`, to its connection (a private copy). */
-  #deliver(buffer: Buffer): void {
+  /** Hands the message in #slot, received into `buffer`, to its connection, in place: a copy of
+   *  each message, and the DataView msgpackr made for each copy, cost 0.6-1.4 µs a message on the
+   *  CPU box (docs/binding.md). */
+  #deliver(buffer: ReceiveBuffer): void {
     const slot = this.#slot;
+    const length = slot[2]!;
+    buffer.received(length);
     try {
-      this.#route(slot[0]!, slot[1]!, Buffer.from(buffer.subarray(0, slot[2]!)));
+      this.#route(slot[0]!, slot[1]!, buffer.bytes, length);
     } catch {
       // A connection that throws on its message (an 'error' listener that throws) loses that
       // message, not the receive loop: nothing a peer sends may stop this side's receiving.
@@ -235,11 +261,11 @@ export class Dispatcher {
     return this.#sinkOfWords(Number(tag & 0xffff_ffffn), Number(tag >> 32n));
   }
 
-  #route(low: number, high: number, bytes: Uint8Array): void {
+  #route(low: number, high: number, source: Uint8Array, length: number): void {
     const sink = this.#sinkOfWords(low, high);
     // A message for no live connection (gone, never was, or a guess) has nobody to answer: drop it.
     if (sink === undefined) this.#stats.unattributed += 1;
-    else sink.onMessage(bytes);
+    else sink.onMessage(source, length);
   }
 
   #onReceiveError(error: GdrpcError): void {
