@@ -53,8 +53,8 @@ export function unpackMessage(source: Uint8Array, length = source.length): Recei
   for (let at = 0; at < length;) {
     if (at + FRAME_HEADER > length) throw malformed('a frame header runs past the end of the message');
     const kind = source[at]!;
-    const call = ((source[at + 1]! << 24) | (source[at + 2]! << 16) | (source[at + 3]! << 8) | source[at + 4]!) >>> 0;
-    const size = ((source[at + 5]! << 24) | (source[at + 6]! << 16) | (source[at + 7]! << 8) | source[at + 8]!) >>> 0;
+    const call = u32(source, at + 1);
+    const size = u32(source, at + 5);
     at += FRAME_HEADER;
     if (at + size > length) throw malformed(`a frame of ${size} bytes runs past the end of the message`);
     frames.push({ kind, call, source, start: at, end: at + size });
@@ -64,9 +64,9 @@ export function unpackMessage(source: Uint8Array, length = source.length): Recei
   return frames;
 }
 
-/** The body of a received frame, as a view. */
-export function frameBody(frame: ReceivedFrame): Uint8Array {
-  return frame.source.subarray(frame.start, frame.end);
+/** The big-endian u32 at `at`. */
+function u32(source: Uint8Array, at: number): number {
+  return ((source[at]! << 24) | (source[at + 1]! << 16) | (source[at + 2]! << 8) | source[at + 3]!) >>> 0;
 }
 
 function malformed(message: string): GdrpcError {

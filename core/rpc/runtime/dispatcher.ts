@@ -209,8 +209,8 @@ export class Dispatcher {
   };
 
   /** Hands the message in #slot, received into `buffer`, to its connection, in place: a copy of
-   *  each message, and the DataView msgpackr made for each copy, cost 0.6-1.4 µs a message on the
-   *  CPU box (docs/binding.md). */
+   *  each message, and the DataView msgpackr made for each copy, cost about 0.6 µs a message in a
+   *  micro-benchmark on the CPU box (docs/binding.md). */
   #deliver(buffer: ReceiveBuffer): void {
     const slot = this.#slot;
     const length = slot[2]!;
