@@ -11,11 +11,14 @@ afterAll(async () => { await disposePeers(); });
 
 describe('progress', () => {
   it('a 256 MiB upload to a stopped server leaves timers running and fails UNAVAILABLE', async () => {
+    // Filled before connecting: filling 256 MiB blocks this loop for over a second on a loaded
+    // machine, and a client silent that long on a live connection is rightly declared gone by the
+    // server (liveness is the smaller of the two sides', 1500 ms here).
+    const x = patterned(256 << 20, 4);
     await using server = await startServer({ poolBytes: 320 << 20, maxTensorBytes: 512 << 20 });
     const client = await Client.connect(server.address, { livenessMs: 1500, poolBytes: 0 });
     try {
       await client.unary(EchoDescriptor.methods.ping, { n: 1 });
-      const x = patterned(256 << 20, 4);
       let ticks = 0;
       const timer = setInterval(() => { ticks += 1; }, 10);
       const started = Date.now();
