@@ -26,14 +26,8 @@ export function packMessage(frames: readonly WireFrame[]): Uint8Array {
     const call = frame.call >>> 0;
     const length = frame.body.length;
     out[at] = frame.kind;
-    out[at + 1] = call >>> 24;
-    out[at + 2] = call >>> 16;
-    out[at + 3] = call >>> 8;
-    out[at + 4] = call;
-    out[at + 5] = length >>> 24;
-    out[at + 6] = length >>> 16;
-    out[at + 7] = length >>> 8;
-    out[at + 8] = length;
+    putU32(out, at + 1, call);
+    putU32(out, at + 5, length);
     out.set(frame.body, at + FRAME_HEADER);
     at += FRAME_HEADER + length;
   }
@@ -62,6 +56,14 @@ export function unpackMessage(source: Uint8Array, length = source.length): Recei
   }
   if (frames.length === 0) throw malformed('empty control message');
   return frames;
+}
+
+/** Writes `value` as the big-endian u32 at `at`. */
+function putU32(out: Uint8Array, at: number, value: number): void {
+  out[at] = value >>> 24;
+  out[at + 1] = value >>> 16;
+  out[at + 2] = value >>> 8;
+  out[at + 3] = value;
 }
 
 /** The big-endian u32 at `at`. */

@@ -167,8 +167,7 @@ export class Dispatcher {
       } catch (error) {
         // Failed at once (a message longer than the buffer): it is gone; post again.
         this.#posted = undefined;
-        buffer.spoiled();
-        this.#failed(error);
+        this.#failed(buffer, error);
         if (this.#yielded()) return;
         continue;
       }
@@ -187,10 +186,7 @@ export class Dispatcher {
     // The receive waited for this message: the loop came back from the event loop, a new slice.
     this.#newSlice();
     if (error === undefined) this.#deliver(buffer);
-    else {
-      buffer.spoiled();
-      this.#failed(error);
-    }
+    else this.#failed(buffer, error);
     // Posted here, the next receive stood between every message and its answer (0.6-0.7 µs a side
     // on the CPU box): the frames of the answer leave in a microtask at the end of this wake-up.
     // With the uv wake-up the event loop's check phase, where immediates run, comes after that
@@ -223,8 +219,10 @@ export class Dispatcher {
     }
   }
 
-  /** A receive that failed (a message longer than the buffer), told to its connection if known. */
-  #failed(error: unknown): void {
+  /** A receive into `buffer` that failed (a message longer than the buffer), told to its
+   *  connection if known; the buffer is marked spoiled, UCX may have written anywhere in it. */
+  #failed(buffer: ReceiveBuffer, error: unknown): void {
+    buffer.spoiled();
     try {
       this.#onReceiveError(GdrpcError.from(error));
     } catch {
