@@ -35,7 +35,8 @@ describe('deadlines', () => {
   it('a deadline during the handler fails the call on time and aborts ctx.signal on the server', async () => {
     const started = Date.now();
     expect(await codeOf(client.unary(EchoDescriptor.methods.sleep, { ms: 5000 }, { deadline: 300 }))).toBe(Code.DEADLINE_EXCEEDED);
-    expect(Date.now() - started).toBeLessThan(1500);
+    // Well before the handler's 5 s, with room for a loaded machine's late timers.
+    expect(Date.now() - started).toBeLessThan(3000);
     await expect.poll(async () => (await serverStats(client)).aborted.some((a) => /sleep:.*deadline/.test(a)), { timeout: 5000 }).toBe(true);
   });
 
@@ -71,7 +72,7 @@ describe('cancellation', () => {
     setTimeout(() => controller.abort(), 200);
     const started = Date.now();
     expect(await codeOf(client.unary(EchoDescriptor.methods.sleep, { ms: 5000 }, { signal: controller.signal }))).toBe(Code.CANCELLED);
-    expect(Date.now() - started).toBeLessThan(1000);
+    expect(Date.now() - started).toBeLessThan(3000);
     await expect.poll(async () => (await serverStats(client)).aborted.slice(before).some((a) => /^sleep:.*cancel/i.test(a)), { timeout: 5000 }).toBe(true);
   });
 
