@@ -214,11 +214,19 @@ export class Worker {
     const id = this.requestId();
     let promise: Promise<T>;
     if (untilComplete) {
-      let completed!: () => void;
-      const complete = new Promise<void>((resolve) => { completed = resolve; });
       // The native side calls `completed` after settling, possibly much later (a cancelled
-      // rendezvous ends when UCX says so); until then the outcome waits.
-      promise = start(id, completed).then((value) => complete.then(() => value), (error: unknown) => complete.then(() => { throw error; }));
+      // rendezvous ends when UCX says so); until then a failure waits. A fulfilled operation is
+      // complete already: it goes on at once, without a promise of its own for the wait.
+      let complete = false;
+      let wake: (() => void) | undefined;
+      const completed = (): void => {
+        complete = true;
+        wake?.();
+      };
+      promise = start(id, completed).catch((error: unknown) => {
+        if (complete) throw error;
+        return new Promise<never>((_, reject) => { wake = () => reject(error); });
+      });
     } else {
       promise = start(id);
     }

@@ -49,19 +49,33 @@ describe('outbox', () => {
   });
 
   it('a frame sent soon joins the next message, first; alone it waits SOON_MS, from its own sending', async () => {
-    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'performance'] });
     const { outbox, messages } = recording();
     outbox.sendSoon(12, 7, body(2));
     await outbox.send(4, 1, body(2));
     expect(messages).toEqual([[[12, 7], [4, 1]]]);
     messages.length = 0;
-    // The timer of frame 7 went with it (a later frame sent soon starts its own SOON_MS).
-    expect(vi.getTimerCount()).toBe(0);
+    // Frame 7's timer is left to run out; frame 8, sent half-way through it, still waits its own
+    // SOON_MS (at most twice that): the timer finds it too young and waits again.
+    vi.advanceTimersByTime(SOON_MS / 2);
     outbox.sendSoon(12, 8, body(2));
     await microtasks();
+    vi.advanceTimersByTime(SOON_MS - 0.01);
     expect(messages).toEqual([]);
-    vi.advanceTimersByTime(SOON_MS);
+    vi.advanceTimersByTime(SOON_MS / 2 + 0.01);
     expect(messages).toEqual([[[12, 8]]]);
+    // Nothing waits, and the timer ran out without setting another.
+    expect(vi.getTimerCount()).toBe(0);
+  });
+
+  it('a frame that went with a message leaves no timer behind that sends anything', async () => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'performance'] });
+    const { outbox, messages } = recording();
+    outbox.sendSoon(12, 7, body(2));
+    await outbox.send(4, 1, body(2));
+    vi.advanceTimersByTime(10 * SOON_MS);
+    expect(messages).toEqual([[[12, 7], [4, 1]]]);
+    expect(vi.getTimerCount()).toBe(0);
   });
 
   it('a frame sent soon after an early flush keeps waiting for company', async () => {

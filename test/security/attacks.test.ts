@@ -266,6 +266,29 @@ describe('admission and limits', () => {
     }
   });
 
+  it('bytes announced after an earlier transfer arrived still get their own whole transfer timeout', async () => {
+    const raw = await admitted();
+    try {
+      // An honest call first: its transfer is watched until its bytes arrive. The connection's
+      // watch timer is then left to run out by itself (it is not cleared when no watch is left).
+      const own = new ConnectionKey(raw.serverKey);
+      await raw.sendBody(FrameKind.Request, 21, { svc: EchoDescriptor.name, m: 'checksum', a: { x: { dt: 'u8', sh: [4096], n: 4096, mt: 'host', m: 't', x: 21 } } });
+      await raw.endpoint.tagSend(dataTag(own, 21), new Uint8Array(4096).fill(3));
+      expect((await raw.receive())?.kind).toBe(FrameKind.Response);
+      // Half-way through the first watch's 1,000 ms, bytes that never come are announced.
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      const announced = performance.now();
+      await raw.sendBody(FrameKind.Request, 22, { svc: EchoDescriptor.name, m: 'checksum', a: { x: { dt: 'u8', sh: [4096], n: 4096, mt: 'host', m: 't', x: 22 } } });
+      // The first watch's timer finds them young and waits again: the close comes after their own
+      // 1,000 ms (timers never fire early), not when the first watch's time ran out.
+      expect(await raw.closedWithin(10_000)).toBe('closed');
+      expect(performance.now() - announced).toBeGreaterThanOrEqual(950);
+      await expectPoolsEmpty(good);
+    } finally {
+      await raw.close();
+    }
+  });
+
   it('a lone payload no frame announces is dropped after the hold time, with nothing else arriving', async () => {
     const raw = await admitted();
     try {

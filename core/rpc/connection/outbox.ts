@@ -71,6 +71,8 @@ export class Outbox {
   #queue: QueuedFrame[] = [];
   #soon: QueuedFrame[] = [];
   #soonTimer: NodeJS.Timeout | undefined;
+  /** When the oldest frame now waiting for company was queued. */
+  #soonSince = 0;
   /** The end-of-turn flush is queued (one per turn, however many early flushes went before it). */
   #scheduled = false;
 
@@ -101,12 +103,22 @@ export class Outbox {
    *  message, or leaves on its own after SOON_MS. With calls in flight that is the next REQUEST
    *  or RESPONSE: no message and no wake-up of its own. */
   sendSoon(kind: number, call: number, body: Uint8Array): void {
+    if (this.#soon.length === 0) this.#soonSince = performance.now();
     this.#soon.push({ kind, call, body, done: NOBODY });
-    this.#soonTimer ??= setTimeout(() => {
-      this.#soonTimer = undefined;
-      if (this.#soon.length > 0 && this.#queue.length === 0) this.#flush();
-    }, SOON_MS).unref();
+    this.#soonTimer ??= setTimeout(this.#soonDue, SOON_MS).unref();
   }
+
+  /** The frames waiting for company leave on their own once the oldest has waited SOON_MS (at
+   *  most twice that). The timer is not stopped when a message takes them (a timer set and
+   *  cleared for every call's report cost about 0.4 µs a call on the CPU box): it runs out, finds
+   *  nothing or younger frames, and waits again only for those. */
+  readonly #soonDue = (): void => {
+    this.#soonTimer = undefined;
+    if (this.#soon.length === 0) return;
+    const waited = performance.now() - this.#soonSince;
+    if (waited < SOON_MS) this.#soonTimer = setTimeout(this.#soonDue, Math.max(1, SOON_MS - waited)).unref();
+    else if (this.#queue.length === 0) this.#flush();
+  };
 
   /** Sends the frames waiting for company now, on their own (a graceful close); frames queued
    *  with send() in this turn stay queued, to fail with the connection. */
@@ -120,15 +132,15 @@ export class Outbox {
 
   /** Drops the frames waiting for company (the connection closed; nobody waits for them). */
   close(): void {
-    this.#takeSoon();
-  }
-
-  /** Takes the frames waiting for company, and stops their timer. */
-  #takeSoon(): QueuedFrame[] {
-    const soon = this.#soon;
     this.#soon = [];
     clearTimeout(this.#soonTimer);
     this.#soonTimer = undefined;
+  }
+
+  /** Takes the frames waiting for company (their timer runs out by itself: #soonDue). */
+  #takeSoon(): QueuedFrame[] {
+    const soon = this.#soon;
+    if (soon.length > 0) this.#soon = [];
     return soon;
   }
 
