@@ -1,5 +1,6 @@
 // The UCP worker: one per process, progressed from the Node event loop by the addon.
 import { Code, GdrpcError } from '../errors.ts';
+import { whenAborted } from '../abort.ts';
 import { native } from '../native.ts';
 import { checkObject, checkSignal, checkSize, checkU64, invalid, rejecting } from './check.ts';
 import { Context } from './context.ts';
@@ -78,8 +79,6 @@ export class Worker {
   readonly #children = new Set<Child>();
   #nextId = 1;
   #closing: Promise<void> | undefined;
-  /** Operations in flight by the signal that cancels them (track). */
-  readonly #bySignal = new WeakMap<AbortSignal, Set<number>>();
 
   private constructor(context: Context, handle: NativeWorker) {
     this.context = context;
@@ -233,30 +232,10 @@ export class Worker {
       promise = start(id);
     }
     if (!signal) return promise;
-    const pending = this.#underSignal(signal);
-    pending.add(id);
-    const done = (): void => { pending.delete(id); };
-    promise.then(done, done);
+    // One listener per signal, whatever the number of operations under it (core/abort.ts).
+    const off = whenAborted(signal, () => this.#native.cancel(id));
+    promise.then(off, off);
     return promise;
-  }
-
-  /** The operations in flight under `signal` (ids), which its abort cancels together: one listener
-   *  per signal and worker, not one per operation. EventTarget looks through a signal's listeners
-   *  on every add, so a listener per operation made n operations under one signal cost O(n²): a
-   *  connection's 16,384 receives under its signal took 0.8 s to add on the CPU box. */
-  #underSignal(signal: AbortSignal): Set<number> {
-    let pending = this.#bySignal.get(signal);
-    if (pending === undefined) {
-      const ids = new Set<number>();
-      pending = ids;
-      this.#bySignal.set(signal, ids);
-      signal.addEventListener('abort', () => {
-        // (A closed worker's cancel does nothing: its close cancelled what it had.)
-        for (const id of ids) this.#native.cancel(id);
-        ids.clear();
-      }, { once: true });
-    }
-    return pending;
   }
 
   /** @internal The native worker of an open Worker (for endpoints and listeners). */

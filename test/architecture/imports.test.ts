@@ -11,6 +11,7 @@
 //            wire       core/wire/** (frames and tags; bytes only)
 //            args       core/cli/command-line.ts (argv parsing, shared by cli and codegen's gen)
 //   floor 0  errors     core/errors.ts
+//            abort      core/abort.ts (one abort listener per signal, for the binding and the calls)
 //
 // core/index.ts (the runtime entry, `gdrpc`) gathers the areas' indexes and must never reach
 // codegen or the CLI. Type-only imports count: a type circle is still two files that cannot be
@@ -25,7 +26,7 @@ import { moduleState } from './module-state.ts';
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const edges = importEdges(root, sourceFiles(root, ['core', 'codegen']));
 
-const FLOORS: Record<string, number> = { errors: 0, schema: 1, wire: 1, args: 1, binding: 2, tensor: 3, compute: 4, rpc: 5, codegen: 6, cli: 7 };
+const FLOORS: Record<string, number> = { errors: 0, abort: 0, schema: 1, wire: 1, args: 1, binding: 2, tensor: 3, compute: 4, rpc: 5, codegen: 6, cli: 7 };
 
 /** The folders of core/rpc by floor (docs/architecture.md): a call's life from the process's
  *  runtime up to the two sides. */
@@ -34,6 +35,7 @@ const RPC_FLOORS: Record<string, number> = { runtime: 0, connection: 1, movers: 
 function areaOf(file: string): string {
   if (file === 'core/index.ts') return 'entry';
   if (file === 'core/errors.ts') return 'errors';
+  if (file === 'core/abort.ts') return 'abort';
   if (file === 'core/cli/command-line.ts') return 'args';
   if (file.startsWith('codegen/')) return 'codegen';
   if (['core/native.ts', 'core/package-root.ts', 'core/cuda.ts', 'core/cuda-driver.ts'].includes(file) || file.startsWith('core/ucx/')) return 'binding';
@@ -110,6 +112,10 @@ const ALLOWED_STATE: Record<string, string> = {
   // runtime, a tensor may be sent on several, and the entry dies with the tensor (weak key). It
   // would be a Tensor field if the tensor area could name compute's CudaEvent (it is below).
   'core/compute/ready.ts: producers': 'per-tensor producer event, weakly keyed',
+  // The callbacks waiting on a signal are the signal's: one listener for any number of them
+  // (EventTarget's add is O(listeners)); weakly keyed, gone with the signal, shared by every
+  // worker and call that uses it.
+  'core/abort.ts: waiting': 'per-signal abort callbacks, weakly keyed',
   // Facts about one endpoint that UCX fixes at connect: weakly keyed, gone with the endpoint.
   'core/rpc/movers/path.ts: cache': "per-endpoint transport names, weakly keyed",
   // A pool region's packed rkey, fixed for the region's life: weakly keyed, gone with the region.

@@ -1,6 +1,7 @@
 // Deadlines and cancellation folded into one AbortSignal per call, so that every wait in a call
 // (transfer, handler, response) stops for the same reasons and reports the same code.
 import { Code, GdrpcError } from '../../errors.ts';
+import { whenAborted } from '../../abort.ts';
 
 /** Milliseconds from now or an absolute Date -> epoch ms (undefined: no deadline). */
 export function absoluteDeadline(deadline: number | Date | undefined): number | undefined {
@@ -37,11 +38,8 @@ export class CallScope {
     }
     if (parent !== undefined) {
       if (parent.aborted) this.abort(cancelledError(parent.reason));
-      else {
-        const onAbort = (): void => this.abort(cancelledError(parent.reason));
-        parent.addEventListener('abort', onAbort, { once: true });
-        this.#unlink = () => parent.removeEventListener('abort', onAbort);
-      }
+      // One listener on the caller's signal however many calls share it (core/abort.ts).
+      else this.#unlink = whenAborted(parent, () => this.abort(cancelledError(parent.reason)));
     }
   }
 
