@@ -3,6 +3,7 @@
 // pool instead of once per call is the point. When the pool is full, a pool that allows it
 // registers a one-off allocation instead: counted, and warned about once, never silent.
 import { Code, GdrpcError } from '../errors.ts';
+import { whenAborted } from '../abort.ts';
 import type { Context } from '../ucx/index.ts';
 import { Arena } from './arena.ts';
 import { parseDevice, type Device, type DeviceKind } from './device.ts';
@@ -192,6 +193,7 @@ export class TensorPool implements TensorPoolLike {
     const started = Date.now();
     return new Promise<Storage<TensorPool>>((resolve, reject) => {
       let timer: NodeJS.Timeout | undefined;
+      let unlisten: (() => void) | undefined;
       const stopWaiting = (): void => {
         const index = this.#waiters.indexOf(waiter);
         if (index >= 0) {
@@ -200,7 +202,7 @@ export class TensorPool implements TensorPoolLike {
           if (share !== undefined) share.waiting -= 1;
         }
         clearTimeout(timer);
-        signal?.removeEventListener('abort', onAbort);
+        unlisten?.();
       };
       const leave = (error: unknown): void => {
         if (!this.#waiters.includes(waiter)) return;
@@ -225,7 +227,8 @@ export class TensorPool implements TensorPoolLike {
         const waitedMs = Date.now() - started;
         leave(this.#exhausted(bytes, `waited ${waitedMs} ms for blocks to be freed`, { waitedMs }));
       }, maxWaitMs);
-      signal?.addEventListener('abort', onAbort, { once: true });
+      // One listener for every waiter under a signal (core/abort.ts).
+      if (signal !== undefined) unlisten = whenAborted(signal, onAbort);
     });
   }
 

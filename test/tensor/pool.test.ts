@@ -1,3 +1,4 @@
+import { getEventListeners } from 'node:events';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { cuda } from '../../core/cuda.ts';
 import { Context, nativeStats } from '../../core/ucx/index.ts';
@@ -255,6 +256,20 @@ describe('TensorPool.allocateWhenFree (memory admission that waits)', () => {
     const reason = new GdrpcError(Code.DEADLINE_EXCEEDED, 'deadline');
     stop.abort(reason);
     expect(await waiting).toBe(reason);
+    a.release();
+    expect(pool.stats()).toMatchObject({ waiting: 0, used: 0, liveTensors: 0 });
+  });
+
+  it('500 waits under one signal hold one abort listener; the abort ends each with its reason', async () => {
+    const pool = hostPool(4 * GRAIN);
+    const a = await pool.allocateWhenFree([4 * GRAIN], 'u8', { maxWaitMs: 60_000 });
+    const stop = new AbortController();
+    const waits = Array.from({ length: 500 }, () => rejection(pool.allocateWhenFree([GRAIN], 'u8', { maxWaitMs: 60_000, signal: stop.signal })));
+    expect(getEventListeners(stop.signal, 'abort')).toHaveLength(1);
+    expect(pool.stats().waiting).toBe(500);
+    const reason = new GdrpcError(Code.CANCELLED, 'batch stopped');
+    stop.abort(reason);
+    expect(new Set(await Promise.all(waits))).toEqual(new Set([reason]));
     a.release();
     expect(pool.stats()).toMatchObject({ waiting: 0, used: 0, liveTensors: 0 });
   });

@@ -129,19 +129,6 @@ export class CallScope {
   }
 }
 
-/** Races `promise` against `signal`: rejects with the signal's GdrpcError when it aborts first. */
-export function raceSignal<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
-  if (signal.aborted) return Promise.reject(GdrpcError.from(signal.reason));
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = (): void => reject(GdrpcError.from(signal.reason));
-    signal.addEventListener('abort', onAbort, { once: true });
-    promise.then(
-      (value) => { signal.removeEventListener('abort', onAbort); resolve(value); },
-      (error) => { signal.removeEventListener('abort', onAbort); reject(error); },
-    );
-  });
-}
-
 function deadlineError(): GdrpcError {
   return new GdrpcError(Code.DEADLINE_EXCEEDED, 'deadline exceeded');
 }
