@@ -7,6 +7,11 @@ import { optional, type BodyOf, type Fields } from './schema.ts';
 /** Wire format version carried in every frame as `v`. A peer rejects frames of another major. */
 export const WIRE_VERSION = 2;
 
+/** Tensors one frame may carry. Each costs its receiver a posted receive (or a FIN) even when
+ *  the frame is refused, so a peer's one message must not carry hundreds of thousands; a sender
+ *  fails such a frame locally, a receiver closes the connection (docs/security.md). */
+export const MAX_TENSORS_PER_FRAME = 16_384;
+
 /** Frame kinds (the first byte of each frame in a message). Values are part of the wire format. */
 export enum FrameKind {
   /** server -> client, first frame on a connection (key 0): the server's connection key, limits, challenge. */

@@ -170,6 +170,7 @@ describe('sender reports between a client and a server', () => {
     const handlers: Record<string, UnaryHandler> = Object.fromEntries(Object.keys(EchoDescriptor.methods).map((name) => [name, unimplemented(name)]));
     handlers.ping = (args: { n: number }) => ({ n: args.n });
     handlers.echo = (args: { x: Tensor; tag: string }) => ({ y: args.x, tag: args.tag });
+    handlers.echoList = (args: { xs: Tensor[] }) => ({ ys: args.xs });
     handlers.checksum = async (args: { x: Tensor }, ctx: CallContext) => {
       checksums += 1;
       const first = ctx.transfers.map((info) => ({ ...info }));
@@ -188,6 +189,28 @@ describe('sender reports between a client and a server', () => {
     await server?.shutdown();
     await calling?.close();
     await serving?.close();
+  });
+
+  it('a noStaging call of 5,000 separate tag tensors each way has every one confirmed by its sender', async () => {
+    // Gathers off on the client's side: each tensor is its own payload and its own report. With
+    // room for 4,096 pending reports, decoding the frame dropped the first ones' entries and the
+    // call failed "sent no report"; the bound now holds four frames of the most a frame carries.
+    const runtime = runtimeWith({ GDRPC_GATHER: '0' });
+    const plain = await Client.connect(server.address!, { runtime, poolBytes: 16 << 20 });
+    try {
+      const xs = Array.from({ length: 5000 }, (_, i) => patterned(64, i));
+      const result = await plain.unary(EchoDescriptor.methods.echoList, { xs }, { mover: 'tag', noStaging: true });
+      const ys = result.ys as Tensor[];
+      expect(ys).toHaveLength(5000);
+      expect(ys.every((y, i) => y.equals(xs[i]!))).toBe(true);
+      for (const y of ys) y.release();
+      const back = (await confirmedCallInfo(result))!.transfers.filter((t) => t.argument.startsWith('ys'));
+      expect(back).toHaveLength(5000);
+      expect(back.every((t) => t.source === 'sender' && t.mover === 'tag')).toBe(true);
+    } finally {
+      await plain.close();
+      await runtime.close();
+    }
   });
 
   for (const size of [8193, 1 << 20]) {

@@ -5,9 +5,12 @@
 // report lasts at most waitMs. A report that comes before its frame was decoded (a client reads a
 // RESPONSE a few microtasks after the message that carried it) is kept a while among a bounded
 // few. Nothing a peer sends makes this side keep more than those bounds.
+import { MAX_TENSORS_PER_FRAME } from '../../wire/frames.ts';
 
-/** Entries beyond this many drop the oldest (its waiter hears "no report"). */
-export const MAX_PENDING_REPORTS = 4096;
+/** Entries beyond this many drop the oldest (its waiter hears "no report"): room for four frames
+ *  of the most tensors a frame may carry. At 4,096, one frame of 5,000 separate tag tensors lost
+ *  the reports of its first ones as it was decoded, and a noStaging call of it failed. */
+export const MAX_PENDING_REPORTS = 4 * MAX_TENSORS_PER_FRAME;
 /** Reports kept for transfers no decoded frame has announced yet; more drop the oldest. */
 export const MAX_EARLY_REPORTS = 256;
 /** Longest description kept: UCX's are about 200 characters. */

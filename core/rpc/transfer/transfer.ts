@@ -6,7 +6,7 @@
 import { Code, GdrpcError } from '../../errors.ts';
 import { elementSize, isDType, Tensor } from '../../tensor/index.ts';
 import { checkTensorWire } from '../../wire/codec.ts';
-import type { TensorWire } from '../../wire/frames.ts';
+import { MAX_TENSORS_PER_FRAME, type TensorWire } from '../../wire/frames.ts';
 import type { DType, Placement } from '../../schema/descriptor.ts';
 import { moverByName } from '../movers/choose.ts';
 import { cudaReceives } from '../runtime/memory-support.ts';
@@ -41,10 +41,7 @@ export class PendingTensor {
  *  names it for messages ("Echo.echo arguments.x"). */
 export type Allocate = (shape: number[], dtype: DType, placement: Placement, field: string) => Tensor | Promise<Tensor>;
 
-/** Tensors one frame may carry. Each costs its receiver a posted receive (or a FIN) even when
- *  the frame is refused, so a peer's one message must not carry hundreds of thousands; a sender
- *  fails such a frame locally, a receiver closes the connection (docs/security.md). */
-export const MAX_TENSORS_PER_FRAME = 16_384;
+export { MAX_TENSORS_PER_FRAME };
 
 /** The error for a frame carrying more than MAX_TENSORS_PER_FRAME tensors. */
 export function tooManyTensors(what: string): GdrpcError {
