@@ -12,25 +12,28 @@ const waiting = new WeakMap<AbortSignal, Set<() => void>>();
  *  throws does not keep the others from running: its error is rethrown in a microtask of its own,
  *  as EventTarget reports a listener's. */
 export function whenAborted(signal: AbortSignal, fn: () => void): () => void {
-  let callbacks = waiting.get(signal);
-  if (callbacks === undefined) {
-    const own = new Set<() => void>();
-    callbacks = own;
-    waiting.set(signal, own);
-    signal.addEventListener('abort', () => {
-      waiting.delete(signal);
-      // A callback may take back one not yet run (a Set skips entries deleted during iteration).
-      for (const callback of own) {
-        try {
-          callback();
-        } catch (error) {
-          queueMicrotask(() => { throw error; });
-        }
+  const callbacks = callbacksOf(signal);
+  callbacks.add(fn);
+  return () => { callbacks.delete(fn); };
+}
+
+/** The callbacks of `signal`, with its one listener added the first time. */
+function callbacksOf(signal: AbortSignal): Set<() => void> {
+  const known = waiting.get(signal);
+  if (known !== undefined) return known;
+  const callbacks = new Set<() => void>();
+  waiting.set(signal, callbacks);
+  signal.addEventListener('abort', () => {
+    waiting.delete(signal);
+    // A callback may take back one not yet run (a Set skips entries deleted during iteration).
+    for (const callback of callbacks) {
+      try {
+        callback();
+      } catch (error) {
+        queueMicrotask(() => { throw error; });
       }
-      own.clear();
-    }, { once: true });
-  }
-  const set = callbacks;
-  set.add(fn);
-  return () => { set.delete(fn); };
+    }
+    callbacks.clear();
+  }, { once: true });
+  return callbacks;
 }

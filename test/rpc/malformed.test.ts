@@ -7,7 +7,7 @@ import { FrameKind } from '../../core/wire/frames.ts';
 import { ConnectionKey, dataTag } from '../../core/wire/tag.ts';
 import { packMessage } from '../../core/wire/message.ts';
 import { MAX_MALFORMED_FRAMES } from '../../core/rpc/connection/connection.ts';
-import { MAX_TENSORS_PER_FRAME } from '../../core/rpc/transfer/transfer.ts';
+import { MAX_TENSORS_PER_FRAME } from '../../core/wire/frames.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer, type ListeningPeer } from './fixtures/peers.ts';
 import { disposePeers } from '../support/peer.ts';

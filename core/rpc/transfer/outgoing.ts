@@ -4,7 +4,7 @@
 import { Code, GdrpcError } from '../../errors.ts';
 import { Tensor } from '../../tensor/index.ts';
 import type { Placement } from '../../schema/descriptor.ts';
-import { FrameKind, type TensorWire } from '../../wire/frames.ts';
+import { FrameKind, MAX_TENSORS_PER_FRAME, type TensorWire } from '../../wire/frames.ts';
 import { ProducerSync, producerDone } from '../../compute/ready.ts';
 import type { CudaEvent } from '../../compute/stream.ts';
 import { moverByName } from '../movers/choose.ts';
@@ -16,7 +16,7 @@ import { memoryTypeOf } from '../runtime/memory-support.ts';
 import { RemoteTensor, exposeRemote } from '../remote/remote.ts';
 import { gatherable, gatherChunks, gatheredOutgoing } from './gather.ts';
 import { tensorTooLarge } from './memory-errors.ts';
-import { MAX_TENSORS_PER_FRAME, tooManyTensors, type TransferSite } from './transfer.ts';
+import { tooManyTensors, type TransferSite } from './transfer.ts';
 
 /** One send on its way out (one tensor, or the tensors of a gather): the send, their reports
  *  and the plan of the first. */

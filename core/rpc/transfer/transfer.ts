@@ -41,8 +41,6 @@ export class PendingTensor {
  *  names it for messages ("Echo.echo arguments.x"). */
 export type Allocate = (shape: number[], dtype: DType, placement: Placement, field: string) => Tensor | Promise<Tensor>;
 
-export { MAX_TENSORS_PER_FRAME };
-
 /** The error for a frame carrying more than MAX_TENSORS_PER_FRAME tensors. */
 export function tooManyTensors(what: string): GdrpcError {
   return new GdrpcError(Code.RESOURCE_EXHAUSTED, `${what}: more than ${MAX_TENSORS_PER_FRAME} tensors in one frame`);
