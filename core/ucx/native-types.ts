@@ -129,6 +129,10 @@ export interface WorkerStats {
    *  endpoint had a description of an eager send of the same length, which stands for them
    *  (docs/binding.md "Protocol reports"). */
   describedInline: number;
+  /** Payload receives (tagRecv, tagRecvTaken) that were pending after their post and completed by
+   *  the one progress pass the binding makes right after it: their bytes had come in and waited in
+   *  the transport (docs/binding.md "A receive posted after its bytes came"). */
+  payloadsAtPost: number;
   /** The polling window after work: whether it adapts, its size now, and (adaptive only) spins begun, spins that ran
    *  out with nothing found, spins cut short because the thread was preempted, spins not begun
    *  because the machine had no idle core. */

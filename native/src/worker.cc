@@ -164,6 +164,7 @@ Napi::Value Worker::Stats(const Napi::CallbackInfo& info) {
   stats.Set("liveRegions", static_cast<double>(context_ != nullptr ? context_->regionCount() : 0));
   stats.Set("kicks", static_cast<double>(kicks_));
   stats.Set("describedInline", static_cast<double>(describedInline_));
+  stats.Set("payloadsAtPost", static_cast<double>(payloadsAtPost_));
   stats.Set("stuckSpinLimitUs", static_cast<double>(stuckSpinNs_) / 1000);
   stats.Set("stuckSpins", static_cast<double>(stuckSpins_));
   stats.Set("stuckSleeps", static_cast<double>(stuckSleeps_));

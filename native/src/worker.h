@@ -85,6 +85,8 @@ class Worker : public Napi::ObjectWrap<Worker> {
   Napi::Value TagRecvInto(const Napi::CallbackInfo& info);
   Napi::Value TagProbe(const Napi::CallbackInfo& info);
   Napi::Value TagRecvTaken(const Napi::CallbackInfo& info);
+  /** Starts a payload receive; one pending after its *_nbx call gets one progress pass at once. */
+  Napi::Value StartPayloadReceive(Napi::Env env, Request* request, ucs_status_ptr_t result);
   Napi::Value Progress(const Napi::CallbackInfo& info);
   Napi::Value Cancel(const Napi::CallbackInfo& info);
   Napi::Value Stats(const Napi::CallbackInfo& info);
@@ -124,6 +126,7 @@ class Worker : public Napi::ObjectWrap<Worker> {
   bool inWakeLoop_ = false;       // inside OnWake's progress-and-settle loop (KickOutsideWake)
   uint64_t kicks_ = 0;            // progress passes scheduled for the next loop turn (stats)
   uint64_t describedInline_ = 0;  // described requests UCX completed inside the call (stats)
+  uint64_t payloadsAtPost_ = 0;   // payload receives completed by the pass right after their post (stats)
   uint32_t internalId_ = 0xffffffffu;  // ids for requests JS cannot cancel (JS ids count up from 1)
 };
 

@@ -3,6 +3,8 @@
 // their frame), and the receive of such a taken message. Progress and settling are worker_progress.cc's.
 #include "worker.h"
 
+#include <algorithm>
+
 #include "request.h"
 #include "status.h"
 
@@ -36,7 +38,7 @@ Napi::Value Worker::TagRecv(const Napi::CallbackInfo& info) {
   request->Describe(info[7]);
   ucp_request_param_t param{};
   request->Prepare(param, &into.span);
-  return request->Start(ucp_tag_recv_nbx(worker_, into.span.address, into.span.length, into.tag, into.mask, &param), "tag receive");
+  return StartPayloadReceive(env, request, ucp_tag_recv_nbx(worker_, into.span.address, into.span.length, into.tag, into.mask, &param));
 }
 
 // tagRecvInto(target, offset, length, tag: bigint, mask: bigint, id, slot: Uint32Array(4), callback)
@@ -115,7 +117,29 @@ Napi::Value Worker::TagRecvTaken(const Napi::CallbackInfo& info) {
   request->Describe(info[6]);
   ucp_request_param_t param{};
   request->Prepare(param, &span);
-  return request->Start(ucp_tag_msg_recv_nbx(worker_, span.address, span.length, message, &param), "tag receive");
+  return StartPayloadReceive(env, request, ucp_tag_msg_recv_nbx(worker_, span.address, span.length, message, &param));
+}
+
+Napi::Value Worker::StartPayloadReceive(Napi::Env env, Request* request, ucs_status_ptr_t result) {
+  const bool pending = result != nullptr && !UCS_PTR_IS_ERR(result);
+  Napi::Value promise = request->Start(result, "tag receive");
+  if (!pending || worker_ == nullptr) return promise;
+  // A payload's receive is posted after its frame was handled in JS, and its bytes (or, for a
+  // rendezvous, the sender's RTS) usually came in meanwhile but lie in the transport until the
+  // worker is progressed: posted, the receive waits for the next wake-up's pass. One pass here
+  // matches them now, and a receive that pass completed settles before this call returns, as one
+  // UCX completed inside ucp_tag_recv_nbx does. Register kicked the loop: it settles whatever
+  // else the pass completed, and arms the worker again.
+  ucp_worker_progress(worker_);
+  if (request->status == UCS_INPROGRESS) return promise;
+  auto done = std::find_if(events_.begin(), events_.end(), [request](const Event& event) {
+    return event.kind == Event::RequestDone && event.request == request;
+  });
+  if (done == events_.end()) return promise;
+  events_.erase(done);
+  payloadsAtPost_++;
+  request->Finish(env);
+  return promise;
 }
 
 }  // namespace gdrpc

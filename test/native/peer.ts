@@ -1,5 +1,6 @@
 // A peer process for the native tests: owns its own UCX context, worker and listener, and runs
 // commands sent by the test process over the IPC channel ({id, cmd, args} -> {id, result|error}).
+import { existsSync, writeFileSync } from 'node:fs';
 import { Context, Endpoint, Listener, MemoryRegion, RemoteKey, Worker, nativeStats } from '../../core/ucx/index.ts';
 import { GdrpcError } from '../../core/errors.ts';
 import { cuda } from '../../core/cuda.ts';
@@ -57,6 +58,19 @@ const commands: Record<string, (args: Args) => unknown> = {
   async send(args) {
     const ep = await waitForConnection();
     await ep.tagSend(BigInt(args.tag as string), pattern(args.size as number, args.seed as number));
+    return true;
+  },
+  /** Says 'armed', waits for the file `go` to exist, posts a send and, once it is posted (an eager
+   *  message is on its way, a rendezvous has sent its announcement), writes the file `marker`.
+   *  The test process hands over and waits with files, without turning its event loop (a turn
+   *  would progress its worker). Then waits for the send. */
+  async sendMarked(args) {
+    const ep = await waitForConnection();
+    process.send!({ event: 'armed', tag: args.tag });
+    while (!existsSync(args.go as string)) await new Promise((resolve) => setTimeout(resolve, 1));
+    const sent = ep.tagSend(BigInt(args.tag as string), pattern(args.size as number, args.seed as number));
+    writeFileSync(args.marker as string, 'posted');
+    await sent;
     return true;
   },
   /** Like send, reporting the protocol UCX selected for it (describe). */

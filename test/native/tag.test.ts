@@ -1,5 +1,8 @@
 // Tag send/recv between two processes over TCP and shared memory, sizes around the eager and
 // rendezvous thresholds, contents verified; mask matching; truncation.
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { GdrpcError } from '../../core/errors.ts';
 import { nativeStats } from '../../core/index.ts';
@@ -188,6 +191,70 @@ describe.each(Object.keys(TRANSPORTS) as TransportName[])('tag send/recv over %s
     expect(told).toHaveLength(2);
     expect(() => worker.tagRecvInto(buffer, base, EXACT, worker.requestId(), new Uint32Array(2), done)).toThrow(/slot/);
     expect(nativeStats().requests).toBe(before);
+  });
+
+  // A payload's receive is often posted after its bytes came in but before this worker was
+  // progressed (they lie in the transport, not yet in UCX's unexpected queue). The binding makes
+  // one progress pass right after such a post: an eager message then completes inside the call,
+  // without waiting for the next wake-up; a rendezvous's announcement is matched there.
+  it('a receive posted after its message came in completes inside its post (one progress pass)', async () => {
+    await using peer = await NativePeer.start(config);
+    await connect(local.worker, peer.port);
+    await peer.call('waitConnections', { count: 1 });
+    const worker = local.worker;
+    const dir = mkdtempSync(join(tmpdir(), 'gdrpc-at-post-'));
+    try {
+      const cases = [
+        { size: 64, eager: true, into: 64 },
+        { size: 4096, eager: true, into: 4096 },
+        { size: 1000, eager: true, into: 100 },  // truncated: rejected, counted all the same
+        { size: 1 << 20, eager: false, into: 1 << 20 },
+      ];
+      for (const [index, { size, eager, into }] of cases.entries()) {
+        const tag = 0x9900n + BigInt(index);
+        const go = join(dir, `go-${index}`);
+        const marker = join(dir, `posted-${index}`);
+        const sent = peer.call('sendMarked', { tag: String(tag), size, seed: index + 1, go, marker });
+        await peer.event('armed');
+        // From here until the receive is posted this thread does not yield: no wake-up of this
+        // worker can take the message in first.
+        writeFileSync(go, 'go');
+        const until = Date.now() + 30_000;
+        while (!existsSync(marker)) {
+          if (Date.now() > until) throw new Error(`the peer did not post its ${size}-byte send within 30 s`);
+        }
+        const atPost = worker.stats().payloadsAtPost;
+        const dest = Buffer.alloc(into);
+        let outcome: unknown = 'pending';
+        const received = worker.tagRecv(dest, tag, EXACT, { untilComplete: true })
+          .then((info) => { outcome = info; }, (error: unknown) => { outcome = error; });
+        const counted = worker.stats().payloadsAtPost - atPost;
+        // Settled without a turn of the event loop: microtasks only.
+        for (let i = 0; i < 20; i++) await Promise.resolve();
+        const what = `${size} bytes into ${into}`;
+        if (eager) {
+          expect(counted, what).toBe(1);
+          if (into < size) {
+            expect(outcome, what).toMatchObject({ code: 'INVALID_ARGUMENT', message: expect.stringMatching(/truncated/) });
+          } else {
+            expect(outcome, what).toEqual({ senderTag: tag, length: size });
+            expect(digest(dest), what).toBe(digest(pattern(size, index + 1)));
+          }
+        } else {
+          // The pass matched the announcement; the bytes follow through later wake-ups.
+          expect(counted, what).toBe(0);
+          expect(outcome, what).toBe('pending');
+          await received;
+          expect(outcome, what).toEqual({ senderTag: tag, length: size });
+          expect(digest(dest), what).toBe(digest(pattern(size, index + 1)));
+        }
+        await received;
+        await sent;
+      }
+      expect(worker.stats().liveRequests).toBe(0);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('rejects a receive into a smaller buffer with INVALID_ARGUMENT "truncated"', async () => {
