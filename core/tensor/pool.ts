@@ -12,6 +12,7 @@ import { mapMemory, type MappedMemory } from './mapped-memory.ts';
 import { Accept, checkOptions, invalidOption, rule, type OptionRules } from './options.ts';
 import { checkShape, type ShapeInfo } from './shape.ts';
 import { Storage } from './storage.ts';
+import { WaitQueue } from './wait-queue.ts';
 import { markPool, Tensor, type TensorPoolLike, type TensorPoolStats } from './tensor.ts';
 
 export type { TensorPoolStats };
@@ -79,8 +80,8 @@ export class TensorPool implements TensorPoolLike {
   readonly #arena: Arena;
   readonly #memory: MappedMemory;
   readonly #live = new Set<Storage<TensorPool>>();
-  /** allocateWhenFree calls waiting for blocks, in arrival order. */
-  readonly #waiters: Waiter[] = [];
+  /** allocateWhenFree calls waiting for blocks (wait-queue.ts). */
+  readonly #waiters = new WaitQueue<Waiter>();
   /** Bytes the waiters ask for, together. */
   #queuedBytes = 0;
   /** allocateWhenFree calls that have waited so far (stats().waited). */
@@ -136,7 +137,7 @@ export class TensorPool implements TensorPoolLike {
     const info = checkShape(shape, checkDType(dtype));
     const storage = info.byteLength === 0
       ? this.#storageAt(this.#memory, 0, 0, () => {})  // takes no arena space; any aligned address will do
-      : (this.#waiters.length === 0 ? this.#carve(info.byteLength, undefined) : undefined) ?? this.#overflow(info.byteLength);
+      : (this.#waiters.size === 0 ? this.#carve(info.byteLength, undefined) : undefined) ?? this.#overflow(info.byteLength);
     return new Tensor(dtype, info, storage);
   }
 
@@ -155,8 +156,8 @@ export class TensorPool implements TensorPoolLike {
       const { info, bytes } = now;
       const limit = options.maxQueuedBytes;
       if (limit !== undefined && this.#queuedBytes + bytes > limit && (share === undefined || share.waiting > 0)) {
-        throw this.#exhausted(bytes, `the wait queue is full: ${this.#queuedBytes} bytes in ${this.#waiters.length} allocation(s) already wait`,
-          { queuedBytes: this.#queuedBytes, queued: this.#waiters.length, queueLimit: limit });
+        throw this.#exhausted(bytes, `the wait queue is full: ${this.#queuedBytes} bytes in ${this.#waiters.size} allocation(s) already wait`,
+          { queuedBytes: this.#queuedBytes, queued: this.#waiters.size, queueLimit: limit });
       }
       return this.#wait(bytes, options).then((storage) => new Tensor(dtype, info, storage));
     } catch (error) {
@@ -184,7 +185,7 @@ export class TensorPool implements TensorPoolLike {
     if (bytes === 0 || this.allowOverflow) return this.allocate(shape, dtype);
     if (bytes > this.#arena.capacity) throw this.#exhausted(bytes, 'it can never fit');
     ready?.();
-    const now = this.#waiters.length === 0 ? this.#carve(bytes, share) : undefined;
+    const now = this.#waiters.size === 0 ? this.#carve(bytes, share) : undefined;
     return now === undefined ? { info, bytes } : new Tensor(dtype, info, now);
   }
 
@@ -195,9 +196,7 @@ export class TensorPool implements TensorPoolLike {
       let timer: NodeJS.Timeout | undefined;
       let unlisten: (() => void) | undefined;
       const stopWaiting = (): void => {
-        const index = this.#waiters.indexOf(waiter);
-        if (index >= 0) {
-          this.#waiters.splice(index, 1);
+        if (this.#waiters.delete(waiter)) {
           this.#queuedBytes -= bytes;
           if (share !== undefined) share.waiting -= 1;
         }
@@ -205,7 +204,7 @@ export class TensorPool implements TensorPoolLike {
         unlisten?.();
       };
       const leave = (error: unknown): void => {
-        if (!this.#waiters.includes(waiter)) return;
+        if (!this.#waiters.has(waiter)) return;
         waiter.fail(error);
         this.#serve();  // a waiter that leaves the head may unblock those behind it
       };
@@ -220,7 +219,7 @@ export class TensorPool implements TensorPoolLike {
       if (share !== undefined) share.waiting += 1;
       // Those ahead may all be claimants over their share: this one may go now.
       this.#serve();
-      if (!this.#waiters.includes(waiter)) return;
+      if (!this.#waiters.has(waiter)) return;
       // Not served in this tick: this call waits.
       this.#waited += 1;
       timer = setTimeout(() => {
@@ -233,12 +232,12 @@ export class TensorPool implements TensorPoolLike {
   }
 
   /** Hands freed blocks to waiters in arrival order, those of claimants over their share after
-   *  everyone else's; nothing overtakes the waiter whose turn it is and that does not fit yet. */
+   *  everyone else's, each claimant's own in its order; nothing overtakes the waiter whose turn it
+   *  is and that does not fit yet. */
   #serve(): void {
-    while (this.#waiters.length > 0) {
-      const underShare = this.#waiters.findIndex((waiter) => waiter.share === undefined || waiter.share.admits(waiter.bytes));
-      const index = underShare >= 0 ? underShare : 0;
-      const waiter = this.#waiters[index]!;
+    for (;;) {
+      const waiter = this.#waiters.next();
+      if (waiter === undefined) return;
       const storage = this.#carve(waiter.bytes, waiter.share);
       if (storage === undefined) return;
       waiter.serve(storage);  // leaves the queue
@@ -252,7 +251,7 @@ export class TensorPool implements TensorPoolLike {
     return this.#storageAt(this.#memory, offset, byteLength, () => {
       this.#arena.free(offset);
       if (share !== undefined) share.held -= byteLength;
-      if (this.#waiters.length > 0) this.#serve();
+      if (this.#waiters.size > 0) this.#serve();
     });
   }
 
@@ -267,7 +266,7 @@ export class TensorPool implements TensorPoolLike {
 
   #overflow(byteLength: number): Storage<TensorPool> {
     if (!this.allowOverflow) {
-      throw this.#exhausted(byteLength, this.#waiters.length > 0 ? `${this.#waiters.length} allocation(s) waiting` : '');
+      throw this.#exhausted(byteLength, this.#waiters.size > 0 ? `${this.#waiters.size} allocation(s) waiting` : '');
     }
     const memory = mapMemory(this.context, this.#where, byteLength, this.pinned);
     this.#overflowRegistrations++;
@@ -303,7 +302,7 @@ export class TensorPool implements TensorPoolLike {
       used: this.#arena.used,
       liveTensors: this.#live.size,
       overflowRegistrations: this.#overflowRegistrations,
-      waiting: this.#waiters.length,
+      waiting: this.#waiters.size,
       waitingBytes: this.#queuedBytes,
       waited: this.#waited,
     };
@@ -320,7 +319,7 @@ export class TensorPool implements TensorPoolLike {
     this.#memory.close();
     this.#closed = true;
     const closed = new GdrpcError(Code.FAILED_PRECONDITION, `tensor pool on ${this.device} was closed while waiting for blocks`);
-    for (const waiter of [...this.#waiters]) waiter.fail(closed);
+    for (const waiter of this.#waiters.all()) waiter.fail(closed);
     for (const storage of [...this.#live]) storage.release();  // overflow tensors unmap their own memory
   }
 }

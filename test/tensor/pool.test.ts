@@ -6,6 +6,15 @@ import { PoolShare, Tensor, TensorPool } from '../../core/tensor/index.ts';
 import { Code, GdrpcError } from '../../core/errors.ts';
 import { expectCode } from './expect-error.ts';
 
+/** A share that counts how often it is asked whether it admits an allocation. */
+class CountingShare extends PoolShare {
+  asked = 0;
+  override admits(bytes: number): boolean {
+    this.asked += 1;
+    return super.admits(bytes);
+  }
+}
+
 let context: Context;
 const pools: TensorPool[] = [];
 
@@ -300,6 +309,35 @@ describe('TensorPool.allocateWhenFree (memory admission that waits)', () => {
     o.release();
     g.release();
     expect(greedy.held + other.held).toBe(0);
+  });
+
+  it('20,000 waiters of a claimant over its share: a release serves another claimant without walking them', async () => {
+    const pool = hostPool(4 * GRAIN);
+    const greedy = new CountingShare(2 * GRAIN);
+    const other = new CountingShare(2 * GRAIN);
+    const held = [
+      await pool.allocateWhenFree([2 * GRAIN], 'u8', { maxWaitMs: 60_000, share: greedy }),
+      await pool.allocateWhenFree([2 * GRAIN], 'u8', { maxWaitMs: 60_000, share: greedy }),
+    ];
+    // Each settles with undefined when served (its block given back at once) or with the error.
+    const greedyWaits = Array.from({ length: 20_000 }, () => pool.allocateWhenFree([GRAIN], 'u8', { maxWaitMs: 60_000, share: greedy })
+      .then((t) => { t.release(); return undefined; }, (error: unknown) => error as GdrpcError));
+    const otherNext = pool.allocateWhenFree([GRAIN], 'u8', { maxWaitMs: 60_000, share: other });
+    expect(pool.stats().waiting).toBe(20_001);
+    greedy.asked = 0;
+    held[0]!.release();  // serves, synchronously, whoever fits
+    // Each choice asks each waiting claimant once: other, then greedy's first waiter (the earliest
+    // of all once nobody under a share waits) into the grain left; a walk of the queue asked
+    // greedy 20,000 times.
+    expect(greedy.asked).toBeLessThan(10);
+    const o = await otherNext;
+    expect(other.held).toBe(GRAIN);
+    expect(pool.stats().waiting).toBeLessThan(20_000);
+    o.release();
+    held[1]!.release();
+    const outcomes = await Promise.all(greedyWaits);
+    expect(outcomes.every((outcome) => outcome === undefined)).toBe(true);
+    expect(pool.stats()).toMatchObject({ waiting: 0, used: 0 });
   });
 
   it('counts in waited only the calls that waited: one served at once past a claimant over its share is not', async () => {
