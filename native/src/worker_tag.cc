@@ -4,6 +4,7 @@
 #include "worker.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "request.h"
 #include "status.h"
@@ -132,11 +133,12 @@ Napi::Value Worker::StartPayloadReceive(Napi::Env env, Request* request, ucs_sta
   // else the pass completed, and arms the worker again.
   ucp_worker_progress(worker_);
   if (request->status == UCS_INPROGRESS) return promise;
-  auto done = std::find_if(events_.begin(), events_.end(), [request](const Event& event) {
+  // Its completion was queued by this pass, after whatever was queued before: look from the end.
+  auto done = std::find_if(events_.rbegin(), events_.rend(), [request](const Event& event) {
     return event.kind == Event::RequestDone && event.request == request;
   });
-  if (done == events_.end()) return promise;
-  events_.erase(done);
+  if (done == events_.rend()) return promise;
+  events_.erase(std::next(done).base());
   payloadsAtPost_++;
   request->Finish(env);
   return promise;
