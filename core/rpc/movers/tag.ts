@@ -51,6 +51,10 @@ export const tagMover: Mover = {
   },
 
   async refuse(wire: TensorWire, { connection }: TransferScope): Promise<void> {
+    // A closed connection has nothing left to match: its end dropped the payloads it held and
+    // cancels its receives. (A receive posted now would only fail, an error made per tensor: a
+    // frame of 16,384 tensors refused as its connection closed cost the event loop a second.)
+    if (!connection.isOpen) return;
     // Match the payload into one byte: UCX completes the sender and reports truncation here.
     await receivePayload(connection, wire.x!, new Uint8Array(1)).catch(() => { /* truncation is the expected outcome */ });
   },
