@@ -3,6 +3,7 @@
 // sender's reports awaited. Each side takes its decisions from one plan per tensor
 // (movers/plan.ts) and records mover and path for callInfo() (movers/report.ts); the way out is
 // outgoing.ts.
+import { setImmediate as nextTurn } from 'node:timers/promises';
 import { Code, GdrpcError } from '../../errors.ts';
 import { elementSize, isDType, Tensor } from '../../tensor/index.ts';
 import { checkTensorWire } from '../../wire/codec.ts';
@@ -45,6 +46,9 @@ export type Allocate = (shape: number[], dtype: DType, placement: Placement, fie
 export function tooManyTensors(what: string): GdrpcError {
   return new GdrpcError(Code.RESOURCE_EXHAUSTED, `${what}: more than ${MAX_TENSORS_PER_FRAME} tensors in one frame`);
 }
+
+/** How many of a frame's tensors are allocated and posted in one turn of the event loop. */
+export const RECEIVE_SLICE = 256;
 
 /** An announced tensor whose bytes follow (not a remote handle). */
 const carriesBytes = (pending: PendingTensor): boolean => pending.wire.m !== 'h';
@@ -126,8 +130,8 @@ export class IncomingTensors {
       const xs = new Set(work.filter((p) => p.wire.m === 'g').map((p) => p.wire.x!));
       gathers = [...xs].map((x) => ({ x, bytes: 0, members: [] }));
     }
-    const gatheredWork = gathers.map((gather) => this.#receiveGather(gather, allocate, received, () => failure, (error) => { failure ??= error; }));
-    await Promise.all([...gatheredWork, ...work.filter((p) => p.wire.m !== 'g').map(async (pending) => {
+    const started = gathers.map((gather) => this.#receiveGather(gather, allocate, received, () => failure, (error) => { failure ??= error; }));
+    const receiveOne = async (pending: PendingTensor): Promise<void> => {
       const mover = moverByName(moverOf(pending.wire));
       let dest: Tensor;
       try {
@@ -164,7 +168,22 @@ export class IncomingTensors {
         failure ??= error;
         if (pending.wire.m === 't') this.scope.connection.reports.forget(pending.wire.x!);
       }
-    })]);
+    };
+    // A frame may announce MAX_TENSORS_PER_FRAME tensors, each allocated (or queued for pool
+    // memory) and posted here: in slices, each in its own turn of the event loop, so that one
+    // frame of many tensors does not hold up every other connection while it is taken apart.
+    const singles = work.filter((p) => p.wire.m !== 'g');
+    const slices: Array<Promise<unknown>> = [Promise.all(started)];
+    for (let at = 0; at < singles.length; at += RECEIVE_SLICE) {
+      // A failure of one tensor fails the frame: what is not yet started is refused without
+      // waiting for more turns.
+      if (at > 0 && failure === undefined) await nextTurn();
+      const slice = Promise.all(singles.slice(at, at + RECEIVE_SLICE).map(receiveOne));
+      // Waited for together below; handled now, since the turns between slices come first.
+      slice.catch(() => {});
+      slices.push(slice);
+    }
+    await Promise.all(slices);
     if (failure !== undefined) {
       this.releaseAll();
       throw GdrpcError.from(failure);
