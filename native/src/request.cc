@@ -157,7 +157,7 @@ void Request::Detach(Napi::Env env, const char* code, const std::string& message
   settled = true;
   report.Reset();  // ReportInto: a cancelled receive tells nobody
   if (!State::Of(env)->JsAllowed() || !deferred) return;
-  deferred->Reject(MakeError(env, code, message, StatusName(cause)).Value());
+  deferred->Reject(MakeError(env, code, message, StatusName(cause), Stack::Skip).Value());
 }
 
 void Request::ReportInto(Napi::Uint32Array target, Napi::Function callback) {
@@ -177,10 +177,12 @@ void Request::WriteSlot() const {
 
 Napi::Value Request::Failure(Napi::Env env) const {
   std::string name = std::string(what);
+  // Failing inside its *_nbx call, the error is thrown on its caller's stack; once pending, not.
+  const Stack stack = pending ? Stack::Skip : Stack::Record;
   if (!pending && kind == RequestKind::Send) {
     // UCX refused the send outright (the endpoint had already failed): nothing left this process,
     // which lets a caller retry safely.
-    Napi::Error error = StatusError(env, status, name);
+    Napi::Error error = StatusError(env, status, name, stack);
     Napi::Object details = Napi::Object::New(env);
     details.Set("unsent", true);
     error.Value().Set("details", details);
@@ -188,11 +190,11 @@ Napi::Value Request::Failure(Napi::Env env) const {
   }
   if (endpoint != nullptr && endpoint->failed()) {
     return MakeError(env, "UNAVAILABLE", name + ": endpoint to " + endpoint->peer() + " failed: " +
-                     ucs_status_string(endpoint->failure()), StatusName(endpoint->failure())).Value();
+                     ucs_status_string(endpoint->failure()), StatusName(endpoint->failure()), stack).Value();
   }
   if (status == UCS_ERR_MESSAGE_TRUNCATED) {
     Napi::Error error = MakeError(env, "INVALID_ARGUMENT", name + ": message truncated (the receive buffer is smaller "
-                                  "than the message)", StatusName(status));
+                                  "than the message)", StatusName(status), stack);
     // Which message it was, where UCX said (a receiver tells its sender so: the dispatcher).
     if (kind == RequestKind::Recv && recvInfo.sender_tag != 0) {
       Napi::Object details = Napi::Object::New(env);
@@ -202,8 +204,8 @@ Napi::Value Request::Failure(Napi::Env env) const {
     }
     return error.Value();
   }
-  if (status == UCS_ERR_CANCELED) return MakeError(env, "CANCELLED", name + ": cancelled", StatusName(status)).Value();
-  return StatusError(env, status, name).Value();
+  if (status == UCS_ERR_CANCELED) return MakeError(env, "CANCELLED", name + ": cancelled", StatusName(status), stack).Value();
+  return StatusError(env, status, name, stack).Value();
 }
 
 void Request::Settle(Napi::Env env) {

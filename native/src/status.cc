@@ -1,4 +1,7 @@
 #include "status.h"
+
+#include <optional>
+
 #include "state.h"
 
 namespace gdrpc {
@@ -71,11 +74,33 @@ const char* StatusName(ucs_status_t status) {
 }
 #undef GDRPC_STATUS_NAME
 
-Napi::Error MakeError(Napi::Env env, const char* code, const std::string& message, const char* ucsStatus) {
+namespace {
+
+/** Error.stackTraceLimit set to 0 for its lifetime, then put back as it was. */
+class NoStackTrace {
+ public:
+  explicit NoStackTrace(Napi::Env env) : error_(env.Global().Get("Error").As<Napi::Object>()) {
+    limit_ = error_.Get("stackTraceLimit");
+    error_.Set("stackTraceLimit", Napi::Number::New(env, 0));
+  }
+  ~NoStackTrace() { error_.Set("stackTraceLimit", limit_); }
+  NoStackTrace(const NoStackTrace&) = delete;
+  NoStackTrace& operator=(const NoStackTrace&) = delete;
+
+ private:
+  Napi::Object error_;
+  Napi::Value limit_;
+};
+
+}  // namespace
+
+Napi::Error MakeError(Napi::Env env, const char* code, const std::string& message, const char* ucsStatus, Stack stack) {
   State* state = State::Of(env);
   if (state != nullptr && !state->errorClass.IsEmpty()) {
     Napi::Object options = Napi::Object::New(env);
     if (ucsStatus != nullptr) options.Set("ucsStatus", ucsStatus);
+    std::optional<NoStackTrace> noStack;
+    if (stack == Stack::Skip) noStack.emplace(env);
     Napi::Object error = state->errorClass.New({Napi::String::New(env, code), Napi::String::New(env, message), options});
     return Napi::Error(env, error);
   }
@@ -85,8 +110,8 @@ Napi::Error MakeError(Napi::Env env, const char* code, const std::string& messag
   return error;
 }
 
-Napi::Error StatusError(Napi::Env env, ucs_status_t status, const std::string& what) {
-  return MakeError(env, CodeForStatus(status), what + ": " + ucs_status_string(status), StatusName(status));
+Napi::Error StatusError(Napi::Env env, ucs_status_t status, const std::string& what, Stack stack) {
+  return MakeError(env, CodeForStatus(status), what + ": " + ucs_status_string(status), StatusName(status), stack);
 }
 
 void Throw(Napi::Env env, const char* code, const std::string& message) { throw MakeError(env, code, message); }
