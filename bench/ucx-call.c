@@ -94,11 +94,15 @@ static void wait_for(void* req) { wait_until(req, sleeps_always); }
 
 static void on_conn_request(ucp_conn_request_h request, void* arg) { *(ucp_conn_request_h*)arg = request; }
 
-// An operation's parameters: with `memh`, the mapped memory handle and its memory type, as gdrpc
-// passes its pools' handles.
+// An operation's parameters: its memory type always, as gdrpc's operations name theirs (control
+// messages included: host), and with `memh` the mapped memory handle, as gdrpc passes its pools'.
+// An operation that names no memory type has UCX find it out, a lookup per operation once CUDA
+// transports are loaded.
 static ucp_request_param_t op_param(ucp_mem_h memh, ucs_memory_type_t type) {
   ucp_request_param_t p = {0};
-  if (memh) { p.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH | UCP_OP_ATTR_FIELD_MEMORY_TYPE; p.memh = memh; p.memory_type = type; }
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+  p.memory_type = type;
+  if (memh) { p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH; p.memh = memh; }
   return p;
 }
 
