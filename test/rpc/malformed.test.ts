@@ -19,6 +19,21 @@ let good: Client;
 const packr = new Packr({ useRecords: false });
 const echoRequest = (x: Record<string, unknown>) => ({ svc: EchoDescriptor.name, m: 'echo', a: { x, tag: 'raw' } });
 
+/** `depth` msgpack arrays of one element each, nil innermost: what a decoder must recurse through. */
+function nested(depth: number): Uint8Array {
+  const bytes = new Uint8Array(depth + 1).fill(0x91);
+  bytes[depth] = 0xc0;
+  return bytes;
+}
+
+/** A ping REQUEST whose argument `n` is `depth` arrays deep (spliced in where a marker number packed). */
+function deepPing(depth: number): Uint8Array {
+  const marker = 0x7fffff01;
+  const body = packr.pack({ v: 2, svc: EchoDescriptor.name, m: 'ping', a: { n: marker } });
+  const at = body.findIndex((b, i) => b === 0xce && body.readUInt32BE(i + 1) === marker);
+  return Buffer.concat([body.subarray(0, at), nested(depth), body.subarray(at + 5)]);
+}
+
 beforeAll(async () => {
   server = await startServer({ maxFrameBytes: 64 * 1024, maxTensorBytes: 1 << 20, poolBytes: 4 << 20 });
   good = await Client.connect(server.address);
@@ -51,6 +66,10 @@ describe('malformed input', () => {
     ['a huge tag tensor (limit before allocation)', (raw) => raw.sendBody(FrameKind.Request, 3, echoRequest({ dt: 'u8', sh: [2 ** 40], n: 2 ** 40, mt: 'host', m: 't', x: 5 })), Code.RESOURCE_EXHAUSTED],
     ['an unknown mover in the REQUEST', (raw) => raw.sendBody(FrameKind.Request, 3, { svc: EchoDescriptor.name, m: 'ping', a: { n: 1 }, mv: 'teleport' }), Code.INVALID_ARGUMENT],
     ['a noStaging that is not a boolean', (raw) => raw.sendBody(FrameKind.Request, 3, { svc: EchoDescriptor.name, m: 'ping', a: { n: 1 }, ns: 1 }), Code.INVALID_ARGUMENT],
+    // Past the decoder's stack: msgpackr's RangeError is a malformed frame, not a crash.
+    ['msgpack nested 60,000 arrays deep', (raw) => raw.sendBytes(FrameKind.Request, 3, nested(60_000)), Code.INVALID_ARGUMENT],
+    // Within it: decoded, then refused (its payloads looked for through every level) as a bad argument.
+    ['an argument nested 3,000 arrays deep', (raw) => raw.sendBytes(FrameKind.Request, 3, deepPing(3_000)), Code.INVALID_ARGUMENT],
     ['a frame over the frame limit', (raw) => raw.sendBody(FrameKind.Request, 3, { svc: EchoDescriptor.name, m: 'ping', a: { n: 1 }, pad: new Uint8Array(100 * 1024) }), Code.RESOURCE_EXHAUSTED],
   ];
   for (const [name, send, code] of callErrors) {

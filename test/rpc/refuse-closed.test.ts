@@ -2,9 +2,11 @@
 // that nothing stays pending in UCX. On a connection that has closed there is nothing to match:
 // its end dropped the payloads it held and unregistered it. A frame of 16,384 tensors refused as
 // its connection closed posted 16,384 receives that could only fail, an error made for each (a
-// second of the server's event loop on the CPU box, scratch).
+// second of the server's event loop on the CPU box, scratch). refuseRaw, which finds a refused
+// frame's payloads in whatever the peer sent, walks it with a loop: a peer chooses the nesting.
 import { describe, expect, it, vi } from 'vitest';
 import { tagMover } from '../../core/rpc/movers/tag.ts';
+import { refuseRaw } from '../../core/rpc/transfer/transfer.ts';
 import type { TransferScope } from '../../core/rpc/movers/mover.ts';
 import type { TensorWire } from '../../core/wire/frames.ts';
 
@@ -19,6 +21,9 @@ function scopeWith(signal: AbortSignal): { scope: TransferScope; receives: Retur
     takeHeld: () => undefined,
     watchTransfer: () => () => {},
     incomingDataTag: (x: number) => BigInt(x),
+    refusing: 0,
+    reports: { forget: () => {} },
+    close: vi.fn(),
   };
   return { scope: { connection: connection as unknown as TransferScope['connection'], call: 1 }, receives };
 }
@@ -40,5 +45,16 @@ describe('tag mover refuse', () => {
     const { scope, receives } = scopeWith(closed.signal);
     await Promise.all(Array.from({ length: 16_384 }, (_, x) => tagMover.refuse(wire(x), scope)));
     expect(receives).not.toHaveBeenCalled();
+  });
+});
+
+describe('refuseRaw', () => {
+  it('finds the payloads of a frame nested 100,000 levels deep, in arrays and maps, without recursion', async () => {
+    const { scope, receives } = scopeWith(new AbortController().signal);
+    let value: unknown = [wire(7), { y: wire(8) }];
+    for (let depth = 0; depth < 100_000; depth += 1) value = depth % 2 === 0 ? [value] : { k: value };
+    await refuseRaw(scope, { a: value });
+    expect(receives.mock.calls.map((call) => (call as unknown[])[1])).toEqual([7n, 8n]);
+    expect(scope.connection.refusing).toBe(0);
   });
 });

@@ -329,17 +329,23 @@ async function stagedReceive(mover: Mover, wire: TensorWire, dest: Tensor, scope
 export function refuseRaw(scope: TransferScope, wireObject: unknown): Promise<void> {
   // A frame rejected before decoding still announced tag payloads and exposures: settle them so
   // that the sender completes. Walk generically for anything shaped like a descriptor.
+  // A loop over a stack of its own, not recursion: a peer chooses the nesting (a frame nested as
+  // deep as the decoder allows would overflow a recursive walk's stack).
   const found: TensorWire[] = [];
-  const walk = (value: unknown): void => {
-    if (found.length > MAX_TENSORS_PER_FRAME) return;
-    if (Array.isArray(value)) value.forEach(walk);
-    else if (typeof value === 'object' && value !== null && !(value instanceof Uint8Array)) {
+  const stack: unknown[] = [wireObject];
+  while (stack.length > 0 && found.length <= MAX_TENSORS_PER_FRAME) {
+    const value = stack.pop();
+    if (Array.isArray(value)) {
+      for (let i = value.length - 1; i >= 0; i -= 1) stack.push(value[i]);
+    } else if (typeof value === 'object' && value !== null && !(value instanceof Uint8Array)) {
       const record = value as Record<string, unknown>;
       if ((record.m === 't' || record.m === 'g' || record.m === 'r') && typeof record.x === 'number') found.push(record as unknown as TensorWire);
-      else Object.values(record).forEach(walk);
+      else {
+        const values = Object.values(record);
+        for (let i = values.length - 1; i >= 0; i -= 1) stack.push(values[i]);
+      }
     }
-  };
-  walk(wireObject);
+  }
   const { connection } = scope;
   if (connection.refusing + found.length > MAX_TENSORS_PER_FRAME) {
     // More than any frame may carry, or than refused frames may have outstanding together: the
