@@ -173,7 +173,7 @@ export class IncomingTensors {
     // memory) and posted here: in slices, each in its own turn of the event loop, so that one
     // frame of many tensors does not hold up every other connection while it is taken apart.
     const singles = work.filter((p) => p.wire.m !== 'g');
-    const slices: Array<Promise<unknown>> = [Promise.all(started)];
+    const slices: Array<Promise<unknown>> = started.length > 0 ? [Promise.all(started)] : [];
     for (let at = 0; at < singles.length; at += RECEIVE_SLICE) {
       // A failure of one tensor fails the frame: what is not yet started is refused without
       // waiting for more turns.
@@ -183,7 +183,8 @@ export class IncomingTensors {
       slice.catch(() => {});
       slices.push(slice);
     }
-    await Promise.all(slices);
+    // One slice and no gather, a call's common case: waited for as it is.
+    await (slices.length === 1 ? slices[0] : Promise.all(slices));
     if (failure !== undefined) {
       this.releaseAll();
       throw GdrpcError.from(failure);
