@@ -130,7 +130,6 @@ export class IncomingTensors {
       const xs = new Set(work.filter((p) => p.wire.m === 'g').map((p) => p.wire.x!));
       gathers = [...xs].map((x) => ({ x, bytes: 0, members: [] }));
     }
-    const started = gathers.map((gather) => this.#receiveGather(gather, allocate, received, () => failure, (error) => { failure ??= error; }));
     const receiveOne = async (pending: PendingTensor): Promise<void> => {
       const mover = moverByName(moverOf(pending.wire));
       let dest: Tensor;
@@ -170,20 +169,44 @@ export class IncomingTensors {
       }
     };
     // A frame may announce MAX_TENSORS_PER_FRAME tensors, each allocated (or queued for pool
-    // memory) and posted here: in slices, each in its own turn of the event loop, so that one
-    // frame of many tensors does not hold up every other connection while it is taken apart.
-    const singles = work.filter((p) => p.wire.m !== 'g');
-    const slices: Array<Promise<unknown>> = started.length > 0 ? [Promise.all(started)] : [];
-    for (let at = 0; at < singles.length; at += RECEIVE_SLICE) {
-      // A failure of one tensor fails the frame: what is not yet started is refused without
-      // waiting for more turns.
-      if (at > 0 && failure === undefined) await nextTurn();
-      const slice = Promise.all(singles.slice(at, at + RECEIVE_SLICE).map(receiveOne));
+    // memory) and posted here: in slices of RECEIVE_SLICE tensors (a gather counts its members),
+    // each slice in its own turn of the event loop, so that one frame of many tensors does not
+    // hold up every other connection while it is taken apart.
+    const slices: Array<Promise<unknown>> = [];
+    let slice: Array<Promise<void>> = [];
+    let inSlice = 0;
+    const endSlice = (): void => {
+      if (slice.length === 0) return;
+      const all = Promise.all(slice);
       // Waited for together below; handled now, since the turns between slices come first.
-      slice.catch(() => {});
-      slices.push(slice);
+      all.catch(() => {});
+      slices.push(all);
+      slice = [];
+      inSlice = 0;
+    };
+    /** Before starting `tensors` more: whether the slice is full, its turn then over. */
+    const full = (tensors: number): boolean => inSlice > 0 && inSlice + tensors > RECEIVE_SLICE;
+    for (const gather of gathers) {
+      if (full(gather.members.length)) {
+        endSlice();
+        // A failure of one tensor fails the frame: what is not yet started is refused without
+        // waiting for more turns.
+        if (failure === undefined) await nextTurn();
+      }
+      inSlice += Math.max(1, gather.members.length);
+      slice.push(this.#receiveGather(gather, allocate, received, () => failure, (error) => { failure ??= error; }));
     }
-    // One slice and no gather, a call's common case: waited for as it is.
+    for (const pending of work) {
+      if (pending.wire.m === 'g') continue;
+      if (full(1)) {
+        endSlice();
+        if (failure === undefined) await nextTurn();
+      }
+      inSlice += 1;
+      slice.push(receiveOne(pending));
+    }
+    endSlice();
+    // One slice, a call's common case: waited for as it is.
     await (slices.length === 1 ? slices[0] : Promise.all(slices));
     if (failure !== undefined) {
       this.releaseAll();
