@@ -289,6 +289,43 @@ describe('admission and limits', () => {
     }
   });
 
+  // Transfer ids are unique among a sender's live transfers (docs/wire.md). Two receives of one id
+  // and one payload: the payload matched one, whose watch then ended for both, and the other held
+  // its pool block unwatched for as long as the peer kept the connection alive (past the transfer
+  // timeout, the call itself long over: an honest client then waited for memory in vain).
+  const reused: Array<[string, (raw: RawPeer, x: number) => Promise<void>]> = [
+    ['twice in one frame', async (raw, x) => {
+      const t = { dt: 'u8', sh: [4 * MiB], n: 4 * MiB, mt: 'host', m: 't', x };
+      await raw.sendBody(FrameKind.Request, 31, { svc: EchoDescriptor.name, m: 'echoList', a: { xs: [t, t] } });
+    }],
+    ['by two calls', async (raw, x) => {
+      for (const call of [32, 33]) await raw.sendBody(FrameKind.Request, call, { svc: EchoDescriptor.name, m: 'checksum', a: { x: { dt: 'u8', sh: [2 * MiB], n: 2 * MiB, mt: 'host', m: 't', x } } });
+    }],
+    ['by two gathers', async (raw, x) => {
+      const g = (f: number) => ({ dt: 'u8', sh: [MiB], n: MiB, mt: 'host', m: 'g', x, f });
+      for (const call of [34, 35]) await raw.sendBody(FrameKind.Request, call, { svc: EchoDescriptor.name, m: 'echoList', a: { xs: [g(0), g(MiB)] } });
+    }],
+  ];
+  for (const [how, announce] of reused) {
+    it(`a transfer id announced again ${how} while its bytes are awaited closes the connection; the pool is whole again`, async () => {
+      const raw = await admitted();
+      try {
+        // Kept alive as an attacker would: only the transfer's own watch may end it.
+        raw.keepAlive(200);
+        const x = 77;
+        await announce(raw, x);
+        await new Promise((resolve) => setTimeout(resolve, 100));
+        // One payload for the id (the connection may already be gone).
+        await raw.endpoint.tagSend(dataTag(new ConnectionKey(raw.serverKey), x), new Uint8Array(4 * MiB).fill(1)).catch(() => {});
+        expect(await raw.closedWithin(10_000)).toBe('closed');
+        await expectPoolsEmpty(good);
+        await stillServing(how);
+      } finally {
+        await raw.close();
+      }
+    });
+  }
+
   it('a lone payload no frame announces is dropped after the hold time, with nothing else arriving', async () => {
     const raw = await admitted();
     try {

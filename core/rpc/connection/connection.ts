@@ -225,6 +225,13 @@ export class Connection implements FrameSink {
    *  the connection closes, which cancels the receive with it (a rendezvous UCX had already
    *  matched cannot be cancelled by itself). Returns what ends the watch. */
   watchTransfer(transfer: number): () => void {
+    if (this.#watched.has(transfer)) {
+      // Transfer ids are unique among the sender's live transfers (docs/wire.md): one payload
+      // can match only one of two receives of an id, and the other would wait, unwatched once
+      // the first's watch ended, holding its pool block for as long as the connection lives.
+      this.close(new GdrpcError(Code.INVALID_ARGUMENT, `${this.peer} announced transfer ${transfer} again while its bytes were still awaited`));
+      return () => {};
+    }
     this.#watched.set(transfer, performance.now() + this.transferTimeoutMs);
     // Not cleared when the last watch ends (a timer set and cleared for every received tensor
     // cost about 0.4 µs a call on the CPU box): it runs out, and waits again only for what is
