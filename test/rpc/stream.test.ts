@@ -1,6 +1,11 @@
 // Streaming both ways: order, tensors in items, and early ends from either side.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Packr } from 'msgpackr';
 import { Client, Code, type Tensor } from '../../core/index.ts';
+import { FrameKind } from '../../core/wire/frames.ts';
+import { packMessage } from '../../core/wire/message.ts';
+import { MAX_STREAM_BACKLOG } from '../../core/rpc/server/server-call.ts';
+import { RawPeer } from './fixtures/raw-peer.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer, type ListeningPeer } from './fixtures/peers.ts';
 import { disposePeers } from '../support/peer.ts';
@@ -142,5 +147,58 @@ describe('client streaming', () => {
     expect(result.total).toBe(byteSum(patterned(10_000, 1)));
     expect(produced).toBeLessThan(1000);
     await expectPoolsEmpty(client);
+  });
+});
+
+// How many items a client stream may send ahead of the server's handler: its window (`win` plus
+// the CREDIT granted since), and MAX_STREAM_BACKLOG not yet taken whatever the window. A peer that
+// ignored the window had every item queued (and each stalled the event loop a little longer: a
+// message of 20,000 items held it 1.0 s, 59,193 of them 4.0-4.2 s, scratch).
+describe('client stream limits', () => {
+  const packr = new Packr({ useRecords: false });
+  const item = (seq: number) => ({ kind: FrameKind.StreamItem, call: 5, body: packr.pack({ v: 2, seq, a: { x: { dt: 'u8', sh: [1], n: 1, mt: 'host', m: 'i', b: new Uint8Array([seq & 0xff]) } } }) });
+
+  /** A raw peer's client stream of `count` items and its end, in one message after its REQUEST;
+   *  the call's RESPONSE or ERROR. */
+  async function overrun(request: Record<string, unknown>, count: number): Promise<Record<string, unknown> | undefined> {
+    const raw = await RawPeer.connect(server.port);
+    try {
+      await raw.auth();
+      expect((await raw.receive())?.kind).toBe(FrameKind.Ready);
+      await raw.sendBody(FrameKind.Request, 5, { svc: EchoDescriptor.name, m: 'sum', ...request });
+      const items = Array.from({ length: count }, (_, seq) => item(seq));
+      const end = { kind: FrameKind.StreamEnd, call: 5, body: packr.pack({ v: 2, seq: count }) };
+      await raw.sendMessage(packMessage([...items, end]));
+      for (let frame = await raw.receive(10_000); frame !== undefined; frame = await raw.receive(10_000)) {
+        if (frame.call === 5 && (frame.kind === FrameKind.Error || frame.kind === FrameKind.Response)) return { kind: frame.kind, ...frame.body };
+      }
+      return undefined;
+    } finally {
+      await raw.close();
+    }
+  }
+
+  it('an honest stream of 2,000 items goes through on credit', async () => {
+    const items = Array.from({ length: 2000 }, (_, i) => ({ x: patterned(1, i) }));
+    const result = await client.clientStream(EchoDescriptor.methods.sum, items);
+    expect(result.items).toBe(2000);
+    expect(result.total).toBe(items.reduce((sum, { x }) => sum + byteSum(x), 0));
+  });
+
+  it('items past the window fail the call RESOURCE_EXHAUSTED', async () => {
+    const answer = await overrun({ win: 2 }, 3);
+    expect(answer).toMatchObject({ kind: FrameKind.Error, code: Code.RESOURCE_EXHAUSTED });
+    expect(String(answer?.msg)).toMatch(/window allowed 2/);
+    await expectPoolsEmpty(client);
+  });
+
+  it(`without a window, ${MAX_STREAM_BACKLOG} items ahead of the handler fail the call RESOURCE_EXHAUSTED`, async () => {
+    // One message: every item is queued before the handler's loop takes the first.
+    const answer = await overrun({}, MAX_STREAM_BACKLOG + 10);
+    expect(answer).toMatchObject({ kind: FrameKind.Error, code: Code.RESOURCE_EXHAUSTED });
+    expect(String(answer?.msg)).toMatch(/more than the handler has taken/);
+    await expectPoolsEmpty(client);
+    // Within it, all are taken.
+    expect(await overrun({}, 100)).toMatchObject({ kind: FrameKind.Response });
   });
 });

@@ -23,6 +23,11 @@ import type { TransferInfo } from '../movers/mover.ts';
 
 type Row = Record<string, unknown>;
 
+/** Most items of a client stream received ahead of its handler (those not yet taken): past it the
+ *  call fails RESOURCE_EXHAUSTED. gdrpc clients keep within their window (64); a peer that opened
+ *  none, or a huge one, would otherwise queue items without bound. */
+export const MAX_STREAM_BACKLOG = 4096;
+
 /** A registered method and what it needs at run time. */
 export interface MethodEntry {
   method: MethodDescriptor;
@@ -80,6 +85,10 @@ export class ServerCall {
   /** Client streaming with a window: CREDIT goes back after this many items taken. */
   #grantEvery: number | undefined;
   #taken = 0;
+  /** Client streaming with a window: items the client may send in all (its `win` plus the credit
+   *  granted since), and items it sent. */
+  #allowedItems = Number.MAX_SAFE_INTEGER;
+  #sentItems = 0;
   /** run() has ended: later stream items are refused. */
   #over = false;
   /** The response's send, once run() ended with nothing to release (no release pass will run a
@@ -153,8 +162,18 @@ export class ServerCall {
   item(body: FrameBody<FrameKind.StreamItem>): void {
     // No stream, or the call is over (its arguments were released already): nothing will take
     // this item, so its bytes are refused rather than received into a block nobody frees.
-    if (this.#items === undefined || this.#over) {
+    // (Nor will an aborted call's stream: its queue failed with the scope.)
+    if (this.#items === undefined || this.#over || this.scope.aborted) {
       void refuseRaw({ connection: this.connection, call: this.id }, body.a);
+      return;
+    }
+    this.#sentItems += 1;
+    const overflow = this.#sentItems > this.#allowedItems
+      ? `the client sent ${this.#sentItems} stream items where its window allowed ${this.#allowedItems} (win + CREDIT)`
+      : this.#items.backlog >= MAX_STREAM_BACKLOG ? `the client sent ${MAX_STREAM_BACKLOG} stream items more than the handler has taken` : undefined;
+    if (overflow !== undefined) {
+      void refuseRaw({ connection: this.connection, call: this.id }, body.a);
+      this.scope.abort(new GdrpcError(Code.RESOURCE_EXHAUSTED, `${methodName(this.entry.method)}: ${overflow}`, { details: { limit: 'streamWindow' } }));
       return;
     }
     let item: Promise<Row>;
@@ -169,8 +188,12 @@ export class ServerCall {
   /** Opens the stream window the REQUEST asked for (`win`): items this server may send (server
    *  streaming), or items the client sends before it waits for our CREDIT (client streaming). */
   openWindow(n: number): void {
-    if (this.entry.method.clientStreaming) this.#grantEvery = Math.max(1, Math.floor(n / 2));
-    else this.#credit = n;
+    if (this.entry.method.clientStreaming) {
+      this.#grantEvery = Math.max(1, Math.floor(n / 2));
+      this.#allowedItems = n;
+    } else {
+      this.#credit = n;
+    }
   }
 
   /** CREDIT from the client: `n` more items may go. */
@@ -187,6 +210,7 @@ export class ServerCall {
     this.#taken += 1;
     if (this.#taken < this.#grantEvery) return;
     this.#taken = 0;
+    this.#allowedItems += this.#grantEvery;
     if (this.connection.isOpen) this.connection.send(FrameKind.Credit, this.id, { n: this.#grantEvery }).catch(() => {});
   }
 
@@ -204,7 +228,6 @@ export class ServerCall {
     // Stream items' paths start with "arguments[seq]." already.
     const label = what === '' ? `${name} arguments.` : `${name} `;
     const incoming = new IncomingTensors(scope, { maxTensor: this.env.maxTensor, noStaging: this.policy.noStaging }, { side: 'server', label, dialOwner: this.env.dialOwner });
-    this.#incoming.push(incoming);
     let values: Row;
     try {
       values = decodeFields(method.args, wire, types, incoming.decode, what);
@@ -217,6 +240,10 @@ export class ServerCall {
       throw error;
     }
     if (!incoming.hasBytes) return values;
+    // Kept until the call ends, for its transfers and the tensors it releases then; an argument
+    // object (a stream item) without tensor bytes is not kept: a long client stream of such items
+    // would keep one per item.
+    this.#incoming.push(incoming);
     const wait: AllocationWait = { scope: this.scope, share: this.env.share };
     const receiving = incoming.receive((shape, dtype, placement, field) => this.env.allocate(shape, dtype, bindPlacement(placement, this.entry.receiveOn), wait, field));
     // Its failure reaches the caller through the race below; run() waits for it before releasing.
