@@ -48,6 +48,10 @@ export const DEFAULT_INLINE_BYTES = 4096;
  *  past that the connection is refused as a whole: a peer's one message cannot make this side
  *  send an ERROR, and raise an 'error' event, for each of thousands of tiny frames. */
 export const MAX_MALFORMED_FRAMES = 16;
+/** Most argument tensors a server's calls on one connection may be receiving at once (four frames
+ *  of the most a frame carries): each costs ~1.8 KB of heap until its bytes come, and a client
+ *  that announced 16,000 a call over 140 live calls ran a server out of heap. */
+export const MAX_AWAITED_TENSORS = 65_536;
 /** Wake-ups with work per second above which the worker counts as moving data (a peer sending
  *  bulk over TCP makes hundreds; UCX's keepalive of a stopped peer, one). */
 const STREAMING_WAKES_PER_S = 10;
@@ -71,6 +75,9 @@ export class Connection implements FrameSink {
   frameLimit = Number.MAX_SAFE_INTEGER;
   /** Tensors of refused frames whose payloads are still being turned away (transfer.ts refuseRaw). */
   refusing = 0;
+  /** Argument tensors of this connection's calls being received (server-call.ts: at most
+   *  MAX_AWAITED_TENSORS). */
+  awaited = 0;
   readonly exposures = new Exposures();
   readonly transfers = new IdSequence();
   /** The peer's reports of the tag transfers it sends here (SENT frames), by transfer id. */

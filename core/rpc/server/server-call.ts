@@ -4,7 +4,7 @@
 import { Code, GdrpcError } from '../../errors.ts';
 import type { PoolShare } from '../../tensor/index.ts';
 import { FrameKind, type FrameBody } from '../../wire/frames.ts';
-import type { Connection } from '../connection/connection.ts';
+import { MAX_AWAITED_TENSORS, type Connection } from '../connection/connection.ts';
 import { PostedFrame } from '../connection/outbox.ts';
 import type { CallScope } from '../call/deadline.ts';
 import type { MethodDescriptor, TypeTable } from '../../schema/descriptor.ts';
@@ -240,6 +240,12 @@ export class ServerCall {
       throw error;
     }
     if (!incoming.hasBytes) return values;
+    const count = incoming.pending.length;
+    if (this.connection.awaited + count > MAX_AWAITED_TENSORS) {
+      void refuseRaw(scope, wire);
+      throw new GdrpcError(Code.RESOURCE_EXHAUSTED, `${name}: ${count} argument tensor(s) while this connection's calls are receiving ${this.connection.awaited} (at most ${MAX_AWAITED_TENSORS} at once); retry when calls have finished`, { details: { retryable: true, limit: 'awaitedTensors' } });
+    }
+    this.connection.awaited += count;
     // Kept until the call ends, for its transfers and the tensors it releases then; an argument
     // object (a stream item) without tensor bytes is not kept: a long client stream of such items
     // would keep one per item.
@@ -247,7 +253,7 @@ export class ServerCall {
     const wait: AllocationWait = { scope: this.scope, share: this.env.share };
     const receiving = incoming.receive((shape, dtype, placement, field) => this.env.allocate(shape, dtype, bindPlacement(placement, this.entry.receiveOn), wait, field));
     // Its failure reaches the caller through the race below; run() waits for it before releasing.
-    receiving.catch(() => {});
+    receiving.then(() => { this.connection.awaited -= count; }, () => { this.connection.awaited -= count; });
     this.#receiving.push(receiving);
     // noStaging holds the handler until the client's reports say how UCX moved the arguments.
     const confirmed = this.policy.noStaging ? receiving.then(async (received) => { await incoming.confirm(); return received; }) : receiving;
