@@ -70,6 +70,8 @@ describe('malformed input', () => {
     ['msgpack nested 60,000 arrays deep', (raw) => raw.sendBytes(FrameKind.Request, 3, nested(60_000)), Code.INVALID_ARGUMENT],
     // Within it: decoded, then refused (its payloads looked for through every level) as a bad argument.
     ['an argument nested 3,000 arrays deep', (raw) => raw.sendBytes(FrameKind.Request, 3, deepPing(3_000)), Code.INVALID_ARGUMENT],
+    // A payload tag carries 32 bits of it: x + 2^32 would name x's payload.
+    ['a tag tensor whose transfer id is past 32 bits', (raw) => raw.sendBody(FrameKind.Request, 3, echoRequest({ dt: 'u8', sh: [4], n: 4, mt: 'host', m: 't', x: 2 ** 32 + 5 })), Code.INVALID_ARGUMENT],
     ['a frame over the frame limit', (raw) => raw.sendBody(FrameKind.Request, 3, { svc: EchoDescriptor.name, m: 'ping', a: { n: 1 }, pad: new Uint8Array(100 * 1024) }), Code.RESOURCE_EXHAUSTED],
   ];
   for (const [name, send, code] of callErrors) {

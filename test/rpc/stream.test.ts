@@ -202,3 +202,30 @@ describe('client stream limits', () => {
     expect(await overrun({}, 100)).toMatchObject({ kind: FrameKind.Response });
   });
 });
+
+// A server stream gives its event loop a turn every STREAM_YIELD_ITEMS items: items that need no
+// I/O settle in microtasks, and a reader that opened no window (or granted a huge CREDIT) and kept
+// reading held the server's event loop for as long as it read (5.5 s for a 5 s reader, scratch).
+describe('a server stream without a window', () => {
+  it('leaves the server serving other clients while it runs', async () => {
+    const raw = await RawPeer.connect(server.port);
+    try {
+      await raw.auth();
+      expect((await raw.receive())?.kind).toBe(FrameKind.Ready);
+      await raw.sendBody(FrameKind.Request, 7, { svc: EchoDescriptor.name, m: 'count', a: { upTo: 1e9, delayMs: 0 } });
+      // Items flow (the stream runs) ...
+      const first = await raw.receive(10_000);
+      expect(first).toMatchObject({ kind: FrameKind.StreamItem, call: 7 });
+      // ... and another client is answered meanwhile.
+      const other = await Client.connect(server.address);
+      try {
+        expect((await other.unary(EchoDescriptor.methods.ping, { n: 11 })).n).toBe(11);
+      } finally {
+        await other.close();
+      }
+      await raw.sendBody(FrameKind.Cancel, 7, {});
+    } finally {
+      await raw.close();
+    }
+  }, 60_000);
+});

@@ -1,6 +1,7 @@
 // One call on the server: receive the arguments (checked before anything is allocated), run the
 // handler under the call's signal, send the results or the stream, release the arguments once
 // the results' bytes have left. Nothing is sent for a call the client cancelled.
+import { setImmediate as nextTurn } from 'node:timers/promises';
 import { Code, GdrpcError } from '../../errors.ts';
 import type { PoolShare } from '../../tensor/index.ts';
 import { FrameKind, type FrameBody } from '../../wire/frames.ts';
@@ -27,6 +28,8 @@ type Row = Record<string, unknown>;
  *  call fails RESOURCE_EXHAUSTED. gdrpc clients keep within their window (64); a peer that opened
  *  none, or a huge one, would otherwise queue items without bound. */
 export const MAX_STREAM_BACKLOG = 4096;
+/** A server stream gives the event loop a turn after this many items. */
+export const STREAM_YIELD_ITEMS = 64;
 
 /** A registered method and what it needs at run time. */
 export interface MethodEntry {
@@ -313,6 +316,10 @@ export class ServerCall {
         seq += 1;
         // One item's bytes at a time: a slow reader slows the producer instead of filling memory.
         await this.scope.race(moving);
+        // A turn of the event loop every STREAM_YIELD_ITEMS items: items that need no I/O settle
+        // in microtasks, and a client that opened no window (or granted a huge CREDIT) while it
+        // kept reading held this server's event loop for as long as it read.
+        if (seq % STREAM_YIELD_ITEMS === 0) await nextTurn();
       }
     } finally {
       off();

@@ -47,6 +47,9 @@ export function tooManyTensors(what: string): GdrpcError {
   return new GdrpcError(Code.RESOURCE_EXHAUSTED, `${what}: more than ${MAX_TENSORS_PER_FRAME} tensors in one frame`);
 }
 
+/** Largest transfer id of a tag payload (`x` of movers t and g): 32 bits of the payload's tag. */
+export const MAX_TRANSFER_ID = 0xffff_ffff;
+
 /** How many of a frame's tensors are allocated and posted in one turn of the event loop. */
 export const RECEIVE_SLICE = 256;
 
@@ -83,6 +86,11 @@ export class IncomingTensors {
     }
     if (wire.m === 'r' && !this.scope.connection.runtime.rma) {
       throw new GdrpcError(Code.INVALID_ARGUMENT, `${where}: RMA descriptor refused: this process does not perform RMA (docs/security.md)`);
+    }
+    // A payload's tag holds 32 bits of its transfer id (wire/tag.ts dataTag): x and x + 2^32 would
+    // name one payload and slip past the check for an id received twice (Connection.watchTransfer).
+    if ((wire.m === 't' || wire.m === 'g') && wire.x! > MAX_TRANSFER_ID) {
+      throw new GdrpcError(Code.INVALID_ARGUMENT, `${where}: transfer id ${wire.x} is past ${MAX_TRANSFER_ID}`);
     }
     if (this.pending.length >= MAX_TENSORS_PER_FRAME) throw tooManyTensors(`${this.site.label}${where}`);
     const pending = new PendingTensor(wire, where, placement);
@@ -363,7 +371,10 @@ export function refuseRaw(scope: TransferScope, wireObject: unknown): Promise<vo
       for (let i = value.length - 1; i >= 0; i -= 1) stack.push(value[i]);
     } else if (typeof value === 'object' && value !== null && !(value instanceof Uint8Array)) {
       const record = value as Record<string, unknown>;
-      if ((record.m === 't' || record.m === 'g' || record.m === 'r') && typeof record.x === 'number') found.push(record as unknown as TensorWire);
+      if ((record.m === 't' || record.m === 'g' || record.m === 'r') && typeof record.x === 'number') {
+        // An id no payload tag can carry names no payload: nothing to turn away.
+        if (record.m === 'r' || record.x <= MAX_TRANSFER_ID) found.push(record as unknown as TensorWire);
+      }
       else {
         const values = Object.values(record);
         for (let i = values.length - 1; i >= 0; i -= 1) stack.push(values[i]);
