@@ -2,7 +2,7 @@
 // client fails what it must, tells the application through 'error', and never hangs on it.
 import { afterEach, describe, expect, it } from 'vitest';
 import { Packr } from 'msgpackr';
-import { Client, Code, type GdrpcError } from '../../core/index.ts';
+import { Client, Code, Tensor, type GdrpcError } from '../../core/index.ts';
 import { MAX_MALFORMED_FRAMES } from '../../core/rpc/connection/connection.ts';
 import { FrameKind } from '../../core/wire/frames.ts';
 import { packMessage } from '../../core/wire/message.ts';
@@ -54,5 +54,50 @@ describe('a hostile server', () => {
     expect(failure?.message).toMatch(/more than 16 malformed frames in one message/);
     expect((await disconnected).code).toBe(Code.INTERNAL);
     expect(errors.length).toBe(MAX_MALFORMED_FRAMES + 1);
+  });
+
+  // A client holds a server stream to its window (64, and the credit it gave back since): a server
+  // that ignored it had every item queued at the client, 50,000 a message, until the client's heap
+  // ran out (scratch, a helper session playing that server).
+  it('stream items past the window fail the call RESOURCE_EXHAUSTED after those within it', async () => {
+    const raw = RawServer.listen();
+    opened.push(raw);
+    const connecting = Client.connect(raw.address);
+    await raw.admit();
+    const client = await connecting;
+    opened.push(client);
+    const seen: number[] = [];
+    const reading = (async () => {
+      for await (const item of client.serverStream(EchoDescriptor.methods.count, { upTo: 1000, delayMs: 0 })) seen.push(item.i as number);
+    })();
+    const request = (await raw.receive())?.find((f) => f.kind === FrameKind.Request);
+    expect(request).toBeDefined();
+    await raw.sendMessage(packMessage(Array.from({ length: 100 }, (_, seq) => ({ kind: FrameKind.StreamItem, call: request!.call, body: packr.pack({ v: 2, seq, a: { i: seq } }) }))));
+    const failure = await reading.then(() => undefined, (error: GdrpcError) => error);
+    expect(failure).toMatchObject({ code: Code.RESOURCE_EXHAUSTED, details: { limit: 'streamWindow' } });
+    expect(seen.length).toBeLessThanOrEqual(64);
+  });
+
+  it('a caller that stops reading early gets its untaken items\' tensors released', async () => {
+    const raw = RawServer.listen();
+    opened.push(raw);
+    const connecting = Client.connect(raw.address);
+    await raw.admit();
+    const client = await connecting;
+    opened.push(client);
+    const stream = client.serverStream(EchoDescriptor.methods.repeat, { x: Tensor.fromArray(new Uint8Array(4)), times: 8 })[Symbol.asyncIterator]();
+    const first = stream.next();
+    const request = (await raw.receive())?.find((f) => f.kind === FrameKind.Request);
+    expect(request).toBeDefined();
+    const bytes = 64 * 1024;
+    await raw.sendMessage(packMessage(Array.from({ length: 8 }, (_, seq) => ({
+      kind: FrameKind.StreamItem, call: request!.call, body: packr.pack({ v: 2, seq, a: { y: { dt: 'u8', sh: [bytes], n: bytes, mt: 'host', m: 't', x: 100 + seq }, i: seq } }),
+    }))));
+    for (let seq = 0; seq < 8; seq += 1) await raw.payload(100 + seq, new Uint8Array(bytes).fill(seq));
+    ((await first).value!.y as Tensor).release();
+    // The other seven arrive (or are on their way) while the caller leaves.
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    await stream.return!(undefined);
+    await expect.poll(() => client.pool().stats().liveTensors, { timeout: 10_000 }).toBe(0);
   });
 });

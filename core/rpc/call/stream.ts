@@ -42,6 +42,11 @@ export class ItemQueue<T> implements AsyncIterable<T> {
     this.#wake();
   }
 
+  /** Takes out the items not yet consumed (a consumer that stopped early leaves them). */
+  takeRest(): Array<Promise<T>> {
+    return this.#items.splice(0);
+  }
+
   /** Number of items not yet consumed. */
   get backlog(): number { return this.#items.length; }
 

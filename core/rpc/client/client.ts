@@ -25,14 +25,22 @@ import { DEFAULT_PROCESS_POOL_BYTES } from '../runtime/process-pool.ts';
 import type { OwnerClient, OwnerDialer } from '../remote/owner-client.ts';
 import { Runtime } from '../runtime/runtime.ts';
 import { ItemQueue } from '../call/stream.ts';
-import type { Allocate } from '../transfer/transfer.ts';
+import { refuseRaw, type Allocate } from '../transfer/transfer.ts';
 import { OutgoingTensors } from '../transfer/outgoing.ts';
 import { validateFields } from '../call/validate.ts';
 import { receiveResults, type Received, type ResultLanding } from './results.ts';
-import { encodeFields, methodTypes } from '../call/values.ts';
+import { encodeFields, methodTypes, replaceDeep } from '../call/values.ts';
 
 /** Stream items in flight before the receiving side has taken any (flow control, both ways). */
 const STREAM_WINDOW = 64;
+
+/** Releases every tensor in a received item (one its caller never took). */
+function releaseTensors(item: Row): void {
+  replaceDeep(item, (value) => {
+    if (value instanceof Tensor) value.release();
+    return value;
+  });
+}
 
 type Row = Record<string, unknown>;
 type RequestBody = FrameBody<FrameKind.Request>;
@@ -130,12 +138,32 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
     let ended = false;
     const queue = new ItemQueue<Row>(() => {
       if (!ended && session !== undefined) cancel(session, id);
+      // The caller stopped early: items received and not taken, and those still on their way
+      // (refused from now on), had tensors allocated for it that nobody will release.
+      ended = true;
+      for (const item of queue.takeRest()) item.then(releaseTensors, () => {});
     });
+    let allowed = STREAM_WINDOW;
     try {
       session = await scope.race(this.#connection());
       const s = session;
+      // Items the server may send: the window and the credit given back since. One past it is a
+      // server ignoring the window, whose items would pile up here without bound.
+      let received = 0;
       id = s.open({
-        item: (body) => queue.push(Promise.resolve(this.#receive(s, id, method, body.a, scope, options)).then((r) => r.values)),
+        item: (body) => {
+          received += 1;
+          if (received > allowed || ended) {
+            void refuseRaw({ connection: s.connection, call: id }, body.a);
+            if (ended) return;
+            const error = new GdrpcError(Code.RESOURCE_EXHAUSTED, `${methodName(method)}: ${s.connection.peer} sent ${received} stream items where the window allowed ${allowed}`, { details: { limit: 'streamWindow' } });
+            ended = true;
+            cancel(s, id, error);
+            queue.fail(error);
+            return;
+          }
+          queue.push(Promise.resolve(this.#receive(s, id, method, body.a, scope, options)).then((r) => r.values));
+        },
         final: (result) => {
           ended = true;
           if (result instanceof GdrpcError) queue.fail(result);
@@ -156,6 +184,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
         taken += 1;
         if (taken === STREAM_WINDOW / 2 && !ended) {
           taken = 0;
+          allowed += STREAM_WINDOW / 2;
           s.connection.send(FrameKind.Credit, id, { n: STREAM_WINDOW / 2 }).catch(() => {});
         }
       }
