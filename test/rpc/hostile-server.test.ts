@@ -2,7 +2,7 @@
 // client fails what it must, tells the application through 'error', and never hangs on it.
 import { afterEach, describe, expect, it } from 'vitest';
 import { Packr } from 'msgpackr';
-import { Client, Code, Tensor, type GdrpcError } from '../../core/index.ts';
+import { Client, Code, Runtime, Tensor, type GdrpcError } from '../../core/index.ts';
 import { MAX_MALFORMED_FRAMES } from '../../core/rpc/connection/connection.ts';
 import { FrameKind } from '../../core/wire/frames.ts';
 import { packMessage } from '../../core/wire/message.ts';
@@ -99,5 +99,28 @@ describe('a hostile server', () => {
     await new Promise((resolve) => setTimeout(resolve, 200));
     await stream.return!(undefined);
     await expect.poll(() => client.pool().stats().liveTensors, { timeout: 10_000 }).toBe(0);
+  });
+
+  // A runtime closed its pools before its worker: a result's receive that the connection's close
+  // had cancelled still held its pool block until UCX completed it, so the pool stayed mapped and
+  // the context refused to close ("1 mapped region(s)"): close() rejected, the memory stayed.
+  it('a runtime closes while a result\'s bytes are still awaited: close resolves, nothing stays mapped', async () => {
+    const raw = RawServer.listen();
+    opened.push(raw);
+    const runtime = Runtime.create();
+    const connecting = Client.connect(raw.address, { runtime });
+    await raw.admit();
+    const client = await connecting;
+    const call = client.unary(EchoDescriptor.methods.echo, { x: Tensor.fromArray(new Uint8Array(4)), tag: 'a' });
+    const request = (await raw.receive())?.find((f) => f.kind === FrameKind.Request);
+    expect(request).toBeDefined();
+    // A result whose bytes never come.
+    await raw.sendMessage(packMessage([{ kind: FrameKind.Response, call: request!.call, body: packr.pack({ v: 2, r: { y: { dt: 'u8', sh: [1 << 20], n: 1 << 20, mt: 'host', m: 't', x: 1 }, tag: 'a' } }) }]));
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    // The runtime closes its client, then the rest, at once (as the default one does when its
+    // last client closes).
+    call.catch(() => {});
+    await expect(runtime.close()).resolves.toBeUndefined();
+    await expect(call).rejects.toMatchObject({ code: Code.CANCELLED });
   });
 });

@@ -228,17 +228,6 @@ export class Runtime {
     if (Runtime.#default === this) Runtime.#default = undefined;
     await Promise.allSettled([...this.#users.values()].map((close) => close()));
     this.#users.clear();
-    for (const pool of this.#all) {
-      if (pool.closed) continue;
-      // A region UCX still uses cannot be unmapped; the worker must close regardless.
-      try {
-        pool.close({ force: true });
-      } catch (error) {
-        process.emitWarning(`closing the runtime's pool on ${pool.device}: ${(error as Error).message}`, { code: 'GDRPC_POOL_CLOSE' });
-      }
-    }
-    this.#all.clear();
-    this.#pools.clear();
     this.blocks.close();
     // The endpoints close while the dispatcher still receives, then what peers sent before they
     // were cut off is taken and dropped: left in UCX's queue, each message would be reported on
@@ -251,6 +240,19 @@ export class Runtime {
       this.dispatcher.stop();
       await this.worker.close();
     }
+    // After the worker: a receive its connection's close cancelled may still hold pool memory
+    // until UCX completes it (a result whose bytes had not come), and a region in use cannot be
+    // unmapped; closed first, its pool stayed mapped and the context refused to close.
+    for (const pool of this.#all) {
+      if (pool.closed) continue;
+      try {
+        pool.close({ force: true });
+      } catch (error) {
+        process.emitWarning(`closing the runtime's pool on ${pool.device}: ${(error as Error).message}`, { code: 'GDRPC_POOL_CLOSE' });
+      }
+    }
+    this.#all.clear();
+    this.#pools.clear();
     this.context.close();
   }
 }
