@@ -36,6 +36,17 @@ async function connected(): Promise<{ raw: RawServer; client: Client; errors: Gd
   return { raw, client, errors, call, callId: request.call };
 }
 
+/** A client (default runtime, a pool for its results) admitted by a raw server; both closed after the test. */
+async function admittedClient(): Promise<{ raw: RawServer; client: Client }> {
+  const raw = RawServer.listen();
+  opened.push(raw);
+  const connecting = Client.connect(raw.address);
+  await raw.admit();
+  const client = await connecting;
+  opened.push(client);
+  return { raw, client };
+}
+
 describe('a hostile server', () => {
   it(`${MAX_MALFORMED_FRAMES} malformed frames in one message: an 'error' each, and the call in flight is still answered`, async () => {
     const { raw, errors, call, callId } = await connected();
@@ -60,12 +71,7 @@ describe('a hostile server', () => {
   // that ignored it had every item queued at the client, 50,000 a message, until the client's heap
   // ran out (scratch, a helper session playing that server).
   it('stream items past the window fail the call RESOURCE_EXHAUSTED after those within it', async () => {
-    const raw = RawServer.listen();
-    opened.push(raw);
-    const connecting = Client.connect(raw.address);
-    await raw.admit();
-    const client = await connecting;
-    opened.push(client);
+    const { raw, client } = await admittedClient();
     const seen: number[] = [];
     const reading = (async () => {
       for await (const item of client.serverStream(EchoDescriptor.methods.count, { upTo: 1000, delayMs: 0 })) seen.push(item.i as number);
@@ -79,12 +85,7 @@ describe('a hostile server', () => {
   });
 
   it('a caller that stops reading early gets its untaken items\' tensors released', async () => {
-    const raw = RawServer.listen();
-    opened.push(raw);
-    const connecting = Client.connect(raw.address);
-    await raw.admit();
-    const client = await connecting;
-    opened.push(client);
+    const { raw, client } = await admittedClient();
     const stream = client.serverStream(EchoDescriptor.methods.repeat, { x: Tensor.fromArray(new Uint8Array(4)), times: 8 })[Symbol.asyncIterator]();
     const first = stream.next();
     const request = (await raw.receive())?.find((f) => f.kind === FrameKind.Request);
