@@ -124,4 +124,27 @@ describe('a hostile server', () => {
     await expect(runtime.close()).resolves.toBeUndefined();
     await expect(call).rejects.toMatchObject({ code: Code.CANCELLED });
   });
+
+  // A result tensor is checked against ClientOptions.maxTensorBytes (default 1 GiB) before anything
+  // is allocated: a server that announced an 8 GiB result had its client allocate and register it.
+  for (const [limit, bytes] of [[undefined, 2 ** 31], [1 << 20, 2 << 20]] as const) {
+    it(`a result of ${bytes} bytes past maxTensorBytes ${limit ?? '(default)'} fails the call RESOURCE_EXHAUSTED, nothing allocated`, async () => {
+      const raw = RawServer.listen();
+      opened.push(raw);
+      const connecting = Client.connect(raw.address, limit === undefined ? {} : { maxTensorBytes: limit });
+      await raw.admit();
+      const client = await connecting;
+      opened.push(client);
+      const call = client.unary(EchoDescriptor.methods.echo, { x: Tensor.fromArray(new Uint8Array(4)), tag: 'a' });
+      const request = (await raw.receive())?.find((f) => f.kind === FrameKind.Request);
+      expect(request).toBeDefined();
+      await raw.sendMessage(packMessage([{ kind: FrameKind.Response, call: request!.call, body: packr.pack({ v: 2, r: { y: { dt: 'u8', sh: [bytes], n: bytes, mt: 'host', m: 't', x: 1 }, tag: 'a' } }) }]));
+      // A few bytes under its id: the client's refusal (a 1-byte receive) takes them at once.
+      await raw.payload(1, new Uint8Array(16));
+      const failure = await call.then(() => undefined, (error: GdrpcError) => error);
+      expect(failure).toMatchObject({ code: Code.RESOURCE_EXHAUSTED, details: { limit: 'maxTensorBytes', requested: bytes } });
+      expect(failure?.message).toMatch(/ClientOptions\.maxTensorBytes/);
+      expect(client.pool().stats()).toMatchObject({ used: 0, liveTensors: 0 });
+    });
+  }
 });

@@ -46,6 +46,9 @@ export interface ClientOptions {
   /** Where `@cuda` results are received (default cuda:0); `@cuda(N)` stays on N, and without a
    *  GPU `@cuda` results are host memory. */
   device?: CudaDevice;
+  /** Largest single result tensor accepted, checked before anything is allocated (default 1 GiB,
+   *  as ServerOptions.maxTensorBytes): a larger one fails the call RESOURCE_EXHAUSTED. */
+  maxTensorBytes?: number;
 }
 
 export interface ServerOptions {
@@ -133,7 +136,7 @@ export const RUNTIME = rule('an open Runtime (Runtime.create())', (v) => v insta
 export const CLIENT_OPTIONS: OptionRules<ClientOptions> = {
   token: Accept.nonEmptyString, livenessMs: Accept.positiveMs, connectTimeoutMs: Accept.positiveMs,
   inlineBytes: Accept.bytes, busyPollUs: BUSY_POLL_US, poolBytes: Accept.bytes,
-  device: RECEIVE_DEVICE, runtime: RUNTIME,
+  device: RECEIVE_DEVICE, runtime: RUNTIME, maxTensorBytes: Accept.bytes,
 };
 
 export const SERVER_OPTIONS: OptionRules<ServerOptions> = {

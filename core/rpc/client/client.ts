@@ -33,6 +33,9 @@ import { encodeFields, methodTypes, replaceDeep } from '../call/values.ts';
 
 /** Stream items in flight before the receiving side has taken any (flow control, both ways). */
 const STREAM_WINDOW = 64;
+/** ClientOptions.maxTensorBytes by default: a server's announced result is checked against it
+ *  before anything is allocated (one announcing 8 GiB had its client allocate and register 8 GiB). */
+const DEFAULT_MAX_RESULT_TENSOR_BYTES = 1 << 30;
 
 /** Releases every tensor in a received item (one its caller never took). */
 function releaseTensors(item: Row): void {
@@ -67,7 +70,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
     this.#runtime = runtime;
     this.#host = host;
     this.#port = port;
-    this.#options = { livenessMs: DEFAULT_LIVENESS_MS, connectTimeoutMs: 5000, poolBytes: DEFAULT_PROCESS_POOL_BYTES, inlineBytes: DEFAULT_INLINE_BYTES, ...options };
+    this.#options = { livenessMs: DEFAULT_LIVENESS_MS, connectTimeoutMs: 5000, poolBytes: DEFAULT_PROCESS_POOL_BYTES, inlineBytes: DEFAULT_INLINE_BYTES, maxTensorBytes: DEFAULT_MAX_RESULT_TENSOR_BYTES, ...options };
     this.#receiveOn = receiveOn;
   }
 
@@ -374,6 +377,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
 
   /** Where results land: the owner dialer of remote handles, and memory for their tensors. */
   readonly #landing: ResultLanding = {
+    maxTensor: () => this.#options.maxTensorBytes,
     dialOwner: () => this.#dialOwner ??= ownerDialer(this.#runtime),
     allocate: (shape, dtype, placement, field) => this.#allocate(shape, dtype, placement, field),
   };

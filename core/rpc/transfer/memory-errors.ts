@@ -20,7 +20,7 @@ export function sizeText(bytes: number): string {
 /** A tensor over a maxTensorBytes limit (`side` is whose limit; the client checks the server's
  *  before sending). */
 export function tensorTooLarge(side: Side, field: string, requested: number, limit: number): GdrpcError {
-  const option = side === 'server' ? 'ServerOptions.maxTensorBytes' : 'the client\'s tensor limit';
+  const option = side === 'server' ? 'ServerOptions.maxTensorBytes' : 'ClientOptions.maxTensorBytes';
   return new GdrpcError(Code.RESOURCE_EXHAUSTED,
     `${field}: a tensor of ${sizeText(requested)} exceeds the ${side}'s limit of ${sizeText(limit)} (${option})`,
     { details: { side, requested, capacity: limit, limit: 'maxTensorBytes', options: ['maxTensorBytes'], retryable: false } });
