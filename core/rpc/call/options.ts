@@ -133,6 +133,10 @@ const RECEIVE_DEVICE = rule("'cuda:N' (where a bare @cuda tensor is received)", 
 /** Runtime.create() or Runtime.default(), not closed yet. */
 export const RUNTIME = rule('an open Runtime (Runtime.create())', (v) => v instanceof Runtime && !v.closed);
 
+/** maxTensorBytes by default, a server's for arguments and a client's for results: one tensor is
+ *  checked against it before anything is allocated for it. */
+export const DEFAULT_MAX_TENSOR_BYTES = 1 << 30;
+
 export const CLIENT_OPTIONS: OptionRules<ClientOptions> = {
   token: Accept.nonEmptyString, livenessMs: Accept.positiveMs, connectTimeoutMs: Accept.positiveMs,
   inlineBytes: Accept.bytes, busyPollUs: BUSY_POLL_US, poolBytes: Accept.bytes,

@@ -20,7 +20,7 @@ import { DEFAULT_INLINE_BYTES } from '../connection/connection.ts';
 import { cudaReceives } from '../runtime/memory-support.ts';
 import { DEFAULT_RECEIVE_DEVICE, landingDevice, receiveDeviceIndex, receivingDeviceCount } from '../call/placement.ts';
 import type { TransferInfo } from '../movers/mover.ts';
-import { ALLOCATE, CLIENT_OPTIONS, type CallOptions, type ClientOptions } from '../call/options.ts';
+import { ALLOCATE, CLIENT_OPTIONS, DEFAULT_MAX_TENSOR_BYTES, type CallOptions, type ClientOptions } from '../call/options.ts';
 import { DEFAULT_PROCESS_POOL_BYTES } from '../runtime/process-pool.ts';
 import type { OwnerClient, OwnerDialer } from '../remote/owner-client.ts';
 import { Runtime } from '../runtime/runtime.ts';
@@ -33,9 +33,6 @@ import { encodeFields, methodTypes, replaceDeep } from '../call/values.ts';
 
 /** Stream items in flight before the receiving side has taken any (flow control, both ways). */
 const STREAM_WINDOW = 64;
-/** ClientOptions.maxTensorBytes by default: a server's announced result is checked against it
- *  before anything is allocated (one announcing 8 GiB had its client allocate and register 8 GiB). */
-const DEFAULT_MAX_RESULT_TENSOR_BYTES = 1 << 30;
 
 /** Releases every tensor in a received item (one its caller never took). */
 function releaseTensors(item: Row): void {
@@ -70,7 +67,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
     this.#runtime = runtime;
     this.#host = host;
     this.#port = port;
-    this.#options = { livenessMs: DEFAULT_LIVENESS_MS, connectTimeoutMs: 5000, poolBytes: DEFAULT_PROCESS_POOL_BYTES, inlineBytes: DEFAULT_INLINE_BYTES, maxTensorBytes: DEFAULT_MAX_RESULT_TENSOR_BYTES, ...options };
+    this.#options = { livenessMs: DEFAULT_LIVENESS_MS, connectTimeoutMs: 5000, poolBytes: DEFAULT_PROCESS_POOL_BYTES, inlineBytes: DEFAULT_INLINE_BYTES, maxTensorBytes: DEFAULT_MAX_TENSOR_BYTES, ...options };
     this.#receiveOn = receiveOn;
   }
 

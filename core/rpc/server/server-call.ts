@@ -256,7 +256,8 @@ export class ServerCall {
     const wait: AllocationWait = { scope: this.scope, share: this.env.share };
     const receiving = incoming.receive((shape, dtype, placement, field) => this.env.allocate(shape, dtype, bindPlacement(placement, this.entry.receiveOn), wait, field));
     // Its failure reaches the caller through the race below; run() waits for it before releasing.
-    receiving.then(() => { this.connection.awaited -= count; }, () => { this.connection.awaited -= count; });
+    const doneReceiving = (): void => { this.connection.awaited -= count; };
+    receiving.then(doneReceiving, doneReceiving);
     this.#receiving.push(receiving);
     // noStaging holds the handler until the client's reports say how UCX moved the arguments.
     const confirmed = this.policy.noStaging ? receiving.then(async (received) => { await incoming.confirm(); return received; }) : receiving;

@@ -374,8 +374,7 @@ export function refuseRaw(scope: TransferScope, wireObject: unknown): Promise<vo
       if ((record.m === 't' || record.m === 'g' || record.m === 'r') && typeof record.x === 'number') {
         // An id no payload tag can carry names no payload: nothing to turn away.
         if (record.m === 'r' || record.x <= MAX_TRANSFER_ID) found.push(record as unknown as TensorWire);
-      }
-      else {
+      } else {
         const values = Object.values(record);
         for (let i = values.length - 1; i >= 0; i -= 1) stack.push(values[i]);
       }
