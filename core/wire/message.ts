@@ -6,6 +6,12 @@ import { Code, GdrpcError } from '../errors.ts';
 /** Bytes before each frame body: kind u8, call u32, length u32 (big-endian). */
 export const FRAME_HEADER = 9;
 
+/** Most frames one message may carry. gdrpc sends at most 16 (outbox.ts BATCH_FRAMES); a message
+ *  of more is malformed. A message's frames are read in one turn of the event loop, so without a
+ *  cap one message of 4 MiB could carry 167,000-280,000 frames that need no answer and hold the
+ *  receiver's loop 113-198 ms (docs/security.md "Work per frame"). */
+export const MAX_MESSAGE_FRAMES = 256;
+
 /** One frame of a control message; `body` is the msgpack map (codec.ts). */
 export interface WireFrame { kind: number; call: number; body: Uint8Array }
 
@@ -39,7 +45,8 @@ export function packMessage(frames: readonly WireFrame[]): Uint8Array {
 export interface ReceivedFrame { kind: number; call: number; source: Uint8Array; start: number; end: number }
 
 /** Splits the message `source[0, length)` into its frames; INVALID_ARGUMENT when an entry is cut
- *  short or the message is empty: then none of its frames is used. The header words are read
+ *  short, the message is empty or it carries more than MAX_MESSAGE_FRAMES frames: then none of its
+ *  frames is used. The header words are read
  *  byte by byte, for the reason packMessage writes them so. */
 export function unpackMessage(source: Uint8Array, length = source.length): ReceivedFrame[] {
   if (length > source.length) throw new RangeError(`a message of ${length} bytes in ${source.length}`);
@@ -51,6 +58,7 @@ export function unpackMessage(source: Uint8Array, length = source.length): Recei
     const size = u32(source, at + 5);
     at += FRAME_HEADER;
     if (at + size > length) throw malformed(`a frame of ${size} bytes runs past the end of the message`);
+    if (frames.length === MAX_MESSAGE_FRAMES) throw malformed(`more than ${MAX_MESSAGE_FRAMES} frames in one message`);
     frames.push({ kind, call, source, start: at, end: at + size });
     at += size;
   }

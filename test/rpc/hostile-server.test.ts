@@ -5,7 +5,7 @@ import { Packr } from 'msgpackr';
 import { Client, Code, Runtime, Tensor, type GdrpcError } from '../../core/index.ts';
 import { MAX_MALFORMED_FRAMES } from '../../core/rpc/connection/connection.ts';
 import { FrameKind } from '../../core/wire/frames.ts';
-import { packMessage } from '../../core/wire/message.ts';
+import { MAX_MESSAGE_FRAMES, packMessage } from '../../core/wire/message.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { RawServer } from './fixtures/raw-server.ts';
 
@@ -59,12 +59,23 @@ describe('a hostile server', () => {
   it('more malformed frames than that in one message: the client drops the connection, the call fails INTERNAL at once, and the rest raise no event', async () => {
     const { raw, client, errors, call } = await connected();
     const disconnected = new Promise<GdrpcError>((resolve) => client.once('disconnect', resolve));
-    await raw.sendMessage(packMessage(Array.from({ length: 1000 }, (_, i) => notMsgpack(1000 + i))));
+    await raw.sendMessage(packMessage(Array.from({ length: 200 }, (_, i) => notMsgpack(1000 + i))));
     const failure = await call.then(() => undefined, (error: GdrpcError) => error);
     expect(failure?.code).toBe(Code.INTERNAL);
     expect(failure?.message).toMatch(/more than 16 malformed frames in one message/);
     expect((await disconnected).code).toBe(Code.INTERNAL);
     expect(errors.length).toBe(MAX_MALFORMED_FRAMES + 1);
+  });
+
+  it(`a message of more than ${MAX_MESSAGE_FRAMES} frames: the client drops the connection without reading any of them, and the call fails at once`, async () => {
+    const { raw, client, call, callId } = await connected();
+    const disconnected = new Promise<GdrpcError>((resolve) => client.once('disconnect', resolve));
+    const keepalive = { kind: FrameKind.Keepalive, call: 0, body: packr.pack({ v: 2 }) };
+    const response = { kind: FrameKind.Response, call: callId, body: packr.pack({ v: 2, r: { n: 7 } }) };
+    await raw.sendMessage(packMessage([...Array.from({ length: MAX_MESSAGE_FRAMES }, () => keepalive), response]));
+    const failure = await call.then(() => undefined, (error: GdrpcError) => error);
+    expect(failure?.message).toMatch(`more than ${MAX_MESSAGE_FRAMES} frames in one message`);
+    expect((await disconnected).message).toMatch(`more than ${MAX_MESSAGE_FRAMES} frames in one message`);
   });
 
   // A client holds a server stream to its window (64, and the credit it gave back since): a server

@@ -1,9 +1,10 @@
 // Streaming both ways: order, tensors in items, and early ends from either side.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Packr } from 'msgpackr';
-import { Client, Code, type Tensor } from '../../core/index.ts';
+import { Client, Code, type CallContext, type Tensor } from '../../core/index.ts';
 import { FrameKind } from '../../core/wire/frames.ts';
-import { packMessage } from '../../core/wire/message.ts';
+import { MAX_MESSAGE_FRAMES, packMessage } from '../../core/wire/message.ts';
+import { inProcessEcho } from './fixtures/in-process.ts';
 import { MAX_STREAM_BACKLOG } from '../../core/rpc/server/server-call.ts';
 import { RawPeer } from './fixtures/raw-peer.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
@@ -193,11 +194,38 @@ describe('client stream limits', () => {
   });
 
   it(`without a window, ${MAX_STREAM_BACKLOG} items ahead of the handler fail the call RESOURCE_EXHAUSTED`, async () => {
-    // One message: every item is queued before the handler's loop takes the first.
-    const answer = await overrun({}, MAX_STREAM_BACKLOG + 10);
-    expect(answer).toMatchObject({ kind: FrameKind.Error, code: Code.RESOURCE_EXHAUSTED });
-    expect(String(answer?.msg)).toMatch(/more than the handler has taken/);
-    await expectPoolsEmpty(client);
+    // A handler that takes no item until its call ends: the items queue, in messages of
+    // MAX_MESSAGE_FRAMES frames (a message may carry no more), whatever the timing.
+    const echo = await inProcessEcho({
+      sum: (async (_items: AsyncIterable<unknown>, ctx: CallContext) => {
+        await new Promise((resolve) => ctx.signal.addEventListener('abort', resolve, { once: true }));
+        return { total: 0, items: 0 };
+      }) as never,
+    });
+    try {
+      const raw = await RawPeer.connect(echo.server.address!.port);
+      try {
+        await raw.auth();
+        expect((await raw.receive())?.kind).toBe(FrameKind.Ready);
+        await raw.sendBody(FrameKind.Request, 5, { svc: EchoDescriptor.name, m: 'sum' });
+        const count = MAX_STREAM_BACKLOG + 10;
+        for (let seq = 0; seq < count; seq += MAX_MESSAGE_FRAMES) {
+          await raw.sendMessage(packMessage(Array.from({ length: Math.min(MAX_MESSAGE_FRAMES, count - seq) }, (_, k) => item(seq + k))));
+        }
+        let answer: Record<string, unknown> | undefined;
+        while (answer === undefined) {
+          const frame = await raw.receive(10_000);
+          if (frame === undefined) break;
+          if (frame.call === 5) answer = { kind: frame.kind, ...frame.body };
+        }
+        expect(answer).toMatchObject({ kind: FrameKind.Error, code: Code.RESOURCE_EXHAUSTED });
+        expect(String(answer?.msg)).toMatch(/more than the handler has taken/);
+      } finally {
+        await raw.close();
+      }
+    } finally {
+      await echo.close();
+    }
     // Within it, all are taken.
     expect(await overrun({}, 100)).toMatchObject({ kind: FrameKind.Response });
   });

@@ -7,7 +7,8 @@ import { decodeFrame, encodeFrame, checkTensorWire } from '../../core/wire/codec
 import { frameBody, frameOf } from '../support/frames.ts';
 import { FrameKind, WIRE_VERSION } from '../../core/wire/frames.ts';
 import { CONTROL_MASK, ConnectionKey, controlKey, controlPrefix, controlTag, dataParts, dataTag, transferOf } from '../../core/wire/tag.ts';
-import { packMessage, unpackMessage } from '../../core/wire/message.ts';
+import { MAX_MESSAGE_FRAMES, packMessage, unpackMessage } from '../../core/wire/message.ts';
+import { BATCH_FRAMES } from '../../core/rpc/connection/outbox.ts';
 import { chooseMover } from '../../core/rpc/movers/choose.ts';
 import { transferPath } from '../../core/rpc/movers/path.ts';
 import type { Endpoint } from '../../core/ucx/index.ts';
@@ -89,6 +90,14 @@ describe('control messages', () => {
     const whole = packMessage([{ kind: 4, call: 1, body: new Uint8Array(10) }]);
     expect(codeOf(() => unpackMessage(whole.subarray(0, 12)))).toBe(Code.INVALID_ARGUMENT);
     expect(codeOf(() => unpackMessage(whole.subarray(0, 5)))).toBe(Code.INVALID_ARGUMENT);
+  });
+
+  it(`take at most ${MAX_MESSAGE_FRAMES} frames in one message (gdrpc sends ${BATCH_FRAMES}); more make it malformed`, () => {
+    const frames = (count: number) => packMessage(Array.from({ length: count }, (_, i) => ({ kind: 10, call: i, body: new Uint8Array(0) })));
+    expect(unpackMessage(frames(MAX_MESSAGE_FRAMES)).length).toBe(MAX_MESSAGE_FRAMES);
+    const error = (() => { try { unpackMessage(frames(MAX_MESSAGE_FRAMES + 1)); } catch (thrown) { return thrown as GdrpcError; } })();
+    expect(error?.code).toBe(Code.INVALID_ARGUMENT);
+    expect(error?.message).toMatch(`more than ${MAX_MESSAGE_FRAMES} frames in one message`);
   });
 });
 
