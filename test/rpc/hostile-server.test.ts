@@ -136,6 +136,32 @@ describe('a hostile server', () => {
     await expect(call).rejects.toMatchObject({ code: Code.CANCELLED });
   });
 
+  // A result object's tensors are checked in all against ClientOptions.maxResultBytes (default
+  // 4 GiB) before anything is allocated: a server that answered with 16 results of 1 GiB each had
+  // its client allocate 16 GiB (scratch; results are received outside the pool when it is full).
+  for (const [limit, count, bytes] of [[undefined, 5, 2 ** 30], [1 << 20, 3, 1 << 19]] as const) {
+    it(`${count} results of ${bytes} bytes past maxResultBytes ${limit ?? '(default)'} fail the call RESOURCE_EXHAUSTED, nothing allocated`, async () => {
+      const raw = RawServer.listen();
+      opened.push(raw);
+      const connecting = Client.connect(raw.address, limit === undefined ? {} : { maxResultBytes: limit });
+      await raw.admit();
+      const client = await connecting;
+      opened.push(client);
+      const call = client.unary(EchoDescriptor.methods.echoList, { xs: [Tensor.fromArray(new Uint8Array(4))] });
+      const request = (await raw.receive())?.find((f) => f.kind === FrameKind.Request);
+      expect(request).toBeDefined();
+      const ys = Array.from({ length: count }, (_, i) => ({ dt: 'u8', sh: [bytes], n: bytes, mt: 'host', m: 't', x: i + 1 }));
+      await raw.sendMessage(packMessage([{ kind: FrameKind.Response, call: request!.call, body: packr.pack({ v: 2, r: { ys } }) }]));
+      // A few bytes under each id: the client's refusals (a 1-byte receive each) take them at once.
+      for (const y of ys) await raw.payload(y.x, new Uint8Array(16));
+      const failure = await call.then(() => undefined, (error: GdrpcError) => error);
+      expect(failure).toMatchObject({ code: Code.RESOURCE_EXHAUSTED, details: { limit: 'maxResultBytes', requested: count * bytes, capacity: limit ?? 4 * 2 ** 30 } });
+      expect(failure?.message).toMatch(/ys\[2\]|ys\[4\]/);
+      expect(failure?.message).toMatch(/ClientOptions\.maxResultBytes/);
+      expect(client.pool().stats()).toMatchObject({ used: 0, liveTensors: 0 });
+    });
+  }
+
   // A result tensor is checked against ClientOptions.maxTensorBytes (default 1 GiB) before anything
   // is allocated: a server that announced an 8 GiB result had its client allocate and register it.
   for (const [limit, bytes] of [[undefined, 2 ** 31], [1 << 20, 2 << 20]] as const) {

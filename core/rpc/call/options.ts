@@ -49,6 +49,12 @@ export interface ClientOptions {
   /** Largest single result tensor accepted, checked before anything is allocated (default 1 GiB,
    *  as ServerOptions.maxTensorBytes): a larger one fails the call RESOURCE_EXHAUSTED. */
   maxTensorBytes?: number;
+  /** Most tensor bytes one result object (a call's results, or one stream item) may announce in
+   *  all, checked before anything is allocated (default 4 GiB): more fail the call
+   *  RESOURCE_EXHAUSTED. Results are received into memory allocated for them whatever the pool
+   *  holds, so without it a server could make this client allocate (and on GPUs hold) up to
+   *  16,384 x maxTensorBytes per call. */
+  maxResultBytes?: number;
 }
 
 export interface ServerOptions {
@@ -137,10 +143,13 @@ export const RUNTIME = rule('an open Runtime (Runtime.create())', (v) => v insta
  *  checked against it before anything is allocated for it. */
 export const DEFAULT_MAX_TENSOR_BYTES = 1 << 30;
 
+/** ClientOptions.maxResultBytes by default: four tensors of the largest size. */
+export const DEFAULT_MAX_RESULT_BYTES = 4 * DEFAULT_MAX_TENSOR_BYTES;
+
 export const CLIENT_OPTIONS: OptionRules<ClientOptions> = {
   token: Accept.nonEmptyString, livenessMs: Accept.positiveMs, connectTimeoutMs: Accept.positiveMs,
   inlineBytes: Accept.bytes, busyPollUs: BUSY_POLL_US, poolBytes: Accept.bytes,
-  device: RECEIVE_DEVICE, runtime: RUNTIME, maxTensorBytes: Accept.bytes,
+  device: RECEIVE_DEVICE, runtime: RUNTIME, maxTensorBytes: Accept.bytes, maxResultBytes: Accept.bytes,
 };
 
 export const SERVER_OPTIONS: OptionRules<ServerOptions> = {

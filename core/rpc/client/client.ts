@@ -20,7 +20,7 @@ import { DEFAULT_INLINE_BYTES } from '../connection/connection.ts';
 import { cudaReceives } from '../runtime/memory-support.ts';
 import { DEFAULT_RECEIVE_DEVICE, landingDevice, receiveDeviceIndex, receivingDeviceCount } from '../call/placement.ts';
 import type { TransferInfo } from '../movers/mover.ts';
-import { ALLOCATE, CLIENT_OPTIONS, DEFAULT_MAX_TENSOR_BYTES, type CallOptions, type ClientOptions } from '../call/options.ts';
+import { ALLOCATE, CLIENT_OPTIONS, DEFAULT_MAX_RESULT_BYTES, DEFAULT_MAX_TENSOR_BYTES, type CallOptions, type ClientOptions } from '../call/options.ts';
 import { DEFAULT_PROCESS_POOL_BYTES } from '../runtime/process-pool.ts';
 import type { OwnerClient, OwnerDialer } from '../remote/owner-client.ts';
 import { Runtime } from '../runtime/runtime.ts';
@@ -67,7 +67,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
     this.#runtime = runtime;
     this.#host = host;
     this.#port = port;
-    this.#options = { livenessMs: DEFAULT_LIVENESS_MS, connectTimeoutMs: 5000, poolBytes: DEFAULT_PROCESS_POOL_BYTES, inlineBytes: DEFAULT_INLINE_BYTES, maxTensorBytes: DEFAULT_MAX_TENSOR_BYTES, ...options };
+    this.#options = { livenessMs: DEFAULT_LIVENESS_MS, connectTimeoutMs: 5000, poolBytes: DEFAULT_PROCESS_POOL_BYTES, inlineBytes: DEFAULT_INLINE_BYTES, maxTensorBytes: DEFAULT_MAX_TENSOR_BYTES, maxResultBytes: DEFAULT_MAX_RESULT_BYTES, ...options };
     this.#receiveOn = receiveOn;
   }
 
@@ -375,6 +375,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
   /** Where results land: the owner dialer of remote handles, and memory for their tensors. */
   readonly #landing: ResultLanding = {
     maxTensor: () => this.#options.maxTensorBytes,
+    maxTotal: () => this.#options.maxResultBytes,
     dialOwner: () => this.#dialOwner ??= ownerDialer(this.#runtime),
     allocate: (shape, dtype, placement, field) => this.#allocate(shape, dtype, placement, field),
   };

@@ -19,7 +19,7 @@ export interface Received { values: Row; transfers: TransferInfo[] }
 
 /** Where a client's results land: how remote handles in them are pulled, and the memory their
  *  tensors are received into (a call's ALLOCATE option takes its place). */
-export interface ResultLanding { maxTensor(): number; dialOwner(): OwnerDialer; allocate: Allocate }
+export interface ResultLanding { maxTensor(): number; maxTotal(): number; dialOwner(): OwnerDialer; allocate: Allocate }
 
 /** Decodes a result object, validates it, receives its tensors: at once when it carries no
  *  tensor bytes (the small call makes no promise here), else once they arrived. Failures always
@@ -33,7 +33,7 @@ export function receiveResults(call: TransferScope, method: MethodDescriptor, wi
 }
 
 function decodeResults(call: TransferScope, method: MethodDescriptor, wire: Row, scope: CallScope, options: CallOptions, landing: ResultLanding): Received | Promise<Received> {
-  const incoming = new IncomingTensors(call, { maxTensor: landing.maxTensor(), noStaging: options.noStaging ?? false },
+  const incoming = new IncomingTensors(call, { maxTensor: landing.maxTensor(), maxTotal: landing.maxTotal(), noStaging: options.noStaging ?? false },
     { side: 'client', label: `${methodName(method)} results.`, dialOwner: landing.dialOwner() });
   const types = methodTypes(method);
   let values: Row;
@@ -42,7 +42,7 @@ function decodeResults(call: TransferScope, method: MethodDescriptor, wire: Row,
     validateFields(method.results, values, types, `${methodName(method)} results`);
     incoming.checkGathers();
   } catch (error) {
-    // noStaging's refusal and a result over ClientOptions.maxTensorBytes are this side's limits,
+    // noStaging's refusal and results over ClientOptions.maxTensorBytes or maxResultBytes are this side's limits,
     // told as they are; anything else is the server's fault.
     const failure = error instanceof GdrpcError && (error.code === Code.FAILED_PRECONDITION || error.code === Code.RESOURCE_EXHAUSTED) ? error
       : new GdrpcError(Code.INTERNAL, `server ${call.connection.peer} sent bad results: ${GdrpcError.from(error).rawMessage}`, { cause: error });

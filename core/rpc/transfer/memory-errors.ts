@@ -26,6 +26,14 @@ export function tensorTooLarge(side: Side, field: string, requested: number, lim
     { details: { side, requested, capacity: limit, limit: 'maxTensorBytes', options: ['maxTensorBytes'], retryable: false } });
 }
 
+/** A client's result object (a RESPONSE or a stream item) announcing more tensor bytes in all than
+ *  ClientOptions.maxResultBytes; `requested` is the total up to the tensor that passed it. */
+export function resultsTooLarge(field: string, requested: number, limit: number): GdrpcError {
+  return new GdrpcError(Code.RESOURCE_EXHAUSTED,
+    `${field}: the result's tensors come to ${sizeText(requested)} or more, past the client's limit of ${sizeText(limit)} for one result (ClientOptions.maxResultBytes)`,
+    { details: { side: 'client', requested, capacity: limit, limit: 'maxResultBytes', options: ['maxResultBytes'], retryable: false } });
+}
+
 /** An argument tensor the server could not allocate, reworded from the pool's error. */
 export function serverAllocationFailed(error: unknown, field: string, settings: ServerMemorySettings): unknown {
   if (!(error instanceof GdrpcError) || error.code !== Code.RESOURCE_EXHAUSTED) return error;
