@@ -283,8 +283,9 @@ describe('owner gather staging and exposure checks (a fake host)', () => {
     const host: OwnerHost = {
       lookup: () => {
         if (!state.exposed) throw new GdrpcError(Code.NOT_FOUND, 'remote tensor 1 is unknown or has been released');
-        return { tensor: source, pulled: () => undefined };
+        return source;
       },
+      claim: () => { throw new Error('pullBlocks does not claim its handle'); },
       staging: () => ({ allocate: (shape: number[]) => ({ byteLength: shape[0]! * shape[1]!, release: () => { state.released += 1; } }) }) as unknown as TensorPool,
       copyBlocks: (_bytes, _copies, options) => new Promise<void>((resolve, reject) => waiting.push(() => {
         try {

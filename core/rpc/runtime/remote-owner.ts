@@ -15,7 +15,12 @@ export interface OwnerServer {
   shutdown(options?: { graceMs?: number }): Promise<void>;
 }
 
-interface Entry { tensor: Tensor; secret: Uint8Array; release: () => void }
+/** An exposed tensor; `claimed` while a pull that spends it (pull, pullMany, pullStacked) runs. */
+interface Entry { tensor: Tensor; secret: Uint8Array; release: () => void; claimed: boolean }
+
+/** A handle taken by a pull that spends it: spend() once its answer is over, unclaim() when the
+ *  pull failed before answering (the handle is pullable again). */
+export interface Claim { readonly tensor: Tensor; spend(): void; unclaim(): void }
 
 /** A handle's capability, and how many of them one draw from the OS makes. */
 const SECRET_BYTES = 16;
@@ -55,7 +60,7 @@ export class RemoteOwner {
     this.#nextId = x >= 0xffff_ffff ? 1 : x + 1;
     const secret = this.#secret();
     const release = track(() => { this.#entries.delete(x); });
-    this.#entries.set(x, { tensor, secret, release });
+    this.#entries.set(x, { tensor, secret, release, claimed: false });
     return {
       dt: tensor.dtype, sh: [...tensor.shape], n: tensor.byteLength, mt: memoryTypeOf(tensor), m: 'h',
       o: `${advertisedHost(listen.host, peer)}:${listen.port}`, x, s: secret,
@@ -77,12 +82,26 @@ export class RemoteOwner {
   }
 
   /** The tensor behind handle `x` if `secret` matches; NOT_FOUND otherwise (unknown, released, wrong). */
-  lookup(x: number, secret: Uint8Array): { tensor: Tensor; pulled: () => void } {
+  lookup(x: number, secret: Uint8Array): Tensor {
+    return this.#entry(x, secret).tensor;
+  }
+
+  /** Handle `x` for a pull that spends it: as lookup, and NOT_FOUND while another such pull has
+   *  it. Every pull asked before the first one's bytes had left used to be served: a peer that
+   *  never took them made one handle announce hundreds of thousands of transfers. */
+  claim(x: number, secret: Uint8Array): Claim {
+    const entry = this.#entry(x, secret);
+    if (entry.claimed) throw new GdrpcError(Code.NOT_FOUND, `remote tensor ${x} is being pulled by another call (a handle is pulled once)`);
+    entry.claimed = true;
+    return { tensor: entry.tensor, spend: entry.release, unclaim: () => { entry.claimed = false; } };
+  }
+
+  #entry(x: number, secret: Uint8Array): Entry {
     const entry = this.#entries.get(x);
     if (entry === undefined || secret.length !== entry.secret.length || !timingSafeEqual(secret, entry.secret)) {
       throw new GdrpcError(Code.NOT_FOUND, `remote tensor ${x} is unknown or has been released`);
     }
-    return { tensor: entry.tensor, pulled: entry.release };
+    return entry;
   }
 
   /** Remote tensors currently exposed (leak checks). */

@@ -4,7 +4,8 @@
 // pullStacked (the same handles gathered into one [n, ...shape] tensor, one message on the wire)
 // and pullBlocks (blocks of one handle's tensor by index, gathered into one tensor: a block table).
 // Every method is all or nothing: one unknown handle or wrong capability fails the call NOT_FOUND
-// and leaves every handle of it pullable.
+// and leaves every handle of it pullable. The methods that spend their handles (pull, pullMany,
+// pullStacked) claim them first: a handle is pulled by one call at a time, and once.
 import { Code, GdrpcError } from '../../errors.ts';
 import { elementSize, type Device, type DType, type Tensor, type TensorPool } from '../../tensor/index.ts';
 import type { BlockCopies } from '../../compute/blocks.ts';
@@ -16,11 +17,14 @@ import { HELD_METHOD, MAP_METHOD } from '../remote/direct.ts';
 import { exportAllocation } from '../../compute/ipc.ts';
 import type { CallContext } from './handler-context.ts';
 import type { MethodEntry } from './server-call.ts';
+import type { Claim } from '../runtime/remote-owner.ts';
 
 /** What the owner methods need from their server. */
 export interface OwnerHost {
-  /** The exposed tensor of handle `x`, if `secret` is its capability; `pulled` spends the handle. */
-  lookup(x: number, secret: Uint8Array): { tensor: Tensor; pulled: () => void };
+  /** The exposed tensor of handle `x`, if `secret` is its capability (NOT_FOUND otherwise). */
+  lookup(x: number, secret: Uint8Array): Tensor;
+  /** Handle `x` taken by a pull that spends it: as lookup, and NOT_FOUND while another pull has it. */
+  claim(x: number, secret: Uint8Array): Claim;
   /** Where pullStacked gathers its tensor on `device` (a mapped pool, so the send needs no registration). */
   staging(device: Device): TensorPool;
   /** The gather (the runtime's BlockCopier); `sourcesReady` and `before` as in BlockCopier.copy. */
@@ -34,15 +38,36 @@ function entry(name: string, args: MethodDescriptor['args'], handler: MethodEntr
   return { method: { name, service: OWNER_SERVICE, clientStreaming: false, serverStreaming: false, args, results: [] }, types: {}, handler, resultsOf };
 }
 
-/** The handles of a pullMany or pullStacked call, looked up (nothing spent yet) and checked alike. */
-function lookupAll(host: OwnerHost, method: string, xs: number[], ss: Uint8Array[]): Array<{ tensor: Tensor; pulled: () => void }> {
+/** The handles of a pullMany or pullStacked call, claimed (nothing spent yet) and checked alike;
+ *  on any failure none stays claimed. A handle asked for twice is INVALID_ARGUMENT. */
+function claimAll(host: OwnerHost, method: string, xs: number[], ss: Uint8Array[]): Claims {
   if (xs.length !== ss.length) throw new GdrpcError(Code.INVALID_ARGUMENT, `${method}: ${xs.length} handles but ${ss.length} capabilities`);
   if (xs.length === 0 || xs.length > MAX_PULLS_PER_CALL) throw new GdrpcError(Code.INVALID_ARGUMENT, `${method} takes 1 to ${MAX_PULLS_PER_CALL} handles, got ${xs.length}`);
-  const found = xs.map((x, i) => host.lookup(x, ss[i]!));
-  const first = found[0]!.tensor;
-  const odd = found.findIndex(({ tensor }) => tensor.dtype !== first.dtype || tensor.shape.length !== first.shape.length || tensor.shape.some((d, k) => d !== first.shape[k]));
-  if (odd >= 0) throw new GdrpcError(Code.INVALID_ARGUMENT, `${method}: handle ${odd} is not a ${first.dtype} [${first.shape.join(', ')}] tensor like the first; pull those apart`);
-  return found;
+  const twice = xs.findIndex((x, i) => xs.indexOf(x) !== i);
+  if (twice >= 0) throw new GdrpcError(Code.INVALID_ARGUMENT, `${method}: handle ${xs[twice]} is asked for twice (at ${xs.indexOf(xs[twice]!)} and ${twice}); a handle is pulled once`);
+  const claims = new Claims();
+  try {
+    for (const [i, x] of xs.entries()) claims.add(host.claim(x, ss[i]!));
+    const first = claims.tensors[0]!;
+    const odd = claims.tensors.findIndex((tensor) => tensor.dtype !== first.dtype || tensor.shape.length !== first.shape.length || tensor.shape.some((d, k) => d !== first.shape[k]));
+    if (odd >= 0) throw new GdrpcError(Code.INVALID_ARGUMENT, `${method}: handle ${odd} is not a ${first.dtype} [${first.shape.join(', ')}] tensor like the first; pull those apart`);
+  } catch (error) {
+    claims.unclaim();
+    throw error;
+  }
+  return claims;
+}
+
+/** The handles one call claimed: spent together once its answer is over, or all given back. */
+class Claims {
+  readonly #claims: Claim[] = [];
+  readonly tensors: Tensor[] = [];
+  add(claim: Claim): void {
+    this.#claims.push(claim);
+    this.tensors.push(claim.tensor);
+  }
+  readonly spend = (): void => { for (const claim of this.#claims) claim.spend(); };
+  unclaim(): void { for (const claim of this.#claims) claim.unclaim(); }
 }
 
 /** Gather staging one connection may hold at once (pullStacked and pullBlocks): a peer that asks
@@ -115,16 +140,17 @@ export function ownerMethods(host: OwnerHost): MethodEntry[] {
     return stacked;
   };
 
+  // The answer's afterSend spends what the call claimed, whether its bytes left or never will.
   const pull = entry('pull', HANDLE_ARGS, (args: { x: number; s: Uint8Array }, ctx: CallContext) => {
-    const { tensor, pulled } = host.lookup(args.x, args.s);
-    ctx.afterSend(pulled);
-    return { t: tensor };
+    const claim = host.claim(args.x, args.s);
+    ctx.afterSend(claim.spend);
+    return { t: claim.tensor };
   }, (result) => pullResultFields(result.t as Tensor));
 
   const pullMany = entry('pullMany', PULL_MANY_ARGS, (args: { xs: number[]; ss: Uint8Array[] }, ctx: CallContext) => {
-    const found = lookupAll(host, 'pullMany', args.xs, args.ss);
-    ctx.afterSend(() => { for (const { pulled } of found) pulled(); });
-    return { ts: found.map(({ tensor }) => tensor) };
+    const claims = claimAll(host, 'pullMany', args.xs, args.ss);
+    ctx.afterSend(claims.spend);
+    return { ts: claims.tensors };
   }, (result) => {
     const [field] = pullResultFields((result.ts as Tensor[])[0]!);
     return [{ name: 'ts', type: { kind: 'list', element: field!.type } }];
@@ -133,15 +159,21 @@ export function ownerMethods(host: OwnerHost): MethodEntry[] {
   // The handles' tensors are gathered into one tensor on the first one's device (one kernel launch
   // when they are all on that GPU), which is sent as one message and freed once it has left.
   const pullStacked = entry('pullStacked', PULL_MANY_ARGS, async (args: { xs: number[]; ss: Uint8Array[] }, ctx: CallContext) => {
-    const found = lookupAll(host, 'pullStacked', args.xs, args.ss);
-    const first = found[0]!.tensor;
-    const bytes = first.byteLength;
-    // A peer may call this by hand: the staging tensor is bounded by what pullAll would ask for.
-    if (bytes > MAX_STACKED_BLOCK_BYTES) throw new GdrpcError(Code.INVALID_ARGUMENT, `pullStacked gathers handles of at most ${MAX_STACKED_BLOCK_BYTES} bytes, these hold ${bytes}; pull them with pullMany`);
-    const stacked = await gather(ctx, first.device, [found.length, ...first.shape], first.dtype, bytes,
-      (dst) => found.map(({ tensor }, k) => ({ dst, dstOffset: k * bytes, src: tensor, srcOffset: 0 })),
-      () => { for (const [k, x] of args.xs.entries()) host.lookup(x, args.ss[k]!); });
-    ctx.afterSend(() => { for (const { pulled } of found) pulled(); });
+    const claims = claimAll(host, 'pullStacked', args.xs, args.ss);
+    let stacked: Tensor;
+    try {
+      const first = claims.tensors[0]!;
+      const bytes = first.byteLength;
+      // A peer may call this by hand: the staging tensor is bounded by what pullAll would ask for.
+      if (bytes > MAX_STACKED_BLOCK_BYTES) throw new GdrpcError(Code.INVALID_ARGUMENT, `pullStacked gathers handles of at most ${MAX_STACKED_BLOCK_BYTES} bytes, these hold ${bytes}; pull them with pullMany`);
+      stacked = await gather(ctx, first.device, [claims.tensors.length, ...first.shape], first.dtype, bytes,
+        (dst) => claims.tensors.map((tensor, k) => ({ dst, dstOffset: k * bytes, src: tensor, srcOffset: 0 })),
+        () => { for (const [k, x] of args.xs.entries()) host.lookup(x, args.ss[k]!); });
+    } catch (error) {
+      claims.unclaim();
+      throw error;
+    }
+    ctx.afterSend(claims.spend);
     return { t: stacked };
   }, (result) => pullResultFields(result.t as Tensor));
 
@@ -149,7 +181,7 @@ export function ownerMethods(host: OwnerHost): MethodEntry[] {
   // order asked into one [n, ...block] tensor, one message on the wire. The handle stays pullable:
   // a table is pulled in parts, and by more than one puller, until the call that exposed it ends.
   const pullBlocks = entry('pullBlocks', PULL_BLOCKS_ARGS, async (args: { x: number; s: Uint8Array; b: number; r: Uint8Array }, ctx: CallContext) => {
-    const { tensor } = host.lookup(args.x, args.s);
+    const tensor = host.lookup(args.x, args.s);
     const blockBytes = args.b;
     if (!blocksTile(tensor.dtype, tensor.byteLength, blockBytes)) {
       throw new GdrpcError(Code.INVALID_ARGUMENT, `pullBlocks: blocks of ${blockBytes} bytes do not tile the ${tensor.byteLength}-byte ${tensor.dtype} tensor`);
@@ -170,7 +202,7 @@ export function ownerMethods(host: OwnerHost): MethodEntry[] {
   // exposed, which a direct puller asks once its copy is done.
   const map = entry('map', MAP_METHOD.args, (args: { x: number; s: Uint8Array }) => {
     if (!host.directPulls) throw new GdrpcError(Code.PERMISSION_DENIED, 'this server does not grant direct pulls (ServerOptions.directPulls)');
-    const { tensor } = host.lookup(args.x, args.s);
+    const tensor = host.lookup(args.x, args.s);
     let exported: ReturnType<typeof exportAllocation>;
     try {
       exported = exportAllocation(tensor);

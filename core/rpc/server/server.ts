@@ -53,7 +53,7 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
       maxCallsPerConnection: 256, maxCalls: 4096, maxFrameBytes: 4 << 20, maxTensorBytes: DEFAULT_MAX_TENSOR_BYTES, poolBytes: 128 << 20,
       allowPoolOverflow: false, poolWaitMs: 10_000, livenessMs: DEFAULT_LIVENESS_MS, admissionTimeoutMs: 5000, transferTimeoutMs: DEFAULT_TRANSFER_TIMEOUT_MS, maxConnections: 1024, maxConnectionsPerAddress: 64, inlineBytes: DEFAULT_INLINE_BYTES, exposureHoldMs: 30_000, exposeErrorMessages: false, directPulls: false, ...options,
     };
-    for (const entry of ownerMethods({ lookup: (x, secret) => this.#runtime!.owner.lookup(x, secret), staging: (device) => this.#runtime!.pool(device, { bytes: DEFAULT_PROCESS_POOL_BYTES, allowOverflow: true }), copyBlocks: (bytes, copies, options) => this.#runtime!.blocks.copy(bytes, copies, options), directPulls: this.#options.directPulls })) {
+    for (const entry of ownerMethods({ lookup: (x, secret) => this.#runtime!.owner.lookup(x, secret), claim: (x, secret) => this.#runtime!.owner.claim(x, secret), staging: (device) => this.#runtime!.pool(device, { bytes: DEFAULT_PROCESS_POOL_BYTES, allowOverflow: true }), copyBlocks: (bytes, copies, options) => this.#runtime!.blocks.copy(bytes, copies, options), directPulls: this.#options.directPulls })) {
       this.#serve(OWNER_SERVICE, entry.method.name, entry);
     }
     this.#host = this.#makeHost();
