@@ -26,7 +26,8 @@ export type Placement =
 
 export type TypeRef =
   | { kind: 'scalar'; name: ScalarName }
-  | { kind: 'list'; element: TypeRef }
+  /** `length`: exactly that many elements (descriptors gdrpc builds itself; the schema language has no such list) */
+  | { kind: 'list'; element: TypeRef; length?: number }
   | { kind: 'map'; value: TypeRef }
   | { kind: 'optional'; inner: TypeRef }
   | { kind: 'struct'; name: string }

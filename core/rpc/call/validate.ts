@@ -45,6 +45,7 @@ function checkValue(type: TypeRef, value: unknown, where: string, types: TypeTab
     case 'tensor': return checkTensor(type.dtype, type.shape, value, where, symbols);
     case 'list':
       if (!Array.isArray(value)) throw invalid(`${where}: expected a list, got ${describe(value)}`);
+      if (type.length !== undefined && value.length !== type.length) throw invalid(`${where}: expected a list of ${type.length}, got ${value.length}`);
       value.forEach((item, i) => checkValue(type.element, item, `${where}[${i}]`, types, symbols));
       return;
     case 'map': {

@@ -269,7 +269,9 @@ export class RemoteTensor {
     const method: MethodDescriptor = {
       name: 'pullMany', service: OWNER_SERVICE, clientStreaming: false, serverStreaming: false,
       args: PULL_MANY_ARGS,
-      results: [{ name: 'ts', type: { kind: 'list', element } }],
+      // One tensor per handle, checked before any is allocated: an owner that answered with more
+      // had the extras allocated (from `pool`, never released) and with fewer left holes.
+      results: [{ name: 'ts', type: { kind: 'list', element, length: batch.length } }],
     };
     const pool = landing.pool;
     // Each result tensor is allocated with its field, "... results.ts[k]": into[k] is its place.

@@ -1,0 +1,71 @@
+// An owner of remote tensors that answers what no gdrpc owner does (a raw server in its place,
+// fixtures/raw-server.ts): the puller fails the pull, allocates nothing it keeps, and never
+// hands back tensors that are not there.
+import { afterEach, describe, expect, it } from 'vitest';
+import { Packr } from 'msgpackr';
+import { Client, Code, RemoteTensor, Tensor, TensorPool, Runtime, type GdrpcError } from '../../core/index.ts';
+import { FrameKind } from '../../core/wire/frames.ts';
+import { packMessage } from '../../core/wire/message.ts';
+import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
+import { RawServer } from './fixtures/raw-server.ts';
+
+const packr = new Packr({ useRecords: false });
+const opened: Array<{ close(): Promise<void> }> = [];
+afterEach(async () => {
+  for (const thing of opened.splice(0).reverse()) await thing.close();
+});
+
+const ROWS = 1024;
+const COLS = 1024;  // u16: 2 MiB a handle, past pullStacked's 1 MiB, so pullAll asks with pullMany
+const BYTES = ROWS * COLS * 2;
+
+/** A client holding two handles whose owner is a raw server, and that raw server. */
+async function handlesOfRawOwner(): Promise<{ client: Client; handles: RemoteTensor[]; owner: RawServer }> {
+  const owner = RawServer.listen();
+  const server = RawServer.listen();
+  opened.push(owner, server);
+  const connecting = Client.connect(server.address);
+  await server.admit();
+  const client = await connecting;
+  opened.push(client);
+  const handles: RemoteTensor[] = [];
+  for (const x of [1, 2]) {
+    const call = client.unary(EchoDescriptor.methods.region, { rows: ROWS, cols: COLS });
+    const request = (await server.receive())?.find((f) => f.kind === FrameKind.Request);
+    const h = { dt: 'u16', sh: [ROWS, COLS], n: BYTES, mt: 'host', m: 'h', o: owner.address, x, s: new Uint8Array(16).fill(x) };
+    await server.sendMessage(packMessage([{ kind: FrameKind.Response, call: request!.call, body: packr.pack({ v: 2, r: { h } }) }]));
+    handles.push((await call).h as RemoteTensor);
+  }
+  return { client, handles, owner };
+}
+
+describe('a hostile owner', () => {
+  const where = [
+    ['a tensor per handle made here', () => ({})],
+    ['the tensors from a pool given', (pool: TensorPool) => ({ pool })],
+    ['tensors given in into', (_: TensorPool, into: Tensor[]) => ({ into })],
+  ] as const;
+  for (const count of [0, 3]) {
+    it.each(where)(`answering pullMany for 2 handles with ${count} tensors fails pullAll INTERNAL, nothing allocated (%s)`, async (_, options) => {
+      const { handles, owner } = await handlesOfRawOwner();
+      const runtime = Runtime.create();
+      opened.push(runtime);
+      const pool = runtime.createPool({ device: 'cpu', bytes: 8 * BYTES });
+      const into = [Tensor.empty([ROWS, COLS], 'u16'), Tensor.empty([ROWS, COLS], 'u16')];
+      const pulling = RemoteTensor.pullAll(handles, options(pool, into));
+      pulling.catch(() => {});
+      await owner.admit();
+      const request = (await owner.receive())?.find((f) => f.kind === FrameKind.Request);
+      expect(request).toBeDefined();
+      const ts = Array.from({ length: count }, (_, i) => ({ dt: 'u16', sh: [ROWS, COLS], n: BYTES, mt: 'host', m: 't', x: 100 + i }));
+      await owner.sendMessage(packMessage([{ kind: FrameKind.Response, call: request!.call, body: packr.pack({ v: 2, r: { ts } }) }]));
+      // A few bytes under each id: the puller's refusals take them at once.
+      for (const t of ts) await owner.payload(t.x, new Uint8Array(16));
+      const failure = await pulling.then(() => undefined, (error: GdrpcError) => error);
+      expect(failure?.code).toBe(Code.INTERNAL);
+      expect(failure?.message).toMatch(`expected a list of 2, got ${count}`);
+      expect(pool.stats()).toMatchObject({ used: 0, liveTensors: 0 });
+      for (const t of into) t.release();
+    });
+  }
+});
