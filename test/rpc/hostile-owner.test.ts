@@ -8,6 +8,7 @@ import { FrameKind } from '../../core/wire/frames.ts';
 import { packMessage } from '../../core/wire/message.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { RawServer } from './fixtures/raw-server.ts';
+import { DEFAULT_PULL_DEADLINE_MS, pullLimits } from '../../core/rpc/remote/owner-client.ts';
 
 const packr = new Packr({ useRecords: false });
 const opened: Array<{ close(): Promise<void> }> = [];
@@ -68,4 +69,51 @@ describe('a hostile owner', () => {
       for (const t of into) t.release();
     });
   }
+
+  // An owner that admits the puller and never answers (keeping its connection alive) held a pull,
+  // and the connection it made, for ever: a handler pulling from its caller outlived the call.
+  const stops = [
+    ['its deadline', () => ({ deadline: 300 }), Code.DEADLINE_EXCEEDED],
+    ['its signal', () => ({ signal: AbortSignal.timeout(300) }), Code.CANCELLED],
+  ] as const;
+  it.each(stops)('a pull from an owner that never answers ends at %s, and closes the connection it made', async (_, limits, code) => {
+    const { handles, owner } = await handlesOfRawOwner();
+    const pulling = handles[0]!.pull(limits());
+    pulling.catch(() => {});
+    await owner.admit();
+    expect((await owner.receive())?.map((f) => f.kind)).toEqual([FrameKind.Request]);
+    const failure = await pulling.then(() => undefined, (error: GdrpcError) => error);
+    expect(failure?.code).toBe(code);
+    expect(await owner.closedWithin(10_000)).toBe('closed');
+  });
+
+  it.each(['pullAll', 'pullBlocks'] as const)('%s from an owner that never answers ends at its deadline', async (how) => {
+    const { handles, owner } = await handlesOfRawOwner();
+    const pulling = how === 'pullAll' ? RemoteTensor.pullAll(handles, { deadline: 300 }) : handles[0]!.pullBlocks([0, 1], { deadline: 300 });
+    pulling.catch(() => {});
+    await owner.admit();
+    expect((await owner.receive())?.[0]?.kind).toBe(FrameKind.Request);
+    const failure = await pulling.then(() => undefined, (error: GdrpcError) => error);
+    expect(failure?.code).toBe(Code.DEADLINE_EXCEEDED);
+    expect(await owner.closedWithin(10_000)).toBe('closed');
+  });
+});
+
+describe('pull limits', () => {
+  it(`a pull given no deadline has one ${DEFAULT_PULL_DEADLINE_MS} ms from its start; Infinity gives none`, () => {
+    const before = Date.now();
+    const { deadline } = pullLimits({});
+    expect(deadline!.getTime()).toBeGreaterThanOrEqual(before + DEFAULT_PULL_DEADLINE_MS);
+    expect(deadline!.getTime()).toBeLessThanOrEqual(Date.now() + DEFAULT_PULL_DEADLINE_MS);
+    expect(pullLimits({ deadline: Infinity })).toEqual({});
+    const signal = new AbortController().signal;
+    expect(pullLimits({ deadline: new Date(5), signal })).toEqual({ deadline: new Date(5), signal });
+  });
+
+  it('a pull refuses a deadline or signal of the wrong type (INVALID_ARGUMENT)', async () => {
+    const { handles } = await handlesOfRawOwner();
+    await expect(handles[0]!.pull({ deadline: 'soon' as never })).rejects.toMatchObject({ code: Code.INVALID_ARGUMENT });
+    await expect(handles[0]!.pullBlocks([0], { signal: {} as never })).rejects.toMatchObject({ code: Code.INVALID_ARGUMENT });
+    await expect(RemoteTensor.pullAll(handles, { deadline: NaN })).rejects.toMatchObject({ code: Code.INVALID_ARGUMENT });
+  });
 });

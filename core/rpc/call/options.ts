@@ -8,6 +8,7 @@ import { BUSY_POLL_US, Runtime } from '../runtime/runtime.ts';
 import type { Allocate } from '../transfer/transfer.ts';
 import type { CudaDevice } from './placement.ts';
 import { isDevice } from '../../tensor/device.ts';
+import { DEADLINE } from './deadline.ts';
 
 /** Internal call option: where result tensors go (RemoteTensor.pull uses it). */
 export const ALLOCATE: unique symbol = Symbol('gdrpc.allocate');
@@ -127,8 +128,6 @@ export interface RegisterOptions {
 /** Movers a caller may force (CallOptions.mover). */
 export const MOVER_CHOICES = ['auto', 'inline', 'tag', 'rma'] as const;
 
-const DEADLINE = rule('milliseconds from now (a number; Infinity: none) or a valid Date',
-  (v) => (typeof v === 'number' && !Number.isNaN(v)) || (v instanceof Date && !Number.isNaN(v.getTime())));
 // The server refuses a REQUEST whose metadata holds anything but strings, as malformed.
 const METADATA = rule('an object whose values are strings', (v) => isRecord(v) && Object.values(v).every((item) => typeof item === 'string'));
 

@@ -420,7 +420,7 @@ export function ownerDialer(runtime: Runtime): OwnerDialer {
     // handle arrived on may have closed since, with its last user).
     const on = runtime.implicit ? Runtime.default() : runtime;
     return {
-      unary: (method, args, allocate) => client.unary(method, args, { [ALLOCATE]: allocate }),
+      unary: (method, args, allocate, limits) => client.unary(method, args, { [ALLOCATE]: allocate, ...limits }),
       copyBlocks: (bytes, copies, options) => on.blocks.copy(bytes, copies, options),
       staging: (device) => on.pool(device, { bytes: DEFAULT_PROCESS_POOL_BYTES, allowOverflow: true }),
       close: () => client.close(),

@@ -10,12 +10,14 @@ import type { TensorWire } from '../../wire/frames.ts';
 import type { DType, MethodDescriptor } from '../../schema/descriptor.ts';
 import { attachCallInfo, callInfo, type CallInfo } from '../movers/call-info.ts';
 import { lentTensor } from './lent.ts';
-import { DEVICE, fixedTensorType, HANDLE_ARGS, landingDevice, OWNER_SERVICE, placementOf, POOL, VIA, type OwnerClient, type OwnerConnection } from './owner-client.ts';
+import { DEVICE, fixedTensorType, HANDLE_ARGS, landingDevice, OWNER_SERVICE, placementOf, POOL, PULL_LIMIT_OPTIONS, pullLimits, VIA, type OwnerClient, type OwnerConnection, type PullLimits } from './owner-client.ts';
 
 /** Options of RemoteTensor.pullBlocks: where the blocks land (`into`, at rows `at`; else a new
  *  tensor from `pool` or on `device`), how long a block is, and how many parts go at once. */
 export interface PullBlocksOptions {
   blockBytes?: number; into?: Tensor; at?: ArrayLike<number>; device?: Device; pool?: TensorPool; token?: string; maxInFlight?: number; partBytes?: number; via?: OwnerConnection;
+  /** As PullOptions: for the whole pull, every part (default 60 s). */
+  deadline?: number | Date; signal?: AbortSignal;
   /** Read the blocks straight from the owner's GPU memory with one kernel launch, where the owner
    *  grants it (ServerOptions.directPulls) and its allocation can be mapped here (the same node);
    *  otherwise the two-sided way (default false; direct.ts). */
@@ -57,7 +59,7 @@ const BLOCK_LIST = rule('an array or typed array of block indices', (value) => A
 export const PULL_BLOCKS_OPTIONS: OptionRules<PullBlocksOptions> = {
   blockBytes: Accept.integer(1, 0xffff_ffff, 'bytes'), into: rule('a Tensor', (value) => value instanceof Tensor), at: BLOCK_LIST,
   device: DEVICE, pool: POOL, token: Accept.nonEmptyString, maxInFlight: Accept.integer(1, 64, 'parts'),
-  partBytes: Accept.integer(1, MAX_BLOCK_PULL_BYTES, 'bytes'), via: VIA, direct: Accept.boolean,
+  partBytes: Accept.integer(1, MAX_BLOCK_PULL_BYTES, 'bytes'), via: VIA, direct: Accept.boolean, ...PULL_LIMIT_OPTIONS,
 };
 
 /** Whether blocks of `blockBytes` tile a `byteLength`-byte tensor of `dtype`: whole elements,
@@ -88,6 +90,8 @@ export interface BlockPull {
   straight: boolean;
   /** Try a direct pull first (PullBlocksOptions.direct). */
   direct: boolean;
+  /** The pull's signal and deadline, for every call it makes to the owner. */
+  limits: PullLimits;
 }
 
 /** Checks a pull of `blocks` of `source` (options already checked against PULL_BLOCKS_OPTIONS);
@@ -120,6 +124,7 @@ export function planBlockPull(source: BlockSource, blocks: ArrayLike<number>, op
     blockShape: blockShapeOf(source.dtype, source.shape, blockBytes),
     straight: parts === 1 && at === undefined && (into === undefined || into.byteLength === indices.length * blockBytes),
     direct: options.direct === true,
+    limits: pullLimits(options),
   };
 }
 
@@ -172,7 +177,7 @@ async function pullPart(client: OwnerClient, plan: BlockPull, part: number, targ
     name: 'pullBlocks', service: OWNER_SERVICE, clientStreaming: false, serverStreaming: false, args: PULL_BLOCKS_ARGS,
     results: [{ name: 't', type: fixedTensorType(source.dtype, [end - start, ...plan.blockShape], placementOf(plan.device)) }],
   };
-  const result = await client.unary(method, { x: source.wire.x!, s: source.wire.s!, b: blockBytes, r: littleEndian(plan.indices.subarray(start, end)) }, allocatorOf(client, plan, target));
+  const result = await client.unary(method, { x: source.wire.x!, s: source.wire.s!, b: blockBytes, r: littleEndian(plan.indices.subarray(start, end)) }, allocatorOf(client, plan, target), plan.limits);
   const got = result.t as Tensor;
   const info = callInfo(result) ?? { transfers: [], durationMs: 0 };
   if (plan.straight) return { info, target: got };

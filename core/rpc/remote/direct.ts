@@ -57,7 +57,7 @@ export async function runDirectPull(client: OwnerClient, plan: BlockPull, via: O
   let grant = via?.grantOf(grantKey);
   if (grant === undefined) {
     try {
-      grant = grantOf(await client.unary(MAP_METHOD, handle, undefined));
+      grant = grantOf(await client.unary(MAP_METHOD, handle, undefined, plan.limits));
     } catch (error) {
       if (!declined(error)) throw error;
       // Not granted by this owner (or an owner that predates it): ask no more over this
@@ -99,7 +99,7 @@ export async function runDirectPull(client: OwnerClient, plan: BlockPull, via: O
     const dst = target;
     // The owner synchronized the tensor when it exposed it (sourcesReady).
     await client.copyBlocks(blockBytes, { dst, dstBlocks: at, src, srcBlocks: indices, count: indices.length }, { sourcesReady: true });
-    await client.unary(HELD_METHOD, handle, undefined);
+    await client.unary(HELD_METHOD, handle, undefined, plan.limits);
     via?.keepGrant(grantKey, grant);
   } catch (error) {
     if (made) target?.release();

@@ -5,7 +5,8 @@
 import { Code, GdrpcError } from '../../errors.ts';
 import { TensorPool, type Device, type Tensor } from '../../tensor/index.ts';
 import { isDevice } from '../../tensor/device.ts';
-import { rule } from '../../tensor/options.ts';
+import { Accept, rule } from '../../tensor/options.ts';
+import { absoluteDeadline, DEADLINE } from '../call/deadline.ts';
 import type { DType, MethodDescriptor, Placement, TypeRef } from '../../schema/descriptor.ts';
 import { callInfo, confirmTransfers } from '../movers/call-info.ts';
 import type { BlockCopies } from '../../compute/blocks.ts';
@@ -22,10 +23,30 @@ export function isUnknownMethod(error: unknown): boolean {
   return error instanceof GdrpcError && error.code === Code.NOT_FOUND && error.rawMessage.startsWith('unknown method');
 }
 
+/** How long a pull, every call it makes to the owner included, may take when its caller gives no
+ *  deadline: an owner that stays connected but never answers would otherwise hold the pull, and
+ *  the connection it made, for ever (a handler pulling from a hostile caller kept both past the
+ *  call's end: 1,024 connections after 1,024 calls, scratch). */
+export const DEFAULT_PULL_DEADLINE_MS = 60_000;
+
+/** What bounds a pull's calls to the owner: its caller's signal, and one deadline for them all. */
+export interface PullLimits { readonly signal?: AbortSignal; readonly deadline?: Date }
+
+/** The limits of a pull starting now: `deadline` (milliseconds from now or a Date; Infinity:
+ *  none) or DEFAULT_PULL_DEADLINE_MS from now, and `signal`. */
+export function pullLimits(options: { signal?: AbortSignal; deadline?: number | Date }): PullLimits {
+  const at = absoluteDeadline(options.deadline ?? DEFAULT_PULL_DEADLINE_MS);
+  return { ...(options.signal !== undefined ? { signal: options.signal } : {}), ...(at !== undefined ? { deadline: new Date(at) } : {}) };
+}
+
+/** The option rules of a pull's `signal` and `deadline`, in each pull's table. */
+export const PULL_LIMIT_OPTIONS = { signal: Accept.signal, deadline: DEADLINE };
+
 /** One pull from an owner: a Client made for it. */
 export interface OwnerClient {
-  /** `allocate` gets each result tensor's field ("... results.ts[3]") besides its shape and dtype. */
-  unary(method: MethodDescriptor, args: Record<string, unknown>, allocate: ((shape: number[], dtype: DType, placement: Placement, field: string) => Tensor) | undefined): Promise<Record<string, unknown>>;
+  /** `allocate` gets each result tensor's field ("... results.ts[3]") besides its shape and dtype;
+   *  `limits` are the pull's signal and deadline. */
+  unary(method: MethodDescriptor, args: Record<string, unknown>, allocate: ((shape: number[], dtype: DType, placement: Placement, field: string) => Tensor) | undefined, limits: PullLimits): Promise<Record<string, unknown>>;
   /** Copies a stacked answer out (the runtime's BlockCopier). */
   copyBlocks(blockBytes: number, copies: BlockCopies, options?: { sourcesReady?: boolean }): Promise<void>;
   /** Where pullBlocks receives its parts on `device` (the runtime's pool there, mapped once). */

@@ -15,7 +15,7 @@ import { Runtime } from '../runtime/runtime.ts';
 import { lentTensor } from './lent.ts';
 import { planBlockPull, PULL_BLOCKS_OPTIONS, runBlockPull, type PullBlocksOptions } from './block-table.ts';
 import { runDirectPull } from './direct.ts';
-import { closeWhenReported, DEVICE, fixedTensorType, HANDLE_ARGS, isUnknownMethod, landingDevice, OWNER_SERVICE, OwnerConnection, placementOf, POOL, VIA, type Landing, type OwnerClient, type OwnerDialer } from './owner-client.ts';
+import { closeWhenReported, DEVICE, fixedTensorType, HANDLE_ARGS, isUnknownMethod, landingDevice, OWNER_SERVICE, OwnerConnection, placementOf, POOL, PULL_LIMIT_OPTIONS, pullLimits, VIA, type Landing, type OwnerClient, type OwnerDialer, type PullLimits } from './owner-client.ts';
 
 /** Registers `tensor` as remote for the call of `scope`, on its connection's runtime; returns its
  *  handle descriptor. Released when the call ends or the connection dies (exposures), or after one pull. */
@@ -33,11 +33,19 @@ export function remoteExposures(runtime: Runtime | undefined = Runtime.current()
 }
 
 /** Options of RemoteTensor.pull; `via` pulls over a connection made with connect() (kept open). */
-export interface PullOptions { device?: Device; into?: Tensor; pool?: TensorPool; token?: string; via?: OwnerConnection }
+export interface PullOptions {
+  device?: Device; into?: Tensor; pool?: TensorPool; token?: string; via?: OwnerConnection;
+  /** Milliseconds from now or a Date, for the whole pull (default 60 s; Infinity: none), and a signal that cancels it. */
+  deadline?: number | Date; signal?: AbortSignal;
+}
 
 /** Options of RemoteTensor.pullAll: pull's, with `into` one tensor per handle, and how many pulls
  *  one connection keeps in flight. */
-export interface PullAllOptions { device?: Device; into?: readonly Tensor[]; pool?: TensorPool; token?: string; maxInFlight?: number }
+export interface PullAllOptions {
+  device?: Device; into?: readonly Tensor[]; pool?: TensorPool; token?: string; maxInFlight?: number;
+  /** As PullOptions: for all of the pulls (default 60 s). */
+  deadline?: number | Date; signal?: AbortSignal;
+}
 
 /** Tensors one connection of pullAll keeps in flight by default. */
 export const DEFAULT_PULLS_IN_FLIGHT = 512;
@@ -53,10 +61,10 @@ const PULL_BATCH = 128;
 export const MAX_STACKED_BLOCK_BYTES = 1 << 20;
 
 const PULL_OPTIONS: OptionRules<PullOptions> = {
-  device: DEVICE, into: rule('a Tensor', (value) => value instanceof Tensor), pool: POOL, token: Accept.nonEmptyString, via: VIA,
+  device: DEVICE, into: rule('a Tensor', (value) => value instanceof Tensor), pool: POOL, token: Accept.nonEmptyString, via: VIA, ...PULL_LIMIT_OPTIONS,
 };
 const PULL_ALL_OPTIONS: OptionRules<PullAllOptions> = {
-  device: DEVICE, pool: POOL, token: Accept.nonEmptyString, maxInFlight: Accept.integer(1, 65_536, 'tensors'),
+  device: DEVICE, pool: POOL, token: Accept.nonEmptyString, maxInFlight: Accept.integer(1, 65_536, 'tensors'), ...PULL_LIMIT_OPTIONS,
   into: rule('an array of Tensors', (value) => Array.isArray(value) && value.every((t) => t instanceof Tensor)),
 };
 
@@ -82,7 +90,8 @@ export class RemoteTensor {
     checkOptions('RemoteTensor.pull options', options, PULL_OPTIONS);
     const dial = this.#dialer();
     this.#checkInto(options.into);
-    return this.#pullOver(dial, options, (client) => this.#pullThrough(client, options));
+    const limits = pullLimits(options);
+    return this.#pullOver(dial, options, (client) => this.#pullThrough(client, options, limits));
   }
 
   /** A connection to this handle's owner for pulls to share (`via`): one handshake for many
@@ -147,6 +156,7 @@ export class RemoteTensor {
     if (into !== undefined && into.length !== handles.length) {
       throw new GdrpcError(Code.INVALID_ARGUMENT, `RemoteTensor.pullAll: ${into.length} tensors in into for ${handles.length} handles`);
     }
+    const limits = pullLimits(options);
     const landing = (i: number): Landing => (into !== undefined ? { into: into[i]! } : options.pool !== undefined ? { pool: options.pool } : { device: options.device ?? 'cpu' });
     // One connection per owner and dialer (the runtime a handle arrived on); on it, batches of
     // handles that share a dtype, a shape and where they land.
@@ -190,7 +200,7 @@ export class RemoteTensor {
             let tensors: Tensor[] | undefined;
             if (stackAnswered && batch.length > 1 && batchHandles[0]!.byteLength <= MAX_STACKED_BLOCK_BYTES) {
               try {
-                tensors = await RemoteTensor.#pullStacked(client, batchHandles, landing(batch[0]!), batchInto);
+                tensors = await RemoteTensor.#pullStacked(client, batchHandles, landing(batch[0]!), batchInto, limits);
               } catch (error) {
                 if (!isUnknownMethod(error)) throw error;
                 stackAnswered = false;
@@ -198,14 +208,14 @@ export class RemoteTensor {
             }
             if (tensors === undefined && manyAnswered) {
               try {
-                tensors = await RemoteTensor.#pullBatch(client, batchHandles, landing(batch[0]!), batchInto);
+                tensors = await RemoteTensor.#pullBatch(client, batchHandles, landing(batch[0]!), batchInto, limits);
               } catch (error) {
                 if (!isUnknownMethod(error)) throw error;
                 manyAnswered = false;
               }
             }
             if (tensors !== undefined) for (const [k, i] of batch.entries()) results[i] = tensors[k];
-            else for (const i of batch) results[i] = await handles[i]!.#pullThrough(client, landing(i));
+            else for (const i of batch) results[i] = await handles[i]!.#pullThrough(client, landing(i), limits);
           }
         };
         await Promise.all(Array.from({ length: Math.min(lanes, batches.length) }, () => lane().catch((error: unknown) => { failures.push(error); })));
@@ -228,7 +238,7 @@ export class RemoteTensor {
    *  owner gathers them into one [n, ...shape] tensor, which moves as one message and is then
    *  copied out into one tensor per handle (copyBlocks: one kernel launch on a GPU). Each tensor
    *  carries the call's report, whose one transfer is the stacked tensor `t`. */
-  static async #pullStacked(client: OwnerClient, batch: RemoteTensor[], landing: Landing, into: Tensor[] | undefined): Promise<Tensor[]> {
+  static async #pullStacked(client: OwnerClient, batch: RemoteTensor[], landing: Landing, into: Tensor[] | undefined, limits: PullLimits): Promise<Tensor[]> {
     const first = batch[0]!;
     const device = landingDevice(landing);
     const method: MethodDescriptor = {
@@ -236,7 +246,7 @@ export class RemoteTensor {
       args: PULL_MANY_ARGS,
       results: [{ name: 't', type: fixedTensorType(first.dtype, [batch.length, ...first.shape], placementOf(device)) }],
     };
-    const result = await client.unary(method, { xs: batch.map((h) => h.wire.x!), ss: batch.map((h) => h.wire.s!) }, undefined);
+    const result = await client.unary(method, { xs: batch.map((h) => h.wire.x!), ss: batch.map((h) => h.wire.s!) }, undefined, limits);
     const stacked = result.t as Tensor;
     const made: Tensor[] = [];
     try {
@@ -263,7 +273,7 @@ export class RemoteTensor {
   }
 
   /** One gdrpc.Owner/pullMany call for handles of one dtype and shape that land alike. */
-  static async #pullBatch(client: OwnerClient, batch: RemoteTensor[], landing: Landing, into: Tensor[] | undefined): Promise<Tensor[]> {
+  static async #pullBatch(client: OwnerClient, batch: RemoteTensor[], landing: Landing, into: Tensor[] | undefined, limits: PullLimits): Promise<Tensor[]> {
     const first = batch[0]!;
     const element = fixedTensorType(first.dtype, first.shape, placementOf(landingDevice(landing)));
     const method: MethodDescriptor = {
@@ -277,7 +287,7 @@ export class RemoteTensor {
     // Each result tensor is allocated with its field, "... results.ts[k]": into[k] is its place.
     const allocate = into !== undefined ? (_shape: number[], _dtype: DType, _placement: Placement, field: string) => lentTensor(into[Number(/\[(\d+)\]$/.exec(field)?.[1] ?? NaN)]!)
       : pool !== undefined ? (shape: number[], dtype: DType) => pool.allocate(shape, dtype) : undefined;
-    const result = await client.unary(method, { xs: batch.map((h) => h.wire.x!), ss: batch.map((h) => h.wire.s!) }, allocate);
+    const result = await client.unary(method, { xs: batch.map((h) => h.wire.x!), ss: batch.map((h) => h.wire.s!) }, allocate, limits);
     const tensors = result.ts as Tensor[];
     // Each tensor carries the report of its own transfer: callInfo(tensor).
     const info = callInfo(result);
@@ -297,7 +307,7 @@ export class RemoteTensor {
   }
 
   /** One pull over a connection to the owner: gdrpc.Owner/pull answers with the tensor. */
-  async #pullThrough(client: OwnerClient, landing: Landing): Promise<Tensor> {
+  async #pullThrough(client: OwnerClient, landing: Landing, limits: PullLimits): Promise<Tensor> {
     const { into, pool } = landing;
     const placement = placementOf(landingDevice(landing));
     const method: MethodDescriptor = {
@@ -307,7 +317,7 @@ export class RemoteTensor {
     };
     const allocate = into !== undefined ? () => lentTensor(into)
       : pool !== undefined ? (shape: number[], dtype: DType) => pool.allocate(shape, dtype) : undefined;
-    const result = await client.unary(method, { x: this.wire.x!, s: this.wire.s! }, allocate);
+    const result = await client.unary(method, { x: this.wire.x!, s: this.wire.s! }, allocate, limits);
     // The pull's transfer report goes with the tensor: callInfo(tensor).
     const info = callInfo(result);
     return info === undefined ? result.t as Tensor : attachCallInfo(result.t as Tensor, info);
