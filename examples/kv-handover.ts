@@ -141,12 +141,13 @@ async function decodeWorker(): Promise<void> {
   const pool = Tensor.zeros([POOL_BLOCKS, 2, HEADS, BLOCK, HEAD_DIM], 'bf16', { device: DECODE_DEVICE });
   const free = freeList().reverse();
   DecodeWorker.register(server, {
-    async acceptPaged({ requestId, pool: remotePool, blockIds, firstToken }) {
+    async acceptPaged({ requestId, pool: remotePool, blockIds, firstToken }, { signal }) {
       // The request's blocks go to free blocks of this pool: one block table, one operation.
       const slots = takeBlocks(free, blockIds.length);
       try {
         const started = performance.now();
-        await remotePool.pullBlocks(blockIds, { into: pool, at: slots, token: deploymentToken(), direct: true });
+        // The pull ends with the call (its signal), not only at the pull's own deadline.
+        await remotePool.pullBlocks(blockIds, { into: pool, at: slots, token: deploymentToken(), direct: true, signal });
         const pullMs = performance.now() - started;
         const how = callInfo(pool)?.transfers[0]?.protocol?.startsWith('gdrpc direct') === true ? 'direct' : 'two-sided';
         // Each landed block against the host twins' answer for the block the prefill worker was
@@ -170,11 +171,11 @@ async function decodeWorker(): Promise<void> {
         throw error;
       }
     },
-    async accept({ requestId, blocks, firstToken }) {
+    async accept({ requestId, blocks, firstToken }, { signal }) {
       // Pull every handle while the call lasts (the prefill worker lets go when it ends), as one
       // operation: one connection to the prefill worker, many pulls in flight on it.
       const started = performance.now();
-      const pulled = await RemoteTensor.pullAll(blocks.flatMap((b) => [b.keys, b.values]), { device: DECODE_DEVICE, token: deploymentToken() });
+      const pulled = await RemoteTensor.pullAll(blocks.flatMap((b) => [b.keys, b.values]), { device: DECODE_DEVICE, token: deploymentToken(), signal });
       const pullMs = performance.now() - started;
       // Each block's checksum, computed here by the checksum kernel, against the host twins'
       // answer for the block the prefill worker was asked to make.
