@@ -33,6 +33,8 @@ export const Accept = {
   boolean: rule('true or false', (v) => typeof v === 'boolean'),
   nonEmptyString: rule('a non-empty string', (v) => typeof v === 'string' && v.length > 0),
   signal: rule('an AbortSignal', (v) => v instanceof AbortSignal),
+  deadline: rule('milliseconds from now (a number; Infinity: none) or a valid Date',
+    (v) => (typeof v === 'number' && !Number.isNaN(v)) || (v instanceof Date && !Number.isNaN(v.getTime()))),
   oneOf: (...values: readonly string[]): OptionRule =>
     rule(`one of ${values.map((value) => `'${value}'`).join(', ')}`, (v) => typeof v === 'string' && values.includes(v)),
   instanceOf: (type: abstract new (...args: never[]) => unknown): OptionRule => rule(`a ${type.name}`, (v) => v instanceof type),

@@ -2,11 +2,6 @@
 // (transfer, handler, response) stops for the same reasons and reports the same code.
 import { Code, GdrpcError } from '../../errors.ts';
 import { whenAborted } from '../../abort.ts';
-import { rule } from '../../tensor/options.ts';
-
-/** The option rule of a deadline: milliseconds from now, or a Date. */
-export const DEADLINE = rule('milliseconds from now (a number; Infinity: none) or a valid Date',
-  (v) => (typeof v === 'number' && !Number.isNaN(v)) || (v instanceof Date && !Number.isNaN(v.getTime())));
 
 /** Milliseconds from now or an absolute Date -> epoch ms (undefined: no deadline). */
 export function absoluteDeadline(deadline: number | Date | undefined): number | undefined {

@@ -8,7 +8,6 @@ import { BUSY_POLL_US, Runtime } from '../runtime/runtime.ts';
 import type { Allocate } from '../transfer/transfer.ts';
 import type { CudaDevice } from './placement.ts';
 import { isDevice } from '../../tensor/device.ts';
-import { DEADLINE } from './deadline.ts';
 
 /** Internal call option: where result tensors go (RemoteTensor.pull uses it). */
 export const ALLOCATE: unique symbol = Symbol('gdrpc.allocate');
@@ -91,7 +90,8 @@ export interface ServerOptions {
    *  nothing it sends extends this. */
   admissionTimeoutMs?: number;
   /** Tensor bytes a client announced must arrive within this long once the server waits for
-   *  them (default 30 s); otherwise the connection is closed and the pool block returns. */
+   *  them, and tensor bytes the server sends (results, pulls) must be taken by the client within
+   *  it (default 30 s); otherwise the connection is closed and the memory returns. */
   transferTimeoutMs?: number;
   /** Connections open at once, admitted or not (default 1024); more are rejected at connect. */
   maxConnections?: number;
@@ -163,6 +163,6 @@ export const SERVER_OPTIONS: OptionRules<ServerOptions> = {
 export const REGISTER_OPTIONS: OptionRules<RegisterOptions> = { device: RECEIVE_DEVICE };
 
 export const CALL_OPTIONS: OptionRules<CallOptions> = {
-  deadline: DEADLINE, signal: Accept.signal, metadata: METADATA,
+  deadline: Accept.deadline, signal: Accept.signal, metadata: METADATA,
   mover: Accept.oneOf(...MOVER_CHOICES), noStaging: Accept.boolean,
 };

@@ -6,7 +6,6 @@ import { Code, GdrpcError } from '../../errors.ts';
 import { TensorPool, type Device, type Tensor } from '../../tensor/index.ts';
 import { isDevice } from '../../tensor/device.ts';
 import { Accept, rule } from '../../tensor/options.ts';
-import { absoluteDeadline, DEADLINE } from '../call/deadline.ts';
 import type { DType, MethodDescriptor, Placement, TypeRef } from '../../schema/descriptor.ts';
 import { callInfo, confirmTransfers } from '../movers/call-info.ts';
 import type { BlockCopies } from '../../compute/blocks.ts';
@@ -35,12 +34,14 @@ export interface PullLimits { readonly signal?: AbortSignal; readonly deadline?:
 /** The limits of a pull starting now: `deadline` (milliseconds from now or a Date; Infinity:
  *  none) or DEFAULT_PULL_DEADLINE_MS from now, and `signal`. */
 export function pullLimits(options: { signal?: AbortSignal; deadline?: number | Date }): PullLimits {
-  const at = absoluteDeadline(options.deadline ?? DEFAULT_PULL_DEADLINE_MS);
-  return { ...(options.signal !== undefined ? { signal: options.signal } : {}), ...(at !== undefined ? { deadline: new Date(at) } : {}) };
+  const deadline = options.deadline ?? DEFAULT_PULL_DEADLINE_MS;
+  // Infinity, or a span past what a Date holds, is no deadline (as a call's deadline).
+  const at = deadline instanceof Date ? deadline : new Date(Date.now() + deadline);
+  return { ...(options.signal !== undefined ? { signal: options.signal } : {}), ...(Number.isNaN(at.getTime()) ? {} : { deadline: at }) };
 }
 
 /** The option rules of a pull's `signal` and `deadline`, in each pull's table. */
-export const PULL_LIMIT_OPTIONS = { signal: Accept.signal, deadline: DEADLINE };
+export const PULL_LIMIT_OPTIONS = { signal: Accept.signal, deadline: Accept.deadline };
 
 /** One pull from an owner: a Client made for it. */
 export interface OwnerClient {
