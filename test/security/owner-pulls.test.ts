@@ -93,3 +93,32 @@ describe('a remote handle is pulled once', () => {
     }
   });
 });
+
+// A rendezvous send holds the memory it reads until the peer takes the bytes: a peer that never did
+// held the pulled tensor, or an owner's gather staging, for as long as it stayed connected (four
+// such connections held an owner's 2 GiB of staging, scratch). Past transferTimeoutMs the owner
+// closes the connection, as it does for bytes it awaits.
+describe('bytes a peer never takes', () => {
+  it.each(['pull', 'pullBlocks'])('the owner closes a connection that has not taken a %s answer within transferTimeoutMs', async (method) => {
+    const slow = await inProcessEcho({
+      region: (args: { rows: number; cols: number }) => ({ h: Tensor.zeros([args.rows, args.cols], 'u16') }),
+    }, { server: { transferTimeoutMs: 500 } });
+    const raw = await RawPeer.connect(slow.server.address!.port);
+    try {
+      await raw.auth();
+      expect((await raw.receive())?.kind).toBe(FrameKind.Ready);
+      raw.keepAlive(100);
+      await raw.sendBody(FrameKind.Request, 1, { svc: EchoDescriptor.name, m: 'region', a: { rows: 512, cols: 1024 } });
+      const h = ((await raw.receive())!.body.r as { h: { x: number; s: Uint8Array } }).h;
+      const index = new Uint8Array(4);
+      // 1 MiB either way: a rendezvous send (a small one leaves eagerly whether or not the peer takes it).
+      const a = method === 'pull' ? { x: h.x, s: h.s } : { x: h.x, s: h.s, b: 1 << 20, r: index };
+      await raw.sendMessage(packMessage([request(2, method, a)]));
+      expect((await raw.receive())).toMatchObject({ kind: FrameKind.Response, call: 2 });
+      expect(await raw.closedWithin(10_000)).toBe('closed');
+    } finally {
+      await raw.close();
+      await slow.close();
+    }
+  });
+});

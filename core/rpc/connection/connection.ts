@@ -226,6 +226,8 @@ export class Connection implements FrameSink {
    *  connection watches them all (a timer and an AbortController per receive cost as much as the
    *  receive's own work when a frame announces hundreds of tensors). */
   readonly #watched = new Map<number, number>();
+  /** Sends of this side's payloads by transfer id, with when each is overdue (watchSend). */
+  readonly #watchedSends = new Map<number, number>();
   #watchTimer: NodeJS.Timeout | undefined;
 
   /** Watches the receive of `transfer`: when its bytes have not arrived within transferTimeoutMs
@@ -247,6 +249,17 @@ export class Connection implements FrameSink {
     return () => { this.#watched.delete(transfer); };
   }
 
+  /** Watches the send of this side's payload `transfer`: when the peer has not taken its bytes
+   *  within transferTimeoutMs the connection closes, which ends the send. A rendezvous send holds
+   *  the memory it reads (a result, a pull's tensor, an owner's gather staging) until the peer
+   *  takes the bytes: a peer that never did held it for as long as it stayed connected (an
+   *  owner's 2 GiB of gather staging by four such connections, scratch). Returns what ends the watch. */
+  watchSend(transfer: number): () => void {
+    this.#watchedSends.set(transfer, performance.now() + this.transferTimeoutMs);
+    this.#watchTimer ??= setTimeout(this.#checkOverdue, this.transferTimeoutMs).unref();
+    return () => { this.#watchedSends.delete(transfer); };
+  }
+
   readonly #checkOverdue = (): void => {
     this.#watchTimer = undefined;
     if (this.#error !== undefined) return;
@@ -255,6 +268,13 @@ export class Connection implements FrameSink {
     for (const [transfer, due] of this.#watched) {
       if (due <= now) {
         this.close(new GdrpcError(Code.DEADLINE_EXCEEDED, `${this.peer} announced tensor bytes (transfer ${transfer}) that did not arrive within ${this.transferTimeoutMs} ms`));
+        return;
+      }
+      next = Math.min(next, due);
+    }
+    for (const [transfer, due] of this.#watchedSends) {
+      if (due <= now) {
+        this.close(new GdrpcError(Code.DEADLINE_EXCEEDED, `${this.peer} did not take the tensor bytes of transfer ${transfer} within ${this.transferTimeoutMs} ms`));
         return;
       }
       next = Math.min(next, due);

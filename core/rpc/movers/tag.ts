@@ -20,6 +20,8 @@ export const tagMover: Mover = {
       wire,
       async start(): Promise<ProtocolSeen | void> {
         const { buffer, release } = tagBuffer(tensor, connection.runtime.context, connection.runtime.stats);
+        // A peer that never takes the bytes must not hold the tensor for ever (watchSend).
+        const unwatch = connection.watchSend(x);
         try {
           // Settles once UCX is done reading: the caller may then reuse or free the tensor. UCX's
           // description of the send is the path the call reports.
@@ -27,6 +29,7 @@ export const tagMover: Mover = {
         } catch (error) {
           throw connection.closedError ?? GdrpcError.from(error, Code.UNAVAILABLE);
         } finally {
+          unwatch();
           release();
         }
       },

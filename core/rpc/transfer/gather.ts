@@ -73,11 +73,13 @@ export function gatheredOutgoing(tensors: readonly Tensor[], bytes: number, x: n
           throw error;
         }
         const { buffer, release } = tagBuffer(staging, runtime.context, runtime.stats);
+        const unwatch = connection.watchSend(x);
         try {
           return await connection.endpoint.tagSend(connection.outgoingDataTag(x), buffer, { untilComplete: true, describe: runtime.describes });
         } catch (error) {
           throw connection.closedError ?? GdrpcError.from(error, Code.UNAVAILABLE);
         } finally {
+          unwatch();
           release();
         }
       } finally {
