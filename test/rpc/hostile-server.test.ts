@@ -2,7 +2,7 @@
 // client fails what it must, tells the application through 'error', and never hangs on it.
 import { afterEach, describe, expect, it } from 'vitest';
 import { Packr } from 'msgpackr';
-import { Client, Code, Runtime, Tensor, type GdrpcError } from '../../core/index.ts';
+import { Client, Code, Runtime, Tensor, type ClientOptions, type GdrpcError } from '../../core/index.ts';
 import { MAX_MALFORMED_FRAMES } from '../../core/rpc/connection/connection.ts';
 import { FrameKind } from '../../core/wire/frames.ts';
 import { MAX_MESSAGE_FRAMES, packMessage } from '../../core/wire/message.ts';
@@ -37,10 +37,10 @@ async function connected(): Promise<{ raw: RawServer; client: Client; errors: Gd
 }
 
 /** A client (default runtime, a pool for its results) admitted by a raw server; both closed after the test. */
-async function admittedClient(): Promise<{ raw: RawServer; client: Client }> {
+async function admittedClient(options: ClientOptions = {}): Promise<{ raw: RawServer; client: Client }> {
   const raw = RawServer.listen();
   opened.push(raw);
-  const connecting = Client.connect(raw.address);
+  const connecting = Client.connect(raw.address, options);
   await raw.admit();
   const client = await connecting;
   opened.push(client);
@@ -141,12 +141,7 @@ describe('a hostile server', () => {
   // its client allocate 16 GiB (scratch; results are received outside the pool when it is full).
   for (const [limit, count, bytes] of [[undefined, 5, 2 ** 30], [1 << 20, 3, 1 << 19]] as const) {
     it(`${count} results of ${bytes} bytes past maxResultBytes ${limit ?? '(default)'} fail the call RESOURCE_EXHAUSTED, nothing allocated`, async () => {
-      const raw = RawServer.listen();
-      opened.push(raw);
-      const connecting = Client.connect(raw.address, limit === undefined ? {} : { maxResultBytes: limit });
-      await raw.admit();
-      const client = await connecting;
-      opened.push(client);
+      const { raw, client } = await admittedClient(limit === undefined ? {} : { maxResultBytes: limit });
       const call = client.unary(EchoDescriptor.methods.echoList, { xs: [Tensor.fromArray(new Uint8Array(4))] });
       const request = (await raw.receive())?.find((f) => f.kind === FrameKind.Request);
       expect(request).toBeDefined();
@@ -166,12 +161,7 @@ describe('a hostile server', () => {
   // is allocated: a server that announced an 8 GiB result had its client allocate and register it.
   for (const [limit, bytes] of [[undefined, 2 ** 31], [1 << 20, 2 << 20]] as const) {
     it(`a result of ${bytes} bytes past maxTensorBytes ${limit ?? '(default)'} fails the call RESOURCE_EXHAUSTED, nothing allocated`, async () => {
-      const raw = RawServer.listen();
-      opened.push(raw);
-      const connecting = Client.connect(raw.address, limit === undefined ? {} : { maxTensorBytes: limit });
-      await raw.admit();
-      const client = await connecting;
-      opened.push(client);
+      const { raw, client } = await admittedClient(limit === undefined ? {} : { maxTensorBytes: limit });
       const call = client.unary(EchoDescriptor.methods.echo, { x: Tensor.fromArray(new Uint8Array(4)), tag: 'a' });
       const request = (await raw.receive())?.find((f) => f.kind === FrameKind.Request);
       expect(request).toBeDefined();
