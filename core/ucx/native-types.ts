@@ -133,6 +133,14 @@ export interface WorkerStats {
    *  the one progress pass the binding makes right after it: their bytes had come in and waited in
    *  the transport (docs/binding.md "A receive posted after its bytes came"). */
   payloadsAtPost: number;
+  /** Accepted connections whose request UCX had not delivered, ended at their socket by a
+   *  listener's close, and closes whose time ran out with some still open (docs/binding.md
+   *  "Closing a listener"). */
+  drainedSockets: number; drainsUnsettled: number;
+  /** Connection requests refused before UCX read the client's bytes in them (UCX would have
+   *  aborted the process on some), and those not checked (a UCX other than 1.22; docs/binding.md
+   *  "Connection requests"). */
+  refusedRequests: number; uncheckedRequests: number;
   /** The polling window after work: whether it adapts, its size now, and (adaptive only) spins begun, spins that ran
    *  out with nothing found, spins cut short because the thread was preempted, spins not begun
    *  because the machine had no idle core. */

@@ -1,4 +1,6 @@
 #include "listener.h"
+#include "listener_drain.h"
+#include "conn_request_check.h"
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <cstring>
@@ -14,15 +16,6 @@ Napi::Function Listener::Define(Napi::Env env) {
     InstanceAccessor<&Listener::GetPort>("port"),
     InstanceMethod<&Listener::Close>("close"),
   });
-}
-
-/** "address" and port of a socket address. */
-static std::pair<std::string, unsigned> Describe(const sockaddr_storage& address) {
-  char host[NI_MAXHOST] = "";
-  char service[NI_MAXSERV] = "";
-  getnameinfo(reinterpret_cast<const sockaddr*>(&address), sizeof(address), host, sizeof(host), service,
-              sizeof(service), NI_NUMERICHOST | NI_NUMERICSERV);
-  return {host, static_cast<unsigned>(std::strtoul(service, nullptr, 10))};
 }
 
 Listener::Listener(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Listener>(info) {
@@ -62,7 +55,7 @@ Listener::Listener(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Listener>(
     listener_ = nullptr;
     ThrowStatus(env, status, "ucp_listener_query");
   }
-  std::tie(host_, port_) = Describe(attr.sockaddr);
+  std::tie(host_, port_) = DescribeAddress(attr.sockaddr);
   workerRef_ = Napi::Persistent(info[0].As<Napi::Object>());
   handler_ = Napi::Persistent(info[3].As<Napi::Function>());
   State::Of(env)->counters.listeners++;
@@ -88,7 +81,21 @@ void Listener::OnConnectionRequest(Napi::Env env, ucp_conn_request_h request) {
   ucp_conn_request_attr_t attr{};
   attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
   std::pair<std::string, unsigned> client{"", 0};
-  if (ucp_conn_request_query(request, &attr) == UCS_OK) client = Describe(attr.client_address);
+  const bool queried = ucp_conn_request_query(request, &attr) == UCS_OK;
+  if (queried) client = DescribeAddress(attr.client_address);
+  // The client's own bytes in the request, before anything parses them (conn_request_check.h):
+  // UCX aborts the process on some when it makes an endpoint.
+  std::string why;
+  const RequestCheck check = queried ? CheckConnRequest(request, attr.client_address, &why) : RequestCheck::Unchecked;
+  worker_->CountRequestCheck(check);
+  if (check == RequestCheck::Invalid) {
+    ucp_listener_reject(listener_, request);
+    handler_.Call({Napi::String::New(env, "error"),
+                   MakeError(env, "INVALID_ARGUMENT", "connection request from " + client.first + ":" + std::to_string(client.second) +
+                                                          " refused before UCX read it: it carries " + why).Value()});
+    if (closeDeferred_) Destroy(true);
+    return;
+  }
   Napi::Value accepted;
   // The accept callback may close this listener: the close waits until the request it is
   // deciding on is rejected (UCX needs the listener for that), then runs.
@@ -131,8 +138,19 @@ void Listener::Destroy(bool fromJs) {
     closeDeferred_ = true;  // OnConnectionRequest finishes it
     return;
   }
-  for (ucp_conn_request_h request : worker_->Forget(nullptr, this)) ucp_listener_reject(listener_, request);
+  // Connections accepted on the port whose request UCX has not delivered would reach the freed
+  // listener when their bytes come (openucx/ucx#11087): they are ended at the socket first, and
+  // what UCX delivers meanwhile is rejected. Live endpoints' connections are left alone.
+  auto reject = [this]() {
+    ucp_worker_progress(worker_->handle());
+    for (ucp_conn_request_h request : worker_->Forget(nullptr, this)) ucp_listener_reject(listener_, request);
+  };
+  DrainResult drained = DrainAccepted(port_, worker_->EndpointPeers(), reject, kDrainBudgetMs);
+  reject();
   ucp_listener_destroy(listener_);
+  worker_->CountDrain(drained.shut, drained.found && !drained.settled);
+  // The passes may have completed other operations: the worker settles them on its next turn.
+  if (drained.passes > 0) worker_->Kick();
   listener_ = nullptr;
   worker_->RemoveListener(this);
   State::Of(Env())->counters.listeners--;

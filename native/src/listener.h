@@ -11,6 +11,8 @@ class Worker;
 
 class Listener : public Napi::ObjectWrap<Listener> {
  public:
+  /** How long a close may spend ending accepted connections UCX has not delivered (listener_drain.h). */
+  static constexpr int kDrainBudgetMs = 500;
   static Napi::Function Define(Napi::Env env);
   /** new Listener(worker, host, port, handler(kind, ...)): kinds 'request' (-> boolean), 'connection', 'error'. */
   explicit Listener(const Napi::CallbackInfo& info);

@@ -109,6 +109,12 @@ void Worker::DisownEndpoint(Endpoint* endpoint) {
   }
 }
 
+std::set<std::string> Worker::EndpointPeers() const {
+  std::set<std::string> peers;
+  for (const Endpoint* endpoint : endpoints_) peers.insert(endpoint->peer());
+  return peers;
+}
+
 std::vector<ucp_conn_request_h> Worker::Forget(Endpoint* endpoint, Listener* listener) {
   std::vector<ucp_conn_request_h> dropped;
   auto forget = [&](Event& event) {
@@ -165,6 +171,10 @@ Napi::Value Worker::Stats(const Napi::CallbackInfo& info) {
   stats.Set("kicks", static_cast<double>(kicks_));
   stats.Set("describedInline", static_cast<double>(describedInline_));
   stats.Set("payloadsAtPost", static_cast<double>(payloadsAtPost_));
+  stats.Set("refusedRequests", static_cast<double>(refusedRequests_));
+  stats.Set("uncheckedRequests", static_cast<double>(uncheckedRequests_));
+  stats.Set("drainedSockets", static_cast<double>(drainedSockets_));
+  stats.Set("drainsUnsettled", static_cast<double>(drainsUnsettled_));
   stats.Set("stuckSpinLimitUs", static_cast<double>(stuckSpinNs_) / 1000);
   stats.Set("stuckSpins", static_cast<double>(stuckSpins_));
   stats.Set("stuckSleeps", static_cast<double>(stuckSleeps_));

@@ -9,6 +9,7 @@
 #include <set>
 #include <unordered_map>
 #include <vector>
+#include "conn_request_check.h"
 #include "device_wait.h"
 #include "poll_window.h"
 #include "wakeup.h"
@@ -55,6 +56,19 @@ class Worker : public Napi::ObjectWrap<Worker> {
   void AddRequest(Request* request);
   void RemoveRequest(Request* request);
   void AddEndpoint(Endpoint* endpoint) { endpoints_.insert(endpoint); UpdateRef(); }
+  /** "address:port" of every endpoint's peer (a closing listener leaves their connections alone). */
+  std::set<std::string> EndpointPeers() const;
+  /** A listener's close ended `sockets` accepted connections UCX had not delivered; `unsettled`:
+   *  some were still open when its time ran out (stats: drainedSockets, drainsUnsettled). */
+  /** A connection request's check before an endpoint is made of it (conn_request_check.h). */
+  void CountRequestCheck(RequestCheck check) {
+    if (check == RequestCheck::Invalid) refusedRequests_++;
+    if (check == RequestCheck::Unchecked) uncheckedRequests_++;
+  }
+  void CountDrain(int sockets, bool unsettled) {
+    drainedSockets_ += sockets;
+    if (unsettled) drainsUnsettled_++;
+  }
   void RemoveEndpoint(Endpoint* endpoint);
   void AddListener(Listener* listener) { listeners_.insert(listener); UpdateRef(); }
   void RemoveListener(Listener* listener);
@@ -110,6 +124,10 @@ class Worker : public Napi::ObjectWrap<Worker> {
   std::unordered_map<uint32_t, Request*> requests_;
   std::unordered_map<uint32_t, ucp_tag_message_h> taken_;  // removed by tagProbe, not yet received
   uint32_t nextTaken_ = 1;
+  uint64_t refusedRequests_ = 0;
+  uint64_t uncheckedRequests_ = 0;
+  uint64_t drainedSockets_ = 0;
+  uint64_t drainsUnsettled_ = 0;
   std::set<Endpoint*> endpoints_;
   std::set<Listener*> listeners_;
   size_t maxInfoString_ = 0;
