@@ -58,7 +58,7 @@ constexpr uint8_t kAddressVersionMask = 0x0f;
 
 }  // namespace
 
-RequestCheck CheckConnRequest(ucp_conn_request_h request, const sockaddr_storage& client, std::string* why) {
+RequestCheck CheckConnRequest(ucp_conn_request_h request, const sockaddr_storage& client, int ownVersion, std::string* why) {
   static const bool known = KnownVersion();
   if (!known) return RequestCheck::Unchecked;
   const auto* layout = reinterpret_cast<const ConnRequestLayout*>(request);
@@ -86,6 +86,11 @@ RequestCheck CheckConnRequest(ucp_conn_request_h request, const sockaddr_storage
   const unsigned addressVersion = address[0] & kAddressVersionMask;
   if (addressVersion != kVersionV1 && addressVersion != kVersionV2) {
     *why = "a worker address of version " + std::to_string(addressVersion + 1);
+    return RequestCheck::Invalid;
+  }
+  if (ownVersion >= 0 && addressVersion != static_cast<unsigned>(ownVersion)) {
+    *why = "a worker address of version " + std::to_string(addressVersion + 1) + " where this process packs version " +
+           std::to_string(ownVersion + 1) + " (UCX_ADDRESS_VERSION)";
     return RequestCheck::Invalid;
   }
   return RequestCheck::Valid;

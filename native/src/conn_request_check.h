@@ -19,8 +19,12 @@ enum class RequestCheck {
   Unchecked  // another UCX version, or a layout this code does not recognise
 };
 
-/** Checks `request`, whose client address UCX reported as `client` (ucp_conn_request_query);
- *  `why` says what is wrong with an Invalid one. */
-RequestCheck CheckConnRequest(ucp_conn_request_h request, const sockaddr_storage& client, std::string* why);
+/** Checks `request`, whose client address UCX reported as `client` (ucp_conn_request_query).
+ *  `ownVersion` is the worker-address version this process packs (0: v1, 1: v2; -1 unknown): a
+ *  peer of the same deployment packs the same, and a v2 address can make UCX 1.22 abort further
+ *  in (a segment size of 0 in its interface attributes: an always-on assertion in
+ *  ucp_ep_config_init), so a v2 address is taken only where this process packs v2 itself. `why`
+ *  says what is wrong with an Invalid one. */
+RequestCheck CheckConnRequest(ucp_conn_request_h request, const sockaddr_storage& client, int ownVersion, std::string* why);
 
 }  // namespace gdrpc

@@ -86,7 +86,7 @@ void Listener::OnConnectionRequest(Napi::Env env, ucp_conn_request_h request) {
   // The client's own bytes in the request, before anything parses them (conn_request_check.h):
   // UCX aborts the process on some when it makes an endpoint.
   std::string why;
-  const RequestCheck check = queried ? CheckConnRequest(request, attr.client_address, &why) : RequestCheck::Unchecked;
+  const RequestCheck check = queried ? CheckConnRequest(request, attr.client_address, worker_->AddressVersion(), &why) : RequestCheck::Unchecked;
   worker_->CountRequestCheck(check);
   if (check == RequestCheck::Invalid) {
     ucp_listener_reject(listener_, request);

@@ -60,6 +60,9 @@ class Worker : public Napi::ObjectWrap<Worker> {
   std::set<std::string> EndpointPeers() const;
   /** A listener's close ended `sockets` accepted connections UCX had not delivered; `unsettled`:
    *  some were still open when its time ran out (stats: drainedSockets, drainsUnsettled). */
+  /** The worker-address version this worker packs (0: v1, 1: v2; -1 when UCX would not say),
+   *  asked once (conn_request_check.h). */
+  int AddressVersion();
   /** A connection request's check before an endpoint is made of it (conn_request_check.h). */
   void CountRequestCheck(RequestCheck check) {
     if (check == RequestCheck::Invalid) refusedRequests_++;
@@ -124,6 +127,7 @@ class Worker : public Napi::ObjectWrap<Worker> {
   std::unordered_map<uint32_t, Request*> requests_;
   std::unordered_map<uint32_t, ucp_tag_message_h> taken_;  // removed by tagProbe, not yet received
   uint32_t nextTaken_ = 1;
+  int addressVersion_ = -2;  // -2: not asked yet
   uint64_t refusedRequests_ = 0;
   uint64_t uncheckedRequests_ = 0;
   uint64_t drainedSockets_ = 0;
