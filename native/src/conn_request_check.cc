@@ -51,9 +51,12 @@ constexpr unsigned kSaDataVersionShift = 5;
 constexpr unsigned kVersionV1 = 0;
 constexpr unsigned kVersionV2 = 1;
 constexpr uint8_t kV1AddressModeCm = 1u << 1;  // UCP_WIREUP_SA_DATA_CM_ADDR
-// In v1 the header byte is an error-handling mode, which UCX turns into endpoint flags with a
-// fatal error for any it does not know (ucp_ep_err_mode_init_flags).
-constexpr uint8_t kV1LastErrorMode = UCP_ERR_HANDLING_MODE_FAILOVER;
+// Every endpoint the binding makes asks for peer error handling: a gdrpc peer's request says so
+// (v1: the header byte is the mode itself, and UCX ends the process with a fatal error on one it
+// does not know, ucp_ep_err_mode_init_flags; v2: its flag bits, PEER set and FAILOVER clear).
+// Another mode is no gdrpc peer's, and each would cost the worker an endpoint configuration.
+constexpr uint8_t kV2ErrorModeBits = 0x03;
+constexpr uint8_t kV2ErrorModePeer = 0x01;
 constexpr uint8_t kAddressVersionMask = 0x0f;
 
 }  // namespace
@@ -68,8 +71,9 @@ RequestCheck CheckConnRequest(ucp_conn_request_h request, const sockaddr_storage
   const unsigned version = data[kEndpointIdBytes] >> kSaDataVersionShift;
   const uint8_t* address = nullptr;
   if (version == kVersionV1) {
-    if (data[kEndpointIdBytes] > kV1LastErrorMode) {
-      *why = "sockaddr data v1 with error-handling mode " + std::to_string(data[kEndpointIdBytes]);
+    if (data[kEndpointIdBytes] != UCP_ERR_HANDLING_MODE_PEER) {
+      *why = "sockaddr data v1 with error-handling mode " + std::to_string(data[kEndpointIdBytes]) + " (a gdrpc peer asks for " +
+             std::to_string(UCP_ERR_HANDLING_MODE_PEER) + ")";
       return RequestCheck::Invalid;
     }
     if (data[kEndpointIdBytes + 1] != kV1AddressModeCm) {
@@ -78,6 +82,10 @@ RequestCheck CheckConnRequest(ucp_conn_request_h request, const sockaddr_storage
     }
     address = data + kEndpointIdBytes + 3;
   } else if (version == kVersionV2) {
+    if ((data[kEndpointIdBytes] & kV2ErrorModeBits) != kV2ErrorModePeer) {
+      *why = "sockaddr data v2 without peer error handling (flags " + std::to_string(data[kEndpointIdBytes] & kV2ErrorModeBits) + ")";
+      return RequestCheck::Invalid;
+    }
     address = data + kEndpointIdBytes + 1;
   } else {
     *why = "sockaddr data of version " + std::to_string(version + 1);
