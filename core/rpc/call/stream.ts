@@ -82,3 +82,34 @@ export class ItemQueue<T> implements AsyncIterable<T> {
     }
   }
 }
+
+/** The receiving end of a stream's flow control, the same on both sides: the peer may send
+ *  `window` items, and each time the consumer has taken half a window that many more, told to the
+ *  peer as CREDIT. An item past what was allowed is a peer ignoring the window, whose items would
+ *  otherwise pile up without bound. */
+export class ReceiveWindow {
+  #allowed: number;
+  #arrived = 0;
+  #taken = 0;
+  readonly #grantEvery: number;
+
+  constructor(window: number) {
+    this.#allowed = window;
+    this.#grantEvery = Math.max(1, Math.floor(window / 2));
+  }
+
+  /** Counts an arriving item: undefined while within the window, else what was passed. */
+  arrived(): string | undefined {
+    this.#arrived += 1;
+    return this.#arrived > this.#allowed ? `${this.#arrived} stream items where the window allowed ${this.#allowed} (win + CREDIT)` : undefined;
+  }
+
+  /** Counts an item the consumer took: the CREDIT to send back now, or 0. */
+  took(): number {
+    this.#taken += 1;
+    if (this.#taken < this.#grantEvery) return 0;
+    this.#taken = 0;
+    this.#allowed += this.#grantEvery;
+    return this.#grantEvery;
+  }
+}

@@ -1,10 +1,11 @@
 // How a client call speaks on its connection beyond sending its REQUEST: the policy the REQUEST
 // carries, CANCEL, whether a failed call certainly never reached the server (and may be retried),
-// and the error for a frame out of place.
+// the error for a frame out of place, and a finished call's info.
 import { Code, GdrpcError } from '../../errors.ts';
 import { FrameKind, type FrameBody } from '../../wire/frames.ts';
 import type { CallOptions } from '../call/options.ts';
 import type { TransferInfo } from '../movers/mover.ts';
+import type { CallInfo } from '../movers/call-info.ts';
 import type { ClientSession } from './client-session.ts';
 import type { PostedFrame } from '../connection/outbox.ts';
 
@@ -35,6 +36,11 @@ export function cancel(session: ClientSession, id: number, reason?: unknown): vo
 export function putPolicy(frame: RequestBody, options: CallOptions): void {
   if (options.mover !== undefined && options.mover !== 'auto') frame.mv = options.mover;
   if (options.noStaging === true) frame.ns = true;
+}
+
+/** A finished call's info: the transfers of its arguments and results, and how long it took. */
+export function callInfoFrom(sent: TransferInfo[], received: TransferInfo[], started: number): CallInfo {
+  return { transfers: [...sent, ...received], durationMs: performance.now() - started };
 }
 
 /** INTERNAL for a frame the server should not have sent. */

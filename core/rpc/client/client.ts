@@ -1,14 +1,15 @@
-// The caller's side: Client.connect, unary / server-streaming / client-streaming calls, deadlines,
-// cancellation, reconnection on the next call after the connection is lost.
+// The caller's side: Client.connect, unary calls (streaming ones in streams.ts, on this client's
+// plumbing), deadlines, cancellation, reconnection on the next call after the connection is lost.
 import { EventEmitter } from 'eventemitter3';
 import { Code, GdrpcError } from '../../errors.ts';
 import { Tensor, TensorPool, type Device } from '../../tensor/index.ts';
-import { checkOptions, describeValue } from '../../tensor/options.ts';
+import { checkOptions } from '../../tensor/options.ts';
 import { FrameKind, type FrameBody } from '../../wire/frames.ts';
-import { attachCallInfo, type CallInfo } from '../movers/call-info.ts';
-import { checkCall, isIterable, NO_OPTIONS } from '../call/call-checks.ts';
+import { attachCallInfo } from '../movers/call-info.ts';
+import { checkCall, NO_OPTIONS } from '../call/call-checks.ts';
 import { ClientSession, type FinalFrame } from './client-session.ts';
-import { cancel, neverSent, protocolError, putPolicy, type Sent } from './call-frames.ts';
+import { callInfoFrom, cancel, neverSent, protocolError, putPolicy, type Sent } from './call-frames.ts';
+import { clientStreamCall, serverStreamCall, type CallPlumbing } from './streams.ts';
 import { PostedFrame } from '../connection/outbox.ts';
 import { absoluteDeadline, CallScope } from '../call/deadline.ts';
 import type { MethodDescriptor, Placement } from '../../schema/descriptor.ts';
@@ -19,28 +20,15 @@ import { methodName } from '../call/method-name.ts';
 import { DEFAULT_INLINE_BYTES } from '../connection/connection.ts';
 import { cudaReceives } from '../runtime/memory-support.ts';
 import { DEFAULT_RECEIVE_DEVICE, landingDevice, receiveDeviceIndex, receivingDeviceCount } from '../call/placement.ts';
-import type { TransferInfo } from '../movers/mover.ts';
 import { ALLOCATE, CLIENT_OPTIONS, DEFAULT_MAX_RESULT_BYTES, DEFAULT_MAX_TENSOR_BYTES, type CallOptions, type ClientOptions } from '../call/options.ts';
 import { DEFAULT_PROCESS_POOL_BYTES } from '../runtime/process-pool.ts';
 import type { OwnerClient, OwnerDialer } from '../remote/owner-client.ts';
 import { Runtime } from '../runtime/runtime.ts';
-import { ItemQueue } from '../call/stream.ts';
-import { refuseRaw, type Allocate } from '../transfer/transfer.ts';
+import type { Allocate } from '../transfer/transfer.ts';
 import { OutgoingTensors } from '../transfer/outgoing.ts';
 import { validateFields } from '../call/validate.ts';
 import { receiveResults, type Received, type ResultLanding } from './results.ts';
-import { encodeFields, methodTypes, replaceDeep } from '../call/values.ts';
-
-/** Stream items in flight before the receiving side has taken any (flow control, both ways). */
-const STREAM_WINDOW = 64;
-
-/** Releases every tensor in a received item (one its caller never took). */
-function releaseTensors(item: Row): void {
-  replaceDeep(item, (value) => {
-    if (value instanceof Tensor) value.release();
-    return value;
-  });
-}
+import { encodeFields, methodTypes } from '../call/values.ts';
 
 type Row = Record<string, unknown>;
 type RequestBody = FrameBody<FrameKind.Request>;
@@ -114,7 +102,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
           if (result.kind !== FrameKind.Response) throw protocolError(session, 'expected RESPONSE');
           const receiving = this.#receive(session, final.id, method, result.body.r, scope, options);
           const received = receiving instanceof Promise ? await receiving : receiving;
-          return attachCallInfo(received.values, info(sent.transfers, received.transfers, started));
+          return attachCallInfo(received.values, callInfoFrom(sent.transfers, received.transfers, started));
         } catch (error) {
           if (attempt > 1 || scope.aborted || !(await neverSent(error, sent))) throw error;
         }
@@ -126,113 +114,21 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
 
   /** One request, a stream of responses (an async iterable; breaking out of it cancels the call). */
   serverStream(method: MethodDescriptor, args: Row, options: CallOptions = NO_OPTIONS): AsyncIterable<Row> {
-    return { [Symbol.asyncIterator]: () => this.#serverStream(method, args, options)[Symbol.asyncIterator]() };
-  }
-
-  async *#serverStream(method: MethodDescriptor, args: Row, options: CallOptions): AsyncGenerator<Row> {
-    checkCall('serverStream', method, options);
-    validateFields(method.args, args, methodTypes(method), `${methodName(method)} arguments`);
-    const scope = new CallScope(absoluteDeadline(options.deadline), options.signal);
-    let session: ClientSession | undefined;
-    let id = 0;
-    let ended = false;
-    const queue = new ItemQueue<Row>(() => {
-      if (!ended && session !== undefined) cancel(session, id);
-      // The caller stopped early: items received and not taken, and those still on their way
-      // (refused from now on), had tensors allocated for it that nobody will release.
-      ended = true;
-      for (const item of queue.takeRest()) item.then(releaseTensors, () => {});
-    });
-    let allowed = STREAM_WINDOW;
-    try {
-      session = await scope.race(this.#connection());
-      const s = session;
-      // Items the server may send: the window and the credit given back since. One past it is a
-      // server ignoring the window, whose items would pile up here without bound.
-      let received = 0;
-      id = s.open({
-        item: (body) => {
-          received += 1;
-          if (received > allowed || ended) {
-            void refuseRaw({ connection: s.connection, call: id }, body.a);
-            if (ended) return;
-            const error = new GdrpcError(Code.RESOURCE_EXHAUSTED, `${methodName(method)}: ${s.connection.peer} sent ${received} stream items where the window allowed ${allowed}`, { details: { limit: 'streamWindow' } });
-            ended = true;
-            cancel(s, id, error);
-            queue.fail(error);
-            return;
-          }
-          queue.push(Promise.resolve(this.#receive(s, id, method, body.a, scope, options)).then((r) => r.values));
-        },
-        final: (result) => {
-          ended = true;
-          if (result instanceof GdrpcError) queue.fail(result);
-          else queue.close();
-        },
-      });
-      scope.onAbort((reason) => {
-        if (!ended) cancel(s, id, reason);
-        ended = true;
-        queue.fail(reason);
-      });
-      await this.#send(s, id, FrameKind.Request, method, args, options, scope, false, 0, STREAM_WINDOW);
-      // Credit goes back as the caller takes items, so a slow reader slows the server down
-      // instead of piling items up here.
-      let taken = 0;
-      for await (const item of queue) {
-        yield item;
-        taken += 1;
-        if (taken === STREAM_WINDOW / 2 && !ended) {
-          taken = 0;
-          allowed += STREAM_WINDOW / 2;
-          s.connection.send(FrameKind.Credit, id, { n: STREAM_WINDOW / 2 }).catch(() => {});
-        }
-      }
-    } finally {
-      scope.dispose();
-    }
+    return { [Symbol.asyncIterator]: () => serverStreamCall(this.#plumbing, method, args, options)[Symbol.asyncIterator]() };
   }
 
   /** A stream of requests, one response. */
-  async clientStream(method: MethodDescriptor, args: AsyncIterable<Row> | Iterable<Row>, options: CallOptions = NO_OPTIONS): Promise<Row> {
-    const started = performance.now();
-    checkCall('clientStream', method, options);
-    if (!isIterable(args)) throw new GdrpcError(Code.INVALID_ARGUMENT, `${methodName(method)}: clientStream takes an iterable or async iterable of argument objects, got ${describeValue(args)}`);
-    const types = methodTypes(method);
-    const scope = new CallScope(absoluteDeadline(options.deadline), options.signal);
-    try {
-      const session = await scope.race(this.#connection());
-      // The server grants credit as its handler takes items: a slow handler slows this loop.
-      let credit = STREAM_WINDOW;
-      let wake: (() => void) | undefined;
-      const final = this.#open(session, scope, (n) => { credit += n; wake?.(); });
-      const frame: RequestBody = { svc: method.service, m: method.name, win: STREAM_WINDOW };
-      const remaining = scope.remainingMs();
-      if (remaining !== undefined) frame.to = remaining;
-      if (options.metadata !== undefined) frame.md = options.metadata;
-      putPolicy(frame, options);
-      await scope.race(session.connection.send(FrameKind.Request, final.id, frame));
-      const transfers: TransferInfo[] = [];
-      let seq = 0;
-      let finished = false;
-      const settled = final.result.then(() => { finished = true; }, () => { finished = true; });
-      for await (const item of args) {
-        while (credit <= 0 && !finished) await scope.race(Promise.race([new Promise<void>((resolve) => { wake = resolve; }), settled]));
-        if (finished || scope.aborted) break;
-        credit -= 1;
-        validateFields(method.args, item, types, `${methodName(method)} arguments[${seq}]`);
-        transfers.push(...(await this.#send(session, final.id, FrameKind.StreamItem, method, item, options, scope, true, seq)).transfers);
-        seq += 1;
-      }
-      if (!finished && !scope.aborted) await scope.race(session.connection.send(FrameKind.StreamEnd, final.id, { seq }));
-      const result = await final.result;
-      if (result.kind !== FrameKind.Response) throw protocolError(session, 'expected RESPONSE');
-      const received = await this.#receive(session, final.id, method, result.body.r, scope, options);
-      return attachCallInfo(received.values, info(transfers, received.transfers, started));
-    } finally {
-      scope.dispose();
-    }
+  clientStream(method: MethodDescriptor, args: AsyncIterable<Row> | Iterable<Row>, options: CallOptions = NO_OPTIONS): Promise<Row> {
+    return clientStreamCall(this.#plumbing, method, args, options);
   }
+
+  /** How the streaming calls (streams.ts) use this client: bound to it, made once. */
+  readonly #plumbing: CallPlumbing = {
+    connection: () => this.#connection(),
+    open: (session, scope, onCredit) => this.#open(session, scope, onCredit),
+    send: (session, id, kind, method, values, options, scope, awaitTransfers, seq, window) => this.#send(session, id, kind, method, values, options, scope, awaitTransfers, seq, window),
+    receive: (session, id, method, wire, scope, options) => this.#receive(session, id, method, wire, scope, options),
+  };
 
   /** The runtime's mapped pool on `device` (processPool; at least this client's poolBytes if given): tensors allocated from it are sent without a registration per call and can be
    *  exposed for RMA as they are. Results are received into it. It outlives this client. */
@@ -389,10 +285,6 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
       throw clientAllocationFailed(error, field);
     }
   }
-}
-
-function info(sent: TransferInfo[], received: TransferInfo[], started: number): CallInfo {
-  return { transfers: [...sent, ...received], durationMs: performance.now() - started };
 }
 
 /** Splits "host:port" (or passes {host, port} through), checking the port. */

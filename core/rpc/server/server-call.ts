@@ -13,7 +13,7 @@ import { handlerContractError, handlerError, HandlerFailure, runHandler, type Fa
 import { methodName } from '../call/method-name.ts';
 import { bindPlacement } from '../call/placement.ts';
 import { errorFrame } from '../call/status.ts';
-import { ItemQueue } from '../call/stream.ts';
+import { ItemQueue, ReceiveWindow } from '../call/stream.ts';
 import type { OwnerDialer } from '../remote/owner-client.ts';
 import { IncomingTensors, PendingTensor, refuseRaw, type Allocate, type SendPolicy } from '../transfer/transfer.ts';
 import { OutgoingTensors } from '../transfer/outgoing.ts';
@@ -85,13 +85,9 @@ export class ServerCall {
   /** Stream items the client will still take (unlimited unless the REQUEST opened a window). */
   #credit = Number.MAX_SAFE_INTEGER;
   #creditWaiter: (() => void) | undefined;
-  /** Client streaming with a window: CREDIT goes back after this many items taken. */
-  #grantEvery: number | undefined;
-  #taken = 0;
-  /** Client streaming with a window: items the client may send in all (its `win` plus the credit
-   *  granted since), and items it sent. */
-  #allowedItems = Number.MAX_SAFE_INTEGER;
-  #sentItems = 0;
+  /** Client streaming with a window (`win` in the REQUEST): what the client may send, and the
+   *  CREDIT that goes back as the handler takes items. */
+  #window: ReceiveWindow | undefined;
   /** run() has ended: later stream items are refused. */
   #over = false;
   /** The response's send, once run() ended with nothing to release (no release pass will run a
@@ -170,9 +166,8 @@ export class ServerCall {
       void refuseRaw({ connection: this.connection, call: this.id }, body.a);
       return;
     }
-    this.#sentItems += 1;
-    const overflow = this.#sentItems > this.#allowedItems
-      ? `the client sent ${this.#sentItems} stream items where its window allowed ${this.#allowedItems} (win + CREDIT)`
+    const past = this.#window?.arrived();
+    const overflow = past !== undefined ? `the client sent ${past}`
       : this.#items.backlog >= MAX_STREAM_BACKLOG ? `the client sent ${MAX_STREAM_BACKLOG} stream items more than the handler has taken` : undefined;
     if (overflow !== undefined) {
       void refuseRaw({ connection: this.connection, call: this.id }, body.a);
@@ -192,8 +187,7 @@ export class ServerCall {
    *  streaming), or items the client sends before it waits for our CREDIT (client streaming). */
   openWindow(n: number): void {
     if (this.entry.method.clientStreaming) {
-      this.#grantEvery = Math.max(1, Math.floor(n / 2));
-      this.#allowedItems = n;
+      this.#window = new ReceiveWindow(n);
     } else {
       this.#credit = n;
     }
@@ -207,14 +201,10 @@ export class ServerCall {
     waiter?.();
   }
 
-  /** The handler took an item of a client stream: grant credit back every #grantEvery. */
+  /** The handler took an item of a client stream: CREDIT back every half window. */
   #took(): void {
-    if (this.#grantEvery === undefined) return;
-    this.#taken += 1;
-    if (this.#taken < this.#grantEvery) return;
-    this.#taken = 0;
-    this.#allowedItems += this.#grantEvery;
-    if (this.connection.isOpen) this.connection.send(FrameKind.Credit, this.id, { n: this.#grantEvery }).catch(() => {});
+    const n = this.#window?.took() ?? 0;
+    if (n > 0 && this.connection.isOpen) this.connection.send(FrameKind.Credit, this.id, { n }).catch(() => {});
   }
 
   /** STREAM_END of a client-streaming call. */

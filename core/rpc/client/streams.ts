@@ -1,0 +1,145 @@
+// Streaming calls of a Client (client.ts): a server stream read as an async iterable, a client
+// stream sent from one, each held to its window both ways (STREAM_WINDOW items, and the CREDIT
+// given back as the other side takes them). They run on the client's own call plumbing: its
+// connection, how a call is opened, how a frame with tensors is sent and how results come in.
+import { Code, GdrpcError } from '../../errors.ts';
+import { Tensor } from '../../tensor/index.ts';
+import { describeValue } from '../../tensor/options.ts';
+import { FrameKind, type FrameBody } from '../../wire/frames.ts';
+import { attachCallInfo } from '../movers/call-info.ts';
+import type { TransferInfo } from '../movers/mover.ts';
+import type { MethodDescriptor } from '../../schema/descriptor.ts';
+import { checkCall, isIterable } from '../call/call-checks.ts';
+import { absoluteDeadline, CallScope } from '../call/deadline.ts';
+import { methodName } from '../call/method-name.ts';
+import type { CallOptions } from '../call/options.ts';
+import { ItemQueue, ReceiveWindow } from '../call/stream.ts';
+import { validateFields } from '../call/validate.ts';
+import { methodTypes, replaceDeep } from '../call/values.ts';
+import { refuseRaw } from '../transfer/transfer.ts';
+import type { ClientSession, FinalFrame } from './client-session.ts';
+import { callInfoFrom, cancel, protocolError, putPolicy, type Sent } from './call-frames.ts';
+import type { Received } from './results.ts';
+
+type Row = Record<string, unknown>;
+type RequestBody = FrameBody<FrameKind.Request>;
+
+/** Stream items in flight before the receiving side has taken any (flow control, both ways). */
+export const STREAM_WINDOW = 64;
+
+/** What a streaming call uses of its Client: the connection, and how the client opens a call,
+ *  sends a frame with its tensors and receives results (client.ts). */
+export interface CallPlumbing {
+  connection(): Promise<ClientSession>;
+  open(session: ClientSession, scope: CallScope, onCredit?: (n: number) => void): { id: number; result: Promise<FinalFrame> };
+  send(session: ClientSession, id: number, kind: FrameKind.Request | FrameKind.StreamItem, method: MethodDescriptor, values: Row, options: CallOptions,
+    scope: CallScope, awaitTransfers: boolean, seq?: number, window?: number): Sent | Promise<Sent>;
+  receive(session: ClientSession, id: number, method: MethodDescriptor, wire: Row, scope: CallScope, options: CallOptions): Received | Promise<Received>;
+}
+
+/** Releases every tensor in a received item (one its caller never took). */
+function releaseTensors(item: Row): void {
+  replaceDeep(item, (value) => {
+    if (value instanceof Tensor) value.release();
+    return value;
+  });
+}
+
+/** One request, a stream of responses (Client.serverStream): breaking out cancels the call. */
+export async function* serverStreamCall(calls: CallPlumbing, method: MethodDescriptor, args: Row, options: CallOptions): AsyncGenerator<Row> {
+  checkCall('serverStream', method, options);
+  validateFields(method.args, args, methodTypes(method), `${methodName(method)} arguments`);
+  const scope = new CallScope(absoluteDeadline(options.deadline), options.signal);
+  let session: ClientSession | undefined;
+  let id = 0;
+  let ended = false;
+  const queue = new ItemQueue<Row>(() => {
+    if (!ended && session !== undefined) cancel(session, id);
+    // The caller stopped early: items received and not taken, and those still on their way
+    // (refused from now on), had tensors allocated for it that nobody will release.
+    ended = true;
+    for (const item of queue.takeRest()) item.then(releaseTensors, () => {});
+  });
+  const window = new ReceiveWindow(STREAM_WINDOW);
+  try {
+    session = await scope.race(calls.connection());
+    const s = session;
+    id = s.open({
+      item: (body) => {
+        const past = window.arrived();
+        if (past !== undefined || ended) {
+          void refuseRaw({ connection: s.connection, call: id }, body.a);
+          if (ended) return;
+          const error = new GdrpcError(Code.RESOURCE_EXHAUSTED, `${methodName(method)}: ${s.connection.peer} sent ${past}`, { details: { limit: 'streamWindow' } });
+          ended = true;
+          cancel(s, id, error);
+          queue.fail(error);
+          return;
+        }
+        queue.push(Promise.resolve(calls.receive(s, id, method, body.a, scope, options)).then((r) => r.values));
+      },
+      final: (result) => {
+        ended = true;
+        if (result instanceof GdrpcError) queue.fail(result);
+        else queue.close();
+      },
+    });
+    scope.onAbort((reason) => {
+      if (!ended) cancel(s, id, reason);
+      ended = true;
+      queue.fail(reason);
+    });
+    await calls.send(s, id, FrameKind.Request, method, args, options, scope, false, 0, STREAM_WINDOW);
+    // Credit goes back as the caller takes items, so a slow reader slows the server down
+    // instead of piling items up here.
+    for await (const item of queue) {
+      yield item;
+      const n = window.took();
+      if (n > 0 && !ended) s.connection.send(FrameKind.Credit, id, { n }).catch(() => {});
+    }
+  } finally {
+    scope.dispose();
+  }
+}
+
+
+/** A stream of requests, one response (Client.clientStream). */
+export async function clientStreamCall(calls: CallPlumbing, method: MethodDescriptor, args: AsyncIterable<Row> | Iterable<Row>, options: CallOptions): Promise<Row> {
+  const started = performance.now();
+  checkCall('clientStream', method, options);
+  if (!isIterable(args)) throw new GdrpcError(Code.INVALID_ARGUMENT, `${methodName(method)}: clientStream takes an iterable or async iterable of argument objects, got ${describeValue(args)}`);
+  const types = methodTypes(method);
+  const scope = new CallScope(absoluteDeadline(options.deadline), options.signal);
+  try {
+    const session = await scope.race(calls.connection());
+    // The server grants credit as its handler takes items: a slow handler slows this loop.
+    let credit = STREAM_WINDOW;
+    let wake: (() => void) | undefined;
+    const final = calls.open(session, scope, (n) => { credit += n; wake?.(); });
+    const frame: RequestBody = { svc: method.service, m: method.name, win: STREAM_WINDOW };
+    const remaining = scope.remainingMs();
+    if (remaining !== undefined) frame.to = remaining;
+    if (options.metadata !== undefined) frame.md = options.metadata;
+    putPolicy(frame, options);
+    await scope.race(session.connection.send(FrameKind.Request, final.id, frame));
+    const transfers: TransferInfo[] = [];
+    let seq = 0;
+    let finished = false;
+    const settled = final.result.then(() => { finished = true; }, () => { finished = true; });
+    for await (const item of args) {
+      while (credit <= 0 && !finished) await scope.race(Promise.race([new Promise<void>((resolve) => { wake = resolve; }), settled]));
+      if (finished || scope.aborted) break;
+      credit -= 1;
+      validateFields(method.args, item, types, `${methodName(method)} arguments[${seq}]`);
+      transfers.push(...(await calls.send(session, final.id, FrameKind.StreamItem, method, item, options, scope, true, seq)).transfers);
+      seq += 1;
+    }
+    if (!finished && !scope.aborted) await scope.race(session.connection.send(FrameKind.StreamEnd, final.id, { seq }));
+    const result = await final.result;
+    if (result.kind !== FrameKind.Response) throw protocolError(session, 'expected RESPONSE');
+    const received = await calls.receive(session, final.id, method, result.body.r, scope, options);
+    return attachCallInfo(received.values, callInfoFrom(transfers, received.transfers, started));
+  } finally {
+    scope.dispose();
+  }
+}
