@@ -44,6 +44,11 @@ export const DEFAULT_TRANSFER_TIMEOUT_MS = 30_000;
 /** Largest host tensor sent inline by default (bytes); movers/choose.ts says why 4 KiB. */
 export const DEFAULT_INLINE_BYTES = 4096;
 
+/** Longest control message read before admission: the handshake's frames (HELLO, AUTH, READY)
+ *  take a few hundred bytes. Without it one AUTH carrying a map of 300,000 keys (3.6 MB) held a
+ *  server's event loop 78-99 ms to decode, before any token was checked, once per connection. */
+export const MAX_HANDSHAKE_MESSAGE_BYTES = 16 * 1024;
+
 /** Malformed frames one message may carry, each answered on its own (an ERROR for its call);
  *  past that the connection is refused as a whole: a peer's one message cannot make this side
  *  send an ERROR, and raise an 'error' event, for each of thousands of tiny frames. */
@@ -318,6 +323,10 @@ export class Connection implements FrameSink {
   onMessage(source: Uint8Array, length: number): void {
     this.liveness.received();
     if (this.#error !== undefined) return;
+    if (!this.admitted && length > MAX_HANDSHAKE_MESSAGE_BYTES) {
+      this.#handler?.malformed(0, 0, new GdrpcError(Code.INVALID_ARGUMENT, `${this.peer} sent a message of ${length} bytes before admission; the handshake's are under ${MAX_HANDSHAKE_MESSAGE_BYTES}`));
+      return;
+    }
     let frames: ReceivedFrame[];
     try {
       frames = unpackMessage(source, length);
