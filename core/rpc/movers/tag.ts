@@ -16,24 +16,7 @@ export const tagMover: Mover = {
   prepare(tensor: Tensor, { connection }: TransferScope): Outgoing {
     const x = connection.transfers.next();
     const wire: TensorWire = { dt: tensor.dtype, sh: [...tensor.shape], n: tensor.byteLength, mt: memoryTypeOf(tensor), m: 't', x };
-    return {
-      wire,
-      async start(): Promise<ProtocolSeen | void> {
-        const { buffer, release } = tagBuffer(tensor, connection.runtime.context, connection.runtime.stats);
-        // A peer that never takes the bytes must not hold the tensor for ever (watchSend).
-        const unwatch = connection.watchSend(x);
-        try {
-          // Settles once UCX is done reading: the caller may then reuse or free the tensor. UCX's
-          // description of the send is the path the call reports.
-          return await connection.endpoint.tagSend(connection.outgoingDataTag(x), buffer, { untilComplete: true, describe: connection.runtime.describes });
-        } catch (error) {
-          throw connection.closedError ?? GdrpcError.from(error, Code.UNAVAILABLE);
-        } finally {
-          unwatch();
-          release();
-        }
-      },
-    };
+    return { wire, start: () => sendPayload(connection, x, tensor) };
   },
 
   async receive(wire: TensorWire, dest: Tensor, { connection }: TransferScope): Promise<ProtocolSeen | void> {
@@ -62,6 +45,23 @@ export const tagMover: Mover = {
     await receivePayload(connection, wire.x!, new Uint8Array(1)).catch(() => { /* truncation is the expected outcome */ });
   },
 };
+
+/** Sends payload `x` (a frame announced it) from `tensor`; settles once UCX is done reading it (the
+ *  caller may then reuse or free the tensor), with UCX's description of the send, which is the
+ *  path the call reports. Watched: a peer that never takes the bytes must not hold the tensor for
+ *  ever (Connection.watchSend). */
+export async function sendPayload(connection: TransferScope['connection'], x: number, tensor: Tensor): Promise<ProtocolSeen | void> {
+  const { buffer, release } = tagBuffer(tensor, connection.runtime.context, connection.runtime.stats);
+  const unwatch = connection.watchSend(x);
+  try {
+    return await connection.endpoint.tagSend(connection.outgoingDataTag(x), buffer, { untilComplete: true, describe: connection.runtime.describes });
+  } catch (error) {
+    throw connection.closedError ?? GdrpcError.from(error, Code.UNAVAILABLE);
+  } finally {
+    unwatch();
+    release();
+  }
+}
 
 /** Receives the payload of `transfer`: one the dispatcher already took out of UCX's queue (it came
  *  before its frame was read), else through a receive posted with its exact tag. */

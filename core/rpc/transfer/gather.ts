@@ -8,7 +8,7 @@ import { Code, GdrpcError } from '../../errors.ts';
 import { Tensor, type Device } from '../../tensor/index.ts';
 import type { TensorWire } from '../../wire/frames.ts';
 import type { Outgoing, ProtocolSeen, TransferScope } from '../movers/mover.ts';
-import { tagBuffer } from '../movers/memory.ts';
+import { sendPayload } from '../movers/tag.ts';
 import type { TransferPlan } from '../movers/plan.ts';
 import type { Runtime } from '../runtime/runtime.ts';
 import { DEFAULT_PROCESS_POOL_BYTES } from '../runtime/process-pool.ts';
@@ -72,16 +72,7 @@ export function gatheredOutgoing(tensors: readonly Tensor[], bytes: number, x: n
           await announcedButFailed(scope, x);
           throw error;
         }
-        const { buffer, release } = tagBuffer(staging, runtime.context, runtime.stats);
-        const unwatch = connection.watchSend(x);
-        try {
-          return await connection.endpoint.tagSend(connection.outgoingDataTag(x), buffer, { untilComplete: true, describe: runtime.describes });
-        } catch (error) {
-          throw connection.closedError ?? GdrpcError.from(error, Code.UNAVAILABLE);
-        } finally {
-          unwatch();
-          release();
-        }
+        return await sendPayload(connection, x, staging);
       } finally {
         staging.release();
       }
