@@ -14,6 +14,7 @@ import { Outbox, type FrameDone } from './outbox.ts';
 import { HeldPayloads, MAX_HELD_PAYLOADS } from './held-payloads.ts';
 import { Liveness } from './liveness.ts';
 import { TransferReports } from './reports.ts';
+import { TransferWatch } from './transfer-watch.ts';
 import type { Runtime } from '../runtime/runtime.ts';
 
 /** What the side that owns a connection does with its frames. */
@@ -227,31 +228,20 @@ export class Connection implements FrameSink {
 
   #incoming = 0;
 
-  /** Receives of announced payloads by transfer id, with when each is overdue. One timer per
-   *  connection watches them all (a timer and an AbortController per receive cost as much as the
-   *  receive's own work when a frame announces hundreds of tensors). */
-  readonly #watched = new Map<number, number>();
-  /** Sends of this side's payloads by transfer id, with when each is overdue (watchSend). */
-  readonly #watchedSends = new Map<number, number>();
-  #watchTimer: NodeJS.Timeout | undefined;
+  /** Tensor payloads in flight each way, closed past transferTimeoutMs (transfer-watch.ts). */
+  readonly #watch = new TransferWatch(this);
 
   /** Watches the receive of `transfer`: when its bytes have not arrived within transferTimeoutMs
-   *  the connection closes, which cancels the receive with it (a rendezvous UCX had already
-   *  matched cannot be cancelled by itself). Returns what ends the watch. */
+   *  the connection closes, which cancels the receive with it. Returns what ends the watch. */
   watchTransfer(transfer: number): () => void {
-    if (this.#watched.has(transfer)) {
+    if (this.#watch.receiving(transfer)) {
       // Transfer ids are unique among the sender's live transfers (docs/wire.md): one payload
       // can match only one of two receives of an id, and the other would wait, unwatched once
       // the first's watch ended, holding its pool block for as long as the connection lives.
       this.close(new GdrpcError(Code.INVALID_ARGUMENT, `${this.peer} announced transfer ${transfer} again while its bytes were still awaited`));
       return () => {};
     }
-    this.#watched.set(transfer, performance.now() + this.transferTimeoutMs);
-    // Not cleared when the last watch ends (a timer set and cleared for every received tensor
-    // cost about 0.4 µs a call on the CPU box): it runs out, and waits again only for what is
-    // still watched then. Unreferenced: a pending receive keeps the process alive by itself.
-    this.#watchTimer ??= setTimeout(this.#checkOverdue, this.transferTimeoutMs).unref();
-    return () => { this.#watched.delete(transfer); };
+    return this.#watch.receive(transfer);
   }
 
   /** Watches the send of this side's payload `transfer`: when the peer has not taken its bytes
@@ -260,32 +250,8 @@ export class Connection implements FrameSink {
    *  takes the bytes: a peer that never did held it for as long as it stayed connected (an
    *  owner's 2 GiB of gather staging by four such connections, scratch). Returns what ends the watch. */
   watchSend(transfer: number): () => void {
-    this.#watchedSends.set(transfer, performance.now() + this.transferTimeoutMs);
-    this.#watchTimer ??= setTimeout(this.#checkOverdue, this.transferTimeoutMs).unref();
-    return () => { this.#watchedSends.delete(transfer); };
+    return this.#watch.send(transfer);
   }
-
-  readonly #checkOverdue = (): void => {
-    this.#watchTimer = undefined;
-    if (this.#error !== undefined) return;
-    const now = performance.now();
-    let next = Infinity;
-    for (const [transfer, due] of this.#watched) {
-      if (due <= now) {
-        this.close(new GdrpcError(Code.DEADLINE_EXCEEDED, `${this.peer} announced tensor bytes (transfer ${transfer}) that did not arrive within ${this.transferTimeoutMs} ms`));
-        return;
-      }
-      next = Math.min(next, due);
-    }
-    for (const [transfer, due] of this.#watchedSends) {
-      if (due <= now) {
-        this.close(new GdrpcError(Code.DEADLINE_EXCEEDED, `${this.peer} did not take the tensor bytes of transfer ${transfer} within ${this.transferTimeoutMs} ms`));
-        return;
-      }
-      next = Math.min(next, due);
-    }
-    if (next !== Infinity) this.#watchTimer = setTimeout(this.#checkOverdue, Math.max(1, next - now)).unref();
-  };
 
   #sample = { at: performance.now(), activity: 0 };
 
@@ -398,9 +364,7 @@ export class Connection implements FrameSink {
     this.reports.close();
     this.#held.clear();
     this.#outbox.close();
-    clearTimeout(this.#watchTimer);
-    this.#watchTimer = undefined;
-    this.#watched.clear();
+    this.#watch.stop();
     this.runtime.dispatcher.unregister(this.key);
     this.#abort.abort(error);
     const force = !options.graceful || this.endpoint.failed;
