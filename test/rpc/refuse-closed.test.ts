@@ -6,7 +6,7 @@
 // frame's payloads in whatever the peer sent, walks it with a loop: a peer chooses the nesting.
 import { describe, expect, it, vi } from 'vitest';
 import { tagMover } from '../../core/rpc/movers/tag.ts';
-import { refuseRaw } from '../../core/rpc/transfer/transfer.ts';
+import { refuseRaw } from '../../core/rpc/transfer/refuse.ts';
 import type { TransferScope } from '../../core/rpc/movers/mover.ts';
 import type { TensorWire } from '../../core/wire/frames.ts';
 

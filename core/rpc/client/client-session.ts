@@ -5,7 +5,7 @@ import { FrameKind, type Frame, type FrameBody } from '../../wire/frames.ts';
 import { MAX_CALL_ID } from '../../wire/tag.ts';
 import type { Connection } from '../connection/connection.ts';
 import { errorFromFrame } from '../call/status.ts';
-import { refuseRaw } from '../transfer/transfer.ts';
+import { refuseRaw } from '../transfer/refuse.ts';
 
 /** The frames that end a call well. */
 export type FinalFrame = Extract<Frame, { kind: FrameKind.Response | FrameKind.StreamEnd }>;

@@ -10,7 +10,8 @@ import { validateFields } from '../call/validate.ts';
 import { decodeFields, methodTypes, replaceDeep } from '../call/values.ts';
 import type { OwnerDialer } from '../remote/owner-client.ts';
 import type { TransferInfo, TransferScope } from '../movers/mover.ts';
-import { IncomingTensors, PendingTensor, refuseRaw, type Allocate } from '../transfer/transfer.ts';
+import { IncomingTensors, PendingTensor, type Allocate } from '../transfer/transfer.ts';
+import { refuseRaw } from '../transfer/refuse.ts';
 
 type Row = Record<string, unknown>;
 

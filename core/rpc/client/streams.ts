@@ -16,7 +16,7 @@ import type { CallOptions } from '../call/options.ts';
 import { ItemQueue, ReceiveWindow } from '../call/stream.ts';
 import { validateFields } from '../call/validate.ts';
 import { methodTypes, replaceDeep } from '../call/values.ts';
-import { refuseRaw } from '../transfer/transfer.ts';
+import { refuseRaw } from '../transfer/refuse.ts';
 import type { ClientSession, FinalFrame } from './client-session.ts';
 import { callInfoFrom, cancel, protocolError, putPolicy, type Sent } from './call-frames.ts';
 import type { Received } from './results.ts';

@@ -79,7 +79,7 @@ export class Connection implements FrameSink {
   transferTimeoutMs = DEFAULT_TRANSFER_TIMEOUT_MS;
   /** Largest frame this side accepts on this connection (the worker's buffer may be larger). */
   frameLimit = Number.MAX_SAFE_INTEGER;
-  /** Tensors of refused frames whose payloads are still being turned away (transfer.ts refuseRaw). */
+  /** Tensors of refused frames whose payloads are still being turned away (refuse.ts refuseRaw). */
   refusing = 0;
   /** Argument tensors of this connection's calls being received (server-call.ts: at most
    *  MAX_AWAITED_TENSORS). */

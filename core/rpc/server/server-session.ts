@@ -12,7 +12,8 @@ import type { Connection } from '../connection/connection.ts';
 import { CallScope } from '../call/deadline.ts';
 import { ServerCall, type CallEnvironment, type MethodEntry } from './server-call.ts';
 import { errorFrame } from '../call/status.ts';
-import { refuseRaw, type SendPolicy } from '../transfer/transfer.ts';
+import type { SendPolicy } from '../transfer/transfer.ts';
+import { refuseRaw } from '../transfer/refuse.ts';
 
 /** What a session needs from its server. */
 export interface SessionHost {
