@@ -43,8 +43,10 @@ function entry(name: string, args: MethodDescriptor['args'], handler: MethodEntr
 function claimAll(host: OwnerHost, method: string, xs: number[], ss: Uint8Array[]): Claims {
   if (xs.length !== ss.length) throw new GdrpcError(Code.INVALID_ARGUMENT, `${method}: ${xs.length} handles but ${ss.length} capabilities`);
   if (xs.length === 0 || xs.length > MAX_PULLS_PER_CALL) throw new GdrpcError(Code.INVALID_ARGUMENT, `${method} takes 1 to ${MAX_PULLS_PER_CALL} handles, got ${xs.length}`);
-  const twice = xs.findIndex((x, i) => xs.indexOf(x) !== i);
-  if (twice >= 0) throw new GdrpcError(Code.INVALID_ARGUMENT, `${method}: handle ${xs[twice]} is asked for twice (at ${xs.indexOf(xs[twice]!)} and ${twice}); a handle is pulled once`);
+  if (new Set(xs).size !== xs.length) {
+    const twice = xs.findIndex((x, i) => xs.indexOf(x) !== i);
+    throw new GdrpcError(Code.INVALID_ARGUMENT, `${method}: handle ${xs[twice]} is asked for twice (at ${xs.indexOf(xs[twice]!)} and ${twice}); a handle is pulled once`);
+  }
   const claims = new Claims();
   try {
     for (const [i, x] of xs.entries()) claims.add(host.claim(x, ss[i]!));
