@@ -110,16 +110,17 @@ void Worker::DisownEndpoint(Endpoint* endpoint) {
 }
 
 int Worker::AddressVersion() {
-  if (addressVersion_ != -2 || worker_ == nullptr) return addressVersion_ < 0 ? -1 : addressVersion_;
-  addressVersion_ = -1;
-  ucp_worker_attr_t attr{};
-  attr.field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS;
-  if (ucp_worker_query(worker_, &attr) == UCS_OK) {
-    // The first byte of a packed worker address carries its version in its low 4 bits.
-    addressVersion_ = reinterpret_cast<const uint8_t*>(attr.address)[0] & 0x0f;
-    ucp_worker_release_address(worker_, attr.address);
+  if (!addressVersion_.has_value() && worker_ != nullptr) {
+    addressVersion_ = -1;
+    ucp_worker_attr_t attr{};
+    attr.field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS;
+    if (ucp_worker_query(worker_, &attr) == UCS_OK) {
+      // The first byte of a packed worker address carries its version in its low 4 bits.
+      addressVersion_ = reinterpret_cast<const uint8_t*>(attr.address)[0] & 0x0f;
+      ucp_worker_release_address(worker_, attr.address);
+    }
   }
-  return addressVersion_;
+  return addressVersion_.value_or(-1);
 }
 
 std::set<std::string> Worker::EndpointPeers() const {

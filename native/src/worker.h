@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <set>
 #include <unordered_map>
 #include <vector>
@@ -127,7 +128,7 @@ class Worker : public Napi::ObjectWrap<Worker> {
   std::unordered_map<uint32_t, Request*> requests_;
   std::unordered_map<uint32_t, ucp_tag_message_h> taken_;  // removed by tagProbe, not yet received
   uint32_t nextTaken_ = 1;
-  int addressVersion_ = -2;  // -2: not asked yet
+  std::optional<int> addressVersion_;  // asked once; -1 when UCX would not say
   uint64_t refusedRequests_ = 0;
   uint64_t uncheckedRequests_ = 0;
   uint64_t drainedSockets_ = 0;
