@@ -22,9 +22,13 @@ export interface NativeWorker {
   cancel(id: number): void;
   activity(): number;
   stats(): WorkerStats;
+  ports(): TcpPort[];
   close(): void;
 }
 export type ListenerEvent = 'request' | 'connection' | 'error';
+/** A TCP port a worker listens on: one of its transports' own (UCX's tcp transport opens one on
+ *  each network device it uses) or a listener's; `guarded`: only allowed peers reach it. */
+export interface TcpPort { address: string; port: number; guarded: boolean; kind: 'transport' | 'listener' }
 export interface NativeListener { readonly host: string; readonly port: number; close(): void }
 export interface NativeEndpoint {
   readonly peer: string;
@@ -93,7 +97,7 @@ export interface NativeStats { contexts: number; workers: number; endpoints: num
 export interface NativeBinding {
   Context: new (features: string[], config: Record<string, string>) => NativeContext;
   /** busyPollUs < 0: the adaptive polling window. */
-  Worker: new (context: NativeContext, busyPollUs: number, watchdogMs: number, deviceSpinUs: number, stuckSpinUs: number) => NativeWorker;
+  Worker: new (context: NativeContext, busyPollUs: number, watchdogMs: number, deviceSpinUs: number, stuckSpinUs: number, allowedPeers?: string[]) => NativeWorker;
   Listener: new (worker: NativeWorker, host: string, port: number,
     handler: (kind: ListenerEvent, a: unknown, b: unknown) => boolean | void) => NativeListener;
   Endpoint: new (worker: NativeWorker, host: string, port: number, name: string | undefined) => NativeEndpoint;
@@ -141,6 +145,9 @@ export interface WorkerStats {
    *  aborted the process on some), and those not checked (a UCX other than 1.22; docs/binding.md
    *  "Connection requests"). */
   refusedRequests: number; uncheckedRequests: number;
+  /** Connections from peers outside WorkerOptions.allowedPeers that were accepted on a port
+   *  before its guard went on (between UCX's listen() and the filter), and shut then. */
+  guardShut: number;
   /** The polling window after work: whether it adapts, its size now, and (adaptive only) spins begun, spins that ran
    *  out with nothing found, spins cut short because the thread was preempted, spins not begun
    *  because the machine had no idle core. */

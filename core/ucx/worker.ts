@@ -1,11 +1,12 @@
 // The UCP worker: one per process, progressed from the Node event loop by the addon.
+import { isIP } from 'node:net';
 import { Code, GdrpcError } from '../errors.ts';
 import { whenAborted } from '../abort.ts';
 import { native } from '../native.ts';
 import { checkObject, checkSignal, checkSize, checkU64, invalid, rejecting } from './check.ts';
 import { Context } from './context.ts';
 import { tagTarget, type TagBuffer } from './memory.ts';
-import type { NativeWorker, WakeupKind, WorkerStats } from './native-types.ts';
+import type { NativeWorker, TcpPort, WakeupKind, WorkerStats } from './native-types.ts';
 
 export interface WorkerOptions {
   /** After a pass that found work, keep progressing for this many microseconds before sleeping
@@ -20,6 +21,11 @@ export interface WorkerOptions {
    *  10 s). Default GDRPC_DEVICE_SPIN_US from the environment, else 5000; busyPollUs 0 turns it
    *  off too (docs/binding.md "Polling while a transfer in device memory is in flight"). */
   deviceSpinUs?: number;
+  /** Who may connect to this worker's TCP ports (its transports' own and its listeners'): numeric
+   *  IPv4 or IPv6 addresses, each with an optional /bits. A socket filter on each listening socket
+   *  drops the TCP segments of every other source, so such a peer never completes a handshake and
+   *  UCX reads nothing it sends (docs/security.md "UCX's own ports"). Default: anyone. Linux. */
+  allowedPeers?: readonly string[];
 }
 /** What UCX says about the protocol of one operation (ucp_request_query's info string), when asked
  *  for with `describe` (docs/binding.md "Protocol reports"). */
@@ -46,7 +52,7 @@ export interface TagOptions {
    *  UCX's "eager short" into the next eager protocol for messages that would have used it. */
   describe?: boolean;
 }
-export type { WakeupKind, WorkerStats } from './native-types.ts';
+export type { TcpPort, WakeupKind, WorkerStats } from './native-types.ts';
 
 /** What a worker closes when it closes: its endpoints and listeners. */
 interface Child { close(options?: { force?: boolean }): unknown }
@@ -72,6 +78,27 @@ function spinFromEnvironment(name: 'GDRPC_DEVICE_SPIN_US' | 'GDRPC_STUCK_SPIN_US
   return Number(text);
 }
 
+/** Most prefixes allowedPeers takes (each costs the filter a few instructions per TCP segment). */
+export const MAX_PEER_PREFIXES = 256;
+
+/** Whether `text` is a numeric IPv4 or IPv6 address with an optional /bits (at most 32 or 128). */
+export function isPeerPrefix(text: unknown): boolean {
+  if (typeof text !== 'string') return false;
+  const [address, bits, extra] = text.split('/');
+  const family = isIP(address ?? '');
+  if (family === 0 || extra !== undefined) return false;
+  if (bits === undefined) return true;
+  return /^\d{1,3}$/.test(bits) && Number(bits) <= (family === 4 ? 32 : 128);
+}
+
+/** `value` as a list of peer prefixes, or INVALID_ARGUMENT naming `what`. */
+export function checkPeerPrefixes(value: unknown, what: string): string[] {
+  if (!Array.isArray(value) || value.length > MAX_PEER_PREFIXES || !value.every(isPeerPrefix)) {
+    throw invalid(`${what} must be an array of at most ${MAX_PEER_PREFIXES} numeric IPv4 or IPv6 addresses, each with an optional /bits (e.g. ["10.0.0.0/8", "127.0.0.1", "::1"]), got ${JSON.stringify(value)}`);
+  }
+  return [...value] as string[];
+}
+
 /** A UCP worker driven by the Node event loop (event fd + watchdog timer). */
 export class Worker {
   readonly context: Context;
@@ -95,8 +122,9 @@ export class Worker {
     const deviceSpinUs = options.deviceSpinUs === undefined ? spinFromEnvironment('GDRPC_DEVICE_SPIN_US', DEFAULT_DEVICE_SPIN_US) : checkSize(options.deviceSpinUs, 'options.deviceSpinUs');
     if (deviceSpinUs > MAX_SPIN_US) throw invalid('options.deviceSpinUs must be at most 10 s');
     const stuckSpinUs = spinFromEnvironment('GDRPC_STUCK_SPIN_US', DEFAULT_STUCK_SPIN_US);
+    const allowedPeers = options.allowedPeers === undefined ? undefined : checkPeerPrefixes(options.allowedPeers, 'options.allowedPeers');
     const nativeContext = Context.nativeOf(context);
-    return new Worker(context, new (native().Worker)(nativeContext, busyPollUs, watchdogMs, deviceSpinUs, stuckSpinUs));
+    return new Worker(context, new (native().Worker)(nativeContext, busyPollUs, watchdogMs, deviceSpinUs, stuckSpinUs, allowedPeers));
   }
 
   /** Posts a tag receive into `dest`. Rejects with INVALID_ARGUMENT (message says "truncated") when the
@@ -154,6 +182,12 @@ export class Worker {
   stats(): WorkerStats {
     this.#checkOpen();
     return this.#native.stats();
+  }
+
+  /** The TCP ports this worker listens on, and whether allowedPeers guards each (docs/security.md
+   *  "UCX's own ports"). Empty once closed. */
+  ports(): TcpPort[] {
+    return this.#closing === undefined ? this.#native.ports() : [];
   }
 
   /** Cancels all pending requests (they reject with CANCELLED), closes endpoints (force) and listeners. */

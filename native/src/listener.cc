@@ -1,5 +1,6 @@
 #include "listener.h"
 #include "listener_drain.h"
+#include "port_guard.h"
 #include "conn_request_check.h"
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -14,6 +15,7 @@ Napi::Function Listener::Define(Napi::Env env) {
   return DefineClass(env, "Listener", {
     InstanceAccessor<&Listener::GetHost>("host"),
     InstanceAccessor<&Listener::GetPort>("port"),
+    InstanceAccessor<&Listener::GetGuarded>("guarded"),
     InstanceMethod<&Listener::Close>("close"),
   });
 }
@@ -56,6 +58,15 @@ Listener::Listener(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Listener>(
     ThrowStatus(env, status, "ucp_listener_query");
   }
   std::tie(host_, port_) = DescribeAddress(attr.sockaddr);
+  // The worker's allowed peers hold for its listeners too: a peer outside them never completes a
+  // handshake here, so UCX reads nothing it sends (port_guard.h).
+  socket_ = ListeningSocketOn(port_);
+  guarded_ = worker_->GuardPort(socket_, port_);
+  if (worker_->guard().has_value() && !guarded_) {
+    ucp_listener_destroy(listener_);
+    listener_ = nullptr;
+    Throw(env, "INTERNAL", "allowedPeers: could not attach the socket filter to the listener on " + host_ + ":" + std::to_string(port_));
+  }
   workerRef_ = Napi::Persistent(info[0].As<Napi::Object>());
   handler_ = Napi::Persistent(info[3].As<Napi::Function>());
   State::Of(env)->counters.listeners++;

@@ -3,6 +3,7 @@
 #pragma once
 #include <napi.h>
 #include <ucp/api/ucp.h>
+#include <sys/types.h>
 #include <string>
 
 namespace gdrpc {
@@ -20,10 +21,14 @@ class Listener : public Napi::ObjectWrap<Listener> {
 
   void OnConnectionRequest(Napi::Env env, ucp_conn_request_h request);
   void Destroy(bool fromJs);
+  /** The listening socket's inode (0: not found) and whether the worker's guard is on it. */
+  ino_t socket() const { return socket_; }
+  bool guarded() const { return guarded_; }
 
  private:
   Napi::Value GetHost(const Napi::CallbackInfo& info) { return Napi::String::New(info.Env(), host_); }
   Napi::Value GetPort(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), port_); }
+  Napi::Value GetGuarded(const Napi::CallbackInfo& info) { return Napi::Boolean::New(info.Env(), guarded_); }
   Napi::Value Close(const Napi::CallbackInfo& info);
   static void OnConnection(ucp_conn_request_h request, void* arg);
 
@@ -35,6 +40,8 @@ class Listener : public Napi::ObjectWrap<Listener> {
   bool closeDeferred_ = false;  // ... and closed the listener meanwhile: done once it returns
   std::string host_;
   unsigned port_ = 0;
+  ino_t socket_ = 0;
+  bool guarded_ = false;
 };
 
 }  // namespace gdrpc

@@ -23,12 +23,14 @@ Napi::Function Worker::Define(Napi::Env env) {
     InstanceMethod<&Worker::Progress>("progress"),
     InstanceMethod<&Worker::Cancel>("cancel"),
     InstanceMethod<&Worker::Stats>("stats"),
+    InstanceMethod<&Worker::Ports>("ports"),
     InstanceMethod<&Worker::Activity>("activity"),
     InstanceMethod<&Worker::Close>("close"),
   });
 }
 
-// new Worker(context, busyPollUs, watchdogMs, deviceSpinUs) (checked by core/ucx/worker.ts)
+// new Worker(context, busyPollUs, watchdogMs, deviceSpinUs, stuckSpinUs, allowedPeers?) (checked by
+// core/ucx/worker.ts; allowedPeers: address prefixes as text, parsed here)
 Worker::Worker(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Worker>(info) {
   Napi::Env env = info.Env();
   context_ = Context::Unwrap(info[0].As<Napi::Object>());
@@ -43,12 +45,41 @@ Worker::Worker(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Worker>(info) 
   deviceWait_ = DeviceWait(busyPollUs == 0 ? 0 : deviceSpinNs);
   unsigned watchdogMs = info[2].As<Napi::Number>().Uint32Value();
 
+  if (info.Length() > 5 && info[5].IsArray()) {
+    Napi::Array list = info[5].As<Napi::Array>();
+    std::vector<PeerPrefix> allowed;
+    for (uint32_t i = 0; i < list.Length(); i++) {
+      PeerPrefix prefix;
+      const std::string text = list.Get(i).ToString().Utf8Value();
+      if (!ParsePeerPrefix(text, prefix)) Throw(env, "INVALID_ARGUMENT", "allowedPeers: not a numeric IPv4 or IPv6 address with an optional /bits: " + text);
+      allowed.push_back(prefix);
+    }
+    guard_ = std::move(allowed);
+  }
+
+  // The TCP ports UCX opens are this worker's transports' own (uct/tcp listens on each device):
+  // told apart from the process's other listening sockets by appearing across ucp_worker_create.
+  const std::set<ino_t> before = ListeningTcpSockets();
   ucp_worker_params_t params{};
   params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   // Only the Node main thread touches the worker, so UCX needs no locks.
   params.thread_mode = UCS_THREAD_MODE_SINGLE;
   ucs_status_t status = ucp_worker_create(context_->handle(), &params, &worker_);
   if (status != UCS_OK) ThrowStatus(env, status, "ucp_worker_create");
+  for (ino_t socket : ListeningTcpSockets()) {
+    if (before.count(socket) == 0) tcpSockets_.insert(socket);
+  }
+  if (guard_.has_value()) {
+    const std::vector<ListeningPort> ports = GuardSockets(tcpSockets_, *guard_, true, true);
+    bool all = true;
+    for (const ListeningPort& port : ports) all = all && port.guarded;
+    if (!all) {
+      ucp_worker_destroy(worker_);
+      worker_ = nullptr;
+      Throw(env, "INTERNAL", "allowedPeers: could not attach the socket filter to this worker's TCP ports");
+    }
+    guardShut_ += ShutUnallowed(ports, *guard_);
+  }
   int fd = -1;
   status = ucp_worker_get_efd(worker_, &fd);
   if (status != UCS_OK) {
@@ -107,6 +138,36 @@ void Worker::DisownEndpoint(Endpoint* endpoint) {
   for (auto& entry : requests_) {
     if (entry.second->endpoint == endpoint) entry.second->endpoint = nullptr;
   }
+}
+
+bool Worker::GuardPort(ino_t socket, unsigned port) {
+  if (!guard_.has_value() || socket == 0) return false;
+  const std::vector<ListeningPort> ports = GuardSockets({socket}, *guard_, true, true);
+  if (ports.empty() || !ports[0].guarded) return false;
+  guardShut_ += ShutUnallowed(ports, *guard_);
+  (void)port;
+  return true;
+}
+
+// ports(): [{ address, port, guarded, kind: 'transport' | 'listener' }] of this worker's TCP ports.
+Napi::Value Worker::Ports(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Array result = Napi::Array::New(env);
+  uint32_t n = 0;
+  auto add = [&](const ListeningPort& port, const char* kind) {
+    Napi::Object entry = Napi::Object::New(env);
+    entry.Set("address", port.address);
+    entry.Set("port", static_cast<double>(port.port));
+    entry.Set("guarded", port.guarded);
+    entry.Set("kind", kind);
+    result.Set(n++, entry);
+  };
+  if (worker_ == nullptr) return result;
+  for (const ListeningPort& port : GuardSockets(tcpSockets_, {}, false, guard_.has_value())) add(port, "transport");
+  for (Listener* listener : listeners_) {
+    for (const ListeningPort& port : GuardSockets({listener->socket()}, {}, false, listener->guarded())) add(port, "listener");
+  }
+  return result;
 }
 
 int Worker::AddressVersion() {
@@ -189,6 +250,7 @@ Napi::Value Worker::Stats(const Napi::CallbackInfo& info) {
   stats.Set("uncheckedRequests", static_cast<double>(uncheckedRequests_));
   stats.Set("drainedSockets", static_cast<double>(drainedSockets_));
   stats.Set("drainsUnsettled", static_cast<double>(drainsUnsettled_));
+  stats.Set("guardShut", static_cast<double>(guardShut_));
   stats.Set("stuckSpinLimitUs", static_cast<double>(stuckSpinNs_) / 1000);
   stats.Set("stuckSpins", static_cast<double>(stuckSpins_));
   stats.Set("stuckSleeps", static_cast<double>(stuckSleeps_));

@@ -13,6 +13,7 @@
 #include "conn_request_check.h"
 #include "device_wait.h"
 #include "poll_window.h"
+#include "port_guard.h"
 #include "wakeup.h"
 
 namespace gdrpc {
@@ -74,6 +75,10 @@ class Worker : public Napi::ObjectWrap<Worker> {
     if (unsettled) drainsUnsettled_++;
   }
   void RemoveEndpoint(Endpoint* endpoint);
+  /** The peers this worker's TCP ports admit (port_guard.h); none: anyone. */
+  const std::optional<std::vector<PeerPrefix>>& guard() const { return guard_; }
+  /** Guards a listener's port as the worker's own are (when they are); true when a guard is on. */
+  bool GuardPort(ino_t socket, unsigned port);
   void AddListener(Listener* listener) { listeners_.insert(listener); UpdateRef(); }
   void RemoveListener(Listener* listener);
   /** Detaches every request from an endpoint that goes away before UCX finished with them. */
@@ -108,6 +113,7 @@ class Worker : public Napi::ObjectWrap<Worker> {
   Napi::Value Progress(const Napi::CallbackInfo& info);
   Napi::Value Cancel(const Napi::CallbackInfo& info);
   Napi::Value Stats(const Napi::CallbackInfo& info);
+  Napi::Value Ports(const Napi::CallbackInfo& info);
   Napi::Value Activity(const Napi::CallbackInfo& info);
   Napi::Value Close(const Napi::CallbackInfo& info);
 
@@ -135,6 +141,9 @@ class Worker : public Napi::ObjectWrap<Worker> {
   uint64_t drainsUnsettled_ = 0;
   std::set<Endpoint*> endpoints_;
   std::set<Listener*> listeners_;
+  std::set<ino_t> tcpSockets_;  // the TCP ports UCX opened with this worker (its transports' own)
+  std::optional<std::vector<PeerPrefix>> guard_;
+  uint64_t guardShut_ = 0;      // connections accepted before a guard went on, shut (stats)
   size_t maxInfoString_ = 0;
   PollWindow poll_{0};            // how long to keep polling after work (busyPollUs; poll_window.h)
   DeviceWait deviceWait_;         // polling while device transfers are in flight (device_wait.h)

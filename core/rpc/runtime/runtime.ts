@@ -5,7 +5,7 @@
 // Pools live as long as the context, not as long as the Client that first wanted one, so that a
 // peer's cuda_ipc mapping of a pool (UCX keeps those cached) never points at memory a closed
 // client freed and reallocated.
-import { Context, Worker } from '../../ucx/index.ts';
+import { Context, Worker, checkPeerPrefixes, isPeerPrefix, type TcpPort } from '../../ucx/index.ts';
 import { TensorPool, type Device, type TensorPoolOptions } from '../../tensor/index.ts';
 import { Dispatcher } from './dispatcher.ts';
 import { Accept, checkOptions, invalidOption, rule, type OptionRules } from '../../tensor/options.ts';
@@ -23,7 +23,31 @@ export const DEFAULT_FRAME_BYTES = 4 << 20;
 export const BUSY_POLL_US = rule(`'adaptive' or an integer number of microseconds from 0 to 10000000`,
   (value) => value === 'adaptive' || Accept.integer(0, 10_000_000, 'microseconds').accepts(value));
 
-const RUNTIME_OPTIONS: OptionRules<RuntimeOptions> = { busyPollUs: BUSY_POLL_US, sharedMemory: Accept.boolean };
+/** allowedPeers: address prefixes (checked again, with the same words, by Worker.create). */
+const ALLOWED_PEERS = rule('an array of numeric IPv4 or IPv6 addresses, each with an optional /bits (e.g. ["10.0.0.0/8", "127.0.0.1", "::1"])',
+  (value) => Array.isArray(value) && value.every(isPeerPrefix));
+/** networkDevices: UCX device names as ucx_info lists them ("lo", "eth0", "mlx5_0:1"). */
+const NETWORK_DEVICES = rule('a non-empty array of UCX network device names (e.g. ["lo"], ["eth0", "mlx5_0:1"])',
+  (value) => Array.isArray(value) && value.length > 0 && value.every((name) => typeof name === 'string' && /^[A-Za-z0-9_.:-]+$/.test(name)));
+
+const RUNTIME_OPTIONS: OptionRules<RuntimeOptions> = { busyPollUs: BUSY_POLL_US, sharedMemory: Accept.boolean, allowedPeers: ALLOWED_PEERS, networkDevices: NETWORK_DEVICES };
+
+/** GDRPC_ALLOWED_PEERS (prefixes separated by commas or spaces), checked; undefined when unset or blank. */
+function allowedPeersFromEnvironment(): string[] | undefined {
+  const text = process.env.GDRPC_ALLOWED_PEERS;
+  if (text === undefined || text.trim() === '') return undefined;
+  const list = text.split(/[\s,]+/).filter((entry) => entry !== '');
+  if (!ALLOWED_PEERS.accepts(list)) throw invalidOption('GDRPC_ALLOWED_PEERS', text, `${ALLOWED_PEERS.expected.replace('an array of', 'a list of')}, separated by commas or spaces`);
+  return list;
+}
+
+/** Whether two allowedPeers choices are the same (as sets; undefined: anyone). */
+function samePeers(a: readonly string[] | undefined, b: readonly string[] | undefined): boolean {
+  if (a === undefined || b === undefined) return a === b;
+  const left = new Set(a);
+  const right = new Set(b);
+  return left.size === right.size && [...left].every((entry) => right.has(entry));
+}
 
 /** Whether GDRPC_UNSAFE_RMA asks for the RMA mover, giving up isolation between peers. */
 export function unsafeRmaEnabled(): boolean {
@@ -53,6 +77,21 @@ export interface RuntimeOptions {
    *  Both sides must choose it: a server without it refuses a client with it. Default:
    *  UCX_MM_ERROR_HANDLING from the environment (y turns it on), else off. */
   sharedMemory?: boolean;
+  /** Who may open a TCP connection to this runtime: numeric IPv4 or IPv6 addresses, each with an
+   *  optional /bits ("10.0.0.0/8", "127.0.0.1", "::1"). It guards the ports UCX's tcp transport
+   *  opens on every network device it uses (a Client's runtime has them too) and its Servers'
+   *  listeners: a socket filter drops every other source's TCP segments, so such a peer never
+   *  completes a handshake and UCX reads nothing it sends. UCX's own framing is not authenticated:
+   *  a peer that reaches those ports can crash or write into this process before any token is
+   *  checked (docs/security.md "UCX's own ports"). List every host whose peers connect here, and
+   *  every host this runtime connects to (UCX connects transports both ways). Default
+   *  GDRPC_ALLOWED_PEERS from the environment (separated by commas or spaces), else anyone. Linux;
+   *  TCP only (RDMA devices are the fabric's to guard). */
+  allowedPeers?: string[];
+  /** The network devices UCX may use (UCX_NET_DEVICES), e.g. ["lo"] for a runtime whose peers
+   *  all run on this host: UCX's tcp transport then listens on loopback only. RDMA devices are
+   *  network devices too ("mlx5_0:1"). Default: UCX_NET_DEVICES from the environment, else all. */
+  networkDevices?: string[];
 }
 
 /** Whether UCX_MM_ERROR_HANDLING turns shared memory on for runtimes that do not choose. UCX reads
@@ -104,7 +143,16 @@ export class Runtime {
 
   /** `sharedMemory`: whether this runtime talks to peers on this host over shared memory
    *  (RuntimeOptions.sharedMemory). */
-  private constructor(readonly context: Context, readonly worker: Worker, readonly dispatcher: Dispatcher, readonly rma: boolean, readonly implicit: boolean, readonly sharedMemory: boolean) {}
+  private constructor(readonly context: Context, readonly worker: Worker, readonly dispatcher: Dispatcher, readonly rma: boolean, readonly implicit: boolean, readonly sharedMemory: boolean,
+    /** Who may connect to this runtime's TCP ports (RuntimeOptions.allowedPeers); undefined: anyone. */
+    readonly allowedPeers?: readonly string[]) {}
+
+  /** The TCP ports this runtime listens on (its UCX transports' own on each network device, and its
+   *  Servers' listeners), and whether allowedPeers guards each: what a peer on the network can
+   *  reach before any token is checked (docs/security.md "UCX's own ports"). */
+  ports(): TcpPort[] {
+    return this.worker.ports();
+  }
 
   /** A runtime of the caller's own: its own UCX context and worker, closed by close(). */
   static create(options: RuntimeOptions = {}): Runtime {
@@ -122,6 +170,9 @@ export class Runtime {
     const open = Runtime.#default;
     if (open !== undefined && options.sharedMemory !== undefined && options.sharedMemory !== open.sharedMemory) {
       throw new GdrpcError(Code.FAILED_PRECONDITION, `the default runtime is open with sharedMemory ${open.sharedMemory}; Runtime.create() makes one with another choice`);
+    }
+    if (open !== undefined && options.allowedPeers !== undefined && !samePeers(options.allowedPeers, open.allowedPeers)) {
+      throw new GdrpcError(Code.FAILED_PRECONDITION, `the default runtime is open with allowedPeers ${JSON.stringify(open.allowedPeers ?? 'anyone')}; Runtime.create() makes one with another choice`);
     }
     Runtime.#default ??= Runtime.#open(options, true);
     return Runtime.#default;
@@ -141,15 +192,17 @@ export class Runtime {
     const sharedMemory = options.sharedMemory ?? fromEnvironment;
     // UCX keeps shared memory off endpoints in PEER error mode unless MM_ERROR_HANDLING says so.
     const config: Record<string, string> = options.sharedMemory === undefined ? {} : { MM_ERROR_HANDLING: sharedMemory ? 'y' : 'n' };
+    if (options.networkDevices !== undefined) config.NET_DEVICES = options.networkDevices.join(',');
+    const allowedPeers = options.allowedPeers === undefined ? allowedPeersFromEnvironment() : checkPeerPrefixes(options.allowedPeers, 'RuntimeOptions.allowedPeers');
     const context = Context.create({ features: rma ? ['tag', 'rma', 'wakeup'] : ['tag', 'wakeup'], config });
     let worker: Worker;
     try {
-      worker = Worker.create(context, { busyPollUs });
+      worker = Worker.create(context, { busyPollUs, ...(allowedPeers !== undefined ? { allowedPeers } : {}) });
     } catch (error) {
       context.close();
       throw error;
     }
-    return new Runtime(context, worker, new Dispatcher(worker, DEFAULT_FRAME_BYTES), rma, implicit, sharedMemory);
+    return new Runtime(context, worker, new Dispatcher(worker, DEFAULT_FRAME_BYTES), rma, implicit, sharedMemory, allowedPeers);
   }
 
   /** Whether close() has begun. */
