@@ -4,6 +4,7 @@
 import { execFileSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { cuda } from '../cuda.ts';
+import { Runtime } from '../rpc/runtime/runtime.ts';
 import { collectInfo, type InfoReport } from './info.ts';
 import { ExitCode, parseCommandLine } from './command-line.ts';
 
@@ -167,11 +168,34 @@ function outcome(checks: Check[], info: InfoReport): DoctorOutcome {
   return { status: 'ok', exitCode: ExitCode.OK, summary: 'every check that applies passed' };
 }
 
+const LOOPBACK = /^(127\.|::1$|::ffff:127\.)/;
+
+/** UCX's own TCP ports as a runtime of this environment opens them (GDRPC_ALLOWED_PEERS,
+ *  UCX_NET_DEVICES): what a peer on the network reaches before any token is checked. */
+function tcpPortsCheck(): Check {
+  let runtime: Runtime | undefined;
+  try {
+    runtime = Runtime.create();
+    const ports = runtime.ports();
+    const open = ports.filter((p) => !p.guarded && !LOOPBACK.test(p.address));
+    const list = ports.map((p) => `${p.address.includes(':') ? `[${p.address}]` : p.address}:${p.port}${p.guarded ? ' (guarded)' : ''}`).join(', ');
+    if (open.length === 0) {
+      return check('UCX TCP ports', 'ok', ports.length === 0 ? 'UCX opens no TCP port here' : `${list}: ${ports.some((p) => p.guarded) ? 'only GDRPC_ALLOWED_PEERS may connect' : 'loopback only'}`);
+    }
+    return check('UCX TCP ports', 'warn', `${list}: anyone who reaches ${open.length === 1 ? 'this port' : 'these ports'} can crash or write into a gdrpc process before any token is checked (UCX's framing is not authenticated)`,
+      'set GDRPC_ALLOWED_PEERS (RuntimeOptions.allowedPeers) to the hosts of your deployment, or RuntimeOptions.networkDevices ["lo"] where every peer runs on this host (docs/security.md "UCX\'s own ports")');
+  } catch (error) {
+    return check('UCX TCP ports', 'fail', `could not open a runtime: ${(error as Error).message}`);
+  } finally {
+    void runtime?.close();
+  }
+}
+
 /** Runs every check; no check throws. */
 export function collectDoctor(): DoctorReport {
   const info = collectInfo();
   const facts = rdmaFacts(info);
-  const checks = [...gpuChecks(info), topologyCheck(), ...gdrChecks(info, facts), ucxCudaCheck(info)];
+  const checks = [...gpuChecks(info), topologyCheck(), ...gdrChecks(info, facts), ucxCudaCheck(info), tcpPortsCheck()];
   return { checks, paths: transferPaths(info, facts), outcome: outcome(checks, info), info };
 }
 
@@ -182,7 +206,7 @@ const command = {
   usage: `usage: gdrpc doctor [--json]
 
 The GPUDirect checklist: GPUs and driver, peer access, topology, RDMA devices, GPUDirect RDMA
-support, UCX RDMA transports and UCX CUDA memory. Each check says what it saw and, when something
+support, UCX RDMA transports and UCX CUDA memory; and which TCP ports UCX opens to the network. Each check says what it saw and, when something
 is wrong, what to do; the transfer paths within and between machines follow from the checks.
 
 options:

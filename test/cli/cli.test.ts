@@ -54,13 +54,24 @@ describe('gdrpc doctor', () => {
     const report = JSON.parse(r.stdout);
     const names = report.checks.map((c: { name: string }) => c.name);
     expect(names).toEqual(expect.arrayContaining(['GPUs and driver', 'peer access', 'topology', 'RDMA devices',
-      'GPUDirect RDMA support', 'UCX RDMA transports', 'UCX CUDA memory']));
+      'GPUDirect RDMA support', 'UCX RDMA transports', 'UCX CUDA memory', 'UCX TCP ports']));
     for (const c of report.checks) expect(['ok', 'warn', 'fail', 'info']).toContain(c.status);
     expect(r.code).toBe(report.outcome.exitCode);
     expect(report.paths.withinMachine).toMatch(/cuda_ipc|staged/);
     expect(report.paths.betweenMachines).toMatch(/rdma|tcp/);
     const failed = report.checks.some((c: { status: string }) => c.status === 'fail');
     expect(report.outcome.status).toBe(failed ? 'fail' : gpu ? 'ok' : 'no-gpu-path');
+  });
+
+  it('lists UCX\'s own TCP ports: a warning where one faces the network unguarded, guarded ones under GDRPC_ALLOWED_PEERS', async () => {
+    const ports = (report: { checks: Array<{ name: string; status: string; detail: string }> }) => report.checks.find((c) => c.name === 'UCX TCP ports')!;
+    const open = ports(JSON.parse((await gdrpc('doctor', '--json')).stdout));
+    expect(open.detail).toMatch(/127\.0\.0\.1:\d+/);
+    expect(open.status).toBe(/(^|, )(?!127\.)[\d.]+:\d+(?! \(guarded\))/.test(open.detail) ? 'warn' : 'ok');
+    const guarded = ports(JSON.parse((await run(['doctor', '--json'], { env: { GDRPC_ALLOWED_PEERS: '127.0.0.1' } })).stdout));
+    expect(guarded.status).toBe('ok');
+    expect(guarded.detail).toMatch(/127\.0\.0\.1:\d+ \(guarded\)/);
+    expect(guarded.detail).not.toMatch(/:\d+(?! \(guarded\))(,|:)/);
   });
 
   it.runIf(!gpu)('without a GPU exits 3 (no GPU path), fails no check, and says host tensors work', async () => {

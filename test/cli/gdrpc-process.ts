@@ -17,6 +17,8 @@ export interface RunOptions {
   cwd?: string;
   /** Node options placed before the script (e.g. an --import hook). */
   node?: string[];
+  /** Added to this process's environment. */
+  env?: NodeJS.ProcessEnv;
 }
 
 /** Runs `gdrpc ...args` and returns its exit status and output; never throws on a non-zero exit. */
@@ -28,7 +30,7 @@ export function gdrpc(args: string[], options: RunOptions = {}): Promise<Exit> {
 export async function runScript(script: string, args: string[], options: RunOptions = {}): Promise<Exit> {
   const argv = [...(options.node ?? []), script, ...args];
   try {
-    const { stdout, stderr } = await run(process.execPath, argv, { timeout: 60_000, cwd: options.cwd });
+    const { stdout, stderr } = await run(process.execPath, argv, { timeout: 60_000, cwd: options.cwd, env: { ...process.env, ...options.env } });
     return { code: 0, stdout, stderr };
   } catch (error) {
     const e = error as { code?: number; stdout?: string; stderr?: string };
