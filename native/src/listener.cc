@@ -61,7 +61,7 @@ Listener::Listener(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Listener>(
   // The worker's allowed peers hold for its listeners too: a peer outside them never completes a
   // handshake here, so UCX reads nothing it sends (port_guard.h).
   socket_ = ListeningSocketOn(port_);
-  guarded_ = worker_->GuardPort(socket_, port_);
+  guarded_ = worker_->GuardPort(socket_);
   if (worker_->guard().has_value() && !guarded_) {
     ucp_listener_destroy(listener_);
     listener_ = nullptr;

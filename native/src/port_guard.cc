@@ -134,10 +134,12 @@ std::set<ino_t> ListeningTcpSockets() {
   return found;
 }
 
-std::vector<ListeningPort> GuardSockets(const std::set<ino_t>& inodes, const std::vector<PeerPrefix>& allowed, bool attach, bool wasGuarded) {
+namespace {
+
+/** The listening sockets among `inodes`, each once, with `guard(fd)` deciding its `guarded`. */
+template <typename Guard>
+std::vector<ListeningPort> Sockets(const std::set<ino_t>& inodes, Guard guard) {
   std::vector<ListeningPort> ports;
-  const std::vector<sock_filter> filter = Program(allowed);
-  sock_fprog program{static_cast<unsigned short>(filter.size()), const_cast<sock_filter*>(filter.data())};
   std::set<ino_t> seen;
   EachListening([&](int fd, ino_t inode) {
     // Two descriptors of one socket (a dup) are one port.
@@ -147,10 +149,22 @@ std::vector<ListeningPort> GuardSockets(const std::set<ino_t>& inodes, const std
     if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) != 0) return;
     ListeningPort port;
     std::tie(port.address, port.port) = DescribeAddress(local);
-    port.guarded = attach ? setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &program, sizeof(program)) == 0 : wasGuarded;
+    port.guarded = guard(fd);
     ports.push_back(port);
   });
   return ports;
+}
+
+}  // namespace
+
+std::vector<ListeningPort> ListSockets(const std::set<ino_t>& inodes, bool guarded) {
+  return Sockets(inodes, [&](int) { return guarded; });
+}
+
+std::vector<ListeningPort> GuardSockets(const std::set<ino_t>& inodes, const std::vector<PeerPrefix>& allowed) {
+  const std::vector<sock_filter> filter = Program(allowed);
+  sock_fprog program{static_cast<unsigned short>(filter.size()), const_cast<sock_filter*>(filter.data())};
+  return Sockets(inodes, [&](int fd) { return setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &program, sizeof(program)) == 0; });
 }
 
 namespace {
@@ -229,7 +243,8 @@ ino_t ListeningSocketOn(unsigned port) {
 }
 #else
 std::set<ino_t> ListeningTcpSockets() { return {}; }
-std::vector<ListeningPort> GuardSockets(const std::set<ino_t>&, const std::vector<PeerPrefix>&, bool, bool) { return {}; }
+std::vector<ListeningPort> ListSockets(const std::set<ino_t>&, bool) { return {}; }
+std::vector<ListeningPort> GuardSockets(const std::set<ino_t>&, const std::vector<PeerPrefix>&) { return {}; }
 ino_t ListeningSocketOn(unsigned) { return 0; }
 int ShutUnallowed(const std::vector<ListeningPort>&, const std::vector<PeerPrefix>&) { return 0; }
 #endif

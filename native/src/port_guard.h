@@ -36,10 +36,12 @@ struct ListeningPort {
   bool guarded = false;
 };
 
-/** Attaches a filter admitting only `allowed` to each listening socket of this process whose
- *  inode is in `inodes` (an empty `allowed` admits no one), and returns those sockets. With
- *  `attach` false it only reports them, each `guarded` as `wasGuarded` says. */
-std::vector<ListeningPort> GuardSockets(const std::set<ino_t>& inodes, const std::vector<PeerPrefix>& allowed, bool attach, bool wasGuarded);
+/** The listening sockets of this process whose inode is in `inodes`, each marked `guarded`. */
+std::vector<ListeningPort> ListSockets(const std::set<ino_t>& inodes, bool guarded);
+
+/** Attaches a filter admitting only `allowed` (empty: no one) to each listening socket of this
+ *  process whose inode is in `inodes`, and returns them, `guarded` where the filter went on. */
+std::vector<ListeningPort> GuardSockets(const std::set<ino_t>& inodes, const std::vector<PeerPrefix>& allowed);
 
 /** The inode of this process's listening TCP socket on local port `port`, or 0. */
 ino_t ListeningSocketOn(unsigned port);

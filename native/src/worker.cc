@@ -70,7 +70,7 @@ Worker::Worker(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Worker>(info) 
     if (before.count(socket) == 0) tcpSockets_.insert(socket);
   }
   if (guard_.has_value()) {
-    const std::vector<ListeningPort> ports = GuardSockets(tcpSockets_, *guard_, true, true);
+    const std::vector<ListeningPort> ports = GuardSockets(tcpSockets_, *guard_);
     bool all = true;
     for (const ListeningPort& port : ports) all = all && port.guarded;
     if (!all) {
@@ -140,12 +140,11 @@ void Worker::DisownEndpoint(Endpoint* endpoint) {
   }
 }
 
-bool Worker::GuardPort(ino_t socket, unsigned port) {
+bool Worker::GuardPort(ino_t socket) {
   if (!guard_.has_value() || socket == 0) return false;
-  const std::vector<ListeningPort> ports = GuardSockets({socket}, *guard_, true, true);
+  const std::vector<ListeningPort> ports = GuardSockets({socket}, *guard_);
   if (ports.empty() || !ports[0].guarded) return false;
   guardShut_ += ShutUnallowed(ports, *guard_);
-  (void)port;
   return true;
 }
 
@@ -163,9 +162,9 @@ Napi::Value Worker::Ports(const Napi::CallbackInfo& info) {
     result.Set(n++, entry);
   };
   if (worker_ == nullptr) return result;
-  for (const ListeningPort& port : GuardSockets(tcpSockets_, {}, false, guard_.has_value())) add(port, "transport");
+  for (const ListeningPort& port : ListSockets(tcpSockets_, guard_.has_value())) add(port, "transport");
   for (Listener* listener : listeners_) {
-    for (const ListeningPort& port : GuardSockets({listener->socket()}, {}, false, listener->guarded())) add(port, "listener");
+    for (const ListeningPort& port : ListSockets({listener->socket()}, listener->guarded())) add(port, "listener");
   }
   return result;
 }

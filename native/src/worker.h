@@ -78,7 +78,7 @@ class Worker : public Napi::ObjectWrap<Worker> {
   /** The peers this worker's TCP ports admit (port_guard.h); none: anyone. */
   const std::optional<std::vector<PeerPrefix>>& guard() const { return guard_; }
   /** Guards a listener's port as the worker's own are (when they are); true when a guard is on. */
-  bool GuardPort(ino_t socket, unsigned port);
+  bool GuardPort(ino_t socket);
   void AddListener(Listener* listener) { listeners_.insert(listener); UpdateRef(); }
   void RemoveListener(Listener* listener);
   /** Detaches every request from an endpoint that goes away before UCX finished with them. */
