@@ -59,20 +59,23 @@ export async function latency(system: System, calls: number): Promise<BenchResul
 
 /** Calls/s with IN_FLIGHT calls in flight: the median of RATE_WINDOWS windows of RATE_SECONDS
  *  (one window on this noisy 2-core box ranged 80-100k for the same build); every window's rate
- *  is in the row. */
-export async function rate(system: System): Promise<BenchResult> {
+ *  is in the row. Small calls by default; `tensorBytes`: calls carrying one host tensor of that
+ *  size by tag, with the server's pool in use (tensor rows before), as a server under load has it. */
+export async function rate(system: System, tensorBytes?: number): Promise<BenchResult> {
+  const call = tensorBytes === undefined ? () => system.ping() : () => system.sink(tensorBytes, 'tag');
   const windows: number[] = [];
   for (let w = 0; w < RATE_WINDOWS; w += 1) {
     let done = 0;
     const until = performance.now() + RATE_SECONDS * 1000;
     const t0 = performance.now();
     await Promise.all(Array.from({ length: IN_FLIGHT }, async () => {
-      while (performance.now() < until) { await system.ping(); done += 1; }
+      while (performance.now() < until) { await call(); done += 1; }
     }));
     windows.push(Math.round(done / ((performance.now() - t0) / 1000)));
   }
   const sorted = [...windows].sort((x, y) => x - y);
-  return row(system.name, `unary_calls_per_s_${IN_FLIGHT}_in_flight`, 0, { ops_per_s: sorted[Math.floor(sorted.length / 2)]!, windows, iterations: RATE_WINDOWS });
+  const workload = tensorBytes === undefined ? `unary_calls_per_s_${IN_FLIGHT}_in_flight` : `tensor_calls_per_s_${IN_FLIGHT}_in_flight`;
+  return row(system.name, workload, tensorBytes ?? 0, { ops_per_s: sorted[Math.floor(sorted.length / 2)]!, windows, iterations: RATE_WINDOWS });
 }
 
 export async function throughput(system: System, bytes: number, mover?: 'inline' | 'tag' | 'rma'): Promise<BenchResult> {
@@ -134,6 +137,7 @@ export async function runRpcBench(_opts: { json?: string } = {}): Promise<object
       results.push(await rate(system));
       await warmTensorPath(system);
       for (const bytes of TENSOR_SIZES) if (system.name !== `gdrpc-busypoll-${BUSY_POLL_US}us` || bytes <= MiB) results.push(await throughput(system, bytes));
+      if (system.name !== `gdrpc-busypoll-${BUSY_POLL_US}us`) results.push(await rate(system, 4 * KiB));
       if (system.name === 'gdrpc') {
         // 'rma' only where the run opted in (GDRPC_UNSAFE_RMA=1, docs/security.md).
         for (const mover of unsafeRmaEnabled() ? ['inline', 'tag', 'rma'] as const : ['inline', 'tag'] as const) {

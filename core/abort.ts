@@ -2,10 +2,11 @@
 // through a signal's listeners on every add, so a listener per operation makes n operations under
 // one signal cost O(n²) to start: 16,384 listeners took 765 ms to add on the CPU box, and a
 // connection's receives, or a caller's calls under one AbortController, are that many.
+import { LiveList } from './live-list.ts';
 
 /** The callbacks waiting on each signal. A signal's waiters are the signal's: weakly keyed, gone
  *  with it, shared by every worker, runtime and call that uses it. */
-const waiting = new WeakMap<AbortSignal, Set<() => void>>();
+const waiting = new WeakMap<AbortSignal, LiveList<() => void>>();
 
 /** Runs `fn` once when `signal` aborts (check `signal.aborted` first: an aborted signal never
  *  fires again); returns what takes it back. Adding and taking back cost O(1). A callback that
@@ -13,27 +14,27 @@ const waiting = new WeakMap<AbortSignal, Set<() => void>>();
  *  as EventTarget reports a listener's. */
 export function whenAborted(signal: AbortSignal, fn: () => void): () => void {
   const callbacks = callbacksOf(signal);
-  callbacks.add(fn);
-  return () => { callbacks.delete(fn); };
+  const node = callbacks.add(fn);
+  return () => { callbacks.remove(node); };
 }
 
-/** The callbacks of `signal`, with its one listener added the first time. */
-function callbacksOf(signal: AbortSignal): Set<() => void> {
+/** The callbacks of `signal`, with its one listener added the first time (a list: a connection's
+ *  signal lives as long as the connection, its callbacks one receive each; core/live-list.ts). */
+function callbacksOf(signal: AbortSignal): LiveList<() => void> {
   const known = waiting.get(signal);
   if (known !== undefined) return known;
-  const callbacks = new Set<() => void>();
+  const callbacks = new LiveList<() => void>();
   waiting.set(signal, callbacks);
   signal.addEventListener('abort', () => {
     waiting.delete(signal);
-    // A callback may take back one not yet run (a Set skips entries deleted during iteration).
-    for (const callback of callbacks) {
+    // A callback may take back one not yet run: each runs only while it is still a member.
+    callbacks.drain((callback) => {
       try {
         callback();
       } catch (error) {
         queueMicrotask(() => { throw error; });
       }
-    }
-    callbacks.clear();
+    });
   }, { once: true });
   return callbacks;
 }

@@ -4,6 +4,7 @@
 // registers a one-off allocation instead: counted, and warned about once, never silent.
 import { Code, GdrpcError } from '../errors.ts';
 import { whenAborted } from '../abort.ts';
+import { LiveList, type LiveNode } from '../live-list.ts';
 import type { Context } from '../ucx/index.ts';
 import { Arena } from './arena.ts';
 import { parseDevice, type Device, type DeviceKind } from './device.ts';
@@ -79,7 +80,8 @@ export class TensorPool implements TensorPoolLike {
   readonly #where: DeviceKind;
   readonly #arena: Arena;
   readonly #memory: MappedMemory;
-  readonly #live = new Set<Storage<TensorPool>>();
+  /** Its tensors' storage not yet released (a list, not a Set: core/live-list.ts says why). */
+  readonly #live = new LiveList<Storage<TensorPool>>();
   /** allocateWhenFree calls waiting for blocks (wait-queue.ts). */
   readonly #waiters = new WaitQueue<Waiter>();
   /** Bytes the waiters ask for, together. */
@@ -279,6 +281,7 @@ export class TensorPool implements TensorPoolLike {
 
   #storageAt(memory: MappedMemory, offset: number, byteLength: number, giveBack: () => void): Storage<TensorPool> {
     const region = memory.region;
+    let node: LiveNode<Storage<TensorPool>> | undefined;
     const storage: Storage<TensorPool> = new Storage<TensorPool>({
       device: this.device,
       byteLength,
@@ -287,11 +290,11 @@ export class TensorPool implements TensorPoolLike {
       address: memory.address + BigInt(offset),
       span: region === undefined ? undefined : () => region.span(memory.regionOffset + offset, byteLength),
       free: () => {
-        this.#live.delete(storage);
+        this.#live.remove(node!);
         giveBack();
       },
     });
-    this.#live.add(storage);
+    node = this.#live.add(storage);
     return storage;
   }
 
@@ -320,6 +323,6 @@ export class TensorPool implements TensorPoolLike {
     this.#closed = true;
     const closed = new GdrpcError(Code.FAILED_PRECONDITION, `tensor pool on ${this.device} was closed while waiting for blocks`);
     for (const waiter of this.#waiters.all()) waiter.fail(closed);
-    for (const storage of [...this.#live]) storage.release();  // overflow tensors unmap their own memory
+    for (const storage of this.#live.values()) storage.release();  // overflow tensors unmap their own memory
   }
 }

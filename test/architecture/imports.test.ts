@@ -8,10 +8,11 @@
 //   floor 3  tensor     core/tensor/**
 //   floor 2  binding    core/native.ts, core/package-root.ts, core/cuda.ts, core/cuda-driver.ts, core/ucx/**
 //   floor 1  schema     core/schema/** (the descriptor contract of tensor, rpc and codegen)
+//            abort      core/abort.ts (one abort listener per signal, for the binding and the calls)
 //            wire       core/wire/** (frames and tags; bytes only)
 //            args       core/cli/command-line.ts (argv parsing, shared by cli and codegen's gen)
 //   floor 0  errors     core/errors.ts
-//            abort      core/abort.ts (one abort listener per signal, for the binding and the calls)
+//            lists      core/live-list.ts (collections of live objects that keep V8's scavenges cheap)
 //
 // core/index.ts (the runtime entry, `gdrpc`) gathers the areas' indexes and must never reach
 // codegen or the CLI. Type-only imports count: a type circle is still two files that cannot be
@@ -26,7 +27,7 @@ import { moduleState } from './module-state.ts';
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const edges = importEdges(root, sourceFiles(root, ['core', 'codegen']));
 
-const FLOORS: Record<string, number> = { errors: 0, abort: 0, schema: 1, wire: 1, args: 1, binding: 2, tensor: 3, compute: 4, rpc: 5, codegen: 6, cli: 7 };
+const FLOORS: Record<string, number> = { errors: 0, lists: 0, abort: 1, schema: 1, wire: 1, args: 1, binding: 2, tensor: 3, compute: 4, rpc: 5, codegen: 6, cli: 7 };
 
 /** The folders of core/rpc by floor (docs/architecture.md): a call's life from the process's
  *  runtime up to the two sides. */
@@ -36,6 +37,7 @@ function areaOf(file: string): string {
   if (file === 'core/index.ts') return 'entry';
   if (file === 'core/errors.ts') return 'errors';
   if (file === 'core/abort.ts') return 'abort';
+  if (file === 'core/live-list.ts') return 'lists';
   if (file === 'core/cli/command-line.ts') return 'args';
   if (file.startsWith('codegen/')) return 'codegen';
   if (['core/native.ts', 'core/package-root.ts', 'core/cuda.ts', 'core/cuda-driver.ts'].includes(file) || file.startsWith('core/ucx/')) return 'binding';

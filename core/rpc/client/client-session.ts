@@ -6,6 +6,7 @@ import { MAX_CALL_ID } from '../../wire/tag.ts';
 import type { Connection } from '../connection/connection.ts';
 import { errorFromFrame } from '../call/status.ts';
 import { refuseRaw } from '../transfer/refuse.ts';
+import { IdTable } from '../../live-list.ts';
 
 /** The frames that end a call well. */
 export type FinalFrame = Extract<Frame, { kind: FrameKind.Response | FrameKind.StreamEnd }>;
@@ -22,7 +23,8 @@ export interface CallListener {
 
 /** A ready connection from the client's side. */
 export class ClientSession {
-  readonly #calls = new Map<number, CallListener>();
+  /** Calls in flight by id (an IdTable, not a Map: core/live-list.ts says why). */
+  readonly #calls = new IdTable<CallListener>();
   #nextCall = 1;
   /** The server said GOAWAY: no new calls here. */
   draining = false;
@@ -39,7 +41,7 @@ export class ClientSession {
         else this.#finish(call, failure);
       },
       closed: (error) => {
-        for (const call of [...this.#calls.keys()]) this.#finish(call, error);
+        for (const call of this.#calls.keys()) this.#finish(call, error);
         this.onClosed(error);
       },
     });

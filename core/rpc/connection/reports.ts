@@ -6,6 +6,7 @@
 // RESPONSE a few microtasks after the message that carried it) is kept a while among a bounded
 // few. Nothing a peer sends makes this side keep more than those bounds.
 import { MAX_TENSORS_PER_FRAME } from '../../wire/frames.ts';
+import { IdTable } from '../../live-list.ts';
 
 /** Entries beyond this many drop the oldest (its waiter hears "no report"): room for four frames
  *  of the most tensors a frame may carry. At 4,096, one frame of 5,000 separate tag tensors lost
@@ -29,7 +30,8 @@ interface Entry {
 
 /** The sender reports a connection expects. */
 export class TransferReports {
-  readonly #entries = new Map<number, Entry>();
+  /** By transfer id (an IdTable, not a Map: core/live-list.ts says why). */
+  readonly #entries = new IdTable<Entry>();
   /** Reports for transfers not announced (yet), with when they came. */
   readonly #early = new Map<number, { report: string; at: number }>();
   #timer: NodeJS.Timeout | undefined;
@@ -62,8 +64,7 @@ export class TransferReports {
   expect(transfer: number): void {
     if (this.#closed || this.#entries.has(transfer)) return;
     if (this.#entries.size >= MAX_PENDING_REPORTS) {
-      const [oldest] = this.#entries.keys();
-      this.#settle(oldest!, undefined);
+      this.#settle(this.#entries.firstId()!, undefined);
     }
     const early = this.#early.get(transfer);
     this.#early.delete(transfer);
@@ -114,7 +115,7 @@ export class TransferReports {
     this.#early.clear();
     clearTimeout(this.#timer);
     this.#timer = undefined;
-    for (const transfer of [...this.#entries.keys()]) this.#settle(transfer, undefined);
+    for (const transfer of this.#entries.keys()) this.#settle(transfer, undefined);
   }
 
   #settle(transfer: number, report: string | undefined): void {
@@ -134,7 +135,7 @@ export class TransferReports {
     const now = performance.now();
     const waitMs = this.waitMs();
     let next = Infinity;
-    for (const [transfer, entry] of [...this.#entries]) {
+    for (const [transfer, entry] of this.#entries.entries()) {
       if (entry.waiter === undefined) continue;
       if (entry.due <= now) this.#settle(transfer, undefined);
       else next = Math.min(next, entry.due);

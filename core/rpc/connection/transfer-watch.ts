@@ -16,9 +16,12 @@ export interface WatchedConnection {
 }
 
 export class TransferWatch {
-  /** Receives and sends by transfer id, with when each is overdue. */
+  /** Receives and sends by transfer id, with when each is overdue: whole milliseconds since the
+   *  watch began, small integers to V8 for the first 12 days (a double there is a heap object
+   *  held by a long-lived Map: core/live-list.ts says why that matters). */
   readonly #receives = new Map<number, number>();
   readonly #sends = new Map<number, number>();
+  readonly #epoch = performance.now();
   #timer: NodeJS.Timeout | undefined;
 
   constructor(private readonly connection: WatchedConnection) {}
@@ -45,7 +48,7 @@ export class TransferWatch {
   }
 
   #watch(watched: Map<number, number>, transfer: number): () => void {
-    watched.set(transfer, performance.now() + this.connection.transferTimeoutMs);
+    watched.set(transfer, Math.ceil(performance.now() - this.#epoch + this.connection.transferTimeoutMs));
     // Not cleared when the last watch ends (a timer set and cleared for every received tensor
     // cost about 0.4 µs a call on the CPU box): it runs out, and waits again only for what is
     // still watched then. Unreferenced: a pending transfer keeps the process alive by itself.
@@ -57,7 +60,7 @@ export class TransferWatch {
     this.#timer = undefined;
     const connection = this.connection;
     if (connection.closedError !== undefined) return;
-    const now = performance.now();
+    const now = performance.now() - this.#epoch;
     const receives = scan(this.#receives, now);
     if (receives.late !== undefined) {
       return connection.close(new GdrpcError(Code.DEADLINE_EXCEEDED, `${connection.peer} announced tensor bytes (transfer ${receives.late}) that did not arrive within ${connection.transferTimeoutMs} ms`));

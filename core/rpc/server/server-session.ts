@@ -14,6 +14,7 @@ import { ServerCall, type CallEnvironment, type MethodEntry } from './server-cal
 import { errorFrame } from '../call/status.ts';
 import type { SendPolicy } from '../transfer/transfer.ts';
 import { refuseRaw } from '../transfer/refuse.ts';
+import { IdTable } from '../../live-list.ts';
 
 /** What a session needs from its server. */
 export interface SessionHost {
@@ -37,7 +38,8 @@ export interface SessionHost {
 const REFUSAL_LINGER_MS = 200;
 
 export class ServerSession {
-  readonly calls = new Map<number, ServerCall>();
+  /** Calls in flight by id (an IdTable, not a Map: core/live-list.ts says why). */
+  readonly calls = new IdTable<ServerCall>();
   /** Refused: ignore everything until the connection closes. */
   #closing = false;
   readonly #challenge: Uint8Array | undefined;
