@@ -1,4 +1,5 @@
 #include "endpoint.h"
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <sys/socket.h>
 #include <cstring>
@@ -25,8 +26,14 @@ Napi::Function Endpoint::Define(Napi::Env env) {
 }
 
 static sockaddr_storage Resolve(Napi::Env env, const std::string& host, uint32_t port) {
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, host.c_str(), &v6) == 1) {
+    // Listeners take IPv4 only (listener.cc: UCX 1.22 corrupts a server's heap on an IPv6 client).
+    Throw(env, "INVALID_ARGUMENT", "host must be an IPv4 address or a name with one, got " + host + " (gdrpc listens and connects over IPv4)");
+  }
   addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
+  // A name that has both resolves to its IPv4 address: the one a gdrpc listener can be on.
+  hints.ai_family = AF_INET;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_NUMERICSERV;
   addrinfo* found = nullptr;

@@ -33,10 +33,14 @@ Listener::Listener(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Listener>(
     v4->sin_family = AF_INET;
     v4->sin_port = htons(static_cast<uint16_t>(port));
   } else if (inet_pton(AF_INET6, host.c_str(), &v6->sin6_addr) == 1) {
-    v6->sin6_family = AF_INET6;
-    v6->sin6_port = htons(static_cast<uint16_t>(port));
+    // UCX 1.22 accepts the connection and then writes the client's IPv6 address into a tcp
+    // endpoint sized for the IPv4 one of its own transport (uct_tcp_ep_set_dest_addr): heap
+    // corruption, the process aborting in malloc on the next connection or two; and IPv4 clients
+    // of a dual-stack "::" listener never connected (docs/binding.md "Listener").
+    Throw(env, "INVALID_ARGUMENT", "listener host must be a numeric IPv4 address, got " + host +
+                                       " (with UCX 1.22 a client connecting over IPv6 corrupts the server's heap)");
   } else {
-    Throw(env, "INVALID_ARGUMENT", "listener host must be a numeric IPv4 or IPv6 address, got " + host);
+    Throw(env, "INVALID_ARGUMENT", "listener host must be a numeric IPv4 address, got " + host);
   }
   ucp_listener_params_t params{};
   params.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
@@ -60,7 +64,7 @@ Listener::Listener(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Listener>(
   std::tie(host_, port_) = DescribeAddress(attr.sockaddr);
   // The worker's allowed peers hold for its listeners too: a peer outside them never completes a
   // handshake here, so UCX reads nothing it sends (port_guard.h).
-  socket_ = ListeningSocketOn(port_);
+  socket_ = ListeningSocketOn(host_, port_);
   guarded_ = worker_->GuardPort(socket_);
   if (worker_->guard().has_value() && !guarded_) {
     ucp_listener_destroy(listener_);

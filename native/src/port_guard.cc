@@ -232,12 +232,15 @@ int ShutUnallowed(const std::vector<ListeningPort>& ports, const std::vector<Pee
   return shut;
 }
 
-ino_t ListeningSocketOn(unsigned port) {
+ino_t ListeningSocketOn(const std::string& address, unsigned port) {
   ino_t found = 0;
   EachListening([&](int fd, ino_t inode) {
     sockaddr_storage local{};
     socklen_t length = sizeof(local);
-    if (found == 0 && getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) == 0 && DescribeAddress(local).second == port) found = inode;
+    if (found == 0 && getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) == 0 &&
+        DescribeAddress(local) == std::make_pair(address, port)) {
+      found = inode;
+    }
   });
   return found;
 }
@@ -245,7 +248,7 @@ ino_t ListeningSocketOn(unsigned port) {
 std::set<ino_t> ListeningTcpSockets() { return {}; }
 std::vector<ListeningPort> ListSockets(const std::set<ino_t>&, bool) { return {}; }
 std::vector<ListeningPort> GuardSockets(const std::set<ino_t>&, const std::vector<PeerPrefix>&) { return {}; }
-ino_t ListeningSocketOn(unsigned) { return 0; }
+ino_t ListeningSocketOn(const std::string&, unsigned) { return 0; }
 int ShutUnallowed(const std::vector<ListeningPort>&, const std::vector<PeerPrefix>&) { return 0; }
 #endif
 

@@ -43,8 +43,9 @@ std::vector<ListeningPort> ListSockets(const std::set<ino_t>& inodes, bool guard
  *  process whose inode is in `inodes`, and returns them, `guarded` where the filter went on. */
 std::vector<ListeningPort> GuardSockets(const std::set<ino_t>& inodes, const std::vector<PeerPrefix>& allowed);
 
-/** The inode of this process's listening TCP socket on local port `port`, or 0. */
-ino_t ListeningSocketOn(unsigned port);
+/** The inode of this process's listening TCP socket bound to `address` (numeric, as
+ *  DescribeAddress gives it) and `port`, or 0. */
+ino_t ListeningSocketOn(const std::string& address, unsigned port);
 
 /** Shuts down the connections accepted on `ports` before their guard was attached whose peer is
  *  outside `allowed` (a peer may connect between UCX's listen() and the guard); returns how many. */
