@@ -105,11 +105,11 @@ bool IsListeningTcp(int fd) {
   return getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &value, &size) == 0 && value == IPPROTO_TCP;
 }
 
-/** Calls `visit(fd, inode)` for each listening TCP socket of this process. The descriptor is
- *  this scan's own duplicate (UCX's async thread may close the original meanwhile): it names
- *  the socket the scan found for as long as `visit` runs. */
+/** Calls `visit(fd, inode)` for each socket of this process. The descriptor is this scan's own
+ *  duplicate (UCX's async thread may close the original meanwhile): it names the socket the
+ *  scan found for as long as `visit` runs. */
 template <typename Visit>
-void EachListening(Visit visit) {
+void EachSocket(Visit visit) {
   DIR* dir = opendir("/proc/self/fd");
   if (dir == nullptr) return;
   const int own = dirfd(dir);
@@ -120,10 +120,18 @@ void EachListening(Visit visit) {
     const int pinned = fcntl(fd, F_DUPFD_CLOEXEC, 0);
     if (pinned < 0) continue;
     struct stat st {};
-    if (fstat(pinned, &st) == 0 && S_ISSOCK(st.st_mode) && IsListeningTcp(pinned)) visit(pinned, st.st_ino);
+    if (fstat(pinned, &st) == 0 && S_ISSOCK(st.st_mode)) visit(pinned, st.st_ino);
     close(pinned);
   }
   closedir(dir);
+}
+
+/** EachSocket, for the listening TCP sockets only. */
+template <typename Visit>
+void EachListening(Visit visit) {
+  EachSocket([&](int fd, ino_t inode) {
+    if (IsListeningTcp(fd)) visit(fd, inode);
+  });
 }
 
 }  // namespace
@@ -207,28 +215,16 @@ int ShutUnallowed(const std::vector<ListeningPort>& ports, const std::vector<Pee
   std::set<unsigned> local;
   for (const ListeningPort& port : ports) local.insert(port.port);
   int shut = 0;
-  DIR* dir = opendir("/proc/self/fd");
-  if (dir == nullptr) return 0;
-  const int own = dirfd(dir);
-  while (dirent* entry = readdir(dir)) {
-    if (entry->d_name[0] == '.') continue;
-    const int fd = std::atoi(entry->d_name);
-    if (fd == own) continue;
-    const int pinned = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-    if (pinned < 0) continue;
-    struct stat st {};
+  EachSocket([&](int fd, ino_t) {
     sockaddr_storage self{}, peer{};
     socklen_t selfLength = sizeof(self), peerLength = sizeof(peer);
-    if (fstat(pinned, &st) == 0 && S_ISSOCK(st.st_mode) && !IsListeningTcp(pinned) &&
-        getsockname(pinned, reinterpret_cast<sockaddr*>(&self), &selfLength) == 0 &&
+    if (!IsListeningTcp(fd) && getsockname(fd, reinterpret_cast<sockaddr*>(&self), &selfLength) == 0 &&
         (self.ss_family == AF_INET || self.ss_family == AF_INET6) && local.count(DescribeAddress(self).second) > 0 &&
-        getpeername(pinned, reinterpret_cast<sockaddr*>(&peer), &peerLength) == 0 && !Allows(allowed, peer)) {
-      shutdown(pinned, SHUT_RDWR);
+        getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peerLength) == 0 && !Allows(allowed, peer)) {
+      shutdown(fd, SHUT_RDWR);
       shut++;
     }
-    close(pinned);
-  }
-  closedir(dir);
+  });
   return shut;
 }
 
