@@ -91,12 +91,18 @@ export function isPeerPrefix(text: unknown): boolean {
   return /^\d{1,3}$/.test(bits) && Number(bits) <= (family === 4 ? 32 : 128);
 }
 
+/** What an allowedPeers list must be, in the words its errors use. */
+export const PEER_PREFIXES_EXPECTED = `an array of at most ${MAX_PEER_PREFIXES} numeric IPv4 or IPv6 addresses, each with an optional /bits (e.g. ["10.0.0.0/8", "127.0.0.1", "::1"])`;
+
+/** Whether `value` is an allowedPeers list (PEER_PREFIXES_EXPECTED). */
+export function isPeerPrefixList(value: unknown): value is string[] {
+  return Array.isArray(value) && value.length <= MAX_PEER_PREFIXES && value.every(isPeerPrefix);
+}
+
 /** `value` as a list of peer prefixes, or INVALID_ARGUMENT naming `what`. */
 export function checkPeerPrefixes(value: unknown, what: string): string[] {
-  if (!Array.isArray(value) || value.length > MAX_PEER_PREFIXES || !value.every(isPeerPrefix)) {
-    throw invalid(`${what} must be an array of at most ${MAX_PEER_PREFIXES} numeric IPv4 or IPv6 addresses, each with an optional /bits (e.g. ["10.0.0.0/8", "127.0.0.1", "::1"]), got ${JSON.stringify(value)}`);
-  }
-  return [...value] as string[];
+  if (!isPeerPrefixList(value)) throw invalid(`${what} must be ${PEER_PREFIXES_EXPECTED}, got ${JSON.stringify(value)}`);
+  return [...value];
 }
 
 /** A UCP worker driven by the Node event loop (event fd + watchdog timer). */

@@ -5,7 +5,7 @@
 // Pools live as long as the context, not as long as the Client that first wanted one, so that a
 // peer's cuda_ipc mapping of a pool (UCX keeps those cached) never points at memory a closed
 // client freed and reallocated.
-import { Context, Worker, checkPeerPrefixes, isPeerPrefix, type TcpPort } from '../../ucx/index.ts';
+import { Context, Worker, isPeerPrefixList, PEER_PREFIXES_EXPECTED, type TcpPort } from '../../ucx/index.ts';
 import { TensorPool, type Device, type TensorPoolOptions } from '../../tensor/index.ts';
 import { Dispatcher } from './dispatcher.ts';
 import { Accept, checkOptions, invalidOption, rule, type OptionRules } from '../../tensor/options.ts';
@@ -23,9 +23,8 @@ export const DEFAULT_FRAME_BYTES = 4 << 20;
 export const BUSY_POLL_US = rule(`'adaptive' or an integer number of microseconds from 0 to 10000000`,
   (value) => value === 'adaptive' || Accept.integer(0, 10_000_000, 'microseconds').accepts(value));
 
-/** allowedPeers: address prefixes (checked again, with the same words, by Worker.create). */
-const ALLOWED_PEERS = rule('an array of numeric IPv4 or IPv6 addresses, each with an optional /bits (e.g. ["10.0.0.0/8", "127.0.0.1", "::1"])',
-  (value) => Array.isArray(value) && value.every(isPeerPrefix));
+/** allowedPeers: address prefixes, Worker.create's rule. */
+const ALLOWED_PEERS = rule(PEER_PREFIXES_EXPECTED, isPeerPrefixList);
 /** networkDevices: UCX device names as ucx_info lists them ("lo", "eth0", "mlx5_0:1"). */
 const NETWORK_DEVICES = rule('a non-empty array of UCX network device names (e.g. ["lo"], ["eth0", "mlx5_0:1"])',
   (value) => Array.isArray(value) && value.length > 0 && value.every((name) => typeof name === 'string' && /^[A-Za-z0-9_.:-]+$/.test(name)));
@@ -193,7 +192,8 @@ export class Runtime {
     // UCX keeps shared memory off endpoints in PEER error mode unless MM_ERROR_HANDLING says so.
     const config: Record<string, string> = options.sharedMemory === undefined ? {} : { MM_ERROR_HANDLING: sharedMemory ? 'y' : 'n' };
     if (options.networkDevices !== undefined) config.NET_DEVICES = options.networkDevices.join(',');
-    const allowedPeers = options.allowedPeers === undefined ? allowedPeersFromEnvironment() : checkPeerPrefixes(options.allowedPeers, 'RuntimeOptions.allowedPeers');
+    // The option was checked with the others (create, default).
+    const allowedPeers = options.allowedPeers ?? allowedPeersFromEnvironment();
     const context = Context.create({ features: rma ? ['tag', 'rma', 'wakeup'] : ['tag', 'wakeup'], config });
     let worker: Worker;
     try {
