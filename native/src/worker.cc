@@ -69,16 +69,10 @@ Worker::Worker(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Worker>(info) 
   for (ino_t socket : ListeningTcpSockets()) {
     if (before.count(socket) == 0) tcpSockets_.insert(socket);
   }
-  if (guard_.has_value()) {
-    const std::vector<ListeningPort> ports = GuardSockets(tcpSockets_, *guard_);
-    bool all = true;
-    for (const ListeningPort& port : ports) all = all && port.guarded;
-    if (!all) {
-      ucp_worker_destroy(worker_);
-      worker_ = nullptr;
-      Throw(env, "INTERNAL", "allowedPeers: could not attach the socket filter to this worker's TCP ports");
-    }
-    guardShut_ += ShutUnallowed(ports, *guard_);
+  if (guard_.has_value() && !tcpSockets_.empty() && !Guard(tcpSockets_)) {
+    ucp_worker_destroy(worker_);
+    worker_ = nullptr;
+    Throw(env, "INTERNAL", "allowedPeers: could not attach the socket filter to this worker's TCP ports");
   }
   int fd = -1;
   status = ucp_worker_get_efd(worker_, &fd);
@@ -140,12 +134,17 @@ void Worker::DisownEndpoint(Endpoint* endpoint) {
   }
 }
 
-bool Worker::GuardPort(ino_t socket) {
-  if (!guard_.has_value() || socket == 0) return false;
-  const std::vector<ListeningPort> ports = GuardSockets({socket}, *guard_);
-  if (ports.empty() || !ports[0].guarded) return false;
+bool Worker::Guard(const std::set<ino_t>& sockets) {
+  const std::vector<ListeningPort> ports = GuardSockets(sockets, *guard_);
+  for (const ListeningPort& port : ports) {
+    if (!port.guarded) return false;
+  }
   guardShut_ += ShutUnallowed(ports, *guard_);
-  return true;
+  return !ports.empty();
+}
+
+bool Worker::GuardPort(ino_t socket) {
+  return guard_.has_value() && socket != 0 && Guard({socket});
 }
 
 // ports(): [{ address, port, guarded, kind: 'transport' | 'listener' }] of this worker's TCP ports.

@@ -114,6 +114,9 @@ class Worker : public Napi::ObjectWrap<Worker> {
   Napi::Value Cancel(const Napi::CallbackInfo& info);
   Napi::Value Stats(const Napi::CallbackInfo& info);
   Napi::Value Ports(const Napi::CallbackInfo& info);
+  /** Puts the guard on the listening `sockets` and shuts what they accepted from elsewhere before
+   *  it went on; whether it found them and guarded every one it found. */
+  bool Guard(const std::set<ino_t>& sockets);
   Napi::Value Activity(const Napi::CallbackInfo& info);
   Napi::Value Close(const Napi::CallbackInfo& info);
 
