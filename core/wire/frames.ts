@@ -44,6 +44,10 @@ export enum FrameKind {
   /** Sender -> receiver of a tag transfer: how UCX moved its bytes, once the send completed
    *  (sent only to a peer that announced `rep`). */
   Sent = 15,
+  /** Sender -> receiver of tag transfers: SENT for many transfers at once, each description sent
+   *  once per connection and named by an index after that (sent only to a peer that announced
+   *  `rpt`). */
+  Reports = 16,
 }
 
 const uint = { type: 'uint' } as const;
@@ -71,12 +75,13 @@ export const FRAMES = {
       /** the server stages what it receives into GPU memory through host memory */ stg: optional(bool),
       /** the server reads SENT frames and sends one after each tag transfer it makes */ rep: optional(bool),
       /** the server reads gathered tag transfers (mover `g`) */ gat: optional(bool),
+      /** the server reads REPORTS frames (with `rep`: its peer may send those instead of SENT) */ rpt: optional(bool),
     },
   },
   [FrameKind.Auth]: {
     name: 'AUTH',
     fields: {
-      key, proof: optional(bin), live: optional(uint), gpu: optional(bool), stg: optional(bool), rep: optional(bool), gat: optional(bool),
+      key, proof: optional(bin), live: optional(uint), gpu: optional(bool), stg: optional(bool), rep: optional(bool), gat: optional(bool), rpt: optional(bool),
       /** largest frame the client reads (absent: unlimited) */ maxFrame: optional(uint),
     },
   },
@@ -107,6 +112,15 @@ export const FRAMES = {
     fields: {
       /** the transfer id of the tag transfer whose send completed */ x: uint,
       /** UCX's description of the completed send request (empty: UCX said nothing) */ p: str,
+    },
+  },
+  [FrameKind.Reports]: {
+    name: 'REPORTS',
+    fields: {
+      /** transfer ids of tag transfers whose sends completed */ x: { type: 'uints' },
+      /** for each of `x`, the index of its description (below REPORT_DESCRIPTIONS) */ d: { type: 'uints' },
+      /** descriptions this frame defines, by index (decimal); an index keeps the description it was
+       *  given last */ p: optional({ type: 'strmap' }),
     },
   },
 } as const satisfies Record<FrameKind, FrameSpec>;

@@ -129,12 +129,29 @@ constexpr size_t kDescriptionsKept = 64;
 
 const std::string* Endpoint::Described(size_t length) const {
   auto found = described_.find(length);
-  return found == described_.end() ? nullptr : &found->second;
+  return found == described_.end() ? nullptr : &found->second.protocol;
 }
 
 void Endpoint::RememberDescribed(size_t length, const std::string& protocol) {
   if (described_.size() >= kDescriptionsKept && described_.count(length) == 0) described_.clear();
-  described_[length] = protocol;
+  Description& kept = described_[length];
+  if (kept.protocol == protocol) return;
+  kept.protocol = protocol;
+  kept.report.Reset();
+}
+
+Napi::Object Endpoint::DescribedReport(Napi::Env env, size_t length, const std::string& protocol) {
+  auto found = described_.find(length);
+  if (found != described_.end() && found->second.protocol == protocol && !found->second.report.IsEmpty()) {
+    return found->second.report.Value();
+  }
+  Napi::Object report = Napi::Object::New(env);
+  Napi::String text = Napi::String::New(env, protocol);
+  report.Set("protocol", text);
+  report.Set("initialProtocol", text);
+  report.Freeze();
+  if (found != described_.end() && found->second.protocol == protocol) found->second.report = Napi::Persistent(report);
+  return report;
 }
 
 // tagSend(tag: bigint, target, offset, length, id, completed?, describe?, quiet?) -> Promise<void | {protocol, ...}>;

@@ -44,6 +44,10 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
   const std::string* Described(size_t length) const;
   /** Keeps `protocol` for `length`; at most kDescriptionsKept lengths (the table starts over when full). */
   void RememberDescribed(size_t length, const std::string& protocol);
+  /** The report `{protocol, initialProtocol}` (both `protocol`) a send described from this table
+   *  resolves to: one frozen object per length, made when first asked for, shared by every such
+   *  send (a new object and string per send were most of what describing a 4 KiB send cost). */
+  Napi::Object DescribedReport(Napi::Env env, size_t length, const std::string& protocol);
 
   /** Main thread, after the UCX error callback fired. */
   void OnFailed(Napi::Env env);
@@ -80,7 +84,11 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
   std::string peer_;
   std::set<Request*> requests_;
   std::set<RemoteKey*> rkeys_;
-  std::unordered_map<size_t, std::string> described_;  // see Described
+  struct Description {
+    std::string protocol;
+    Napi::ObjectReference report;  // DescribedReport's object, once asked for
+  };
+  std::unordered_map<size_t, Description> described_;  // see Described
   ucs_status_t failure_ = UCS_OK;
   bool failed_ = false;
   bool closing_ = false;

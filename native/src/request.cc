@@ -134,6 +134,7 @@ Napi::Value Request::Start(ucs_status_ptr_t result, const char* name, bool quiet
   if (result == nullptr && describe && remembered) {
     // Completed inside the call: described by the endpoint's description of its key.
     protocol = *remembered;
+    describedFromMemory = true;
     worker->CountDescribedInline();
   }
   deferred.emplace(Napi::Promise::Deferred::New(env));
@@ -218,11 +219,18 @@ void Request::Settle(Napi::Env env) {
       result.Set("senderTag", Napi::BigInt::New(env, static_cast<uint64_t>(recvInfo.sender_tag)));
       result.Set("length", Napi::Number::New(env, static_cast<double>(recvInfo.length)));
     }
+    if (describedFromMemory && endpoint != nullptr) {
+      deferred->Resolve(endpoint->DescribedReport(env, *describedLength, protocol));
+      return;
+    }
     if (describe) {
       // A rendezvous send that the receiver answered with RTR runs a second protocol (the data
       // push); the one it ends with is what moved the bytes.
-      result.Set("protocol", Napi::String::New(env, finalProtocol.empty() ? protocol : finalProtocol));
-      result.Set("initialProtocol", Napi::String::New(env, protocol));
+      // One string where both are the same (an eager send).
+      Napi::String initial = Napi::String::New(env, protocol);
+      const bool same = finalProtocol.empty() || finalProtocol == protocol;
+      result.Set("protocol", same ? initial : Napi::String::New(env, finalProtocol));
+      result.Set("initialProtocol", initial);
     }
     if (kind == RequestKind::Recv || describe) deferred->Resolve(result);
     else deferred->Resolve(env.Undefined());

@@ -88,6 +88,9 @@ struct Request {
   /** ... and the endpoint's description for that length, if it has one: the request then may
    *  complete inside its *_nbx call. */
   std::optional<std::string> remembered;
+  /** Completed inside its *_nbx call and described by `remembered`: settles with the endpoint's
+   *  shared report object (Endpoint::DescribedReport). */
+  bool describedFromMemory = false;
 
  private:
   void Settle(Napi::Env env);

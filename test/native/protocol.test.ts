@@ -87,8 +87,14 @@ describe.each(Object.keys(TRANSPORTS) as TransportName[])('protocol reports over
       expect(first.protocol).toContain(`length ${size} `);
       for (const report of reports) expect(report).toEqual({ protocol: first.protocol, initialProtocol: first.initialProtocol });
       // The first was asked for a request to query; of the rest, those UCX finished inside the
-      // call were described from the endpoint's description.
-      expect(local.worker.stats().describedInline - before, `${size} bytes`).toBeGreaterThan(0);
+      // call were described from the endpoint's description, all by one frozen object.
+      const inline = local.worker.stats().describedInline - before;
+      expect(inline, `${size} bytes`).toBeGreaterThan(0);
+      const shared = reports.filter((report) => Object.isFrozen(report));
+      expect(shared.length).toBe(inline);
+      expect(new Set(shared).size).toBe(1);
+      expect(() => { (shared[0] as { protocol: string }).protocol = 'changed'; }).toThrow(TypeError);
+      expect(shared[0]!.protocol).toBe(first.protocol);
     }
     // A rendezvous is never kept: each one is asked for its own request and described afresh.
     const size = 4 << 20;
@@ -99,6 +105,7 @@ describe.each(Object.keys(TRANSPORTS) as TransportName[])('protocol reports over
       const report = (await ep.tagSend(tag, pattern(size, i), { describe: true }))!;
       expect((await received).length).toBe(size);
       expect(report.initialProtocol, report.initialProtocol).toMatch(/rendezvous/);
+      expect(Object.isFrozen(report)).toBe(false);
       expect(report.protocol).toContain(`length ${size} `);
     }
     expect(local.worker.stats().describedInline).toBe(before);

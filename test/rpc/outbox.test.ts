@@ -5,11 +5,12 @@ import { BATCH_FRAMES, Outbox, PostedFrame, SOON_MS, type FrameDone, type Outbox
 import { FRAME_HEADER, unpackMessage } from '../../core/wire/message.ts';
 
 /** An outbox whose messages are kept as lists of [kind, call] (and whose link can fail or close). */
-function recording(options: { maxFrame?: number; fail?: boolean; throws?: boolean; inline?: boolean } = {}): { outbox: Outbox; messages: Array<Array<[number, number]>>; faults: unknown[]; closeLink(): void } {
+function recording(options: { maxFrame?: number; fail?: boolean; throws?: boolean; inline?: boolean; soon?: OutboxLink['soon'] } = {}): { outbox: Outbox; messages: Array<Array<[number, number]>>; faults: unknown[]; closeLink(): void } {
   const messages: Array<Array<[number, number]>> = [];
   const faults: unknown[] = [];
   let refusal: unknown;
   const link: OutboxLink = {
+    soon: options.soon,
     fault: (error) => { faults.push(error); },
     maxFrame: () => options.maxFrame ?? Number.MAX_SAFE_INTEGER,
     refusal: () => refusal,
@@ -180,6 +181,50 @@ describe('outbox', () => {
     expect(await waiting).toBe(error);
     expect(await lost.failure()).toBe(error);
     expect(failures).toEqual([error]);
+  });
+
+  it("the link's own frame waiting for company (soonPending) is made when a message takes it, after the frames sent soon, once however often it was marked", async () => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'performance'] });
+    let made = 0;
+    let next = 0;
+    const { outbox, messages } = recording({ soon: () => { made += 1; next += 1; return next === 3 ? undefined : { kind: 16, call: 100 + next, body: body(2) }; } });
+    outbox.sendSoon(12, 7, body(2));
+    outbox.soonPending();
+    outbox.soonPending();
+    expect(made).toBe(0);
+    await outbox.send(4, 1, body(2));
+    expect(messages).toEqual([[[12, 7], [16, 101], [4, 1]]]);
+    expect(made).toBe(1);
+    // Alone it leaves after SOON_MS; not marked, it is not asked for.
+    messages.length = 0;
+    outbox.soonPending();
+    vi.advanceTimersByTime(SOON_MS + 0.01);
+    expect(messages).toEqual([[[16, 102]]]);
+    await outbox.send(4, 2, body(2));
+    expect(made).toBe(2);
+    // A link that has nothing to send after all sends nothing of its own.
+    messages.length = 0;
+    outbox.soonPending();
+    vi.advanceTimersByTime(SOON_MS + 0.01);
+    expect(messages).toEqual([]);
+    expect(made).toBe(3);
+    // flushSoon takes it at once; close forgets it.
+    outbox.soonPending();
+    outbox.flushSoon();
+    expect(messages).toEqual([[[16, 104]]]);
+    outbox.soonPending();
+    outbox.close();
+    vi.advanceTimersByTime(10 * SOON_MS);
+    expect(made).toBe(4);
+    expect(vi.getTimerCount()).toBe(0);
+  });
+
+  it("the link's frame counts towards the 16 of a message", async () => {
+    const { outbox, messages } = recording({ soon: () => ({ kind: 16, call: 0, body: body(2) }) });
+    outbox.soonPending();
+    await Promise.all(Array.from({ length: BATCH_FRAMES }, (_, i) => outbox.send(4, i + 1, body(2))));
+    expect(messages.map((m) => m.length)).toEqual([BATCH_FRAMES, 1]);
+    expect(messages[0]![0]).toEqual([16, 0]);
   });
 
   it('flushSoon sends the frames waiting for company at once and keeps the turn\'s others queued; close drops the waiting ones', async () => {

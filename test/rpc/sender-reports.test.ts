@@ -5,11 +5,14 @@
 // and a raw client that lies, stays silent or sends reports nobody asked for.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, Code, confirmedCallInfo, GdrpcError, Runtime, Server, callInfo, type CallContext, type Tensor, type TransferInfo, type UnaryHandler } from '../../core/index.ts';
-import { MAX_EARLY_REPORTS, MAX_PENDING_REPORTS, TransferReports } from '../../core/rpc/connection/reports.ts';
+import { MAX_EARLY_REPORTS, MAX_PENDING_REPORTS, MAX_REPORTS_PER_FRAME, MAX_REPORTS_PER_MESSAGE, REPORT_DESCRIPTIONS, TransferReports } from '../../core/rpc/connection/reports.ts';
+import { ReportBatch } from '../../core/rpc/connection/report-batch.ts';
+import { decodeFrame, encodeFrame } from '../../core/wire/codec.ts';
+import { packMessage } from '../../core/wire/message.ts';
 import { applySenderReport } from '../../core/rpc/movers/report.ts';
 import type { TransferPlan } from '../../core/rpc/movers/plan.ts';
-import { FrameKind } from '../../core/wire/frames.ts';
-import { ConnectionKey, dataTag } from '../../core/wire/tag.ts';
+import { FrameKind, type FrameBody } from '../../core/wire/frames.ts';
+import { ConnectionKey, dataTag, EXACT_MASK } from '../../core/wire/tag.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { patterned } from './fixtures/tensors.ts';
 import { RawPeer } from './fixtures/raw-peer.ts';
@@ -119,6 +122,99 @@ describe('TransferReports', () => {
     reports.expect(1);
     reports.deliver(1, 'x'.repeat(100_000));
     expect((await reports.take(1))!.length).toBe(1024);
+    reports.close();
+  });
+});
+
+describe('REPORTS: many reports a frame, descriptions by index', () => {
+  it('a receiver takes the descriptions a frame defines, then reads indexes of earlier frames and redefinitions', async () => {
+    const reports = new TransferReports(() => 60_000);
+    for (const x of [1, 2, 3, 4, 5]) reports.expect(x);
+    expect(reports.deliverAll({ x: [1, 2], d: [0, 1], p: { 0: 'zero', 1: 'one' } })).toBeUndefined();
+    expect(reports.deliverAll({ x: [3], d: [1] })).toBeUndefined();
+    expect(reports.deliverAll({ x: [4], d: [0], p: { 0: 'again' } })).toBeUndefined();
+    expect(reports.deliverAll({ x: [5], d: [63], p: { 63: 'y'.repeat(5000) } })).toBeUndefined();
+    expect(await Promise.all([1, 2, 3, 4].map((x) => reports.take(x)))).toEqual(['zero', 'one', 'one', 'again']);
+    expect((await reports.take(5))!.length).toBe(1024);
+    expect(reports.size).toBe(0);
+    reports.close();
+  });
+
+  it('a receiver refuses a malformed frame whole: no report of it delivered, no description of it kept', async () => {
+    const reports = new TransferReports(() => 60_000);
+    reports.expect(1);
+    const many = MAX_REPORTS_PER_FRAME + 1;
+    const refused: Array<[FrameBody<FrameKind.Reports>, RegExp]> = [
+      [{ x: [1], d: [] }, /1 transfer ids and 0 description indexes/],
+      [{ x: new Array(many).fill(1), d: new Array(many).fill(0), p: { 0: 'a' } }, /1025 reports, over 1024/],
+      [{ x: [1], d: [0], p: { 0: 'a', [REPORT_DESCRIPTIONS]: 'b' } }, /defines description '64', not an index from 0 to 63/],
+      [{ x: [1], d: [0], p: { '01': 'a' } }, /defines description '01'/],
+      [{ x: [1], d: [0], p: { '-1': 'a' } }, /defines description '-1'/],
+      [{ x: [1], d: [0], p: { '1.5': 'a' } }, /defines description '1.5'/],
+      [{ x: [1], d: [5] }, /names description 5, which it never defined/],
+      [{ x: [1], d: [2 ** 40] }, /names description 1099511627776/],
+    ];
+    for (const [body, why] of refused) expect(reports.deliverAll(body)).toMatch(why);
+    // Index 0 was defined only by refused frames: it is still unknown.
+    expect(reports.deliverAll({ x: [1], d: [0] })).toMatch(/never defined/);
+    expect(reports.deliverAll({ x: [1], d: [0], p: { 0: 'kept' } })).toBeUndefined();
+    expect(await reports.take(1)).toBe('kept');
+    reports.close();
+  });
+
+  it('a sender indexes the first 64 descriptions, defines each in the frame that first uses it, and declines the 65th', () => {
+    const batch = new ReportBatch();
+    expect(batch.take()).toBeUndefined();
+    expect([batch.add(1, 'a'), batch.add(2, 'b'), batch.add(3, 'a')]).toEqual([true, true, true]);
+    expect(batch.take()).toEqual({ x: [1, 2, 3], d: [0, 1, 0], p: { 0: 'a', 1: 'b' } });
+    expect(batch.take()).toBeUndefined();
+    batch.add(4, 'b');
+    expect(batch.take()).toEqual({ x: [4], d: [1] });
+    for (let i = 2; i < REPORT_DESCRIPTIONS; i += 1) expect(batch.add(10 + i, `d${i}`)).toBe(true);
+    expect(batch.add(99, 'one too many')).toBe(false);
+    expect(batch.add(100, 'a')).toBe(true);
+    const body = batch.take()!;
+    expect(body.x).not.toContain(99);
+    expect(body.x.at(-1)).toBe(100);
+    expect(Object.keys(body.p!)).toHaveLength(REPORT_DESCRIPTIONS - 2);
+    // A description over 1,024 characters is indexed by its first 1,024.
+    const fresh = new ReportBatch();
+    fresh.add(1, 'z'.repeat(2000));
+    fresh.add(2, 'z'.repeat(1024));
+    expect(fresh.take()).toEqual({ x: [1, 2], d: [0, 0], p: { 0: 'z'.repeat(1024) } });
+    // Descriptions whose frame was dropped are defined afresh.
+    fresh.forgetDescriptions();
+    fresh.add(3, 'b');
+    expect(fresh.take()).toEqual({ x: [3], d: [0], p: { 0: 'b' } });
+    for (let i = 0; i < MAX_REPORTS_PER_FRAME - 1; i += 1) fresh.add(i, 'b');
+    expect(fresh.full).toBe(false);
+    fresh.add(0, 'b');
+    expect(fresh.full).toBe(true);
+  });
+
+  it('what a sender batches, a receiver reads back through the codec, over many frames and 100 descriptions', async () => {
+    const batch = new ReportBatch();
+    const reports = new TransferReports(() => 60_000);
+    const sentAlone = new Map<number, string>();
+    const expected = new Map<number, string>();
+    let x = 0;
+    for (let frame = 0; frame < 40; frame += 1) {
+      for (let k = 0; k < 1 + (frame * 7) % 50; k += 1, x += 1) {
+        const description = `protocol ${(x * 13) % 100}`;
+        expected.set(x, description);
+        reports.expect(x);
+        if (!batch.add(x, description)) sentAlone.set(x, description);
+      }
+      const body = batch.take();
+      if (body === undefined) continue;
+      const bytes = encodeFrame(FrameKind.Reports, body);
+      const decoded = decodeFrame({ kind: FrameKind.Reports, call: 0, source: bytes, start: 0, end: bytes.length });
+      expect(decoded.kind).toBe(FrameKind.Reports);
+      expect(reports.deliverAll(decoded.body as FrameBody<FrameKind.Reports>)).toBeUndefined();
+    }
+    for (const [transfer, description] of sentAlone) reports.deliver(transfer, description);
+    expect(sentAlone.size).toBeGreaterThan(0);
+    for (const [transfer, description] of expected) expect(await reports.take(transfer)).toBe(description);
     reports.close();
   });
 });
@@ -247,23 +343,139 @@ describe('sender reports between a client and a server', () => {
   describe('from a raw client', () => {
     const SIZE = 64 << 10;
 
-    /** A raw client admitted with `rep` (it promises SENT frames) or without. */
-    async function rawClient(rep: boolean): Promise<RawPeer> {
+    /** A raw client admitted with `rep` (it promises SENT frames) and `rpt` (it reads REPORTS), or without. */
+    async function rawClient(rep: boolean, rpt = false): Promise<RawPeer> {
       const raw = await RawPeer.connect(server.address!.port);
-      await raw.sendBody(FrameKind.Auth, 0, rep ? { key: raw.key.value, rep: true } : { key: raw.key.value });
+      await raw.sendBody(FrameKind.Auth, 0, { key: raw.key.value, ...(rep ? { rep: true } : {}), ...(rpt ? { rpt: true } : {}) });
       expect((await raw.receive())?.kind).toBe(FrameKind.Ready);
       return raw;
     }
 
     /** A checksum call with a tag tensor of SIZE bytes under noStaging, its bytes sent, and then
-     *  `report` as the SENT for it (none when undefined). Returns the server's answer. */
-    async function checksumNoStaging(raw: RawPeer, call: number, report: string | undefined): Promise<{ kind: number; body: Record<string, unknown> } | undefined> {
+     *  `report` as the SENT for it (none when undefined), or as a REPORTS frame defining it.
+     *  Returns the server's answer. */
+    async function checksumNoStaging(raw: RawPeer, call: number, report: string | undefined, frame: 'SENT' | 'REPORTS' = 'SENT'): Promise<{ kind: number; body: Record<string, unknown> } | undefined> {
       const x = 40 + call;
       await raw.sendBody(FrameKind.Request, call, { svc: EchoDescriptor.name, m: 'checksum', ns: true, a: { x: { dt: 'u8', sh: [SIZE], n: SIZE, mt: 'host', m: 't', x } } });
       await raw.endpoint.tagSend(dataTag(new ConnectionKey(raw.serverKey), x), new Uint8Array(SIZE).fill(1));
-      if (report !== undefined) await raw.sendBody(FrameKind.Sent, call, { x, p: report });
+      if (report !== undefined && frame === 'SENT') await raw.sendBody(FrameKind.Sent, call, { x, p: report });
+      if (report !== undefined && frame === 'REPORTS') await raw.sendBody(FrameKind.Reports, 0, { x: [x], d: [7], p: { 7: report } });
       return raw.receive(10_000);
     }
+
+    /** An echo call of one tag tensor of SIZE bytes whose result comes back by tag: sends its
+     *  bytes, takes the RESPONSE and the result's bytes; returns the result's transfer id. */
+    async function echoByTag(raw: RawPeer, call: number): Promise<number> {
+      const x = 60 + call;
+      await raw.sendBody(FrameKind.Request, call, { svc: EchoDescriptor.name, m: 'echo', mv: 'tag', a: { x: { dt: 'u8', sh: [SIZE], n: SIZE, mt: 'host', m: 't', x }, tag: 'e' } });
+      await raw.endpoint.tagSend(dataTag(new ConnectionKey(raw.serverKey), x), new Uint8Array(SIZE).fill(2));
+      const response = await raw.receive(10_000);
+      expect(response?.kind).toBe(FrameKind.Response);
+      const y = (response!.body.r as { y: { m: string; x: number } }).y;
+      expect(y.m).toBe('t');
+      const into = new Uint8Array(SIZE);
+      await raw.worker.tagRecv(into, dataTag(raw.key, y.x), EXACT_MASK);
+      expect(into.every((byte) => byte === 2)).toBe(true);
+      return y.x;
+    }
+
+    it('a client that reads REPORTS gets each report in one: its description defined once, named by its index after that', async () => {
+      const raw = await rawClient(true, true);
+      try {
+        const defined: Record<string, string> = {};
+        const frames: Array<Record<string, unknown>> = [];
+        for (let call = 1; call <= 4; call += 1) {
+          const y = await echoByTag(raw, call);
+          const report = await raw.receive();
+          expect(report?.kind).toBe(FrameKind.Reports);
+          expect(report?.call).toBe(0);
+          expect(report!.body.x).toEqual([y]);
+          Object.assign(defined, report!.body.p ?? {});
+          const [index] = report!.body.d as number[];
+          expect(defined[index!]).toMatch(new RegExp(`from host memory length ${SIZE} .*tcp/`));
+          frames.push(report!.body);
+        }
+        // The same size and path describe alike: after the first frames, no definitions.
+        expect(Object.keys(defined).length).toBeLessThanOrEqual(2);
+        expect(frames.at(-1)!.p).toBeUndefined();
+      } finally {
+        await raw.close();
+      }
+    });
+
+    it('a client that does not read REPORTS gets SENT frames', async () => {
+      const raw = await rawClient(true);
+      try {
+        const y = await echoByTag(raw, 1);
+        const report = await raw.receive();
+        expect(report?.kind).toBe(FrameKind.Sent);
+        expect(report!.body.x).toBe(y);
+        expect(report!.body.p).toMatch(new RegExp(`from host memory length ${SIZE} .*tcp/`));
+      } finally {
+        await raw.close();
+      }
+    });
+
+    it('a REPORTS frame confirms a noStaging call as a SENT does, and a staged report in one fails it', async () => {
+      const raw = await rawClient(true, true);
+      try {
+        const before = checksums;
+        const ok = await checksumNoStaging(raw, 3, TCP_EAGER.replace('8193', String(SIZE)), 'REPORTS');
+        expect(ok?.kind).toBe(FrameKind.Response);
+        expect(seen.at(-1)!.confirmed[0]).toMatchObject({ source: 'sender', path: 'tcp', protocol: TCP_EAGER.replace('8193', String(SIZE)) });
+        const staged = await checksumNoStaging(raw, 5, GPU_PIPELINE, 'REPORTS');
+        expect(staged?.kind).toBe(FrameKind.Error);
+        expect(staged?.body.code).toBe(Code.FAILED_PRECONDITION);
+        expect(checksums).toBe(before + 1);
+      } finally {
+        await raw.close();
+      }
+    });
+
+    it('a message may carry 16 full REPORTS frames; one that carries more reports in all closes its connection unread', async () => {
+      const raw = await rawClient(true, true);
+      try {
+        const frame = (first: number): { kind: number; call: number; body: Uint8Array } => ({
+          kind: FrameKind.Reports,
+          call: 0,
+          body: encodeFrame(FrameKind.Reports, { x: Array.from({ length: MAX_REPORTS_PER_FRAME }, (_, i) => first + i), d: new Array(MAX_REPORTS_PER_FRAME).fill(0), p: { 0: TCP_EAGER } }),
+        });
+        const frames = (count: number): Array<{ kind: number; call: number; body: Uint8Array }> => Array.from({ length: count }, (_, k) => frame(k * MAX_REPORTS_PER_FRAME));
+        expect(16 * MAX_REPORTS_PER_FRAME).toBe(MAX_REPORTS_PER_MESSAGE);
+        await raw.sendMessage(packMessage(frames(16)));
+        await raw.sendBody(FrameKind.Request, 3, { svc: EchoDescriptor.name, m: 'ping', a: { n: 3 } });
+        expect((await raw.receive())?.body.r).toEqual({ n: 3 });
+        await raw.sendMessage(packMessage(frames(17)));
+        const answer = await raw.receive();
+        expect(answer?.kind).toBe(FrameKind.Error);
+        expect(answer?.body.msg).toMatch(new RegExp(`REPORTS frames carry more than ${MAX_REPORTS_PER_MESSAGE} reports in one message`));
+      } finally {
+        await raw.close();
+      }
+    });
+
+    it('a malformed REPORTS frame closes only its own connection, with an error that says what was wrong', async () => {
+      const errors: GdrpcError[] = [];
+      const onError = (error: GdrpcError): void => { errors.push(error); };
+      server.on('error', onError);
+      const raw = await rawClient(true, true);
+      try {
+        await raw.sendBody(FrameKind.Reports, 0, { x: [1, 2], d: [0, 3], p: { 0: GPU_PIPELINE } });
+        const answer = await raw.receive();
+        expect(answer?.kind).toBe(FrameKind.Error);
+        expect(answer?.call).toBe(0);
+        expect(answer?.body.code).toBe(Code.INVALID_ARGUMENT);
+        expect(answer?.body.msg).toMatch(/REPORTS frame names description 3, which it never defined/);
+        expect(errors.some((error) => /REPORTS frame names description 3/.test(error.message))).toBe(true);
+        // The server answers nothing more on it, and serves everyone else.
+        await raw.sendBody(FrameKind.Request, 9, { svc: EchoDescriptor.name, m: 'ping', a: { n: 1 } });
+        expect(await raw.receive(500)).toBeUndefined();
+        expect((await client.unary(EchoDescriptor.methods.ping, { n: 8 })).n).toBe(8);
+      } finally {
+        server.off('error', onError);
+        await raw.close();
+      }
+    });
 
     it('a report that UCX bounced the bytes through host memory fails a noStaging call before its handler runs', async () => {
       const raw = await rawClient(true);

@@ -19,11 +19,11 @@ const bytes = (n: number): Uint8Array => new Uint8Array(n).fill(7);
 
 const FRAME_CASES: Record<FrameKind, Case> = {
   [FrameKind.Hello]: {
-    good: { key: KEY, chal: bytes(32), maxFrame: 4 << 20, maxTensor: 2 ** 40, inline: 4096, live: 10_000, gpu: false, stg: true, rep: true, gat: true },
+    good: { key: KEY, chal: bytes(32), maxFrame: 4 << 20, maxTensor: 2 ** 40, inline: 4096, live: 10_000, gpu: false, stg: true, rep: true, gat: true, rpt: true },
     missing: 'maxFrame', wrongType: ['gpu', 1], outOfBounds: ['key', 0xffff_ffffn],
   },
   [FrameKind.Auth]: {
-    good: { key: KEY, proof: bytes(32), live: 10_000, gpu: true, stg: false, rep: false, maxFrame: 1 << 22 },
+    good: { key: KEY, proof: bytes(32), live: 10_000, gpu: true, stg: false, rep: false, rpt: true, maxFrame: 1 << 22 },
     missing: 'key', wrongType: ['proof', 'proof'], outOfBounds: ['maxFrame', -1],
   },
   [FrameKind.Ready]: { good: {} },
@@ -41,6 +41,7 @@ const FRAME_CASES: Record<FrameKind, Case> = {
   [FrameKind.GoAway]: { good: {} },
   [FrameKind.Credit]: { good: { n: 32 }, missing: 'n', wrongType: ['n', {}], outOfBounds: ['n', 0.5] },
   [FrameKind.Sent]: { good: { x: 9, p: 'tag_send from host memory length 8 eager short tcp/lo' }, missing: 'p', wrongType: ['p', 1], outOfBounds: ['x', 2 ** 53] },
+  [FrameKind.Reports]: { good: { x: [9, 2 ** 32 - 1], d: [0, 0], p: { 0: 'tag_send from host memory length 8 eager short tcp/lo' } }, missing: 'd', wrongType: ['p', { 0: 1 }], outOfBounds: ['x', [1, -1]] },
 };
 
 const common = { dt: 'u8', sh: [2, 1], n: 2, mt: 'host' };
@@ -105,8 +106,8 @@ describe.each(kinds.map((kind) => [FRAMES[kind].name, kind] as const))('%s', (na
     const fields = Object.values(FRAMES[kind].fields);
     expect(c.missing !== undefined).toBe(fields.some((f) => !('optional' in f)));
     expect(c.wrongType !== undefined).toBe(fields.length > 0);
-    // Bounds exist for numbers and keys only (strings, maps and flags have none).
-    expect(c.outOfBounds !== undefined).toBe(fields.some((f) => f.type === 'uint' || f.type === 'key'));
+    // Bounds exist for numbers (alone or in arrays) and keys only (strings, maps and flags have none).
+    expect(c.outOfBounds !== undefined).toBe(fields.some((f) => f.type === 'uint' || f.type === 'uints' || f.type === 'key'));
   });
 });
 

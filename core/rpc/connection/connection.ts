@@ -13,13 +13,14 @@ import { Exposures } from './exposures.ts';
 import { Outbox, type FrameDone } from './outbox.ts';
 import { HeldPayloads, MAX_HELD_PAYLOADS } from './held-payloads.ts';
 import { Liveness } from './liveness.ts';
-import { TransferReports } from './reports.ts';
+import { MAX_REPORTS_PER_MESSAGE, TransferReports } from './reports.ts';
+import { ReportBatch } from './report-batch.ts';
 import { TransferWatch } from './transfer-watch.ts';
 import type { Runtime } from '../runtime/runtime.ts';
 
 /** What the side that owns a connection does with its frames. */
 export interface FrameHandler {
-  /** A well-formed frame (checked against the frame table), other than KEEPALIVE, FIN and SENT.
+  /** A well-formed frame (checked against the frame table), other than KEEPALIVE, FIN, SENT and REPORTS.
    *  An error returned says the frame is of no use here (a kind this side never receives): it is
    *  reported through malformed() and counts towards MAX_MALFORMED_FRAMES like a frame that
    *  failed its checks. */
@@ -36,6 +37,7 @@ export interface PeerLimits {
   /** receives @cuda tensors into GPU memory */ gpu: boolean;
   /** stages what it receives into GPU memory through host memory (its UCX cannot map CUDA) */ stages?: boolean;
   /** reads SENT frames and sends one after each tag transfer it makes (docs/wire.md) */ reports?: boolean;
+  /** reads REPORTS frames too (with `reports`) */ batchedReports?: boolean;
   /** reads gathered tag transfers (mover `g`, docs/wire.md) */ gathers?: boolean;
 }
 
@@ -170,7 +172,43 @@ export class Connection implements FrameSink {
     this.#outbox.sendSoon(kind, call, bytes);
   }
 
+  /** Tells the peer how UCX moved a tag transfer it sent there, once its send completed: in the
+   *  next message, batched with the other reports waiting (REPORTS) where the peer reads those,
+   *  else as a SENT frame of its own. */
+  reportSoon(call: number, transfer: number, description: string): void {
+    if (this.#error !== undefined || this.peerKey === undefined) return;
+    if (this.peerLimits.batchedReports !== true || !this.#reportBatch.add(transfer, description)) {
+      this.sendSoon(FrameKind.Sent, call, { x: transfer, p: description });
+      return;
+    }
+    if (this.#reportBatch.full) {
+      const frame = this.#reportsFrame();
+      if (frame !== undefined) this.#outbox.sendSoon(frame.kind, frame.call, frame.body);
+    } else {
+      this.#outbox.soonPending();
+    }
+  }
+
+  readonly #reportBatch = new ReportBatch();
+  /** Reports the REPORTS frames of the message being read carried so far. */
+  #reportsInMessage = 0;
+
+  /** The batched reports as one REPORTS frame, or undefined when none wait. */
+  #reportsFrame(): { kind: FrameKind; call: number; body: Uint8Array } | undefined {
+    const body = this.#reportBatch.take();
+    if (body === undefined) return undefined;
+    const bytes = encodeFrame(FrameKind.Reports, body);
+    if (bytes.length + FRAME_HEADER > this.peerLimits.maxFrame) {
+      // A peer whose frame limit is this small goes without these reports (its waits for them
+      // end after the transfer timeout); the descriptions the frame defined are defined afresh.
+      this.#reportBatch.forgetDescriptions();
+      return undefined;
+    }
+    return { kind: FrameKind.Reports, call: 0, body: bytes };
+  }
+
   readonly #outbox = new Outbox({
+    soon: () => this.#reportsFrame(),
     maxFrame: () => this.peerLimits.maxFrame,
     refusal: () => (this.#error === undefined ? undefined : unprocessed(this.#error)),
     // Nothing is queued before the handshake gave the peer's key, and a key is never taken back.
@@ -308,6 +346,7 @@ export class Connection implements FrameSink {
       return;
     }
     let malformed = 0;
+    this.#reportsInMessage = 0;
     for (const frame of frames) {
       if (this.#error !== undefined) return;
       const error = this.#onFrame(frame);
@@ -341,6 +380,15 @@ export class Connection implements FrameSink {
     if (frame.kind === FrameKind.Sent) {
       if (this.admitted) this.reports.deliver(frame.body.x, frame.body.p);
       return undefined;
+    }
+    if (frame.kind === FrameKind.Reports) {
+      if (!this.admitted) return undefined;
+      this.#reportsInMessage += frame.body.x.length;
+      if (this.#reportsInMessage > MAX_REPORTS_PER_MESSAGE) {
+        return new GdrpcError(Code.INVALID_ARGUMENT, `REPORTS frames carry more than ${MAX_REPORTS_PER_MESSAGE} reports in one message`);
+      }
+      const bad = this.reports.deliverAll(frame.body);
+      return bad === undefined ? undefined : new GdrpcError(Code.INVALID_ARGUMENT, `REPORTS frame ${bad}`);
     }
     return this.#handler?.frame(frame) ?? undefined;
   }

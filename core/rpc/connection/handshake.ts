@@ -57,11 +57,14 @@ function admit(connection: Connection, options: HandshakeOptions): Promise<void>
           const hello = frame.body;
           connection.peerKey = new ConnectionKey(hello.key);
           const describes = connection.runtime.describes;
-          connection.peerLimits = { maxFrame: hello.maxFrame, maxTensor: hello.maxTensor, inline: hello.inline, gpu: hello.gpu === true, stages: hello.stg === true, reports: describes && hello.rep === true, gathers: connection.runtime.gathers && hello.gat === true };
+          connection.peerLimits = { maxFrame: hello.maxFrame, maxTensor: hello.maxTensor, inline: hello.inline, gpu: hello.gpu === true, stages: hello.stg === true, reports: describes && hello.rep === true, batchedReports: describes && hello.rep === true && hello.rpt === true, gathers: connection.runtime.gathers && hello.gat === true };
           const auth: FrameBody<FrameKind.Auth> = { key: connection.key.value, live: options.livenessMs, gpu: cudaReceives(), maxFrame: DEFAULT_FRAME_BYTES };
           if (connection.runtime.gathers) auth.gat = true;
           if (connection.runtime.stagesCudaReceives) auth.stg = true;
-          if (describes) auth.rep = true;
+          if (describes) {
+            auth.rep = true;
+            auth.rpt = true;
+          }
           if (hello.chal !== undefined && options.token !== undefined) auth.proof = authProof(options.token, hello.chal, connection.peerKey.value, connection.key.value);
           const livenessMs = Math.min(options.livenessMs, hello.live || options.livenessMs);
           connection.liveness.start(livenessMs);

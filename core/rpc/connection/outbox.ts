@@ -65,11 +65,17 @@ export interface OutboxLink {
   /** Told what a FrameDone threw (a bug of its own) once every frame of its message was told its
    *  fate; left out, it is rethrown as an uncaught exception in a microtask of its own. */
   fault?(error: unknown): void;
+  /** The frame made of what waits for company on the link's side (a connection's batched
+   *  reports), asked for as a message takes the frames waiting for company; undefined when it has
+   *  none or could not make one. */
+  soon?(): WireFrame | undefined;
 }
 
 export class Outbox {
   #queue: QueuedFrame[] = [];
   #soon: QueuedFrame[] = [];
+  /** The link has something waiting for company (soonPending): link.soon() makes its frame. */
+  #linkSoon = false;
   #soonTimer: NodeJS.Timeout | undefined;
   /** When the oldest frame now waiting for company was queued. */
   #soonSince = 0;
@@ -96,15 +102,29 @@ export class Outbox {
       });
     }
     this.#queue.push({ kind, call, body, done });
-    if (this.#queue.length + this.#soon.length >= BATCH_FRAMES) this.#flush();
+    if (this.#queue.length + this.#soon.length + (this.#linkSoon ? 1 : 0) >= BATCH_FRAMES) this.#flush();
   }
 
   /** Queues a frame the peer needs soon but nobody waits for (a SENT report): it joins the next
    *  message, or leaves on its own after SOON_MS. With calls in flight that is the next REQUEST
    *  or RESPONSE: no message and no wake-up of its own. */
   sendSoon(kind: number, call: number, body: Uint8Array): void {
-    if (this.#soon.length === 0) this.#soonSince = performance.now();
+    this.#waitForCompany();
     this.#soon.push({ kind, call, body, done: NOBODY });
+  }
+
+  /** The link has something that waits for company as sendSoon's frames do: link.soon() makes
+   *  its frame when a message takes them. */
+  soonPending(): void {
+    if (this.#linkSoon) return;
+    this.#waitForCompany();
+    this.#linkSoon = true;
+  }
+
+  get #hasSoon(): boolean { return this.#soon.length > 0 || this.#linkSoon; }
+
+  #waitForCompany(): void {
+    if (!this.#hasSoon) this.#soonSince = performance.now();
     this.#soonTimer ??= setTimeout(this.#soonDue, SOON_MS).unref();
   }
 
@@ -114,7 +134,7 @@ export class Outbox {
    *  nothing or younger frames, and waits again only for those. */
   readonly #soonDue = (): void => {
     this.#soonTimer = undefined;
-    if (this.#soon.length === 0) return;
+    if (!this.#hasSoon) return;
     const waited = performance.now() - this.#soonSince;
     if (waited < SOON_MS) this.#soonTimer = setTimeout(this.#soonDue, Math.max(1, SOON_MS - waited)).unref();
     else if (this.#queue.length === 0) this.#flush();
@@ -123,7 +143,7 @@ export class Outbox {
   /** Sends the frames waiting for company now, on their own (a graceful close); frames queued
    *  with send() in this turn stay queued, to fail with the connection. */
   flushSoon(): void {
-    if (this.#soon.length === 0) return;
+    if (!this.#hasSoon) return;
     const queued = this.#queue;
     this.#queue = [];
     this.#flush();
@@ -133,14 +153,20 @@ export class Outbox {
   /** Drops the frames waiting for company (the connection closed; nobody waits for them). */
   close(): void {
     this.#soon = [];
+    this.#linkSoon = false;
     clearTimeout(this.#soonTimer);
     this.#soonTimer = undefined;
   }
 
   /** Takes the frames waiting for company (their timer runs out by itself: #soonDue). */
   #takeSoon(): QueuedFrame[] {
-    const soon = this.#soon;
+    let soon = this.#soon;
     if (soon.length > 0) this.#soon = [];
+    if (this.#linkSoon) {
+      this.#linkSoon = false;
+      const frame = this.link.soon?.();
+      if (frame !== undefined) soon = [...soon, { ...frame, done: NOBODY }];
+    }
     return soon;
   }
 

@@ -5,7 +5,12 @@
 // report lasts at most waitMs. A report that comes before its frame was decoded (a client reads a
 // RESPONSE a few microtasks after the message that carried it) is kept a while among a bounded
 // few. Nothing a peer sends makes this side keep more than those bounds.
-import { MAX_TENSORS_PER_FRAME } from '../../wire/frames.ts';
+// A peer that announced `rpt` sends them in REPORTS frames instead: many transfers a frame, each
+// description once per connection and after that an index into the few this side keeps
+// (docs/wire.md): with a SENT frame and a ~200-character description per transfer, 64 tag tensor
+// calls in flight made 67.6-74.7k calls/s against 79.9-86.1k without reports (CPU box, scratch;
+// docs/gpu.md "Transfer paths").
+import { MAX_TENSORS_PER_FRAME, type FrameBody, type FrameKind } from '../../wire/frames.ts';
 import { IdTable } from '../../live-list.ts';
 
 /** Entries beyond this many drop the oldest (its waiter hears "no report"): room for four frames
@@ -15,7 +20,15 @@ export const MAX_PENDING_REPORTS = 4 * MAX_TENSORS_PER_FRAME;
 /** Reports kept for transfers no decoded frame has announced yet; more drop the oldest. */
 export const MAX_EARLY_REPORTS = 256;
 /** Longest description kept: UCX's are about 200 characters. */
-const MAX_REPORT_CHARS = 1024;
+export const MAX_REPORT_CHARS = 1024;
+/** Descriptions a connection's REPORTS frames may name by index (0 to this, exclusive). */
+export const REPORT_DESCRIPTIONS = 64;
+/** Reports one REPORTS frame may carry. */
+export const MAX_REPORTS_PER_FRAME = 1024;
+/** Reports one control message may carry in all: what gdrpc's sender puts in one at most (16
+ *  full frames; outbox.ts BATCH_FRAMES). A message's frames are read in one turn of the event
+ *  loop, and a message may hold 256 frames. */
+export const MAX_REPORTS_PER_MESSAGE = 16 * MAX_REPORTS_PER_FRAME;
 /** Distinct descriptions whose reading is kept (a workload repeats a few sizes and protocols). */
 const READINGS_KEPT = 64;
 
@@ -34,6 +47,8 @@ export class TransferReports {
   readonly #entries = new IdTable<Entry>();
   /** Reports for transfers not announced (yet), with when they came. */
   readonly #early = new Map<number, { report: string; at: number }>();
+  /** The descriptions the peer's REPORTS frames defined, by index. */
+  #descriptions: Array<string | undefined> = [];
   #timer: NodeJS.Timeout | undefined;
   #closed = false;
 
@@ -88,6 +103,32 @@ export class TransferReports {
     else entry.report = kept;
   }
 
+  /** REPORTS from the peer: takes the descriptions it defines, then delivers each report. Returns
+   *  why the frame is malformed (nothing of it is taken then), or undefined. */
+  deliverAll(body: FrameBody<FrameKind.Reports>): string | undefined {
+    const { x, d, p } = body;
+    if (x.length !== d.length) return `carries ${x.length} transfer ids and ${d.length} description indexes`;
+    if (x.length > MAX_REPORTS_PER_FRAME) return `carries ${x.length} reports, over ${MAX_REPORTS_PER_FRAME}`;
+    let table = this.#descriptions;
+    if (p !== undefined) {
+      table = [...table];
+      for (const key in p) {
+        const index = Number(key);
+        if (!Number.isInteger(index) || index < 0 || index >= REPORT_DESCRIPTIONS || String(index) !== key) {
+          return `defines description '${key.slice(0, 16)}', not an index from 0 to ${REPORT_DESCRIPTIONS - 1}`;
+        }
+        table[index] = p[key]!.slice(0, MAX_REPORT_CHARS);
+      }
+    }
+    for (const index of d) {
+      if (index >= REPORT_DESCRIPTIONS || table[index] === undefined) return `names description ${index}, which it never defined`;
+    }
+    if (this.#closed) return undefined;
+    this.#descriptions = table;
+    for (let i = 0; i < x.length; i += 1) this.deliver(x[i]!, table[d[i]!]!);
+    return undefined;
+  }
+
   /** The report of `transfer` once it is here; undefined when none will come (not expected,
    *  taken already, waited for waitMs, dropped, connection closed). The entry is gone once this
    *  settles. */
@@ -112,6 +153,7 @@ export class TransferReports {
   close(): void {
     this.#closed = true;
     this.#readings.clear();
+    this.#descriptions = [];
     this.#early.clear();
     clearTimeout(this.#timer);
     this.#timer = undefined;

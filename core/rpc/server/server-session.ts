@@ -71,7 +71,10 @@ export class ServerSession {
     const hello: FrameBody<FrameKind.Hello> = { key: connection.key.value, maxFrame: host.limits.maxFrame, maxTensor: host.limits.maxTensor, inline: host.limits.inline, live: host.livenessMs, gpu: cudaReceives() };
     if (this.#challenge !== undefined) hello.chal = this.#challenge;
     if (connection.runtime.stagesCudaReceives) hello.stg = true;
-    if (connection.runtime.describes) hello.rep = true;
+    if (connection.runtime.describes) {
+      hello.rep = true;
+      hello.rpt = true;
+    }
     if (connection.runtime.gathers) hello.gat = true;
     connection.sendRaw(controlTag(HELLO_KEY), packMessage([{ kind: FrameKind.Hello, call: 0, body: encodeFrame(FrameKind.Hello, hello) }])).catch(() => connection.close());
   }
@@ -136,7 +139,7 @@ export class ServerSession {
     }
     this.connection.admitted = true;
     clearTimeout(this.#admissionTimer);
-    this.connection.peerLimits = { ...this.connection.peerLimits, gpu: body.gpu === true, stages: body.stg === true, reports: this.connection.runtime.describes && body.rep === true, gathers: this.connection.runtime.gathers && body.gat === true };
+    this.connection.peerLimits = { ...this.connection.peerLimits, gpu: body.gpu === true, stages: body.stg === true, reports: this.connection.runtime.describes && body.rep === true, batchedReports: this.connection.runtime.describes && body.rep === true && body.rpt === true, gathers: this.connection.runtime.gathers && body.gat === true };
     // Results may now be inline by the caller's choice: keep them within the client's receive buffer.
     if (body.maxFrame !== undefined && body.maxFrame > 0) this.connection.peerLimits.maxFrame = body.maxFrame;
     const peerLive = body.live !== undefined && body.live > 0 ? body.live : this.host.livenessMs;

@@ -143,15 +143,16 @@ export class OutgoingTensors {
 
   /** Tells the receiver of a completed tag send how UCX moved it (SENT): a receive cannot ask.
    *  Under noStaging the receiver waits for it, so it goes at once; otherwise it rides along
-   *  with the next frame (Connection.sendSoon). */
+   *  with the next frame (Connection.reportSoon). */
   #report(entry: Sending, seen: ProtocolSeen | void): void {
     const { connection, call } = this.scope;
     if (entry.plan.mover !== 'tag' || connection.peerLimits.reports !== true || !connection.isOpen) return;
-    const body = { x: entry.outgoing.wire.x!, p: seen?.protocol ?? '' };
+    const transfer = entry.outgoing.wire.x!;
+    const description = seen?.protocol ?? '';
     if (this.policy.noStaging) {
-      connection.send(FrameKind.Sent, call, body).catch(() => { /* the connection is gone: the receiver's wait ends with it */ });
+      connection.send(FrameKind.Sent, call, { x: transfer, p: description }).catch(() => { /* the connection is gone: the receiver's wait ends with it */ });
     } else {
-      connection.sendSoon(FrameKind.Sent, call, body);
+      connection.reportSoon(call, transfer, description);
     }
   }
 }
