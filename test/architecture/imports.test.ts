@@ -134,9 +134,6 @@ const ALLOWED_STATE: Record<string, string> = {
   // The entries of an option rule table, listed once instead of on every call's option check:
   // weakly keyed by the (constant) table.
   'core/tensor/options.ts: entriesOf': 'per-rule-table entry list, weakly keyed',
-  // A received transfer's sender report still on its way: a fact of that one TransferInfo (which
-  // results and handler contexts hand out as plain objects), weakly keyed, gone with it.
-  'core/rpc/movers/call-info.ts: reportsDue': 'per-transfer pending sender report, weakly keyed',
 };
 
 describe('module-level state', () => {
