@@ -3,6 +3,8 @@
 // ctx.transfers) carries it once it came. Covered here: the bookkeeping a peer cannot abuse, the
 // mapping of a report to a path, both directions of a real call for eager and rendezvous sizes,
 // and a raw client that lies, stays silent or sends reports nobody asked for.
+import { execFileSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, Code, confirmedCallInfo, GdrpcError, Runtime, Server, callInfo, type CallContext, type Tensor, type TransferInfo, type UnaryHandler } from '../../core/index.ts';
 import { MAX_EARLY_REPORTS, MAX_PENDING_REPORTS, MAX_REPORTS_PER_FRAME, MAX_REPORTS_PER_MESSAGE, REPORT_DESCRIPTIONS, TransferReports } from '../../core/rpc/connection/reports.ts';
@@ -216,6 +218,20 @@ describe('REPORTS: many reports a frame, descriptions by index', () => {
     expect(sentAlone.size).toBeGreaterThan(0);
     for (const [transfer, description] of expected) expect(await reports.take(transfer)).toBe(description);
     reports.close();
+  });
+});
+
+describe('what a peer\'s long descriptions leave behind', () => {
+  it('64 REPORTS definitions and 64 SENT reports of 4 MiB each hold next to nothing once cut to 1,024 characters', () => {
+    // A slice keeps the whole string it was cut from alive in V8: these held 512 MiB before each
+    // kept description became a string of its own (test/rpc/fixtures/report-copies.ts).
+    const fixture = fileURLToPath(new URL('./fixtures/report-copies.ts', import.meta.url));
+    const out = execFileSync(process.execPath, ['--expose-gc', '--import', 'tsx', fixture], { encoding: 'utf8', timeout: 120_000 });
+    const { heldMiB, entries, lengths } = JSON.parse(out.trim().split('\n').at(-1)!) as { heldMiB: number; entries: number; lengths: number[] };
+    console.log(`[report copies] ${entries} early reports and 64 descriptions hold ${heldMiB.toFixed(2)} MiB`);
+    expect(lengths).toEqual([1024, 1024]);
+    expect(entries).toBe(126);
+    expect(heldMiB).toBeLessThan(16);
   });
 });
 
