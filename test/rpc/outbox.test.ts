@@ -187,7 +187,7 @@ describe('outbox', () => {
     vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'performance'] });
     let made = 0;
     let next = 0;
-    const { outbox, messages } = recording({ soon: () => { made += 1; next += 1; return next === 3 ? undefined : { kind: 16, call: 100 + next, body: body(2) }; } });
+    const { outbox, messages } = recording({ soon: () => { made += 1; next += 1; return next === 3 ? [] : [{ kind: 16, call: 100 + next, body: body(2) }]; } });
     outbox.sendSoon(12, 7, body(2));
     outbox.soonPending();
     outbox.soonPending();
@@ -220,7 +220,7 @@ describe('outbox', () => {
   });
 
   it("the link's frame counts towards the 16 of a message", async () => {
-    const { outbox, messages } = recording({ soon: () => ({ kind: 16, call: 0, body: body(2) }) });
+    const { outbox, messages } = recording({ soon: () => [{ kind: 16, call: 0, body: body(2) }] });
     outbox.soonPending();
     await Promise.all(Array.from({ length: BATCH_FRAMES }, (_, i) => outbox.send(4, i + 1, body(2))));
     expect(messages.map((m) => m.length)).toEqual([BATCH_FRAMES, 1]);

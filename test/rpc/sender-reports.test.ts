@@ -8,9 +8,9 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, Code, confirmedCallInfo, GdrpcError, Runtime, Server, callInfo, type CallContext, type Tensor, type TransferInfo, type UnaryHandler } from '../../core/index.ts';
 import { MAX_EARLY_REPORTS, MAX_PENDING_REPORTS, MAX_REPORTS_PER_FRAME, MAX_REPORTS_PER_MESSAGE, REPORT_DESCRIPTIONS, TransferReports } from '../../core/rpc/connection/reports.ts';
-import { ReportBatch } from '../../core/rpc/connection/report-batch.ts';
+import { ReportBatch, reportFrames } from '../../core/rpc/connection/report-batch.ts';
 import { decodeFrame, encodeFrame } from '../../core/wire/codec.ts';
-import { packMessage } from '../../core/wire/message.ts';
+import { FRAME_HEADER, packMessage } from '../../core/wire/message.ts';
 import { applySenderReport } from '../../core/rpc/movers/report.ts';
 import type { TransferPlan } from '../../core/rpc/movers/plan.ts';
 import { FrameKind, type FrameBody } from '../../core/wire/frames.ts';
@@ -192,6 +192,38 @@ describe('REPORTS: many reports a frame, descriptions by index', () => {
     expect(fresh.full).toBe(false);
     fresh.add(0, 'b');
     expect(fresh.full).toBe(true);
+  });
+
+  it("a batch over the peer's frame limit leaves in as many frames as it takes, each description defined before its first use", async () => {
+    const batch = new ReportBatch();
+    const reports = new TransferReports(() => 60_000);
+    const described = (x: number): string => `tag_send from host memory length ${x % 100} eager zero-copy copy-out tcp/lo ${'z'.repeat(150)}`;
+    for (let x = 0; x < 1100; x += 1) {
+      reports.expect(x);
+      if (!batch.add(x, described(x))) reports.deliver(x, described(x));  // past 64 descriptions: a SENT each
+    }
+    const maxFrame = 8 << 10;
+    const frames = reportFrames(batch, maxFrame);
+    expect(frames.length).toBeGreaterThan(1);
+    for (const frame of frames) {
+      expect(frame.body.length + FRAME_HEADER).toBeLessThanOrEqual(maxFrame);
+      const decoded = decodeFrame({ kind: frame.kind, call: frame.call, source: frame.body, start: 0, end: frame.body.length });
+      expect(reports.deliverAll(decoded.body as FrameBody<FrameKind.Reports>)).toBeUndefined();
+    }
+    for (let x = 0; x < 1100; x += 1) expect(await reports.take(x)).toBe(described(x));
+    // What fits one frame is one frame.
+    batch.add(5000, described(1));
+    expect(reportFrames(batch, 4 << 20)).toHaveLength(1);
+    reports.close();
+  });
+
+  it('a frame limit under one report and its description sends none, and every description is defined afresh', () => {
+    const batch = new ReportBatch();
+    batch.add(1, 'a'.repeat(500));
+    batch.add(2, 'b');
+    expect(reportFrames(batch, 200)).toEqual([]);
+    batch.add(3, 'b');
+    expect(batch.take()).toEqual({ x: [3], d: [0], p: { 0: 'b' } });
   });
 
   it('what a sender batches, a receiver reads back through the codec, over many frames and 100 descriptions', async () => {

@@ -5,7 +5,7 @@ import type { Endpoint } from '../../ucx/index.ts';
 import { Code, GdrpcError } from '../../errors.ts';
 import { decodeFrame, encodeFrame } from '../../wire/codec.ts';
 import { FrameKind, type Frame, type FrameBody } from '../../wire/frames.ts';
-import { FRAME_HEADER, unpackMessage, type ReceivedFrame } from '../../wire/message.ts';
+import { FRAME_HEADER, unpackMessage, type ReceivedFrame, type WireFrame } from '../../wire/message.ts';
 import { ConnectionKey, controlTag, dataTag, IdSequence, transferOf } from '../../wire/tag.ts';
 import type { TakenMessage } from '../../ucx/index.ts';
 import type { FrameSink } from '../runtime/dispatcher.ts';
@@ -14,7 +14,7 @@ import { Outbox, type FrameDone } from './outbox.ts';
 import { HeldPayloads, MAX_HELD_PAYLOADS } from './held-payloads.ts';
 import { Liveness } from './liveness.ts';
 import { MAX_REPORTS_PER_MESSAGE, TransferReports } from './reports.ts';
-import { ReportBatch } from './report-batch.ts';
+import { ReportBatch, reportFrames } from './report-batch.ts';
 import { TransferWatch } from './transfer-watch.ts';
 import type { Runtime } from '../runtime/runtime.ts';
 
@@ -182,8 +182,7 @@ export class Connection implements FrameSink {
       return;
     }
     if (this.#reportBatch.full) {
-      const frame = this.#reportsFrame();
-      if (frame !== undefined) this.#outbox.sendSoon(frame.kind, frame.call, frame.body);
+      for (const frame of this.#reportsFrames()) this.#outbox.sendSoon(frame.kind, frame.call, frame.body);
     } else {
       this.#outbox.soonPending();
     }
@@ -193,22 +192,13 @@ export class Connection implements FrameSink {
   /** Reports the REPORTS frames of the message being read carried so far. */
   #reportsInMessage = 0;
 
-  /** The batched reports as one REPORTS frame, or undefined when none wait. */
-  #reportsFrame(): { kind: FrameKind; call: number; body: Uint8Array } | undefined {
-    const body = this.#reportBatch.take();
-    if (body === undefined) return undefined;
-    const bytes = encodeFrame(FrameKind.Reports, body);
-    if (bytes.length + FRAME_HEADER > this.peerLimits.maxFrame) {
-      // A peer whose frame limit is this small goes without these reports (its waits for them
-      // end after the transfer timeout); the descriptions the frame defined are defined afresh.
-      this.#reportBatch.forgetDescriptions();
-      return undefined;
-    }
-    return { kind: FrameKind.Reports, call: 0, body: bytes };
+  /** The batched reports as REPORTS frames within the peer's frame limit (report-batch.ts). */
+  #reportsFrames(): WireFrame[] {
+    return reportFrames(this.#reportBatch, this.peerLimits.maxFrame);
   }
 
   readonly #outbox = new Outbox({
-    soon: () => this.#reportsFrame(),
+    soon: () => this.#reportsFrames(),
     maxFrame: () => this.peerLimits.maxFrame,
     refusal: () => (this.#error === undefined ? undefined : unprocessed(this.#error)),
     // Nothing is queued before the handshake gave the peer's key, and a key is never taken back.

@@ -65,16 +65,16 @@ export interface OutboxLink {
   /** Told what a FrameDone threw (a bug of its own) once every frame of its message was told its
    *  fate; left out, it is rethrown as an uncaught exception in a microtask of its own. */
   fault?(error: unknown): void;
-  /** The frame made of what waits for company on the link's side (a connection's batched
-   *  reports), asked for as a message takes the frames waiting for company; undefined when it has
-   *  none or could not make one. */
-  soon?(): WireFrame | undefined;
+  /** The frames made of what waits for company on the link's side (a connection's batched
+   *  reports), asked for as a message takes the frames waiting for company; none when it has
+   *  nothing or could not make them. */
+  soon?(): WireFrame[];
 }
 
 export class Outbox {
   #queue: QueuedFrame[] = [];
   #soon: QueuedFrame[] = [];
-  /** The link has something waiting for company (soonPending): link.soon() makes its frame. */
+  /** The link has something waiting for company (soonPending): link.soon() makes its frames. */
   #linkSoon = false;
   #soonTimer: NodeJS.Timeout | undefined;
   /** When the oldest frame now waiting for company was queued. */
@@ -164,8 +164,8 @@ export class Outbox {
     if (soon.length > 0) this.#soon = [];
     if (this.#linkSoon) {
       this.#linkSoon = false;
-      const frame = this.link.soon?.();
-      if (frame !== undefined) soon = [...soon, { ...frame, done: NOBODY }];
+      const frames = this.link.soon?.() ?? [];
+      if (frames.length > 0) soon = [...soon, ...frames.map((frame) => ({ ...frame, done: NOBODY }))];
     }
     return soon;
   }
