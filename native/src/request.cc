@@ -214,26 +214,28 @@ void Request::Settle(Napi::Env env) {
   settled = true;
   if (!State::Of(env)->JsAllowed() || !deferred) return;
   if (status == UCS_OK || kind == RequestKind::Close) {  // a forced close reports the failure it ended
+    if (describedFromMemory && endpoint != nullptr) {
+      deferred->Resolve(endpoint->DescribedReport(env, *describedLength, protocol));
+      return;
+    }
+    if (kind != RequestKind::Recv && !describe) {
+      deferred->Resolve(env.Undefined());
+      return;
+    }
     Napi::Object result = Napi::Object::New(env);
     if (kind == RequestKind::Recv) {
       result.Set("senderTag", Napi::BigInt::New(env, static_cast<uint64_t>(recvInfo.sender_tag)));
       result.Set("length", Napi::Number::New(env, static_cast<double>(recvInfo.length)));
     }
-    if (describedFromMemory && endpoint != nullptr) {
-      deferred->Resolve(endpoint->DescribedReport(env, *describedLength, protocol));
-      return;
-    }
     if (describe) {
       // A rendezvous send that the receiver answered with RTR runs a second protocol (the data
-      // push); the one it ends with is what moved the bytes.
-      // One string where both are the same (an eager send).
+      // push); the one it ends with is what moved the bytes. One string where both are the same.
       Napi::String initial = Napi::String::New(env, protocol);
       const bool same = finalProtocol.empty() || finalProtocol == protocol;
       result.Set("protocol", same ? initial : Napi::String::New(env, finalProtocol));
       result.Set("initialProtocol", initial);
     }
-    if (kind == RequestKind::Recv || describe) deferred->Resolve(result);
-    else deferred->Resolve(env.Undefined());
+    deferred->Resolve(result);
     return;
   }
   deferred->Reject(Failure(env));
