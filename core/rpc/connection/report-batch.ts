@@ -5,7 +5,7 @@
 import { encodeFrame } from '../../wire/codec.ts';
 import { FrameKind, type FrameBody } from '../../wire/frames.ts';
 import { FRAME_HEADER, type WireFrame } from '../../wire/message.ts';
-import { MAX_REPORT_CHARS, MAX_REPORTS_PER_FRAME, REPORT_DESCRIPTIONS } from './reports.ts';
+import { cutDescription, MAX_REPORTS_PER_FRAME, REPORT_DESCRIPTIONS } from './reports.ts';
 
 export class ReportBatch {
   /** Index of each description given one, for the connection's life. */
@@ -24,7 +24,7 @@ export class ReportBatch {
   /** Adds the report of `transfer`; false, adding nothing, when its description has no index and
    *  none is left. */
   add(transfer: number, description: string): boolean {
-    const text = description.length > MAX_REPORT_CHARS ? description.slice(0, MAX_REPORT_CHARS) : description;
+    const text = cutDescription(description);
     let index = this.#indexes.get(text);
     if (index === undefined) {
       if (this.#indexes.size >= REPORT_DESCRIPTIONS) return false;

@@ -12,6 +12,7 @@
 // docs/gpu.md "Transfer paths").
 import { MAX_TENSORS_PER_FRAME, type FrameBody, type FrameKind } from '../../wire/frames.ts';
 import { IdTable } from '../../live-list.ts';
+import { BATCH_FRAMES } from './outbox.ts';
 
 /** Entries beyond this many drop the oldest (its waiter hears "no report"): room for four frames
  *  of the most tensors a frame may carry. At 4,096, one frame of 5,000 separate tag tensors lost
@@ -20,15 +21,15 @@ export const MAX_PENDING_REPORTS = 4 * MAX_TENSORS_PER_FRAME;
 /** Reports kept for transfers no decoded frame has announced yet; more drop the oldest. */
 export const MAX_EARLY_REPORTS = 256;
 /** Longest description kept: UCX's are about 200 characters. */
-export const MAX_REPORT_CHARS = 1024;
+const MAX_REPORT_CHARS = 1024;
 /** Descriptions a connection's REPORTS frames may name by index (0 to this, exclusive). */
 export const REPORT_DESCRIPTIONS = 64;
 /** Reports one REPORTS frame may carry. */
 export const MAX_REPORTS_PER_FRAME = 1024;
-/** Reports one control message may carry in all: what gdrpc's sender puts in one at most (16
- *  full frames; outbox.ts BATCH_FRAMES). A message's frames are read in one turn of the event
- *  loop, and a message may hold 256 frames. */
-export const MAX_REPORTS_PER_MESSAGE = 16 * MAX_REPORTS_PER_FRAME;
+/** Reports one control message may carry in all: what gdrpc's sender puts in one at most (its
+ *  frames to a message, full). A message's frames are read in one turn of the event loop, and a
+ *  message may hold 256 frames. */
+export const MAX_REPORTS_PER_MESSAGE = BATCH_FRAMES * MAX_REPORTS_PER_FRAME;
 /** Distinct descriptions whose reading is kept (a workload repeats a few sizes and protocols). */
 const READINGS_KEPT = 64;
 
@@ -48,8 +49,12 @@ interface Entry {
  *  kept, and 64 REPORTS definitions of 4 MiB 256 MiB per connection for its life (a helper
  *  session playing the attacker, CPU box; test/rpc/sender-reports.test.ts). */
 function ownCopy(report: string): string {
-  const cut = report.length > MAX_REPORT_CHARS ? report.slice(0, MAX_REPORT_CHARS) : report;
-  return Buffer.from(cut, 'utf16le').toString('utf16le');
+  return Buffer.from(cutDescription(report), 'utf16le').toString('utf16le');
+}
+
+/** A description as either side keeps it: its first MAX_REPORT_CHARS characters. */
+export function cutDescription(description: string): string {
+  return description.length > MAX_REPORT_CHARS ? description.slice(0, MAX_REPORT_CHARS) : description;
 }
 
 /** The sender reports a connection expects. */
