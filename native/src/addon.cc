@@ -16,8 +16,9 @@ using namespace gdrpc;
 static Napi::Object Init(Napi::Env env, Napi::Object exports) {
   State* state = new State();
   env.SetInstanceData<State>(state);
-  // Runs before the instance data is freed: every live UCX object is closed, children first.
-  env.AddCleanupHook([state] { CloseAll(state); });
+  // Runs before the instance data is freed: every live UCX object is closed, children first, and
+  // the environment waits until their event-loop handles are released (State::releasing).
+  napi_add_async_cleanup_hook(env, OnTeardown, state, nullptr);
 
   Napi::Function endpoint = Endpoint::Define(env);
   Napi::Function region = MemoryRegion::Define(env);

@@ -110,6 +110,13 @@ Napi::Value Request::Start(ucs_status_ptr_t result, const char* name, bool quiet
   what = name;
   const bool done = result == nullptr || UCS_PTR_IS_ERR(result);
   if (done) status = result == nullptr ? UCS_OK : UCS_PTR_STATUS(result);
+  if (!State::Of(env)->JsAllowed()) {
+    // An exit hook or a finalizer (a close at teardown): there is no HandleScope, so no JS value
+    // may be made; nobody waits on the outcome.
+    if (done) Finish(env);
+    else Register(result);
+    return Napi::Value();
+  }
   if (!report.IsEmpty()) {
     // ReportInto: true when done inside the call (slot written), false while pending; an
     // immediate failure is thrown.

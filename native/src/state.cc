@@ -22,4 +22,21 @@ void CloseAll(State* state) {
   for (Context* context : contexts) context->Destroy();
 }
 
+void State::Released() {
+  if (--releasing > 0 || teardown == nullptr) return;
+  napi_async_cleanup_hook_handle done = teardown;
+  teardown = nullptr;
+  napi_remove_async_cleanup_hook(done);
+}
+
+void OnTeardown(napi_async_cleanup_hook_handle handle, void* arg) {
+  State* state = static_cast<State*>(arg);
+  CloseAll(state);
+  if (state->releasing == 0) {
+    napi_remove_async_cleanup_hook(handle);
+    return;
+  }
+  state->teardown = handle;
+}
+
 }  // namespace gdrpc

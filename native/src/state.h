@@ -21,6 +21,16 @@ struct State {
   std::set<Context*> contexts;            // closed (children first) by the env cleanup hook
   bool exiting = false;                   // set in the cleanup hook: no JS calls from there on
   int finalizing = 0;                     // > 0 while a finalizer closes objects: no JS calls
+  // Event-loop handles of this library still closing. Their close callbacks are code of this
+  // library: an environment that ends (a worker thread's) unloads it afterwards, so teardown
+  // waits, through an asynchronous cleanup hook, until none is left.
+  int releasing = 0;
+  napi_async_cleanup_hook_handle teardown = nullptr;  // set while the cleanup hook waits
+
+  /** Counts a handle release started; Released() must follow once for each. */
+  void Releasing() { releasing++; }
+  /** A release is over; the last one ends a waiting teardown. */
+  void Released();
 
   /** Whether native code may call into JS (not from exit hooks and finalizers). */
   bool JsAllowed() const { return !exiting && finalizing == 0; }
@@ -39,5 +49,7 @@ struct FinalizerScope {
 Napi::Value NativeStats(const Napi::CallbackInfo& info);
 /** Closes every live object (children first); runs at environment teardown. */
 void CloseAll(State* state);
+/** The environment's asynchronous cleanup hook: CloseAll, then waits for the handles' release. */
+void OnTeardown(napi_async_cleanup_hook_handle handle, void* state);
 
 }  // namespace gdrpc

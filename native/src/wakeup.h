@@ -26,8 +26,10 @@ class Wakeup {
   void KickAfter(unsigned ms);
   /** Keeps running onWake on every loop iteration (busy poll) until set false. */
   void SetSpin(bool spin);
-  /** Stops watching (before the fd is closed); the handles are released asynchronously. */
-  void Stop();
+  /** Stops watching (before the fd is closed). The handles are released asynchronously, by code of
+   *  this library on the event loop: `released` runs once that is over (environment teardown
+   *  waits for it, see State). */
+  void Stop(Callback released);
 
   struct Handles;
 

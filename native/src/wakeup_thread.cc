@@ -25,6 +25,7 @@ struct Wakeup::Handles {
   int stopPipe[2] = {-1, -1};
   unsigned watchdogMs = 0;
   Callback onWake;
+  Callback released;  // runs from the thread-safe function's finalizer
   std::mutex mutex;
   std::condition_variable cv;
   bool mayPoll = true;
@@ -78,13 +79,18 @@ Wakeup::Wakeup(Napi::Env env, int fd, unsigned watchdogMs, Callback onWake) : ha
   if (pipe(handles_->stopPipe) != 0) NAPI_THROW_VOID(Napi::Error::New(env, "pipe() failed"));
   napi_value name = Napi::String::New(env, "gdrpc.Worker.wakeup");
   napi_create_threadsafe_function(env, nullptr, nullptr, name, 0, 1, nullptr,
-                                  [](napi_env, void*, void* context) { delete static_cast<Handles*>(context); },
+                                  [](napi_env, void*, void* context) {
+                                    Handles* h = static_cast<Handles*>(context);
+                                    Callback released = std::move(h->released);
+                                    delete h;
+                                    if (released) released();
+                                  },
                                   handles_, Handles::Call, &handles_->tsfn);
   napi_unref_threadsafe_function(env, handles_->tsfn);
   handles_->thread = std::thread([h = handles_] { h->Loop(); });
 }
 
-Wakeup::~Wakeup() { Stop(); }
+Wakeup::~Wakeup() { Stop(nullptr); }
 
 void Wakeup::SetRef(bool ref) {
   if (handles_ == nullptr) return;
@@ -106,10 +112,14 @@ void Wakeup::SetSpin(bool spin) {
   if (spin) handles_->QueueKick();
 }
 
-void Wakeup::Stop() {
-  if (handles_ == nullptr) return;
+void Wakeup::Stop(Callback released) {
+  if (handles_ == nullptr) {
+    if (released) released();
+    return;
+  }
   Handles* h = handles_;
   handles_ = nullptr;
+  h->released = std::move(released);
   h->stopped = true;
   {
     std::lock_guard<std::mutex> lock(h->mutex);

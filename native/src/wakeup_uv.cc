@@ -13,6 +13,7 @@ struct Wakeup::Handles {
   uv_idle_t idle;
   uv_timer_t retry;
   Callback onWake;
+  Callback released;  // runs when the last handle is closed
   bool spin = false;
   int open = 4;  // handles not yet closed; the struct is freed when the last close callback runs
 };
@@ -42,7 +43,7 @@ Wakeup::Wakeup(Napi::Env env, int fd, unsigned watchdogMs, Callback onWake) : ha
   uv_unref(reinterpret_cast<uv_handle_t*>(&handles_->poll));
 }
 
-Wakeup::~Wakeup() { Stop(); }
+Wakeup::~Wakeup() { Stop(nullptr); }
 
 void Wakeup::SetRef(bool ref) {
   if (handles_ == nullptr) return;
@@ -72,15 +73,22 @@ void Wakeup::SetSpin(bool spin) {
   if (spin) uv_idle_start(&handles_->idle, OnIdle);
 }
 
-void Wakeup::Stop() {
-  if (handles_ == nullptr) return;
+void Wakeup::Stop(Callback released) {
+  if (handles_ == nullptr) {
+    if (released) released();
+    return;
+  }
+  handles_->released = std::move(released);
   uv_poll_stop(&handles_->poll);
   uv_timer_stop(&handles_->timer);
   uv_idle_stop(&handles_->idle);
   uv_timer_stop(&handles_->retry);
   auto onClose = [](uv_handle_t* h) {
     Handles* handles = static_cast<Handles*>(h->data);
-    if (--handles->open == 0) delete handles;
+    if (--handles->open > 0) return;
+    Callback released = std::move(handles->released);
+    delete handles;
+    if (released) released();
   };
   uv_close(reinterpret_cast<uv_handle_t*>(&handles_->poll), onClose);
   uv_close(reinterpret_cast<uv_handle_t*>(&handles_->timer), onClose);

@@ -296,7 +296,9 @@ void Worker::Destroy(bool fromJs) {
     entry.second->Finish(env, true);
   }
   events_.clear();
-  wakeup_->Stop();
+  State* state = State::Of(env);
+  state->Releasing();
+  wakeup_->Stop([state] { state->Released(); });
   wakeup_.reset();
   ucp_worker_destroy(worker_);
   events_.clear();  // what the destroy completed: nothing is left to settle
