@@ -39,7 +39,9 @@ export enum FrameKind {
   /** server -> client: no new calls on this connection (shutdown); in-flight calls continue. */
   GoAway = 12,
   // 13 was BATCH in wire version 1; every message may hold several frames now (message.ts).
-  /** Receiver -> sender of a stream: `n` more items may be sent (the REQUEST's `win` opened it). */
+  /** Receiver -> sender of a stream: `n` more items may be sent (the REQUEST's `win` opened it).
+   *  On call 0, either way: the receiver read `n` more bytes of the connection's messages, which
+   *  the sender may send again (the message window, HELLO's and AUTH's `win`). */
   Credit = 14,
   /** Sender -> receiver of a tag transfer: how UCX moved its bytes, once the send completed
    *  (sent only to a peer that announced `rep`). */
@@ -48,6 +50,9 @@ export enum FrameKind {
    *  once per connection and named by an index after that (sent only to a peer that announced
    *  `rpt`). */
   Reports = 16,
+  /** Sender -> receiver of a CREDIT on call 0: that credit arrived (its `id` echoed); the bytes it
+   *  gave are sent only after this frame ("Message window"). */
+  Ack = 17,
 }
 
 const uint = { type: 'uint' } as const;
@@ -76,6 +81,7 @@ export const FRAMES = {
       /** the server reads SENT frames and sends one after each tag transfer it makes */ rep: optional(bool),
       /** the server reads gathered tag transfers (mover `g`) */ gat: optional(bool),
       /** the server reads REPORTS frames (with `rep`: its peer may send those instead of SENT) */ rpt: optional(bool),
+      /** bytes of messages the client may send before CREDIT on call 0 gives more ("Message window") */ win: optional(uint),
     },
   },
   [FrameKind.Auth]: {
@@ -83,6 +89,7 @@ export const FRAMES = {
     fields: {
       key, proof: optional(bin), live: optional(uint), gpu: optional(bool), stg: optional(bool), rep: optional(bool), gat: optional(bool), rpt: optional(bool),
       /** largest frame the client reads (absent: unlimited) */ maxFrame: optional(uint),
+      /** bytes of messages the server may send before CREDIT on call 0 gives more ("Message window") */ win: optional(uint),
     },
   },
   [FrameKind.Ready]: { name: 'READY', fields: {} },
@@ -106,7 +113,11 @@ export const FRAMES = {
   [FrameKind.Keepalive]: { name: 'KEEPALIVE', fields: {} },
   [FrameKind.Fin]: { name: 'FIN', fields: { x: uint } },
   [FrameKind.GoAway]: { name: 'GOAWAY', fields: {} },
-  [FrameKind.Credit]: { name: 'CREDIT', fields: { n: uint } },
+  [FrameKind.Credit]: {
+    name: 'CREDIT',
+    fields: { n: uint, /** on call 0 (the message window): the id the ACK echoes */ id: optional(uint) },
+  },
+  [FrameKind.Ack]: { name: 'ACK', fields: { /** the id of the CREDIT on call 0 that arrived */ id: uint } },
   [FrameKind.Sent]: {
     name: 'SENT',
     fields: {

@@ -5,7 +5,7 @@ import type { Endpoint } from '../../ucx/index.ts';
 import { Code, GdrpcError } from '../../errors.ts';
 import { decodeFrame, encodeFrame } from '../../wire/codec.ts';
 import { FrameKind, type Frame, type FrameBody } from '../../wire/frames.ts';
-import { FRAME_HEADER, unpackMessage, type ReceivedFrame, type WireFrame } from '../../wire/message.ts';
+import { FRAME_HEADER, packMessage, unpackMessage, type ReceivedFrame, type WireFrame } from '../../wire/message.ts';
 import { ConnectionKey, controlTag, dataTag, IdSequence, transferOf } from '../../wire/tag.ts';
 import type { TakenMessage } from '../../ucx/index.ts';
 import type { FrameSink } from '../runtime/dispatcher.ts';
@@ -16,11 +16,13 @@ import { Liveness } from './liveness.ts';
 import { MAX_REPORTS_PER_MESSAGE, TransferReports } from './reports.ts';
 import { ReportBatch, reportFrames } from './report-batch.ts';
 import { TransferWatch } from './transfer-watch.ts';
+import { ReceiveWindow } from './window.ts';
 import type { Runtime } from '../runtime/runtime.ts';
 
 /** What the side that owns a connection does with its frames. */
 export interface FrameHandler {
-  /** A well-formed frame (checked against the frame table), other than KEEPALIVE, FIN, SENT and REPORTS.
+  /** A well-formed frame (checked against the frame table), other than KEEPALIVE, FIN, SENT,
+   *  REPORTS and CREDIT on call 0.
    *  An error returned says the frame is of no use here (a kind this side never receives): it is
    *  reported through malformed() and counts towards MAX_MALFORMED_FRAMES like a frame that
    *  failed its checks. */
@@ -51,6 +53,13 @@ export const DEFAULT_INLINE_BYTES = 4096;
  *  take a few hundred bytes. Without it one AUTH carrying a map of 300,000 keys (3.6 MB) held a
  *  server's event loop 78-99 ms to decode, before any token was checked, once per connection. */
 export const MAX_HANDSHAKE_MESSAGE_BYTES = 16 * 1024;
+/** Bytes of messages a peer may send before admission (the handshake's frames, a few keepalives). */
+export const HANDSHAKE_WINDOW_BYTES = 4 * MAX_HANDSHAKE_MESSAGE_BYTES;
+/** A connection's message window is this many times the largest message it reads (docs/wire.md
+ *  "Message window"): room for one in the UCX queue while the one before it is read. */
+export const WINDOW_MESSAGES = 2;
+/** Smallest message window a peer may announce: below it, the handshake is refused. */
+export const MIN_PEER_WINDOW_BYTES = HANDSHAKE_WINDOW_BYTES;
 
 /** Malformed frames one message may carry, each answered on its own (an ERROR for its call);
  *  past that the connection is refused as a whole: a peer's one message cannot make this side
@@ -199,15 +208,80 @@ export class Connection implements FrameSink {
 
   readonly #outbox = new Outbox({
     soon: () => this.#reportsFrames(),
+    overflow: (bytes) => queueMicrotask(() => this.close(new GdrpcError(Code.RESOURCE_EXHAUSTED,
+      `${this.peer} has not taken ${bytes} bytes of messages waiting for its window (docs/wire.md "Message window")`))),
     maxFrame: () => this.peerLimits.maxFrame,
     refusal: () => (this.#error === undefined ? undefined : unprocessed(this.#error)),
     // Nothing is queued before the handshake gave the peer's key, and a key is never taken back.
     deliver: (message) => this.#sendNow(controlTag(this.peerKey!.value), message),
   });
 
-  /** Sends a frame whose tag and bytes the caller built (handshake, tests of malformed input). */
+  /** Sends a frame whose tag and bytes the caller built (handshake, tests of malformed input);
+   *  it counts against the peer's window like the outbox's messages. */
   sendRaw(tag: bigint, bytes: Uint8Array): Promise<void> {
+    this.#outbox.sentOutside(bytes.length);
     return this.#sendNow(tag, bytes) ?? Promise.resolve();
+  }
+
+  /** Bytes of messages this side lets the peer have on their way at once (docs/wire.md "Message
+   *  window"), announced as `win` in HELLO or AUTH. */
+  get window(): number { return WINDOW_MESSAGES * this.runtime.dispatcher.frameBytes; }
+
+  /** The peer's window, from its HELLO or AUTH (absent: the peer sets none). This side's messages
+   *  are made no larger than the window, and wait while it is shut. */
+  openPeerWindow(bytes: number | undefined): void {
+    if (bytes === undefined) return;
+    this.peerLimits.maxFrame = Math.min(this.peerLimits.maxFrame, bytes);
+    this.#outbox.openWindow(bytes);
+  }
+
+  /** Bytes of this side's messages waiting for the peer's window. */
+  get blockedBytes(): number { return this.#outbox.blockedBytes; }
+
+  /** The peer's side of the message window: what it sent here, what it may send. */
+  #window: ReceiveWindow | undefined;
+  /** The peer ran past its window: what else it sends is not read. */
+  #overrun = false;
+
+  /** Counts a message of `length` bytes against the peer's window before it is read; false, and
+   *  the connection closes, when the peer ran past it. Its messages after that are not read. */
+  #withinWindow(length: number): boolean {
+    if (this.#overrun) return false;
+    const window = (this.#window ??= new ReceiveWindow(this.window, HANDSHAKE_WINDOW_BYTES));
+    if (window.arrived(length, this.admitted)) return true;
+    this.#overrun = true;
+    const limit = window.limit(this.admitted);
+    const error = new GdrpcError(Code.RESOURCE_EXHAUSTED, `${this.peer} sent ${window.received - limit} bytes of messages past its window ` +
+      `(${this.admitted ? `${this.window} bytes and the credits it acknowledged` : `${limit} bytes before admission`}; docs/wire.md "Message window")`);
+    // Reported as a broken message is (the server's 'error' event), but closed now, not after a
+    // linger: UCX reads whatever the peer keeps sending for as long as the endpoint is open.
+    this.#handler?.malformed(0, 0, error);
+    this.close(error);
+    return false;
+  }
+
+  /** A message of `length` bytes was read: once a quarter of the window was, a CREDIT on call 0
+   *  gives it back, joining the next message. */
+  #read(length: number): void {
+    if (!this.admitted || this.#error !== undefined) return;
+    const credit = this.#window!.read(length);
+    if (credit === undefined) return;
+    if (this.#window!.stalled) {
+      this.close(new GdrpcError(Code.RESOURCE_EXHAUSTED, `${this.peer} acknowledged none of its last credits (docs/wire.md "Message window")`));
+      return;
+    }
+    this.sendSoon(FrameKind.Credit, 0, credit);
+  }
+
+  /** The peer gave this side's window back (CREDIT on call 0): the ACK leaves at once, in a
+   *  message of its own ahead of those that use the credit, then the waiting messages that now
+   *  fit. */
+  #credited(n: number, id: number): void {
+    if (this.#error !== undefined || this.peerKey === undefined) return;
+    const ack = packMessage([{ kind: FrameKind.Ack, call: 0, body: encodeFrame(FrameKind.Ack, { id }) }]);
+    this.#outbox.sentOutside(ack.length);
+    this.#sendNow(controlTag(this.peerKey.value), ack)?.catch(() => { /* the connection's failure reports it */ });
+    this.#outbox.grant(n);
   }
 
   /** Sends a message: undefined when UCX sent it at once (no promise made), else what settles
@@ -316,7 +390,15 @@ export class Connection implements FrameSink {
 
   onMessage(source: Uint8Array, length: number): void {
     this.liveness.received();
-    if (this.#error !== undefined) return;
+    if (this.#error !== undefined || !this.#withinWindow(length)) return;
+    try {
+      this.#readMessage(source, length);
+    } finally {
+      this.#read(length);
+    }
+  }
+
+  #readMessage(source: Uint8Array, length: number): void {
     if (!this.admitted && length > MAX_HANDSHAKE_MESSAGE_BYTES) {
       this.#handler?.malformed(0, 0, new GdrpcError(Code.INVALID_ARGUMENT, `${this.peer} sent a message of ${length} bytes before admission; the handshake's are under ${MAX_HANDSHAKE_MESSAGE_BYTES}`));
       return;
@@ -363,6 +445,16 @@ export class Connection implements FrameSink {
       return GdrpcError.from(error);
     }
     if (frame.kind === FrameKind.Keepalive) return undefined;
+    if (frame.kind === FrameKind.Credit && frame.call === 0) {
+      if (frame.body.id === undefined) return new GdrpcError(Code.INVALID_ARGUMENT, 'a CREDIT on call 0 without an id');
+      if (this.admitted) this.#credited(frame.body.n, frame.body.id);
+      return undefined;
+    }
+    if (frame.kind === FrameKind.Ack) {
+      if (!this.admitted) return undefined;
+      if (frame.call !== 0 || !this.#window!.ack(frame.body.id)) return new GdrpcError(Code.INVALID_ARGUMENT, `an ACK of credit ${frame.body.id}, which is not the oldest this side gave`);
+      return undefined;
+    }
     if (frame.kind === FrameKind.Fin) {
       if (this.admitted) this.exposures.release(frame.body.x);
       return undefined;
@@ -385,6 +477,8 @@ export class Connection implements FrameSink {
 
   onOversized(length: number): void {
     this.liveness.received();
+    if (this.#error !== undefined || !this.#withinWindow(length)) return;
+    this.#read(length);
     const error = new GdrpcError(Code.RESOURCE_EXHAUSTED, `message of ${length} bytes exceeds the ${this.runtime.dispatcher.frameBytes}-byte frame limit`);
     this.#handler?.malformed(0, 0, error);
   }

@@ -9,6 +9,10 @@ import { FRAME_HEADER, packMessage, type WireFrame } from '../../wire/message.ts
 
 /** Frames a message takes before it leaves within the turn instead of at its end. */
 export const BATCH_FRAMES = 16;
+/** Bytes of messages that may wait for the peer's window to open (docs/wire.md "Message
+ *  window"): past this the peer is taking nothing while this side keeps making messages for it
+ *  (a client that asks and never reads the answers), and the link is told (overflow). */
+export const MAX_BLOCKED_BYTES = 32 << 20;
 /** How long a frame sent with sendSoon waits for another to share its message. */
 export const SOON_MS = 1;
 
@@ -69,7 +73,12 @@ export interface OutboxLink {
    *  reports), asked for as a message takes the frames waiting for company; none when it has
    *  nothing or could not make them. */
   soon?(): WireFrame[];
+  /** More than MAX_BLOCKED_BYTES of messages wait for the peer's window (`bytes` of them). */
+  overflow?(bytes: number): void;
 }
+
+/** A packed message waiting for the peer's window, with the frames it carries. */
+interface BlockedMessage { message: Uint8Array; group: QueuedFrame[] }
 
 export class Outbox {
   #queue: QueuedFrame[] = [];
@@ -81,6 +90,15 @@ export class Outbox {
   #soonSince = 0;
   /** The end-of-turn flush is queued (one per turn, however many early flushes went before it). */
   #scheduled = false;
+  /** Bytes of messages the peer's window still takes; unlimited until the peer announced one. */
+  #credit = Number.POSITIVE_INFINITY;
+  /** Bytes of every message sent on the connection (the peer counts the same). */
+  #sentBytes = 0;
+  /** Messages waiting for the window, in order from #blockedHead; none leaves before those ahead
+   *  of it (an index, not shift(): there may be many). */
+  #blocked: BlockedMessage[] = [];
+  #blockedHead = 0;
+  #blockedBytes = 0;
 
   constructor(private readonly link: OutboxLink) {}
 
@@ -150,12 +168,41 @@ export class Outbox {
     this.#queue = queued;
   }
 
-  /** Drops the frames waiting for company (the connection closed; nobody waits for them). */
+  /** The peer's window (its HELLO's or AUTH's `win`): what was sent before it counts against it. */
+  openWindow(bytes: number): void {
+    this.#credit = bytes - this.#sentBytes;
+    this.#release();
+  }
+
+  /** The peer took `bytes` more of this side's messages (CREDIT on call 0): as many waiting
+   *  messages leave as now fit. */
+  grant(bytes: number): void {
+    this.#credit = Math.min(this.#credit + bytes, Number.MAX_SAFE_INTEGER);
+    this.#release();
+  }
+
+  /** A message sent on the connection without the outbox (the server's HELLO): the peer counts it. */
+  sentOutside(bytes: number): void {
+    this.#sentBytes += bytes;
+    this.#credit -= bytes;
+  }
+
+  /** Bytes of messages waiting for the peer's window. */
+  get blockedBytes(): number { return this.#blockedBytes; }
+
+  /** Drops the frames waiting for company (the connection closed; nobody waits for them), and
+   *  fails those waiting for the window. */
   close(): void {
     this.#soon = [];
     this.#linkSoon = false;
     clearTimeout(this.#soonTimer);
     this.#soonTimer = undefined;
+    const blocked = this.#blocked.slice(this.#blockedHead);
+    this.#blocked = [];
+    this.#blockedHead = 0;
+    this.#blockedBytes = 0;
+    const refusal = this.link.refusal();
+    for (const { group } of blocked) this.#tell(group, { error: refusal });
   }
 
   /** Takes the frames waiting for company (their timer runs out by itself: #soonDue). */
@@ -192,17 +239,50 @@ export class Outbox {
       }
       const group = queue.slice(start, end);
       start = end;
-      let sent: Promise<void> | undefined;
-      try {
-        sent = this.link.deliver(packMessage(group));
-      } catch (error) {
-        // A link that throws instead of rejecting fails this message's frames, not the flush.
-        this.#tell(group, { error });
+      const message = packMessage(group);
+      if (this.#blockedBytes === 0 && message.length <= this.#credit) {
+        this.#deliver(message, group);
         continue;
       }
-      if (sent === undefined) this.#tell(group);
-      else sent.then(() => this.#tell(group), (error: unknown) => this.#tell(group, { error }));
+      // The peer's window is shut: the message waits, behind any already waiting.
+      this.#blocked.push({ message, group });
+      this.#blockedBytes += message.length;
+      if (this.#blockedBytes > MAX_BLOCKED_BYTES) this.link.overflow?.(this.#blockedBytes);
     }
+  }
+
+  /** Sends the waiting messages that the window now takes, in order. */
+  #release(): void {
+    while (this.#blockedHead < this.#blocked.length && this.#blocked[this.#blockedHead]!.message.length <= this.#credit) {
+      const { message, group } = this.#blocked[this.#blockedHead]!;
+      this.#blocked[this.#blockedHead] = undefined!;
+      this.#blockedHead += 1;
+      if (this.#blockedHead === this.#blocked.length) {
+        this.#blocked = [];
+        this.#blockedHead = 0;
+      }
+      this.#blockedBytes -= message.length;
+      if (this.link.refusal() !== undefined) {
+        this.#tell(group, { error: this.link.refusal() });
+        continue;
+      }
+      this.#deliver(message, group);
+    }
+  }
+
+  #deliver(message: Uint8Array, group: QueuedFrame[]): void {
+    this.#credit -= message.length;
+    this.#sentBytes += message.length;
+    let sent: Promise<void> | undefined;
+    try {
+      sent = this.link.deliver(message);
+    } catch (error) {
+      // A link that throws instead of rejecting fails this message's frames, not the flush.
+      this.#tell(group, { error });
+      return;
+    }
+    if (sent === undefined) this.#tell(group);
+    else sent.then(() => this.#tell(group), (error: unknown) => this.#tell(group, { error }));
   }
 
   /** Tells each of `frames` it was sent (no `error`) or failed. A FrameDone that throws (a bug of

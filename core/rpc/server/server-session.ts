@@ -8,7 +8,7 @@ import { packMessage } from '../../wire/message.ts';
 import { ConnectionKey, controlTag, HELLO_KEY } from '../../wire/tag.ts';
 import { newChallenge, verifyProof } from '../connection/auth.ts';
 import { cudaReceives } from '../runtime/memory-support.ts';
-import type { Connection } from '../connection/connection.ts';
+import { MIN_PEER_WINDOW_BYTES, type Connection } from '../connection/connection.ts';
 import { CallScope } from '../call/deadline.ts';
 import { ServerCall, type CallEnvironment, type MethodEntry } from './server-call.ts';
 import { errorFrame } from '../call/status.ts';
@@ -68,7 +68,7 @@ export class ServerSession {
       connection.close(new GdrpcError(Code.UNAUTHENTICATED, `${this.peer} did not complete admission within ${host.admissionTimeoutMs} ms`));
     }, host.admissionTimeoutMs);
     this.#admissionTimer.unref();
-    const hello: FrameBody<FrameKind.Hello> = { key: connection.key.value, maxFrame: host.limits.maxFrame, maxTensor: host.limits.maxTensor, inline: host.limits.inline, live: host.livenessMs, gpu: cudaReceives() };
+    const hello: FrameBody<FrameKind.Hello> = { key: connection.key.value, maxFrame: host.limits.maxFrame, maxTensor: host.limits.maxTensor, inline: host.limits.inline, live: host.livenessMs, gpu: cudaReceives(), win: connection.window };
     if (this.#challenge !== undefined) hello.chal = this.#challenge;
     if (connection.runtime.stagesCudaReceives) hello.stg = true;
     if (connection.runtime.describes) {
@@ -137,11 +137,16 @@ export class ServerSession {
       this.#refuseAndClose(error);
       return;
     }
+    if (body.win !== undefined && body.win < MIN_PEER_WINDOW_BYTES) {
+      this.#refuseAndClose(new GdrpcError(Code.INVALID_ARGUMENT, `a message window of ${body.win} bytes (at least ${MIN_PEER_WINDOW_BYTES})`));
+      return;
+    }
     this.connection.admitted = true;
     clearTimeout(this.#admissionTimer);
     this.connection.peerLimits = { ...this.connection.peerLimits, gpu: body.gpu === true, stages: body.stg === true, reports: this.connection.runtime.describes && body.rep === true, batchedReports: this.connection.runtime.describes && body.rep === true && body.rpt === true, gathers: this.connection.runtime.gathers && body.gat === true };
     // Results may now be inline by the caller's choice: keep them within the client's receive buffer.
     if (body.maxFrame !== undefined && body.maxFrame > 0) this.connection.peerLimits.maxFrame = body.maxFrame;
+    this.connection.openPeerWindow(body.win);
     const peerLive = body.live !== undefined && body.live > 0 ? body.live : this.host.livenessMs;
     this.connection.liveness.start(Math.min(this.host.livenessMs, peerLive));
     this.connection.send(FrameKind.Ready, 0, {}).then(() => this.host.ready(this), () => {});

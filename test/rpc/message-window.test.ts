@@ -1,0 +1,166 @@
+// The message window's two halves without a network (docs/wire.md "Message window"): the
+// receiver's count (core/rpc/connection/window.ts) and the sender's outbox waiting for credit
+// (core/rpc/connection/outbox.ts).
+import { describe, expect, it } from 'vitest';
+import { ACK_SLACK_BYTES, ReceiveWindow } from '../../core/rpc/connection/window.ts';
+import { MAX_BLOCKED_BYTES, Outbox, type OutboxLink } from '../../core/rpc/connection/outbox.ts';
+import { FRAME_HEADER, unpackMessage } from '../../core/wire/message.ts';
+
+const KiB = 1024;
+
+describe('receive window', () => {
+  it('takes the window, then refuses what runs past it by more than an ACK', () => {
+    const window = new ReceiveWindow(64 * KiB, 16 * KiB);
+    expect(window.arrived(64 * KiB, true)).toBe(true);
+    expect(window.arrived(ACK_SLACK_BYTES, true)).toBe(true);
+    expect(window.arrived(1, true)).toBe(false);
+  });
+
+  it('before admission the limit is the handshake allowance', () => {
+    const window = new ReceiveWindow(64 * KiB, 16 * KiB);
+    expect(window.limit(false)).toBe(16 * KiB);
+    expect(window.arrived(16 * KiB, false)).toBe(true);
+    expect(window.arrived(1, false)).toBe(false);
+  });
+
+  it('reading gives a credit per quarter window; only its acknowledgment moves the limit', () => {
+    const window = new ReceiveWindow(64 * KiB, 16 * KiB);
+    expect(window.read(16 * KiB - 1)).toBeUndefined();
+    const credit = window.read(1)!;
+    expect(credit.n).toBe(16 * KiB);
+    expect(Number.isInteger(credit.id) && credit.id >= 0 && credit.id < 2 ** 32).toBe(true);
+    // Read and credited, not acknowledged: the peer may not have it yet.
+    expect(window.limit(true)).toBe(64 * KiB + ACK_SLACK_BYTES);
+    expect(window.ack(credit.id)).toBe(true);
+    expect(window.limit(true)).toBe(80 * KiB + ACK_SLACK_BYTES);
+    expect(window.ack(credit.id)).toBe(false);  // once only
+  });
+
+  it('acknowledgments come in the order the credits were given, each with its own id', () => {
+    const window = new ReceiveWindow(64 * KiB, 16 * KiB);
+    const first = window.read(16 * KiB)!;
+    const second = window.read(16 * KiB)!;
+    expect(second.id).not.toBe(first.id);
+    expect(window.ack(second.id)).toBe(false);
+    expect(window.ack(first.id + 1 === second.id ? first.id + 2 : first.id + 1)).toBe(false);
+    expect(window.ack(first.id)).toBe(true);
+    expect(window.ack(second.id)).toBe(true);
+  });
+
+  it('a peer that sends ahead of its credits is found out by the bytes alone, whatever it echoes', () => {
+    // What a flood looks like from here: the reader has read everything before each message, and
+    // credits for all of it went out, but the peer acknowledged none.
+    const window = new ReceiveWindow(64 * KiB, 16 * KiB);
+    let refusedAt = -1;
+    for (let i = 0; i < 100 && refusedAt < 0; i += 1) {
+      if (!window.arrived(4 * KiB, true)) refusedAt = i;
+      else window.read(4 * KiB);
+    }
+    expect(refusedAt).toBe(16);
+  });
+
+  it('many credits never acknowledged count as stalled', () => {
+    const window = new ReceiveWindow(4 * KiB, 4 * KiB);
+    for (let i = 0; i < 64; i += 1) window.read(KiB);
+    expect(window.stalled).toBe(false);
+    window.read(KiB);
+    expect(window.stalled).toBe(true);
+  });
+});
+
+/** An outbox whose delivered messages are kept (as lists of calls), with its overflow calls. */
+function recording(): { outbox: Outbox; delivered: number[][]; overflows: number[]; closeLink(): void } {
+  const delivered: number[][] = [];
+  const overflows: number[] = [];
+  let refusal: unknown;
+  const link: OutboxLink = {
+    maxFrame: () => Number.MAX_SAFE_INTEGER,
+    refusal: () => refusal,
+    deliver: (message) => {
+      delivered.push(unpackMessage(message).map((f) => f.call));
+      return undefined;
+    },
+    overflow: (bytes) => { overflows.push(bytes); },
+  };
+  return { outbox: new Outbox(link), delivered, overflows, closeLink: () => { refusal = new Error('closed'); } };
+}
+
+const frame = (n: number): Uint8Array => new Uint8Array(n);
+/** Bytes of a message of one frame of `n` body bytes. */
+const one = (n: number): number => FRAME_HEADER + n;
+/** Lets queued microtasks run (the end-of-turn flush among them). */
+const turn = async (): Promise<void> => { for (let i = 0; i < 5; i += 1) await Promise.resolve(); };
+
+describe('outbox and the peer window', () => {
+  it('without a window from the peer nothing waits', async () => {
+    const { outbox, delivered } = recording();
+    await Promise.all(Array.from({ length: 40 }, (_, i) => outbox.send(4, i + 1, frame(4000))));
+    expect(delivered.flat()).toHaveLength(40);
+    expect(outbox.blockedBytes).toBe(0);
+  });
+
+  it('messages past the window wait, in order, and leave as credit comes; what was sent before the window counts', async () => {
+    const { outbox, delivered } = recording();
+    await outbox.send(4, 1, frame(100));  // before the peer's window was known (a handshake frame)
+    outbox.openWindow(one(100) + 2 * one(1000));
+    const told: number[] = [];
+    for (const call of [2, 3, 4, 5]) {
+      void outbox.send(4, call, frame(1000)).then(() => told.push(call));
+      await turn();  // one message per turn
+    }
+    expect(delivered).toEqual([[1], [2], [3]]);
+    expect(told).toEqual([2, 3]);
+    expect(outbox.blockedBytes).toBe(2 * one(1000));
+    outbox.grant(one(1000) - 1);  // not enough for the next: nothing overtakes it
+    void outbox.send(4, 6, frame(1));
+    await turn();
+    expect(delivered).toEqual([[1], [2], [3]]);
+    outbox.grant(1);
+    await turn();
+    expect(delivered).toEqual([[1], [2], [3], [4]]);
+    expect(told).toEqual([2, 3, 4]);
+    outbox.grant(10 * one(1000));
+    await turn();
+    expect(delivered).toEqual([[1], [2], [3], [4], [5], [6]]);
+    expect(told).toEqual([2, 3, 4, 5]);
+    expect(outbox.blockedBytes).toBe(0);
+  });
+
+  it('a message the peer sent outside the outbox (HELLO) counts against the window too', async () => {
+    const { outbox, delivered } = recording();
+    outbox.sentOutside(50);
+    outbox.openWindow(50 + one(10));
+    await outbox.send(4, 1, frame(10));
+    void outbox.send(4, 2, frame(10));
+    await turn();
+    expect(delivered).toEqual([[1]]);
+    expect(outbox.blockedBytes).toBe(one(10));
+  });
+
+  it(`past ${MAX_BLOCKED_BYTES} bytes waiting the link is told (the peer takes nothing)`, async () => {
+    const { outbox, overflows } = recording();
+    outbox.openWindow(64 * KiB);
+    const MiB = 1 << 20;
+    for (let i = 0; i < MAX_BLOCKED_BYTES / MiB; i += 1) {
+      void outbox.send(4, i + 1, frame(MiB - FRAME_HEADER)).catch(() => {});
+      await turn();
+    }
+    expect(overflows).toEqual([]);
+    void outbox.send(4, 999, frame(1)).catch(() => {});
+    await turn();
+    expect(overflows).toEqual([MAX_BLOCKED_BYTES + one(1)]);
+  });
+
+  it("the waiting messages' frames fail with the link's refusal when it closes, and nothing more is delivered", async () => {
+    const { outbox, delivered, closeLink } = recording();
+    outbox.openWindow(0);
+    const waiting = outbox.send(4, 1, frame(10));
+    await turn();
+    closeLink();
+    outbox.close();
+    await expect(waiting).rejects.toThrow('closed');
+    outbox.grant(1000);
+    expect(delivered).toEqual([]);
+    expect(outbox.blockedBytes).toBe(0);
+  });
+});

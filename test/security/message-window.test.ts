@@ -1,0 +1,193 @@
+// The message window (docs/wire.md "Message window") against peers that ignore it. UCX reads
+// whatever a peer sends into its own queue, read or not: before the window, a peer flooding
+// messages that are costly to decode grew a server's memory by about 700 MB a second, and the
+// server's other clients lost their connections. The server here runs in another process; the
+// attacker is a raw peer in this one.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Client, Code, GdrpcError } from '../../core/index.ts';
+import { FrameKind } from '../../core/wire/frames.ts';
+import { packMessage } from '../../core/wire/message.ts';
+import { HANDSHAKE_WINDOW_BYTES } from '../../core/rpc/connection/connection.ts';
+import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
+import { startServer, type ListeningPeer } from '../rpc/fixtures/peers.ts';
+import { disposePeers } from '../support/peer.ts';
+import { RawPeer } from '../rpc/fixtures/raw-peer.ts';
+import { RawServer } from '../rpc/fixtures/raw-server.ts';
+import { serverStats } from '../rpc/fixtures/stats.ts';
+import { patterned } from '../rpc/fixtures/tensors.ts';
+
+let server: ListeningPeer;
+let good: Client;
+
+beforeAll(async () => {
+  server = await startServer({ poolBytes: 8 << 20 });
+  good = await Client.connect(server.address);
+});
+afterAll(async () => {
+  await good?.close();
+  await disposePeers();
+});
+
+/** A KEEPALIVE whose body is a msgpack map of `bytes / 3` entries (valid, and slow to decode:
+ *  about 2 ms per 256 KiB on the CPU box, against microseconds to send). */
+function junkKeepalive(bytes: number): Uint8Array {
+  const entries = Math.floor(bytes / 3);
+  const body = Buffer.alloc(11 + entries * 3);
+  body.set([0x82, 0xa1, 0x76, 0x02, 0xa1, 0x6a, 0xdf]);  // {v: 2, j: map32 ...}
+  body.writeUInt32BE(entries, 7);
+  for (let i = 0, at = 11; i < entries; i += 1, at += 3) body.set([0xa1, 0x6b, 0xa0], at);  // 'k': ''
+  return packMessage([{ kind: FrameKind.Keepalive, call: 0, body }]);
+}
+
+async function admitted(): Promise<RawPeer> {
+  const raw = await RawPeer.connect(Number(server.address.split(':')[1]));
+  await raw.auth();
+  expect((await raw.receive())?.kind).toBe(FrameKind.Ready);
+  return raw;
+}
+
+describe('message window', () => {
+  it('a peer flooding costly messages without taking credit is closed once past its window; a client of the same server is served throughout', async () => {
+    const raw = await admitted();
+    raw.acknowledgesCredit = false;
+    const message = junkKeepalive(256 * 1024);
+    // At most 2,000 messages (500 MB): without the window the peer is never closed, and the test
+    // fails below instead of taking the machine's memory.
+    let sent = 0;
+    let refused: unknown;
+    const flood = (async () => {
+      for (; sent < 2000; sent += 1) {
+        try {
+          await raw.sendMessage(message);
+        } catch (error) {
+          refused = error;
+          return;
+        }
+        if (sent % 16 === 15) await new Promise((resolve) => setImmediate(resolve));
+      }
+    })();
+    const pings: number[] = [];
+    while (refused === undefined && sent < 2000) pings.push((await good.unary(EchoDescriptor.methods.ping, { n: pings.length })).n as number);
+    await flood;
+    try {
+      expect(refused).toBeDefined();
+      expect(await raw.closedWithin(10_000)).toBe('closed');
+      expect(pings).toEqual(pings.map((_, i) => i));
+      const stats = await serverStats(good);
+      expect(stats.errors.some((e) => /RESOURCE_EXHAUSTED.*past its window \(8\d{6} bytes and the credits it acknowledged/.test(e))).toBe(true);
+      console.log(`[message-window] flood: ${sent} messages of 256 KiB sent before the server closed the peer; ${pings.length} pings served meanwhile; server rss ${(stats.rss / 2 ** 20).toFixed(0)} MiB`);
+    } finally {
+      await raw.close();
+    }
+  });
+
+  it(`before admission a peer may send ${HANDSHAKE_WINDOW_BYTES} bytes of messages, however small each`, async () => {
+    const raw = await RawPeer.connect(Number(server.address.split(':')[1]));
+    try {
+      // Messages under the 16 KiB a single one may have before admission, none of them AUTH.
+      const keepalive = junkKeepalive(12 * 1024);
+      for (let i = 0; i < 8 && !raw.endpoint.failed; i += 1) await raw.sendMessage(keepalive).catch(() => {});
+      expect(await raw.closedWithin(10_000)).toBe('closed');
+      const errors = (await serverStats(good)).errors;
+      expect(errors.some((e) => /bytes of messages past its window \(65536 bytes before admission/.test(e))).toBe(true);
+    } finally {
+      await raw.close();
+    }
+  });
+
+  it('an ACK of a credit the server never gave closes the connection INVALID_ARGUMENT', async () => {
+    const raw = await admitted();
+    try {
+      await raw.sendBody(FrameKind.Ack, 0, { id: 12345 });
+      const frame = await raw.receive(10_000);
+      expect([frame?.kind, frame?.call, frame?.body.code]).toEqual([FrameKind.Error, 0, Code.INVALID_ARGUMENT]);
+      expect(String(frame?.body.msg)).toMatch(/ACK of credit 12345, which is not the oldest/);
+      expect(await raw.closedWithin(10_000)).toBe('closed');
+    } finally {
+      await raw.close();
+    }
+  });
+
+  it('a client that sends several windows of messages gets its credits, acknowledges them and keeps its connection', async () => {
+    // 4 KiB tensors go inline: 2,500 calls each way are about 10.5 MB of messages against the
+    // server's 8 MiB window, and as much back against the client's.
+    const client = await Client.connect(server.address);
+    try {
+      const { accepted, errors } = await serverStats(good);
+      let next = 0;
+      let bytes = 0;
+      const worker = async (): Promise<void> => {
+        for (let i = next++; i < 2500; i = next++) {
+          const x = patterned(4096, i);
+          const result = await client.unary(EchoDescriptor.methods.echo, { x, tag: `w${i}` });
+          expect(result.tag).toBe(`w${i}`);
+          bytes += 4096;
+        }
+      };
+      await Promise.all(Array.from({ length: 32 }, worker));
+      expect(bytes).toBeGreaterThan(8 << 20);
+      const stats = await serverStats(good);
+      expect(stats.accepted).toBe(accepted);  // the same connection throughout
+      expect(stats.errors.slice(errors.length)).toEqual([]);
+    } finally {
+      await client.close();
+    }
+  });
+});
+
+describe('a server that gives no credit', () => {
+  it("the client's messages past the server's window wait (the calls run into their deadlines); a CREDIT lets them go, its ACK first", async () => {
+    const raw = RawServer.listen();
+    const window = 65_536;
+    try {
+      const admitting = raw.admit({ win: window });
+      const client = await Client.connect(raw.address, { livenessMs: 60_000 });
+      await admitting;
+      expect(raw.auth?.win).toBeGreaterThanOrEqual(8 << 20);  // the client announces its own
+      try {
+        // One call per turn, so one message each: 8 KiB inline arguments.
+        const calls: Array<Promise<unknown>> = [];
+        for (let i = 0; i < 12; i += 1) {
+          calls.push(client.unary(EchoDescriptor.methods.echo, { x: patterned(8192, i), tag: `c${i}` }, { mover: 'inline', deadline: 1500 }).catch((e: unknown) => e));
+          await new Promise((resolve) => setImmediate(resolve));
+        }
+        let before = raw.authBytes;
+        const seen: number[] = [];
+        for (let m = await raw.receiveMessage(1000); m !== undefined; m = await raw.receiveMessage(1000)) {
+          before += m.length;
+          seen.push(...m.frames.filter((f) => f.kind === FrameKind.Request).map((f) => f.call));
+        }
+        expect(before).toBeLessThanOrEqual(window);
+        expect(seen.length).toBeGreaterThan(0);
+        expect(seen.length).toBeLessThan(12);
+        // The calls that never left time out on the client's clock.
+        const outcomes = await Promise.all(calls);
+        expect(outcomes.every((o) => o instanceof GdrpcError && o.code === Code.DEADLINE_EXCEEDED)).toBe(true);
+        // Credit: the ACK comes first, in a message of its own, then what was waiting.
+        await raw.sendMessage(packMessage([{ kind: FrameKind.Credit, call: 0, body: packCredit(1 << 20, 777) }]));
+        const ack = await raw.receiveMessage(5000);
+        expect(ack?.frames.map((f) => [f.kind, f.call, f.body.id])).toEqual([[FrameKind.Ack, 0, 777]]);
+        const after: number[] = [];
+        for (let m = await raw.receiveMessage(1000); m !== undefined; m = await raw.receiveMessage(1000)) {
+          after.push(...m.frames.filter((f) => f.kind === FrameKind.Request).map((f) => f.call));
+        }
+        expect([...seen, ...after].length).toBeGreaterThan(seen.length);
+      } finally {
+        await client.close();
+      }
+    } finally {
+      await raw.close();
+    }
+  });
+});
+
+function packCredit(n: number, id: number): Uint8Array {
+  // {v: 2, n, id} as msgpack, written out: the test speaks the wire itself.
+  const body = Buffer.alloc(3 + 2 + 5 + 2 + 5 + 3);
+  let at = 0;
+  body[at++] = 0x83;
+  body.set([0xa1, 0x76, 0x02], at); at += 3;
+  body.set([0xa1, 0x6e, 0xce], at); at += 3; body.writeUInt32BE(n, at); at += 4;
+  body.set([0xa2, 0x69, 0x64, 0xce], at); at += 4; body.writeUInt32BE(id, at); at += 4;
+  return body.subarray(0, at);
+}
