@@ -2,17 +2,19 @@
 // receiver's count (core/rpc/connection/window.ts) and the sender's outbox waiting for credit
 // (core/rpc/connection/outbox.ts).
 import { describe, expect, it } from 'vitest';
-import { ACK_SLACK_BYTES, ReceiveWindow } from '../../core/rpc/connection/window.ts';
+import { MAX_WINDOW_MESSAGE_BYTES, MessageWindow, MIN_CREDIT_BYTES, onlyWindowFrames, ReceiveWindow, type WindowLink } from '../../core/rpc/connection/window.ts';
+import { GdrpcError } from '../../core/errors.ts';
+import { encodeFrame } from '../../core/wire/codec.ts';
+import { FrameKind } from '../../core/wire/frames.ts';
 import { MAX_BLOCKED_BYTES, Outbox, type OutboxLink } from '../../core/rpc/connection/outbox.ts';
-import { FRAME_HEADER, unpackMessage } from '../../core/wire/message.ts';
+import { FRAME_HEADER, packMessage, unpackMessage } from '../../core/wire/message.ts';
 
 const KiB = 1024;
 
 describe('receive window', () => {
-  it('takes the window, then refuses what runs past it by more than an ACK', () => {
+  it('takes the window, then refuses a byte more', () => {
     const window = new ReceiveWindow(64 * KiB, 16 * KiB);
     expect(window.arrived(64 * KiB, true)).toBe(true);
-    expect(window.arrived(ACK_SLACK_BYTES, true)).toBe(true);
     expect(window.arrived(1, true)).toBe(false);
   });
 
@@ -30,9 +32,9 @@ describe('receive window', () => {
     expect(credit.n).toBe(16 * KiB);
     expect(Number.isInteger(credit.id) && credit.id >= 0 && credit.id < 2 ** 32).toBe(true);
     // Read and credited, not acknowledged: the peer may not have it yet.
-    expect(window.limit(true)).toBe(64 * KiB + ACK_SLACK_BYTES);
+    expect(window.limit(true)).toBe(64 * KiB);
     expect(window.ack(credit.id)).toBe(true);
-    expect(window.limit(true)).toBe(80 * KiB + ACK_SLACK_BYTES);
+    expect(window.limit(true)).toBe(80 * KiB);
     expect(window.ack(credit.id)).toBe(false);  // once only
   });
 
@@ -90,6 +92,88 @@ const frame = (n: number): Uint8Array => new Uint8Array(n);
 const one = (n: number): number => FRAME_HEADER + n;
 /** Lets queued microtasks run (the end-of-turn flush among them). */
 const turn = async (): Promise<void> => { for (let i = 0; i < 5; i += 1) await Promise.resolve(); };
+
+/** A MessageWindow over a link that records what it sends, grants and refuses. */
+function windowed(sent = 1 << 20): { window: MessageWindow; frames: Array<[number, unknown]>; grants: number[]; refused: GdrpcError[] } {
+  const frames: Array<[number, unknown]> = [];
+  const grants: number[] = [];
+  const refused: GdrpcError[] = [];
+  const link: WindowLink = {
+    peer: 'peer', admitted: true,
+    refuse: (error) => { refused.push(error); },
+    sendWindowFrame: (kind, body) => { frames.push([kind, body]); },
+    sentBytes: () => sent,
+    grant: (n) => { grants.push(n); },
+  };
+  return { window: new MessageWindow(64 * KiB, 16 * KiB, link), frames, grants, refused };
+}
+
+describe('message window', () => {
+  it('a credit from the peer is acknowledged first, then granted', () => {
+    const { window, frames, grants } = windowed();
+    expect(window.credit(20 * KiB, 5)).toBeUndefined();
+    expect(frames).toEqual([[FrameKind.Ack, { id: 5 }]]);
+    expect(grants).toEqual([20 * KiB]);
+  });
+
+  it.each([
+    ['without an id', 20 * KiB, undefined, /without an id/],
+    ['under the smallest credit', MIN_CREDIT_BYTES - 1, 1, /at least 16384 a credit/],
+    ['for more than this side sent', 40 * KiB, 1, /for 32768 bytes sent/],
+  ])('a credit %s is refused, and nothing is acknowledged or granted', (_what, n, id, message) => {
+    const { window, frames, grants } = (() => windowed(32 * KiB))();
+    expect(window.credit(n, id)?.message).toMatch(message);
+    expect(frames).toEqual([]);
+    expect(grants).toEqual([]);
+  });
+
+  it('credits add up against what this side sent', () => {
+    const { window } = windowed(40 * KiB);
+    expect(window.credit(20 * KiB, 1)).toBeUndefined();
+    expect(window.credit(20 * KiB, 2)).toBeUndefined();
+    expect(window.credit(MIN_CREDIT_BYTES, 3)?.message).toMatch(/with 40960 credited before/);
+  });
+
+  it('reading a quarter window sends a CREDIT; a peer past the window is refused once, and nothing after is counted', () => {
+    const { window, frames, refused } = windowed();
+    expect(window.arrived(16 * KiB)).toBe(true);
+    window.read(16 * KiB);
+    expect(frames).toHaveLength(1);
+    expect(frames[0]![0]).toBe(FrameKind.Credit);
+    expect(window.arrived(48 * KiB)).toBe(true);
+    expect(window.arrived(1)).toBe(false);
+    expect(refused.map((e) => e.message)).toEqual([expect.stringMatching(/sent 1 bytes of messages past its window \(65536 bytes and the credits it acknowledged/)]);
+    expect(window.overrun).toBe(true);
+    expect(window.arrived(1)).toBe(false);
+    expect(refused).toHaveLength(1);
+  });
+
+  it('an ACK must echo the oldest credit given', () => {
+    const { window, frames } = windowed();
+    window.read(16 * KiB);
+    const { id } = frames[0]![1] as { id: number };
+    expect(window.ack(id + 1)?.message).toMatch(/not the oldest/);
+    expect(window.ack(id)).toBeUndefined();
+  });
+
+  it('a message of window frames alone is told apart by its frame headers', () => {
+    const credit = { kind: FrameKind.Credit, call: 0, body: encodeFrame(FrameKind.Credit, { n: 1 << 20, id: 7 }) };
+    const ack = { kind: FrameKind.Ack, call: 0, body: encodeFrame(FrameKind.Ack, { id: 7 }) };
+    const keepalive = { kind: FrameKind.Keepalive, call: 0, body: encodeFrame(FrameKind.Keepalive, {}) };
+    const streamCredit = { kind: FrameKind.Credit, call: 3, body: encodeFrame(FrameKind.Credit, { n: 32 }) };
+    const is = (frames: Parameters<typeof packMessage>[0]): boolean => { const m = packMessage(frames); return onlyWindowFrames(m, m.length); };
+    expect(is([credit])).toBe(true);
+    expect(is([ack])).toBe(true);
+    expect(is([ack, credit])).toBe(true);
+    expect(packMessage([ack, credit]).length).toBeLessThanOrEqual(MAX_WINDOW_MESSAGE_BYTES);
+    expect(is([keepalive])).toBe(false);
+    expect(is([ack, keepalive])).toBe(false);
+    expect(is([streamCredit])).toBe(false);
+    const cut = packMessage([ack]);
+    expect(onlyWindowFrames(cut, cut.length - 1)).toBe(false);
+    expect(onlyWindowFrames(cut, 0)).toBe(false);
+  });
+});
 
 describe('outbox and the peer window', () => {
   it('without a window from the peer nothing waits', async () => {

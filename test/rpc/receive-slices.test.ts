@@ -36,9 +36,12 @@ function scopeOf(receives: ReturnType<typeof vi.fn>): TransferScope {
       // A gather's copy out of its staging tensor (nothing to check here: the bytes are not looked at).
       blocks: { copy: () => Promise.resolve() },
     },
-    receiving: <T>(receive: () => Promise<T>): Promise<T> => receive(),
-    takeHeld: () => undefined,
-    watchTransfer: () => () => {},
+    payloads: {
+      receiving: <T>(receive: () => Promise<T>): Promise<T> => receive(),
+      takeHeld: () => undefined,
+      watchTransfer: () => () => {},
+      expect: () => {},
+    },
     incomingDataTag: (x: number) => BigInt(x),
     reports: { forget: () => {}, reading: <T>(report: string, read: (report: string) => T) => read(report) },
   };

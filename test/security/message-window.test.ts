@@ -135,6 +135,29 @@ describe('message window', () => {
   });
 });
 
+describe('both ways at once', () => {
+  it('256 calls of 64 KiB inline each way, in one turn, four times: both windows shut and open again, every call answered', async () => {
+    // 16 MiB of requests and 16 MiB of results a round, each side's window 8 MiB: both senders
+    // wait for credit at the same time, and credit must still get through (the window's frames
+    // travel outside the window).
+    const client = await Client.connect(server.address);
+    try {
+      const { accepted, errors } = await serverStats(good);
+      for (let round = 0; round < 4; round += 1) {
+        const calls = Array.from({ length: 256 }, (_, i) => client.unary(EchoDescriptor.methods.echo, { x: patterned(64 * 1024, round * 256 + i), tag: `b${i}` }, { mover: 'inline', deadline: 60_000 }));
+        const results = await Promise.all(calls);
+        expect(results.map((r) => r.tag)).toEqual(results.map((_, i) => `b${i}`));
+        expect(results.every((r, i) => (r.y as ReturnType<typeof patterned>).equals(patterned(64 * 1024, round * 256 + i)))).toBe(true);
+      }
+      const stats = await serverStats(good);
+      expect(stats.accepted).toBe(accepted);
+      expect(stats.errors.slice(errors.length)).toEqual([]);
+    } finally {
+      await client.close();
+    }
+  });
+});
+
 describe('a server that gives no credit', () => {
   it("the client's messages past the server's window wait (the calls run into their deadlines); a CREDIT lets them go, its ACK first", async () => {
     const raw = RawServer.listen();
@@ -164,7 +187,8 @@ describe('a server that gives no credit', () => {
         const outcomes = await Promise.all(calls);
         expect(outcomes.every((o) => o instanceof GdrpcError && o.code === Code.DEADLINE_EXCEEDED)).toBe(true);
         // Credit: the ACK comes first, in a message of its own, then what was waiting.
-        await raw.sendMessage(packMessage([{ kind: FrameKind.Credit, call: 0, body: packCredit(1 << 20, 777) }]));
+        // Credit for what the client sent so far: a credit for more than it sent is refused.
+        await raw.sendMessage(packMessage([{ kind: FrameKind.Credit, call: 0, body: packCredit(before, 777) }]));
         const ack = await raw.receiveMessage(5000);
         expect(ack?.frames.map((f) => [f.kind, f.call, f.body.id])).toEqual([[FrameKind.Ack, 0, 777]]);
         const after: number[] = [];

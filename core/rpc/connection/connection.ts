@@ -6,17 +6,16 @@ import { Code, GdrpcError } from '../../errors.ts';
 import { decodeFrame, encodeFrame } from '../../wire/codec.ts';
 import { FrameKind, type Frame, type FrameBody } from '../../wire/frames.ts';
 import { FRAME_HEADER, packMessage, unpackMessage, type ReceivedFrame, type WireFrame } from '../../wire/message.ts';
-import { ConnectionKey, controlTag, dataTag, IdSequence, transferOf } from '../../wire/tag.ts';
+import { ConnectionKey, controlTag, dataTag, IdSequence } from '../../wire/tag.ts';
 import type { TakenMessage } from '../../ucx/index.ts';
 import type { FrameSink } from '../runtime/dispatcher.ts';
 import { Exposures } from './exposures.ts';
 import { Outbox, type FrameDone } from './outbox.ts';
-import { HeldPayloads, MAX_HELD_PAYLOADS } from './held-payloads.ts';
+import { Payloads } from './payloads.ts';
 import { Liveness } from './liveness.ts';
 import { MAX_REPORTS_PER_MESSAGE, TransferReports } from './reports.ts';
 import { ReportBatch, reportFrames } from './report-batch.ts';
-import { TransferWatch } from './transfer-watch.ts';
-import { ReceiveWindow } from './window.ts';
+import { MAX_WINDOW_MESSAGE_BYTES, MessageWindow, MIN_WINDOW_BYTES, onlyWindowFrames } from './window.ts';
 import type { Runtime } from '../runtime/runtime.ts';
 
 /** What the side that owns a connection does with its frames. */
@@ -59,7 +58,7 @@ export const HANDSHAKE_WINDOW_BYTES = 4 * MAX_HANDSHAKE_MESSAGE_BYTES;
  *  "Message window"): room for one in the UCX queue while the one before it is read. */
 export const WINDOW_MESSAGES = 2;
 /** Smallest message window a peer may announce: below it, the handshake is refused. */
-export const MIN_PEER_WINDOW_BYTES = HANDSHAKE_WINDOW_BYTES;
+export const MIN_PEER_WINDOW_BYTES = MIN_WINDOW_BYTES;
 
 /** Malformed frames one message may carry, each answered on its own (an ERROR for its call);
  *  past that the connection is refused as a whole: a peer's one message cannot make this side
@@ -69,9 +68,6 @@ export const MAX_MALFORMED_FRAMES = 16;
  *  of the most a frame carries): each costs ~1.8 KB of heap until its bytes come, and a client
  *  that announced 16,000 a call over 140 live calls ran a server out of heap. */
 export const MAX_AWAITED_TENSORS = 65_536;
-/** Wake-ups with work per second above which the worker counts as moving data (a peer sending
- *  bulk over TCP makes hundreds; UCX's keepalive of a stopped peer, one). */
-const STREAMING_WAKES_PER_S = 10;
 
 const NOTHING = (): void => {};
 
@@ -103,17 +99,31 @@ export class Connection implements FrameSink {
   readonly #abort = new AbortController();
   #error: GdrpcError | undefined;
   #handler: FrameHandler | undefined;
-  /** Tensor payloads that arrived before their receive was posted. */
-  readonly #held: HeldPayloads;
+  /** Tensor payloads: held, watched, arriving (payloads.ts). */
+  readonly payloads: Payloads;
 
   constructor(readonly runtime: Runtime, readonly endpoint: Endpoint, livenessMs: number) {
     // Every receive tied to the connection listens to this signal: many at once is normal.
     setMaxListeners(0, this.#abort.signal);
     this.key = runtime.dispatcher.register(this);
-    this.#held = new HeldPayloads((message) => runtime.dispatcher.drop(message));
+    this.payloads = new Payloads(this);
+    const connection = this;
+    this.#window = new MessageWindow(this.window, HANDSHAKE_WINDOW_BYTES, {
+      get peer() { return connection.peer; },
+      get admitted() { return connection.admitted; },
+      // Reported as a broken message is (the server's 'error' event), but closed now, not after a
+      // linger: UCX reads whatever the peer keeps sending for as long as the endpoint is open.
+      refuse: (error) => {
+        this.#handler?.malformed(0, 0, error);
+        this.close(error);
+      },
+      sendWindowFrame: (kind, body) => this.#sendWindowFrame(kind, body),
+      sentBytes: () => this.#outbox.sentBytes,
+      grant: (n) => this.#outbox.grant(n),
+    });
     this.liveness = new Liveness(livenessMs, () => this.#keepalive(), (silentMs) => {
       this.close(new GdrpcError(Code.UNAVAILABLE, `peer ${this.peer} silent for ${silentMs} ms (liveness ${this.liveness.timeoutMs} ms)`));
-    }, () => this.#dataMoving() && this.#incoming > 0);  // sampled every tick, transfers or not
+    }, () => this.payloads.streaming());
     endpoint.on('error', (error) => this.close(new GdrpcError(Code.UNAVAILABLE, `connection to ${this.peer} failed: ${error.rawMessage}`, { cause: error, ucsStatus: error.ucsStatus })));
   }
 
@@ -238,50 +248,15 @@ export class Connection implements FrameSink {
   /** Bytes of this side's messages waiting for the peer's window. */
   get blockedBytes(): number { return this.#outbox.blockedBytes; }
 
-  /** The peer's side of the message window: what it sent here, what it may send. */
-  #window: ReceiveWindow | undefined;
-  /** The peer ran past its window: what else it sends is not read. */
-  #overrun = false;
+  /** Both halves of the message window (window.ts). */
+  readonly #window: MessageWindow;
 
-  /** Counts a message of `length` bytes against the peer's window before it is read; false, and
-   *  the connection closes, when the peer ran past it. Its messages after that are not read. */
-  #withinWindow(length: number): boolean {
-    if (this.#overrun) return false;
-    const window = (this.#window ??= new ReceiveWindow(this.window, HANDSHAKE_WINDOW_BYTES));
-    if (window.arrived(length, this.admitted)) return true;
-    this.#overrun = true;
-    const limit = window.limit(this.admitted);
-    const error = new GdrpcError(Code.RESOURCE_EXHAUSTED, `${this.peer} sent ${window.received - limit} bytes of messages past its window ` +
-      `(${this.admitted ? `${this.window} bytes and the credits it acknowledged` : `${limit} bytes before admission`}; docs/wire.md "Message window")`);
-    // Reported as a broken message is (the server's 'error' event), but closed now, not after a
-    // linger: UCX reads whatever the peer keeps sending for as long as the endpoint is open.
-    this.#handler?.malformed(0, 0, error);
-    this.close(error);
-    return false;
-  }
-
-  /** A message of `length` bytes was read: once a quarter of the window was, a CREDIT on call 0
-   *  gives it back, joining the next message. */
-  #read(length: number): void {
-    if (!this.admitted || this.#error !== undefined) return;
-    const credit = this.#window!.read(length);
-    if (credit === undefined) return;
-    if (this.#window!.stalled) {
-      this.close(new GdrpcError(Code.RESOURCE_EXHAUSTED, `${this.peer} acknowledged none of its last credits (docs/wire.md "Message window")`));
-      return;
-    }
-    this.sendSoon(FrameKind.Credit, 0, credit);
-  }
-
-  /** The peer gave this side's window back (CREDIT on call 0): the ACK leaves at once, in a
-   *  message of its own ahead of those that use the credit, then the waiting messages that now
-   *  fit. */
-  #credited(n: number, id: number): void {
+  /** Sends a window frame (CREDIT on call 0, ACK) at once, in a message of its own, which the
+   *  peer does not count against the window: with both windows shut, credit still flows. */
+  #sendWindowFrame(kind: FrameKind.Credit | FrameKind.Ack, body: FrameBody<FrameKind.Credit> | FrameBody<FrameKind.Ack>): void {
     if (this.#error !== undefined || this.peerKey === undefined) return;
-    const ack = packMessage([{ kind: FrameKind.Ack, call: 0, body: encodeFrame(FrameKind.Ack, { id }) }]);
-    this.#outbox.sentOutside(ack.length);
-    this.#sendNow(controlTag(this.peerKey.value), ack)?.catch(() => { /* the connection's failure reports it */ });
-    this.#outbox.grant(n);
+    const message = packMessage([{ kind, call: 0, body: encodeFrame(kind, body as FrameBody<typeof kind>) }]);
+    this.#sendNow(controlTag(this.peerKey.value), message)?.catch(() => { /* the connection's failure reports it */ });
   }
 
   /** Sends a message: undefined when UCX sent it at once (no promise made), else what settles
@@ -312,89 +287,22 @@ export class Connection implements FrameSink {
   /** Tag of tensor bytes this side receives on this connection. */
   incomingDataTag(transfer: number): bigint { return dataTag(this.key, transfer); }
 
-  /** A held payload of `transfer` (it arrived before its frame was read), taken out; or undefined. */
-  takeHeld(transfer: number): TakenMessage | undefined {
-    return this.#held.take(transfer);
-  }
-
-  /** Runs the receive of a tensor payload from the peer, counted as an incoming transfer (for
-   *  liveness: a peer whose bytes are arriving is not silent). */
-  async receiving<T>(receive: () => Promise<T>): Promise<T> {
-    this.#incoming += 1;
-    try {
-      return await receive();
-    } finally {
-      this.#incoming -= 1;
-    }
-  }
-
-  #incoming = 0;
-
-  /** Tensor payloads in flight each way, closed past transferTimeoutMs (transfer-watch.ts). */
-  readonly #watch = new TransferWatch(this);
-
-  /** Watches the receive of `transfer`: when its bytes have not arrived within transferTimeoutMs
-   *  the connection closes, which cancels the receive with it. Returns what ends the watch. */
-  watchTransfer(transfer: number): () => void {
-    if (this.#watch.receiving(transfer)) {
-      // Transfer ids are unique among the sender's live transfers (docs/wire.md): one payload
-      // can match only one of two receives of an id, and the other would wait, unwatched once
-      // the first's watch ended, holding its pool block for as long as the connection lives.
-      this.close(new GdrpcError(Code.INVALID_ARGUMENT, `${this.peer} announced transfer ${transfer} again while its bytes were still awaited`));
-      return () => {};
-    }
-    return this.#watch.receive(transfer);
-  }
-
-  /** Watches the send of this side's payload `transfer`: when the peer has not taken its bytes
-   *  within transferTimeoutMs the connection closes, which ends the send. A rendezvous send holds
-   *  the memory it reads (a result, a pull's tensor, an owner's gather staging) until the peer
-   *  takes the bytes: a peer that never did held it for as long as it stayed connected (an
-   *  owner's 2 GiB of gather staging by four such connections, scratch). Returns what ends the watch. */
-  watchSend(transfer: number): () => void {
-    return this.#watch.send(transfer);
-  }
-
-  #sample = { at: performance.now(), activity: 0 };
-
-  /** Whether the worker has been moving data since the last look (UCX cannot say for which
-   *  endpoint): a rate of wake-ups with work, well above what keepalives alone cause. */
-  #dataMoving(): boolean {
-    const worker = this.runtime.worker;
-    if (worker.closed) return false;
-    const now = performance.now();
-    const activity = worker.activity();
-    const rate = ((activity - this.#sample.activity) * 1000) / Math.max(1, now - this.#sample.at);
-    this.#sample = { at: now, activity };
-    return rate >= STREAMING_WAKES_PER_S;
-  }
-
-  /** A frame announced the payload of `transfer`; its receive (or refusal) comes later. */
-  expect(transfer: number): void {
-    if (this.#error !== undefined) return;
-    this.#held.expect(transfer);
-  }
-
   onStrayData(message: TakenMessage, low: number): void {
-    const dispatcher = this.runtime.dispatcher;
-    if (this.#error !== undefined) return dispatcher.drop(message);
-    if (!this.admitted) {
-      dispatcher.drop(message);
-      this.close(new GdrpcError(Code.UNAUTHENTICATED, `${this.peer} sent tensor bytes before admission`));
-      return;
-    }
-    if (!this.#held.hold(transferOf(this.key, low), message)) {
-      this.close(new GdrpcError(Code.RESOURCE_EXHAUSTED, `${this.peer} sent more than ${MAX_HELD_PAYLOADS} tensor payloads that no frame announced`));
-    }
+    this.payloads.stray(message, low);
   }
 
   onMessage(source: Uint8Array, length: number): void {
     this.liveness.received();
-    if (this.#error !== undefined || !this.#withinWindow(length)) return;
+    if (this.#error !== undefined || this.#window.overrun) return;
+    if (this.admitted && length <= MAX_WINDOW_MESSAGE_BYTES && onlyWindowFrames(source, length)) {
+      this.#readMessage(source, length);  // the window's own: not counted against it
+      return;
+    }
+    if (!this.#window.arrived(length)) return;
     try {
       this.#readMessage(source, length);
     } finally {
-      this.#read(length);
+      if (this.#error === undefined) this.#window.read(length);
     }
   }
 
@@ -445,15 +353,10 @@ export class Connection implements FrameSink {
       return GdrpcError.from(error);
     }
     if (frame.kind === FrameKind.Keepalive) return undefined;
-    if (frame.kind === FrameKind.Credit && frame.call === 0) {
-      if (frame.body.id === undefined) return new GdrpcError(Code.INVALID_ARGUMENT, 'a CREDIT on call 0 without an id');
-      if (this.admitted) this.#credited(frame.body.n, frame.body.id);
-      return undefined;
-    }
+    if (frame.kind === FrameKind.Credit && frame.call === 0) return this.admitted ? this.#window.credit(frame.body.n, frame.body.id) : undefined;
     if (frame.kind === FrameKind.Ack) {
-      if (!this.admitted) return undefined;
-      if (frame.call !== 0 || !this.#window!.ack(frame.body.id)) return new GdrpcError(Code.INVALID_ARGUMENT, `an ACK of credit ${frame.body.id}, which is not the oldest this side gave`);
-      return undefined;
+      if (frame.call !== 0) return new GdrpcError(Code.INVALID_ARGUMENT, 'an ACK on a call (the window is the connection\'s: call 0)');
+      return this.admitted ? this.#window.ack(frame.body.id) : undefined;
     }
     if (frame.kind === FrameKind.Fin) {
       if (this.admitted) this.exposures.release(frame.body.x);
@@ -477,8 +380,8 @@ export class Connection implements FrameSink {
 
   onOversized(length: number): void {
     this.liveness.received();
-    if (this.#error !== undefined || !this.#withinWindow(length)) return;
-    this.#read(length);
+    if (this.#error !== undefined || !this.#window.arrived(length)) return;
+    this.#window.read(length);
     const error = new GdrpcError(Code.RESOURCE_EXHAUSTED, `message of ${length} bytes exceeds the ${this.runtime.dispatcher.frameBytes}-byte frame limit`);
     this.#handler?.malformed(0, 0, error);
   }
@@ -494,9 +397,8 @@ export class Connection implements FrameSink {
     this.liveness.stop();
     this.exposures.releaseAll();
     this.reports.close();
-    this.#held.clear();
+    this.payloads.close();
     this.#outbox.close();
-    this.#watch.stop();
     this.runtime.dispatcher.unregister(this.key);
     this.#abort.abort(error);
     const force = !options.graceful || this.endpoint.failed;

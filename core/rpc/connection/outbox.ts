@@ -189,6 +189,8 @@ export class Outbox {
 
   /** Bytes of messages waiting for the peer's window. */
   get blockedBytes(): number { return this.#blockedBytes; }
+  /** Bytes of every message sent on the connection so far (sentOutside's included). */
+  get sentBytes(): number { return this.#sentBytes; }
 
   /** Drops the frames waiting for company (the connection closed; nobody waits for them), and
    *  fails those waiting for the window. */

@@ -1,27 +1,36 @@
-// The receiving half of a connection's message window (docs/wire.md "Message window"). UCX reads
-// every eager message a peer sends into its unexpected queue, whether or not anyone is reading:
-// a peer that sends faster than this side reads (messages that are costly to decode) grows that
-// queue without end (a flood of 256 KiB messages took a server to 15 GB in 20 s). How far
-// behind the reader is cannot be seen from here, since the queue is UCX's. So the peer must show
-// it: it may send `size` bytes of messages, plus what the credits it acknowledged gave back.
-// Each credit carries an id drawn at random, which the peer can only learn by receiving the
-// credit, and it echoes that id (ACK) before sending the bytes the credit gave: a peer that runs
-// ahead of its credits has nothing to echo, and is found out, before any of its messages past
-// the window is decoded, once the reader reaches them.
+// A connection's message window (docs/wire.md "Message window"). UCX reads every eager message a
+// peer sends into its unexpected queue, whether or not anyone is reading: a peer that sends faster
+// than this side reads (messages that are costly to decode) grows that queue without end (a flood
+// of 256 KiB messages took a server to 15 GB in 20 s). How far behind the reader is cannot be seen
+// from here, since the queue is UCX's. So the peer must show it: it may send `size` bytes of
+// messages, plus what the credits it acknowledged gave back. Each credit carries an id drawn at
+// random, which the peer can only learn by receiving the credit, and it echoes that id (ACK)
+// before sending the bytes the credit gave: a peer that runs ahead of its credits has nothing to
+// echo, and is found out, before any of its messages past the window is decoded, once the reader
+// reaches them. The window's own frames travel in messages of their own that are not counted, so
+// that two sides whose windows are both shut can still give each other credit.
 import { getRandomValues } from 'node:crypto';
+import { Code, GdrpcError } from '../../errors.ts';
+import { FrameKind } from '../../wire/frames.ts';
+import { FRAME_HEADER } from '../../wire/message.ts';
 
-/** Bytes an ACK message may run past the window: the peer sends the ACK of a credit before it has
- *  the credit's bytes (a message of one ACK frame is 9 + 8-14 bytes). */
-export const ACK_SLACK_BYTES = 64;
+/** Smallest window a peer may announce (the handshake is refused below it). */
+export const MIN_WINDOW_BYTES = 64 * 1024;
+/** Smallest credit a peer may give: a quarter of the smallest window. Credits are bounded by what
+ *  this side sent, so this bounds how many uncounted messages of credits a peer can send. */
+export const MIN_CREDIT_BYTES = MIN_WINDOW_BYTES / 4;
+/** Longest message of window frames alone that is left uncounted (gdrpc's take about 30 bytes). */
+export const MAX_WINDOW_MESSAGE_BYTES = 128;
 /** Credits given and not yet acknowledged, at most: a peer that keeps reading and never
  *  acknowledges is past its window long before. */
 const MAX_UNACKED = 64;
 /** Random ids drawn at once (a credit is given per quarter window, megabytes apart). */
 const ID_BATCH = 64;
 
-/** A credit to send: `n` bytes, acknowledged by echoing `id`. */
+/** A credit: `n` bytes, acknowledged by echoing `id`. */
 export interface Credit { n: number; id: number }
 
+/** The receiving half's count: what the peer sent, what it may send, the credits given. */
 export class ReceiveWindow {
   #received = 0;
   #acked = 0;
@@ -38,7 +47,7 @@ export class ReceiveWindow {
   get received(): number { return this.#received; }
   /** Bytes the peer may have sent by now. */
   limit(admitted: boolean): number {
-    return admitted ? this.size + this.#acked + ACK_SLACK_BYTES : Math.min(this.before, this.size);
+    return admitted ? this.size + this.#acked : Math.min(this.before, this.size);
   }
 
   /** Counts a message of `length` bytes before it is read: false when it ran past the limit. */
@@ -76,4 +85,92 @@ export class ReceiveWindow {
     }
     return this.#ids[this.#nextId++]!;
   }
+}
+
+/** What the window needs of its connection. */
+export interface WindowLink {
+  readonly peer: string;
+  readonly admitted: boolean;
+  /** The peer broke the window's rules: report it and close the connection now. */
+  refuse(error: GdrpcError): void;
+  /** Sends a window frame at once, in a message of its own that the peer does not count. */
+  sendWindowFrame(kind: FrameKind.Credit | FrameKind.Ack, body: { n: number; id: number } | { id: number }): void;
+  /** Bytes of the (counted) messages this side has sent so far. */
+  sentBytes(): number;
+  /** The peer gave `n` bytes of this side's window back: waiting messages may go. */
+  grant(n: number): void;
+}
+
+/** Both halves of a connection's window, on the connection's behalf. */
+export class MessageWindow {
+  readonly #receive: ReceiveWindow;
+  /** The peer ran past its window: nothing more from it is read. */
+  #overrun = false;
+  /** Bytes of this side's messages the peer credited back so far. */
+  #credited = 0;
+
+  constructor(readonly size: number, before: number, private readonly link: WindowLink) {
+    this.#receive = new ReceiveWindow(size, before);
+  }
+
+  get overrun(): boolean { return this.#overrun; }
+
+  /** Counts a message of `length` bytes against the peer's window before it is read; false, and
+   *  the connection refused, when the peer ran past it. */
+  arrived(length: number): boolean {
+    if (this.#overrun) return false;
+    const { admitted } = this.link;
+    if (this.#receive.arrived(length, admitted)) return true;
+    this.#overrun = true;
+    const limit = this.#receive.limit(admitted);
+    this.link.refuse(new GdrpcError(Code.RESOURCE_EXHAUSTED, `${this.link.peer} sent ${this.#receive.received - limit} bytes of messages past its window ` +
+      `(${admitted ? `${this.size} bytes and the credits it acknowledged` : `${limit} bytes before admission`}; docs/wire.md "Message window")`));
+    return false;
+  }
+
+  /** A counted message of `length` bytes was read: once a quarter of the window was, a CREDIT on
+   *  call 0 gives it back. */
+  read(length: number): void {
+    if (!this.link.admitted || this.#overrun) return;
+    const credit = this.#receive.read(length);
+    if (credit === undefined) return;
+    if (this.#receive.stalled) {
+      this.link.refuse(new GdrpcError(Code.RESOURCE_EXHAUSTED, `${this.link.peer} acknowledged none of its last credits (docs/wire.md "Message window")`));
+      return;
+    }
+    this.link.sendWindowFrame(FrameKind.Credit, credit);
+  }
+
+  /** The peer's CREDIT on call 0: acknowledged at once, ahead of the messages that use it; an
+   *  error for a credit no reader could have given (too small, or more than this side sent). */
+  credit(n: number, id: number | undefined): GdrpcError | undefined {
+    if (id === undefined) return new GdrpcError(Code.INVALID_ARGUMENT, 'a CREDIT on call 0 without an id');
+    if (n < MIN_CREDIT_BYTES || this.#credited + n > this.link.sentBytes()) {
+      return new GdrpcError(Code.INVALID_ARGUMENT, `a CREDIT of ${n} bytes, with ${this.#credited} credited before, for ${this.link.sentBytes()} bytes sent (at least ${MIN_CREDIT_BYTES} a credit)`);
+    }
+    this.#credited += n;
+    this.link.sendWindowFrame(FrameKind.Ack, { id });
+    this.link.grant(n);
+    return undefined;
+  }
+
+  /** The peer's ACK: it must echo the oldest credit not yet acknowledged. */
+  ack(id: number): GdrpcError | undefined {
+    if (this.#receive.ack(id)) return undefined;
+    return new GdrpcError(Code.INVALID_ARGUMENT, `an ACK of credit ${id}, which is not the oldest this side gave`);
+  }
+}
+
+/** Whether `source[0, length)` is a message of window frames alone (CREDIT on call 0, ACK), which
+ *  the peer sends outside its window. Reads frame headers only; the caller bounds `length`. */
+export function onlyWindowFrames(source: Uint8Array, length: number): boolean {
+  let at = 0;
+  while (at < length) {
+    if (at + FRAME_HEADER > length) return false;
+    const kind = source[at]!;
+    const call = source[at + 1]! | source[at + 2]! | source[at + 3]! | source[at + 4]!;
+    if (kind !== FrameKind.Ack && !(kind === FrameKind.Credit && call === 0)) return false;
+    at += FRAME_HEADER + (((source[at + 5]! << 24) | (source[at + 6]! << 16) | (source[at + 7]! << 8) | source[at + 8]!) >>> 0);
+  }
+  return at === length && length > 0;
 }

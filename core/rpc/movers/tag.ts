@@ -49,10 +49,10 @@ export const tagMover: Mover = {
 /** Sends payload `x` (a frame announced it) from `tensor`; settles once UCX is done reading it (the
  *  caller may then reuse or free the tensor), with UCX's description of the send, which is the
  *  path the call reports. Watched: a peer that never takes the bytes must not hold the tensor for
- *  ever (Connection.watchSend). */
+ *  ever (Payloads.watchSend). */
 export async function sendPayload(connection: TransferScope['connection'], x: number, tensor: Tensor): Promise<ProtocolSeen | void> {
   const { buffer, release } = tagBuffer(tensor, connection.runtime.context, connection.runtime.stats);
-  const unwatch = connection.watchSend(x);
+  const unwatch = connection.payloads.watchSend(x);
   try {
     return await connection.endpoint.tagSend(connection.outgoingDataTag(x), buffer, { untilComplete: true, describe: connection.runtime.describes });
   } catch (error) {
@@ -66,19 +66,19 @@ export async function sendPayload(connection: TransferScope['connection'], x: nu
 /** Receives the payload of `transfer`: one the dispatcher already took out of UCX's queue (it came
  *  before its frame was read), else through a receive posted with its exact tag. */
 function receivePayload(connection: TransferScope['connection'], transfer: number, buffer: TagBuffer): Promise<TagRecvResult> {
-  return connection.receiving(() => receiveOrTake(connection, transfer, buffer));
+  return connection.payloads.receiving(() => receiveOrTake(connection, transfer, buffer));
 }
 
 async function receiveOrTake(connection: TransferScope['connection'], transfer: number, buffer: TagBuffer): Promise<TagRecvResult> {
   const worker = connection.runtime.worker;
-  const held = connection.takeHeld(transfer);
+  const held = connection.payloads.takeHeld(transfer);
   // Every receive settles only when UCX is done writing `buffer`, whatever the outcome: its
   // memory (a pool block) goes back only then.
   if (held !== undefined) return worker.tagRecvTaken(held, buffer, { untilComplete: true, describe: connection.runtime.describes });
   // Bytes a peer announced but does not send must not hold the destination (a pool block) for
-  // ever: past the transfer timeout the connection closes (Connection.watchTransfer), and its
+  // ever: past the transfer timeout the connection closes (Payloads.watchTransfer), and its
   // end cancels this receive.
-  const unwatch = connection.watchTransfer(transfer);
+  const unwatch = connection.payloads.watchTransfer(transfer);
   try {
     return await worker.tagRecv(buffer, connection.incomingDataTag(transfer), EXACT_MASK, { signal: connection.signal, untilComplete: true, describe: connection.runtime.describes });
   } finally {

@@ -92,7 +92,7 @@ export class IncomingTensors {
       throw new GdrpcError(Code.INVALID_ARGUMENT, `${where}: RMA descriptor refused: this process does not perform RMA (docs/security.md)`);
     }
     // A payload's tag holds 32 bits of its transfer id (wire/tag.ts dataTag): x and x + 2^32 would
-    // name one payload and slip past the check for an id received twice (Connection.watchTransfer).
+    // name one payload and slip past the check for an id received twice (Payloads.watchTransfer).
     if ((wire.m === 't' || wire.m === 'g') && wire.x! > MAX_TRANSFER_ID) {
       throw new GdrpcError(Code.INVALID_ARGUMENT, `${where}: transfer id ${wire.x} is past ${MAX_TRANSFER_ID}`);
     }
@@ -104,7 +104,7 @@ export class IncomingTensors {
     if (wire.m === 't' || wire.m === 'g') {
       // Its payload may come before the receive is posted (the allocation can wait): hold it.
       // (The tensors of a gather share one payload: expecting it again changes nothing.)
-      connection.expect(wire.x!);
+      connection.payloads.expect(wire.x!);
       // And the sender's report of it after its send completed (SENT), whatever this side does.
       if (connection.peerLimits.reports === true) connection.reports.expect(wire.x!);
     }
