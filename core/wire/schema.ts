@@ -44,6 +44,7 @@ export const WIRE_TYPE_NAMES: Readonly<Record<WireType, string>> = {
   uint: 'uint', key: 'uint64', u64: 'uint64', str: 'str', bin: 'bin', bool: 'bool', map: 'map', strmap: 'map<str,str>', uints: 'uint[]',
 };
 
+const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER);
 const isUint = (value: unknown): boolean => typeof value === 'number' && Number.isSafeInteger(value) && value >= 0;
 /** Whether `value` is a msgpack map (not an array, not bytes). */
 export const isMap = (value: unknown): value is Record<string, unknown> =>
@@ -75,7 +76,17 @@ export function mismatch(fields: Fields, map: Record<string, unknown>): string |
       if (value === null || Object.hasOwn(map, name)) delete map[name];
       continue;
     }
-    const bad = badValue(spec, value, map);
+    // A uint another encoder wrote as a msgpack uint64 or int64 decodes as a bigint (keys must):
+    // taken as the number it is when it is one (gdrpc itself writes such integers as float64).
+    if (typeof value === 'bigint' && spec.type === 'uint') {
+      if (value >= 0n && value <= MAX_SAFE) map[name] = Number(value);
+    } else if (spec.type === 'uints' && Array.isArray(value)) {
+      for (let i = 0; i < value.length; i += 1) {
+        const item: unknown = value[i];
+        if (typeof item === 'bigint' && item >= 0n && item <= MAX_SAFE) value[i] = Number(item);
+      }
+    }
+    const bad = badValue(spec, map[name], map);
     if (bad !== undefined) return `has a bad '${name}': ${bad}`;
   }
   return undefined;

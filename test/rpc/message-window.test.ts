@@ -2,11 +2,11 @@
 // receiver's count (core/rpc/connection/window.ts) and the sender's outbox waiting for credit
 // (core/rpc/connection/outbox.ts).
 import { describe, expect, it } from 'vitest';
-import { MAX_WINDOW_MESSAGE_BYTES, MessageWindow, MIN_CREDIT_BYTES, onlyWindowFrames, ReceiveWindow, type WindowLink } from '../../core/rpc/connection/window.ts';
+import { FRAME_WEIGHT_BYTES, MAX_WINDOW_MESSAGE_BYTES, MessageWindow, messageWeight, MIN_CREDIT_BYTES, onlyWindowFrames, ReceiveWindow, type WindowLink } from '../../core/rpc/connection/window.ts';
 import { GdrpcError } from '../../core/errors.ts';
 import { encodeFrame } from '../../core/wire/codec.ts';
 import { FrameKind } from '../../core/wire/frames.ts';
-import { MAX_BLOCKED_BYTES, Outbox, type OutboxLink } from '../../core/rpc/connection/outbox.ts';
+import { FRAME_HELD_BYTES, MAX_BLOCKED_BYTES, Outbox, type OutboxLink } from '../../core/rpc/connection/outbox.ts';
 import { FRAME_HEADER, packMessage, unpackMessage } from '../../core/wire/message.ts';
 
 const KiB = 1024;
@@ -61,19 +61,12 @@ describe('receive window', () => {
     expect(refusedAt).toBe(16);
   });
 
-  it('many credits never acknowledged count as stalled', () => {
-    const window = new ReceiveWindow(4 * KiB, 4 * KiB);
-    for (let i = 0; i < 64; i += 1) window.read(KiB);
-    expect(window.stalled).toBe(false);
-    window.read(KiB);
-    expect(window.stalled).toBe(true);
-  });
 });
 
 /** An outbox whose delivered messages are kept (as lists of calls), with its overflow calls. */
-function recording(): { outbox: Outbox; delivered: number[][]; overflows: number[]; closeLink(): void } {
+function recording(): { outbox: Outbox; delivered: number[][]; overflows: Array<[number, number]>; closeLink(): void } {
   const delivered: number[][] = [];
-  const overflows: number[] = [];
+  const overflows: Array<[number, number]> = [];
   let refusal: unknown;
   const link: OutboxLink = {
     maxFrame: () => Number.MAX_SAFE_INTEGER,
@@ -82,14 +75,14 @@ function recording(): { outbox: Outbox; delivered: number[][]; overflows: number
       delivered.push(unpackMessage(message).map((f) => f.call));
       return undefined;
     },
-    overflow: (bytes) => { overflows.push(bytes); },
+    overflow: (bytes, frames) => { overflows.push([bytes, frames]); },
   };
   return { outbox: new Outbox(link), delivered, overflows, closeLink: () => { refusal = new Error('closed'); } };
 }
 
 const frame = (n: number): Uint8Array => new Uint8Array(n);
-/** Bytes of a message of one frame of `n` body bytes. */
-const one = (n: number): number => FRAME_HEADER + n;
+/** What a message of one frame of `n` body bytes weighs in the window. */
+const one = (n: number): number => FRAME_HEADER + n + FRAME_WEIGHT_BYTES;
 /** Lets queued microtasks run (the end-of-turn flush among them). */
 const turn = async (): Promise<void> => { for (let i = 0; i < 5; i += 1) await Promise.resolve(); };
 
@@ -156,6 +149,17 @@ describe('message window', () => {
     expect(window.ack(id)).toBeUndefined();
   });
 
+  it('a message weighs its bytes and 1 KiB a frame, read from its frame headers', () => {
+    const frames = (n: number, size: number) => Array.from({ length: n }, (_, i) => ({ kind: FrameKind.Keepalive, call: i, body: new Uint8Array(size) }));
+    for (const [n, size] of [[1, 0], [1, 5000], [16, 3], [256, 0]] as const) {
+      const m = packMessage(frames(n, size));
+      expect(messageWeight(m, m.length)).toBe(m.length + n * FRAME_WEIGHT_BYTES);
+    }
+    const cut = packMessage(frames(2, 10));
+    expect(messageWeight(cut, cut.length - 3)).toBe(cut.length - 3 + 2 * FRAME_WEIGHT_BYTES);
+    expect(messageWeight(cut, 0)).toBe(FRAME_WEIGHT_BYTES);
+  });
+
   it('a message of window frames alone is told apart by its frame headers', () => {
     const credit = { kind: FrameKind.Credit, call: 0, body: encodeFrame(FrameKind.Credit, { n: 1 << 20, id: 7 }) };
     const ack = { kind: FrameKind.Ack, call: 0, body: encodeFrame(FrameKind.Ack, { id: 7 }) };
@@ -169,6 +173,8 @@ describe('message window', () => {
     expect(is([keepalive])).toBe(false);
     expect(is([ack, keepalive])).toBe(false);
     expect(is([streamCredit])).toBe(false);
+    // An ACK is the window's on call 0 only: on a call it is counted like any frame (and refused).
+    expect(is([{ ...ack, call: 1000 }])).toBe(false);
     const cut = packMessage([ack]);
     expect(onlyWindowFrames(cut, cut.length - 1)).toBe(false);
     expect(onlyWindowFrames(cut, 0)).toBe(false);
@@ -194,7 +200,7 @@ describe('outbox and the peer window', () => {
     }
     expect(delivered).toEqual([[1], [2], [3]]);
     expect(told).toEqual([2, 3]);
-    expect(outbox.blockedBytes).toBe(2 * one(1000));
+    expect(outbox.blockedBytes).toBe(2 * (FRAME_HEADER + 1000));
     outbox.grant(one(1000) - 1);  // not enough for the next: nothing overtakes it
     void outbox.send(4, 6, frame(1));
     await turn();
@@ -218,21 +224,37 @@ describe('outbox and the peer window', () => {
     void outbox.send(4, 2, frame(10));
     await turn();
     expect(delivered).toEqual([[1]]);
-    expect(outbox.blockedBytes).toBe(one(10));
+    expect(outbox.blockedBytes).toBe(FRAME_HEADER + 10);
   });
 
-  it(`past ${MAX_BLOCKED_BYTES} bytes waiting the link is told (the peer takes nothing)`, async () => {
+  it(`past ${MAX_BLOCKED_BYTES} bytes waiting (messages, and ${FRAME_HELD_BYTES} a frame) the link is told: the peer takes nothing`, async () => {
     const { outbox, overflows } = recording();
     outbox.openWindow(64 * KiB);
     const MiB = 1 << 20;
-    for (let i = 0; i < MAX_BLOCKED_BYTES / MiB; i += 1) {
+    // Messages of one frame of 1 MiB: 31 stay under the cap, the 32nd passes it.
+    for (let i = 0; i < 31; i += 1) {
       void outbox.send(4, i + 1, frame(MiB - FRAME_HEADER)).catch(() => {});
       await turn();
     }
     expect(overflows).toEqual([]);
-    void outbox.send(4, 999, frame(1)).catch(() => {});
+    void outbox.send(4, 999, frame(MiB - FRAME_HEADER)).catch(() => {});
     await turn();
-    expect(overflows).toEqual([MAX_BLOCKED_BYTES + one(1)]);
+    expect(overflows).toEqual([[32 * MiB, 32]]);
+  });
+
+  it('small frames count for what they hold, not only their bytes: thousands of them overflow far below 32 MiB of messages', async () => {
+    const { outbox, overflows } = recording();
+    outbox.openWindow(0);  // all of it waits
+    const limit = Math.ceil(MAX_BLOCKED_BYTES / FRAME_HELD_BYTES);
+    for (let turnNo = 0; turnNo * 16 <= limit; turnNo += 1) {
+      for (let i = 0; i < 16; i += 1) void outbox.send(4, turnNo * 16 + i + 1, frame(1)).catch(() => {});
+      await turn();
+    }
+    expect(overflows.length).toBeGreaterThan(0);
+    const [bytes, frames] = overflows[0]!;
+    expect(frames).toBeGreaterThan(limit - 32);
+    expect(frames).toBeLessThanOrEqual(limit + 16);
+    expect(bytes).toBeLessThan(1 << 20);
   });
 
   it("the waiting messages' frames fail with the link's refusal when it closes, and nothing more is delivered", async () => {

@@ -95,6 +95,28 @@ describe('message window', () => {
     }
   });
 
+  it('ACK frames on a call are counted and malformed: a peer flooding small messages of them is closed after 256', async () => {
+    // 14 empty ACKs on calls 1000-1013, 126 bytes: before, such a message passed as the window's
+    // own (uncounted) and each frame cost the server an ERROR and an 'error' event; a peer
+    // sending them as fast as it could took a server to 5 GB and was never closed.
+    const raw = await admitted();
+    raw.acknowledgesCredit = false;
+    const message = packMessage(Array.from({ length: 14 }, (_, i) => ({ kind: FrameKind.Ack, call: 1000 + i, body: new Uint8Array(0) })));
+    expect(message.length).toBe(126);
+    try {
+      for (let i = 0; i < 5000 && !raw.endpoint.failed; i += 1) {
+        await raw.sendMessage(message).catch(() => {});
+        if (i % 64 === 63) await new Promise((resolve) => setImmediate(resolve));
+      }
+      expect(await raw.closedWithin(10_000)).toBe('closed');
+      const { errors } = await serverStats(good);
+      expect(errors.some((e) => /more than 256 malformed frames/.test(e))).toBe(true);
+      expect((await good.unary(EchoDescriptor.methods.ping, { n: 7 })).n).toBe(7);
+    } finally {
+      await raw.close();
+    }
+  });
+
   it('an ACK of a credit the server never gave closes the connection INVALID_ARGUMENT', async () => {
     const raw = await admitted();
     try {

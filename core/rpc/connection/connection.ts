@@ -15,7 +15,7 @@ import { Payloads } from './payloads.ts';
 import { Liveness } from './liveness.ts';
 import { MAX_REPORTS_PER_MESSAGE, TransferReports } from './reports.ts';
 import { ReportBatch, reportFrames } from './report-batch.ts';
-import { MAX_WINDOW_MESSAGE_BYTES, MessageWindow, MIN_WINDOW_BYTES, onlyWindowFrames } from './window.ts';
+import { FRAME_WEIGHT_BYTES, MAX_WINDOW_MESSAGE_BYTES, MessageWindow, messageWeight, MIN_WINDOW_BYTES, onlyWindowFrames } from './window.ts';
 import type { Runtime } from '../runtime/runtime.ts';
 
 /** What the side that owns a connection does with its frames. */
@@ -64,6 +64,11 @@ export const MIN_PEER_WINDOW_BYTES = MIN_WINDOW_BYTES;
  *  past that the connection is refused as a whole: a peer's one message cannot make this side
  *  send an ERROR, and raise an 'error' event, for each of thousands of tiny frames. */
 export const MAX_MALFORMED_FRAMES = 16;
+/** Malformed frames a connection may send in all, each answered on its own: past it the
+ *  connection is refused. A gdrpc peer sends none; a peer that sent 14 to a 126-byte message made
+ *  the server answer each with an ERROR and an 'error' event, at about 40 µs a frame, while UCX
+ *  queued its flood (a helper session's attack, 2026-12-06). */
+export const MAX_MALFORMED_PER_CONNECTION = 256;
 /** Most argument tensors a server's calls on one connection may be receiving at once (four frames
  *  of the most a frame carries): each costs ~1.8 KB of heap until its bytes come, and a client
  *  that announced 16,000 a call over 140 live calls ran a server out of heap. */
@@ -218,8 +223,8 @@ export class Connection implements FrameSink {
 
   readonly #outbox = new Outbox({
     soon: () => this.#reportsFrames(),
-    overflow: (bytes) => queueMicrotask(() => this.close(new GdrpcError(Code.RESOURCE_EXHAUSTED,
-      `${this.peer} has not taken ${bytes} bytes of messages waiting for its window (docs/wire.md "Message window")`))),
+    overflow: (bytes, frames) => queueMicrotask(() => this.close(new GdrpcError(Code.RESOURCE_EXHAUSTED,
+      `${this.peer} has not taken ${bytes} bytes of messages (${frames} frames) waiting for its window (docs/wire.md "Message window")`))),
     maxFrame: () => this.peerLimits.maxFrame,
     refusal: () => (this.#error === undefined ? undefined : unprocessed(this.#error)),
     // Nothing is queued before the handshake gave the peer's key, and a key is never taken back.
@@ -229,7 +234,7 @@ export class Connection implements FrameSink {
   /** Sends a frame whose tag and bytes the caller built (handshake, tests of malformed input);
    *  it counts against the peer's window like the outbox's messages. */
   sendRaw(tag: bigint, bytes: Uint8Array): Promise<void> {
-    this.#outbox.sentOutside(bytes.length);
+    this.#outbox.sentOutside(messageWeight(bytes, bytes.length));
     return this.#sendNow(tag, bytes) ?? Promise.resolve();
   }
 
@@ -238,10 +243,12 @@ export class Connection implements FrameSink {
   get window(): number { return WINDOW_MESSAGES * this.runtime.dispatcher.frameBytes; }
 
   /** The peer's window, from its HELLO or AUTH (absent: the peer sets none). This side's messages
-   *  are made no larger than the window, and wait while it is shut. */
+   *  are made no larger than half the window, and wait while it is shut: the peer may hold back
+   *  up to a quarter of it uncredited (docs/wire.md "Message window"), and a larger message could
+   *  then wait for ever. */
   openPeerWindow(bytes: number | undefined): void {
     if (bytes === undefined) return;
-    this.peerLimits.maxFrame = Math.min(this.peerLimits.maxFrame, bytes);
+    this.peerLimits.maxFrame = Math.min(this.peerLimits.maxFrame, Math.floor(bytes / 2));
     this.#outbox.openWindow(bytes);
   }
 
@@ -298,11 +305,12 @@ export class Connection implements FrameSink {
       this.#readMessage(source, length);  // the window's own: not counted against it
       return;
     }
-    if (!this.#window.arrived(length)) return;
+    const weight = messageWeight(source, length);
+    if (!this.#window.arrived(weight)) return;
     try {
       this.#readMessage(source, length);
     } finally {
-      if (this.#error === undefined) this.#window.read(length);
+      if (this.#error === undefined) this.#window.read(weight);
     }
   }
 
@@ -332,10 +340,18 @@ export class Connection implements FrameSink {
       const error = this.#onFrame(frame);
       if (error === undefined) continue;
       malformed += 1;
+      this.#malformedFrames += 1;
       if (malformed > MAX_MALFORMED_FRAMES) return this.#tooManyMalformed();
+      if (this.#malformedFrames > MAX_MALFORMED_PER_CONNECTION) {
+        this.#handler?.malformed(0, 0, new GdrpcError(Code.INVALID_ARGUMENT, `${this.peer} sent more than ${MAX_MALFORMED_PER_CONNECTION} malformed frames`));
+        return;
+      }
       this.#handler?.malformed(frame.kind, frame.call, error);
     }
   }
+
+  /** Malformed frames the peer sent so far, answered one by one (MAX_MALFORMED_PER_CONNECTION). */
+  #malformedFrames = 0;
 
   /** A message whose malformed frames would each cost an ERROR (and an 'error' event): the
    *  connection is refused as a whole instead (the handler closes it), and the rest is not read. */
@@ -380,8 +396,10 @@ export class Connection implements FrameSink {
 
   onOversized(length: number): void {
     this.liveness.received();
-    if (this.#error !== undefined || !this.#window.arrived(length)) return;
-    this.#window.read(length);
+    // Its bytes are lost (UCX truncated it): it weighs as one frame.
+    const weight = length + FRAME_WEIGHT_BYTES;
+    if (this.#error !== undefined || !this.#window.arrived(weight)) return;
+    this.#window.read(weight);
     const error = new GdrpcError(Code.RESOURCE_EXHAUSTED, `message of ${length} bytes exceeds the ${this.runtime.dispatcher.frameBytes}-byte frame limit`);
     this.#handler?.malformed(0, 0, error);
   }

@@ -6,13 +6,22 @@
 // side makes the rest. On the 2-core box that took 64 calls in flight from 85-103k calls/s to
 // 112-124k (README, Benchmarks). A frame nobody waits for joins the next message (sendSoon).
 import { FRAME_HEADER, packMessage, type WireFrame } from '../../wire/message.ts';
+import { FRAME_WEIGHT_BYTES } from './window.ts';
 
 /** Frames a message takes before it leaves within the turn instead of at its end. */
 export const BATCH_FRAMES = 16;
-/** Bytes of messages that may wait for the peer's window to open (docs/wire.md "Message
- *  window"): past this the peer is taking nothing while this side keeps making messages for it
- *  (a client that asks and never reads the answers), and the link is told (overflow). */
+/** What may wait for the peer's window to open (docs/wire.md "Message window"), in bytes of
+ *  messages plus FRAME_HELD_BYTES a frame: past this the peer is taking nothing while this side
+ *  keeps making messages for it (a client that asks and never reads the answers), and the link
+ *  is told (overflow). */
 export const MAX_BLOCKED_BYTES = 32 << 20;
+/** What a waiting frame holds besides its message bytes, counted towards MAX_BLOCKED_BYTES: its
+ *  outcome's callbacks and what waits on them. Measured: a server refusing small REQUESTs held
+ *  about 3.9 KB of heap per ERROR frame waiting (a helper session's attack, 2026-12-06); counting
+ *  the message bytes alone let 33 MB of waiting messages hold 965 MiB. */
+export const FRAME_HELD_BYTES = 4096;
+/** What a waiting frame's body becomes once packed: the message holds its bytes. */
+const PACKED = new Uint8Array(0);
 /** How long a frame sent with sendSoon waits for another to share its message. */
 export const SOON_MS = 1;
 
@@ -55,6 +64,11 @@ export class PostedFrame implements FrameDone {
 
 interface QueuedFrame extends WireFrame { done: FrameDone }
 
+/** What a packed message of `group` weighs in the peer's window (window.ts messageWeight). */
+function weightOf(message: Uint8Array, group: readonly QueuedFrame[]): number {
+  return message.length + group.length * FRAME_WEIGHT_BYTES;
+}
+
 const NOBODY: FrameDone = { sent() {}, failed() {} };
 
 /** What an outbox needs of its connection. */
@@ -73,8 +87,8 @@ export interface OutboxLink {
    *  reports), asked for as a message takes the frames waiting for company; none when it has
    *  nothing or could not make them. */
   soon?(): WireFrame[];
-  /** More than MAX_BLOCKED_BYTES of messages wait for the peer's window (`bytes` of them). */
-  overflow?(bytes: number): void;
+  /** More than MAX_BLOCKED_BYTES wait for the peer's window: `bytes` of messages, `frames` frames. */
+  overflow?(bytes: number, frames: number): void;
 }
 
 /** A packed message waiting for the peer's window, with the frames it carries. */
@@ -99,6 +113,7 @@ export class Outbox {
   #blocked: BlockedMessage[] = [];
   #blockedHead = 0;
   #blockedBytes = 0;
+  #blockedFrames = 0;
 
   constructor(private readonly link: OutboxLink) {}
 
@@ -168,7 +183,8 @@ export class Outbox {
     this.#queue = queued;
   }
 
-  /** The peer's window (its HELLO's or AUTH's `win`): what was sent before it counts against it. */
+  /** The peer's window (its HELLO's or AUTH's `win`), in what messages weigh (window.ts
+   *  messageWeight): what was sent before it counts against it. */
   openWindow(bytes: number): void {
     this.#credit = bytes - this.#sentBytes;
     this.#release();
@@ -181,7 +197,8 @@ export class Outbox {
     this.#release();
   }
 
-  /** A message sent on the connection without the outbox (the server's HELLO): the peer counts it. */
+  /** A message sent on the connection without the outbox (the server's HELLO), of weight `bytes`:
+   *  the peer counts it. */
   sentOutside(bytes: number): void {
     this.#sentBytes += bytes;
     this.#credit -= bytes;
@@ -189,7 +206,7 @@ export class Outbox {
 
   /** Bytes of messages waiting for the peer's window. */
   get blockedBytes(): number { return this.#blockedBytes; }
-  /** Bytes of every message sent on the connection so far (sentOutside's included). */
+  /** What every message sent on the connection so far weighs (sentOutside's included). */
   get sentBytes(): number { return this.#sentBytes; }
 
   /** Drops the frames waiting for company (the connection closed; nobody waits for them), and
@@ -203,6 +220,7 @@ export class Outbox {
     this.#blocked = [];
     this.#blockedHead = 0;
     this.#blockedBytes = 0;
+    this.#blockedFrames = 0;
     const refusal = this.link.refusal();
     for (const { group } of blocked) this.#tell(group, { error: refusal });
   }
@@ -242,20 +260,23 @@ export class Outbox {
       const group = queue.slice(start, end);
       start = end;
       const message = packMessage(group);
-      if (this.#blockedBytes === 0 && message.length <= this.#credit) {
+      if (this.#blockedBytes === 0 && weightOf(message, group) <= this.#credit) {
         this.#deliver(message, group);
         continue;
       }
-      // The peer's window is shut: the message waits, behind any already waiting.
+      // The peer's window is shut: the message waits, behind any already waiting; its frames keep
+      // their outcome, not their bytes.
+      for (const frame of group) frame.body = PACKED;
       this.#blocked.push({ message, group });
       this.#blockedBytes += message.length;
-      if (this.#blockedBytes > MAX_BLOCKED_BYTES) this.link.overflow?.(this.#blockedBytes);
+      this.#blockedFrames += group.length;
+      if (this.#blockedBytes + this.#blockedFrames * FRAME_HELD_BYTES > MAX_BLOCKED_BYTES) this.link.overflow?.(this.#blockedBytes, this.#blockedFrames);
     }
   }
 
   /** Sends the waiting messages that the window now takes, in order. */
   #release(): void {
-    while (this.#blockedHead < this.#blocked.length && this.#blocked[this.#blockedHead]!.message.length <= this.#credit) {
+    while (this.#blockedHead < this.#blocked.length && weightOf(this.#blocked[this.#blockedHead]!.message, this.#blocked[this.#blockedHead]!.group) <= this.#credit) {
       const { message, group } = this.#blocked[this.#blockedHead]!;
       this.#blocked[this.#blockedHead] = undefined!;
       this.#blockedHead += 1;
@@ -264,6 +285,7 @@ export class Outbox {
         this.#blockedHead = 0;
       }
       this.#blockedBytes -= message.length;
+      this.#blockedFrames -= group.length;
       if (this.link.refusal() !== undefined) {
         this.#tell(group, { error: this.link.refusal() });
         continue;
@@ -273,8 +295,9 @@ export class Outbox {
   }
 
   #deliver(message: Uint8Array, group: QueuedFrame[]): void {
-    this.#credit -= message.length;
-    this.#sentBytes += message.length;
+    const weight = weightOf(message, group);
+    this.#credit -= weight;
+    this.#sentBytes += weight;
     let sent: Promise<void> | undefined;
     try {
       sent = this.link.deliver(message);
