@@ -78,15 +78,16 @@ export function mismatch(fields: Fields, map: Record<string, unknown>): string |
     }
     // A uint another encoder wrote as a msgpack uint64 or int64 decodes as a bigint (keys must):
     // taken as the number it is when it is one (gdrpc itself writes such integers as float64).
+    let checked: unknown = value;
     if (typeof value === 'bigint' && spec.type === 'uint') {
-      if (value >= 0n && value <= MAX_SAFE) map[name] = Number(value);
+      if (value >= 0n && value <= MAX_SAFE) map[name] = checked = Number(value);
     } else if (spec.type === 'uints' && Array.isArray(value)) {
       for (let i = 0; i < value.length; i += 1) {
         const item: unknown = value[i];
         if (typeof item === 'bigint' && item >= 0n && item <= MAX_SAFE) value[i] = Number(item);
       }
     }
-    const bad = badValue(spec, map[name], map);
+    const bad = badValue(spec, checked, map);
     if (bad !== undefined) return `has a bad '${name}': ${bad}`;
   }
   return undefined;

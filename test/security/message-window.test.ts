@@ -51,12 +51,16 @@ describe('message window', () => {
     const raw = await admitted();
     raw.acknowledgesCredit = false;
     const message = junkKeepalive(256 * 1024);
-    // At most 2,000 messages (500 MB): without the window the peer is never closed, and the test
-    // fails below instead of taking the machine's memory.
+    // At most 400 messages (100 MB, twelve windows): without the window the peer is never closed,
+    // and the test fails below. More would only measure how far UCX's queue grows before the
+    // server reaches the window's end, which depends on how much CPU the server gets: on a
+    // machine busy enough, 2,000 messages (500 MB) queued before it did, and reading past them held
+    // the other client's keepalives longer than its liveness.
+    const MAX_MESSAGES = 400;
     let sent = 0;
     let refused: unknown;
     const flood = (async () => {
-      for (; sent < 2000; sent += 1) {
+      for (; sent < MAX_MESSAGES; sent += 1) {
         try {
           await raw.sendMessage(message);
         } catch (error) {
@@ -67,15 +71,14 @@ describe('message window', () => {
       }
     })();
     const pings: number[] = [];
-    while (refused === undefined && sent < 2000) pings.push((await good.unary(EchoDescriptor.methods.ping, { n: pings.length })).n as number);
+    while (refused === undefined && sent < MAX_MESSAGES) pings.push((await good.unary(EchoDescriptor.methods.ping, { n: pings.length })).n as number);
     await flood;
     try {
-      expect(refused).toBeDefined();
-      expect(await raw.closedWithin(10_000)).toBe('closed');
+      expect(await raw.closedWithin(30_000)).toBe('closed');
       expect(pings).toEqual(pings.map((_, i) => i));
       const stats = await serverStats(good);
       expect(stats.errors.some((e) => /RESOURCE_EXHAUSTED.*past its window \(8\d{6} bytes and the credits it acknowledged/.test(e))).toBe(true);
-      console.log(`[message-window] flood: ${sent} messages of 256 KiB sent before the server closed the peer; ${pings.length} pings served meanwhile; server rss ${(stats.rss / 2 ** 20).toFixed(0)} MiB`);
+      console.log(`[message-window] flood: ${sent} messages of 256 KiB sent${refused === undefined ? ' (all of them)' : ''} before the server closed the peer; ${pings.length} pings served meanwhile; server rss ${(stats.rss / 2 ** 20).toFixed(0)} MiB`);
     } finally {
       await raw.close();
     }
