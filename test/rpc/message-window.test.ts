@@ -2,9 +2,9 @@
 // receiver's count (core/rpc/connection/window.ts) and the sender's outbox waiting for credit
 // (core/rpc/connection/outbox.ts).
 import { describe, expect, it } from 'vitest';
-import { FRAME_WEIGHT_BYTES, MAX_WINDOW_MESSAGE_BYTES, MessageWindow, messageWeight, MIN_CREDIT_BYTES, onlyWindowFrames, ReceiveWindow, type WindowLink } from '../../core/rpc/connection/window.ts';
+import { FRAME_WEIGHT_BYTES, MAX_WINDOW_MESSAGE_BYTES, MessageWindow, messageWeight, windowFrameBody, MIN_CREDIT_BYTES, onlyWindowFrames, ReceiveWindow, type WindowLink } from '../../core/rpc/connection/window.ts';
 import { GdrpcError } from '../../core/errors.ts';
-import { encodeFrame } from '../../core/wire/codec.ts';
+import { decodeFrame, encodeFrame } from '../../core/wire/codec.ts';
 import { FrameKind } from '../../core/wire/frames.ts';
 import { FRAME_HELD_BYTES, MAX_BLOCKED_BYTES, Outbox, type OutboxLink } from '../../core/rpc/connection/outbox.ts';
 import { FRAME_HEADER, packMessage, unpackMessage } from '../../core/wire/message.ts';
@@ -158,6 +158,17 @@ describe('message window', () => {
     const cut = packMessage(frames(2, 10));
     expect(messageWeight(cut, cut.length - 3)).toBe(cut.length - 3 + 2 * FRAME_WEIGHT_BYTES);
     expect(messageWeight(cut, 0)).toBe(FRAME_WEIGHT_BYTES);
+  });
+
+  it.each([
+    [FrameKind.Credit, { n: 16 * KiB, id: 0 }],
+    [FrameKind.Credit, { n: 2 ** 32 + 5, id: 2 ** 30 - 1 }],
+    [FrameKind.Ack, { id: 123_456 }],
+  ] as const)('the hand-written body of kind %i decodes through the frame table to what was written: %o', (kind, body) => {
+    const bytes = windowFrameBody(body);
+    const frame = decodeFrame({ kind, call: 0, source: bytes, start: 0, end: bytes.length });
+    expect(frame.body).toEqual({ ...body, v: 2 });
+    expect(bytes.length).toBeLessThanOrEqual(MAX_WINDOW_MESSAGE_BYTES);
   });
 
   it('a message of window frames alone is told apart by its frame headers', () => {

@@ -15,7 +15,7 @@ import { Payloads } from './payloads.ts';
 import { Liveness } from './liveness.ts';
 import { MAX_REPORTS_PER_MESSAGE, TransferReports } from './reports.ts';
 import { ReportBatch, reportFrames } from './report-batch.ts';
-import { FRAME_WEIGHT_BYTES, MAX_WINDOW_MESSAGE_BYTES, MessageWindow, messageWeight, MIN_WINDOW_BYTES, onlyWindowFrames } from './window.ts';
+import { FRAME_WEIGHT_BYTES, MAX_WINDOW_MESSAGE_BYTES, MessageWindow, messageWeight, MIN_WINDOW_BYTES, onlyWindowFrames, windowFrameBody } from './window.ts';
 import type { Runtime } from '../runtime/runtime.ts';
 
 /** What the side that owns a connection does with its frames. */
@@ -260,9 +260,9 @@ export class Connection implements FrameSink {
 
   /** Sends a window frame (CREDIT on call 0, ACK) at once, in a message of its own, which the
    *  peer does not count against the window: with both windows shut, credit still flows. */
-  #sendWindowFrame(kind: FrameKind.Credit | FrameKind.Ack, body: FrameBody<FrameKind.Credit> | FrameBody<FrameKind.Ack>): void {
+  #sendWindowFrame(kind: FrameKind.Credit | FrameKind.Ack, body: { n: number; id: number } | { id: number }): void {
     if (this.#error !== undefined || this.peerKey === undefined) return;
-    const message = packMessage([{ kind, call: 0, body: encodeFrame(kind, body as FrameBody<typeof kind>) }]);
+    const message = packMessage([{ kind, call: 0, body: windowFrameBody(body) }]);
     this.#sendNow(controlTag(this.peerKey.value), message)?.catch(() => { /* the connection's failure reports it */ });
   }
 

@@ -82,7 +82,10 @@ export class ReceiveWindow {
       getRandomValues(this.#ids);
       this.#nextId = 0;
     }
-    return this.#ids[this.#nextId++]!;
+    // 30 bits: a small integer to V8 (a uint32 past 2^30 is a heap number, and the first credit
+    // deoptimized the message path it is made on); a guess is still one in 2^30, and a wrong ACK
+    // closes the connection.
+    return this.#ids[this.#nextId++]! & 0x3fff_ffff;
   }
 }
 
@@ -166,6 +169,37 @@ export function messageWeight(source: Uint8Array, length: number): number {
     at += FRAME_HEADER + (((source[at + 5]! << 24) | (source[at + 6]! << 16) | (source[at + 7]! << 8) | source[at + 8]!) >>> 0);
   }
   return length + Math.max(frames, 1) * FRAME_WEIGHT_BYTES;
+}
+
+/** The body of a window frame ({v: 2, n, id} for CREDIT, {v: 2, id} for ACK) written out by hand:
+ *  through msgpackr, the first credit's new object shapes deoptimized its encoder for every
+ *  frame (the GPU bench's small call, timed over its first 5,000 calls, took 5 µs more). Checked
+ *  against the frame table by decoding (test/rpc/message-window.test.ts). */
+export function windowFrameBody(body: { n: number; id: number } | { id: number }): Uint8Array {
+  const withN = 'n' in body;
+  const out = new Uint8Array(32);
+  let at = 0;
+  out[at++] = 0x80 | (withN ? 3 : 2);  // fixmap
+  out[at++] = 0xa1; out[at++] = 0x76; out[at++] = 2;  // 'v': 2
+  if (withN) {
+    out[at++] = 0xa1; out[at++] = 0x6e;  // 'n'
+    at = putUint(out, at, body.n);
+  }
+  out[at++] = 0xa2; out[at++] = 0x69; out[at++] = 0x64;  // 'id'
+  at = putUint(out, at, body.id);
+  return out.subarray(0, at);
+}
+
+/** A msgpack uint32, or a float64 past it (as msgpackr writes integers up to 2^53). */
+function putUint(out: Uint8Array, at: number, value: number): number {
+  if (value < 2 ** 32) {
+    out[at] = 0xce;
+    new DataView(out.buffer, out.byteOffset).setUint32(at + 1, value);
+    return at + 5;
+  }
+  out[at] = 0xcb;
+  new DataView(out.buffer, out.byteOffset).setFloat64(at + 1, value);
+  return at + 9;
 }
 
 /** Whether `source[0, length)` is a message of window frames alone (CREDIT on call 0, ACK), which
