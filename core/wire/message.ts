@@ -74,8 +74,8 @@ function putU32(out: Uint8Array, at: number, value: number): void {
   out[at + 3] = value;
 }
 
-/** The big-endian u32 at `at`. */
-function u32(source: Uint8Array, at: number): number {
+/** The big-endian u32 at `at` (a frame header's call and length words). */
+export function u32(source: Uint8Array, at: number): number {
   return ((source[at]! << 24) | (source[at + 1]! << 16) | (source[at + 2]! << 8) | source[at + 3]!) >>> 0;
 }
 

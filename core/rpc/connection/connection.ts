@@ -15,7 +15,7 @@ import { Payloads } from './payloads.ts';
 import { Liveness } from './liveness.ts';
 import { MAX_REPORTS_PER_MESSAGE, TransferReports } from './reports.ts';
 import { ReportBatch, reportFrames } from './report-batch.ts';
-import { FRAME_WEIGHT_BYTES, MAX_WINDOW_MESSAGE_BYTES, MessageWindow, messageWeight, MIN_WINDOW_BYTES, onlyWindowFrames, windowFrameBody } from './window.ts';
+import { FRAME_WEIGHT_BYTES, MAX_WINDOW_MESSAGE_BYTES, MessageWindow, messageWeight, onlyWindowFrames, windowFrameBody } from './window.ts';
 import type { Runtime } from '../runtime/runtime.ts';
 
 /** What the side that owns a connection does with its frames. */
@@ -57,8 +57,6 @@ export const HANDSHAKE_WINDOW_BYTES = 4 * MAX_HANDSHAKE_MESSAGE_BYTES;
 /** A connection's message window is this many times the largest message it reads (docs/wire.md
  *  "Message window"): room for one in the UCX queue while the one before it is read. */
 export const WINDOW_MESSAGES = 2;
-/** Smallest message window a peer may announce: below it, the handshake is refused. */
-export const MIN_PEER_WINDOW_BYTES = MIN_WINDOW_BYTES;
 
 /** Malformed frames one message may carry, each answered on its own (an ERROR for its call);
  *  past that the connection is refused as a whole: a peer's one message cannot make this side
@@ -251,9 +249,6 @@ export class Connection implements FrameSink {
     this.peerLimits.maxFrame = Math.min(this.peerLimits.maxFrame, Math.floor(bytes / 2));
     this.#outbox.openWindow(bytes);
   }
-
-  /** Bytes of this side's messages waiting for the peer's window. */
-  get blockedBytes(): number { return this.#outbox.blockedBytes; }
 
   /** Both halves of the message window (window.ts). */
   readonly #window: MessageWindow;

@@ -6,7 +6,8 @@ import { FrameKind, type FrameBody } from '../../wire/frames.ts';
 import { ConnectionKey } from '../../wire/tag.ts';
 import { authProof } from './auth.ts';
 import { cudaReceives } from '../runtime/memory-support.ts';
-import { Connection, MIN_PEER_WINDOW_BYTES, type FrameHandler } from './connection.ts';
+import { Connection, type FrameHandler } from './connection.ts';
+import { MIN_WINDOW_BYTES } from './window.ts';
 import type { FrameSink } from '../runtime/dispatcher.ts';
 import { DEFAULT_FRAME_BYTES, type Runtime } from '../runtime/runtime.ts';
 
@@ -58,8 +59,8 @@ function admit(connection: Connection, options: HandshakeOptions): Promise<void>
           connection.peerKey = new ConnectionKey(hello.key);
           const describes = connection.runtime.describes;
           connection.peerLimits = { maxFrame: hello.maxFrame, maxTensor: hello.maxTensor, inline: hello.inline, gpu: hello.gpu === true, stages: hello.stg === true, reports: describes && hello.rep === true, batchedReports: describes && hello.rep === true && hello.rpt === true, gathers: connection.runtime.gathers && hello.gat === true };
-          if (hello.win !== undefined && hello.win < MIN_PEER_WINDOW_BYTES) {
-            fail(new GdrpcError(Code.UNAVAILABLE, `${connection.peer} announced a message window of ${hello.win} bytes (at least ${MIN_PEER_WINDOW_BYTES})`));
+          if (hello.win !== undefined && hello.win < MIN_WINDOW_BYTES) {
+            fail(new GdrpcError(Code.UNAVAILABLE, `${connection.peer} announced a message window of ${hello.win} bytes (at least ${MIN_WINDOW_BYTES})`));
             return;
           }
           connection.openPeerWindow(hello.win);

@@ -91,8 +91,8 @@ export interface OutboxLink {
   overflow?(bytes: number, frames: number): void;
 }
 
-/** A packed message waiting for the peer's window, with the frames it carries. */
-interface BlockedMessage { message: Uint8Array; group: QueuedFrame[] }
+/** A packed message waiting for the peer's window, with the frames it carries and its weight. */
+interface BlockedMessage { message: Uint8Array; group: QueuedFrame[]; weight: number }
 
 export class Outbox {
   #queue: QueuedFrame[] = [];
@@ -260,14 +260,15 @@ export class Outbox {
       const group = queue.slice(start, end);
       start = end;
       const message = packMessage(group);
-      if (this.#blockedBytes === 0 && weightOf(message, group) <= this.#credit) {
-        this.#deliver(message, group);
+      const weight = weightOf(message, group);
+      if (this.#blockedBytes === 0 && weight <= this.#credit) {
+        this.#deliver(message, group, weight);
         continue;
       }
       // The peer's window is shut: the message waits, behind any already waiting; its frames keep
       // their outcome, not their bytes.
       for (const frame of group) frame.body = PACKED;
-      this.#blocked.push({ message, group });
+      this.#blocked.push({ message, group, weight });
       this.#blockedBytes += message.length;
       this.#blockedFrames += group.length;
       if (this.#blockedBytes + this.#blockedFrames * FRAME_HELD_BYTES > MAX_BLOCKED_BYTES) this.link.overflow?.(this.#blockedBytes, this.#blockedFrames);
@@ -276,8 +277,8 @@ export class Outbox {
 
   /** Sends the waiting messages that the window now takes, in order. */
   #release(): void {
-    while (this.#blockedHead < this.#blocked.length && weightOf(this.#blocked[this.#blockedHead]!.message, this.#blocked[this.#blockedHead]!.group) <= this.#credit) {
-      const { message, group } = this.#blocked[this.#blockedHead]!;
+    while (this.#blockedHead < this.#blocked.length && this.#blocked[this.#blockedHead]!.weight <= this.#credit) {
+      const { message, group, weight } = this.#blocked[this.#blockedHead]!;
       this.#blocked[this.#blockedHead] = undefined!;
       this.#blockedHead += 1;
       if (this.#blockedHead === this.#blocked.length) {
@@ -290,12 +291,12 @@ export class Outbox {
         this.#tell(group, { error: this.link.refusal() });
         continue;
       }
-      this.#deliver(message, group);
+      this.#deliver(message, group, weight);
     }
   }
 
-  #deliver(message: Uint8Array, group: QueuedFrame[]): void {
-    const weight = weightOf(message, group);
+  /** Hands `message` (of `weight` in the peer's window) to the link; its frames are told. */
+  #deliver(message: Uint8Array, group: QueuedFrame[], weight: number): void {
     this.#credit -= weight;
     this.#sentBytes += weight;
     let sent: Promise<void> | undefined;

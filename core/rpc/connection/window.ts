@@ -12,7 +12,7 @@
 import { getRandomValues } from 'node:crypto';
 import { Code, GdrpcError } from '../../errors.ts';
 import { FrameKind } from '../../wire/frames.ts';
-import { FRAME_HEADER } from '../../wire/message.ts';
+import { FRAME_HEADER, u32 } from '../../wire/message.ts';
 
 /** Smallest window a peer may announce (the handshake is refused below it). */
 export const MIN_WINDOW_BYTES = 64 * 1024;
@@ -166,7 +166,7 @@ export function messageWeight(source: Uint8Array, length: number): number {
   let frames = 0;
   for (let at = 0; at < length; frames += 1) {
     if (at + FRAME_HEADER > length) return length + (frames + 1) * FRAME_WEIGHT_BYTES;
-    at += FRAME_HEADER + (((source[at + 5]! << 24) | (source[at + 6]! << 16) | (source[at + 7]! << 8) | source[at + 8]!) >>> 0);
+    at += FRAME_HEADER + u32(source, at + 5);
   }
   return length + Math.max(frames, 1) * FRAME_WEIGHT_BYTES;
 }
@@ -209,9 +209,8 @@ export function onlyWindowFrames(source: Uint8Array, length: number): boolean {
   while (at < length) {
     if (at + FRAME_HEADER > length) return false;
     const kind = source[at]!;
-    const call = source[at + 1]! | source[at + 2]! | source[at + 3]! | source[at + 4]!;
-    if ((kind !== FrameKind.Ack && kind !== FrameKind.Credit) || call !== 0) return false;
-    at += FRAME_HEADER + (((source[at + 5]! << 24) | (source[at + 6]! << 16) | (source[at + 7]! << 8) | source[at + 8]!) >>> 0);
+    if ((kind !== FrameKind.Ack && kind !== FrameKind.Credit) || u32(source, at + 1) !== 0) return false;
+    at += FRAME_HEADER + u32(source, at + 5);
   }
   return at === length && length > 0;
 }

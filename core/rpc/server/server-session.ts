@@ -8,7 +8,8 @@ import { packMessage } from '../../wire/message.ts';
 import { ConnectionKey, controlTag, HELLO_KEY } from '../../wire/tag.ts';
 import { newChallenge, verifyProof } from '../connection/auth.ts';
 import { cudaReceives } from '../runtime/memory-support.ts';
-import { MIN_PEER_WINDOW_BYTES, type Connection } from '../connection/connection.ts';
+import type { Connection } from '../connection/connection.ts';
+import { MIN_WINDOW_BYTES } from '../connection/window.ts';
 import { CallScope } from '../call/deadline.ts';
 import { ServerCall, type CallEnvironment, type MethodEntry } from './server-call.ts';
 import { errorFrame } from '../call/status.ts';
@@ -137,8 +138,8 @@ export class ServerSession {
       this.#refuseAndClose(error);
       return;
     }
-    if (body.win !== undefined && body.win < MIN_PEER_WINDOW_BYTES) {
-      this.#refuseAndClose(new GdrpcError(Code.INVALID_ARGUMENT, `a message window of ${body.win} bytes (at least ${MIN_PEER_WINDOW_BYTES})`));
+    if (body.win !== undefined && body.win < MIN_WINDOW_BYTES) {
+      this.#refuseAndClose(new GdrpcError(Code.INVALID_ARGUMENT, `a message window of ${body.win} bytes (at least ${MIN_WINDOW_BYTES})`));
       return;
     }
     this.connection.admitted = true;
