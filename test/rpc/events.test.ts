@@ -25,7 +25,8 @@ describe('server events', () => {
     const disconnects: string[] = [];
     const errors: GdrpcError[] = [];
     server.on('connection', ({ peer }) => connections.push(peer));
-    server.on('disconnect', ({ peer }) => disconnects.push(peer));
+    const reasons: string[] = [];
+    server.on('disconnect', ({ peer, reason }) => { disconnects.push(peer); reasons.push(reason.code); });
     server.on('error', (error) => errors.push(error));
 
     await using good = await spawnPeer(clientMain, { env: { GDRPC_TEST_CLIENT: JSON.stringify({ address: `127.0.0.1:${port}`, scenario: 'sleep', token: 'events-token' }) } });
@@ -33,6 +34,7 @@ describe('server events', () => {
     expect(connections).toHaveLength(1);
     good.kill();
     await expect.poll(() => disconnects, { timeout: 4000 }).toEqual(connections);
+    expect(reasons).toEqual([Code.UNAVAILABLE]);  // the peer went away
     await expect.poll(() => server.activeCalls, { timeout: 4000 }).toBe(0);
 
     const bad = await spawnPeer(clientMain, { env: { GDRPC_TEST_CLIENT: JSON.stringify({ address: `127.0.0.1:${port}`, scenario: 'sleep', token: 'wrong' }) } }).catch((e: unknown) => e);

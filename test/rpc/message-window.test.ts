@@ -7,6 +7,7 @@ import { GdrpcError } from '../../core/errors.ts';
 import { decodeFrame, encodeFrame } from '../../core/wire/codec.ts';
 import { FrameKind } from '../../core/wire/frames.ts';
 import { FRAME_HELD_BYTES, MAX_BLOCKED_BYTES, Outbox, type OutboxLink } from '../../core/rpc/connection/outbox.ts';
+import { WaitingLedger, type WaitingHolder } from '../../core/rpc/connection/waiting.ts';
 import { FRAME_HEADER, packMessage, unpackMessage } from '../../core/wire/message.ts';
 
 const KiB = 1024;
@@ -64,9 +65,10 @@ describe('receive window', () => {
 });
 
 /** An outbox whose delivered messages are kept (as lists of calls), with its overflow calls. */
-function recording(): { outbox: Outbox; delivered: number[][]; overflows: Array<[number, number]>; closeLink(): void } {
+function recording(): { outbox: Outbox; delivered: number[][]; overflows: Array<[number, number]>; waiting: number[]; closeLink(): void } {
   const delivered: number[][] = [];
   const overflows: Array<[number, number]> = [];
+  const waiting: number[] = [];
   let refusal: unknown;
   const link: OutboxLink = {
     maxFrame: () => Number.MAX_SAFE_INTEGER,
@@ -76,8 +78,9 @@ function recording(): { outbox: Outbox; delivered: number[][]; overflows: Array<
       return undefined;
     },
     overflow: (bytes, frames) => { overflows.push([bytes, frames]); },
+    waiting: (held) => { waiting.push(held); },
   };
-  return { outbox: new Outbox(link), delivered, overflows, closeLink: () => { refusal = new Error('closed'); } };
+  return { outbox: new Outbox(link), delivered, overflows, waiting, closeLink: () => { refusal = new Error('closed'); } };
 }
 
 const frame = (n: number): Uint8Array => new Uint8Array(n);
@@ -279,5 +282,82 @@ describe('outbox and the peer window', () => {
     outbox.grant(1000);
     expect(delivered).toEqual([]);
     expect(outbox.blockedBytes).toBe(0);
+  });
+});
+
+describe("the runtime's count of what waits for peers' windows", () => {
+  /** A holder that records being shed and lets go of what it held, as a closing connection does. */
+  function holder(ledger: WaitingLedger, name: string, shed: string[]): WaitingHolder {
+    const self: WaitingHolder = {
+      shed: (held, total, limit) => {
+        shed.push(`${name} ${held}/${total}/${limit}`);
+        ledger.set(self, 0);
+      },
+    };
+    return self;
+  }
+
+  it('the outbox reports what waits as it changes (bytes and 4 KiB a frame), and nothing while the window is open', async () => {
+    const { outbox, waiting } = recording();
+    await outbox.send(4, 1, frame(10));
+    expect(waiting).toEqual([]);  // no window from the peer: nothing waits
+    outbox.openWindow(one(10) + one(100));
+    await outbox.send(4, 2, frame(100));
+    expect(waiting).toEqual([]);
+    void outbox.send(4, 3, frame(100));
+    void outbox.send(4, 4, frame(200)).catch(() => {});
+    await turn();
+    const held = FRAME_HEADER * 2 + 300 + 2 * FRAME_HELD_BYTES;
+    expect(waiting).toEqual([held]);  // one message of two frames
+    outbox.grant(10 * KiB);
+    await turn();
+    expect(waiting).toEqual([held, 0]);
+    outbox.openWindow(0);
+    void outbox.send(4, 5, frame(1)).catch(() => {});
+    await turn();
+    outbox.close();
+    expect(waiting).toEqual([held, 0, FRAME_HEADER + 1 + FRAME_HELD_BYTES, 0]);
+  });
+
+  it('past the limit the holder of the most is shed, then the next, until the rest fits; below it nobody is', async () => {
+    const ledger = new WaitingLedger(100);
+    const shed: string[] = [];
+    const [a, b, c] = ['a', 'b', 'c'].map((name) => holder(ledger, name, shed)) as [WaitingHolder, WaitingHolder, WaitingHolder];
+    ledger.set(a, 30);
+    ledger.set(b, 50);
+    ledger.set(c, 20);
+    await turn();
+    expect(shed).toEqual([]);
+    expect(ledger.total).toBe(100);
+    ledger.set(c, 40);  // c tipped it over, but b holds more: b goes, and the 70 left fit
+    expect(shed).toEqual([]);  // not inside the caller's flush
+    await turn();
+    expect(shed).toEqual(['b 50/120/100']);
+    expect(ledger.total).toBe(70);
+    ledger.set(a, 90);
+    ledger.set(c, 80);  // 170: a goes (90), and then 80 fits
+    await turn();
+    expect(shed).toEqual(['b 50/120/100', 'a 90/170/100']);
+    expect(ledger.total).toBe(80);
+    ledger.set(b, 70);
+    ledger.set(a, 75);  // 225: c (80) goes, then a (75): 70 left
+    await turn();
+    expect(shed).toEqual(['b 50/120/100', 'a 90/170/100', 'c 80/225/100', 'a 75/145/100']);
+    expect(ledger.total).toBe(70);
+    ledger.set(b, 0);
+    expect(ledger.total).toBe(0);
+  });
+
+  it('a holder shed is taken off even when it never says it let go, and is not shed twice', async () => {
+    const ledger = new WaitingLedger(10);
+    const shed: string[] = [];
+    const silent: WaitingHolder = { shed: (held) => { shed.push(`silent ${held}`); } };
+    ledger.set(silent, 8);
+    ledger.set(holder(ledger, 'other', shed), 5);
+    await turn();
+    expect(shed).toEqual(['silent 8']);
+    expect(ledger.total).toBe(5);
+    ledger.set(silent, 0);  // told late: nothing left to take off
+    expect(ledger.total).toBe(5);
   });
 });

@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, Code, GdrpcError } from '../../core/index.ts';
 import { FrameKind } from '../../core/wire/frames.ts';
 import { packMessage } from '../../core/wire/message.ts';
+import { pack } from 'msgpackr';
 import { HANDSHAKE_WINDOW_BYTES } from '../../core/rpc/connection/connection.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer, type ListeningPeer } from '../rpc/fixtures/peers.ts';
@@ -179,6 +180,60 @@ describe('both ways at once', () => {
       expect(stats.errors.slice(errors.length)).toEqual([]);
     } finally {
       await client.close();
+    }
+  });
+});
+
+describe("what waits for peers' windows, across the server", () => {
+  /** An admitted raw peer announcing a 64 KiB window it never credits: the server's answers to it
+   *  wait in the server's outbox. It keeps to the server's window (a few MiB here need no credit). */
+  async function neverCredits(port: number): Promise<RawPeer> {
+    const raw = await RawPeer.connect(port);
+    await raw.auth(undefined, undefined, { win: 64 * 1024 });
+    expect((await raw.receive())?.kind).toBe(FrameKind.Ready);
+    raw.keepAlive();
+    return raw;
+  }
+  /** `count` REQUESTs for a service the server does not have, 16 to a message: each is answered
+   *  with an ERROR that waits. */
+  async function unknownCalls(raw: RawPeer, first: number, count: number): Promise<void> {
+    const body = pack({ v: 2, svc: 'no.such.Service', m: 'none' });
+    for (let call = first; call < first + count; call += 16) {
+      await raw.sendMessage(packMessage(Array.from({ length: 16 }, (_, i) => ({ kind: FrameKind.Request, call: call + i, body }))));
+    }
+  }
+  const MiB = 1 << 20;
+
+  it('past the runtime\'s maxWaitingBytes the connection holding the most is closed, not the one that tipped it over; the rest go on', async () => {
+    // 10 MiB for the whole server, far below each connection's own 32 MiB: 2,000 waiting ERRORs
+    // count about 8.2 MiB (4 KiB a frame besides its bytes), 1,000 about 4.1 MiB.
+    const capped = await startServer({ runtimeOptions: { maxWaitingBytes: 10 * MiB } });
+    const port = Number(capped.address.split(':')[1]);
+    const watcher = await Client.connect(capped.address);
+    const a = await neverCredits(port);
+    const b = await neverCredits(port);
+    try {
+      await unknownCalls(a, 1, 2000);
+      await expect.poll(async () => (await serverStats(watcher)).waiting, { timeout: 20_000, interval: 100 }).toBeGreaterThan(7 * MiB);
+      const heldByA = (await serverStats(watcher)).waiting;
+      expect(heldByA).toBeLessThanOrEqual(10 * MiB);
+      expect(await a.closedWithin(200)).toBe('open');
+      // b's 1,000 take the server past 10 MiB: a, holding the most, is closed; b keeps its own.
+      await unknownCalls(b, 1, 1000);
+      expect(await a.closedWithin(20_000)).toBe('closed');
+      await expect.poll(async () => (await serverStats(watcher)).waiting, { timeout: 20_000, interval: 100 }).toBeGreaterThan(3 * MiB);
+      const stats = await serverStats(watcher);
+      expect(stats.waiting).toBeLessThan(5 * MiB);
+      expect(await b.closedWithin(500)).toBe('open');
+      expect(stats.disconnects.filter((e) => /maxWaitingBytes/.test(e))).toHaveLength(1);
+      expect(stats.disconnects.find((e) => /maxWaitingBytes/.test(e))).toMatch(/RESOURCE_EXHAUSTED.*has not taken messages counted at [78]\d{6} bytes, the most of the 1\d{7} bytes waiting for peers' windows on this runtime \(maxWaitingBytes 10485760/);
+      // One connection alone past the limit is closed too, below its own 32 MiB.
+      await unknownCalls(b, 5000, 2000);
+      expect(await b.closedWithin(20_000)).toBe('closed');
+      await expect.poll(async () => (await serverStats(watcher)).waiting, { timeout: 10_000, interval: 100 }).toBe(0);
+      expect((await watcher.unary(EchoDescriptor.methods.ping, { n: 3 })).n).toBe(3);
+    } finally {
+      await Promise.all([a.close(), b.close(), watcher.close()]);
     }
   });
 });

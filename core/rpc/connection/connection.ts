@@ -15,6 +15,7 @@ import { Payloads } from './payloads.ts';
 import { Liveness } from './liveness.ts';
 import { MAX_REPORTS_PER_MESSAGE, TransferReports } from './reports.ts';
 import { ReportBatch, reportFrames } from './report-batch.ts';
+import type { WaitingHolder } from './waiting.ts';
 import { FRAME_WEIGHT_BYTES, MAX_WINDOW_MESSAGE_BYTES, MessageWindow, messageWeight, onlyWindowFrames, windowFrameBody } from './window.ts';
 import type { Runtime } from '../runtime/runtime.ts';
 
@@ -223,11 +224,19 @@ export class Connection implements FrameSink {
     soon: () => this.#reportsFrames(),
     overflow: (bytes, frames) => queueMicrotask(() => this.close(new GdrpcError(Code.RESOURCE_EXHAUSTED,
       `${this.peer} has not taken ${bytes} bytes of messages (${frames} frames) waiting for its window (docs/wire.md "Message window")`))),
+    waiting: (held) => this.runtime.waiting.set(this.#waitingHolder, held),
     maxFrame: () => this.peerLimits.maxFrame,
     refusal: () => (this.#error === undefined ? undefined : unprocessed(this.#error)),
     // Nothing is queued before the handshake gave the peer's key, and a key is never taken back.
     deliver: (message) => this.#sendNow(controlTag(this.peerKey!.value), message),
   });
+
+  /** This connection in the runtime's count of what waits for peers' windows (waiting.ts): past
+   *  the runtime's limit, the connection holding the most is closed. */
+  readonly #waitingHolder: WaitingHolder = {
+    shed: (held, total, limit) => this.close(new GdrpcError(Code.RESOURCE_EXHAUSTED,
+      `${this.peer} has not taken messages counted at ${held} bytes, the most of the ${total} bytes waiting for peers' windows on this runtime (maxWaitingBytes ${limit}; docs/wire.md "Message window")`)),
+  };
 
   /** Sends a frame whose tag and bytes the caller built (handshake, tests of malformed input);
    *  it counts against the peer's window like the outbox's messages. */

@@ -89,6 +89,9 @@ export interface OutboxLink {
   soon?(): WireFrame[];
   /** More than MAX_BLOCKED_BYTES wait for the peer's window: `bytes` of messages, `frames` frames. */
   overflow?(bytes: number, frames: number): void;
+  /** What waits for the peer's window changed: it now counts `held` (bytes of messages plus
+   *  FRAME_HELD_BYTES a frame; 0 once nothing waits). Not called while the window is open. */
+  waiting?(held: number): void;
 }
 
 /** A packed message waiting for the peer's window, with the frames it carries and its weight. */
@@ -219,8 +222,10 @@ export class Outbox {
     const blocked = this.#blocked.slice(this.#blockedHead);
     this.#blocked = [];
     this.#blockedHead = 0;
+    const held = this.#blockedFrames > 0;
     this.#blockedBytes = 0;
     this.#blockedFrames = 0;
+    if (held) this.link.waiting?.(0);
     const refusal = this.link.refusal();
     for (const { group } of blocked) this.#tell(group, { error: refusal });
   }
@@ -271,12 +276,19 @@ export class Outbox {
       this.#blocked.push({ message, group, weight });
       this.#blockedBytes += message.length;
       this.#blockedFrames += group.length;
-      if (this.#blockedBytes + this.#blockedFrames * FRAME_HELD_BYTES > MAX_BLOCKED_BYTES) this.link.overflow?.(this.#blockedBytes, this.#blockedFrames);
+      const held = this.#held;
+      this.link.waiting?.(held);
+      if (held > MAX_BLOCKED_BYTES) this.link.overflow?.(this.#blockedBytes, this.#blockedFrames);
     }
   }
 
+  /** What the waiting messages count towards MAX_BLOCKED_BYTES. */
+  get #held(): number { return this.#blockedBytes + this.#blockedFrames * FRAME_HELD_BYTES; }
+
   /** Sends the waiting messages that the window now takes, in order. */
   #release(): void {
+    if (this.#blockedHead === this.#blocked.length) return;
+    const before = this.#blockedFrames;
     while (this.#blockedHead < this.#blocked.length && this.#blocked[this.#blockedHead]!.weight <= this.#credit) {
       const { message, group, weight } = this.#blocked[this.#blockedHead]!;
       this.#blocked[this.#blockedHead] = undefined!;
@@ -293,6 +305,7 @@ export class Outbox {
       }
       this.#deliver(message, group, weight);
     }
+    if (this.#blockedFrames !== before) this.link.waiting?.(this.#held);
   }
 
   /** Hands `message` (of `weight` in the peer's window) to the link; its frames are told. */

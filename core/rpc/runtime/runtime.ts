@@ -14,6 +14,7 @@ import { cudaReceives, type MoverStats } from './memory-support.ts';
 import { RemoteOwner } from './remote-owner.ts';
 import { SendSlots } from './send-slots.ts';
 import { BlockCopier } from '../../compute/blocks.ts';
+import { DEFAULT_MAX_WAITING_BYTES, WaitingLedger } from '../connection/waiting.ts';
 
 /** Largest control frame any connection in this process accepts (the receive buffer size). */
 export const DEFAULT_FRAME_BYTES = 4 << 20;
@@ -29,7 +30,7 @@ const ALLOWED_PEERS = rule(PEER_PREFIXES_EXPECTED, isPeerPrefixList);
 const NETWORK_DEVICES = rule('a non-empty array of UCX network device names (e.g. ["lo"], ["eth0", "mlx5_0:1"])',
   (value) => Array.isArray(value) && value.length > 0 && value.every((name) => typeof name === 'string' && /^[A-Za-z0-9_.:-]+$/.test(name)));
 
-const RUNTIME_OPTIONS: OptionRules<RuntimeOptions> = { busyPollUs: BUSY_POLL_US, sharedMemory: Accept.boolean, allowedPeers: ALLOWED_PEERS, networkDevices: NETWORK_DEVICES };
+const RUNTIME_OPTIONS: OptionRules<RuntimeOptions> = { busyPollUs: BUSY_POLL_US, sharedMemory: Accept.boolean, allowedPeers: ALLOWED_PEERS, networkDevices: NETWORK_DEVICES, maxWaitingBytes: Accept.positiveBytes };
 
 /** GDRPC_ALLOWED_PEERS (prefixes separated by commas or spaces), checked; undefined when unset or blank. */
 function allowedPeersFromEnvironment(): string[] | undefined {
@@ -91,6 +92,11 @@ export interface RuntimeOptions {
    *  all run on this host: UCX's tcp transport then listens on loopback only. RDMA devices are
    *  network devices too ("mlx5_0:1"). Default: UCX_NET_DEVICES from the environment, else all. */
   networkDevices?: string[];
+  /** What this runtime's connections may hold, all together, of messages waiting for their peers'
+   *  message windows (docs/wire.md "Message window"), counted as bytes of messages plus 4 KiB a
+   *  frame. Past it the connection holding the most is closed RESOURCE_EXHAUSTED, then the next,
+   *  until the rest fits. Each connection is also capped on its own (32 MiB). Default 256 MiB. */
+  maxWaitingBytes?: number;
 }
 
 /** Whether UCX_MM_ERROR_HANDLING turns shared memory on for runtimes that do not choose. UCX reads
@@ -127,6 +133,8 @@ export class Runtime {
    *  ways: this side announces `gat` only then): GDRPC_GATHER=0 turns it off, read once when the
    *  runtime opens (docs/runtime-api.md "Gathered tag transfers"). */
   readonly gathers = process.env.GDRPC_GATHER !== '0';
+  /** What this runtime's connections hold waiting for their peers' windows (maxWaitingBytes). */
+  readonly waiting: WaitingLedger;
   /** Internal, for tests on machines without a GPU: stage host tensors too (non-inline, non-empty),
    *  through an ordinary host bounce, so that the staging logic runs end to end on host memory. */
   hostStagingForTests = false;
@@ -144,7 +152,13 @@ export class Runtime {
    *  (RuntimeOptions.sharedMemory). */
   private constructor(readonly context: Context, readonly worker: Worker, readonly dispatcher: Dispatcher, readonly rma: boolean, readonly implicit: boolean, readonly sharedMemory: boolean,
     /** Who may connect to this runtime's TCP ports (RuntimeOptions.allowedPeers); undefined: anyone. */
-    readonly allowedPeers?: readonly string[]) {}
+    readonly allowedPeers: readonly string[] | undefined, maxWaitingBytes: number) {
+    this.waiting = new WaitingLedger(maxWaitingBytes);
+  }
+
+  /** What this runtime's connections hold now of messages waiting for their peers' windows,
+   *  counted as RuntimeOptions.maxWaitingBytes counts it. */
+  get waitingBytes(): number { return this.waiting.total; }
 
   /** The TCP ports this runtime listens on (its UCX transports' own on each network device, and its
    *  Servers' listeners), and whether allowedPeers guards each: what a peer on the network can
@@ -202,7 +216,7 @@ export class Runtime {
       context.close();
       throw error;
     }
-    return new Runtime(context, worker, new Dispatcher(worker, DEFAULT_FRAME_BYTES), rma, implicit, sharedMemory, allowedPeers);
+    return new Runtime(context, worker, new Dispatcher(worker, DEFAULT_FRAME_BYTES), rma, implicit, sharedMemory, allowedPeers, options.maxWaitingBytes ?? DEFAULT_MAX_WAITING_BYTES);
   }
 
   /** Whether close() has begun. */

@@ -25,7 +25,7 @@ import { methodTypes } from '../call/values.ts';
 type Handlers = Record<string, Handler>;
 
 /** A gdrpc server: services, a listener, the connections and their calls. */
-export class Server extends EventEmitter<{ connection: [{ peer: string }]; disconnect: [{ peer: string }]; error: [GdrpcError] }> {
+export class Server extends EventEmitter<{ connection: [{ peer: string }]; disconnect: [{ peer: string; reason: GdrpcError }]; error: [GdrpcError] }> {
   readonly #options: Required<Omit<ServerOptions, 'token' | 'busyPollUs' | 'maxPoolBytesPerConnection' | 'poolQueueBytes' | 'device' | 'runtime'>> & { token?: string; busyPollUs?: number | 'adaptive'; maxPoolBytesPerConnection?: number; poolQueueBytes?: number; runtime?: Runtime };
   /** Handlers by service, then method: two lookups of the strings a REQUEST carries, where one
    *  of their concatenation made a string per call (and "a/b" + "c" met "a" + "b/c"). */
@@ -245,14 +245,14 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
         if (server.#activeCalls === 0) server.#drained?.();
       },
       ready: (session) => server.emit('connection', { peer: session.peer }),
-      closed: (session, _error) => {
+      closed: (session, reason) => {
         if (!server.#sessions.delete(session)) return;
         if (server.#sessions.size === 0) server.#sessionsGone?.();
         const address = hostOf(session.peer);
         const left = (server.#perAddress.get(address) ?? 1) - 1;
         if (left > 0) server.#perAddress.set(address, left);
         else server.#perAddress.delete(address);
-        if (session.admitted) server.emit('disconnect', { peer: session.peer });
+        if (session.admitted) server.emit('disconnect', { peer: session.peer, reason });
       },
       error: (error) => server.emit('error', error),
     };
