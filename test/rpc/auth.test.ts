@@ -3,7 +3,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, Code, GdrpcError } from '../../core/index.ts';
 import { FrameKind } from '../../core/wire/frames.ts';
-import { MAX_HANDSHAKE_MESSAGE_BYTES } from '../../core/rpc/connection/connection.ts';
+import { MAX_HANDSHAKE_MESSAGE_BYTES } from '../../core/rpc/connection/inbound.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer, type ListeningPeer } from './fixtures/peers.ts';
 import { disposePeers } from '../support/peer.ts';

@@ -6,7 +6,7 @@ import { Client, Code, Tensor } from '../../core/index.ts';
 import { FrameKind } from '../../core/wire/frames.ts';
 import { ConnectionKey, dataTag } from '../../core/wire/tag.ts';
 import { MAX_MESSAGE_FRAMES, packMessage } from '../../core/wire/message.ts';
-import { MAX_MALFORMED_FRAMES } from '../../core/rpc/connection/connection.ts';
+import { MAX_MALFORMED_FRAMES } from '../../core/rpc/connection/inbound.ts';
 import { MAX_TENSORS_PER_FRAME } from '../../core/wire/frames.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer, type ListeningPeer } from './fixtures/peers.ts';

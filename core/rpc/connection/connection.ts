@@ -1,11 +1,12 @@
-// One gdrpc connection (one UCX endpoint), either side: framing, liveness, exposures, teardown.
-// The client and server add their call handling on top through a FrameHandler.
+// One gdrpc connection (one UCX endpoint), either side: frames out (outbox.ts) and in (inbound.ts),
+// the message window, liveness, exposures, teardown. The client and server add their call
+// handling on top through a FrameHandler.
 import { setMaxListeners } from 'node:events';
 import type { Endpoint } from '../../ucx/index.ts';
 import { Code, GdrpcError } from '../../errors.ts';
-import { decodeFrame, encodeFrame } from '../../wire/codec.ts';
-import { FrameKind, type Frame, type FrameBody } from '../../wire/frames.ts';
-import { FRAME_HEADER, packMessage, unpackMessage, type ReceivedFrame, type WireFrame } from '../../wire/message.ts';
+import { encodeFrame } from '../../wire/codec.ts';
+import { FrameKind, type FrameBody } from '../../wire/frames.ts';
+import { FRAME_HEADER, packMessage, type WireFrame } from '../../wire/message.ts';
 import { ConnectionKey, controlTag, dataTag, IdSequence } from '../../wire/tag.ts';
 import type { TakenMessage } from '../../ucx/index.ts';
 import type { FrameSink } from '../runtime/dispatcher.ts';
@@ -13,25 +14,12 @@ import { Exposures } from './exposures.ts';
 import { Outbox, type FrameDone } from './outbox.ts';
 import { Payloads } from './payloads.ts';
 import { Liveness } from './liveness.ts';
-import { MAX_REPORTS_PER_MESSAGE, TransferReports } from './reports.ts';
+import { TransferReports } from './reports.ts';
 import { ReportBatch, reportFrames } from './report-batch.ts';
 import type { WaitingHolder } from './waiting.ts';
-import { FRAME_WEIGHT_BYTES, MAX_WINDOW_MESSAGE_BYTES, MessageWindow, messageWeight, onlyWindowFrames, windowFrameBody } from './window.ts';
+import { Inbound, MAX_HANDSHAKE_MESSAGE_BYTES, type FrameHandler } from './inbound.ts';
+import { MessageWindow, messageWeight, windowFrameBody } from './window.ts';
 import type { Runtime } from '../runtime/runtime.ts';
-
-/** What the side that owns a connection does with its frames. */
-export interface FrameHandler {
-  /** A well-formed frame (checked against the frame table), other than KEEPALIVE, FIN, SENT,
-   *  REPORTS and CREDIT on call 0.
-   *  An error returned says the frame is of no use here (a kind this side never receives): it is
-   *  reported through malformed() and counts towards MAX_MALFORMED_FRAMES like a frame that
-   *  failed its checks. */
-  frame(frame: Frame): GdrpcError | void;
-  /** A frame that failed decoding or was too long for the receive buffer. */
-  malformed(kind: number, call: number, error: GdrpcError): void;
-  /** The connection is gone (closed here, peer gone, liveness); `error` says why. */
-  closed(error: GdrpcError): void;
-}
 
 /** Limits and settings the peer announced in the handshake. */
 export interface PeerLimits {
@@ -49,25 +37,12 @@ export const DEFAULT_TRANSFER_TIMEOUT_MS = 30_000;
 /** Largest host tensor sent inline by default (bytes); movers/choose.ts says why 4 KiB. */
 export const DEFAULT_INLINE_BYTES = 4096;
 
-/** Longest control message read before admission: the handshake's frames (HELLO, AUTH, READY)
- *  take a few hundred bytes. Without it one AUTH carrying a map of 300,000 keys (3.6 MB) held a
- *  server's event loop 78-99 ms to decode, before any token was checked, once per connection. */
-export const MAX_HANDSHAKE_MESSAGE_BYTES = 16 * 1024;
 /** Bytes of messages a peer may send before admission (the handshake's frames, a few keepalives). */
 export const HANDSHAKE_WINDOW_BYTES = 4 * MAX_HANDSHAKE_MESSAGE_BYTES;
 /** A connection's message window is this many times the largest message it reads (docs/wire.md
  *  "Message window"): room for one in the UCX queue while the one before it is read. */
 export const WINDOW_MESSAGES = 2;
 
-/** Malformed frames one message may carry, each answered on its own (an ERROR for its call);
- *  past that the connection is refused as a whole: a peer's one message cannot make this side
- *  send an ERROR, and raise an 'error' event, for each of thousands of tiny frames. */
-export const MAX_MALFORMED_FRAMES = 16;
-/** Malformed frames a connection may send in all, each answered on its own: past it the
- *  connection is refused. A gdrpc peer sends none; a peer that sent 14 to a 126-byte message made
- *  the server answer each with an ERROR and an 'error' event, at about 40 µs a frame, while UCX
- *  queued its flood (a helper session's attack, 2026-12-06). */
-export const MAX_MALFORMED_PER_CONNECTION = 256;
 /** Most argument tensors a server's calls on one connection may be receiving at once (four frames
  *  of the most a frame carries): each costs ~1.8 KB of heap until its bytes come, and a client
  *  that announced 16,000 a call over 140 live calls ran a server out of heap. */
@@ -125,6 +100,15 @@ export class Connection implements FrameSink {
       sentBytes: () => this.#outbox.sentBytes,
       grant: (n) => this.#outbox.grant(n),
     });
+    this.#inbound = new Inbound({
+      get peer() { return connection.peer; },
+      get admitted() { return connection.admitted; },
+      get isOpen() { return connection.#error === undefined; },
+      get frameLimit() { return connection.frameLimit; },
+      get handler() { return connection.#handler; },
+      exposures: this.exposures,
+      reports: this.reports,
+    }, this.#window);
     this.liveness = new Liveness(livenessMs, () => this.#keepalive(), (silentMs) => {
       this.close(new GdrpcError(Code.UNAVAILABLE, `peer ${this.peer} silent for ${silentMs} ms (liveness ${this.liveness.timeoutMs} ms)`));
     }, () => this.payloads.streaming());
@@ -212,8 +196,6 @@ export class Connection implements FrameSink {
   }
 
   readonly #reportBatch = new ReportBatch();
-  /** Reports the REPORTS frames of the message being read carried so far. */
-  #reportsInMessage = 0;
 
   /** The batched reports as REPORTS frames within the peer's frame limit (report-batch.ts). */
   #reportsFrames(): WireFrame[] {
@@ -261,6 +243,8 @@ export class Connection implements FrameSink {
 
   /** Both halves of the message window (window.ts). */
   readonly #window: MessageWindow;
+  /** What reads the peer's messages (inbound.ts). */
+  readonly #inbound: Inbound;
 
   /** Sends a window frame (CREDIT on call 0, ACK) at once, in a message of its own, which the
    *  peer does not count against the window: with both windows shut, credit still flows. */
@@ -304,108 +288,12 @@ export class Connection implements FrameSink {
 
   onMessage(source: Uint8Array, length: number): void {
     this.liveness.received();
-    if (this.#error !== undefined || this.#window.overrun) return;
-    if (this.admitted && length <= MAX_WINDOW_MESSAGE_BYTES && onlyWindowFrames(source, length)) {
-      this.#readMessage(source, length);  // the window's own: not counted against it
-      return;
-    }
-    const weight = messageWeight(source, length);
-    if (!this.#window.arrived(weight)) return;
-    try {
-      this.#readMessage(source, length);
-    } finally {
-      if (this.#error === undefined) this.#window.read(weight);
-    }
-  }
-
-  #readMessage(source: Uint8Array, length: number): void {
-    if (!this.admitted && length > MAX_HANDSHAKE_MESSAGE_BYTES) {
-      this.#handler?.malformed(0, 0, new GdrpcError(Code.INVALID_ARGUMENT, `${this.peer} sent a message of ${length} bytes before admission; the handshake's are under ${MAX_HANDSHAKE_MESSAGE_BYTES}`));
-      return;
-    }
-    let frames: ReceivedFrame[];
-    try {
-      frames = unpackMessage(source, length);
-    } catch (error) {
-      this.#handler?.malformed(0, 0, GdrpcError.from(error));
-      return;
-    }
-    if (length > this.frameLimit) {
-      // Too long to be processed, but its frame headers still say which calls to fail.
-      const error = new GdrpcError(Code.RESOURCE_EXHAUSTED, `message of ${length} bytes exceeds the ${this.frameLimit}-byte frame limit`);
-      if (frames.length > MAX_MALFORMED_FRAMES) return this.#tooManyMalformed(error);
-      for (const frame of frames) if (this.#error === undefined) this.#handler?.malformed(frame.kind, frame.call, error);
-      return;
-    }
-    let malformed = 0;
-    this.#reportsInMessage = 0;
-    for (const frame of frames) {
-      if (this.#error !== undefined) return;
-      const error = this.#onFrame(frame);
-      if (error === undefined) continue;
-      malformed += 1;
-      this.#malformedFrames += 1;
-      if (malformed > MAX_MALFORMED_FRAMES) return this.#tooManyMalformed();
-      if (this.#malformedFrames > MAX_MALFORMED_PER_CONNECTION) {
-        this.#handler?.malformed(0, 0, new GdrpcError(Code.INVALID_ARGUMENT, `${this.peer} sent more than ${MAX_MALFORMED_PER_CONNECTION} malformed frames`));
-        return;
-      }
-      this.#handler?.malformed(frame.kind, frame.call, error);
-    }
-  }
-
-  /** Malformed frames the peer sent so far, answered one by one (MAX_MALFORMED_PER_CONNECTION). */
-  #malformedFrames = 0;
-
-  /** A message whose malformed frames would each cost an ERROR (and an 'error' event): the
-   *  connection is refused as a whole instead (the handler closes it), and the rest is not read. */
-  #tooManyMalformed(cause?: GdrpcError): void {
-    const what = cause === undefined ? 'malformed frames' : `frames in a message over the frame limit (${cause.rawMessage})`;
-    this.#handler?.malformed(0, 0, new GdrpcError(Code.INVALID_ARGUMENT, `${this.peer} sent more than ${MAX_MALFORMED_FRAMES} ${what} in one message`, cause === undefined ? {} : { cause }));
-  }
-
-  /** Handles one frame; returns the error of a frame that failed its checks (not yet reported). */
-  #onFrame(wire: ReceivedFrame): GdrpcError | undefined {
-    let frame: Frame;
-    try {
-      frame = decodeFrame(wire);
-    } catch (error) {
-      return GdrpcError.from(error);
-    }
-    if (frame.kind === FrameKind.Keepalive) return undefined;
-    if (frame.kind === FrameKind.Credit && frame.call === 0) return this.admitted ? this.#window.credit(frame.body.n, frame.body.id) : undefined;
-    if (frame.kind === FrameKind.Ack) {
-      if (frame.call !== 0) return new GdrpcError(Code.INVALID_ARGUMENT, 'an ACK on a call (the window is the connection\'s: call 0)');
-      return this.admitted ? this.#window.ack(frame.body.id) : undefined;
-    }
-    if (frame.kind === FrameKind.Fin) {
-      if (this.admitted) this.exposures.release(frame.body.x);
-      return undefined;
-    }
-    if (frame.kind === FrameKind.Sent) {
-      if (this.admitted) this.reports.deliver(frame.body.x, frame.body.p);
-      return undefined;
-    }
-    if (frame.kind === FrameKind.Reports) {
-      if (!this.admitted) return undefined;
-      this.#reportsInMessage += frame.body.x.length;
-      if (this.#reportsInMessage > MAX_REPORTS_PER_MESSAGE) {
-        return new GdrpcError(Code.INVALID_ARGUMENT, `REPORTS frames carry more than ${MAX_REPORTS_PER_MESSAGE} reports in one message`);
-      }
-      const bad = this.reports.deliverAll(frame.body);
-      return bad === undefined ? undefined : new GdrpcError(Code.INVALID_ARGUMENT, `REPORTS frame ${bad}`);
-    }
-    return this.#handler?.frame(frame) ?? undefined;
+    this.#inbound.message(source, length);
   }
 
   onOversized(length: number): void {
     this.liveness.received();
-    // Its bytes are lost (UCX truncated it): it weighs as one frame.
-    const weight = length + FRAME_WEIGHT_BYTES;
-    if (this.#error !== undefined || !this.#window.arrived(weight)) return;
-    this.#window.read(weight);
-    const error = new GdrpcError(Code.RESOURCE_EXHAUSTED, `message of ${length} bytes exceeds the ${this.runtime.dispatcher.frameBytes}-byte frame limit`);
-    this.#handler?.malformed(0, 0, error);
+    this.#inbound.oversized(length, this.runtime.dispatcher.frameBytes);
   }
 
   /** Closes the connection (idempotent): releases exposures, stops liveness, closes the endpoint
