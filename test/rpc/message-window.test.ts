@@ -7,7 +7,8 @@ import { GdrpcError } from '../../core/errors.ts';
 import { decodeFrame, encodeFrame } from '../../core/wire/codec.ts';
 import { FrameKind } from '../../core/wire/frames.ts';
 import { FRAME_HELD_BYTES, MAX_BLOCKED_BYTES, Outbox, type OutboxLink } from '../../core/rpc/connection/outbox.ts';
-import { WaitingLedger, type WaitingHolder } from '../../core/rpc/connection/waiting.ts';
+import { DEFAULT_MAX_WAITING_BYTES, WaitingLedger, type WaitingHolder } from '../../core/rpc/connection/waiting.ts';
+import { Runtime } from '../../core/index.ts';
 import { FRAME_HEADER, packMessage, unpackMessage } from '../../core/wire/message.ts';
 
 const KiB = 1024;
@@ -359,5 +360,20 @@ describe("the runtime's count of what waits for peers' windows", () => {
     expect(ledger.total).toBe(5);
     ledger.set(silent, 0);  // told late: nothing left to take off
     expect(ledger.total).toBe(5);
+  });
+
+  it('RuntimeOptions.maxWaitingBytes is checked up front and sets the runtime\'s limit (256 MiB by default)', async () => {
+    for (const value of [0, -1, 1.5, '1MiB', Number.NaN]) {
+      expect(() => Runtime.create({ maxWaitingBytes: value as number })).toThrow(/INVALID_ARGUMENT.*maxWaitingBytes/);
+    }
+    const runtime = Runtime.create({ maxWaitingBytes: 1 << 20 });
+    const plain = Runtime.create();
+    try {
+      expect([runtime.waiting.limit, runtime.waitingBytes]).toEqual([1 << 20, 0]);
+      expect(plain.waiting.limit).toBe(DEFAULT_MAX_WAITING_BYTES);
+      expect(DEFAULT_MAX_WAITING_BYTES).toBe(256 << 20);
+    } finally {
+      await Promise.all([runtime.close(), plain.close()]);
+    }
   });
 });
