@@ -1,5 +1,6 @@
 // msgpack encoding of control frame bodies, and the checks applied to every frame that arrives,
-// before anything else looks at it: each body against its kind's row of the frame table
+// before anything else looks at it: its bytes as plain msgpack (plain.ts), then each body against
+// its kind's row of the frame table
 // (frames.ts), each tensor descriptor against the descriptor table. A malformed frame becomes
 // INVALID_ARGUMENT here.
 import { Packr } from 'msgpackr';
@@ -7,6 +8,7 @@ import { Code, GdrpcError } from '../errors.ts';
 import { FrameKind, frameSpec, MOVER_FIELDS, TENSOR_FIELDS, WIRE_VERSION, type Frame, type FrameBody, type TensorWire } from './frames.ts';
 import type { ReceivedFrame } from './message.ts';
 import { isMap, mismatch } from './schema.ts';
+import { notPlainMsgpack } from './plain.ts';
 
 // Plain msgpack maps (no record extension) so that any msgpack library can read the frames;
 // 64-bit integers decode as bigint so that addresses survive. Frames are decoded where they
@@ -52,6 +54,9 @@ export function decodeFrame({ kind, call, source, start, end }: ReceivedFrame): 
   if (spec === undefined) throw malformed(`unknown frame kind ${kind}`);
   // msgpackr reads an end of 0 as "the whole source"; an empty body is no msgpack anyway.
   if (end <= start) throw malformed(`${spec.name} frame is not msgpack (empty)`);
+  // What msgpackr would make of anything else is the peer's to make costly (plain.ts).
+  const notPlain = notPlainMsgpack(source, start, end);
+  if (notPlain !== undefined) throw malformed(`${spec.name} frame body ${notPlain}`);
   let body: unknown;
   range.start = start;
   range.end = end;

@@ -122,7 +122,7 @@ describe('any frame', () => {
     expect(refusal(() => decode(13, {})).message).toMatch(/unknown frame kind 13/);
     expect(refusal(() => decodeFrame(frameOf(FrameKind.Fin, 1, packr.pack({ v: 1, x: 1 })))).message).toMatch(/wire version 1/);
     expect(refusal(() => decodeFrame(frameOf(FrameKind.Fin, 1, packr.pack([1])))).message).toMatch(/FIN frame is not a map/);
-    expect(refusal(() => decodeFrame(frameOf(FrameKind.Fin, 1, new Uint8Array([0x81])))).message).toMatch(/FIN frame is not msgpack/);
+    expect(refusal(() => decodeFrame(frameOf(FrameKind.Fin, 1, new Uint8Array([0x81])))).message).toMatch(/FIN frame body ends inside a value/);
   });
 
   it('refuses a key of 0 or wider than 56 bits, and a required field sent as nil', () => {
