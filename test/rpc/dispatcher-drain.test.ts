@@ -6,7 +6,7 @@
 // limit of unannounced payloads). A fake worker holds the queues, so that the order of events is
 // the test's.
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { Dispatcher, RECEIVE_SLICE_MESSAGES, type FrameSink } from '../../core/rpc/runtime/dispatcher.ts';
+import { Dispatcher, DRAIN_INTERVAL_MS, RECEIVE_SLICE_MESSAGES, STALLED_RECEIVE_MS, type FrameSink } from '../../core/rpc/runtime/dispatcher.ts';
 import type { WakeupKind, Worker } from '../../core/ucx/index.ts';
 import { Code, GdrpcError } from '../../core/errors.ts';
 import { CONTROL_BIT, controlTag, dataTag, HELLO_KEY, type ConnectionKey } from '../../core/wire/tag.ts';
@@ -89,7 +89,7 @@ function receiving(wakeup: WakeupKind = 'uv'): { worker: FakeWorker; key: Connec
   dispatcher = new Dispatcher(worker as unknown as Worker, 4096);
   const got: number[] = [];
   const hello: number[] = [];
-  const sink = (into: number[]): FrameSink => ({ onMessage: (bytes: Uint8Array) => { into.push(bytes[0]!); }, onOversized: () => {}, onStrayData: () => {} });
+  const sink = (into: number[]): FrameSink => ({ onMessage: (bytes: Uint8Array) => { into.push(bytes[0]!); }, onOversized: () => {}, onStrayData: () => {}, onLost: () => {} });
   const key = dispatcher.register(sink(got));
   void dispatcher.awaitHelloTurn(sink(hello));
   return { worker, key, got, hello };
@@ -166,6 +166,7 @@ describe('Dispatcher control receive', () => {
         throw new Error('a listener threw');
       },
       onStrayData: () => {},
+      onLost: () => {},
     });
     worker.arrive(controlTag(key.value), new Uint8Array([1]));
     await worker.posted();
@@ -216,5 +217,88 @@ describe('Dispatcher.drainPayloads', () => {
     }
     expect(strays).toEqual([dataTag(key, 3)]);
     expect(passes).toBe(9);
+  });
+});
+
+describe('a control receive matched to a message whose rest never comes', () => {
+  // UCX matches the one posted control receive to the first control message it has, from any peer;
+  // a message of many fragments whose sender stops mid-way keeps that receive waiting, and before
+  // this no control message of any connection was read again (a helper session's attack: a peer
+  // that never proved its token stopped a server so). Here the fake worker's pending receive plays
+  // the matched one: it never completes, while another message waits in the queue behind it.
+  function stalled(): { worker: FakeWorker; key: ConnectionKey; got: number[]; lost: string[]; clock: { now: number } } {
+    const worker = new FakeWorker();
+    dispatcher = new Dispatcher(worker as unknown as Worker, 4096);
+    const got: number[] = [];
+    const lost: string[] = [];
+    const key = dispatcher.register({ onMessage: (bytes) => { got.push(bytes[0]!); }, onOversized: () => {}, onStrayData: () => {}, onLost: () => { lost.push('lost'); } });
+    const clock = { now: 1_000 };
+    vi.spyOn(performance, 'now').mockImplementation(() => clock.now);
+    return { worker, key, got, lost, clock };
+  }
+  afterEach(() => { vi.restoreAllMocks(); });
+  const passes = Math.ceil(STALLED_RECEIVE_MS / DRAIN_INTERVAL_MS);
+
+  it(`is given up on after ${STALLED_RECEIVE_MS} ms of drain passes that saw a message queued behind it; the next receive reads on, into a new buffer`, async () => {
+    const { worker, key, got, lost, clock } = stalled();
+    await worker.posted();
+    const stuck = worker.pending!;
+    worker.queue.push({ senderTag: controlTag(key.value), length: 1 });
+    worker.controls.push({ tag: controlTag(key.value), bytes: new Uint8Array([7]) });
+    // The first pass that sees it starts the clock: `passes` passes span one interval less.
+    for (let pass = 0; pass < passes; pass += 1) {
+      clock.now += DRAIN_INTERVAL_MS;
+      dispatcher!.drainPayloads();
+    }
+    expect(dispatcher!.stats().stalledReceives).toBe(0);
+    expect(worker.pending).toBe(stuck);
+    clock.now += DRAIN_INTERVAL_MS;
+    dispatcher!.drainPayloads();
+    expect(dispatcher!.stats().stalledReceives).toBe(1);
+    expect(got).toEqual([7]);  // read by the new receive at once
+    await worker.posted();
+    expect(worker.pending!.buffer).not.toBe(stuck.buffer);
+    expect(worker.pending!.slot).not.toBe(stuck.slot);
+    // Messages go on arriving for the new loop.
+    worker.queue.length = 0;
+    worker.arrive(controlTag(key.value), new Uint8Array([8]));
+    expect(got).toEqual([7, 8]);
+    // The given-up receive completes after all: its message came after those, so its connection
+    // is told (and closes), and the message is not delivered.
+    stuck.slot.set([Number(controlTag(key.value) & 0xffff_ffffn), Number(controlTag(key.value) >> 32n), 1, 0]);
+    stuck.buffer[0] = 9;
+    stuck.done();
+    expect(got).toEqual([7, 8]);
+    expect(lost).toEqual(['lost']);
+  });
+
+  it('is not given up on while nothing waits behind it, nor for time the event loop was held (too few passes)', async () => {
+    const { worker, key, clock } = stalled();
+    await worker.posted();
+    const stuck = worker.pending!;
+    // Nothing queued: an idle receive, however long.
+    for (let pass = 0; pass < 4 * passes; pass += 1) {
+      clock.now += DRAIN_INTERVAL_MS;
+      dispatcher!.drainPayloads();
+    }
+    // Queued, but the passes were held back: 10 s in two passes.
+    worker.queue.push({ senderTag: controlTag(key.value), length: 1 });
+    for (let pass = 0; pass < 2; pass += 1) {
+      clock.now += 5_000;
+      dispatcher!.drainPayloads();
+    }
+    // Queued for many passes, then the receive completes: the count starts again.
+    for (let pass = 0; pass < passes - 3; pass += 1) {
+      clock.now += DRAIN_INTERVAL_MS;
+      dispatcher!.drainPayloads();
+    }
+    worker.arrive(controlTag(key.value), new Uint8Array([1]));
+    await worker.posted();
+    for (let pass = 0; pass < passes - 1; pass += 1) {
+      clock.now += DRAIN_INTERVAL_MS;
+      dispatcher!.drainPayloads();
+    }
+    expect(dispatcher!.stats().stalledReceives).toBe(0);
+    expect(worker.pending).not.toBe(stuck);
   });
 });

@@ -9,7 +9,7 @@ import { FrameKind, type FrameBody } from '../../wire/frames.ts';
 import { FRAME_HEADER, packMessage, type WireFrame } from '../../wire/message.ts';
 import { ConnectionKey, controlTag, dataTag, IdSequence } from '../../wire/tag.ts';
 import type { TakenMessage } from '../../ucx/index.ts';
-import type { FrameSink } from '../runtime/dispatcher.ts';
+import { STALLED_RECEIVE_MS, type FrameSink } from '../runtime/dispatcher.ts';
 import { Exposures } from './exposures.ts';
 import { Outbox, type FrameDone } from './outbox.ts';
 import { Payloads } from './payloads.ts';
@@ -281,6 +281,10 @@ export class Connection implements FrameSink {
   }
   /** Tag of tensor bytes this side receives on this connection. */
   incomingDataTag(transfer: number): bigint { return dataTag(this.key, transfer); }
+
+  onLost(): void {
+    this.close(new GdrpcError(Code.UNAVAILABLE, `a control message from ${this.peer} did not arrive whole within ${STALLED_RECEIVE_MS} ms while others waited, and came after them: the connection is closed rather than read out of order`));
+  }
 
   onStrayData(message: TakenMessage, low: number): void {
     this.payloads.stray(message, low);

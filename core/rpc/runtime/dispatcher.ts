@@ -19,6 +19,10 @@ export interface FrameSink {
   onOversized(length: number): void;
   /** A tensor payload nobody had posted a receive for; the sink receives or drops it. */
   onStrayData(message: TakenMessage, low: number): void;
+  /** A control message of this connection was given up on (it did not arrive whole within
+   *  STALLED_RECEIVE_MS while other messages waited) and came later: the messages after it were
+   *  read before it, so the connection cannot be read in order any more. */
+  onLost(): void;
 }
 
 /** How often unexpected tensor payloads are collected. */
@@ -32,9 +36,18 @@ const DRAIN_BATCH = 4096;
 const CLOSE_DRAIN_MS = 1000;
 /** Drain passes in a row that may wait for the control loop (see drainPayloads). */
 const MAX_DRAIN_DEFERRALS = 8;
+/** A control receive that UCX matched to a message whose rest has not come this long, while other
+ *  control messages wait behind it, is given up on (#checkStalled). */
+export const STALLED_RECEIVE_MS = 1000;
+/** ... and as many drain passes in a row saw it so: time the event loop was held does not count. */
+const STALLED_RECEIVE_PASSES = Math.ceil(STALLED_RECEIVE_MS / DRAIN_INTERVAL_MS);
 
 /** Counters of what the dispatcher dropped (for tests and diagnostics). */
-export interface DispatcherStats { unattributed: number; droppedPayloads: number; connections: number }
+export interface DispatcherStats {
+  unattributed: number; droppedPayloads: number; connections: number;
+  /** Control receives given up on: matched to a message whose rest never came (#checkStalled). */
+  stalledReceives: number;
+}
 
 /** A registered connection: its sink, and its key's low 32 bits (the prefix is its map key). */
 interface Registered { sink: FrameSink; low: number }
@@ -69,11 +82,17 @@ export class Dispatcher {
   #posted: ReceiveBuffer | undefined;
   #receiveId = 0;
   /** Where the binding writes a received message's sender tag and length (tagRecvInto). */
-  readonly #slot = new Uint32Array(4);
+  #slot = new Uint32Array(4);
   #sliceStart = 0;
   #inSlice = 0;
   #drainTimer: NodeJS.Timeout | undefined;
-  readonly #stats: DispatcherStats = { unattributed: 0, droppedPayloads: 0, connections: 0 };
+  readonly #stats: DispatcherStats = { unattributed: 0, droppedPayloads: 0, connections: 0, stalledReceives: 0 };
+  /** The receive #checkStalled is watching, since when, and for how many drain passes. */
+  #stalledId = 0;
+  #stalledSince = 0;
+  #stalledPasses = 0;
+  /** Which receive loop is current: a receive given up on belongs to an earlier one. */
+  #generation = 0;
   /** Drain passes in a row put off because a control message was waiting. */
   #deferrals = 0;
   static readonly #sink = new Uint8Array(1);
@@ -179,7 +198,19 @@ export class Dispatcher {
     this.#running = false;
   }
 
-  readonly #onReceived = (error?: unknown): void => {
+  #onReceived = this.#receiver(0);
+
+  /** The completion of the control receives of loop `generation`: one that completes after it was
+   *  given up on (#checkStalled) is told to its connection instead (#lateReceive). */
+  #receiver(generation: number): (error?: unknown) => void {
+    const slot = this.#slot;
+    return (error?: unknown): void => {
+      if (generation === this.#generation) this.#received(error);
+      else this.#lateReceive(slot, error);
+    };
+  }
+
+  #received(error: unknown): void {
     const buffer = this.#posted;
     this.#posted = undefined;
     if (buffer === undefined || this.#stop.signal.aborted) return;
@@ -196,7 +227,51 @@ export class Dispatcher {
     // the messages behind it) for as long as the worker polls: there it is posted at once.
     if (this.#receiveAfterTurn) setImmediate(this.#resume);
     else if (!this.#yielded()) this.#receive();
-  };
+  }
+
+  /** Gives up on the posted control receive when UCX matched it to a message whose rest has not
+   *  come for STALLED_RECEIVE_MS while other control messages wait in UCX's queue: a peer that
+   *  stops in the middle of a message of many fragments (it died, or means it) would otherwise
+   *  stop this side reading any peer's control messages, for good. (A posted receive takes any
+   *  control message UCX has queued, so one queued behind it means it is matched and waiting.)
+   *  UCX cannot cancel a matched receive: it keeps that receive's buffer and slot, and a new loop
+   *  receives into new ones. `queued`: a control message waits in UCX's queue now. */
+  #checkStalled(queued: boolean): void {
+    if (!queued || this.#posted === undefined) {
+      this.#stalledPasses = 0;
+      return;
+    }
+    const now = performance.now();
+    if (this.#stalledId !== this.#receiveId || this.#stalledPasses === 0) {
+      this.#stalledId = this.#receiveId;
+      this.#stalledSince = now;
+      this.#stalledPasses = 0;
+    }
+    this.#stalledPasses += 1;
+    if (this.#stalledPasses < STALLED_RECEIVE_PASSES || now - this.#stalledSince < STALLED_RECEIVE_MS) return;
+    this.#stalledPasses = 0;
+    this.#stats.stalledReceives += 1;
+    this.#generation += 1;
+    this.#buffer = new ReceiveBuffer(this.#buffer.bytes.length);
+    this.#slot = new Uint32Array(4);
+    this.#onReceived = this.#receiver(this.#generation);
+    this.#posted = undefined;
+    this.#newSlice();
+    this.#receive();
+  }
+
+  /** A receive given up on completed after all: its message came after the ones behind it, so its
+   *  connection is closed (told through onLost), whatever the message held. */
+  #lateReceive(slot: Uint32Array, error: unknown): void {
+    if (this.#stop.signal.aborted) return;
+    const tag = error === undefined ? (BigInt(slot[1]!) << 32n) | BigInt(slot[0]!) : (error instanceof GdrpcError ? error.details?.senderTag : undefined);
+    const sink = typeof tag === 'bigint' ? this.#sinkOf(tag) : undefined;
+    try {
+      sink?.onLost();
+    } catch {
+      // As in #deliver: the loop goes on.
+    }
+  }
 
   /** Receives again after a pause (a message that had been waited for, a slice's end): a new slice. */
   readonly #resume = (): void => {
@@ -309,7 +384,9 @@ export class Dispatcher {
     // that a peer flooding control messages cannot keep its strays in UCX's queue for ever. (A
     // control receive that has completed but is not yet settled in JS is the binding's to see:
     // tagProbe with `remove` takes nothing then.)
-    if (this.#deferrals < MAX_DRAIN_DEFERRALS && this.worker.tagProbe(CONTROL_BIT, CONTROL_MASK) !== null) {
+    const controlQueued = this.worker.tagProbe(CONTROL_BIT, CONTROL_MASK) !== null;
+    this.#checkStalled(controlQueued);
+    if (this.#deferrals < MAX_DRAIN_DEFERRALS && controlQueued) {
       this.#deferrals += 1;
       return;
     }

@@ -192,11 +192,13 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
     this.#sessions.add(session);
   }
 
-  /** What this process dropped from peers: control messages under keys of no connection, and
-   *  tensor payloads nobody received (monitoring; a steady rise means someone is probing). */
-  dropped(): { messages: number; payloads: number } {
+  /** What this process dropped from peers: control messages under keys of no connection, tensor
+   *  payloads nobody received, and control messages given up on because their rest did not come
+   *  within a second while others waited (`partial`) (monitoring; a steady rise means someone is
+   *  probing). */
+  dropped(): { messages: number; payloads: number; partial: number } {
     const stats = this.#runtime?.dispatcher.stats();
-    return { messages: stats?.unattributed ?? 0, payloads: stats?.droppedPayloads ?? 0 };
+    return { messages: stats?.unattributed ?? 0, payloads: stats?.droppedPayloads ?? 0, partial: stats?.stalledReceives ?? 0 };
   }
 
   /** Connections open and counted against the limits (tests, monitoring). */
