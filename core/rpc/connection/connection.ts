@@ -44,7 +44,7 @@ export const HANDSHAKE_WINDOW_BYTES = 4 * MAX_HANDSHAKE_MESSAGE_BYTES;
 export const WINDOW_MESSAGES = 2;
 
 /** Most argument tensors a server's calls on one connection may be receiving at once (four frames
- *  of the most a frame carries): each costs ~1.8 KB of heap until its bytes come, and a client
+ *  of the most a frame carries): each costs 1.8-5.9 KB of heap until its bytes come (docs/security.md, Open gaps), and a client
  *  that announced 16,000 a call over 140 live calls ran a server out of heap. */
 export const MAX_AWAITED_TENSORS = 65_536;
 
