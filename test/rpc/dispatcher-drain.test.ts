@@ -302,3 +302,21 @@ describe('a control receive matched to a message whose rest never comes', () => 
     expect(worker.pending).not.toBe(stuck);
   });
 });
+
+describe('the control receive buffer', () => {
+  it('holds zeros past each message, never the bytes of a longer one before it (another peer\'s)', async () => {
+    const worker = new FakeWorker();
+    dispatcher = new Dispatcher(worker as unknown as Worker, 4096);
+    const past: number[][] = [];
+    const key = dispatcher.register({
+      onMessage: (source, length) => { past.push([...source.subarray(length, 300)]); },
+      onOversized: () => {}, onStrayData: () => {}, onLost: () => {},
+    });
+    await worker.posted();
+    worker.arrive(controlTag(key.value), new Uint8Array(200).fill(0x5a));
+    await worker.posted();
+    worker.arrive(controlTag(key.value), new Uint8Array([1, 2, 3]));
+    expect(past[1]!.length).toBe(297);
+    expect(past[1]!.every((byte) => byte === 0)).toBe(true);
+  });
+});

@@ -7,7 +7,7 @@ import { GdrpcError } from '../../core/errors.ts';
 import { decodeFrame, encodeFrame } from '../../core/wire/codec.ts';
 import { FrameKind } from '../../core/wire/frames.ts';
 import { FRAME_HELD_BYTES, MAX_BLOCKED_BYTES, Outbox, type OutboxLink } from '../../core/rpc/connection/outbox.ts';
-import { DEFAULT_MAX_WAITING_BYTES, WaitingLedger, type WaitingHolder } from '../../core/rpc/connection/waiting.ts';
+import { DEFAULT_MAX_WAITING_BYTES, WaitingLedger, type WaitingHolder } from '../../core/rpc/runtime/waiting.ts';
 import { Runtime } from '../../core/index.ts';
 import { FRAME_HEADER, packMessage, unpackMessage } from '../../core/wire/message.ts';
 

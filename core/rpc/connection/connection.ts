@@ -16,7 +16,7 @@ import { Payloads } from './payloads.ts';
 import { Liveness } from './liveness.ts';
 import { TransferReports } from './reports.ts';
 import { ReportBatch, reportFrames } from './report-batch.ts';
-import type { WaitingHolder } from './waiting.ts';
+import type { WaitingHolder } from '../runtime/waiting.ts';
 import { Inbound, MAX_HANDSHAKE_MESSAGE_BYTES, type FrameHandler } from './inbound.ts';
 import { MessageWindow, messageWeight, windowFrameBody } from './window.ts';
 import type { Runtime } from '../runtime/runtime.ts';

@@ -14,7 +14,7 @@ import { cudaReceives, type MoverStats } from './memory-support.ts';
 import { RemoteOwner } from './remote-owner.ts';
 import { SendSlots } from './send-slots.ts';
 import { BlockCopier } from '../../compute/blocks.ts';
-import { DEFAULT_MAX_WAITING_BYTES, WaitingLedger } from '../connection/waiting.ts';
+import { DEFAULT_MAX_WAITING_BYTES, WaitingLedger } from './waiting.ts';
 
 /** Largest control frame any connection in this process accepts (the receive buffer size). */
 export const DEFAULT_FRAME_BYTES = 4 << 20;
