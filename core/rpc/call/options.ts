@@ -95,6 +95,11 @@ export interface ServerOptions {
   transferTimeoutMs?: number;
   /** Connections open at once, admitted or not (default 1024); more are rejected at connect. */
   maxConnections?: number;
+  /** Argument tensors the server's calls may be receiving at once over all connections (default
+   *  131,072; each connection's calls at most 65,536): a call that would pass it is refused
+   *  RESOURCE_EXHAUSTED with `retryable: true`. Each tensor whose bytes have not come holds a few
+   *  KB of heap (about 5.9 KB measured) until they do or `transferTimeoutMs` passes. */
+  maxAwaitedTensors?: number;
   /** Connections open at once from one peer IP address (default 64). */
   maxConnectionsPerAddress?: number;
   /** A silent client is declared gone after this long (default 10000 ms; a dead one is seen sooner, by UCX). */
@@ -155,7 +160,7 @@ export const SERVER_OPTIONS: OptionRules<ServerOptions> = {
   maxCallsPerConnection: Accept.count, maxCalls: Accept.count, maxFrameBytes: Accept.positiveBytes,
   maxTensorBytes: Accept.bytes, poolBytes: Accept.bytes, allowPoolOverflow: Accept.boolean, poolWaitMs: Accept.ms, poolQueueBytes: Accept.bytes,
   maxPoolBytesPerConnection: Accept.positiveBytes, token: Accept.nonEmptyString, admissionTimeoutMs: Accept.positiveMs,
-  transferTimeoutMs: Accept.positiveMs, maxConnections: Accept.count, maxConnectionsPerAddress: Accept.count,
+  transferTimeoutMs: Accept.positiveMs, maxConnections: Accept.count, maxConnectionsPerAddress: Accept.count, maxAwaitedTensors: Accept.count,
   livenessMs: Accept.positiveMs, inlineBytes: Accept.bytes, busyPollUs: BUSY_POLL_US, exposureHoldMs: Accept.ms,
   exposeErrorMessages: Accept.boolean, directPulls: Accept.boolean, device: RECEIVE_DEVICE, runtime: RUNTIME,
 };

@@ -47,6 +47,8 @@ export const WINDOW_MESSAGES = 2;
  *  of the most a frame carries): each costs 1.8-5.9 KB of heap until its bytes come (docs/security.md, Open gaps), and a client
  *  that announced 16,000 a call over 140 live calls ran a server out of heap. */
 export const MAX_AWAITED_TENSORS = 65_536;
+/** ServerOptions.maxAwaitedTensors by default: two connections at MAX_AWAITED_TENSORS. */
+export const DEFAULT_MAX_AWAITED_TENSORS = 2 * MAX_AWAITED_TENSORS;
 
 const NOTHING = (): void => {};
 

@@ -61,6 +61,9 @@ export interface CallEnvironment {
   reportHandlerError(report: GdrpcError): void;
   /** How remote handles received in arguments are pulled (through the server's runtime). */
   dialOwner: OwnerDialer;
+  /** Argument tensors the server's calls are receiving now, over all connections, and the most
+   *  they may (ServerOptions.maxAwaitedTensors). */
+  awaited: { now: number; readonly limit: number };
 }
 
 /** What a call's end waits for before its release pass: its RESPONSE frame, posted, or the
@@ -235,11 +238,17 @@ export class ServerCall {
     }
     if (!incoming.hasBytes) return values;
     const count = incoming.pending.length;
+    const awaited = this.env.awaited;
     if (this.connection.awaited + count > MAX_AWAITED_TENSORS) {
       void refuseRaw(scope, wire);
       throw new GdrpcError(Code.RESOURCE_EXHAUSTED, `${name}: ${count} argument tensor(s) while this connection's calls are receiving ${this.connection.awaited} (at most ${MAX_AWAITED_TENSORS} at once); retry when calls have finished`, { details: { retryable: true, limit: 'awaitedTensors' } });
     }
+    if (awaited.now + count > awaited.limit) {
+      void refuseRaw(scope, wire);
+      throw new GdrpcError(Code.RESOURCE_EXHAUSTED, `${name}: ${count} argument tensor(s) while the server's calls are receiving ${awaited.now} (ServerOptions.maxAwaitedTensors ${awaited.limit}); retry when calls have finished`, { details: { retryable: true, limit: 'maxAwaitedTensors' } });
+    }
     this.connection.awaited += count;
+    awaited.now += count;
     // Kept until the call ends, for its transfers and the tensors it releases then; an argument
     // object (a stream item) without tensor bytes is not kept: a long client stream of such items
     // would keep one per item.
@@ -247,7 +256,10 @@ export class ServerCall {
     const wait: AllocationWait = { scope: this.scope, share: this.env.share };
     const receiving = incoming.receive((shape, dtype, placement, field) => this.env.allocate(shape, dtype, bindPlacement(placement, this.entry.receiveOn), wait, field));
     // Its failure reaches the caller through the race below; run() waits for it before releasing.
-    const doneReceiving = (): void => { this.connection.awaited -= count; };
+    const doneReceiving = (): void => {
+      this.connection.awaited -= count;
+      awaited.now -= count;
+    };
     receiving.then(doneReceiving, doneReceiving);
     this.#receiving.push(receiving);
     // noStaging holds the handler until the client's reports say how UCX moved the arguments.

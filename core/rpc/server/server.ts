@@ -4,7 +4,7 @@ import { Code, GdrpcError } from '../../errors.ts';
 import { Tensor, type Device, type TensorPool } from '../../tensor/index.ts';
 import { Accept, checkOptions, describeValue } from '../../tensor/options.ts';
 import { Listener } from '../../ucx/index.ts';
-import { Connection, DEFAULT_INLINE_BYTES, DEFAULT_TRANSFER_TIMEOUT_MS } from '../connection/connection.ts';
+import { Connection, DEFAULT_INLINE_BYTES, DEFAULT_MAX_AWAITED_TENSORS, DEFAULT_TRANSFER_TIMEOUT_MS } from '../connection/connection.ts';
 import type { DType, Placement, ServiceDescriptor } from '../../schema/descriptor.ts';
 import { failureText } from './handler-failure.ts';
 import { DEFAULT_LIVENESS_MS } from '../connection/liveness.ts';
@@ -51,7 +51,7 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
     this.#receiveOn = receiveDeviceIndex('ServerOptions.device', options.device, receivingDeviceCount()) ?? DEFAULT_RECEIVE_DEVICE;
     this.#options = {
       maxCallsPerConnection: 256, maxCalls: 4096, maxFrameBytes: 4 << 20, maxTensorBytes: DEFAULT_MAX_TENSOR_BYTES, poolBytes: 128 << 20,
-      allowPoolOverflow: false, poolWaitMs: 10_000, livenessMs: DEFAULT_LIVENESS_MS, admissionTimeoutMs: 5000, transferTimeoutMs: DEFAULT_TRANSFER_TIMEOUT_MS, maxConnections: 1024, maxConnectionsPerAddress: 64, inlineBytes: DEFAULT_INLINE_BYTES, exposureHoldMs: 30_000, exposeErrorMessages: false, directPulls: false, ...options,
+      allowPoolOverflow: false, poolWaitMs: 10_000, livenessMs: DEFAULT_LIVENESS_MS, admissionTimeoutMs: 5000, transferTimeoutMs: DEFAULT_TRANSFER_TIMEOUT_MS, maxConnections: 1024, maxConnectionsPerAddress: 64, maxAwaitedTensors: DEFAULT_MAX_AWAITED_TENSORS, inlineBytes: DEFAULT_INLINE_BYTES, exposureHoldMs: 30_000, exposeErrorMessages: false, directPulls: false, ...options,
     };
     for (const entry of ownerMethods({ lookup: (x, secret) => this.#runtime!.owner.lookup(x, secret), claim: (x, secret) => this.#runtime!.owner.claim(x, secret), staging: (device) => this.#runtime!.pool(device, { bytes: DEFAULT_PROCESS_POOL_BYTES, allowOverflow: true }), copyBlocks: (bytes, copies, options) => this.#runtime!.blocks.copy(bytes, copies, options), directPulls: this.#options.directPulls })) {
       this.#serve(OWNER_SERVICE, entry.method.name, entry);
@@ -214,6 +214,7 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
       // Never silent: a handler's bug goes to stderr when the application does not listen. A
       // listener that throws must not take the call (and the process) down with it.
       dialOwner: (owner, token) => ownerDialer(server.#runtime!)(owner, token),
+      awaited: { now: 0, limit: this.#options.maxAwaitedTensors },
       reportHandlerError: (report) => {
         if (server.listenerCount('error') === 0) {
           process.stderr.write(failureText(report));
