@@ -31,7 +31,13 @@ void State::Released() {
 
 void OnTeardown(napi_async_cleanup_hook_handle handle, void* arg) {
   State* state = static_cast<State*>(arg);
-  CloseAll(state);
+  // Node calls this from its own frames, built without exceptions: one that left here would end
+  // the process (std::terminate) for a thread's teardown. Nothing here may run JS, and there is no
+  // one to report to.
+  try {
+    CloseAll(state);
+  } catch (...) {
+  }
   if (state->releasing == 0) {
     napi_remove_async_cleanup_hook(handle);
     return;

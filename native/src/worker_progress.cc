@@ -8,6 +8,7 @@
 #include "endpoint.h"
 #include "listener.h"
 #include "request.h"
+#include "state.h"
 
 namespace gdrpc {
 
@@ -60,7 +61,10 @@ void Worker::Settle(Napi::Env env) {
   }
   settling_ = outer;
   settlingNext_ = outerNext;
-  if (first) std::rethrow_exception(first);
+  // Rethrown only where JS may run and catch it: settled from a finalizer or the environment's
+  // teardown (CloseAll), an exception would leave through Node's own frames, which end the process
+  // (std::terminate), and nobody is left to tell.
+  if (first && State::Of(env)->JsAllowed()) std::rethrow_exception(first);
 }
 
 namespace {
