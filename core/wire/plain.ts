@@ -9,6 +9,7 @@
 // 2026-12-06, CPU box). gdrpc writes no extension type but msgpackr's `undefined` (fixext 1 of
 // type 0), so no other is taken.
 // The walk reads type bytes and lengths only: a byte string of any length costs one step.
+import { u32 } from './message.ts';
 
 /** Arrays and maps nested deeper than this are refused (a frame body is a map: its depth is 1). */
 export const MAX_NESTING = 64;
@@ -82,5 +83,5 @@ function lengthAt(source: Uint8Array, at: number, bytes: 1 | 2 | 4, end: number)
   if (at + bytes > end) return 0;
   if (bytes === 1) return source[at]!;
   if (bytes === 2) return (source[at]! << 8) | source[at + 1]!;
-  return ((source[at]! << 24) >>> 0) + ((source[at + 1]! << 16) | (source[at + 2]! << 8) | source[at + 3]!);
+  return u32(source, at);
 }

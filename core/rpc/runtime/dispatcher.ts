@@ -9,6 +9,7 @@
 import type { TakenMessage, Worker } from '../../ucx/index.ts';
 import { Code, GdrpcError } from '../../errors.ts';
 import { CONTROL_BIT, CONTROL_MASK, ConnectionKey, controlPrefix, dataParts } from '../../wire/tag.ts';
+import { StallWatch } from './stall-watch.ts';
 
 /** What a connection exposes to the dispatcher. */
 export interface FrameSink {
@@ -37,10 +38,9 @@ const CLOSE_DRAIN_MS = 1000;
 /** Drain passes in a row that may wait for the control loop (see drainPayloads). */
 const MAX_DRAIN_DEFERRALS = 8;
 /** A control receive that UCX matched to a message whose rest has not come this long, while other
- *  control messages wait behind it, is given up on (#checkStalled). */
+ *  control messages wait behind it, is given up on (#checkStalled, stall-watch.ts), once as many
+ *  drain passes in a row saw it so. */
 export const STALLED_RECEIVE_MS = 1000;
-/** ... and as many drain passes in a row saw it so: time the event loop was held does not count. */
-const STALLED_RECEIVE_PASSES = Math.ceil(STALLED_RECEIVE_MS / DRAIN_INTERVAL_MS);
 
 /** Counters of what the dispatcher dropped (for tests and diagnostics). */
 export interface DispatcherStats {
@@ -87,10 +87,7 @@ export class Dispatcher {
   #inSlice = 0;
   #drainTimer: NodeJS.Timeout | undefined;
   readonly #stats: DispatcherStats = { unattributed: 0, droppedPayloads: 0, connections: 0, stalledReceives: 0 };
-  /** The receive #checkStalled is watching, since when, and for how many drain passes. */
-  #stalledId = 0;
-  #stalledSince = 0;
-  #stalledPasses = 0;
+  readonly #stallWatch = new StallWatch(Math.ceil(STALLED_RECEIVE_MS / DRAIN_INTERVAL_MS), STALLED_RECEIVE_MS);
   /** Which receive loop is current: a receive given up on belongs to an earlier one. */
   #generation = 0;
   /** Drain passes in a row put off because a control message was waiting. */
@@ -229,27 +226,13 @@ export class Dispatcher {
     else if (!this.#yielded()) this.#receive();
   }
 
-  /** Gives up on the posted control receive when UCX matched it to a message whose rest has not
-   *  come for STALLED_RECEIVE_MS while other control messages wait in UCX's queue: a peer that
-   *  stops in the middle of a message of many fragments (it died, or means it) would otherwise
-   *  stop this side reading any peer's control messages, for good. (A posted receive takes any
-   *  control message UCX has queued, so one queued behind it means it is matched and waiting.)
-   *  UCX cannot cancel a matched receive: it keeps that receive's buffer and slot, and a new loop
-   *  receives into new ones. `queued`: a control message waits in UCX's queue now. */
+  /** Gives up on the posted control receive once it is stuck (stall-watch.ts): a peer that stops
+   *  in the middle of a message of many fragments (it died, or means it) would otherwise stop this
+   *  side reading any peer's control messages, for good. UCX cannot cancel a matched receive: it
+   *  keeps that receive's buffer and slot, and a new loop receives into new ones. `queued`: a
+   *  control message waits in UCX's queue now. */
   #checkStalled(queued: boolean): void {
-    if (!queued || this.#posted === undefined) {
-      this.#stalledPasses = 0;
-      return;
-    }
-    const now = performance.now();
-    if (this.#stalledId !== this.#receiveId || this.#stalledPasses === 0) {
-      this.#stalledId = this.#receiveId;
-      this.#stalledSince = now;
-      this.#stalledPasses = 0;
-    }
-    this.#stalledPasses += 1;
-    if (this.#stalledPasses < STALLED_RECEIVE_PASSES || now - this.#stalledSince < STALLED_RECEIVE_MS) return;
-    this.#stalledPasses = 0;
+    if (!this.#stallWatch.stalled(this.#posted === undefined ? undefined : this.#receiveId, queued, performance.now())) return;
     this.#stats.stalledReceives += 1;
     this.#generation += 1;
     this.#buffer = new ReceiveBuffer(this.#buffer.bytes.length);
@@ -264,8 +247,8 @@ export class Dispatcher {
    *  connection is closed (told through onLost), whatever the message held. */
   #lateReceive(slot: Uint32Array, error: unknown): void {
     if (this.#stop.signal.aborted) return;
-    const tag = error === undefined ? (BigInt(slot[1]!) << 32n) | BigInt(slot[0]!) : (error instanceof GdrpcError ? error.details?.senderTag : undefined);
-    const sink = typeof tag === 'bigint' ? this.#sinkOf(tag) : undefined;
+    const tag = error instanceof GdrpcError ? error.details?.senderTag : undefined;
+    const sink = error === undefined ? this.#sinkOfWords(slot[0]!, slot[1]!) : typeof tag === 'bigint' ? this.#sinkOf(tag) : undefined;
     try {
       sink?.onLost();
     } catch {
