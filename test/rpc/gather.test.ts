@@ -120,7 +120,7 @@ describe('a raw client lying about a gather', () => {
 
   async function admitted(gat: boolean): Promise<RawPeer> {
     const raw = await RawPeer.connect(server.port);
-    await raw.sendBody(FrameKind.Auth, 0, gat ? { key: raw.key.value, gat: true } : { key: raw.key.value });
+    await raw.sendBody(FrameKind.Auth, 0, gat ? { key: raw.key.value, win: 8 << 20, gat: true } : { key: raw.key.value, win: 8 << 20 });
     expect((await raw.receive())?.kind).toBe(FrameKind.Ready);
     return raw;
   }
@@ -159,7 +159,7 @@ describe('a raw client lying about a gather', () => {
     const raw = await RawPeer.connect(plain.port);
     try {
       expect(raw.hello?.gat).toBeUndefined();
-      await raw.sendBody(FrameKind.Auth, 0, { key: raw.key.value, gat: true });
+      await raw.sendBody(FrameKind.Auth, 0, { key: raw.key.value, win: 8 << 20, gat: true });
       expect((await raw.receive())?.kind).toBe(FrameKind.Ready);
       await raw.sendBody(FrameKind.Request, 3, { svc: EchoDescriptor.name, m: 'echoList', a: { xs: gathered(9, [0, BYTES]) } });
       const answer = await raw.receive(10_000);

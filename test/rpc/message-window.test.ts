@@ -320,7 +320,7 @@ describe("the runtime's count of what waits for peers' windows", () => {
     expect(waiting).toEqual([held, 0, FRAME_HEADER + 1 + FRAME_HELD_BYTES, 0]);
   });
 
-  it('past the limit the holder of the most is shed, then the next, until the rest fits; below it nobody is', async () => {
+  it('past the limit the holder whose peer has gone longest without taking any is shed, then the next, until the rest fits; below it nobody is', async () => {
     const ledger = new WaitingLedger(100);
     const shed: string[] = [];
     const [a, b, c] = ['a', 'b', 'c'].map((name) => holder(ledger, name, shed)) as [WaitingHolder, WaitingHolder, WaitingHolder];
@@ -330,23 +330,63 @@ describe("the runtime's count of what waits for peers' windows", () => {
     await turn();
     expect(shed).toEqual([]);
     expect(ledger.total).toBe(100);
-    ledger.set(c, 40);  // c tipped it over, but b holds more: b goes, and the 70 left fit
+    ledger.set(a, 20, true);  // a's peer took some: a goes to the end of the order
+    ledger.set(c, 50);  // 120: b began to hold before c and took nothing since; b goes, 70 left
     expect(shed).toEqual([]);  // not inside the caller's flush
     await turn();
     expect(shed).toEqual(['b 50/120/100']);
     expect(ledger.total).toBe(70);
-    ledger.set(a, 90);
-    ledger.set(c, 80);  // 170: a goes (90), and then 80 fits
+    ledger.set(a, 90);  // a holds the most, but took something after c began: c (50) goes
     await turn();
-    expect(shed).toEqual(['b 50/120/100', 'a 90/170/100']);
+    expect(shed).toEqual(['b 50/120/100', 'c 50/140/100']);
+    expect(ledger.total).toBe(90);
+    ledger.set(b, 70);  // b holds anew, at the end: a (90) goes, then 70 fits
+    ledger.set(c, 10);
+    await turn();
+    expect(shed).toEqual(['b 50/120/100', 'c 50/140/100', 'a 90/170/100']);
     expect(ledger.total).toBe(80);
-    ledger.set(b, 70);
-    ledger.set(a, 75);  // 225: c (80) goes, then a (75): 70 left
-    await turn();
-    expect(shed).toEqual(['b 50/120/100', 'a 90/170/100', 'c 80/225/100', 'a 75/145/100']);
-    expect(ledger.total).toBe(70);
     ledger.set(b, 0);
+    ledger.set(c, 0);
     expect(ledger.total).toBe(0);
+  });
+
+  it('a holder shed is told how long its peer took nothing', async () => {
+    const ledger = new WaitingLedger(10);
+    const idle: number[] = [];
+    const self: WaitingHolder = { shed: (_held, _total, _limit, idleMs) => { idle.push(idleMs); ledger.set(self, 0); } };
+    ledger.set(self, 5);
+    await new Promise((resolve) => setTimeout(resolve, 30));
+    ledger.set(self, 20);  // no progress: still counted from when it began to hold
+    await turn();
+    expect(idle).toHaveLength(1);
+    expect(idle[0]).toBeGreaterThanOrEqual(25);
+  });
+
+  it("messages in UCX's hands count until their sends complete; a completion is the peer taking some", async () => {
+    const sends: Array<() => void> = [];
+    const reports: Array<[number, boolean]> = [];
+    const outbox = new Outbox({
+      maxFrame: () => Number.MAX_SAFE_INTEGER,
+      refusal: () => undefined,
+      deliver: () => new Promise<void>((resolve) => { sends.push(resolve); }),
+      waiting: (held, progressed) => { reports.push([held, progressed]); },
+    });
+    outbox.openWindow(1 << 20);  // open: nothing waits for the window
+    const first = outbox.send(4, 1, frame(100));
+    await turn();
+    const second = outbox.send(4, 2, frame(50));
+    await turn();
+    const one = FRAME_HEADER + 100 + FRAME_HELD_BYTES;
+    const two = FRAME_HEADER + 50 + FRAME_HELD_BYTES;
+    expect(reports).toEqual([[one, false], [one + two, false]]);
+    sends[0]!();
+    await first;
+    expect(reports.at(-1)).toEqual([two, true]);
+    outbox.close();  // what is left in UCX's hands is the closing endpoint's
+    expect(reports.at(-1)).toEqual([0, false]);
+    sends[1]!();
+    await second;
+    expect(reports.at(-1)).toEqual([0, false]);  // nothing counted twice after the close
   });
 
   it('a holder shed is taken off even when it never says it let go, and is not shed twice', async () => {

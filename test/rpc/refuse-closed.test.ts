@@ -9,6 +9,8 @@ import { tagMover } from '../../core/rpc/movers/tag.ts';
 import { refuseRaw } from '../../core/rpc/transfer/refuse.ts';
 import type { TransferScope } from '../../core/rpc/movers/mover.ts';
 import type { TensorWire } from '../../core/wire/frames.ts';
+import { RefusalCount, type RefusingHolder } from '../../core/rpc/runtime/refusals.ts';
+import type { GdrpcError } from '../../core/errors.ts';
 
 /** A connection as the tag mover's refuse sees it, its worker's receives counted. */
 function scopeWith(signal: AbortSignal): { scope: TransferScope; receives: ReturnType<typeof vi.fn> } {
@@ -16,7 +18,7 @@ function scopeWith(signal: AbortSignal): { scope: TransferScope; receives: Retur
   const connection = {
     signal,
     get isOpen(): boolean { return !signal.aborted; },
-    runtime: { worker: { tagRecv: receives, tagRecvTaken: receives }, describes: false },
+    runtime: { worker: { tagRecv: receives, tagRecvTaken: receives }, describes: false, refusals: new RefusalCount() },
     payloads: {
       receiving: <T>(receive: () => Promise<T>): Promise<T> => receive(),
       takeHeld: () => undefined,
@@ -59,5 +61,63 @@ describe('refuseRaw', () => {
     await refuseRaw(scope, { a: value });
     expect(receives.mock.calls.map((call) => (call as unknown[])[1])).toEqual([7n, 8n]);
     expect(scope.connection.refusing).toBe(0);
+    expect(scope.connection.runtime.refusals.total).toBe(0);
+  });
+});
+
+describe("the runtime's count of tensors being turned away", () => {
+  /** A connection turning tensors away as refuseRaw counts them: begin, then settle one by one. */
+  function holder(name: string, closed: string[]): RefusingHolder & { refusing: number; isOpen: boolean } {
+    const self = {
+      peer: name,
+      refusing: 0,
+      isOpen: true,
+      close(error: GdrpcError) {
+        self.isOpen = false;
+        closed.push(`${name}: ${error.code} ${error.rawMessage}`);
+      },
+    };
+    return self;
+  }
+  function turnAway(count: RefusalCount, who: ReturnType<typeof holder>, n: number): boolean {
+    if (!count.begin(who, n)) return false;
+    who.refusing += n;
+    return true;
+  }
+  function settle(count: RefusalCount, who: ReturnType<typeof holder>, n: number): void {
+    for (let i = 0; i < n; i += 1) {
+      who.refusing -= 1;
+      count.settled(who, who.refusing);
+    }
+  }
+
+  it('up to the limit nobody is closed; past it the open holder turning away the most is, the newcomer on a tie', () => {
+    const count = new RefusalCount(100);
+    const closed: string[] = [];
+    const [a, b, c] = ['a', 'b', 'c'].map((name) => holder(name, closed)) as [ReturnType<typeof holder>, ReturnType<typeof holder>, ReturnType<typeof holder>];
+    expect(turnAway(count, a, 60)).toBe(true);
+    expect(turnAway(count, b, 40)).toBe(true);
+    expect([count.total, closed]).toEqual([100, []]);
+    // c's 10 tip it over: a turns away the most and is closed; c's go on.
+    expect(turnAway(count, c, 10)).toBe(true);
+    expect(closed).toEqual(['a: RESOURCE_EXHAUSTED a has 60 tensors of refused frames to turn away, the most while this runtime\'s connections turn away 110 (at most 100 together; docs/security.md)']);
+    // a's refusals settle as its receives are cancelled.
+    settle(count, a, 60);
+    expect(count.total).toBe(50);
+    // b asks for 60 more: b itself would then turn away the most (100), and is refused.
+    expect(turnAway(count, b, 60)).toBe(false);
+    expect(closed.at(-1)).toMatch(/^b: RESOURCE_EXHAUSTED b has 100 tensors/);
+    expect([count.total, b.refusing]).toEqual([50, 40]);
+    // A tie goes against the newcomer; a closed holder is never chosen again.
+    settle(count, b, 40);
+    const d = holder('d', closed);
+    expect(turnAway(count, c, 40)).toBe(true);  // c: 50, total 50
+    expect(turnAway(count, d, 50)).toBe(true);  // 100
+    expect(turnAway(count, a, 1)).toBe(true);  // a is closed: c or d, 50 each: c, found first
+    expect(closed.at(-1)).toMatch(/^c: RESOURCE_EXHAUSTED c has 50 tensors/);
+    settle(count, c, 50);
+    settle(count, d, 50);
+    settle(count, a, 1);
+    expect(count.total).toBe(0);
   });
 });

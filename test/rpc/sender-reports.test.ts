@@ -394,7 +394,7 @@ describe('sender reports between a client and a server', () => {
     /** A raw client admitted with `rep` (it promises SENT frames) and `rpt` (it reads REPORTS), or without. */
     async function rawClient(rep: boolean, rpt = false): Promise<RawPeer> {
       const raw = await RawPeer.connect(server.address!.port);
-      await raw.sendBody(FrameKind.Auth, 0, { key: raw.key.value, ...(rep ? { rep: true } : {}), ...(rpt ? { rpt: true } : {}) });
+      await raw.sendBody(FrameKind.Auth, 0, { key: raw.key.value, win: 8 << 20, ...(rep ? { rep: true } : {}), ...(rpt ? { rpt: true } : {}) });
       expect((await raw.receive())?.kind).toBe(FrameKind.Ready);
       return raw;
     }
@@ -563,7 +563,7 @@ describe('sender reports between a client and a server', () => {
       const early = await RawPeer.connect(server.address!.port);
       try {
         await early.sendBody(FrameKind.Sent, 0, { x: 1, p: GPU_PIPELINE });
-        await early.sendBody(FrameKind.Auth, 0, { key: early.key.value, rep: true });
+        await early.sendBody(FrameKind.Auth, 0, { key: early.key.value, win: 8 << 20, rep: true });
         expect((await early.receive())?.kind).toBe(FrameKind.Ready);
         for (let x = 0; x < 200; x += 1) await early.sendBody(FrameKind.Sent, 9, { x, p: GPU_PIPELINE });
         await early.sendBody(FrameKind.Request, 11, { svc: EchoDescriptor.name, m: 'ping', a: { n: 4 } });

@@ -8,6 +8,9 @@ import { Client, Code, GdrpcError } from '../../core/index.ts';
 import { FrameKind } from '../../core/wire/frames.ts';
 import { packMessage } from '../../core/wire/message.ts';
 import { pack } from 'msgpackr';
+import { spawn } from 'node:child_process';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
 import { HANDSHAKE_WINDOW_BYTES } from '../../core/rpc/connection/connection.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer, type ListeningPeer } from '../rpc/fixtures/peers.ts';
@@ -204,36 +207,151 @@ describe("what waits for peers' windows, across the server", () => {
   }
   const MiB = 1 << 20;
 
-  it('past the runtime\'s maxWaitingBytes the connection holding the most is closed, not the one that tipped it over; the rest go on', async () => {
-    // 10 MiB for the whole server, far below each connection's own 32 MiB: 2,000 waiting ERRORs
-    // count about 8.2 MiB (4 KiB a frame besides its bytes), 1,000 about 4.1 MiB.
+  /** A CREDIT on call 0 of `n` bytes (id 1): `raw` took that much of the server's messages. */
+  function credit(raw: RawPeer, n: number): Promise<void> {
+    return raw.sendMessage(packMessage([{ kind: FrameKind.Credit, call: 0, body: packCredit(n, 1) }]));
+  }
+
+  it("past the runtime's maxWaitingBytes the connection whose peer has gone longest without taking any is closed, not the one holding the most; one alone past it is closed too", async () => {
+    // 10 MiB for the whole server, far below each connection's own 32 MiB: 1,000 waiting ERRORs
+    // count about 4.1 MiB (4 KiB a frame besides its bytes).
     const capped = await startServer({ runtimeOptions: { maxWaitingBytes: 10 * MiB } });
     const port = Number(capped.address.split(':')[1]);
     const watcher = await Client.connect(capped.address);
-    const a = await neverCredits(port);
     const b = await neverCredits(port);
+    const a = await neverCredits(port);
     try {
-      await unknownCalls(a, 1, 2000);
+      // b holds first, and the most: about 6.1 MiB, then a about 2 MiB.
+      await unknownCalls(b, 1, 1500);
+      await expect.poll(async () => (await serverStats(watcher)).waiting, { timeout: 20_000, interval: 100 }).toBeGreaterThan(5 * MiB);
+      await unknownCalls(a, 1, 500);
       await expect.poll(async () => (await serverStats(watcher)).waiting, { timeout: 20_000, interval: 100 }).toBeGreaterThan(7 * MiB);
-      const heldByA = (await serverStats(watcher)).waiting;
-      expect(heldByA).toBeLessThanOrEqual(10 * MiB);
-      expect(await a.closedWithin(200)).toBe('open');
-      // b's 1,000 take the server past 10 MiB: a, holding the most, is closed; b keeps its own.
-      await unknownCalls(b, 1, 1000);
+      // b takes 32 KiB of what the server sent it (its 64 KiB window is full: more than that was
+      // sent): a message of its waiting ERRORs leaves, and b is no longer the one that took
+      // nothing for longest.
+      await credit(b, 32 * 1024);
+      await expect.poll(async () => (await serverStats(watcher)).waiting, { timeout: 20_000, interval: 100 }).toBeLessThan(8.15 * MiB);
+      expect([await a.closedWithin(200), await b.closedWithin(0)]).toEqual(['open', 'open']);
+      // b's 700 more take the server past 10 MiB: a goes, though b holds about four times as much.
+      await unknownCalls(b, 5000, 700);
       expect(await a.closedWithin(20_000)).toBe('closed');
-      await expect.poll(async () => (await serverStats(watcher)).waiting, { timeout: 20_000, interval: 100 }).toBeGreaterThan(3 * MiB);
-      const stats = await serverStats(watcher);
-      expect(stats.waiting).toBeLessThan(5 * MiB);
       expect(await b.closedWithin(500)).toBe('open');
+      const stats = await serverStats(watcher);
+      expect(stats.waiting).toBeGreaterThan(7 * MiB);
+      expect(stats.waiting).toBeLessThanOrEqual(10 * MiB);
       expect(stats.disconnects.filter((e) => /maxWaitingBytes/.test(e))).toHaveLength(1);
-      expect(stats.disconnects.find((e) => /maxWaitingBytes/.test(e))).toMatch(/RESOURCE_EXHAUSTED.*has not taken messages counted at [78]\d{6} bytes, the most of the 1\d{7} bytes waiting for peers' windows on this runtime \(maxWaitingBytes 10485760/);
+      expect(stats.disconnects.find((e) => /maxWaitingBytes/.test(e))).toMatch(/RESOURCE_EXHAUSTED.*has taken nothing for \d+ ms, the longest of the connections on this runtime that hold 1\d{7} bytes waiting for their peers \([12]\d{6} of them its own; maxWaitingBytes 10485760/);
       // One connection alone past the limit is closed too, below its own 32 MiB.
-      await unknownCalls(b, 5000, 2000);
+      await unknownCalls(b, 10_000, 1000);
       expect(await b.closedWithin(20_000)).toBe('closed');
       await expect.poll(async () => (await serverStats(watcher)).waiting, { timeout: 10_000, interval: 100 }).toBe(0);
       expect((await watcher.unary(EchoDescriptor.methods.ping, { n: 3 })).n).toBe(3);
     } finally {
       await Promise.all([a.close(), b.close(), watcher.close()]);
+    }
+  });
+
+  it("a client whose process stopped while answers were on their way: what the server handed UCX for it counts, and past maxWaitingBytes it is closed; other clients are served throughout", async () => {
+    // Small socket buffers on the server's side (64 KiB asked, the kernel doubles it): what its
+    // frozen peer does not read stays with UCX, not the kernel. Seven answers of 1 MiB fit the
+    // client's 8 MiB window, so none waits for it: before UCX's share was counted, they held
+    // the server's memory until liveness, however many such peers there were.
+    const capped = await startServer({ runtimeOptions: { maxWaitingBytes: 4 * MiB } }, { UCX_TCP_SNDBUF: '65536' });
+    const watcher = await Client.connect(capped.address);
+    const frozen = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(new URL('./fixtures/frozen-client.ts', import.meta.url)), capped.address, '7', '300', String(MiB)],
+      { stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, UCX_TCP_RCVBUF: '65536' } });
+    try {
+      const started = await new Promise<boolean>((resolve) => {
+        createInterface({ input: frozen.stdout! }).on('line', (line) => { if (line === 'STARTED') resolve(true); });
+        frozen.once('exit', () => resolve(false));
+      });
+      expect(started).toBe(true);
+      const pings: number[] = [];
+      await expect.poll(async () => {
+        pings.push((await watcher.unary(EchoDescriptor.methods.ping, { n: pings.length })).n as number);
+        return (await serverStats(watcher)).disconnects.filter((e) => /maxWaitingBytes/.test(e));
+      }, { timeout: 30_000, interval: 100 }).toHaveLength(1);
+      const stats = await serverStats(watcher);
+      expect(stats.disconnects.find((e) => /maxWaitingBytes/.test(e))).toMatch(/RESOURCE_EXHAUSTED.*has taken nothing for \d+ ms.*maxWaitingBytes 4194304/);
+      expect(pings).toEqual(pings.map((_, i) => i));
+      await expect.poll(async () => (await serverStats(watcher)).waiting, { timeout: 10_000, interval: 100 }).toBe(0);
+    } finally {
+      frozen.kill('SIGKILL');
+      await watcher.close();
+    }
+  });
+});
+
+describe("a backlog of other peers' messages", () => {
+  it('a quiet client is not declared silent while its keepalives wait behind 16 windows of messages slow to decode', async () => {
+    // Liveness 600 ms both ways: 16 peers each send their whole window (8 MiB of maps slow to
+    // decode, never past it, so none is closed for it), all at once. UCX queues every peer's
+    // control messages in one line: the quiet client's keepalives wait behind them. The server
+    // must read for longer than the liveness time on this machine for the test to tell anything
+    // (it logs how long); either way the quiet client must keep its connection.
+    const busy = await startServer({ livenessMs: 600 });
+    const port = Number(busy.address.split(':')[1]);
+    const quiet = await Client.connect(busy.address, { livenessMs: 600 });
+    const watcher = await Client.connect(busy.address, { livenessMs: 60_000 });
+    const peers: RawPeer[] = [];
+    try {
+      for (let i = 0; i < 16; i += 1) {
+        const raw = await RawPeer.connect(port);
+        await raw.auth(undefined, undefined, { live: 60_000 });
+        expect((await raw.receive())?.kind).toBe(FrameKind.Ready);
+        raw.acknowledgesCredit = false;
+        peers.push(raw);
+      }
+      const { accepted } = await serverStats(watcher);
+      // A little under 8 MiB each, counting 1 KiB a frame: 31 messages of 256 KiB.
+      const message = junkKeepalive(256 * 1024);
+      const started = performance.now();
+      await Promise.all(peers.map(async (raw) => { for (let m = 0; m < 31; m += 1) await raw.sendMessage(message); }));
+      // The watcher's call waits behind the backlog too: when it is answered, the server has read it.
+      expect((await watcher.unary(EchoDescriptor.methods.ping, { n: 1 }, { deadline: 120_000 })).n).toBe(1);
+      const readMs = performance.now() - started;
+      expect((await quiet.unary(EchoDescriptor.methods.ping, { n: 2 })).n).toBe(2);
+      const stats = await serverStats(watcher);
+      expect(stats.accepted).toBe(accepted);
+      expect(stats.disconnects.filter((e) => /silent/.test(e))).toEqual([]);
+      console.log(`[message-window] backlog of 16 x 31 messages of 256 KiB read in ${readMs.toFixed(0)} ms (liveness 600 ms); quiet client kept`);
+    } finally {
+      await Promise.all([...peers.map((raw) => raw.close()), quiet.close(), watcher.close()]);
+    }
+  });
+});
+
+describe('the windows a peer announces', () => {
+  it('a client announcing no window, or one past 256 MiB, is refused INVALID_ARGUMENT and closed', async () => {
+    const port = Number(server.address.split(':')[1]);
+    for (const [win, message] of [[undefined, /no message window/], [2 ** 31, /a message window of 2147483648 bytes \(from 65536 to 268435456\)/]] as const) {
+      const raw = await RawPeer.connect(port);
+      try {
+        await raw.auth(undefined, undefined, { win });
+        const frame = await raw.receive(10_000);
+        expect([frame?.kind, frame?.call, frame?.body.code]).toEqual([FrameKind.Error, 0, Code.INVALID_ARGUMENT]);
+        expect(String(frame?.body.msg)).toMatch(message);
+        expect(await raw.closedWithin(10_000)).toBe('closed');
+      } finally {
+        await raw.close();
+      }
+    }
+    expect((await good.unary(EchoDescriptor.methods.ping, { n: 4 })).n).toBe(4);
+  });
+
+  it('a server announcing no window, or one past 256 MiB, fails the connect UNAVAILABLE', async () => {
+    for (const [win, message] of [[undefined, /announced no message window/], [2 ** 31, /announced a message window of 2147483648 bytes/]] as const) {
+      const raw = RawServer.listen();
+      try {
+        // The client sends no AUTH: the raw server's wait for it ends with its close.
+        void raw.admit({ win }).catch(() => {});
+        const failure = await Client.connect(raw.address, { connectTimeoutMs: 10_000 }).then(() => undefined, (error: unknown) => error);
+        expect(failure).toBeInstanceOf(GdrpcError);
+        expect((failure as GdrpcError).code).toBe(Code.UNAVAILABLE);
+        expect((failure as GdrpcError).message).toMatch(message);
+      } finally {
+        await raw.close();
+      }
     }
   });
 });

@@ -18,7 +18,7 @@ import { TransferReports } from './reports.ts';
 import { ReportBatch, reportFrames } from './report-batch.ts';
 import type { WaitingHolder } from '../runtime/waiting.ts';
 import { Inbound, MAX_HANDSHAKE_MESSAGE_BYTES, type FrameHandler } from './inbound.ts';
-import { MessageWindow, messageWeight, windowFrameBody } from './window.ts';
+import { MAX_WINDOW_BYTES, MessageWindow, messageWeight, windowFrameBody } from './window.ts';
 import type { Runtime } from '../runtime/runtime.ts';
 
 /** Limits and settings the peer announced in the handshake. */
@@ -113,7 +113,7 @@ export class Connection implements FrameSink {
     }, this.#window);
     this.liveness = new Liveness(livenessMs, () => this.#keepalive(), (silentMs) => {
       this.close(new GdrpcError(Code.UNAVAILABLE, `peer ${this.peer} silent for ${silentMs} ms (liveness ${this.liveness.timeoutMs} ms)`));
-    }, () => this.payloads.streaming());
+    }, () => this.payloads.streaming() || this.runtime.dispatcher.behind);
     endpoint.on('error', (error) => this.close(new GdrpcError(Code.UNAVAILABLE, `connection to ${this.peer} failed: ${error.rawMessage}`, { cause: error, ucsStatus: error.ucsStatus })));
   }
 
@@ -208,18 +208,18 @@ export class Connection implements FrameSink {
     soon: () => this.#reportsFrames(),
     overflow: (bytes, frames) => queueMicrotask(() => this.close(new GdrpcError(Code.RESOURCE_EXHAUSTED,
       `${this.peer} has not taken ${bytes} bytes of messages (${frames} frames) waiting for its window (docs/wire.md "Message window")`))),
-    waiting: (held) => this.runtime.waiting.set(this.#waitingHolder, held),
+    waiting: (held, progressed) => this.runtime.waiting.set(this.#waitingHolder, held, progressed),
     maxFrame: () => this.peerLimits.maxFrame,
     refusal: () => (this.#error === undefined ? undefined : unprocessed(this.#error)),
     // Nothing is queued before the handshake gave the peer's key, and a key is never taken back.
     deliver: (message) => this.#sendNow(controlTag(this.peerKey!.value), message),
   });
 
-  /** This connection in the runtime's count of what waits for peers' windows (waiting.ts): past
-   *  the runtime's limit, the connection holding the most is closed. */
+  /** This connection in the runtime's count of what waits for peers (waiting.ts): past the
+   *  runtime's limit, the connection whose peer has gone longest without taking any is closed. */
   readonly #waitingHolder: WaitingHolder = {
-    shed: (held, total, limit) => this.close(new GdrpcError(Code.RESOURCE_EXHAUSTED,
-      `${this.peer} has not taken messages counted at ${held} bytes, the most of the ${total} bytes waiting for peers' windows on this runtime (maxWaitingBytes ${limit}; docs/wire.md "Message window")`)),
+    shed: (held, total, limit, idleMs) => this.close(new GdrpcError(Code.RESOURCE_EXHAUSTED,
+      `${this.peer} has taken nothing for ${Math.round(idleMs)} ms, the longest of the connections on this runtime that hold ${total} bytes waiting for their peers (${held} of them its own; maxWaitingBytes ${limit}; docs/wire.md "Message window")`)),
   };
 
   /** Sends a frame whose tag and bytes the caller built (handshake, tests of malformed input);
@@ -231,14 +231,13 @@ export class Connection implements FrameSink {
 
   /** Bytes of messages this side lets the peer have on their way at once (docs/wire.md "Message
    *  window"), announced as `win` in HELLO or AUTH. */
-  get window(): number { return WINDOW_MESSAGES * this.runtime.dispatcher.frameBytes; }
+  get window(): number { return Math.min(WINDOW_MESSAGES * this.runtime.dispatcher.frameBytes, MAX_WINDOW_BYTES); }
 
-  /** The peer's window, from its HELLO or AUTH (absent: the peer sets none). This side's messages
-   *  are made no larger than half the window, and wait while it is shut: the peer may hold back
-   *  up to a quarter of it uncredited (docs/wire.md "Message window"), and a larger message could
-   *  then wait for ever. */
-  openPeerWindow(bytes: number | undefined): void {
-    if (bytes === undefined) return;
+  /** The peer's window, from its HELLO or AUTH (checked: window.ts windowRefusal). This side's
+   *  messages are made no larger than half the window, and wait while it is shut: the peer may
+   *  hold back up to a quarter of it uncredited (docs/wire.md "Message window"), and a larger
+   *  message could then wait for ever. */
+  openPeerWindow(bytes: number): void {
     this.peerLimits.maxFrame = Math.min(this.peerLimits.maxFrame, Math.floor(bytes / 2));
     this.#outbox.openWindow(bytes);
   }

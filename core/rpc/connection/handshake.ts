@@ -8,7 +8,7 @@ import { authProof } from './auth.ts';
 import { cudaReceives } from '../runtime/memory-support.ts';
 import { Connection } from './connection.ts';
 import type { FrameHandler } from './inbound.ts';
-import { MIN_WINDOW_BYTES } from './window.ts';
+import { windowRefusal } from './window.ts';
 import type { FrameSink } from '../runtime/dispatcher.ts';
 import { DEFAULT_FRAME_BYTES, type Runtime } from '../runtime/runtime.ts';
 
@@ -61,11 +61,12 @@ function admit(connection: Connection, options: HandshakeOptions): Promise<void>
           connection.peerKey = new ConnectionKey(hello.key);
           const describes = connection.runtime.describes;
           connection.peerLimits = { maxFrame: hello.maxFrame, maxTensor: hello.maxTensor, inline: hello.inline, gpu: hello.gpu === true, stages: hello.stg === true, reports: describes && hello.rep === true, batchedReports: describes && hello.rep === true && hello.rpt === true, gathers: connection.runtime.gathers && hello.gat === true };
-          if (hello.win !== undefined && hello.win < MIN_WINDOW_BYTES) {
-            fail(new GdrpcError(Code.UNAVAILABLE, `${connection.peer} announced a message window of ${hello.win} bytes (at least ${MIN_WINDOW_BYTES})`));
+          const refusal = windowRefusal(hello.win);
+          if (refusal !== undefined) {
+            fail(new GdrpcError(Code.UNAVAILABLE, `${connection.peer} announced ${refusal}`));
             return;
           }
-          connection.openPeerWindow(hello.win);
+          connection.openPeerWindow(hello.win!);
           const auth: FrameBody<FrameKind.Auth> = { key: connection.key.value, live: options.livenessMs, gpu: cudaReceives(), maxFrame: DEFAULT_FRAME_BYTES, win: connection.window };
           if (connection.runtime.gathers) auth.gat = true;
           if (connection.runtime.stagesCudaReceives) auth.stg = true;

@@ -18,10 +18,12 @@ export class Liveness {
   #period = 0;
   #lastTick = 0;
 
-  /** `streaming` says whether the peer is visibly sending bytes now (a transfer from it is under
-   *  way and data is moving): its keepalives may be queued behind them on the same connection. */
+  /** `excused` says whether the peer's frames may be waiting unread behind other traffic now: a
+   *  transfer from it is under way and data is moving (its keepalives queue behind those bytes on
+   *  the same connection), or this side has control messages waiting that it has not read yet
+   *  (Dispatcher.behind). */
   constructor(timeoutMs: number, private readonly ping: () => void, private readonly dead: (silentMs: number) => void,
-    private readonly streaming: () => boolean = () => false) {
+    private readonly excused: () => boolean = () => false) {
     this.#timeoutMs = timeoutMs;
   }
 
@@ -54,11 +56,12 @@ export class Liveness {
     this.#lastTick = now;
     if (late > this.#period) this.#lastReceived += late;
     // Bytes still arriving from the peer count as hearing from it (their own deadline is the
-    // transfer timeout): its frames wait behind them in the transport.
+    // transfer timeout): its frames wait behind them in the transport. So do control messages
+    // waiting unread: the peer's may be among them.
     // Asked every tick, so that it speaks of the last period only (a peer stopped a moment ago
     // has not been streaming since).
-    const streaming = this.streaming();
-    if (streaming && now - this.#lastReceived > this.#timeoutMs / 2) this.#lastReceived = now;
+    const excused = this.excused();
+    if (excused && now - this.#lastReceived > this.#timeoutMs / 2) this.#lastReceived = now;
     const silent = now - this.#lastReceived;
     if (silent > this.#timeoutMs) {
       this.stop();

@@ -89,9 +89,12 @@ export interface OutboxLink {
   soon?(): WireFrame[];
   /** More than MAX_BLOCKED_BYTES wait for the peer's window: `bytes` of messages, `frames` frames. */
   overflow?(bytes: number, frames: number): void;
-  /** What waits for the peer's window changed: it now counts `held` (bytes of messages plus
-   *  FRAME_HELD_BYTES a frame; 0 once nothing waits). Not called while the window is open. */
-  waiting?(held: number): void;
+  /** What waits for the peer changed: it now counts `held` (bytes of messages plus
+   *  FRAME_HELD_BYTES a frame; 0 once nothing waits), of messages waiting for its window and of
+   *  messages handed to UCX whose send has not completed (the peer's socket is not taking them).
+   *  `progressed`: the peer took some of it (credit let messages go, or a send completed). Not
+   *  called while messages leave at once. */
+  waiting?(held: number, progressed: boolean): void;
 }
 
 /** A packed message waiting for the peer's window, with the frames it carries and its weight. */
@@ -117,6 +120,9 @@ export class Outbox {
   #blockedHead = 0;
   #blockedBytes = 0;
   #blockedFrames = 0;
+  /** Messages handed to UCX whose send has not completed, and their frames. */
+  #flightBytes = 0;
+  #flightFrames = 0;
 
   constructor(private readonly link: OutboxLink) {}
 
@@ -222,10 +228,13 @@ export class Outbox {
     const blocked = this.#blocked.slice(this.#blockedHead);
     this.#blocked = [];
     this.#blockedHead = 0;
-    const held = this.#blockedFrames > 0;
+    const held = this.#blockedFrames + this.#flightFrames > 0;
     this.#blockedBytes = 0;
     this.#blockedFrames = 0;
-    if (held) this.link.waiting?.(0);
+    // Sends still in UCX's hands settle with the endpoint's close: nothing to count any more.
+    this.#flightBytes = 0;
+    this.#flightFrames = 0;
+    if (held) this.link.waiting?.(0, false);
     const refusal = this.link.refusal();
     for (const { group } of blocked) this.#tell(group, { error: refusal });
   }
@@ -276,14 +285,18 @@ export class Outbox {
       this.#blocked.push({ message, group, weight });
       this.#blockedBytes += message.length;
       this.#blockedFrames += group.length;
-      const held = this.#held;
-      this.link.waiting?.(held);
-      if (held > MAX_BLOCKED_BYTES) this.link.overflow?.(this.#blockedBytes, this.#blockedFrames);
+      this.link.waiting?.(this.#held, false);
+      const blocked = this.#blockedBytes + this.#blockedFrames * FRAME_HELD_BYTES;
+      if (blocked > MAX_BLOCKED_BYTES) this.link.overflow?.(this.#blockedBytes, this.#blockedFrames);
     }
   }
 
-  /** What the waiting messages count towards MAX_BLOCKED_BYTES. */
-  get #held(): number { return this.#blockedBytes + this.#blockedFrames * FRAME_HELD_BYTES; }
+  /** What the messages waiting for the window or for UCX count (waiting.ts); those waiting for
+   *  the window alone count towards MAX_BLOCKED_BYTES (those in UCX's hands are bounded by the
+   *  peer's window, window.ts MAX_WINDOW_BYTES). */
+  get #held(): number {
+    return this.#blockedBytes + this.#flightBytes + (this.#blockedFrames + this.#flightFrames) * FRAME_HELD_BYTES;
+  }
 
   /** Sends the waiting messages that the window now takes, in order. */
   #release(): void {
@@ -305,7 +318,7 @@ export class Outbox {
       }
       this.#deliver(message, group, weight);
     }
-    if (this.#blockedFrames !== before) this.link.waiting?.(this.#held);
+    if (this.#blockedFrames !== before) this.link.waiting?.(this.#held, true);
   }
 
   /** Hands `message` (of `weight` in the peer's window) to the link; its frames are told. */
@@ -320,8 +333,28 @@ export class Outbox {
       this.#tell(group, { error });
       return;
     }
-    if (sent === undefined) this.#tell(group);
-    else sent.then(() => this.#tell(group), (error: unknown) => this.#tell(group, { error }));
+    if (sent === undefined) {
+      this.#tell(group);
+      return;
+    }
+    this.#inFlight(message.length, group.length);
+    sent.then(() => {
+      this.#inFlight(-message.length, -group.length);
+      this.#tell(group);
+    }, (error: unknown) => {
+      this.#inFlight(-message.length, -group.length);
+      this.#tell(group, { error });
+    });
+  }
+
+  /** A message of `bytes` and `frames` went into UCX's hands (positive) or came back (negative:
+   *  its send completed or failed, the peer took it or never will), unless the outbox closed
+   *  meanwhile (close() let go of them all). */
+  #inFlight(bytes: number, frames: number): void {
+    if (frames < 0 && this.#flightFrames === 0) return;
+    this.#flightBytes += bytes;
+    this.#flightFrames += frames;
+    this.link.waiting?.(this.#held, frames < 0);
   }
 
   /** Tells each of `frames` it was sent (no `error`) or failed. A FrameDone that throws (a bug of

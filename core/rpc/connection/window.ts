@@ -16,6 +16,20 @@ import { FRAME_HEADER, u32 } from '../../wire/message.ts';
 
 /** Smallest window a peer may announce (the handshake is refused below it). */
 export const MIN_WINDOW_BYTES = 64 * 1024;
+/** Largest window a peer may announce, and a side's own at most (a server's maxFrameBytes of up to
+ *  half of it: WINDOW_MESSAGES). The peer's window is what this side hands to UCX for it before
+ *  waiting for credit: a peer that announced 2^31 bytes, or none, and stopped reading its socket
+ *  had a server hold about 37 MiB for it (in UCX's send queue) by the time liveness closed it,
+ *  1.3 GB for 32 such peers (a helper session's attack, 2026-12-06). Now what waits in that queue
+ *  is counted across the runtime too (maxWaitingBytes). */
+export const MAX_WINDOW_BYTES = 256 << 20;
+
+/** Why an announced window (HELLO's or AUTH's `win`) is refused: it is required, and bounded. */
+export function windowRefusal(win: number | undefined): string | undefined {
+  if (win === undefined) return 'no message window (`win`: every gdrpc peer announces one; docs/wire.md "Message window")';
+  if (win < MIN_WINDOW_BYTES || win > MAX_WINDOW_BYTES) return `a message window of ${win} bytes (from ${MIN_WINDOW_BYTES} to ${MAX_WINDOW_BYTES})`;
+  return undefined;
+}
 /** Smallest credit a peer may give: a quarter of the smallest window. Credits are bounded by what
  *  this side sent, so this bounds how many uncounted messages of credits a peer can send. */
 export const MIN_CREDIT_BYTES = MIN_WINDOW_BYTES / 4;

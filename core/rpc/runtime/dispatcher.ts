@@ -92,6 +92,8 @@ export class Dispatcher {
   #generation = 0;
   /** Drain passes in a row put off because a control message was waiting. */
   #deferrals = 0;
+  /** The last drain pass found a control message waiting in UCX's queue (behind). */
+  #behind = false;
   static readonly #sink = new Uint8Array(1);
 
   /** Whether the receive after a message it waited for waits for the event loop's turn (#onReceived). */
@@ -111,6 +113,15 @@ export class Dispatcher {
   get frameBytes(): number { return this.#buffer.bytes.length; }
 
   stats(): DispatcherStats { return { ...this.#stats, connections: this.#byPrefix.size }; }
+
+  /** Whether control messages wait in UCX's queue unread (as of the last drain pass, every
+   *  DRAIN_INTERVAL_MS): the loop is behind, and a peer whose frames wait behind others' is not
+   *  silent. UCX queues every peer's control messages in one line, so 60 peers each filling its
+   *  window with messages slow to decode (420 MiB) kept a server reading for about 19 s, and an
+   *  idle client's keepalives waited behind them past its liveness time: the server closed it for
+   *  silence (a helper session's attack, 2026-12-06). Liveness defers while this holds
+   *  (connection.ts). */
+  get behind(): boolean { return this.#behind; }
 
   /** Draws a fresh connection key for `sink`; messages tagged with it go there. */
   register(sink: FrameSink): ConnectionKey {
@@ -368,6 +379,7 @@ export class Dispatcher {
     // control receive that has completed but is not yet settled in JS is the binding's to see:
     // tagProbe with `remove` takes nothing then.)
     const controlQueued = this.worker.tagProbe(CONTROL_BIT, CONTROL_MASK) !== null;
+    this.#behind = controlQueued;
     this.#checkStalled(controlQueued);
     if (this.#deferrals < MAX_DRAIN_DEFERRALS && controlQueued) {
       this.#deferrals += 1;

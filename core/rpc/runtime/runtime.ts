@@ -15,6 +15,7 @@ import { RemoteOwner } from './remote-owner.ts';
 import { SendSlots } from './send-slots.ts';
 import { BlockCopier } from '../../compute/blocks.ts';
 import { DEFAULT_MAX_WAITING_BYTES, WaitingLedger } from './waiting.ts';
+import { RefusalCount } from './refusals.ts';
 
 /** Largest control frame any connection in this process accepts (the receive buffer size). */
 export const DEFAULT_FRAME_BYTES = 4 << 20;
@@ -92,10 +93,12 @@ export interface RuntimeOptions {
    *  all run on this host: UCX's tcp transport then listens on loopback only. RDMA devices are
    *  network devices too ("mlx5_0:1"). Default: UCX_NET_DEVICES from the environment, else all. */
   networkDevices?: string[];
-  /** What this runtime's connections may hold, all together, of messages waiting for their peers'
-   *  message windows (docs/wire.md "Message window"), counted as bytes of messages plus 4 KiB a
-   *  frame. Past it the connection holding the most is closed RESOURCE_EXHAUSTED, then the next,
-   *  until the rest fits. Each connection is also capped on its own (32 MiB). Default 256 MiB. */
+  /** What this runtime's connections may hold, all together, of messages for peers not taking
+   *  them: waiting for their message windows (docs/wire.md "Message window"), or handed to UCX
+   *  and not yet sent (a peer that stopped reading its socket); counted as bytes of messages plus
+   *  4 KiB a frame. Past it the connection whose peer has gone longest without taking anything is
+   *  closed RESOURCE_EXHAUSTED, then the next, until the rest fits. What waits for one peer's
+   *  window is also capped on its own (32 MiB). Default 256 MiB. */
   maxWaitingBytes?: number;
 }
 
@@ -135,6 +138,8 @@ export class Runtime {
   readonly gathers = process.env.GDRPC_GATHER !== '0';
   /** What this runtime's connections hold waiting for their peers' windows (maxWaitingBytes). */
   readonly waiting: WaitingLedger;
+  /** Tensors of refused frames its connections are turning away (refusals.ts). */
+  readonly refusals = new RefusalCount();
   /** Internal, for tests on machines without a GPU: stage host tensors too (non-inline, non-empty),
    *  through an ordinary host bounce, so that the staging logic runs end to end on host memory. */
   hostStagingForTests = false;
@@ -156,8 +161,8 @@ export class Runtime {
     this.waiting = new WaitingLedger(maxWaitingBytes);
   }
 
-  /** What this runtime's connections hold now of messages waiting for their peers' windows,
-   *  counted as RuntimeOptions.maxWaitingBytes counts it. */
+  /** What this runtime's connections hold now of messages for peers not taking them (waiting
+   *  for their windows, or in UCX's hands), counted as RuntimeOptions.maxWaitingBytes counts it. */
   get waitingBytes(): number { return this.waiting.total; }
 
   /** The TCP ports this runtime listens on (its UCX transports' own on each network device, and its

@@ -1,38 +1,57 @@
-// What all of a runtime's connections hold waiting for their peers' message windows (docs/wire.md
-// "Message window"). Each connection's outbox is capped (outbox.ts MAX_BLOCKED_BYTES, 32 MiB
-// counted), but a peer may open many connections: 60 of them from one address, each keeping to
-// the server's window while never crediting it, held 715 MiB of a server's heap before each
-// reached its own cap (scratch attack, CPU box), and a server takes 1,024 connections. Past the
-// runtime's limit the connection holding the most is closed, then the next, until what is left
-// fits: the one that holds the most is the likeliest to take nothing, and closing it frees the most.
+// What all of a runtime's connections hold for peers that are not taking it (docs/wire.md
+// "Message window"): messages waiting for a peer's window, and messages handed to UCX whose send
+// has not completed because the peer's socket is not taking them. Each connection's waiting
+// messages are capped (outbox.ts MAX_BLOCKED_BYTES, 32 MiB counted), and what is in UCX's hands
+// by the peer's window, but a peer may open many connections: 60 of them from one address, each
+// keeping to the server's window while never crediting it, held 715 MiB of a server's heap
+// before each reached its own cap (scratch attack, CPU box), and a server takes 1,024
+// connections. Past the runtime's limit the connection whose peer has gone longest without taking
+// anything is closed, then the next, until what is left fits. Closing the one that held the most
+// instead could be steered: 60 connections each holding a little less than an honest client whose
+// event loop was busy for a moment got that client closed, and never themselves (a helper
+// session's attack, 2026-12-06).
 
 /** RuntimeOptions.maxWaitingBytes by default: eight connections at their own cap. */
 export const DEFAULT_MAX_WAITING_BYTES = 256 << 20;
 
-/** A holder of waiting messages (a connection), closed by the ledger when it holds the most past
- *  the limit. */
+/** A holder of waiting messages (a connection), closed by the ledger when its peer has gone
+ *  longest without taking any, past the limit. */
 export interface WaitingHolder {
-  /** Holds `held` of the `total` counted across the runtime, over `limit`: it is to close now
-   *  (and then tell the ledger it holds nothing). */
-  shed(held: number, total: number, limit: number): void;
+  /** Holds `held` of the `total` counted across the runtime, over `limit`, and its peer took
+   *  nothing for `idleMs`: it is to close now (and then tell the ledger it holds nothing). */
+  shed(held: number, total: number, limit: number, idleMs: number): void;
 }
 
+/** What a holder holds, and since when its peer took none of it. */
+interface Held { bytes: number; since: number }
+
 export class WaitingLedger {
-  readonly #held = new Map<WaitingHolder, number>();
+  /** In the order their peers last took something (or began to hold): the first has gone longest
+   *  without. */
+  readonly #held = new Map<WaitingHolder, Held>();
   #total = 0;
   #shedding = false;
 
   constructor(readonly limit: number) {}
 
-  /** What the runtime's connections hold waiting, counted as outbox.ts counts it. */
+  /** What the runtime's connections hold, counted as outbox.ts counts it. */
   get total(): number { return this.#total; }
 
-  /** `holder` now holds `bytes` waiting (0: nothing). Past the limit, the holders that hold the
-   *  most are shed in a microtask of their own: not inside the outbox's flush that reported it. */
-  set(holder: WaitingHolder, bytes: number): void {
-    this.#total += bytes - (this.#held.get(holder) ?? 0);
-    if (bytes > 0) this.#held.set(holder, bytes);
-    else this.#held.delete(holder);
+  /** `holder` now holds `bytes` (0: nothing); `progressed`: its peer just took some. Past the
+   *  limit, holders are shed in a microtask of their own: not inside the outbox's flush that
+   *  reported it. */
+  set(holder: WaitingHolder, bytes: number, progressed = false): void {
+    const held = this.#held.get(holder);
+    this.#total += bytes - (held?.bytes ?? 0);
+    if (bytes === 0) {
+      this.#held.delete(holder);
+    } else if (held === undefined || progressed) {
+      // To the end of the order: this peer took something just now (or holds for the first time).
+      this.#held.delete(holder);
+      this.#held.set(holder, { bytes, since: performance.now() });
+    } else {
+      held.bytes = bytes;
+    }
     if (this.#total > this.limit && !this.#shedding) {
       this.#shedding = true;
       queueMicrotask(this.#shed);
@@ -41,21 +60,13 @@ export class WaitingLedger {
 
   readonly #shed = (): void => {
     this.#shedding = false;
-    while (this.#total > this.limit) {
-      let largest: WaitingHolder | undefined;
-      let most = 0;
-      for (const [holder, bytes] of this.#held) {
-        if (bytes > most) {
-          largest = holder;
-          most = bytes;
-        }
-      }
-      if (largest === undefined) return;
+    for (const [holder, held] of this.#held) {
+      if (this.#total <= this.limit) return;
       const total = this.#total;
       // Taken off first: a holder that failed to tell the ledger it let go must not be shed twice.
-      this.#held.delete(largest);
-      this.#total -= most;
-      largest.shed(most, total, this.limit);
+      this.#held.delete(holder);
+      this.#total -= held.bytes;
+      holder.shed(held.bytes, total, this.limit, performance.now() - held.since);
     }
   };
 }

@@ -9,7 +9,7 @@ import { ConnectionKey, controlTag, HELLO_KEY } from '../../wire/tag.ts';
 import { newChallenge, verifyProof } from '../connection/auth.ts';
 import { cudaReceives } from '../runtime/memory-support.ts';
 import type { Connection } from '../connection/connection.ts';
-import { MIN_WINDOW_BYTES } from '../connection/window.ts';
+import { windowRefusal } from '../connection/window.ts';
 import { CallScope } from '../call/deadline.ts';
 import { ServerCall, type CallEnvironment, type MethodEntry } from './server-call.ts';
 import { errorFrame } from '../call/status.ts';
@@ -138,8 +138,9 @@ export class ServerSession {
       this.#refuseAndClose(error);
       return;
     }
-    if (body.win !== undefined && body.win < MIN_WINDOW_BYTES) {
-      this.#refuseAndClose(new GdrpcError(Code.INVALID_ARGUMENT, `a message window of ${body.win} bytes (at least ${MIN_WINDOW_BYTES})`));
+    const refusal = windowRefusal(body.win);
+    if (refusal !== undefined) {
+      this.#refuseAndClose(new GdrpcError(Code.INVALID_ARGUMENT, refusal));
       return;
     }
     this.connection.admitted = true;
@@ -147,7 +148,7 @@ export class ServerSession {
     this.connection.peerLimits = { ...this.connection.peerLimits, gpu: body.gpu === true, stages: body.stg === true, reports: this.connection.runtime.describes && body.rep === true, batchedReports: this.connection.runtime.describes && body.rep === true && body.rpt === true, gathers: this.connection.runtime.gathers && body.gat === true };
     // Results may now be inline by the caller's choice: keep them within the client's receive buffer.
     if (body.maxFrame !== undefined && body.maxFrame > 0) this.connection.peerLimits.maxFrame = body.maxFrame;
-    this.connection.openPeerWindow(body.win);
+    this.connection.openPeerWindow(body.win!);
     const peerLive = body.live !== undefined && body.live > 0 ? body.live : this.host.livenessMs;
     this.connection.liveness.start(Math.min(this.host.livenessMs, peerLive));
     this.connection.send(FrameKind.Ready, 0, {}).then(() => this.host.ready(this), () => {});

@@ -48,6 +48,14 @@ export function refuseRaw(scope: TransferScope, wireObject: unknown): Promise<vo
     return true;
   });
   for (const wire of refusals) if (wire.m !== 'r') connection.reports.forget(wire.x!);
+  // Across the runtime too (runtime/refusals.ts): past its limit the connection turning away the
+  // most is closed, perhaps this one.
+  const { refusals: count } = connection.runtime;
+  if (!count.begin(connection, refusals.length)) return Promise.resolve();
   connection.refusing += refusals.length;
-  return Promise.all(refusals.map((wire) => moverByName(wire.m === 'r' ? 'rma' : 'tag').refuse(wire, scope).finally(() => { connection.refusing -= 1; }))).then(() => undefined);
+  const settled = (): void => {
+    connection.refusing -= 1;
+    count.settled(connection, connection.refusing);
+  };
+  return Promise.all(refusals.map((wire) => moverByName(wire.m === 'r' ? 'rma' : 'tag').refuse(wire, scope).finally(settled))).then(() => undefined);
 }

@@ -109,6 +109,17 @@ export type EchoSleepResults = {
   aborted: boolean;
 };
 
+/** Arguments of Echo.later. */
+export type EchoLaterArgs = {
+  ms: number;
+  bytes: number;
+};
+
+/** Results of Echo.later. */
+export type EchoLaterResults = {
+  pad: string;
+};
+
 /** Arguments of Echo.checksum. */
 export type EchoChecksumArgs = {
   /** Schema: `tensor<u8, [n]> @host` */
@@ -471,6 +482,18 @@ export const EchoDescriptor = {
       service: 'test.rpc.v1.Echo',
       args: [{ name: 'ms', type: { kind: 'scalar', name: 'u32' } }],
       results: [{ name: 'aborted', type: { kind: 'scalar', name: 'bool' } }],
+      clientStreaming: false,
+      serverStreaming: false,
+      types,
+    },
+    later: {
+      name: 'later',
+      service: 'test.rpc.v1.Echo',
+      args: [
+        { name: 'ms', type: { kind: 'scalar', name: 'u32' } },
+        { name: 'bytes', type: { kind: 'scalar', name: 'u32' } },
+      ],
+      results: [{ name: 'pad', type: { kind: 'scalar', name: 'string' } }],
       clientStreaming: false,
       serverStreaming: false,
       types,
@@ -843,6 +866,16 @@ export function validateEchoSleepResults(values: Record<string, unknown>): void 
   validateFields(EchoDescriptor.methods.sleep.results, values, types, 'Echo.sleep results');
 }
 
+/** Checks arguments of Echo.later against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
+export function validateEchoLaterArgs(values: Record<string, unknown>): void {
+  validateFields(EchoDescriptor.methods.later.args, values, types, 'Echo.later arguments');
+}
+
+/** Checks results of Echo.later against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
+export function validateEchoLaterResults(values: Record<string, unknown>): void {
+  validateFields(EchoDescriptor.methods.later.results, values, types, 'Echo.later results');
+}
+
 /** Checks arguments of Echo.checksum against the schema (dtype, rank, fixed and symbolic dimensions, missing fields); throws INVALID_ARGUMENT. */
 export function validateEchoChecksumArgs(values: Record<string, unknown>): void {
   validateFields(EchoDescriptor.methods.checksum.args, values, types, 'Echo.checksum arguments');
@@ -1031,6 +1064,14 @@ export class EchoClient {
     return this.#client.unary(EchoDescriptor.methods.sleep, args, options) as Promise<EchoSleepResults>;
   }
 
+  /**
+   * Answers after `ms` with a string of `bytes` bytes: a large answer to a peer that may have
+   * stopped reading meanwhile.
+   */
+  later(args: EchoLaterArgs, options?: CallOptions): Promise<EchoLaterResults> {
+    return this.#client.unary(EchoDescriptor.methods.later, args, options) as Promise<EchoLaterResults>;
+  }
+
   /** Sums the bytes of x (checks contents without sending them back). */
   checksum(args: EchoChecksumArgs, options?: CallOptions): Promise<EchoChecksumResults> {
     return this.#client.unary(EchoDescriptor.methods.checksum, args, options) as Promise<EchoChecksumResults>;
@@ -1124,6 +1165,11 @@ export interface EchoHandlers {
   echoListCuda(args: EchoEchoListCudaArgs, ctx: CallContext): Promise<EchoEchoListCudaResults> | EchoEchoListCudaResults;
   ping(args: EchoPingArgs, ctx: CallContext): Promise<EchoPingResults> | EchoPingResults;
   sleep(args: EchoSleepArgs, ctx: CallContext): Promise<EchoSleepResults> | EchoSleepResults;
+  /**
+   * Answers after `ms` with a string of `bytes` bytes: a large answer to a peer that may have
+   * stopped reading meanwhile.
+   */
+  later(args: EchoLaterArgs, ctx: CallContext): Promise<EchoLaterResults> | EchoLaterResults;
   /** Sums the bytes of x (checks contents without sending them back). */
   checksum(args: EchoChecksumArgs, ctx: CallContext): Promise<EchoChecksumResults> | EchoChecksumResults;
   /** Takes x and reports its size and a sample, without touching every byte (throughput). */
@@ -1177,6 +1223,7 @@ export const Echo = {
       echoListCuda: (args: EchoEchoListCudaArgs, ctx: CallContext) => handlers.echoListCuda(args, ctx),
       ping: (args: EchoPingArgs, ctx: CallContext) => handlers.ping(args, ctx),
       sleep: (args: EchoSleepArgs, ctx: CallContext) => handlers.sleep(args, ctx),
+      later: (args: EchoLaterArgs, ctx: CallContext) => handlers.later(args, ctx),
       checksum: (args: EchoChecksumArgs, ctx: CallContext) => handlers.checksum(args, ctx),
       sink: (args: EchoSinkArgs, ctx: CallContext) => handlers.sink(args, ctx),
       hold: (args: EchoHoldArgs, ctx: CallContext) => handlers.hold(args, ctx),
