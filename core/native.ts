@@ -2,7 +2,8 @@
 // defaults into the environment, and registers GdrpcError so native code throws that class.
 import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
+import { isMainThread } from 'node:worker_threads';
 import { Code, GdrpcError } from './errors.ts';
 import { packageRoot } from './package-root.ts';
 import type { NativeBinding } from './ucx/native-types.ts';
@@ -59,12 +60,41 @@ export function applyUcxDefaults(): void {
   for (const [name, value] of Object.entries(UCX_DEFAULTS)) {
     if (process.env[name] === undefined) process.env[name] = value;
   }
+  if (isMainThread) return;
+  // A worker thread's process.env is its own copy, which UCX (getenv) never reads: the values go
+  // into the process's environment too, where it has none. Without this, a process whose first
+  // use of the addon was in a worker thread ran UCX's own defaults: memory hooks installed while
+  // the main thread ran, whose self-test moves the heap's end (brk/sbrk 4 KiB up and down) under
+  // glibc's malloc (a heap abort, "break adjusted to free malloc space", or SIGSEGV: 1 run in 60
+  // of test/native/thread-teardown-child.ts with two CPU hogs beside it; docs/binding.md).
+  const values: Record<string, string> = {};
+  for (const name of Object.keys(UCX_DEFAULTS)) {
+    const value = process.env[name];
+    if (value !== undefined) values[name] = value;
+  }
+  envHelper().setDefaults(values);
 }
 
 // GDRPC_ADDON_PATH loads another build of the addon (e.g. the libuv-free wake-up variant, built
 // with -DGDRPC_WAKEUP=thread, in tests).
 const addonPath = process.env.GDRPC_ADDON_PATH ?? join(packageRoot(), 'build', 'Release', 'gdrpc.node');
 let binding: NativeBinding | undefined;
+
+interface EnvHelper { setDefaults(values: Record<string, string>): void }
+let envAddon: EnvHelper | undefined;
+
+/** The setenv helper (native/env/env.cc), built next to the addon. */
+function envHelper(): EnvHelper {
+  if (envAddon) return envAddon;
+  const path = [join(dirname(addonPath), 'gdrpc_env.node'), join(packageRoot(), 'build', 'Release', 'gdrpc_env.node')].find(existsSync);
+  if (path === undefined) {
+    throw new GdrpcError(Code.FAILED_PRECONDITION,
+      `the native addon's environment helper (gdrpc_env.node, next to ${addonPath}) is missing, which a worker thread ` +
+      'needs before it loads UCX: run `npm install` to rebuild the addon');
+  }
+  envAddon = createRequire(import.meta.url)(path) as EnvHelper;
+  return envAddon;
+}
 
 /** The native addon; throws FAILED_PRECONDITION (run `npm install`) when it has not been built. */
 export function native(): NativeBinding {

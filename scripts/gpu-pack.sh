@@ -7,7 +7,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pack=.gpu-pack
-[ -f build/Release/gdrpc.node ] || { echo "gpu-pack: build/Release/gdrpc.node missing: run npm install first" >&2; exit 1; }
+for f in gdrpc.node gdrpc_env.node; do
+  [ -f build/Release/$f ] || { echo "gpu-pack: build/Release/$f missing: run npm install first" >&2; exit 1; }
+done
 # The wheel folder in the per-user cache that the build used (build/gdrpc-build.json).
 ucx=$(node -p "require('path').dirname(require('./build/gdrpc-build.json').ucxHome)")
 [ -d "$ucx/libucx/lib" ] && [ -d "$ucx/libucx_cu13.libs" ] || { echo "gpu-pack: $ucx is not the libucx-cu13 wheel: this pack carries the wheel (unset GDRPC_UCX_HOME and run npm install)" >&2; exit 1; }
@@ -29,7 +31,7 @@ bash scripts/build-bench-c.sh cuda-copies "$pack/cuda-copies.so" "$(node -p "req
   || echo "gpu-pack: bench/cuda-copies.c did not build; packing without it" >&2
 
 echo "gpu-pack: addon, dist and runtime node_modules"
-cp build/Release/gdrpc.node build/gdrpc-build.json "$pack/"
+cp build/Release/gdrpc.node build/Release/gdrpc_env.node build/gdrpc-build.json "$pack/"
 node scripts/build-dist.mjs >/dev/null
 tar -cf - dist | xz -T2 -6 > "$pack/dist.tar.xz"
 tar -cf - --exclude='node_modules/@typescript' --exclude='node_modules/typescript' \

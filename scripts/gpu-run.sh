@@ -25,7 +25,7 @@ fi
 rm -rf /tmp/gdrpc-node .deps/python build/Release node_modules dist
 mkdir -p /tmp/gdrpc-node && xz -dc "$pack/node.xz" > /tmp/gdrpc-node/node && chmod +x /tmp/gdrpc-node/node
 mkdir -p .deps/python && xz -dc "$pack/ucx.tar.xz" | tar -xf - -C .deps/python
-mkdir -p build/Release && cp "$pack/gdrpc.node" build/Release/ && cp "$pack/gdrpc-build.json" build/
+mkdir -p build/Release && cp "$pack/gdrpc.node" "$pack/gdrpc_env.node" build/Release/ && cp "$pack/gdrpc-build.json" build/
 xz -dc "$pack/node_modules.tar.xz" | tar -xf - && touch node_modules/.gdrpc-gpu-run
 # dist/ as built beside the addon (the compiler is not carried): the CLI and the tests use it as is.
 xz -dc "$pack/dist.tar.xz" | tar -xf -

@@ -145,7 +145,9 @@ if (process.argv.includes('--rebuild')) {
   run(process.execPath, [cmakeJs, 'configure', ...cmakeArgs], 'configuring the native addon');
   run(process.execPath, [cmakeJs, 'build', ...cmakeArgs], 'building the native addon');
 }
-if (!existsSync(join(buildDir, 'Release', 'gdrpc.node'))) fail('the build finished but build/Release/gdrpc.node is missing');
+for (const name of ['gdrpc.node', 'gdrpc_env.node']) {
+  if (!existsSync(join(buildDir, 'Release', name))) fail(`the build finished but build/Release/${name} is missing`);
+}
 // Written after the build: `cmake-js rebuild` empties the build folder first.
 mkdirSync(buildDir, { recursive: true });
 writeFileSync(join(buildDir, 'gdrpc-build.json'),
