@@ -51,6 +51,8 @@ export const MAX_AWAITED_TENSORS = 65_536;
 export const DEFAULT_MAX_AWAITED_TENSORS = 2 * MAX_AWAITED_TENSORS;
 
 const NOTHING = (): void => {};
+/** A tag mask that matches every bit: one connection's control tag exactly. */
+const FULL_TAG_MASK = (1n << 64n) - 1n;
 
 /** A connection: frames out, frames in (via the dispatcher), liveness, exposures, close. */
 export class Connection implements FrameSink {
@@ -113,8 +115,18 @@ export class Connection implements FrameSink {
     }, this.#window);
     this.liveness = new Liveness(livenessMs, () => this.#keepalive(), (silentMs) => {
       this.close(new GdrpcError(Code.UNAVAILABLE, `peer ${this.peer} silent for ${silentMs} ms (liveness ${this.liveness.timeoutMs} ms)`));
-    }, () => this.payloads.streaming() || this.runtime.dispatcher.behind);
+    }, () => this.payloads.streaming() || this.#messageWaiting());
     endpoint.on('error', (error) => this.close(new GdrpcError(Code.UNAVAILABLE, `connection to ${this.peer} failed: ${error.rawMessage}`, { cause: error, ucsStatus: error.ucsStatus })));
+  }
+
+  /** Whether a control message of this connection's peer waits unread in UCX's queue (behind other
+   *  peers' backlog, Dispatcher.behind): the peer is not silent, this side is behind. Asked of
+   *  this connection's own tag: a runtime-wide flag let one peer flooding within its window keep
+   *  every peer's liveness off, a stopped client among them (a helper session's attack,
+   *  2026-12-06). */
+  #messageWaiting(): boolean {
+    const { dispatcher, worker } = this.runtime;
+    return dispatcher.behind && !worker.closed && worker.tagProbe(controlTag(this.key.value), FULL_TAG_MASK) !== null;
   }
 
   get peer(): string { return this.endpoint.peer; }

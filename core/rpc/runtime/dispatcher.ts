@@ -119,8 +119,8 @@ export class Dispatcher {
    *  silent. UCX queues every peer's control messages in one line, so 60 peers each filling its
    *  window with messages slow to decode (420 MiB) kept a server reading for about 19 s, and an
    *  idle client's keepalives waited behind them past its liveness time: the server closed it for
-   *  silence (a helper session's attack, 2026-12-06). Liveness defers while this holds
-   *  (connection.ts). */
+   *  silence (a helper session's attack, 2026-12-06). Liveness defers while this holds and a
+   *  message of the connection's own waits (connection.ts). */
   get behind(): boolean { return this.#behind; }
 
   /** Draws a fresh connection key for `sink`; messages tagged with it go there. */
