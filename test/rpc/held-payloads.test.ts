@@ -4,6 +4,7 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { HeldPayloads, MAX_HELD_PAYLOADS } from '../../core/rpc/connection/held-payloads.ts';
 import type { TakenMessage } from '../../core/ucx/index.ts';
+import { HeldBytes } from '../../core/rpc/runtime/held-bytes.ts';
 
 const message = (n: number): TakenMessage => ({ senderTag: BigInt(n), length: 8, taken: n }) as unknown as TakenMessage;
 
@@ -49,5 +50,51 @@ describe('HeldPayloads', () => {
     expect(dropped).toEqual([message(2)]);
     expect(held.take(1)).toEqual(message(1));
     expect(vi.getTimerCount()).toBe(0);
+  });
+});
+
+describe("the runtime's weight of unannounced payloads", () => {
+  const sized = (n: number, length: number): TakenMessage => ({ senderTag: BigInt(n), length, taken: n }) as unknown as TakenMessage;
+
+  /** A connection's HeldPayloads weighed in `count`, closed (cleared) when shed, as Payloads does. */
+  function connection(count: HeldBytes, name: string, shed: string[]): HeldPayloads {
+    const held: HeldPayloads = new HeldPayloads(() => {}, {
+      count,
+      holder: { shed: (bytes, total, limit) => { shed.push(`${name} ${bytes}/${total}/${limit}`); held.clear(); } },
+    });
+    return held;
+  }
+
+  it('weighs unannounced payloads by length until taken, dropped or cleared; announced ones not at all', () => {
+    const count = new HeldBytes(1000);
+    const held = connection(count, 'a', []);
+    held.hold(1, sized(1, 300));
+    held.hold(2, sized(2, 200));
+    held.expect(3);
+    held.hold(3, sized(3, 900));  // announced: its call bounds it
+    expect(count.total).toBe(500);
+    held.take(1);
+    expect(count.total).toBe(200);
+    held.clear();
+    expect(count.total).toBe(0);
+  });
+
+  it('past the limit the connection holding the most is closed, largest first, until the rest fits', () => {
+    const count = new HeldBytes(1000);
+    const shed: string[] = [];
+    const a = connection(count, 'a', shed);
+    const b = connection(count, 'b', shed);
+    a.hold(1, sized(1, 600));
+    b.hold(1, sized(1, 300));
+    expect(shed).toEqual([]);
+    b.hold(2, sized(2, 200));  // 1,100: a holds the most (600) and goes, though b tipped it over
+    expect(shed).toEqual(['a 600/1100/1000']);
+    expect(count.total).toBe(500);
+    b.hold(3, sized(3, 600));  // b alone past it
+    expect(shed).toEqual(['a 600/1100/1000', 'b 1100/1100/1000']);
+    expect(count.total).toBe(0);
+    a.clear();
+    b.clear();
+    expect(count.total).toBe(0);  // what a shed holder lets go of is not taken off twice
   });
 });

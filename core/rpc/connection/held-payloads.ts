@@ -3,6 +3,7 @@
 // receive takes it; one that no frame announced yet is kept a while for a frame still on its way,
 // a few at most, then dropped.
 import type { TakenMessage } from '../../ucx/index.ts';
+import type { HeldBytes, HeldBytesHolder } from '../runtime/held-bytes.ts';
 
 /** Tensor payloads a connection holds for frames still on their way; more closes it. */
 export const MAX_HELD_PAYLOADS = 64;
@@ -10,15 +11,17 @@ export const MAX_HELD_PAYLOADS = 64;
 const HOLD_MS = 10_000;
 
 export class HeldPayloads {
-  /** Payloads that arrived before their receive was posted, by transfer id. */
-  readonly #held = new Map<number, { message: TakenMessage; at: number }>();
+  /** Payloads that arrived before their receive was posted, by transfer id; `weighed`: counted
+   *  in the runtime's HeldBytes (held while no frame had announced it). */
+  readonly #held = new Map<number, { message: TakenMessage; at: number; weighed: boolean }>();
   /** Transfers announced by frames already read whose receive is not posted yet (the
    *  destination may be waiting for pool memory): their payloads are held without limit. */
   readonly #expected = new Set<number>();
   #timer: NodeJS.Timeout | undefined;
 
-  /** `drop` receives a payload into nothing (Dispatcher.drop). */
-  constructor(private readonly drop: (message: TakenMessage) => void) {}
+  /** `drop` receives a payload into nothing (Dispatcher.drop); `bytes` weighs the unannounced ones
+   *  across the runtime, on behalf of `holder` (the connection). */
+  constructor(private readonly drop: (message: TakenMessage) => void, private readonly bytes?: { count: HeldBytes; holder: HeldBytesHolder }) {}
 
   /** A frame announced the payload of `transfer`; its receive (or refusal) comes later. */
   expect(transfer: number): void {
@@ -30,14 +33,16 @@ export class HeldPayloads {
   hold(transfer: number, message: TakenMessage): boolean {
     if (this.#expected.has(transfer) && !this.#held.has(transfer)) {
       // Announced, its call bounds how long it waits (deadline, pool wait, refusal).
-      this.#held.set(transfer, { message, at: Date.now() });
+      this.#held.set(transfer, { message, at: Date.now(), weighed: false });
       return true;
     }
     if (this.#expire() >= MAX_HELD_PAYLOADS || this.#held.has(transfer)) {
       this.drop(message);
       return false;
     }
-    this.#held.set(transfer, { message, at: Date.now() });
+    this.#held.set(transfer, { message, at: Date.now(), weighed: this.bytes !== undefined });
+    // Last: past the runtime's limit this may close the connection, which clears what it holds.
+    this.#weigh(message.length);
     // Dropped after HOLD_MS even if nothing else arrives for this connection.
     this.#timer ??= setTimeout(() => this.#sweep(), HOLD_MS + 1).unref();
     return true;
@@ -49,16 +54,26 @@ export class HeldPayloads {
     const held = this.#held.get(transfer);
     if (held === undefined) return undefined;
     this.#held.delete(transfer);
+    if (held.weighed) this.#weigh(-held.message.length);
     return held.message;
   }
 
   /** Drops everything held (the connection closed). */
   clear(): void {
-    for (const held of this.#held.values()) this.drop(held.message);
+    let weighed = 0;
+    for (const held of this.#held.values()) {
+      if (held.weighed) weighed += held.message.length;
+      this.drop(held.message);
+    }
     this.#held.clear();
+    if (weighed > 0) this.#weigh(-weighed);
     this.#expected.clear();
     clearTimeout(this.#timer);
     this.#timer = undefined;
+  }
+
+  #weigh(bytes: number): void {
+    this.bytes?.count.add(this.bytes.holder, bytes);
   }
 
   #sweep(): void {
@@ -74,6 +89,7 @@ export class HeldPayloads {
       if (this.#expected.has(id)) continue;
       if (now - held.at > HOLD_MS) {
         this.#held.delete(id);
+        if (held.weighed) this.#weigh(-held.message.length);
         this.drop(held.message);
       } else {
         unannounced += 1;

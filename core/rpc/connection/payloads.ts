@@ -6,6 +6,7 @@ import { Code, GdrpcError } from '../../errors.ts';
 import { transferOf, type ConnectionKey } from '../../wire/tag.ts';
 import type { Dispatcher } from '../runtime/dispatcher.ts';
 import { HeldPayloads, MAX_HELD_PAYLOADS } from './held-payloads.ts';
+import type { HeldBytes } from '../runtime/held-bytes.ts';
 import { TransferWatch, type WatchedConnection } from './transfer-watch.ts';
 
 /** Wake-ups with work per second above which the worker counts as moving data (a peer sending
@@ -16,7 +17,7 @@ const STREAMING_WAKES_PER_S = 10;
 export interface PayloadConnection extends WatchedConnection {
   readonly key: ConnectionKey;
   readonly admitted: boolean;
-  readonly runtime: { readonly worker: Worker; readonly dispatcher: Dispatcher };
+  readonly runtime: { readonly worker: Worker; readonly dispatcher: Dispatcher; readonly heldBytes: HeldBytes };
 }
 
 export class Payloads {
@@ -28,7 +29,13 @@ export class Payloads {
   #sample = { at: performance.now(), activity: 0 };
 
   constructor(private readonly connection: PayloadConnection) {
-    this.#held = new HeldPayloads((message) => connection.runtime.dispatcher.drop(message));
+    this.#held = new HeldPayloads((message) => connection.runtime.dispatcher.drop(message), {
+      count: connection.runtime.heldBytes,
+      holder: {
+        shed: (held, total, limit) => connection.close(new GdrpcError(Code.RESOURCE_EXHAUSTED,
+          `${connection.peer} holds ${held} bytes of tensor payloads that no frame announced, the most of the ${total} that this runtime's connections hold (maxHeldPayloadBytes ${limit}; docs/security.md)`)),
+      },
+    });
     this.#watch = new TransferWatch(connection);
   }
 

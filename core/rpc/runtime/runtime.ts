@@ -16,6 +16,7 @@ import { SendSlots } from './send-slots.ts';
 import { BlockCopier } from '../../compute/blocks.ts';
 import { DEFAULT_MAX_WAITING_BYTES, WaitingLedger } from './waiting.ts';
 import { RefusalCount } from './refusals.ts';
+import { DEFAULT_MAX_HELD_PAYLOAD_BYTES, HeldBytes } from './held-bytes.ts';
 
 /** Largest control frame any connection in this process accepts (the receive buffer size). */
 export const DEFAULT_FRAME_BYTES = 4 << 20;
@@ -31,7 +32,7 @@ const ALLOWED_PEERS = rule(PEER_PREFIXES_EXPECTED, isPeerPrefixList);
 const NETWORK_DEVICES = rule('a non-empty array of UCX network device names (e.g. ["lo"], ["eth0", "mlx5_0:1"])',
   (value) => Array.isArray(value) && value.length > 0 && value.every((name) => typeof name === 'string' && /^[A-Za-z0-9_.:-]+$/.test(name)));
 
-const RUNTIME_OPTIONS: OptionRules<RuntimeOptions> = { busyPollUs: BUSY_POLL_US, sharedMemory: Accept.boolean, allowedPeers: ALLOWED_PEERS, networkDevices: NETWORK_DEVICES, maxWaitingBytes: Accept.positiveBytes };
+const RUNTIME_OPTIONS: OptionRules<RuntimeOptions> = { busyPollUs: BUSY_POLL_US, sharedMemory: Accept.boolean, allowedPeers: ALLOWED_PEERS, networkDevices: NETWORK_DEVICES, maxWaitingBytes: Accept.positiveBytes, maxHeldPayloadBytes: Accept.positiveBytes };
 
 /** GDRPC_ALLOWED_PEERS (prefixes separated by commas or spaces), checked; undefined when unset or blank. */
 function allowedPeersFromEnvironment(): string[] | undefined {
@@ -100,6 +101,11 @@ export interface RuntimeOptions {
    *  closed RESOURCE_EXHAUSTED, then the next, until the rest fits. What waits for one peer's
    *  window is also capped on its own (32 MiB). Default 256 MiB. */
   maxWaitingBytes?: number;
+  /** Bytes of tensor payloads that no frame has announced yet which this runtime's connections may
+   *  hold, all together, weighed by their length (held-bytes.ts). Past it the connection holding
+   *  the most is closed RESOURCE_EXHAUSTED. Each connection holds 64 such payloads at most, for
+   *  10-20 s. Default 1 GiB. */
+  maxHeldPayloadBytes?: number;
 }
 
 /** Whether UCX_MM_ERROR_HANDLING turns shared memory on for runtimes that do not choose. UCX reads
@@ -140,6 +146,8 @@ export class Runtime {
   readonly waiting: WaitingLedger;
   /** Tensors of refused frames its connections are turning away (refusals.ts). */
   readonly refusals = new RefusalCount();
+  /** Bytes of unannounced tensor payloads its connections hold (maxHeldPayloadBytes). */
+  readonly heldBytes: HeldBytes;
   /** Internal, for tests on machines without a GPU: stage host tensors too (non-inline, non-empty),
    *  through an ordinary host bounce, so that the staging logic runs end to end on host memory. */
   hostStagingForTests = false;
@@ -157,8 +165,9 @@ export class Runtime {
    *  (RuntimeOptions.sharedMemory). */
   private constructor(readonly context: Context, readonly worker: Worker, readonly dispatcher: Dispatcher, readonly rma: boolean, readonly implicit: boolean, readonly sharedMemory: boolean,
     /** Who may connect to this runtime's TCP ports (RuntimeOptions.allowedPeers); undefined: anyone. */
-    readonly allowedPeers: readonly string[] | undefined, maxWaitingBytes: number) {
+    readonly allowedPeers: readonly string[] | undefined, maxWaitingBytes: number, maxHeldPayloadBytes: number) {
     this.waiting = new WaitingLedger(maxWaitingBytes);
+    this.heldBytes = new HeldBytes(maxHeldPayloadBytes);
   }
 
   /** What this runtime's connections hold now of messages for peers not taking them (waiting
@@ -221,7 +230,8 @@ export class Runtime {
       context.close();
       throw error;
     }
-    return new Runtime(context, worker, new Dispatcher(worker, DEFAULT_FRAME_BYTES), rma, implicit, sharedMemory, allowedPeers, options.maxWaitingBytes ?? DEFAULT_MAX_WAITING_BYTES);
+    return new Runtime(context, worker, new Dispatcher(worker, DEFAULT_FRAME_BYTES), rma, implicit, sharedMemory, allowedPeers,
+      options.maxWaitingBytes ?? DEFAULT_MAX_WAITING_BYTES, options.maxHeldPayloadBytes ?? DEFAULT_MAX_HELD_PAYLOAD_BYTES);
   }
 
   /** Whether close() has begun. */

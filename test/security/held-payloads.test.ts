@@ -1,0 +1,52 @@
+// Tensor payloads that no frame announced, across a runtime (core/rpc/runtime/held-bytes.ts). A
+// connection holds 64 of them for a frame still on its way, but their size was not weighed: a peer
+// whose UCX sends everything eager had each one read whole into the server, and one connection's
+// 63 payloads of 64 MiB took a server to 4.1 GiB. The peer here sends eager 4 MiB payloads under
+// its connection's tags, announced by no frame, against a 16 MiB limit.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Client } from '../../core/index.ts';
+import { FrameKind } from '../../core/wire/frames.ts';
+import { ConnectionKey, dataTag } from '../../core/wire/tag.ts';
+import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
+import { startServer, type ListeningPeer } from '../rpc/fixtures/peers.ts';
+import { disposePeers } from '../support/peer.ts';
+import { RawPeer } from '../rpc/fixtures/raw-peer.ts';
+import { serverStats } from '../rpc/fixtures/stats.ts';
+
+const MiB = 1 << 20;
+let server: ListeningPeer;
+let good: Client;
+
+beforeAll(async () => {
+  server = await startServer({ runtimeOptions: { maxHeldPayloadBytes: 16 * MiB } });
+  good = await Client.connect(server.address);
+});
+afterAll(async () => {
+  await good?.close();
+  await disposePeers();
+});
+
+describe('unannounced tensor payloads, across the runtime', () => {
+  it('past maxHeldPayloadBytes the connection holding the most is closed RESOURCE_EXHAUSTED; other clients are served', async () => {
+    // Eager, whole: the server's UCX holds every byte of each.
+    const raw = await RawPeer.connect(server.port, { config: { RNDV_THRESH: 'inf' } });
+    try {
+      await raw.auth();
+      expect((await raw.receive())?.kind).toBe(FrameKind.Ready);
+      raw.keepAlive(500);
+      const key = new ConnectionKey(raw.serverKey);
+      const payload = Buffer.alloc(4 * MiB, 0x5a);
+      for (let transfer = 1; transfer <= 8 && !raw.endpoint.failed; transfer += 1) {
+        await raw.endpoint.tagSend(dataTag(key, transfer), payload).catch(() => {});
+      }
+      expect(await raw.closedWithin(20_000)).toBe('closed');
+      const { disconnects } = await serverStats(good);
+      expect(disconnects.filter((e) => /no frame announced/.test(e))).toEqual([
+        expect.stringMatching(/RESOURCE_EXHAUSTED.* holds 2\d{7} bytes of tensor payloads that no frame announced, the most of the 2\d{7} that this runtime's connections hold \(maxHeldPayloadBytes 16777216/),
+      ]);
+      expect((await good.unary(EchoDescriptor.methods.ping, { n: 6 })).n).toBe(6);
+    } finally {
+      await raw.close();
+    }
+  }, 60_000);
+});
