@@ -6,7 +6,7 @@ import { FRAME_WEIGHT_BYTES, MAX_WINDOW_MESSAGE_BYTES, MessageWindow, messageWei
 import { GdrpcError } from '../../core/errors.ts';
 import { decodeFrame, encodeFrame } from '../../core/wire/codec.ts';
 import { FrameKind } from '../../core/wire/frames.ts';
-import { FRAME_HELD_BYTES, MAX_BLOCKED_BYTES, Outbox, type OutboxLink } from '../../core/rpc/connection/outbox.ts';
+import { FRAME_HELD_BYTES, FREE_FLIGHT_BYTES, MAX_BLOCKED_BYTES, Outbox, PROGRESS_BYTES, type OutboxLink } from '../../core/rpc/connection/outbox.ts';
 import { DEFAULT_MAX_WAITING_BYTES, WaitingLedger, type WaitingHolder } from '../../core/rpc/runtime/waiting.ts';
 import { Runtime } from '../../core/index.ts';
 import { FRAME_HEADER, packMessage, unpackMessage } from '../../core/wire/message.ts';
@@ -362,7 +362,7 @@ describe("the runtime's count of what waits for peers' windows", () => {
     expect(idle[0]).toBeGreaterThanOrEqual(25);
   });
 
-  it("messages in UCX's hands count until their sends complete; a completion is the peer taking some", async () => {
+  it(`messages in UCX's hands count past ${FREE_FLIGHT_BYTES} bytes until their sends complete; ${PROGRESS_BYTES} bytes taken is the peer taking some`, async () => {
     const sends: Array<() => void> = [];
     const reports: Array<[number, boolean]> = [];
     const outbox = new Outbox({
@@ -371,22 +371,42 @@ describe("the runtime's count of what waits for peers' windows", () => {
       deliver: () => new Promise<void>((resolve) => { sends.push(resolve); }),
       waiting: (held, progressed) => { reports.push([held, progressed]); },
     });
-    outbox.openWindow(1 << 20);  // open: nothing waits for the window
-    const first = outbox.send(4, 1, frame(100));
+    outbox.openWindow(1 << 30);  // open: nothing waits for the window
+    const MiB = 1 << 20;
+    const first = outbox.send(4, 1, frame(5 * MiB));
     await turn();
-    const second = outbox.send(4, 2, frame(50));
+    expect(reports).toEqual([]);  // 5 MiB in UCX's hands: within what a connection keeps uncounted
+    const second = outbox.send(4, 2, frame(5 * MiB));
     await turn();
-    const one = FRAME_HEADER + 100 + FRAME_HELD_BYTES;
-    const two = FRAME_HEADER + 50 + FRAME_HELD_BYTES;
-    expect(reports).toEqual([[one, false], [one + two, false]]);
+    expect(reports).toEqual([[2 * (5 * MiB + FRAME_HEADER) - FREE_FLIGHT_BYTES, false]]);
     sends[0]!();
     await first;
-    expect(reports.at(-1)).toEqual([two, true]);
+    expect(reports.at(-1)).toEqual([0, true]);  // 5 MiB taken: progress
     outbox.close();  // what is left in UCX's hands is the closing endpoint's
-    expect(reports.at(-1)).toEqual([0, false]);
     sends[1]!();
     await second;
-    expect(reports.at(-1)).toEqual([0, false]);  // nothing counted twice after the close
+    expect(reports).toHaveLength(2);  // nothing counted after the close
+  });
+
+  it(`credit that lets a few small messages go is not progress until ${PROGRESS_BYTES} bytes of window weight were taken`, async () => {
+    const reports: Array<[number, boolean]> = [];
+    const outbox = new Outbox({
+      maxFrame: () => Number.MAX_SAFE_INTEGER,
+      refusal: () => undefined,
+      deliver: () => undefined,
+      waiting: (held, progressed) => { reports.push([held, progressed]); },
+    });
+    outbox.openWindow(0);
+    for (let i = 0; i < 80; i += 1) {
+      void outbox.send(4, i + 1, frame(16 * KiB - FRAME_HEADER - FRAME_WEIGHT_BYTES)).catch(() => {});
+      await turn();  // one message each, of weight 16 KiB (its bytes and 1 KiB for its frame)
+    }
+    const weight = 16 * KiB;
+    for (let i = 0; i < 63; i += 1) outbox.grant(weight);  // 63 messages of 16 KiB: not yet 1 MiB
+    expect(reports.filter(([, progressed]) => progressed)).toEqual([]);
+    outbox.grant(weight);  // the 64th: 1 MiB taken
+    expect(reports.filter(([, progressed]) => progressed)).toHaveLength(1);
+    outbox.close();
   });
 
   it('a holder shed is taken off even when it never says it let go, and is not shed twice', async () => {

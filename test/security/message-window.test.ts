@@ -188,11 +188,12 @@ describe('both ways at once', () => {
 });
 
 describe("what waits for peers' windows, across the server", () => {
-  /** An admitted raw peer announcing a 64 KiB window it never credits: the server's answers to it
-   *  wait in the server's outbox. It keeps to the server's window (a few MiB here need no credit). */
-  async function neverCredits(port: number): Promise<RawPeer> {
+  /** An admitted raw peer announcing a window (64 KiB by default) it never credits unless a test
+   *  says so: the server's answers to it wait in the server's outbox. It keeps to the server's
+   *  window (a few MiB here need no credit). */
+  async function neverCredits(port: number, win = 64 * 1024): Promise<RawPeer> {
     const raw = await RawPeer.connect(port);
-    await raw.auth(undefined, undefined, { win: 64 * 1024 });
+    await raw.auth(undefined, undefined, { win });
     expect((await raw.receive())?.kind).toBe(FrameKind.Ready);
     raw.keepAlive();
     return raw;
@@ -213,36 +214,37 @@ describe("what waits for peers' windows, across the server", () => {
   }
 
   it("past the runtime's maxWaitingBytes the connection whose peer has gone longest without taking any is closed, not the one holding the most; one alone past it is closed too", async () => {
-    // 10 MiB for the whole server, far below each connection's own 32 MiB: 1,000 waiting ERRORs
-    // count about 4.1 MiB (4 KiB a frame besides its bytes).
-    const capped = await startServer({ runtimeOptions: { maxWaitingBytes: 10 * MiB } });
+    // 20 MiB for the whole server, below each connection's own 32 MiB: a waiting ERROR counts
+    // about 4.2 KB (4 KiB a frame besides its bytes).
+    const capped = await startServer({ runtimeOptions: { maxWaitingBytes: 20 * MiB } });
     const port = Number(capped.address.split(':')[1]);
     const watcher = await Client.connect(capped.address);
-    const b = await neverCredits(port);
+    const b = await neverCredits(port, MiB);
     const a = await neverCredits(port);
     try {
-      // b holds first, and the most: about 6.1 MiB, then a about 2 MiB.
-      await unknownCalls(b, 1, 1500);
-      await expect.poll(async () => (await serverStats(watcher)).waiting, { timeout: 20_000, interval: 100 }).toBeGreaterThan(5 * MiB);
-      await unknownCalls(a, 1, 500);
-      await expect.poll(async () => (await serverStats(watcher)).waiting, { timeout: 20_000, interval: 100 }).toBeGreaterThan(7 * MiB);
-      // b takes 32 KiB of what the server sent it (its 64 KiB window is full: more than that was
-      // sent): a message of its waiting ERRORs leaves, and b is no longer the one that took
-      // nothing for longest.
-      await credit(b, 32 * 1024);
-      await expect.poll(async () => (await serverStats(watcher)).waiting, { timeout: 20_000, interval: 100 }).toBeLessThan(8.15 * MiB);
+      // b holds first, and the most: its 4,000 ERRORs past its 1 MiB window wait, about 12.5 MB;
+      // then a's 1,000 past its 64 KiB window, about 3.9 MB.
+      await unknownCalls(b, 1, 4000);
+      await expect.poll(async () => (await serverStats(watcher)).waiting, { timeout: 20_000, interval: 100 }).toBeGreaterThan(11 * MiB);
+      await unknownCalls(a, 1, 1000);
+      await expect.poll(async () => (await serverStats(watcher)).waiting, { timeout: 20_000, interval: 100 }).toBeGreaterThan(15 * MiB);
+      // b takes about 1.8 MiB (two credits, the second for what the first let go): more than the
+      // MiB that counts as taking something. a has taken nothing since it began to hold.
+      await credit(b, MiB - 64 * 1024);
+      await credit(b, MiB - 128 * 1024);
+      await expect.poll(async () => (await serverStats(watcher)).waiting, { timeout: 20_000, interval: 100 }).toBeLessThan(11 * MiB);
       expect([await a.closedWithin(200), await b.closedWithin(0)]).toEqual(['open', 'open']);
-      // b's 700 more take the server past 10 MiB: a goes, though b holds about four times as much.
-      await unknownCalls(b, 5000, 700);
+      // b's 3,000 more take the server past 20 MiB: a goes, though b holds about four times as much.
+      await unknownCalls(b, 10_000, 3000);
       expect(await a.closedWithin(20_000)).toBe('closed');
       expect(await b.closedWithin(500)).toBe('open');
       const stats = await serverStats(watcher);
-      expect(stats.waiting).toBeGreaterThan(7 * MiB);
-      expect(stats.waiting).toBeLessThanOrEqual(10 * MiB);
+      expect(stats.waiting).toBeGreaterThan(15 * MiB);
+      expect(stats.waiting).toBeLessThanOrEqual(20 * MiB);
       expect(stats.disconnects.filter((e) => /maxWaitingBytes/.test(e))).toHaveLength(1);
-      expect(stats.disconnects.find((e) => /maxWaitingBytes/.test(e))).toMatch(/RESOURCE_EXHAUSTED.*has taken nothing for \d+ ms, the longest of the connections on this runtime that hold 1\d{7} bytes waiting for their peers \([12]\d{6} of them its own; maxWaitingBytes 10485760/);
+      expect(stats.disconnects.find((e) => /maxWaitingBytes/.test(e))).toMatch(/RESOURCE_EXHAUSTED.*has taken nothing for \d+ ms, the longest of the connections on this runtime that hold 2\d{7} bytes waiting for their peers \([2-5]\d{6} of them its own; maxWaitingBytes 20971520/);
       // One connection alone past the limit is closed too, below its own 32 MiB.
-      await unknownCalls(b, 10_000, 1000);
+      await unknownCalls(b, 20_000, 2000);
       expect(await b.closedWithin(20_000)).toBe('closed');
       await expect.poll(async () => (await serverStats(watcher)).waiting, { timeout: 10_000, interval: 100 }).toBe(0);
       expect((await watcher.unary(EchoDescriptor.methods.ping, { n: 3 })).n).toBe(3);
@@ -251,14 +253,15 @@ describe("what waits for peers' windows, across the server", () => {
     }
   });
 
-  it("a client whose process stopped while answers were on their way: what the server handed UCX for it counts, and past maxWaitingBytes it is closed; other clients are served throughout", async () => {
+  it("a peer whose process stopped while answers were on their way: what the server handed UCX for it past 8 MiB counts, and past maxWaitingBytes it is closed; other clients are served throughout", async () => {
     // Small socket buffers on the server's side (64 KiB asked, the kernel doubles it): what its
-    // frozen peer does not read stays with UCX, not the kernel. Seven answers of 1 MiB fit the
-    // client's 8 MiB window, so none waits for it: before UCX's share was counted, they held
-    // the server's memory until liveness, however many such peers there were.
+    // frozen peer does not read stays with UCX, not the kernel. Twenty answers of 1 MiB fit the
+    // 64 MiB window the peer announced, so none waits for it: before UCX's share was counted, they
+    // held the server's memory until liveness, however many such peers there were. The first
+    // 8 MiB in UCX's hands are not counted (what an honest client that is slow to read has there).
     const capped = await startServer({ runtimeOptions: { maxWaitingBytes: 4 * MiB } }, { UCX_TCP_SNDBUF: '65536' });
     const watcher = await Client.connect(capped.address);
-    const frozen = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(new URL('./fixtures/frozen-client.ts', import.meta.url)), capped.address, '7', '300', String(MiB)],
+    const frozen = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(new URL('./fixtures/frozen-client.ts', import.meta.url)), String(capped.port), '20', '300', String(MiB), String(64 * MiB)],
       { stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, UCX_TCP_RCVBUF: '65536' } });
     try {
       const started = await new Promise<boolean>((resolve) => {
@@ -308,7 +311,7 @@ describe("a backlog of other peers' messages", () => {
         peers.push(raw);
       }
       // The client that stops itself, just before the flood.
-      stopped = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(new URL('./fixtures/frozen-client.ts', import.meta.url)), busy.address, '0', '0', '0'], { stdio: ['ignore', 'pipe', 'inherit'] });
+      stopped = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(new URL('./fixtures/frozen-client.ts', import.meta.url)), String(busy.port), '0', '0', '0'], { stdio: ['ignore', 'pipe', 'inherit'] });
       const stoppedItself = await new Promise<boolean>((resolve) => {
         createInterface({ input: stopped!.stdout! }).on('line', (line) => { if (line === 'STARTED') resolve(true); });
         stopped!.once('exit', () => resolve(false));

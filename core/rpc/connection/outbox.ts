@@ -20,6 +20,19 @@ export const MAX_BLOCKED_BYTES = 32 << 20;
  *  about 3.9 KB of heap per ERROR frame waiting (a helper session's attack, 2026-12-06); counting
  *  the message bytes alone let 33 MB of waiting messages hold 965 MiB. */
 export const FRAME_HELD_BYTES = 4096;
+/** Bytes of messages in UCX's hands (sent, not yet completed) a connection keeps without counting
+ *  them towards maxWaitingBytes: a default window's worth (window.ts). An honest peer that is
+ *  slow to read has that much on its way, and counting it let busy honest clients alone trip the
+ *  runtime's limit (3 clients pausing with 12 MiB of answers on their way against a 32 MiB limit:
+ *  25 closed in 30 s, a helper session's measurement); what a peer's larger window lets past it
+ *  counts. */
+export const FREE_FLIGHT_BYTES = 8 << 20;
+/** What the peer must take, in window weight (window.ts messageWeight: bytes, and 1 KiB a
+ *  frame), of messages that waited for its window or were in UCX's hands, before it counts as
+ *  taking something (waiting.ts closes first the one that went longest without): a 16 KiB credit
+ *  every 20-50 ms kept attackers behind an honest client that paused (a helper session's attack,
+ *  2026-12-06). */
+export const PROGRESS_BYTES = 1 << 20;
 /** What a waiting frame's body becomes once packed: the message holds its bytes. */
 const PACKED = new Uint8Array(0);
 /** How long a frame sent with sendSoon waits for another to share its message. */
@@ -120,9 +133,14 @@ export class Outbox {
   #blockedHead = 0;
   #blockedBytes = 0;
   #blockedFrames = 0;
-  /** Messages handed to UCX whose send has not completed, and their frames. */
+  /** Bytes of messages handed to UCX whose send has not completed. */
   #flightBytes = 0;
-  #flightFrames = 0;
+  /** Bytes the peer took since it last counted as taking something (PROGRESS_BYTES). */
+  #taken = 0;
+  /** What link.waiting was last told. */
+  #reported = 0;
+  /** close() calls so far (sends in UCX's hands from before a close are no longer counted). */
+  #closes = 0;
 
   constructor(private readonly link: OutboxLink) {}
 
@@ -221,6 +239,7 @@ export class Outbox {
   /** Drops the frames waiting for company (the connection closed; nobody waits for them), and
    *  fails those waiting for the window. */
   close(): void {
+    this.#closes += 1;
     this.#soon = [];
     this.#linkSoon = false;
     clearTimeout(this.#soonTimer);
@@ -228,13 +247,11 @@ export class Outbox {
     const blocked = this.#blocked.slice(this.#blockedHead);
     this.#blocked = [];
     this.#blockedHead = 0;
-    const held = this.#blockedFrames + this.#flightFrames > 0;
     this.#blockedBytes = 0;
     this.#blockedFrames = 0;
     // Sends still in UCX's hands settle with the endpoint's close: nothing to count any more.
     this.#flightBytes = 0;
-    this.#flightFrames = 0;
-    if (held) this.link.waiting?.(0, false);
+    this.#report(false);
     const refusal = this.link.refusal();
     for (const { group } of blocked) this.#tell(group, { error: refusal });
   }
@@ -285,23 +302,40 @@ export class Outbox {
       this.#blocked.push({ message, group, weight });
       this.#blockedBytes += message.length;
       this.#blockedFrames += group.length;
-      this.link.waiting?.(this.#held, false);
+      this.#report(false);
       const blocked = this.#blockedBytes + this.#blockedFrames * FRAME_HELD_BYTES;
       if (blocked > MAX_BLOCKED_BYTES) this.link.overflow?.(this.#blockedBytes, this.#blockedFrames);
     }
   }
 
-  /** What the messages waiting for the window or for UCX count (waiting.ts); those waiting for
-   *  the window alone count towards MAX_BLOCKED_BYTES (those in UCX's hands are bounded by the
-   *  peer's window, window.ts MAX_WINDOW_BYTES). */
+  /** What the messages waiting for the window, and those in UCX's hands past FREE_FLIGHT_BYTES,
+   *  count (waiting.ts); those waiting for the window alone count towards MAX_BLOCKED_BYTES
+   *  (those in UCX's hands are bounded by the peer's window, window.ts MAX_WINDOW_BYTES). */
   get #held(): number {
-    return this.#blockedBytes + this.#flightBytes + (this.#blockedFrames + this.#flightFrames) * FRAME_HELD_BYTES;
+    return this.#blockedBytes + this.#blockedFrames * FRAME_HELD_BYTES + Math.max(0, this.#flightBytes - FREE_FLIGHT_BYTES);
+  }
+
+  /** Tells the link what is held now, where that changed or the peer counts as having taken
+   *  something (`took` bytes more just now). */
+  #report(took: number | false): void {
+    let progressed = false;
+    if (took !== false) {
+      this.#taken += took;
+      if (this.#taken >= PROGRESS_BYTES) {
+        this.#taken = 0;
+        progressed = true;
+      }
+    }
+    const held = this.#held;
+    if (held === this.#reported && !progressed) return;
+    this.#reported = held;
+    this.link.waiting?.(held, progressed);
   }
 
   /** Sends the waiting messages that the window now takes, in order. */
   #release(): void {
     if (this.#blockedHead === this.#blocked.length) return;
-    const before = this.#blockedFrames;
+    let released = 0;  // weight
     while (this.#blockedHead < this.#blocked.length && this.#blocked[this.#blockedHead]!.weight <= this.#credit) {
       const { message, group, weight } = this.#blocked[this.#blockedHead]!;
       this.#blocked[this.#blockedHead] = undefined!;
@@ -312,13 +346,14 @@ export class Outbox {
       }
       this.#blockedBytes -= message.length;
       this.#blockedFrames -= group.length;
+      released += weight;
       if (this.link.refusal() !== undefined) {
         this.#tell(group, { error: this.link.refusal() });
         continue;
       }
       this.#deliver(message, group, weight);
     }
-    if (this.#blockedFrames !== before) this.link.waiting?.(this.#held, true);
+    if (released > 0) this.#report(released);
   }
 
   /** Hands `message` (of `weight` in the peer's window) to the link; its frames are told. */
@@ -337,24 +372,22 @@ export class Outbox {
       this.#tell(group);
       return;
     }
-    this.#inFlight(message.length, group.length);
+    this.#flightBytes += message.length;
+    this.#report(false);
+    const closedBefore = this.#closes;
+    const done = (): void => {
+      // close() let go of every message in UCX's hands.
+      if (this.#closes !== closedBefore) return;
+      this.#flightBytes -= message.length;
+      this.#report(weight);
+    };
     sent.then(() => {
-      this.#inFlight(-message.length, -group.length);
+      done();
       this.#tell(group);
     }, (error: unknown) => {
-      this.#inFlight(-message.length, -group.length);
+      done();
       this.#tell(group, { error });
     });
-  }
-
-  /** A message of `bytes` and `frames` went into UCX's hands (positive) or came back (negative:
-   *  its send completed or failed, the peer took it or never will), unless the outbox closed
-   *  meanwhile (close() let go of them all). */
-  #inFlight(bytes: number, frames: number): void {
-    if (frames < 0 && this.#flightFrames === 0) return;
-    this.#flightBytes += bytes;
-    this.#flightFrames += frames;
-    this.link.waiting?.(this.#held, frames < 0);
   }
 
   /** Tells each of `frames` it was sent (no `error`) or failed. A FrameDone that throws (a bug of
