@@ -25,11 +25,22 @@ describe('HeldPayloads', () => {
     expect(dropped).toHaveLength(2 + MAX_HELD_PAYLOADS);
   });
 
+  it('remembers the bytes frames announced for a payload, those of a gather added up, until its receive takes it', () => {
+    const held = new HeldPayloads(() => {});
+    expect(held.announced(7)).toBeUndefined();
+    held.expect(7, 100);
+    held.expect(7, 100);  // a second tensor of the same gathered payload
+    expect(held.announced(7)).toBe(200);
+    held.hold(7, message(7));
+    held.take(7);
+    expect(held.announced(7)).toBeUndefined();
+  });
+
   it('announced payloads are kept without that limit and taken by their receive', () => {
     const dropped: TakenMessage[] = [];
     const held = new HeldPayloads((m) => dropped.push(m));
     for (let i = 0; i < 2 * MAX_HELD_PAYLOADS; i += 1) {
-      held.expect(i);
+      held.expect(i, 8);
       expect(held.hold(i, message(i))).toBe(true);
     }
     expect(held.take(5)).toEqual(message(5));
@@ -41,7 +52,7 @@ describe('HeldPayloads', () => {
     vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'Date'] });
     const dropped: TakenMessage[] = [];
     const held = new HeldPayloads((m) => dropped.push(m));
-    held.expect(1);
+    held.expect(1, 8);
     held.hold(1, message(1));
     held.hold(2, message(2));
     vi.advanceTimersByTime(9_000);
@@ -70,7 +81,7 @@ describe("the runtime's weight of unannounced payloads", () => {
     const held = connection(count, 'a', []);
     held.hold(1, sized(1, 300));
     held.hold(2, sized(2, 200));
-    held.expect(3);
+    held.expect(3, 900);
     held.hold(3, sized(3, 900));  // announced: its call bounds it
     expect(count.total).toBe(500);
     held.take(1);

@@ -12,6 +12,7 @@ import { startServer, type ListeningPeer } from '../rpc/fixtures/peers.ts';
 import { disposePeers } from '../support/peer.ts';
 import { RawPeer } from '../rpc/fixtures/raw-peer.ts';
 import { serverStats } from '../rpc/fixtures/stats.ts';
+import { patterned } from '../rpc/fixtures/tensors.ts';
 
 const MiB = 1 << 20;
 let server: ListeningPeer;
@@ -47,6 +48,36 @@ describe('unannounced tensor payloads, across the runtime', () => {
       expect((await good.unary(EchoDescriptor.methods.ping, { n: 6 })).n).toBe(6);
     } finally {
       await raw.close();
+    }
+  }, 60_000);
+
+  it('a payload larger than its frame announced, arriving while its receive waits for pool memory, closes the connection INVALID_ARGUMENT', async () => {
+    // A 1 MiB pool, held whole by a good client's call for the test's length: the raw peer's
+    // 1 KiB tensor waits for pool memory, its payload held meanwhile, without limit of number or
+    // time. A 4 MiB payload under its transfer id would be held whole.
+    const small = await startServer({ poolBytes: 1 * MiB, maxPoolBytesPerConnection: 1 * MiB, poolWaitMs: 30_000 });
+    const holder = await Client.connect(small.address);
+    const holding = holder.unary(EchoDescriptor.methods.hold, { x: patterned(1 * MiB, 1), ms: 20_000 }, { mover: 'tag' }).catch((error: unknown) => error);
+    const raw = await RawPeer.connect(small.port, { config: { RNDV_THRESH: 'inf' } });
+    try {
+      await expect.poll(async () => (await serverStats(holder)).pools.some((pool) => pool.used >= MiB), { timeout: 20_000, interval: 100 }).toBe(true);
+      await raw.auth();
+      expect((await raw.receive())?.kind).toBe(FrameKind.Ready);
+      raw.keepAlive(500);
+      const before = (await serverStats(holder)).activeCalls;
+      await raw.sendBody(FrameKind.Request, 1, { svc: EchoDescriptor.name, m: 'checksum', a: { x: { dt: 'u8', sh: [1024], n: 1024, mt: 'host', m: 't', x: 1 } } });
+      // The frame is read (its call counted, its tensor waiting for the pool) before the payload is sent.
+      await expect.poll(async () => (await serverStats(holder)).activeCalls, { timeout: 20_000, interval: 50 }).toBeGreaterThan(before);
+      await raw.endpoint.tagSend(dataTag(new ConnectionKey(raw.serverKey), 1), Buffer.alloc(4 * MiB, 0x5a)).catch(() => {});
+      expect(await raw.closedWithin(20_000)).toBe('closed');
+      const { disconnects } = await serverStats(holder);
+      expect(disconnects.filter((e) => /announced as/.test(e))).toEqual([
+        expect.stringMatching(/INVALID_ARGUMENT.* sent 4194304 bytes for transfer 1, which its frame announced as 1024/),
+      ]);
+    } finally {
+      await raw.close();
+      await holder.close();
+      await holding;
     }
   }, 60_000);
 });

@@ -15,17 +15,25 @@ export class HeldPayloads {
    *  in the runtime's HeldBytes (held while no frame had announced it). */
   readonly #held = new Map<number, { message: TakenMessage; at: number; weighed: boolean }>();
   /** Transfers announced by frames already read whose receive is not posted yet (the
-   *  destination may be waiting for pool memory): their payloads are held without limit. */
-  readonly #expected = new Set<number>();
+   *  destination may be waiting for pool memory), with the bytes their frames announced: their
+   *  payloads are held without limit of number or time, but no larger than that. */
+  readonly #expected = new Map<number, number>();
   #timer: NodeJS.Timeout | undefined;
 
   /** `drop` receives a payload into nothing (Dispatcher.drop); `bytes` weighs the unannounced ones
    *  across the runtime, on behalf of `holder` (the connection). */
   constructor(private readonly drop: (message: TakenMessage) => void, private readonly bytes?: { count: HeldBytes; holder: HeldBytesHolder }) {}
 
-  /** A frame announced the payload of `transfer`; its receive (or refusal) comes later. */
-  expect(transfer: number): void {
-    this.#expected.add(transfer);
+  /** A frame announced the payload of `transfer`, of `bytes` (the tensors of a gather share one
+   *  payload: their bytes add up); its receive (or refusal) comes later. */
+  expect(transfer: number, bytes: number): void {
+    this.#expected.set(transfer, (this.#expected.get(transfer) ?? 0) + bytes);
+  }
+
+  /** The bytes frames announced for `transfer`'s payload while its receive is not posted yet;
+   *  undefined when none did. */
+  announced(transfer: number): number | undefined {
+    return this.#expected.get(transfer);
   }
 
   /** Keeps the payload of `transfer`; false (the payload dropped) when it is one unannounced

@@ -39,10 +39,10 @@ export class Payloads {
     this.#watch = new TransferWatch(connection);
   }
 
-  /** A frame announced the payload of `transfer`; its receive (or refusal) comes later. */
-  expect(transfer: number): void {
+  /** A frame announced the payload of `transfer`, of `bytes`; its receive (or refusal) comes later. */
+  expect(transfer: number, bytes: number): void {
     if (this.connection.closedError !== undefined) return;
-    this.#held.expect(transfer);
+    this.#held.expect(transfer, bytes);
   }
 
   /** A held payload of `transfer` (it arrived before its frame was read), taken out; or undefined. */
@@ -60,7 +60,17 @@ export class Payloads {
       connection.close(new GdrpcError(Code.UNAUTHENTICATED, `${connection.peer} sent tensor bytes before admission`));
       return;
     }
-    if (!this.#held.hold(transferOf(connection.key, low), message)) {
+    const transfer = transferOf(connection.key, low);
+    const announced = this.#held.announced(transfer);
+    if (announced !== undefined && message.length > announced) {
+      // Held until its receive is posted, which may wait for pool memory: a payload larger than
+      // its frame said would be held whole, however large (a peer's own UCX may send anything
+      // eager), and its receive would only fail with truncation.
+      dispatcher.drop(message);
+      connection.close(new GdrpcError(Code.INVALID_ARGUMENT, `${connection.peer} sent ${message.length} bytes for transfer ${transfer}, which its frame announced as ${announced}`));
+      return;
+    }
+    if (!this.#held.hold(transfer, message)) {
       connection.close(new GdrpcError(Code.RESOURCE_EXHAUSTED, `${connection.peer} sent more than ${MAX_HELD_PAYLOADS} tensor payloads that no frame announced`));
     }
   }

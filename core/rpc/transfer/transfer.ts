@@ -104,7 +104,7 @@ export class IncomingTensors {
     if (wire.m === 't' || wire.m === 'g') {
       // Its payload may come before the receive is posted (the allocation can wait): hold it.
       // (The tensors of a gather share one payload: expecting it again changes nothing.)
-      connection.payloads.expect(wire.x!);
+      connection.payloads.expect(wire.x!, wire.n);
       // And the sender's report of it after its send completed (SENT), whatever this side does.
       if (connection.peerLimits.reports === true) connection.reports.expect(wire.x!);
     }
