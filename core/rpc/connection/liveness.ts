@@ -20,8 +20,8 @@ export class Liveness {
 
   /** `excused` says whether the peer's frames may be waiting unread behind other traffic now: a
    *  transfer from it is under way and data is moving (its keepalives queue behind those bytes on
-   *  the same connection), or this side has control messages waiting that it has not read yet
-   *  (Dispatcher.behind). */
+   *  the same connection), or a control message of its own waits unread behind other peers'
+   *  (connection.ts #messageWaiting). */
   constructor(timeoutMs: number, private readonly ping: () => void, private readonly dead: (silentMs: number) => void,
     private readonly excused: () => boolean = () => false) {
     this.#timeoutMs = timeoutMs;
@@ -56,8 +56,8 @@ export class Liveness {
     this.#lastTick = now;
     if (late > this.#period) this.#lastReceived += late;
     // Bytes still arriving from the peer count as hearing from it (their own deadline is the
-    // transfer timeout): its frames wait behind them in the transport. So do control messages
-    // waiting unread: the peer's may be among them.
+    // transfer timeout): its frames wait behind them in the transport. So does a control message
+    // of its own waiting unread behind other peers'.
     // Asked every tick, so that it speaks of the last period only (a peer stopped a moment ago
     // has not been streaming since).
     const excused = this.excused();

@@ -102,11 +102,11 @@ export interface OutboxLink {
   soon?(): WireFrame[];
   /** More than MAX_BLOCKED_BYTES wait for the peer's window: `bytes` of messages, `frames` frames. */
   overflow?(bytes: number, frames: number): void;
-  /** What waits for the peer changed: it now counts `held` (bytes of messages plus
-   *  FRAME_HELD_BYTES a frame; 0 once nothing waits), of messages waiting for its window and of
-   *  messages handed to UCX whose send has not completed (the peer's socket is not taking them).
-   *  `progressed`: the peer took some of it (credit let messages go, or a send completed). Not
-   *  called while messages leave at once. */
+  /** What waits for the peer changed: it now counts `held` (0 once nothing waits): messages
+   *  waiting for its window (bytes plus FRAME_HELD_BYTES a frame), and bytes of messages handed to
+   *  UCX whose send has not completed past FREE_FLIGHT_BYTES (the peer's socket is not taking
+   *  them). `progressed`: the peer took PROGRESS_BYTES since it last did (credit let messages go,
+   *  sends completed). Called only when `held` changed or the peer progressed. */
   waiting?(held: number, progressed: boolean): void;
 }
 
@@ -139,8 +139,8 @@ export class Outbox {
   #taken = 0;
   /** What link.waiting was last told. */
   #reported = 0;
-  /** close() calls so far (sends in UCX's hands from before a close are no longer counted). */
-  #closes = 0;
+  /** close() was called: sends still in UCX's hands are no longer counted. */
+  #closed = false;
 
   constructor(private readonly link: OutboxLink) {}
 
@@ -239,7 +239,7 @@ export class Outbox {
   /** Drops the frames waiting for company (the connection closed; nobody waits for them), and
    *  fails those waiting for the window. */
   close(): void {
-    this.#closes += 1;
+    this.#closed = true;
     this.#soon = [];
     this.#linkSoon = false;
     clearTimeout(this.#soonTimer);
@@ -374,10 +374,9 @@ export class Outbox {
     }
     this.#flightBytes += message.length;
     this.#report(false);
-    const closedBefore = this.#closes;
     const done = (): void => {
       // close() let go of every message in UCX's hands.
-      if (this.#closes !== closedBefore) return;
+      if (this.#closed) return;
       this.#flightBytes -= message.length;
       this.#report(weight);
     };

@@ -95,11 +95,11 @@ export interface RuntimeOptions {
    *  network devices too ("mlx5_0:1"). Default: UCX_NET_DEVICES from the environment, else all. */
   networkDevices?: string[];
   /** What this runtime's connections may hold, all together, of messages for peers not taking
-   *  them: waiting for their message windows (docs/wire.md "Message window"), or handed to UCX
-   *  and not yet sent (a peer that stopped reading its socket); counted as bytes of messages plus
-   *  4 KiB a frame. Past it the connection whose peer has gone longest without taking anything is
-   *  closed RESOURCE_EXHAUSTED, then the next, until the rest fits. What waits for one peer's
-   *  window is also capped on its own (32 MiB). Default 256 MiB. */
+   *  them: waiting for their message windows (docs/wire.md "Message window"), counted as bytes of
+   *  messages plus 4 KiB a frame, and handed to UCX and not yet sent past 8 MiB a connection (a
+   *  peer that stopped reading its socket). Past it the connection whose peer has gone longest
+   *  without taking 1 MiB of them is closed RESOURCE_EXHAUSTED, then the next, until the rest
+   *  fits. What waits for one peer's window is also capped on its own (32 MiB). Default 256 MiB. */
   maxWaitingBytes?: number;
   /** Bytes of tensor payloads that no frame has announced yet which this runtime's connections may
    *  hold, all together, weighed by their length (held-bytes.ts). Past it the connection holding
@@ -142,7 +142,7 @@ export class Runtime {
    *  ways: this side announces `gat` only then): GDRPC_GATHER=0 turns it off, read once when the
    *  runtime opens (docs/runtime-api.md "Gathered tag transfers"). */
   readonly gathers = process.env.GDRPC_GATHER !== '0';
-  /** What this runtime's connections hold waiting for their peers' windows (maxWaitingBytes). */
+  /** What this runtime's connections hold for peers not taking it (maxWaitingBytes). */
   readonly waiting: WaitingLedger;
   /** Tensors of refused frames its connections are turning away (refusals.ts). */
   readonly refusals = new RefusalCount();
