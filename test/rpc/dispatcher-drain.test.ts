@@ -9,7 +9,7 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { Dispatcher, DRAIN_INTERVAL_MS, RECEIVE_SLICE_MESSAGES, STALLED_RECEIVE_MS, type FrameSink } from '../../core/rpc/runtime/dispatcher.ts';
 import type { WakeupKind, Worker } from '../../core/ucx/index.ts';
 import { Code, GdrpcError } from '../../core/errors.ts';
-import { CONTROL_BIT, controlTag, dataTag, HELLO_KEY, type ConnectionKey } from '../../core/wire/tag.ts';
+import { CONTROL_BIT, CONTROL_MASK, controlTag, dataTag, EXACT_MASK, HELLO_KEY, type ConnectionKey } from '../../core/wire/tag.ts';
 
 interface Queued { senderTag: bigint; length: number }
 
@@ -25,13 +25,18 @@ class FakeWorker {
   readonly cancelled: number[] = [];
   #id = 0;
   requestId(): number { return ++this.#id; }
-  tagRecvInto(buffer: Uint8Array, _tag: bigint, _mask: bigint, id: number, slot: Uint32Array, done: (error?: unknown) => void): boolean {
-    const message = this.controls.shift();
-    if (message === undefined) {
+  /** The tag and mask of each receive posted, in order. */
+  readonly receives: Array<{ tag: bigint; mask: bigint }> = [];
+  tagRecvInto(buffer: Uint8Array, tag: bigint, mask: bigint, id: number, slot: Uint32Array, done: (error?: unknown) => void): boolean {
+    this.receives.push({ tag, mask });
+    // The oldest message the receive matches, as UCX's tag matching takes it.
+    const at = this.controls.findIndex((m) => (m.tag & mask) === (tag & mask));
+    if (at < 0) {
       this.pending = { id, buffer, slot, done };
       return false;
     }
-    FakeWorker.#write(message, buffer, slot);
+    const [message] = this.controls.splice(at, 1);
+    FakeWorker.#write(message!, buffer, slot);
     return true;
   }
   /** A message arrives for the pending receive (the binding's callback from a wake-up). */
@@ -64,6 +69,16 @@ class FakeWorker {
     if (options?.remove !== true) return message;
     this.queue.splice(at, 1);
     return { ...message, taken: at + 1 };
+  }
+}
+
+/** A fake worker whose control messages wait in `controls` alone: tagProbe finds them there, as
+ *  UCX's probe finds its unexpected queue's. */
+class LineWorker extends FakeWorker {
+  override tagProbe(tag: bigint, mask: bigint, options?: { remove: boolean }): (Queued & { taken?: number }) | null {
+    const message = this.controls.find((m) => (m.tag & mask) === (tag & mask));
+    if (message === undefined || options?.remove === true) return super.tagProbe(tag, mask, options);
+    return { senderTag: message.tag, length: message.bytes.length };
   }
 }
 
@@ -318,5 +333,89 @@ describe('the control receive buffer', () => {
     worker.arrive(controlTag(key.value), new Uint8Array([1, 2, 3]));
     expect(past[1]!.length).toBe(297);
     expect(past[1]!.every((byte) => byte === 0)).toBe(true);
+  });
+});
+
+describe('turns, once reading falls behind', () => {
+  // UCX keeps every peer's control messages in one line: read in that order, 8 peers sending
+  // messages slow to decode (within their windows) held an honest client's ping behind all of
+  // theirs, 1.1 s at the median. Behind, connections take turns: deficit round robin over the time
+  // their messages take to read. The clock here is the test's: a message of the slow connection
+  // takes 2 ms to read, one of the fast connection 10 µs.
+  afterEach(() => { vi.restoreAllMocks(); });
+
+  function twoConnections(): { worker: LineWorker; slow: ConnectionKey; fast: ConnectionKey; order: string[]; hello: string[] } {
+    const worker = new LineWorker();
+    dispatcher = new Dispatcher(worker as unknown as Worker, 4096);
+    const clock = { now: 1_000 };
+    vi.spyOn(performance, 'now').mockImplementation(() => clock.now);
+    const order: string[] = [];
+    const sink = (name: string, costMs: number): FrameSink => ({
+      onMessage: (bytes) => { order.push(`${name}${bytes[0]}`); clock.now += costMs; },
+      onOversized: () => {}, onStrayData: () => {}, onLost: () => {},
+    });
+    const slow = dispatcher.register(sink('s', 2));
+    const fast = dispatcher.register(sink('f', 0.01));
+    const hello: string[] = [];
+    void dispatcher.awaitHelloTurn({ ...sink('h', 0), onMessage: (bytes) => { hello.push(`h${bytes[0]}`); } });
+    return { worker, slow, fast, order, hello };
+  }
+  const queue = (worker: FakeWorker, key: bigint, from: number, to: number): void => {
+    for (let i = from; i <= to; i += 1) worker.controls.push({ tag: controlTag(key), bytes: new Uint8Array([i]) });
+  };
+
+  it("a connection whose messages take microseconds reads them at its first turn, not behind a slow one's queue; each reads in order", async () => {
+    const { worker, slow, fast, order } = twoConnections();
+    await worker.posted();
+    queue(worker, slow.value, 1, 40);
+    queue(worker, fast.value, 1, 5);
+    worker.arrive(controlTag(slow.value), new Uint8Array([0]));
+    await expect.poll(() => order.length).toBe(46);
+    // Read where they came (s0, s1, s2) until the slice's 4 ms ran out with messages still queued;
+    // then the line's turn (one message: s3, the oldest), the slow connection in debt for it, and
+    // the fast one reads its five. In order of arrival they were 41st to 45th.
+    expect(order.slice(0, 9)).toEqual(['s0', 's1', 's2', 's3', 'f1', 'f2', 'f3', 'f4', 'f5']);
+    expect(order.filter((name) => name.startsWith('s'))).toEqual(Array.from({ length: 41 }, (_, i) => `s${i}`));
+    // Its turns asked UCX for that connection's tag alone.
+    expect(worker.receives).toContainEqual({ tag: controlTag(fast.value), mask: EXACT_MASK });
+    const { backlogs, readInTurns } = dispatcher!.stats();
+    expect(backlogs).toBe(1);
+    expect(readInTurns).toBe(46 - 3);
+    // Caught up: the line's receive waits for any control message, and the next one is read
+    // where it arrives again, not in a turn.
+    await worker.posted();
+    expect(worker.receives.at(-1)).toEqual({ tag: CONTROL_BIT, mask: CONTROL_MASK });
+    worker.arrive(controlTag(fast.value), new Uint8Array([6]));
+    expect(order.at(-1)).toBe('f6');
+    expect(dispatcher!.stats().readInTurns).toBe(readInTurns);
+  });
+
+  it("the line's turn reads what no connection's turn does: the handshake's HELLO, and messages of no connection (dropped)", async () => {
+    const { worker, slow, order, hello } = twoConnections();
+    await worker.posted();
+    queue(worker, slow.value, 1, 10);
+    worker.controls.push({ tag: controlTag(HELLO_KEY), bytes: new Uint8Array([1]) });
+    worker.controls.push({ tag: controlTag(slow.value ^ (1n << 40n)), bytes: new Uint8Array([1]) });
+    queue(worker, slow.value, 11, 12);
+    worker.arrive(controlTag(slow.value), new Uint8Array([0]));
+    await expect.poll(() => order.length).toBe(13);
+    await expect.poll(() => hello).toEqual(['h1']);
+    expect(dispatcher!.stats()).toMatchObject({ unattributed: 1, backlogs: 1 });
+    await worker.posted();
+    expect(worker.controls).toEqual([]);
+  });
+
+  it('a receive that waits for its message (rendezvous) while others queue behind it: the drain pass sends the reading to turns', async () => {
+    const { worker, slow, fast, order } = twoConnections();
+    await worker.posted();
+    // The pending receive is matched to a message still on its way; others queue meanwhile.
+    queue(worker, slow.value, 1, 3);
+    queue(worker, fast.value, 1, 1);
+    dispatcher!.drainPayloads();
+    expect(dispatcher!.stats().backlogs).toBe(1);
+    worker.arrive(controlTag(slow.value), new Uint8Array([0]));
+    await expect.poll(() => order.length).toBe(5);
+    // s0 came into the waiting receive; then the line's turn took s1, and the fast connection's turn f1.
+    expect(order).toEqual(['s0', 's1', 'f1', 's2', 's3']);
   });
 });

@@ -2,13 +2,15 @@
 // say which endpoint sent a message, so the tag's connection key is what ties a message to its
 // connection (wire/tag.ts): the key is random and only that connection's peer learns it, so no
 // other peer can put a message into the connection. Control messages come through one posted
-// receive, one at a time, which keeps each connection's frames in the order they were sent.
+// receive, one at a time, which keeps each connection's frames in the order they were sent. While
+// they come faster than they are read, connections take turns (#takeTurns), so that no peer's
+// messages, however slow to decode, hold everyone else's behind them.
 // Tensor payloads that no receive was posted for wait in UCX's unexpected queue; a periodic drain
 // takes them out, hands them to their connection (which holds a few, briefly, for a frame still
 // on its way) and drops the rest, so nothing a peer sends is queued forever.
 import type { TakenMessage, Worker } from '../../ucx/index.ts';
 import { Code, GdrpcError } from '../../errors.ts';
-import { CONTROL_BIT, CONTROL_MASK, ConnectionKey, controlPrefix, dataParts } from '../../wire/tag.ts';
+import { CONTROL_BIT, CONTROL_MASK, ConnectionKey, controlPrefix, controlTag, dataParts, EXACT_MASK } from '../../wire/tag.ts';
 import { StallWatch } from './stall-watch.ts';
 
 /** What a connection exposes to the dispatcher. */
@@ -42,15 +44,24 @@ const MAX_DRAIN_DEFERRALS = 8;
  *  drain passes in a row saw it so. */
 export const STALLED_RECEIVE_MS = 1000;
 
+/** What one turn adds to a connection's balance of reading time (#takeTurns). */
+export const TURN_QUANTUM_MS = 0.25;
+
 /** Counters of what the dispatcher dropped (for tests and diagnostics). */
 export interface DispatcherStats {
   unattributed: number; droppedPayloads: number; connections: number;
   /** Control receives given up on: matched to a message whose rest never came (#checkStalled). */
   stalledReceives: number;
+  /** Times the reading fell behind and connections took turns; messages read in turns. */
+  backlogs: number; readInTurns: number;
 }
 
-/** A registered connection: its sink, and its key's low 32 bits (the prefix is its map key). */
-interface Registered { sink: FrameSink; low: number }
+/** Whose reading time a turn counts: a connection, or the line (the oldest message of any). */
+interface TurnHolder { balance: number }
+
+/** A registered connection: its sink, its key's low 32 bits (the prefix is its map key), the tag
+ *  of its control messages, and its balance of reading time in turns. */
+interface Registered extends TurnHolder { sink: FrameSink; low: number; tag: bigint }
 
 /** The control receive buffer. Messages are decoded where they arrive (wire/codec.ts decodeFrame),
  *  and a crafted msgpack body can make the decoder read past its message's end and keep what it
@@ -86,7 +97,18 @@ export class Dispatcher {
   #sliceStart = 0;
   #inSlice = 0;
   #drainTimer: NodeJS.Timeout | undefined;
-  readonly #stats: DispatcherStats = { unattributed: 0, droppedPayloads: 0, connections: 0, stalledReceives: 0 };
+  readonly #stats = { unattributed: 0, droppedPayloads: 0, stalledReceives: 0, backlogs: 0, readInTurns: 0 };
+  /** Reading is behind: connections take turns (#takeTurns). */
+  #inTurns = false;
+  /** The current round of turns (the registered connections, in order), and whose turn it is. */
+  #round: Iterator<Registered> | undefined;
+  #turn: TurnHolder | undefined;
+  /** A connection read a message in its own turn during this round. */
+  #readInRound = false;
+  /** The line's turn ends each round: the oldest control message, whoever it is for. */
+  readonly #line: TurnHolder = { balance: 0 };
+  /** A #resume is scheduled (setImmediate). */
+  #scheduled = false;
   readonly #stallWatch = new StallWatch(Math.ceil(STALLED_RECEIVE_MS / DRAIN_INTERVAL_MS), STALLED_RECEIVE_MS);
   /** Which receive loop is current: a receive given up on belongs to an earlier one. */
   #generation = 0;
@@ -127,15 +149,17 @@ export class Dispatcher {
   register(sink: FrameSink): ConnectionKey {
     if (this.#stop.signal.aborted) throw new GdrpcError(Code.FAILED_PRECONDITION, 'the runtime is closing');
     const key = ConnectionKey.draw((prefix) => !this.#byPrefix.has(prefix));
-    this.#byPrefix.set(key.prefix, { sink, low: key.low });
+    this.#byPrefix.set(key.prefix, { sink, low: key.low, tag: controlTag(key.value), balance: 0 });
     this.#start();
     return key;
   }
 
   unregister(key: ConnectionKey): void {
     // Prefix and low word together are the whole key.
-    if (this.#byPrefix.get(key.prefix)?.low !== key.low) return;
+    const registered = this.#byPrefix.get(key.prefix);
+    if (registered?.low !== key.low) return;
     this.#byPrefix.delete(key.prefix);
+    if (this.#turn === registered) this.#turn = undefined;
   }
 
   /** Routes the next HELLO (key 0) to `sink`. Outgoing handshakes take turns (docs/wire.md): the
@@ -164,6 +188,8 @@ export class Dispatcher {
     if (this.#posted !== undefined && !this.worker.closed) this.worker.cancelRequest(this.#receiveId);
     this.#posted = undefined;
     this.#running = false;
+    this.#inTurns = false;
+    this.#turn = undefined;
     if (this.#drainTimer !== undefined) clearInterval(this.#drainTimer);
     this.#drainTimer = undefined;
   }
@@ -182,9 +208,12 @@ export class Dispatcher {
   // message was already queued (the next one is then posted at once; after a message the loop
   // waited for, once the wake-up is done: #onReceived).
 
-  /** Posts the control receive, reading the messages already queued, until one is pending. */
+  /** Posts the control receive, reading the messages already queued, until one is pending. A
+   *  slice that ends on time with messages still queued means reading is behind: turns. */
   #receive(): void {
+    if (this.#inTurns) return this.#takeTurns();
     while (!this.#stop.signal.aborted && !this.worker.closed) {
+      if (this.#posted !== undefined) return;
       const buffer = this.#buffer;
       let now: boolean;
       this.#posted = buffer;
@@ -201,9 +230,119 @@ export class Dispatcher {
       if (!now) return;
       this.#posted = undefined;
       this.#deliver(buffer);
-      if (this.#yielded()) return;
+      if (this.#yielded()) {
+        if (performance.now() - this.#sliceStart >= RECEIVE_SLICE_MS) this.#behindNow();
+        return;
+      }
     }
     this.#running = false;
+  }
+
+  /** Reading fell behind: from the next receive on, connections take turns. */
+  #behindNow(): void {
+    if (this.#inTurns) return;
+    this.#inTurns = true;
+    this.#stats.backlogs += 1;
+    this.#round = undefined;
+    this.#turn = undefined;
+  }
+
+  // Turns. UCX keeps every peer's control messages in one line, and reading them in that order let
+  // 8 peers that kept to their windows, sending messages slow to decode (maps of many keys), hold an
+  // honest client's ping behind all of their windows: 1.1 s at the median, for as long as they
+  // went on (a helper session's attack, 2026-12-06). Behind, the receive names one connection's
+  // tag instead (UCX finds a tag's messages through a hash, and keeps them in the order they came):
+  // deficit round robin over the time each message took to read. Each turn adds TURN_QUANTUM_MS to
+  // a connection's balance (up to that much: an idle one saves nothing up), and it reads its
+  // messages while the balance is positive, so one whose message took 2 ms sits out eight turns,
+  // while one whose messages take microseconds reads them at every turn. The line's turn ends each
+  // round: one receive of the oldest control message, whoever it is for (the handshake's HELLO,
+  // messages of no connection, which are dropped; a connection's, charged to it and to the line),
+  // while the line's balance is positive. A round in which
+  // no connection read anything (all in debt, or nothing of theirs queued) ends with it whatever
+  // the line's balance, so every round reads something. Once that receive finds nothing queued,
+  // reading has caught up: it stays posted, and messages are read as they come again.
+
+  /** Reads in turns until the slice ends or a receive is pending. */
+  #takeTurns(): void {
+    while (!this.#stop.signal.aborted && !this.worker.closed && this.#posted === undefined) {
+      const holder = this.#turn ?? this.#nextTurn();
+      this.#turn = holder;
+      const line = holder === this.#line;
+      const tag = line ? CONTROL_BIT : (holder as Registered).tag;
+      const mask = line ? CONTROL_MASK : EXACT_MASK;
+      if (!line && this.worker.tagProbe(tag, mask) === null) {
+        this.#turn = undefined;
+        continue;
+      }
+      const buffer = this.#buffer;
+      let now: boolean;
+      this.#posted = buffer;
+      try {
+        this.#receiveId = this.worker.requestId();
+        now = this.worker.tagRecvInto(buffer.bytes, tag, mask, this.#receiveId, this.#slot, this.#onReceived);
+      } catch (error) {
+        // As in #receive: the message is gone (it counts as the line's one).
+        this.#posted = undefined;
+        if (line) this.#turn = undefined;
+        this.#failed(buffer, error);
+        if (this.#yielded()) return;
+        continue;
+      }
+      if (!now) {
+        // The line found nothing: caught up, and this receive waits for the next message. A
+        // connection's message that is still on its way (rendezvous) completes in #received.
+        if (line) this.#caughtUp();
+        return;
+      }
+      this.#posted = undefined;
+      this.#deliverInTurn(buffer);
+      if (this.#yielded()) return;
+    }
+  }
+
+  /** The next connection whose turn it is, with its balance topped up; the line at each round's end. */
+  #nextTurn(): TurnHolder {
+    for (;;) {
+      const next = this.#round?.next();
+      if (next === undefined || next.done === true) {
+        const empty = !this.#readInRound;
+        this.#round = this.#byPrefix.values();
+        this.#readInRound = false;
+        if (Dispatcher.#topUp(this.#line) || empty) return this.#line;
+        continue;
+      }
+      if (Dispatcher.#topUp(next.value)) return next.value;
+    }
+  }
+
+  /** Adds a turn's quantum to `holder`'s balance (up to one quantum); whether it may read. */
+  static #topUp(holder: TurnHolder): boolean {
+    holder.balance = Math.min(holder.balance + TURN_QUANTUM_MS, TURN_QUANTUM_MS);
+    return holder.balance > 0;
+  }
+
+  /** Delivers a message received in a turn, charging the time it took to its connection, and to
+   *  the line when it came in the line's turn (so that the line does not read a message of a
+   *  connection in debt at every round). The line's turn is one message; a connection's lasts
+   *  while its balance is positive. */
+  #deliverInTurn(buffer: ReceiveBuffer): void {
+    const turn = this.#turn;
+    const holder = this.#registeredOf(this.#slot[0]!, this.#slot[1]!) ?? this.#line;
+    const start = performance.now();
+    this.#deliver(buffer);
+    const took = performance.now() - start;
+    holder.balance -= took;
+    if (turn === this.#line && holder !== this.#line) this.#line.balance -= took;
+    this.#stats.readInTurns += 1;
+    if (turn !== this.#line && turn === holder) this.#readInRound = true;
+    if (this.#turn === turn && (turn === this.#line || holder.balance <= 0)) this.#turn = undefined;
+  }
+
+  #caughtUp(): void {
+    this.#inTurns = false;
+    this.#turn = undefined;
+    this.#round = undefined;
   }
 
   #onReceived = this.#receiver(0);
@@ -224,8 +363,9 @@ export class Dispatcher {
     if (buffer === undefined || this.#stop.signal.aborted) return;
     // The receive waited for this message: the loop came back from the event loop, a new slice.
     this.#newSlice();
-    if (error === undefined) this.#deliver(buffer);
-    else this.#failed(buffer, error);
+    if (error !== undefined) this.#failed(buffer, error);
+    else if (this.#inTurns) this.#deliverInTurn(buffer);
+    else this.#deliver(buffer);
     // Posted here, the next receive stood between every message and its answer (0.6-0.7 µs a side
     // on the CPU box): the frames of the answer leave in a microtask at the end of this wake-up.
     // With the uv wake-up the event loop's check phase, where immediates run, comes after that
@@ -233,7 +373,8 @@ export class Dispatcher {
     // receive takes it at once (payload drains wait for it: drainPayloads). The thread wake-up's
     // busy-poll passes follow each other without a loop turn, which would hold the immediate (and
     // the messages behind it) for as long as the worker polls: there it is posted at once.
-    if (this.#receiveAfterTurn) setImmediate(this.#resume);
+    // In turns, the next one's turn comes from an immediate too.
+    if (this.#receiveAfterTurn || this.#inTurns) this.#schedule();
     else if (!this.#yielded()) this.#receive();
   }
 
@@ -250,6 +391,7 @@ export class Dispatcher {
     this.#slot = new Uint32Array(4);
     this.#onReceived = this.#receiver(this.#generation);
     this.#posted = undefined;
+    this.#turn = undefined;
     this.#newSlice();
     this.#receive();
   }
@@ -269,9 +411,17 @@ export class Dispatcher {
 
   /** Receives again after a pause (a message that had been waited for, a slice's end): a new slice. */
   readonly #resume = (): void => {
+    this.#scheduled = false;
+    if (this.#stop.signal.aborted) return;
     this.#newSlice();
     this.#receive();
   };
+
+  #schedule(): void {
+    if (this.#scheduled) return;
+    this.#scheduled = true;
+    setImmediate(this.#resume);
+  }
 
   /** Hands the message in #slot, received into `buffer`, to its connection, in place: a copy of
    *  each message, and the DataView msgpackr made for each copy, cost about 0.6 µs a message in a
@@ -305,7 +455,7 @@ export class Dispatcher {
   #yielded(): boolean {
     this.#inSlice += 1;
     if (this.#inSlice < RECEIVE_SLICE_MESSAGES && performance.now() - this.#sliceStart < RECEIVE_SLICE_MS) return false;
-    setImmediate(this.#resume);
+    this.#schedule();
     return true;
   }
 
@@ -320,8 +470,15 @@ export class Dispatcher {
     const prefix = controlPrefix(high);
     if (prefix === undefined) return undefined;
     if (prefix === 0) return low === 0 ? this.#hello : undefined;
+    return this.#registeredOf(low, high)?.sink;
+  }
+
+  /** The registered connection a control tag's two words name (not the handshake's key 0). */
+  #registeredOf(low: number, high: number): Registered | undefined {
+    const prefix = controlPrefix(high);
+    if (prefix === undefined || prefix === 0) return undefined;
     const registered = this.#byPrefix.get(prefix);
-    return registered !== undefined && registered.low === low ? registered.sink : undefined;
+    return registered !== undefined && registered.low === low ? registered : undefined;
   }
 
   #sinkOf(tag: bigint): FrameSink | undefined {
@@ -380,6 +537,9 @@ export class Dispatcher {
     // tagProbe with `remove` takes nothing then.)
     const controlQueued = this.worker.tagProbe(CONTROL_BIT, CONTROL_MASK) !== null;
     this.#behind = controlQueued;
+    // Queued while a receive was posted: it was matched to a message still on its way (each
+    // message a round trip, rendezvous), and others came meanwhile. The next receive takes turns.
+    if (controlQueued) this.#behindNow();
     this.#checkStalled(controlQueued);
     if (this.#deferrals < MAX_DRAIN_DEFERRALS && controlQueued) {
       this.#deferrals += 1;
