@@ -20,7 +20,11 @@ class FakeWorker {
   /** The wake-up build it stands for: 'uv' unless a test says otherwise. */
   constructor(readonly wakeup: WakeupKind = 'uv') {}
   readonly queue: Queued[] = [];
-  readonly controls: Array<{ tag: bigint; bytes: Uint8Array }> = [];
+  /** Control messages in UCX's queue; one marked `rendezvous` is matched by a receive that then
+   *  waits until the test says its bytes came (finish). */
+  readonly controls: Array<{ tag: bigint; bytes: Uint8Array; rendezvous?: boolean }> = [];
+  /** Receives matched to a rendezvous message, waiting for its bytes. */
+  readonly matched: Array<{ message: { tag: bigint; bytes: Uint8Array }; buffer: Uint8Array; slot: Uint32Array; done: (error?: unknown) => void }> = [];
   pending: { id: number; buffer: Uint8Array; slot: Uint32Array; done: (error?: unknown) => void } | undefined;
   readonly cancelled: number[] = [];
   #id = 0;
@@ -36,8 +40,19 @@ class FakeWorker {
       return false;
     }
     const [message] = this.controls.splice(at, 1);
+    if (message!.rendezvous === true) {
+      this.matched.push({ message: message!, buffer, slot, done });
+      return false;
+    }
     FakeWorker.#write(message!, buffer, slot);
     return true;
+  }
+  /** The bytes of the rendezvous message under `tag` came: its receive completes. */
+  finish(tag: bigint): void {
+    const at = this.matched.findIndex((m) => m.message.tag === tag);
+    const [receive] = this.matched.splice(at, 1);
+    FakeWorker.#write(receive!.message, receive!.buffer, receive!.slot);
+    receive!.done();
   }
   /** A message arrives for the pending receive (the binding's callback from a wake-up). */
   arrive(tag: bigint, bytes: Uint8Array): void {
@@ -75,10 +90,18 @@ class FakeWorker {
 /** A fake worker whose control messages wait in `controls` alone: tagProbe finds them there, as
  *  UCX's probe finds its unexpected queue's. */
 class LineWorker extends FakeWorker {
+  /** Messages taken out of the queue and received into a buffer too short (dropped). */
+  readonly dropped: bigint[] = [];
   override tagProbe(tag: bigint, mask: bigint, options?: { remove: boolean }): (Queued & { taken?: number }) | null {
-    const message = this.controls.find((m) => (m.tag & mask) === (tag & mask));
-    if (message === undefined || options?.remove === true) return super.tagProbe(tag, mask, options);
-    return { senderTag: message.tag, length: message.bytes.length };
+    const at = this.controls.findIndex((m) => (m.tag & mask) === (tag & mask));
+    if (at < 0) return super.tagProbe(tag, mask, options);
+    const message = this.controls[at]!;
+    if (options?.remove === true) this.controls.splice(at, 1);
+    return { senderTag: message.tag, length: message.bytes.length, taken: at + 1 };
+  }
+  tagRecvTaken(message: Queued): Promise<never> {
+    this.dropped.push(message.senderTag);
+    return Promise.reject(new GdrpcError(Code.INVALID_ARGUMENT, 'tag receive: message truncated'));
   }
 }
 
@@ -104,7 +127,7 @@ function receiving(wakeup: WakeupKind = 'uv'): { worker: FakeWorker; key: Connec
   dispatcher = new Dispatcher(worker as unknown as Worker, 4096);
   const got: number[] = [];
   const hello: number[] = [];
-  const sink = (into: number[]): FrameSink => ({ onMessage: (bytes: Uint8Array) => { into.push(bytes[0]!); }, onOversized: () => {}, onStrayData: () => {}, onLost: () => {} });
+  const sink = (into: number[]): FrameSink => ({ onMessage: (bytes: Uint8Array) => { into.push(bytes[0]!); }, onOversized: () => {}, onStrayData: () => {}, onLost: () => {}, onStalled: () => {} });
   const key = dispatcher.register(sink(got));
   void dispatcher.awaitHelloTurn(sink(hello));
   return { worker, key, got, hello };
@@ -181,7 +204,7 @@ describe('Dispatcher control receive', () => {
         throw new Error('a listener threw');
       },
       onStrayData: () => {},
-      onLost: () => {},
+      onLost: () => {}, onStalled: () => {},
     });
     worker.arrive(controlTag(key.value), new Uint8Array([1]));
     await worker.posted();
@@ -246,7 +269,7 @@ describe('a control receive matched to a message whose rest never comes', () => 
     dispatcher = new Dispatcher(worker as unknown as Worker, 4096);
     const got: number[] = [];
     const lost: string[] = [];
-    const key = dispatcher.register({ onMessage: (bytes) => { got.push(bytes[0]!); }, onOversized: () => {}, onStrayData: () => {}, onLost: () => { lost.push('lost'); } });
+    const key = dispatcher.register({ onMessage: (bytes) => { got.push(bytes[0]!); }, onOversized: () => {}, onStrayData: () => {}, onLost: () => { lost.push('lost'); }, onStalled: () => {} });
     const clock = { now: 1_000 };
     vi.spyOn(performance, 'now').mockImplementation(() => clock.now);
     return { worker, key, got, lost, clock };
@@ -325,7 +348,7 @@ describe('the control receive buffer', () => {
     const past: number[][] = [];
     const key = dispatcher.register({
       onMessage: (source, length) => { past.push([...source.subarray(length, 300)]); },
-      onOversized: () => {}, onStrayData: () => {}, onLost: () => {},
+      onOversized: () => {}, onStrayData: () => {}, onLost: () => {}, onStalled: () => {},
     });
     await worker.posted();
     worker.arrive(controlTag(key.value), new Uint8Array(200).fill(0x5a));
@@ -344,21 +367,22 @@ describe('turns, once reading falls behind', () => {
   // takes 2 ms to read, one of the fast connection 10 µs.
   afterEach(() => { vi.restoreAllMocks(); });
 
-  function twoConnections(): { worker: LineWorker; slow: ConnectionKey; fast: ConnectionKey; order: string[]; hello: string[] } {
+  function twoConnections(): { worker: LineWorker; slow: ConnectionKey; fast: ConnectionKey; order: string[]; hello: string[]; stalled: string[]; clock: { now: number } } {
     const worker = new LineWorker();
     dispatcher = new Dispatcher(worker as unknown as Worker, 4096);
     const clock = { now: 1_000 };
     vi.spyOn(performance, 'now').mockImplementation(() => clock.now);
     const order: string[] = [];
+    const stalled: string[] = [];
     const sink = (name: string, costMs: number): FrameSink => ({
       onMessage: (bytes) => { order.push(`${name}${bytes[0]}`); clock.now += costMs; },
-      onOversized: () => {}, onStrayData: () => {}, onLost: () => {},
+      onOversized: () => {}, onStrayData: () => {}, onLost: () => {}, onStalled: () => { stalled.push(name); },
     });
     const slow = dispatcher.register(sink('s', 2));
     const fast = dispatcher.register(sink('f', 0.01));
     const hello: string[] = [];
     void dispatcher.awaitHelloTurn({ ...sink('h', 0), onMessage: (bytes) => { hello.push(`h${bytes[0]}`); } });
-    return { worker, slow, fast, order, hello };
+    return { worker, slow, fast, order, hello, stalled, clock };
   }
   const queue = (worker: FakeWorker, key: bigint, from: number, to: number): void => {
     for (let i = from; i <= to; i += 1) worker.controls.push({ tag: controlTag(key), bytes: new Uint8Array([i]) });
@@ -401,6 +425,8 @@ describe('turns, once reading falls behind', () => {
     await expect.poll(() => order.length).toBe(13);
     await expect.poll(() => hello).toEqual(['h1']);
     expect(dispatcher!.stats()).toMatchObject({ unattributed: 1, backlogs: 1 });
+    // Taken out and received into a byte: its bytes were never read.
+    expect(worker.dropped).toEqual([controlTag(slow.value ^ (1n << 40n))]);
     await worker.posted();
     expect(worker.controls).toEqual([]);
   });
@@ -415,7 +441,60 @@ describe('turns, once reading falls behind', () => {
     expect(dispatcher!.stats().backlogs).toBe(1);
     worker.arrive(controlTag(slow.value), new Uint8Array([0]));
     await expect.poll(() => order.length).toBe(5);
-    // s0 came into the waiting receive; then the line's turn took s1, and the fast connection's turn f1.
-    expect(order).toEqual(['s0', 's1', 'f1', 's2', 's3']);
+    // s0 came into the waiting receive, and its 2 ms count against the slow connection: the fast
+    // one's turn comes first.
+    expect(order).toEqual(['s0', 'f1', 's1', 's2', 's3']);
+  });
+
+  it("a receive that waits for the rest of its message waits alone: its connection's later messages wait for it, the others' are read meanwhile", async () => {
+    const { worker, slow, fast, order } = twoConnections();
+    await worker.posted();
+    worker.controls.push({ tag: controlTag(slow.value), bytes: new Uint8Array([1]), rendezvous: true });
+    queue(worker, slow.value, 2, 2);
+    queue(worker, fast.value, 1, 2);
+    dispatcher!.drainPayloads();
+    worker.arrive(controlTag(slow.value), new Uint8Array([0]));
+    // s1's receive waits (its bytes still with its sender): the fast connection is read, s2 waits.
+    await expect.poll(() => order).toEqual(['s0', 'f1', 'f2']);
+    expect(worker.matched).toHaveLength(1);
+    // Nothing else can be read: no receive of any control message is posted (it could take s2
+    // before s1), and new messages are found all the same.
+    expect(worker.pending).toBeUndefined();
+    queue(worker, fast.value, 3, 3);
+    await expect.poll(() => order).toEqual(['s0', 'f1', 'f2', 'f3']);
+    worker.finish(controlTag(slow.value));
+    await expect.poll(() => order).toEqual(['s0', 'f1', 'f2', 'f3', 's1', 's2']);
+    // Caught up: the receive of any control message waits again.
+    await worker.posted();
+    expect(worker.receives.at(-1)).toEqual({ tag: CONTROL_BIT, mask: CONTROL_MASK });
+  });
+
+  it(`a receive in a turn whose message has not come whole after ${STALLED_RECEIVE_MS} ms and as many drain passes, while others wait in UCX's queue, is given up on: its connection is told (onStalled) and what it queued after is dropped unread once it is gone`, async () => {
+    const { worker, slow, fast, order, stalled, clock } = twoConnections();
+    await worker.posted();
+    worker.controls.push({ tag: controlTag(slow.value), bytes: new Uint8Array([1]), rendezvous: true });
+    queue(worker, slow.value, 2, 3);
+    dispatcher!.drainPayloads();
+    worker.arrive(controlTag(fast.value), new Uint8Array([1]));
+    await expect.poll(() => worker.matched).toHaveLength(1);
+    const passes = Math.ceil(STALLED_RECEIVE_MS / DRAIN_INTERVAL_MS);
+    for (let pass = 0; pass < passes - 1; pass += 1) {
+      clock.now += DRAIN_INTERVAL_MS;
+      dispatcher!.drainPayloads();
+    }
+    expect(stalled).toEqual([]);
+    // Time alone is not enough (a held event loop): the passes count too.
+    clock.now += 10 * STALLED_RECEIVE_MS;
+    dispatcher!.drainPayloads();
+    expect(stalled).toEqual(['s']);
+    expect(dispatcher!.stats().stalledReceives).toBe(1);
+    // The connection closes (its sink unregisters): s2 and s3 are of no connection now.
+    dispatcher!.unregister(slow);
+    await expect.poll(() => worker.dropped).toEqual([controlTag(slow.value), controlTag(slow.value)]);
+    await worker.posted();
+    expect(order).toEqual(['f1']);
+    // The given-up receive completing after all delivers nothing.
+    worker.finish(controlTag(slow.value));
+    expect(order).toEqual(['f1']);
   });
 });

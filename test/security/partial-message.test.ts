@@ -50,3 +50,47 @@ describe('a peer that stops mid-message', () => {
     }
   }, 180_000);
 });
+
+describe('a peer that sends rendezvous messages and stops', () => {
+  // A rendezvous message's bytes stay with its sender until the receiver asks: a receive of one
+  // whose sender stopped waits for good. Before receives in turns waited alone, one admitted peer
+  // that sent 200 small KEEPALIVEs so and stopped its process held every peer's control messages
+  // a second each: no client's call was answered for as long as the test ran, and no handshake
+  // completed (a helper session's attack, 2026-12-06).
+  it('holds nobody up for long: a client is served throughout, the peer is closed and what it queued is dropped unread', async () => {
+    const server = await startServer({});
+    const good = await Client.connect(server.address);
+    const stopper = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(new URL('./fixtures/rendezvous-stopper.ts', import.meta.url)), String(server.port), '200', '5'], { stdio: ['ignore', 'pipe', 'inherit'] });
+    try {
+      const started = await new Promise<boolean>((resolve) => {
+        createInterface({ input: stopper.stdout! }).on('line', (line) => { if (line === 'STARTED') resolve(true); });
+        stopper.once('exit', () => resolve(false));
+      });
+      expect(started).toBe(true);
+      // Calls go on (one may wait about a second, should a receive of any control message have
+      // taken one of the stopped peer's: that receive is given up on as above), until the peer
+      // is closed and its messages dropped; a new client connects.
+      const slowest = { ms: 0 };
+      const pinging = (async () => {
+        for (let n = 0; n < 40; n += 1) {
+          const sent = performance.now();
+          expect((await good.unary(EchoDescriptor.methods.ping, { n }, { deadline: 10_000 })).n).toBe(n);
+          slowest.ms = Math.max(slowest.ms, performance.now() - sent);
+          await new Promise((resolve) => setTimeout(resolve, 50));
+        }
+      })();
+      await expect.poll(async () => (await serverStats(good)).disconnects.filter((e) => /did not arrive whole within 1000 ms: the connection is closed rather than read past it/.test(e)), { timeout: 30_000, interval: 200 }).toHaveLength(1);
+      await pinging;
+      const fresh = await Client.connect(server.address);
+      expect((await fresh.unary(EchoDescriptor.methods.ping, { n: 5 })).n).toBe(5);
+      await fresh.close();
+      const stats = await serverStats(good);
+      console.log(`[rendezvous-stopper] slowest of 40 pings ${slowest.ms.toFixed(0)} ms; receives given up on ${stats.dropped.partial}, messages dropped unread ${stats.dropped.messages}`);
+      expect(stats.dropped.messages).toBeGreaterThan(0);
+    } finally {
+      stopper.kill('SIGKILL');
+      await good.close();
+    }
+  }, 120_000);
+});
+

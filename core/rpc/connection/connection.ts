@@ -299,6 +299,10 @@ export class Connection implements FrameSink {
     this.close(new GdrpcError(Code.UNAVAILABLE, `a control message from ${this.peer} did not arrive whole within ${STALLED_RECEIVE_MS} ms while others waited, and came after them: the connection is closed rather than read out of order`));
   }
 
+  onStalled(): void {
+    this.close(new GdrpcError(Code.UNAVAILABLE, `a control message from ${this.peer} did not arrive whole within ${STALLED_RECEIVE_MS} ms: the connection is closed rather than read past it`));
+  }
+
   onStrayData(message: TakenMessage, low: number): void {
     this.payloads.stray(message, low);
   }

@@ -24,6 +24,7 @@ export async function connectAndAdmit(runtime: Runtime, host: string, port: numb
     onOversized(length) { this.target?.onOversized(length); },
     onStrayData(message, low) { if (this.target !== undefined) this.target.onStrayData(message, low); else runtime.dispatcher.drop(message); },
     onLost() { this.target?.onLost(); },
+    onStalled() { this.target?.onStalled(); },
   };
   const endTurn = await runtime.dispatcher.awaitHelloTurn(forward);
   let connection: Connection | undefined;

@@ -12,6 +12,7 @@ import type { TakenMessage, Worker } from '../../ucx/index.ts';
 import { Code, GdrpcError } from '../../errors.ts';
 import { CONTROL_BIT, CONTROL_MASK, ConnectionKey, controlPrefix, controlTag, dataParts, EXACT_MASK } from '../../wire/tag.ts';
 import { StallWatch } from './stall-watch.ts';
+import { ReadTurns, type TurnHolder } from './read-turns.ts';
 
 /** What a connection exposes to the dispatcher. */
 export interface FrameSink {
@@ -26,6 +27,9 @@ export interface FrameSink {
    *  STALLED_RECEIVE_MS while other messages waited) and came later: the messages after it were
    *  read before it, so the connection cannot be read in order any more. */
   onLost(): void;
+  /** A control message of this connection, received in its turn, has not arrived whole within
+   *  STALLED_RECEIVE_MS: the connection cannot be read past it. */
+  onStalled(): void;
 }
 
 /** How often unexpected tensor payloads are collected. */
@@ -44,8 +48,10 @@ const MAX_DRAIN_DEFERRALS = 8;
  *  drain passes in a row saw it so. */
 export const STALLED_RECEIVE_MS = 1000;
 
-/** What one turn adds to a connection's balance of reading time (#takeTurns). */
-export const TURN_QUANTUM_MS = 0.25;
+/** How soon turns look again when every message queued is one they cannot read yet (its
+ *  connection's earlier message still on its way): no receive is posted then to say that
+ *  another came. */
+const BLOCKED_RECHECK_MS = 2;
 
 /** Counters of what the dispatcher dropped (for tests and diagnostics). */
 export interface DispatcherStats {
@@ -56,12 +62,14 @@ export interface DispatcherStats {
   backlogs: number; readInTurns: number;
 }
 
-/** Whose reading time a turn counts: a connection, or the line (the oldest message of any). */
-interface TurnHolder { balance: number }
+/** A receive in a turn that waits for the rest of its message (rendezvous, or eager fragments):
+ *  its own buffer and slot, since the turns go on with others meanwhile. */
+interface Awaited { buffer: ReceiveBuffer; slot: Uint32Array<ArrayBuffer>; id: number; watch: StallWatch }
 
 /** A registered connection: its sink, its key's low 32 bits (the prefix is its map key), the tag
- *  of its control messages, and its balance of reading time in turns. */
-interface Registered extends TurnHolder { sink: FrameSink; low: number; tag: bigint }
+ *  of its control messages, its balance of reading time in turns, and its receive in a turn that
+ *  waits for its message, if any (its later messages wait for it). */
+interface Registered extends TurnHolder { sink: FrameSink; low: number; tag: bigint; awaiting: Awaited | undefined }
 
 /** The control receive buffer. Messages are decoded where they arrive (wire/codec.ts decodeFrame),
  *  and a crafted msgpack body can make the decoder read past its message's end and keep what it
@@ -100,16 +108,16 @@ export class Dispatcher {
   readonly #stats = { unattributed: 0, droppedPayloads: 0, stalledReceives: 0, backlogs: 0, readInTurns: 0 };
   /** Reading is behind: connections take turns (#takeTurns). */
   #inTurns = false;
-  /** The current round of turns (the registered connections, in order), and whose turn it is. */
-  #round: Iterator<Registered> | undefined;
-  #turn: TurnHolder | undefined;
-  /** A connection read a message in its own turn during this round. */
-  #readInRound = false;
-  /** The line's turn ends each round: the oldest control message, whoever it is for. */
-  readonly #line: TurnHolder = { balance: 0 };
-  /** A #resume is scheduled (setImmediate). */
+  readonly #turns = new ReadTurns<Registered>(() => this.#byPrefix.values());
+  /** Connections whose receive in a turn waits for its message (Registered.awaiting). */
+  readonly #awaiting = new Set<Registered>();
+  /** The handshake's HELLO (key 0) as a holder of turns: read by the line's turn alone. */
+  readonly #helloHolder: Registered;
+  /** A #resume is scheduled (setImmediate), or a look again when turns were blocked. */
   #scheduled = false;
-  readonly #stallWatch = new StallWatch(Math.ceil(STALLED_RECEIVE_MS / DRAIN_INTERVAL_MS), STALLED_RECEIVE_MS);
+  #recheck: NodeJS.Timeout | undefined;
+  readonly #stallWatch = Dispatcher.#newStallWatch();
+  static #newStallWatch(): StallWatch { return new StallWatch(Math.ceil(STALLED_RECEIVE_MS / DRAIN_INTERVAL_MS), STALLED_RECEIVE_MS); }
   /** Which receive loop is current: a receive given up on belongs to an earlier one. */
   #generation = 0;
   /** Drain passes in a row put off because a control message was waiting. */
@@ -124,6 +132,15 @@ export class Dispatcher {
   constructor(private readonly worker: Worker, frameBytes: number) {
     this.#buffer = new ReceiveBuffer(frameBytes);
     this.#receiveAfterTurn = worker.wakeup === 'uv';
+    const dispatcher = this;
+    const hello: FrameSink = {
+      onMessage: (source, length) => dispatcher.#hello?.onMessage(source, length),
+      onOversized: (length) => dispatcher.#hello?.onOversized(length),
+      onStrayData: (message, low) => dispatcher.#hello?.onStrayData(message, low),
+      onLost: () => dispatcher.#hello?.onLost(),
+      onStalled: () => dispatcher.#hello?.onStalled(),
+    };
+    this.#helloHolder = { sink: hello, low: 0, tag: controlTag(0n), balance: 0, awaiting: undefined };
   }
 
   /** Grows the receive buffer to at least `bytes` (from the next receive on). */
@@ -149,7 +166,7 @@ export class Dispatcher {
   register(sink: FrameSink): ConnectionKey {
     if (this.#stop.signal.aborted) throw new GdrpcError(Code.FAILED_PRECONDITION, 'the runtime is closing');
     const key = ConnectionKey.draw((prefix) => !this.#byPrefix.has(prefix));
-    this.#byPrefix.set(key.prefix, { sink, low: key.low, tag: controlTag(key.value), balance: 0 });
+    this.#byPrefix.set(key.prefix, { sink, low: key.low, tag: controlTag(key.value), balance: 0, awaiting: undefined });
     this.#start();
     return key;
   }
@@ -159,7 +176,11 @@ export class Dispatcher {
     const registered = this.#byPrefix.get(key.prefix);
     if (registered?.low !== key.low) return;
     this.#byPrefix.delete(key.prefix);
-    if (this.#turn === registered) this.#turn = undefined;
+    this.#turns.forget(registered);
+    // A receive that waits for its message stays with UCX (a matched receive cannot be
+    // cancelled); what it brings is dropped (#awaitedDone).
+    registered.awaiting = undefined;
+    this.#awaiting.delete(registered);
   }
 
   /** Routes the next HELLO (key 0) to `sink`. Outgoing handshakes take turns (docs/wire.md): the
@@ -189,7 +210,10 @@ export class Dispatcher {
     this.#posted = undefined;
     this.#running = false;
     this.#inTurns = false;
-    this.#turn = undefined;
+    this.#turns.reset();
+    for (const registered of this.#awaiting) registered.awaiting = undefined;
+    this.#awaiting.clear();
+    clearTimeout(this.#recheck);
     if (this.#drainTimer !== undefined) clearInterval(this.#drainTimer);
     this.#drainTimer = undefined;
   }
@@ -243,106 +267,170 @@ export class Dispatcher {
     if (this.#inTurns) return;
     this.#inTurns = true;
     this.#stats.backlogs += 1;
-    this.#round = undefined;
-    this.#turn = undefined;
+    this.#turns.reset();
   }
 
   // Turns. UCX keeps every peer's control messages in one line, and reading them in that order let
   // 8 peers that kept to their windows, sending messages slow to decode (maps of many keys), hold an
   // honest client's ping behind all of their windows: 1.1 s at the median, for as long as they
-  // went on (a helper session's attack, 2026-12-06). Behind, the receive names one connection's
-  // tag instead (UCX finds a tag's messages through a hash, and keeps them in the order they came):
-  // deficit round robin over the time each message took to read. Each turn adds TURN_QUANTUM_MS to
-  // a connection's balance (up to that much: an idle one saves nothing up), and it reads its
-  // messages while the balance is positive, so one whose message took 2 ms sits out eight turns,
-  // while one whose messages take microseconds reads them at every turn. The line's turn ends each
-  // round: one receive of the oldest control message, whoever it is for (the handshake's HELLO,
-  // messages of no connection, which are dropped; a connection's, charged to it and to the line),
-  // while the line's balance is positive. A round in which
-  // no connection read anything (all in debt, or nothing of theirs queued) ends with it whatever
-  // the line's balance, so every round reads something. Once that receive finds nothing queued,
-  // reading has caught up: it stays posted, and messages are read as they come again.
+  // went on (a helper session's attack, 2026-12-06). Behind, each receive names one connection's
+  // tag (UCX finds a tag's messages through a hash, and keeps them in the order they came), in the
+  // order read-turns.ts gives: deficit round robin over the time each message took to read, the
+  // line's turn ending each round. The line looks at the oldest control message first: one of a
+  // connection is read as that connection's, one of no connection is dropped unread, and when
+  // there is none, reading has caught up: a receive of any control message stays posted, and
+  // messages are read as they come again. A receive that waits for the rest of its message (a
+  // rendezvous, a message in eager fragments) waits alone: it keeps its buffer, its connection's
+  // later messages wait for it, and the others go on (a peer that sent rendezvous messages and
+  // stopped its process held every connection's reading, a second a message, before: a helper
+  // session's attack, 2026-12-06). Past STALLED_RECEIVE_MS its connection is closed.
 
-  /** Reads in turns until the slice ends or a receive is pending. */
+  /** Reads in turns until the slice ends, nothing can be read, or reading has caught up. */
   #takeTurns(): void {
-    while (!this.#stop.signal.aborted && !this.worker.closed && this.#posted === undefined) {
-      const holder = this.#turn ?? this.#nextTurn();
-      this.#turn = holder;
-      const line = holder === this.#line;
-      const tag = line ? CONTROL_BIT : (holder as Registered).tag;
-      const mask = line ? CONTROL_MASK : EXACT_MASK;
-      if (!line && this.worker.tagProbe(tag, mask) === null) {
-        this.#turn = undefined;
-        continue;
-      }
-      const buffer = this.#buffer;
-      let now: boolean;
-      this.#posted = buffer;
-      try {
-        this.#receiveId = this.worker.requestId();
-        now = this.worker.tagRecvInto(buffer.bytes, tag, mask, this.#receiveId, this.#slot, this.#onReceived);
-      } catch (error) {
-        // As in #receive: the message is gone (it counts as the line's one).
-        this.#posted = undefined;
-        if (line) this.#turn = undefined;
-        this.#failed(buffer, error);
-        if (this.#yielded()) return;
-        continue;
-      }
-      if (!now) {
-        // The line found nothing: caught up, and this receive waits for the next message. A
-        // connection's message that is still on its way (rendezvous) completes in #received.
-        if (line) this.#caughtUp();
+    clearTimeout(this.#recheck);
+    this.#recheck = undefined;
+    while (this.#inTurns && !this.#stop.signal.aborted && !this.worker.closed && this.#posted === undefined) {
+      const turn = this.#turns.next();
+      const done = turn === this.#turns.line ? this.#lineTurn() : this.#connectionTurn(turn as Registered);
+      if (done === 'caught up') return this.#receive();
+      if (done === 'blocked') {
+        // Every message queued waits for an earlier one of its connection: look again shortly.
+        this.#recheck = setTimeout(this.#resume, BLOCKED_RECHECK_MS);
         return;
       }
-      this.#posted = undefined;
-      this.#deliverInTurn(buffer);
-      if (this.#yielded()) return;
+      if (done === 'read' && this.#yielded()) return;
     }
   }
 
-  /** The next connection whose turn it is, with its balance topped up; the line at each round's end. */
-  #nextTurn(): TurnHolder {
-    for (;;) {
-      const next = this.#round?.next();
-      if (next === undefined || next.done === true) {
-        const empty = !this.#readInRound;
-        this.#round = this.#byPrefix.values();
-        this.#readInRound = false;
-        if (Dispatcher.#topUp(this.#line) || empty) return this.#line;
-        continue;
+  /** A connection's turn: its next message, if one is queued and none of its own is on its way. */
+  #connectionTurn(registered: Registered): 'read' | 'none' {
+    if (registered.awaiting !== undefined || this.worker.tagProbe(registered.tag, EXACT_MASK) === null) {
+      this.#turns.end();
+      return 'none';
+    }
+    this.#receiveOf(registered);
+    return 'read';
+  }
+
+  /** The line's turn: the oldest control message, read as its connection's, or dropped when it is
+   *  of none; 'blocked' when it cannot be read yet and nothing else was this round. */
+  #lineTurn(): 'read' | 'none' | 'blocked' | 'caught up' {
+    const oldest = this.worker.tagProbe(CONTROL_BIT, CONTROL_MASK);
+    if (oldest === null) {
+      // Caught up, unless a connection's message is still on its way: a receive of any control
+      // message could take that connection's next one before it.
+      if (this.#awaiting.size > 0) {
+        const idle = this.#turns.idle;
+        this.#turns.end();
+        return idle ? 'blocked' : 'none';
       }
-      if (Dispatcher.#topUp(next.value)) return next.value;
+      this.#caughtUp();
+      return 'caught up';
+    }
+    const low = Number(oldest.senderTag & 0xffff_ffffn);
+    const high = Number(oldest.senderTag >> 32n);
+    const prefix = controlPrefix(high);
+    const registered = prefix === 0 && low === 0 && this.#hello !== undefined ? this.#helloHolder : this.#registeredOf(low, high);
+    if (registered === undefined) {
+      // Of no connection (gone, never was, or a guess): taken out without its bytes.
+      const message = this.worker.tagProbe(oldest.senderTag, EXACT_MASK, { remove: true });
+      if (message !== null) this.#dropControl(message);
+      this.#turns.busy();
+      this.#turns.end();
+      return 'read';
+    }
+    if (registered.awaiting !== undefined) {
+      const idle = this.#turns.idle;
+      this.#turns.end();
+      return idle ? 'blocked' : 'none';
+    }
+    this.#receiveOf(registered);
+    return 'read';
+  }
+
+  /** Receives `registered`'s next message (one is queued) into the receive buffer; when it waits
+   *  for the rest of its message, the buffer and slot stay with it and new ones go on. */
+  #receiveOf(registered: Registered): void {
+    const buffer = this.#buffer;
+    const slot = this.#slot;
+    const id = this.worker.requestId();
+    let now: boolean;
+    this.#posted = buffer;
+    this.#receiveId = id;
+    try {
+      now = this.worker.tagRecvInto(buffer.bytes, registered.tag, EXACT_MASK, id, slot, (error?: unknown) => this.#awaitedDone(registered, buffer, error));
+    } catch (error) {
+      // As in #receive: the message is gone.
+      this.#posted = undefined;
+      this.#failed(buffer, error);
+      this.#turns.charge(this.#turns.current, registered, 0);
+      return;
+    }
+    this.#posted = undefined;
+    if (now) {
+      this.#deliverInTurn(buffer, slot);
+      return;
+    }
+    registered.awaiting = { buffer, slot, id, watch: Dispatcher.#newStallWatch() };
+    this.#awaiting.add(registered);
+    this.#buffer = new ReceiveBuffer(buffer.bytes.length);
+    this.#slot = new Uint32Array(4);
+    this.#turns.end();
+  }
+
+  /** A receive that waited for its message in a turn completed. */
+  #awaitedDone(registered: Registered, buffer: ReceiveBuffer, error: unknown): void {
+    const awaited = registered.awaiting;
+    // Given up on (its connection closed, or the dispatcher stopped): what came is dropped.
+    if (awaited?.buffer !== buffer || this.#stop.signal.aborted) return;
+    registered.awaiting = undefined;
+    this.#awaiting.delete(registered);
+    if (error === undefined) this.#deliverInTurn(buffer, awaited.slot);
+    else this.#failed(buffer, error);
+    if (this.#inTurns) this.#schedule();
+  }
+
+  /** Gives up on receives in turns that are stuck as the stall watch sees the posted receive
+   *  (#checkStalled: matched, while control messages wait in UCX's queue, STALLED_RECEIVE_MS and as
+   *  many drain passes in a row): their connections are closed. `queued`: a control message waits. */
+  #checkAwaited(queued: boolean): void {
+    const now = performance.now();
+    for (const registered of [...this.#awaiting]) {
+      const awaited = registered.awaiting!;
+      if (!awaited.watch.stalled(awaited.id, queued, now)) continue;
+      this.#stats.stalledReceives += 1;
+      registered.awaiting = undefined;
+      this.#awaiting.delete(registered);
+      try {
+        registered.sink.onStalled();
+      } catch {
+        // As in #deliver: the loop goes on.
+      }
+      if (this.#inTurns) this.#schedule();
     }
   }
 
-  /** Adds a turn's quantum to `holder`'s balance (up to one quantum); whether it may read. */
-  static #topUp(holder: TurnHolder): boolean {
-    holder.balance = Math.min(holder.balance + TURN_QUANTUM_MS, TURN_QUANTUM_MS);
-    return holder.balance > 0;
+  /** Delivers a message received in a turn, charging the time it took to its connection (to the
+   *  line when it has none; read-turns.ts). */
+  #deliverInTurn(buffer: ReceiveBuffer, slot: Uint32Array<ArrayBuffer>): void {
+    const turn = this.#turns.current;
+    const holder = this.#registeredOf(slot[0]!, slot[1]!) ?? this.#turns.line;
+    const start = performance.now();
+    this.#deliver(buffer, slot);
+    this.#stats.readInTurns += 1;
+    this.#turns.charge(turn, holder, performance.now() - start);
   }
 
-  /** Delivers a message received in a turn, charging the time it took to its connection, and to
-   *  the line when it came in the line's turn (so that the line does not read a message of a
-   *  connection in debt at every round). The line's turn is one message; a connection's lasts
-   *  while its balance is positive. */
-  #deliverInTurn(buffer: ReceiveBuffer): void {
-    const turn = this.#turn;
-    const holder = this.#registeredOf(this.#slot[0]!, this.#slot[1]!) ?? this.#line;
-    const start = performance.now();
-    this.#deliver(buffer);
-    const took = performance.now() - start;
-    holder.balance -= took;
-    if (turn === this.#line && holder !== this.#line) this.#line.balance -= took;
-    this.#stats.readInTurns += 1;
-    if (turn !== this.#line && turn === holder) this.#readInRound = true;
-    if (this.#turn === turn && (turn === this.#line || holder.balance <= 0)) this.#turn = undefined;
+  /** Drops a control message of no connection, taken out of UCX's queue: its bytes are not read
+   *  (a rendezvous message's sender is told the receive was too short). */
+  #dropControl(message: TakenMessage): void {
+    this.#stats.unattributed += 1;
+    this.worker.tagRecvTaken(message, Dispatcher.#sink).catch(() => { /* truncation is the point */ });
   }
 
   #caughtUp(): void {
     this.#inTurns = false;
-    this.#turn = undefined;
-    this.#round = undefined;
+    this.#turns.reset();
   }
 
   #onReceived = this.#receiver(0);
@@ -364,7 +452,7 @@ export class Dispatcher {
     // The receive waited for this message: the loop came back from the event loop, a new slice.
     this.#newSlice();
     if (error !== undefined) this.#failed(buffer, error);
-    else if (this.#inTurns) this.#deliverInTurn(buffer);
+    else if (this.#inTurns) this.#deliverInTurn(buffer, this.#slot);
     else this.#deliver(buffer);
     // Posted here, the next receive stood between every message and its answer (0.6-0.7 µs a side
     // on the CPU box): the frames of the answer leave in a microtask at the end of this wake-up.
@@ -391,7 +479,7 @@ export class Dispatcher {
     this.#slot = new Uint32Array(4);
     this.#onReceived = this.#receiver(this.#generation);
     this.#posted = undefined;
-    this.#turn = undefined;
+    this.#turns.end();
     this.#newSlice();
     this.#receive();
   }
@@ -426,8 +514,7 @@ export class Dispatcher {
   /** Hands the message in #slot, received into `buffer`, to its connection, in place: a copy of
    *  each message, and the DataView msgpackr made for each copy, cost about 0.6 µs a message in a
    *  micro-benchmark on the CPU box (docs/binding.md). */
-  #deliver(buffer: ReceiveBuffer): void {
-    const slot = this.#slot;
+  #deliver(buffer: ReceiveBuffer, slot = this.#slot): void {
     const length = slot[2]!;
     buffer.received(length);
     try {
@@ -537,6 +624,7 @@ export class Dispatcher {
     // tagProbe with `remove` takes nothing then.)
     const controlQueued = this.worker.tagProbe(CONTROL_BIT, CONTROL_MASK) !== null;
     this.#behind = controlQueued;
+    this.#checkAwaited(controlQueued);
     // Queued while a receive was posted: it was matched to a message still on its way (each
     // message a round trip, rendezvous), and others came meanwhile. The next receive takes turns.
     if (controlQueued) this.#behindNow();
