@@ -10,27 +10,13 @@
 // on its way) and drops the rest, so nothing a peer sends is queued forever.
 import type { TakenMessage, Worker } from '../../ucx/index.ts';
 import { Code, GdrpcError } from '../../errors.ts';
-import { CONTROL_BIT, CONTROL_MASK, ConnectionKey, controlPrefix, controlTag, dataParts, EXACT_MASK } from '../../wire/tag.ts';
+import { CONTROL_BIT, CONTROL_MASK, controlPrefix, dataParts, EXACT_MASK, type ConnectionKey } from '../../wire/tag.ts';
 import { StallWatch } from './stall-watch.ts';
-import { ReadTurns, type TurnHolder } from './read-turns.ts';
+import { ReadTurns } from './read-turns.ts';
+import { ReceiveBuffer } from './receive-buffer.ts';
+import { ConnectionTable, type FrameSink, type Registered } from './connection-table.ts';
 
-/** What a connection exposes to the dispatcher. */
-export interface FrameSink {
-  /** A control message for this connection: `source[0, length)`, the receive buffer itself,
-   *  valid only during the call (the next receive overwrites it); past `length` it holds zeros. */
-  onMessage(source: Uint8Array, length: number): void;
-  /** A control message longer than the receive buffer (truncated by UCX, contents lost). */
-  onOversized(length: number): void;
-  /** A tensor payload nobody had posted a receive for; the sink receives or drops it. */
-  onStrayData(message: TakenMessage, low: number): void;
-  /** A control message of this connection was given up on (it did not arrive whole within
-   *  STALLED_RECEIVE_MS while other messages waited) and came later: the messages after it were
-   *  read before it, so the connection cannot be read in order any more. */
-  onLost(): void;
-  /** A control message of this connection, received in its turn, has not arrived whole within
-   *  STALLED_RECEIVE_MS: the connection cannot be read past it. */
-  onStalled(): void;
-}
+export type { FrameSink } from './connection-table.ts';
 
 /** How often unexpected tensor payloads are collected. */
 export const DRAIN_INTERVAL_MS = 25;
@@ -62,38 +48,9 @@ export interface DispatcherStats {
   backlogs: number; readInTurns: number;
 }
 
-/** A receive in a turn that waits for the rest of its message (rendezvous, or eager fragments):
- *  its own buffer and slot, since the turns go on with others meanwhile. */
-interface Awaited { buffer: ReceiveBuffer; slot: Uint32Array<ArrayBuffer>; id: number; watch: StallWatch }
-
-/** A registered connection: its sink, its key's low 32 bits (the prefix is its map key), the tag
- *  of its control messages, its balance of reading time in turns, and its receive in a turn that
- *  waits for its message, if any (its later messages wait for it). */
-interface Registered extends TurnHolder { sink: FrameSink; low: number; tag: bigint; awaiting: Awaited | undefined }
-
-/** The control receive buffer. Messages are decoded where they arrive (wire/codec.ts decodeFrame),
- *  and a crafted msgpack body can make the decoder read past its message's end and keep what it
- *  read: so past the message in it, the buffer holds zeros, never bytes of an earlier message
- *  (another peer's, docs/security.md). `used` is how far received bytes may reach. */
-class ReceiveBuffer {
-  readonly bytes: Buffer;
-  #used = 0;
-  constructor(size: number) { this.bytes = Buffer.alloc(size); }
-  /** A message of `length` bytes arrived: clears what earlier ones left past it. */
-  received(length: number): void {
-    if (this.#used > length) this.bytes.fill(0, length, this.#used);
-    this.#used = length;
-  }
-  /** A receive failed (truncated): UCX may have written anywhere in the buffer. */
-  spoiled(): void { this.#used = this.bytes.length; }
-}
-
 /** Routes control messages and stray payloads of one worker to its connections. */
 export class Dispatcher {
-  /** By key prefix, unique among this worker's keys (ConnectionKey.draw). */
-  readonly #byPrefix = new Map<number, Registered>();
-  #hello: FrameSink | undefined;
-  #helloQueue: Array<() => void> = [];
+  readonly #table = new ConnectionTable();
   #buffer: ReceiveBuffer;
   #stop = new AbortController();
   #running = false;
@@ -108,11 +65,9 @@ export class Dispatcher {
   readonly #stats = { unattributed: 0, droppedPayloads: 0, stalledReceives: 0, backlogs: 0, readInTurns: 0 };
   /** Reading is behind: connections take turns (#takeTurns). */
   #inTurns = false;
-  readonly #turns = new ReadTurns<Registered>(() => this.#byPrefix.values());
+  readonly #turns = new ReadTurns<Registered>(() => this.#table.values());
   /** Connections whose receive in a turn waits for its message (Registered.awaiting). */
   readonly #awaiting = new Set<Registered>();
-  /** The handshake's HELLO (key 0) as a holder of turns: read by the line's turn alone. */
-  readonly #helloHolder: Registered;
   /** A #resume is scheduled (setImmediate), or a look again when turns were blocked. */
   #scheduled = false;
   #recheck: NodeJS.Timeout | undefined;
@@ -132,15 +87,6 @@ export class Dispatcher {
   constructor(private readonly worker: Worker, frameBytes: number) {
     this.#buffer = new ReceiveBuffer(frameBytes);
     this.#receiveAfterTurn = worker.wakeup === 'uv';
-    const dispatcher = this;
-    const hello: FrameSink = {
-      onMessage: (source, length) => dispatcher.#hello?.onMessage(source, length),
-      onOversized: (length) => dispatcher.#hello?.onOversized(length),
-      onStrayData: (message, low) => dispatcher.#hello?.onStrayData(message, low),
-      onLost: () => dispatcher.#hello?.onLost(),
-      onStalled: () => dispatcher.#hello?.onStalled(),
-    };
-    this.#helloHolder = { sink: hello, low: 0, tag: controlTag(0n), balance: 0, awaiting: undefined };
   }
 
   /** Grows the receive buffer to at least `bytes` (from the next receive on). */
@@ -151,7 +97,7 @@ export class Dispatcher {
   /** Largest control message this worker can receive. */
   get frameBytes(): number { return this.#buffer.bytes.length; }
 
-  stats(): DispatcherStats { return { ...this.#stats, connections: this.#byPrefix.size }; }
+  stats(): DispatcherStats { return { ...this.#stats, connections: this.#table.size }; }
 
   /** Whether control messages wait in UCX's queue unread (as of the last drain pass, every
    *  DRAIN_INTERVAL_MS): the loop is behind, and a peer whose frames wait behind others' is not
@@ -165,17 +111,14 @@ export class Dispatcher {
   /** Draws a fresh connection key for `sink`; messages tagged with it go there. */
   register(sink: FrameSink): ConnectionKey {
     if (this.#stop.signal.aborted) throw new GdrpcError(Code.FAILED_PRECONDITION, 'the runtime is closing');
-    const key = ConnectionKey.draw((prefix) => !this.#byPrefix.has(prefix));
-    this.#byPrefix.set(key.prefix, { sink, low: key.low, tag: controlTag(key.value), balance: 0, awaiting: undefined });
+    const key = this.#table.register(sink);
     this.#start();
     return key;
   }
 
   unregister(key: ConnectionKey): void {
-    // Prefix and low word together are the whole key.
-    const registered = this.#byPrefix.get(key.prefix);
-    if (registered?.low !== key.low) return;
-    this.#byPrefix.delete(key.prefix);
+    const registered = this.#table.unregister(key);
+    if (registered === undefined) return;
     this.#turns.forget(registered);
     // A receive that waits for its message stays with UCX (a matched receive cannot be
     // cancelled); what it brings is dropped (#awaitedDone).
@@ -186,14 +129,9 @@ export class Dispatcher {
   /** Routes the next HELLO (key 0) to `sink`. Outgoing handshakes take turns (docs/wire.md): the
    *  returned function ends this one's turn. */
   async awaitHelloTurn(sink: FrameSink): Promise<() => void> {
-    while (this.#hello !== undefined) await new Promise<void>((resolve) => this.#helloQueue.push(resolve));
-    this.#hello = sink;
+    const endTurn = await this.#table.awaitHelloTurn(sink);
     this.#start();
-    return () => {
-      if (this.#hello !== sink) return;
-      this.#hello = undefined;
-      this.#helloQueue.shift()?.();
-    };
+    return endTurn;
   }
 
   /** Drops a payload: received into one byte, which completes its sender with truncation. */
@@ -330,7 +268,7 @@ export class Dispatcher {
     const low = Number(oldest.senderTag & 0xffff_ffffn);
     const high = Number(oldest.senderTag >> 32n);
     const prefix = controlPrefix(high);
-    const registered = prefix === 0 && low === 0 && this.#hello !== undefined ? this.#helloHolder : this.#registeredOf(low, high);
+    const registered = prefix === 0 && low === 0 && this.#table.awaitsHello ? this.#table.hello : this.#table.registeredOf(low, high);
     if (registered === undefined) {
       // Of no connection (gone, never was, or a guess): taken out without its bytes.
       const message = this.worker.tagProbe(oldest.senderTag, EXACT_MASK, { remove: true });
@@ -414,7 +352,7 @@ export class Dispatcher {
    *  line when it has none; read-turns.ts). */
   #deliverInTurn(buffer: ReceiveBuffer, slot: Uint32Array<ArrayBuffer>): void {
     const turn = this.#turns.current;
-    const holder = this.#registeredOf(slot[0]!, slot[1]!) ?? this.#turns.line;
+    const holder = this.#table.registeredOf(slot[0]!, slot[1]!) ?? this.#turns.line;
     const start = performance.now();
     this.#deliver(buffer, slot);
     this.#stats.readInTurns += 1;
@@ -489,7 +427,7 @@ export class Dispatcher {
   #lateReceive(slot: Uint32Array, error: unknown): void {
     if (this.#stop.signal.aborted) return;
     const tag = error instanceof GdrpcError ? error.details?.senderTag : undefined;
-    const sink = error === undefined ? this.#sinkOfWords(slot[0]!, slot[1]!) : typeof tag === 'bigint' ? this.#sinkOf(tag) : undefined;
+    const sink = error === undefined ? this.#table.sinkOfWords(slot[0]!, slot[1]!) : typeof tag === 'bigint' ? this.#table.sinkOf(tag) : undefined;
     try {
       sink?.onLost();
     } catch {
@@ -551,29 +489,8 @@ export class Dispatcher {
     this.#inSlice = 0;
   }
 
-  /** The connection a control tag's two 32-bit words name: the key's prefix and its secret low
-   *  word, all of it checked. */
-  #sinkOfWords(low: number, high: number): FrameSink | undefined {
-    const prefix = controlPrefix(high);
-    if (prefix === undefined) return undefined;
-    if (prefix === 0) return low === 0 ? this.#hello : undefined;
-    return this.#registeredOf(low, high)?.sink;
-  }
-
-  /** The registered connection a control tag's two words name (not the handshake's key 0). */
-  #registeredOf(low: number, high: number): Registered | undefined {
-    const prefix = controlPrefix(high);
-    if (prefix === undefined || prefix === 0) return undefined;
-    const registered = this.#byPrefix.get(prefix);
-    return registered !== undefined && registered.low === low ? registered : undefined;
-  }
-
-  #sinkOf(tag: bigint): FrameSink | undefined {
-    return this.#sinkOfWords(Number(tag & 0xffff_ffffn), Number(tag >> 32n));
-  }
-
   #route(low: number, high: number, source: Uint8Array, length: number): void {
-    const sink = this.#sinkOfWords(low, high);
+    const sink = this.#table.sinkOfWords(low, high);
     // A message for no live connection (gone, never was, or a guess) has nobody to answer: drop it.
     if (sink === undefined) this.#stats.unattributed += 1;
     else sink.onMessage(source, length);
@@ -583,7 +500,7 @@ export class Dispatcher {
     const tag = error.details?.senderTag;
     if (/truncat/i.test(error.rawMessage) && typeof tag === 'bigint') {
       const length = typeof error.details?.length === 'number' ? error.details.length : -1;
-      const sink = this.#sinkOf(tag);
+      const sink = this.#table.sinkOf(tag);
       if (sink === undefined) this.#stats.unattributed += 1;
       else sink.onOversized(length);
     }
@@ -639,7 +556,7 @@ export class Dispatcher {
       const message = this.worker.tagProbe(0n, CONTROL_MASK, { remove: true });
       if (message === null) return;
       const parts = dataParts(message.senderTag);
-      const registered = parts === undefined ? undefined : this.#byPrefix.get(parts.prefix);
+      const registered = parts === undefined ? undefined : this.#table.byPrefix(parts.prefix);
       if (registered === undefined) this.drop(message);
       else registered.sink.onStrayData(message, parts!.low);
     }

@@ -1,0 +1,118 @@
+// Which connection a tag names (wire/tag.ts). UCX tag matching does not say which endpoint sent a
+// message, so a connection's key, drawn at random and told only to its peer, is what ties a
+// message to it: a control tag names a connection by the key's 24-bit prefix (unique among this
+// worker's keys) and its secret 32-bit low word, all of it checked. Key 0 is the handshake's
+// HELLO, routed to the one outgoing handshake whose turn it is.
+import type { StallWatch } from './stall-watch.ts';
+import type { TurnHolder } from './read-turns.ts';
+import type { TakenMessage } from '../../ucx/index.ts';
+import type { ReceiveBuffer } from './receive-buffer.ts';
+import { ConnectionKey, controlPrefix, controlTag } from '../../wire/tag.ts';
+
+/** What a connection exposes to the dispatcher. */
+export interface FrameSink {
+  /** A control message for this connection: `source[0, length)`, the receive buffer itself,
+   *  valid only during the call (the next receive overwrites it); past `length` it holds zeros. */
+  onMessage(source: Uint8Array, length: number): void;
+  /** A control message longer than the receive buffer (truncated by UCX, contents lost). */
+  onOversized(length: number): void;
+  /** A tensor payload nobody had posted a receive for; the sink receives or drops it. */
+  onStrayData(message: TakenMessage, low: number): void;
+  /** A control message of this connection was given up on (it did not arrive whole within
+   *  STALLED_RECEIVE_MS, dispatcher.ts, while other messages waited) and came later: the messages after it were
+   *  read before it, so the connection cannot be read in order any more. */
+  onLost(): void;
+  /** A control message of this connection, received in its turn, has not arrived whole within
+   *  STALLED_RECEIVE_MS while other messages waited: the connection cannot be read past it. */
+  onStalled(): void;
+}
+
+/** A receive in a turn that waits for the rest of its message (rendezvous, or eager fragments):
+ *  its own buffer and slot, since the turns go on with others meanwhile. */
+export interface Awaited { buffer: ReceiveBuffer; slot: Uint32Array<ArrayBuffer>; id: number; watch: StallWatch }
+
+/** A registered connection: its sink, its key's low 32 bits (the prefix is its map key), the tag
+ *  of its control messages, its balance of reading time in turns, and its receive in a turn that
+ *  waits for its message, if any (its later messages wait for it). */
+export interface Registered extends TurnHolder { sink: FrameSink; low: number; tag: bigint; awaiting: Awaited | undefined }
+
+/** The connections of one worker, by key. */
+export class ConnectionTable {
+  /** By key prefix, unique among this worker's keys (ConnectionKey.draw). */
+  readonly #byPrefix = new Map<number, Registered>();
+  #hello: FrameSink | undefined;
+  readonly #helloQueue: Array<() => void> = [];
+  /** The handshake's HELLO (key 0) as a connection: read by the line's turn alone (read-turns.ts). */
+  readonly hello: Registered;
+
+  constructor() {
+    const table = this;
+    const hello: FrameSink = {
+      onMessage: (source, length) => table.#hello?.onMessage(source, length),
+      onOversized: (length) => table.#hello?.onOversized(length),
+      onStrayData: (message, low) => table.#hello?.onStrayData(message, low),
+      onLost: () => table.#hello?.onLost(),
+      onStalled: () => table.#hello?.onStalled(),
+    };
+    this.hello = { sink: hello, low: 0, tag: controlTag(0n), balance: 0, awaiting: undefined };
+  }
+
+  get size(): number { return this.#byPrefix.size; }
+
+  /** The registered connections, in the order they came (the turns' order). */
+  values(): IterableIterator<Registered> { return this.#byPrefix.values(); }
+
+  /** Draws a fresh connection key for `sink`; messages tagged with it go there. */
+  register(sink: FrameSink): ConnectionKey {
+    const key = ConnectionKey.draw((prefix) => !this.#byPrefix.has(prefix));
+    this.#byPrefix.set(key.prefix, { sink, low: key.low, tag: controlTag(key.value), balance: 0, awaiting: undefined });
+    return key;
+  }
+
+  /** Removes `key`'s connection; returns it (undefined when the key is not, or no longer, one). */
+  unregister(key: ConnectionKey): Registered | undefined {
+    // Prefix and low word together are the whole key.
+    const registered = this.#byPrefix.get(key.prefix);
+    if (registered?.low !== key.low) return undefined;
+    this.#byPrefix.delete(key.prefix);
+    return registered;
+  }
+
+  /** Routes the next HELLO (key 0) to `sink` once no other handshake has the turn; the returned
+   *  function ends this one's turn. */
+  async awaitHelloTurn(sink: FrameSink): Promise<() => void> {
+    while (this.#hello !== undefined) await new Promise<void>((resolve) => this.#helloQueue.push(resolve));
+    this.#hello = sink;
+    return () => {
+      if (this.#hello !== sink) return;
+      this.#hello = undefined;
+      this.#helloQueue.shift()?.();
+    };
+  }
+
+  /** Whether a handshake waits for its HELLO. */
+  get awaitsHello(): boolean { return this.#hello !== undefined; }
+
+  /** The connection a control tag's two 32-bit words name (the HELLO's sink for key 0). */
+  sinkOfWords(low: number, high: number): FrameSink | undefined {
+    const prefix = controlPrefix(high);
+    if (prefix === undefined) return undefined;
+    if (prefix === 0) return low === 0 ? this.#hello : undefined;
+    return this.registeredOf(low, high)?.sink;
+  }
+
+  /** The registered connection a control tag's two words name (not the handshake's key 0). */
+  registeredOf(low: number, high: number): Registered | undefined {
+    const prefix = controlPrefix(high);
+    if (prefix === undefined || prefix === 0) return undefined;
+    const registered = this.#byPrefix.get(prefix);
+    return registered !== undefined && registered.low === low ? registered : undefined;
+  }
+
+  /** The connection a tensor payload's key prefix names (its low word is the connection's to check). */
+  byPrefix(prefix: number): Registered | undefined { return this.#byPrefix.get(prefix); }
+
+  sinkOf(tag: bigint): FrameSink | undefined {
+    return this.sinkOfWords(Number(tag & 0xffff_ffffn), Number(tag >> 32n));
+  }
+}
