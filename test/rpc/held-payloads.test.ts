@@ -2,7 +2,7 @@
 // are kept for their receive, unannounced ones a while and a few at most; everything is dropped
 // through the given function (which receives a payload into nothing), never lost track of.
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { HeldPayloads, MAX_HELD_PAYLOADS } from '../../core/rpc/connection/held-payloads.ts';
+import { HELD_PAYLOAD_MIN_WEIGHT, HeldPayloads, MAX_HELD_PAYLOADS, MAX_HELD_PAYLOADS_BEHIND } from '../../core/rpc/connection/held-payloads.ts';
 import type { TakenMessage } from '../../core/ucx/index.ts';
 import { HeldBytes } from '../../core/rpc/runtime/held-bytes.ts';
 
@@ -23,6 +23,18 @@ describe('HeldPayloads', () => {
     expect(dropped).toEqual([extra, again]);
     held.clear();
     expect(dropped).toHaveLength(2 + MAX_HELD_PAYLOADS);
+  });
+
+  it(`keeps ${MAX_HELD_PAYLOADS_BEHIND} while control messages of the connection's own wait to be read (their frames may be among them); one more is refused`, () => {
+    const dropped: TakenMessage[] = [];
+    const held = new HeldPayloads((m) => dropped.push(m));
+    for (let i = 0; i < MAX_HELD_PAYLOADS_BEHIND; i += 1) expect(held.hold(i, message(i), true)).toBe(true);
+    // With none of its frames waiting, the count is the smaller one: refused at once.
+    expect(held.hold(5000, message(5000), false)).toBe(false);
+    expect(held.hold(5001, message(5001), true)).toBe(false);
+    expect(dropped).toEqual([message(5000), message(5001)]);
+    held.clear();
+    expect(dropped).toHaveLength(2 + MAX_HELD_PAYLOADS_BEHIND);
   });
 
   it('remembers the bytes frames announced for a payload, those of a gather added up, until its receive takes it', () => {
@@ -76,33 +88,34 @@ describe("the runtime's weight of unannounced payloads", () => {
     return held;
   }
 
-  it('weighs unannounced payloads by length until taken, dropped or cleared; announced ones not at all', () => {
-    const count = new HeldBytes(1000);
+  it(`weighs unannounced payloads by length, ${HELD_PAYLOAD_MIN_WEIGHT} bytes at least, until taken, dropped or cleared; announced ones not at all`, () => {
+    const count = new HeldBytes(100_000);
     const held = connection(count, 'a', []);
-    held.hold(1, sized(1, 300));
-    held.hold(2, sized(2, 200));
-    held.expect(3, 900);
-    held.hold(3, sized(3, 900));  // announced: its call bounds it
-    expect(count.total).toBe(500);
+    held.hold(1, sized(1, 30_000));
+    held.hold(2, sized(2, 20_000));
+    held.hold(4, sized(4, 1));  // small ones add up too
+    held.expect(3, 90_000);
+    held.hold(3, sized(3, 90_000));  // announced: its call bounds it
+    expect(count.total).toBe(50_000 + HELD_PAYLOAD_MIN_WEIGHT);
     held.take(1);
-    expect(count.total).toBe(200);
+    expect(count.total).toBe(20_000 + HELD_PAYLOAD_MIN_WEIGHT);
     held.clear();
     expect(count.total).toBe(0);
   });
 
   it('past the limit the connection holding the most is closed, largest first, until the rest fits', () => {
-    const count = new HeldBytes(1000);
+    const count = new HeldBytes(100_000);
     const shed: string[] = [];
     const a = connection(count, 'a', shed);
     const b = connection(count, 'b', shed);
-    a.hold(1, sized(1, 600));
-    b.hold(1, sized(1, 300));
+    a.hold(1, sized(1, 60_000));
+    b.hold(1, sized(1, 30_000));
     expect(shed).toEqual([]);
-    b.hold(2, sized(2, 200));  // 1,100: a holds the most (600) and goes, though b tipped it over
-    expect(shed).toEqual(['a 600/1100/1000']);
-    expect(count.total).toBe(500);
-    b.hold(3, sized(3, 600));  // b alone past it
-    expect(shed).toEqual(['a 600/1100/1000', 'b 1100/1100/1000']);
+    b.hold(2, sized(2, 20_000));  // 110,000: a holds the most (60,000) and goes, though b tipped it over
+    expect(shed).toEqual(['a 60000/110000/100000']);
+    expect(count.total).toBe(50_000);
+    b.hold(3, sized(3, 60_000));  // b alone past it
+    expect(shed).toEqual(['a 60000/110000/100000', 'b 110000/110000/100000']);
     expect(count.total).toBe(0);
     a.clear();
     b.clear();

@@ -303,8 +303,8 @@ export class Connection implements FrameSink {
     this.close(new GdrpcError(Code.UNAVAILABLE, `a control message from ${this.peer} did not arrive whole within ${STALLED_RECEIVE_MS} ms: the connection is closed rather than read past it`));
   }
 
-  onStrayData(message: TakenMessage, low: number): void {
-    this.payloads.stray(message, low);
+  onStrayData(message: TakenMessage, low: number, framesWaiting: boolean): void {
+    this.payloads.stray(message, low, framesWaiting);
   }
 
   onMessage(source: Uint8Array, length: number): void {

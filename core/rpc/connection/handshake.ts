@@ -22,7 +22,7 @@ export async function connectAndAdmit(runtime: Runtime, host: string, port: numb
   const forward: FrameSink & { target?: Connection } = {
     onMessage(source, length) { this.target?.onMessage(source, length); },
     onOversized(length) { this.target?.onOversized(length); },
-    onStrayData(message, low) { if (this.target !== undefined) this.target.onStrayData(message, low); else runtime.dispatcher.drop(message); },
+    onStrayData(message, low, framesWaiting) { if (this.target !== undefined) this.target.onStrayData(message, low, framesWaiting); else runtime.dispatcher.drop(message); },
     onLost() { this.target?.onLost(); },
     onStalled() { this.target?.onStalled(); },
   };

@@ -7,13 +7,21 @@ import type { HeldBytes, HeldBytesHolder } from '../runtime/held-bytes.ts';
 
 /** Tensor payloads a connection holds for frames still on their way; more closes it. */
 export const MAX_HELD_PAYLOADS = 64;
+/** The same while control messages of the connection's own wait to be read (the frames of its
+ *  payloads may well be among them): an honest client keeping 256 calls of a 64 KiB tensor in
+ *  flight was closed at 64, in 2 of 14 runs on the CPU box, when the server's reading fell more
+ *  than 200 ms behind. Its calls bound an honest peer's payloads ahead of their frames. */
+export const MAX_HELD_PAYLOADS_BEHIND = 1024;
+/** What a held payload weighs across the runtime at least (HeldBytes): what holding one costs
+ *  besides its bytes (its UCX descriptor, its entries here), so that small ones add up too. */
+export const HELD_PAYLOAD_MIN_WEIGHT = 4096;
 /** How long a held payload waits for the frame that announces it before it is dropped. */
 const HOLD_MS = 10_000;
 
 export class HeldPayloads {
-  /** Payloads that arrived before their receive was posted, by transfer id; `weighed`: counted
-   *  in the runtime's HeldBytes (held while no frame had announced it). */
-  readonly #held = new Map<number, { message: TakenMessage; at: number; weighed: boolean }>();
+  /** Payloads that arrived before their receive was posted, by transfer id; `weight`: what it
+   *  counts in the runtime's HeldBytes (0 unless held while no frame had announced it). */
+  readonly #held = new Map<number, { message: TakenMessage; at: number; weight: number }>();
   /** Transfers announced by frames already read whose receive is not posted yet (the
    *  destination may be waiting for pool memory), with the bytes their frames announced: their
    *  payloads are held without limit of number or time, but no larger than that. */
@@ -37,20 +45,23 @@ export class HeldPayloads {
   }
 
   /** Keeps the payload of `transfer`; false (the payload dropped) when it is one unannounced
-   *  payload too many, or a second one for the same transfer: the peer is misbehaving. */
-  hold(transfer: number, message: TakenMessage): boolean {
+   *  payload too many (MAX_HELD_PAYLOADS, MAX_HELD_PAYLOADS_BEHIND while `framesWaiting`: control
+   *  messages of the connection's own wait to be read), or a second one for the same transfer:
+   *  the peer is misbehaving. */
+  hold(transfer: number, message: TakenMessage, framesWaiting = false): boolean {
     if (this.#expected.has(transfer) && !this.#held.has(transfer)) {
       // Announced, its call bounds how long it waits (deadline, pool wait, refusal).
-      this.#held.set(transfer, { message, at: Date.now(), weighed: false });
+      this.#held.set(transfer, { message, at: Date.now(), weight: 0 });
       return true;
     }
-    if (this.#expire() >= MAX_HELD_PAYLOADS || this.#held.has(transfer)) {
+    if (this.#expire() >= (framesWaiting ? MAX_HELD_PAYLOADS_BEHIND : MAX_HELD_PAYLOADS) || this.#held.has(transfer)) {
       this.drop(message);
       return false;
     }
-    this.#held.set(transfer, { message, at: Date.now(), weighed: this.bytes !== undefined });
+    const weight = this.bytes === undefined ? 0 : Math.max(message.length, HELD_PAYLOAD_MIN_WEIGHT);
+    this.#held.set(transfer, { message, at: Date.now(), weight });
     // Last: past the runtime's limit this may close the connection, which clears what it holds.
-    this.#weigh(message.length);
+    this.#weigh(weight);
     // Dropped after HOLD_MS even if nothing else arrives for this connection.
     this.#timer ??= setTimeout(() => this.#sweep(), HOLD_MS + 1).unref();
     return true;
@@ -62,7 +73,7 @@ export class HeldPayloads {
     const held = this.#held.get(transfer);
     if (held === undefined) return undefined;
     this.#held.delete(transfer);
-    if (held.weighed) this.#weigh(-held.message.length);
+    if (held.weight > 0) this.#weigh(-held.weight);
     return held.message;
   }
 
@@ -70,7 +81,7 @@ export class HeldPayloads {
   clear(): void {
     let weighed = 0;
     for (const held of this.#held.values()) {
-      if (held.weighed) weighed += held.message.length;
+      weighed += held.weight;
       this.drop(held.message);
     }
     this.#held.clear();
@@ -97,7 +108,7 @@ export class HeldPayloads {
       if (this.#expected.has(id)) continue;
       if (now - held.at > HOLD_MS) {
         this.#held.delete(id);
-        if (held.weighed) this.#weigh(-held.message.length);
+        if (held.weight > 0) this.#weigh(-held.weight);
         this.drop(held.message);
       } else {
         unannounced += 1;

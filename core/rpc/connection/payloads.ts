@@ -5,7 +5,7 @@ import type { TakenMessage, Worker } from '../../ucx/index.ts';
 import { Code, GdrpcError } from '../../errors.ts';
 import { transferOf, type ConnectionKey } from '../../wire/tag.ts';
 import type { Dispatcher } from '../runtime/dispatcher.ts';
-import { HeldPayloads, MAX_HELD_PAYLOADS } from './held-payloads.ts';
+import { HeldPayloads, MAX_HELD_PAYLOADS, MAX_HELD_PAYLOADS_BEHIND } from './held-payloads.ts';
 import type { HeldBytes } from '../runtime/held-bytes.ts';
 import { TransferWatch, type WatchedConnection } from './transfer-watch.ts';
 
@@ -51,7 +51,7 @@ export class Payloads {
   }
 
   /** A payload nobody had posted a receive for (the dispatcher took it out of UCX's queue). */
-  stray(message: TakenMessage, low: number): void {
+  stray(message: TakenMessage, low: number, framesWaiting = false): void {
     const { connection } = this;
     const dispatcher = connection.runtime.dispatcher;
     if (connection.closedError !== undefined) return dispatcher.drop(message);
@@ -70,8 +70,8 @@ export class Payloads {
       connection.close(new GdrpcError(Code.INVALID_ARGUMENT, `${connection.peer} sent ${message.length} bytes for transfer ${transfer}, which its frame announced as ${announced}`));
       return;
     }
-    if (!this.#held.hold(transfer, message)) {
-      connection.close(new GdrpcError(Code.RESOURCE_EXHAUSTED, `${connection.peer} sent more than ${MAX_HELD_PAYLOADS} tensor payloads that no frame announced`));
+    if (!this.#held.hold(transfer, message, framesWaiting)) {
+      connection.close(new GdrpcError(Code.RESOURCE_EXHAUSTED, `${connection.peer} sent more than ${framesWaiting ? MAX_HELD_PAYLOADS_BEHIND : MAX_HELD_PAYLOADS} tensor payloads that no frame announced`));
     }
   }
 

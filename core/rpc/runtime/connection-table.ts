@@ -16,8 +16,9 @@ export interface FrameSink {
   onMessage(source: Uint8Array, length: number): void;
   /** A control message longer than the receive buffer (truncated by UCX, contents lost). */
   onOversized(length: number): void;
-  /** A tensor payload nobody had posted a receive for; the sink receives or drops it. */
-  onStrayData(message: TakenMessage, low: number): void;
+  /** A tensor payload nobody had posted a receive for; the sink receives or drops it.
+   *  `framesWaiting`: control messages of this connection's own wait to be read. */
+  onStrayData(message: TakenMessage, low: number, framesWaiting: boolean): void;
   /** A control message of this connection was given up on (it did not arrive whole within
    *  STALLED_RECEIVE_MS, dispatcher.ts, while other messages waited) and came later: the messages after it were
    *  read before it, so the connection cannot be read in order any more. */
@@ -50,7 +51,7 @@ export class ConnectionTable {
     const hello: FrameSink = {
       onMessage: (source, length) => table.#hello?.onMessage(source, length),
       onOversized: (length) => table.#hello?.onOversized(length),
-      onStrayData: (message, low) => table.#hello?.onStrayData(message, low),
+      onStrayData: (message, low, framesWaiting) => table.#hello?.onStrayData(message, low, framesWaiting),
       onLost: () => table.#hello?.onLost(),
       onStalled: () => table.#hello?.onStalled(),
     };

@@ -507,6 +507,13 @@ export class Dispatcher {
     // Without the tag there is no one to tell; the message is lost and the loop goes on.
   }
 
+  /** Whether control messages of `registered`'s own wait to be read (in UCX's queue, or one
+   *  received in a turn waiting for the rest of it): the frames of its stray payloads may be
+   *  among them. */
+  #framesWaiting(registered: Registered): boolean {
+    return registered.awaiting !== undefined || this.worker.tagProbe(registered.tag, EXACT_MASK) !== null;
+  }
+
   /** At close, once every endpoint is closed (nothing new arrives): takes every message left in
    *  UCX's unexpected queue (payloads, and control messages the loop had not read yet) and drops
    *  it, for at most CLOSE_DRAIN_MS. Left there, each would be reported by the worker's destroy
@@ -558,7 +565,7 @@ export class Dispatcher {
       const parts = dataParts(message.senderTag);
       const registered = parts === undefined ? undefined : this.#table.byPrefix(parts.prefix);
       if (registered === undefined) this.drop(message);
-      else registered.sink.onStrayData(message, parts!.low);
+      else registered.sink.onStrayData(message, parts!.low, this.#framesWaiting(registered));
     }
   }
 }

@@ -102,9 +102,10 @@ export interface RuntimeOptions {
    *  fits. What waits for one peer's window is also capped on its own (32 MiB). Default 256 MiB. */
   maxWaitingBytes?: number;
   /** Bytes of tensor payloads that no frame has announced yet which this runtime's connections may
-   *  hold, all together, weighed by their length (held-bytes.ts). Past it the connection holding
-   *  the most is closed RESOURCE_EXHAUSTED. Each connection holds 64 such payloads at most, for
-   *  10-20 s. Default 1 GiB. */
+   *  hold, all together, weighed by their length, 4 KiB at least each (held-bytes.ts). Past it the
+   *  connection holding the most is closed RESOURCE_EXHAUSTED. Each connection holds 64 such
+   *  payloads at most (1,024 while control messages of its own wait to be read), for 10-20 s.
+   *  Default 1 GiB. */
   maxHeldPayloadBytes?: number;
 }
 
