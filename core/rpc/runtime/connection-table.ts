@@ -91,15 +91,18 @@ export class ConnectionTable {
     };
   }
 
-  /** Whether a handshake waits for its HELLO. */
-  get awaitsHello(): boolean { return this.#hello !== undefined; }
-
   /** The connection a control tag's two 32-bit words name (the HELLO's sink for key 0). */
   sinkOfWords(low: number, high: number): FrameSink | undefined {
     const prefix = controlPrefix(high);
     if (prefix === undefined) return undefined;
     if (prefix === 0) return low === 0 ? this.#hello : undefined;
     return this.registeredOf(low, high)?.sink;
+  }
+
+  /** The entry a control tag's two words name: a registered connection, or `hello` for key 0
+   *  while a handshake waits for its HELLO. */
+  entryOf(low: number, high: number): Registered | undefined {
+    return controlPrefix(high) === 0 && low === 0 && this.#hello !== undefined ? this.hello : this.registeredOf(low, high);
   }
 
   /** The registered connection a control tag's two words name (not the handshake's key 0). */

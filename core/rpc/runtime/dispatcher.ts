@@ -10,7 +10,7 @@
 // on its way) and drops the rest, so nothing a peer sends is queued forever.
 import type { TakenMessage, Worker } from '../../ucx/index.ts';
 import { Code, GdrpcError } from '../../errors.ts';
-import { CONTROL_BIT, CONTROL_MASK, controlPrefix, dataParts, EXACT_MASK, type ConnectionKey } from '../../wire/tag.ts';
+import { CONTROL_BIT, CONTROL_MASK, dataParts, EXACT_MASK, type ConnectionKey } from '../../wire/tag.ts';
 import { StallWatch } from './stall-watch.ts';
 import { ReadTurns } from './read-turns.ts';
 import { ReceiveBuffer } from './receive-buffer.ts';
@@ -122,8 +122,7 @@ export class Dispatcher {
     this.#turns.forget(registered);
     // A receive that waits for its message stays with UCX (a matched receive cannot be
     // cancelled); what it brings is dropped (#awaitedDone).
-    registered.awaiting = undefined;
-    this.#awaiting.delete(registered);
+    this.#endAwait(registered);
   }
 
   /** Routes the next HELLO (key 0) to `sink`. Outgoing handshakes take turns (docs/wire.md): the
@@ -257,18 +256,11 @@ export class Dispatcher {
     if (oldest === null) {
       // Caught up, unless a connection's message is still on its way: a receive of any control
       // message could take that connection's next one before it.
-      if (this.#awaiting.size > 0) {
-        const idle = this.#turns.idle;
-        this.#turns.end();
-        return idle ? 'blocked' : 'none';
-      }
+      if (this.#awaiting.size > 0) return this.#lineWaits();
       this.#caughtUp();
       return 'caught up';
     }
-    const low = Number(oldest.senderTag & 0xffff_ffffn);
-    const high = Number(oldest.senderTag >> 32n);
-    const prefix = controlPrefix(high);
-    const registered = prefix === 0 && low === 0 && this.#table.awaitsHello ? this.#table.hello : this.#table.registeredOf(low, high);
+    const registered = this.#table.entryOf(Number(oldest.senderTag & 0xffff_ffffn), Number(oldest.senderTag >> 32n));
     if (registered === undefined) {
       // Of no connection (gone, never was, or a guess): taken out without its bytes.
       const message = this.worker.tagProbe(oldest.senderTag, EXACT_MASK, { remove: true });
@@ -277,13 +269,17 @@ export class Dispatcher {
       this.#turns.end();
       return 'read';
     }
-    if (registered.awaiting !== undefined) {
-      const idle = this.#turns.idle;
-      this.#turns.end();
-      return idle ? 'blocked' : 'none';
-    }
+    if (registered.awaiting !== undefined) return this.#lineWaits();
     this.#receiveOf(registered);
     return 'read';
+  }
+
+  /** The line can read nothing yet (a connection's earlier message is on its way): its turn ends,
+   *  'blocked' when nothing else was read this round either. */
+  #lineWaits(): 'none' | 'blocked' {
+    const idle = this.#turns.idle;
+    this.#turns.end();
+    return idle ? 'blocked' : 'none';
   }
 
   /** Receives `registered`'s next message (one is queued) into the receive buffer; when it waits
@@ -321,8 +317,7 @@ export class Dispatcher {
     const awaited = registered.awaiting;
     // Given up on (its connection closed, or the dispatcher stopped): what came is dropped.
     if (awaited?.buffer !== buffer || this.#stop.signal.aborted) return;
-    registered.awaiting = undefined;
-    this.#awaiting.delete(registered);
+    this.#endAwait(registered);
     if (error === undefined) this.#deliverInTurn(buffer, awaited.slot);
     else this.#failed(buffer, error);
     if (this.#inTurns) this.#schedule();
@@ -337,8 +332,7 @@ export class Dispatcher {
       const awaited = registered.awaiting!;
       if (!awaited.watch.stalled(awaited.id, queued, now)) continue;
       this.#stats.stalledReceives += 1;
-      registered.awaiting = undefined;
-      this.#awaiting.delete(registered);
+      this.#endAwait(registered);
       try {
         registered.sink.onStalled();
       } catch {
@@ -346,6 +340,12 @@ export class Dispatcher {
       }
       if (this.#inTurns) this.#schedule();
     }
+  }
+
+  /** `registered` waits for no receive any more (what its receive brings later is dropped). */
+  #endAwait(registered: Registered): void {
+    registered.awaiting = undefined;
+    this.#awaiting.delete(registered);
   }
 
   /** Delivers a message received in a turn, charging the time it took to its connection (to the
