@@ -1,7 +1,7 @@
 // Loaded in both processes of bench/call-split.ts (in the peer through NODE_OPTIONS): stamps every
-// tag send and receive, the control path's tagSendNow and tagRecvInto included, with the
+// tag send and receive, the control path's tagSendNow, tagWatch and tagRecvInto included, with the
 // machine's monotonic clock, which both processes share, while recording is on. Control frames
-// (tagSendNow, tagRecvInto) are marked apart from tensor payloads (tagSend, tagRecv, tagRecvTaken). The peer toggles
+// (tagSendNow, tagWatch, tagRecvInto) are marked apart from tensor payloads (tagSend, tagRecv, tagRecvTaken). The peer toggles
 // recording on SIGUSR2 and writes its stamps to $GDRPC_CALL_SPLIT_OUT.<pid> when it exits. A
 // stamp costs a promise operation one promise hop; the control path's stamps cost no hop.
 import { writeFileSync } from 'node:fs';
@@ -28,7 +28,7 @@ export function nowUs(): number {
 
 function stamped(proto: object, name: string, kind: Stamp['kind']): void {
   // Every promise-returning operation wrapped here moves a tensor's bytes (the control path uses
-  // tagSendNow and tagRecvInto, stamped below). The dispatcher's truncating receive of a message
+  // tagSendNow, tagWatch and tagRecvInto, stamped below). The dispatcher's truncating receive of a message
   // it drops uses one too, but rejects, and only fulfilled operations are stamped.
   const original = (proto as Record<string, (...args: unknown[]) => unknown>)[name]!;
   Object.defineProperty(proto, name, {
@@ -49,9 +49,12 @@ stamped(Worker.prototype, 'tagRecv', 'recv');
 stamped(Worker.prototype, 'tagRecvTaken', 'recv');
 stamped(Endpoint.prototype, 'tagSend', 'send');
 
-// The control path's two operations without a promise (core/ucx: tagSendNow answers undefined
-// when UCX sent the message inside the call; tagRecvInto answers true when the message was
-// received inside the call, else calls `done` later).
+// The control path's operations without a promise (core/ucx: tagSendNow answers undefined when
+// UCX sent the message inside the call; tagWatch answers true when it took a message inside the
+// call, else calls `taken` later, and the dispatcher receives the message at once, mostly inside
+// that call; tagRecvInto, a turn's receive once reading falls behind, answers true when the
+// message was received inside the call, else calls `done` later). A watch's stamp ends when it took
+// the message.
 const sendNow = Endpoint.prototype.tagSendNow;
 Endpoint.prototype.tagSendNow = function (this: Endpoint, ...args: Parameters<Endpoint['tagSendNow']>) {
   if (!recording) return sendNow.apply(this, args);
@@ -60,6 +63,17 @@ Endpoint.prototype.tagSendNow = function (this: Endpoint, ...args: Parameters<En
   if (result === undefined) stamps.push({ kind: 'send', op: 'control', posted, settled: nowUs() });
   else void result.then(() => stamps.push({ kind: 'send', op: 'control', posted, settled: nowUs() }), () => {});
   return result;
+};
+const watch = Worker.prototype.tagWatch;
+Worker.prototype.tagWatch = function (this: Worker, tag, mask, slot, taken) {
+  if (!recording) return watch.call(this, tag, mask, slot, taken);
+  const posted = nowUs();
+  const now = watch.call(this, tag, mask, slot, () => {
+    stamps.push({ kind: 'recv', op: 'control', posted, settled: nowUs() });
+    taken();
+  });
+  if (now) stamps.push({ kind: 'recv', op: 'control', posted, settled: nowUs() });
+  return now;
 };
 const recvInto = Worker.prototype.tagRecvInto;
 Worker.prototype.tagRecvInto = function (this: Worker, dest, tag, mask, id, slot, done) {

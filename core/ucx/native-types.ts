@@ -18,6 +18,9 @@ export interface NativeWorker {
   tagRecvInto(target: NativeTarget, offset: number, length: number, tag: bigint, mask: bigint, id: number, slot: Uint32Array, callback: (error?: unknown) => void): boolean;
   tagProbe(tag: bigint, mask: bigint, remove: boolean): (NativeRecvResult & { taken: number }) | null;
   tagRecvTaken(taken: number, target: NativeTarget, offset: number, length: number, id: number, completed?: () => void, describe?: boolean): Promise<NativeRecvResult>;
+  tagRecvTakenInto(taken: number, target: NativeTarget, offset: number, length: number, id: number, slot: Uint32Array, callback: (error?: unknown) => void): boolean;
+  tagWatch(tag: bigint, mask: bigint, slot: Uint32Array, callback: () => void): boolean;
+  tagUnwatch(): boolean;
   progress(): boolean;
   cancel(id: number): void;
   activity(): number;
@@ -123,6 +126,8 @@ export type WakeupKind = 'uv' | 'thread';
 /** Counters of a worker (Worker.stats()). */
 export interface WorkerStats {
   liveRequests: number; liveEndpoints: number; liveListeners: number; liveRegions: number; takenMessages: number;
+  /** Messages tagWatch took (the dispatcher's control messages, while it keeps up). */
+  watchTakes: number;
   /** The spell a wake-up progresses in place while UCX stays BUSY with nothing to progress
    *  (GDRPC_STUCK_SPIN_US), the spells that ended in progress and those that slept. */
   stuckSpinLimitUs: number; stuckSpins: number; stuckSleeps: number;

@@ -236,6 +236,32 @@ export class Worker {
     return this.#native.tagRecvInto(dest, 0, dest.byteLength, tag, mask, id, slot, done);
   }
 
+  /** @internal Watches for a message matching tag/mask, taking it out of UCX's unexpected queue
+   *  without receiving it, now or once one comes: true when one was taken inside the call, false
+   *  while the watch waits, `taken()` once it took one. Either way `slot` (5 words) then holds its
+   *  sender tag (low and high words), its length (low and high words) and its taken id, which
+   *  tagRecvTakenInto receives (or tagRecvTaken, into one byte to drop it). One watch per worker,
+   *  one message per watch: call again for the next (a call while a take waits to be told changes
+   *  nothing, and returns false). Unlike a posted receive (tagRecvInto), which
+   *  UCX matches to whatever message comes first and then cannot give up, the caller learns who
+   *  sent the message before any of it is received (docs/binding.md "Watching for a message"). */
+  tagWatch(tag: bigint, mask: bigint, slot: Uint32Array, taken: () => void): boolean {
+    this.#checkOpen();
+    return this.#native.tagWatch(tag, mask, slot, taken);
+  }
+
+  /** @internal Disarms the watch. True when it had taken a message it had not told yet: the slot
+   *  holds it, it is the caller's to receive or drop, and `taken()` is not called for it. */
+  tagUnwatch(): boolean {
+    return this.closed ? false : this.#native.tagUnwatch();
+  }
+
+  /** @internal tagRecvInto for a message tagWatch took (`taken`: its id, the slot's fifth word). */
+  tagRecvTakenInto(taken: number, dest: Uint8Array, id: number, slot: Uint32Array, done: (error?: unknown) => void): boolean {
+    this.#checkOpen();
+    return this.#native.tagRecvTakenInto(taken, dest, 0, dest.byteLength, id, slot, done);
+  }
+
   /** @internal Cancels the native operation `id` (a receive of tagRecvInto). */
   cancelRequest(id: number): void {
     if (!this.closed) this.#native.cancel(id);

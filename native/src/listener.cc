@@ -158,6 +158,7 @@ void Listener::Destroy(bool fromJs) {
   // what UCX delivers meanwhile is rejected. Live endpoints' connections are left alone.
   auto reject = [this]() {
     ucp_worker_progress(worker_->handle());
+    worker_->CheckWatch();
     for (ucp_conn_request_h request : worker_->Forget(nullptr, this)) ucp_listener_reject(listener_, request);
   };
   DrainResult drained = DrainAccepted(port_, worker_->EndpointPeers(), reject, kDrainBudgetMs);

@@ -20,6 +20,9 @@ Napi::Function Worker::Define(Napi::Env env) {
     InstanceMethod<&Worker::TagRecvInto>("tagRecvInto"),
     InstanceMethod<&Worker::TagProbe>("tagProbe"),
     InstanceMethod<&Worker::TagRecvTaken>("tagRecvTaken"),
+    InstanceMethod<&Worker::TagRecvTakenInto>("tagRecvTakenInto"),
+    InstanceMethod<&Worker::TagWatch>("tagWatch"),
+    InstanceMethod<&Worker::TagUnwatch>("tagUnwatch"),
     InstanceMethod<&Worker::Progress>("progress"),
     InstanceMethod<&Worker::Cancel>("cancel"),
     InstanceMethod<&Worker::Stats>("stats"),
@@ -240,6 +243,7 @@ Napi::Value Worker::Stats(const Napi::CallbackInfo& info) {
   stats.Set("liveEndpoints", static_cast<double>(endpoints_.size()));
   stats.Set("liveListeners", static_cast<double>(listeners_.size()));
   stats.Set("takenMessages", static_cast<double>(taken_.size()));
+  stats.Set("watchTakes", static_cast<double>(watchTakes_));
   stats.Set("liveRegions", static_cast<double>(context_ != nullptr ? context_->regionCount() : 0));
   stats.Set("kicks", static_cast<double>(kicks_));
   stats.Set("describedInline", static_cast<double>(describedInline_));
@@ -273,6 +277,9 @@ Napi::Value Worker::Close(const Napi::CallbackInfo& info) {
 void Worker::Destroy(bool fromJs) {
   if (worker_ == nullptr) return;
   Napi::Env env = Env();
+  watch_.armed = false;  // nothing is taken, nobody told, while everything closes
+  watch_.fired = false;
+  watch_.tellLater = false;
   std::set<Listener*> listeners = listeners_;
   for (Listener* listener : listeners) listener->Destroy(fromJs);
   std::set<Endpoint*> endpoints = endpoints_;

@@ -31,7 +31,7 @@ struct Request;
 
 /** Something a UCX callback recorded for the main thread. */
 struct Event {
-  enum Kind { RequestDone, EndpointFailed, ConnectionRequest } kind;
+  enum Kind { RequestDone, EndpointFailed, ConnectionRequest, Taken } kind;
   Request* request = nullptr;
   Endpoint* endpoint = nullptr;
   Listener* listener = nullptr;
@@ -100,6 +100,10 @@ class Worker : public Napi::ObjectWrap<Worker> {
   void UpdateRef();
   /** Progress until idle and settle, without arming (used while closing). */
   void Flush(Napi::Env env);
+  /** After a progress pass: an armed watch (tagWatch) takes the message it waits for, if one
+   *  came, and its callback is queued; the loop is kicked to settle it when this is not the
+   *  wake-up's own pass. */
+  void CheckWatch();
   /** Closes everything below the worker and destroys it; `fromJs` false skips JS settling. */
   void Destroy(bool fromJs);
 
@@ -108,6 +112,14 @@ class Worker : public Napi::ObjectWrap<Worker> {
   Napi::Value TagRecvInto(const Napi::CallbackInfo& info);
   Napi::Value TagProbe(const Napi::CallbackInfo& info);
   Napi::Value TagRecvTaken(const Napi::CallbackInfo& info);
+  Napi::Value TagRecvTakenInto(const Napi::CallbackInfo& info);
+  Napi::Value TagWatch(const Napi::CallbackInfo& info);
+  Napi::Value TagUnwatch(const Napi::CallbackInfo& info);
+  /** Takes the oldest message the watch matches out of UCX's unexpected queue, if there is one:
+   *  kept under a new taken id, written to the watch's slot, the watch disarmed. */
+  bool TakeWatched();
+  /** Calls the watch's callback for a take CheckWatch queued (Settle). */
+  void FireWatch();
   /** Starts a payload receive; one pending after its *_nbx call gets one progress pass at once. */
   Napi::Value StartPayloadReceive(Napi::Env env, Request* request, ucs_status_ptr_t result);
   Napi::Value Progress(const Napi::CallbackInfo& info);
@@ -137,6 +149,18 @@ class Worker : public Napi::ObjectWrap<Worker> {
   std::unordered_map<uint32_t, Request*> requests_;
   std::unordered_map<uint32_t, ucp_tag_message_h> taken_;  // removed by tagProbe, not yet received
   uint32_t nextTaken_ = 1;
+  /** tagWatch: the messages it takes, where it says so, whom it tells. */
+  struct Watch {
+    uint64_t tag = 0;
+    uint64_t mask = 0;
+    uint32_t* slot = nullptr;
+    Napi::Reference<Napi::Value> slotHolder;
+    Napi::FunctionReference callback;
+    bool armed = false;  // looks after every progress pass
+    bool fired = false;  // took a message; its callback is queued (Event::Taken)
+    bool tellLater = false;  // ... and its event was settled where JS could not run: queued again
+  } watch_;
+  uint64_t watchTakes_ = 0;  // messages a watch took (stats)
   std::optional<int> addressVersion_;  // asked once; -1 when UCX would not say
   uint64_t refusedRequests_ = 0;
   uint64_t uncheckedRequests_ = 0;

@@ -53,6 +53,7 @@ void Worker::Settle(Napi::Env env) {
           case Event::ConnectionRequest:
             if (event.listener) event.listener->OnConnectionRequest(env, event.connRequest);
             break;
+          case Event::Taken: FireWatch(); break;
         }
       } catch (...) {
         if (!first) first = std::current_exception();
@@ -105,6 +106,7 @@ void Worker::OnWake() {
     for (;;) {
       bool exhausted = false;
       bool active = ProgressUntilIdle(untilNs, &exhausted);
+      CheckWatch();
       if (!events_.empty()) {
         Settle(env);
         active = true;
@@ -175,6 +177,7 @@ void Worker::Flush(Napi::Env env) {
   if (worker_ == nullptr) return;
   DrivingScope driving(driving_);
   ProgressUntilIdle();
+  CheckWatch();
   Settle(env);
 }
 
@@ -186,6 +189,7 @@ Napi::Value Worker::Progress(const Napi::CallbackInfo& info) {
   {
     DrivingScope driving(driving_);
     any = ProgressUntilIdle();
+    CheckWatch();
     any = any || !events_.empty();
     Settle(env);
   }

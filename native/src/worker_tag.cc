@@ -7,6 +7,7 @@
 #include <iterator>
 
 #include "request.h"
+#include "state.h"
 #include "status.h"
 
 namespace gdrpc {
@@ -84,6 +85,7 @@ Napi::Value Worker::TagProbe(const Napi::CallbackInfo& info) {
   ucp_tag_message_h message = ucp_tag_probe_nb(worker_, tag, mask, remove, &probe);
   if (message == nullptr) {
     ucp_worker_progress(worker_);  // a probe alone does not move messages in; one pass may
+    CheckWatch();
     if (!events_.empty()) {
       Kick();  // completions that pass queued are settled from the loop
       if (remove != 0) return env.Null();
@@ -121,6 +123,122 @@ Napi::Value Worker::TagRecvTaken(const Napi::CallbackInfo& info) {
   return StartPayloadReceive(env, request, ucp_tag_msg_recv_nbx(worker_, span.address, span.length, message, &param));
 }
 
+namespace {
+/** The slot argument of tagRecvInto and its kind: a Uint32Array of at least `words` words. */
+Napi::Uint32Array SlotArgument(Napi::Env env, Napi::Value value, size_t words) {
+  if (!value.IsTypedArray() || value.As<Napi::TypedArray>().TypedArrayType() != napi_uint32_array ||
+      value.As<Napi::TypedArray>().ElementLength() < words) {
+    Throw(env, "INVALID_ARGUMENT", "slot must be a Uint32Array of at least " + std::to_string(words) + " words");
+  }
+  return value.As<Napi::Uint32Array>();
+}
+}  // namespace
+
+// tagRecvTakenInto(taken, target, offset, length, id, slot: Uint32Array(4), callback) -> boolean:
+// receives a message tagWatch or tagProbe took, reporting as tagRecvInto does (the dispatcher's
+// control messages).
+Napi::Value Worker::TagRecvTakenInto(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  CheckOpen(env);
+  auto it = taken_.find(info[0].As<Napi::Number>().Uint32Value());
+  if (it == taken_.end()) Throw(env, "NOT_FOUND", "no taken message with this id (already received)");
+  Span span = ResolveSpan(env, info[1], info[2], info[3]);
+  uint32_t id = info[4].As<Napi::Number>().Uint32Value();
+  Napi::Uint32Array slot = SlotArgument(env, info[5], 4);
+  if (!info[6].IsFunction()) Throw(env, "INVALID_ARGUMENT", "callback must be a function");
+  ucp_tag_message_h message = it->second;
+  taken_.erase(it);
+  Request* request = new Request(this, nullptr, RequestKind::Recv, id, env);
+  request->ReportInto(slot, info[6].As<Napi::Function>());
+  ucp_request_param_t param{};
+  request->Prepare(param, &span);
+  return request->Start(ucp_tag_msg_recv_nbx(worker_, span.address, span.length, message, &param), "tag receive");
+}
+
+// tagWatch(tag, mask, slot: Uint32Array(5), callback) -> boolean: takes the oldest message that
+// matches out of UCX's unexpected queue, now or once one comes (after a progress pass), without
+// receiving it: its sender tag, length and taken id (for tagRecvTakenInto) go to `slot`. True when
+// one was taken inside the call; false while the watch waits, `callback()` once it took one (a
+// call while a take waits to be told changes nothing). One watch at a time, one message a watch:
+// another call re-arms it. Unlike a posted receive, which
+// UCX matches to whatever message comes first and cannot give up once matched (a rendezvous whose
+// sender stops holds it for good), the caller sees who sent a message before it receives a byte.
+Napi::Value Worker::TagWatch(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  CheckOpen(env);
+  bool lossless = true;
+  uint64_t tag = info[0].As<Napi::BigInt>().Uint64Value(&lossless);
+  uint64_t mask = info[1].As<Napi::BigInt>().Uint64Value(&lossless);
+  Napi::Uint32Array slot = SlotArgument(env, info[2], 5);
+  if (!info[3].IsFunction()) Throw(env, "INVALID_ARGUMENT", "callback must be a function");
+  watch_.tag = tag;
+  watch_.mask = mask;
+  // The dispatcher passes the same slot and callback every time: their references are kept.
+  if (watch_.slotHolder.IsEmpty() || !watch_.slotHolder.Value().StrictEquals(slot)) {
+    watch_.slotHolder = Napi::Persistent(static_cast<Napi::Value>(slot));
+    watch_.slot = slot.Data();
+  }
+  if (watch_.callback.IsEmpty() || !watch_.callback.Value().StrictEquals(info[3])) {
+    watch_.callback = Napi::Persistent(info[3].As<Napi::Function>());
+  }
+  // A take already queued to be told is told as before (the slot holds it): nothing new now.
+  if (watch_.fired) return Napi::Boolean::New(env, false);
+  watch_.armed = true;
+  return Napi::Boolean::New(env, TakeWatched());
+}
+
+// tagUnwatch() -> boolean: disarms the watch. True when it had taken a message not yet told: the
+// slot holds it, and it is the caller's now (the callback is not called).
+Napi::Value Worker::TagUnwatch(const Napi::CallbackInfo& info) {
+  const bool fired = watch_.fired;
+  watch_.armed = false;
+  watch_.fired = false;
+  watch_.tellLater = false;
+  return Napi::Boolean::New(info.Env(), fired);
+}
+
+bool Worker::TakeWatched() {
+  ucp_tag_recv_info_t probe{};
+  ucp_tag_message_h message = ucp_tag_probe_nb(worker_, watch_.tag, watch_.mask, 1, &probe);
+  if (message == nullptr) return false;
+  uint32_t id = nextTaken_++;
+  if (nextTaken_ == 0) nextTaken_ = 1;
+  taken_[id] = message;
+  watchTakes_++;
+  watch_.armed = false;
+  const uint64_t sender = probe.sender_tag;
+  watch_.slot[0] = static_cast<uint32_t>(sender);
+  watch_.slot[1] = static_cast<uint32_t>(sender >> 32);
+  watch_.slot[2] = static_cast<uint32_t>(probe.length);
+  watch_.slot[3] = static_cast<uint32_t>(static_cast<uint64_t>(probe.length) >> 32);
+  watch_.slot[4] = id;
+  return true;
+}
+
+void Worker::CheckWatch() {
+  if (watch_.tellLater) {
+    watch_.tellLater = false;
+    Queue(Event{Event::Taken});
+    return;
+  }
+  if (!watch_.armed || worker_ == nullptr || !TakeWatched()) return;
+  watch_.fired = true;
+  Queue(Event{Event::Taken});
+  KickOutsideWake();
+}
+
+void Worker::FireWatch() {
+  if (!watch_.fired) return;  // unwatched since
+  if (!State::Of(Env())->JsAllowed()) {
+    // Settled where JS may not run (a finalizer's close): told from the loop's next wake-up.
+    watch_.tellLater = true;
+    Kick();
+    return;
+  }
+  watch_.fired = false;
+  watch_.callback.Value().Call({});
+}
+
 Napi::Value Worker::StartPayloadReceive(Napi::Env env, Request* request, ucs_status_ptr_t result) {
   const bool pending = result != nullptr && !UCS_PTR_IS_ERR(result);
   Napi::Value promise = request->Start(result, "tag receive");
@@ -132,6 +250,7 @@ Napi::Value Worker::StartPayloadReceive(Napi::Env env, Request* request, ucs_sta
   // UCX completed inside ucp_tag_recv_nbx does. Register kicked the loop: it settles whatever
   // else the pass completed, and arms the worker again.
   ucp_worker_progress(worker_);
+  CheckWatch();
   if (request->status == UCS_INPROGRESS) return promise;
   // Its completion was queued by this pass, after whatever was queued before: look from the end.
   auto done = std::find_if(events_.rbegin(), events_.rend(), [request](const Event& event) {

@@ -193,6 +193,94 @@ describe.each(Object.keys(TRANSPORTS) as TransportName[])('tag send/recv over %s
     expect(nativeStats().requests).toBe(before);
   });
 
+  it('tagWatch: a queued message is taken inside the call, a later one through the callback, before any byte is received; tagRecvTakenInto receives it; tagUnwatch disarms', async () => {
+    await using peer = await NativePeer.start(config);
+    await connect(local.worker, peer.port);
+    const worker = local.worker;
+    const takenBefore = worker.stats().takenMessages;
+    const slot = new Uint32Array(5);
+    const into = new Uint32Array(4);
+    const buffer = Buffer.alloc(4096);
+    let told = 0;
+    const taken = (): void => { told += 1; };
+    const base = 0x8a00_0000_5678_0000n;
+    const mask = 0xffff_ffff_ffff_0000n;
+    const received = (): void => { throw new Error('a taken eager message is received inside the call'); };
+    // Already in UCX's queue: taken inside the call, its tag, length and taken id in the slot.
+    await peer.call('send', { tag: String(base + 1n), size: 100, seed: 3 });
+    await expect.poll(() => worker.tagProbe(base + 1n, EXACT) !== null, { timeout: 10_000 }).toBe(true);
+    const takes = worker.stats().watchTakes;
+    expect(worker.tagWatch(base, mask, slot, taken)).toBe(true);
+    expect([...slot.subarray(0, 4)]).toEqual([Number((base + 1n) & 0xffff_ffffn), Number((base + 1n) >> 32n), 100, 0]);
+    expect(worker.tagProbe(base + 1n, EXACT)).toBeNull();  // out of UCX's queue
+    expect(worker.stats().takenMessages).toBe(takenBefore + 1);
+    expect(worker.stats().watchTakes).toBe(takes + 1);
+    expect(worker.tagRecvTakenInto(slot[4]!, buffer, worker.requestId(), into, received)).toBe(true);
+    expect([...into]).toEqual([...slot.subarray(0, 4)]);
+    expect(digest(buffer.subarray(0, 100))).toBe(digest(pattern(100, 3)));
+    expect(worker.stats().takenMessages).toBe(takenBefore);
+    // Armed: the next message is taken after the pass that brings it in, and told.
+    expect(worker.tagWatch(base, mask, slot, taken)).toBe(false);
+    await peer.call('send', { tag: String(base + 2n), size: 200, seed: 4 });
+    await expect.poll(() => told, { timeout: 10_000 }).toBe(1);
+    expect([...slot.subarray(0, 3)]).toEqual([Number((base + 2n) & 0xffff_ffffn), Number((base + 2n) >> 32n), 200]);
+    expect(worker.tagRecvTakenInto(slot[4]!, buffer, worker.requestId(), into, received)).toBe(true);
+    expect(digest(buffer.subarray(0, 200))).toBe(digest(pattern(200, 4)));
+    // Disarmed: nothing was taken, nothing is told, what comes stays in UCX's queue.
+    expect(worker.tagWatch(base, mask, slot, taken)).toBe(false);
+    expect(worker.tagUnwatch()).toBe(false);
+    await peer.call('send', { tag: String(base + 3n), size: 8, seed: 5 });
+    await expect.poll(() => worker.tagProbe(base + 3n, EXACT) !== null, { timeout: 10_000 }).toBe(true);
+    expect(told).toBe(1);
+    // A taken message whose receive is dropped into one byte: truncated, gone.
+    expect(worker.tagWatch(base, mask, slot, taken)).toBe(true);
+    const message: TakenMessage = { senderTag: base + 3n, length: 8, taken: slot[4]! };
+    await expect(worker.tagRecvTaken(message, Buffer.alloc(1))).rejects.toThrow(/truncated/);
+    expect(worker.stats().takenMessages).toBe(takenBefore);
+    expect(() => worker.tagWatch(base, mask, new Uint32Array(4), taken)).toThrow(/slot/);
+    expect(() => worker.tagRecvTakenInto(12345, buffer, worker.requestId(), into, received)).toThrow(/no taken message/);
+  });
+
+  it('tagWatch: a take not told yet (a probe\'s progress pass took it) is the caller\'s after tagUnwatch, and is not told', async () => {
+    await using peer = await NativePeer.start(config);
+    await connect(local.worker, peer.port);
+    await peer.call('waitConnections', { count: 1 });
+    const worker = local.worker;
+    const dir = mkdtempSync(join(tmpdir(), 'gdrpc-watch-'));
+    try {
+      const tag = 0x8b00_0000_0000_0001n;
+      const slot = new Uint32Array(5);
+      let told = 0;
+      expect(worker.tagWatch(tag, EXACT, slot, () => { told += 1; })).toBe(false);
+      const go = join(dir, 'go');
+      const marker = join(dir, 'posted');
+      const sent = peer.call('sendMarked', { tag: String(tag), size: 64, seed: 9, go, marker });
+      await peer.event('armed');
+      // From here on this thread does not yield: no wake-up of this worker can take the message.
+      writeFileSync(go, 'go');
+      const until = Date.now() + 30_000;
+      while (!existsSync(marker)) {
+        if (Date.now() > until) throw new Error('the peer did not post its send within 30 s');
+      }
+      // A probe of another tag makes a progress pass until the message is in: the watch takes it.
+      const spinUntil = Date.now() + 10_000;
+      while (worker.stats().takenMessages === 0 && Date.now() < spinUntil) worker.tagProbe(tag + 1n, EXACT);
+      expect(worker.stats().takenMessages).toBe(1);
+      expect(worker.tagUnwatch()).toBe(true);
+      expect([...slot.subarray(0, 3)]).toEqual([Number(tag & 0xffff_ffffn), Number(tag >> 32n), 64]);
+      const into = new Uint32Array(4);
+      const buffer = Buffer.alloc(64);
+      expect(worker.tagRecvTakenInto(slot[4]!, buffer, worker.requestId(), into, () => {})).toBe(true);
+      expect(digest(buffer)).toBe(digest(pattern(64, 9)));
+      await sent;
+      // Its event was settled without telling anyone.
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      expect(told).toBe(0);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   // A payload's receive is often posted after its bytes came in but before this worker was
   // progressed (they lie in the transport, not yet in UCX's unexpected queue). The binding makes
   // one progress pass right after such a post: an eager message then completes inside the call,

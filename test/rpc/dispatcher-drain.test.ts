@@ -1,6 +1,6 @@
 // The dispatcher's control receive and its collection of tensor payloads that arrived before any
-// receive. Control messages are read one receive at a time, without a promise per message, and
-// routed by all 56 bits of their key. While a control message (perhaps the frame announcing them)
+// receive. Control messages are taken one at a time by the worker's watch, without a promise per
+// message, received as their connection's (by all 56 bits of their key) or dropped unread. While a control message (perhaps the frame announcing them)
 // still waits to be read, payloads are left in UCX's queue, a bounded number of passes, so that a
 // frame announcing many tensors is not beaten by its own payloads (they would count against the
 // limit of unannounced payloads). A fake worker holds the queues, so that the order of events is
@@ -12,40 +12,79 @@ import { Code, GdrpcError } from '../../core/errors.ts';
 import { CONTROL_BIT, CONTROL_MASK, controlTag, dataTag, EXACT_MASK, HELLO_KEY, type ConnectionKey } from '../../core/wire/tag.ts';
 
 interface Queued { senderTag: bigint; length: number }
+interface Control { tag: bigint; bytes: Uint8Array; rendezvous?: boolean }
 
 /** The part of a Worker the dispatcher uses, over a queue of unexpected messages (`queue`, for
- *  tagProbe) and the control messages its receive takes (`controls`). */
+ *  tagProbe) and the control messages its watch and its receives take (`controls`). */
 class FakeWorker {
   closed = false;
   /** The wake-up build it stands for: 'uv' unless a test says otherwise. */
   constructor(readonly wakeup: WakeupKind = 'uv') {}
   readonly queue: Queued[] = [];
-  /** Control messages in UCX's queue; one marked `rendezvous` is matched by a receive that then
+  /** Control messages in UCX's queue; one marked `rendezvous` is received by a receive that then
    *  waits until the test says its bytes came (finish). */
-  readonly controls: Array<{ tag: bigint; bytes: Uint8Array; rendezvous?: boolean }> = [];
-  /** Receives matched to a rendezvous message, waiting for its bytes. */
-  readonly matched: Array<{ message: { tag: bigint; bytes: Uint8Array }; buffer: Uint8Array; slot: Uint32Array; done: (error?: unknown) => void }> = [];
-  pending: { id: number; buffer: Uint8Array; slot: Uint32Array; done: (error?: unknown) => void } | undefined;
-  readonly cancelled: number[] = [];
+  readonly controls: Control[] = [];
+  /** Receives of a rendezvous message, waiting for its bytes. */
+  readonly matched: Array<{ message: Control; buffer: Uint8Array; slot: Uint32Array; done: (error?: unknown) => void }> = [];
+  /** The armed watch (tagWatch): the next message to arrive is taken and told to `done`. */
+  pending: { slot: Uint32Array; done: () => void } | undefined;
+  /** Messages a watch took, by taken id, until received. */
+  readonly #taken = new Map<number, Control>();
+  #nextTaken = 1;
+  /** Times the watch was disarmed. */
+  unwatched = 0;
+  /** Messages taken and received into a buffer too short (dropped). */
+  readonly dropped: bigint[] = [];
   #id = 0;
   requestId(): number { return ++this.#id; }
-  /** The tag and mask of each receive posted, in order. */
+  /** The tag and mask of each receive of one connection's message posted in a turn, in order. */
   readonly receives: Array<{ tag: bigint; mask: bigint }> = [];
-  tagRecvInto(buffer: Uint8Array, tag: bigint, mask: bigint, id: number, slot: Uint32Array, done: (error?: unknown) => void): boolean {
-    this.receives.push({ tag, mask });
-    // The oldest message the receive matches, as UCX's tag matching takes it.
+  /** Watches armed, and what each watched for. */
+  readonly watches: Array<{ tag: bigint; mask: bigint }> = [];
+  tagWatch(tag: bigint, mask: bigint, slot: Uint32Array, done: () => void): boolean {
+    this.watches.push({ tag, mask });
+    // The oldest message it matches, as UCX's probe finds it.
     const at = this.controls.findIndex((m) => (m.tag & mask) === (tag & mask));
     if (at < 0) {
-      this.pending = { id, buffer, slot, done };
+      this.pending = { slot, done };
       return false;
     }
-    const [message] = this.controls.splice(at, 1);
-    if (message!.rendezvous === true) {
-      this.matched.push({ message: message!, buffer, slot, done });
-      return false;
-    }
-    FakeWorker.#write(message!, buffer, slot);
+    this.#take(this.controls.splice(at, 1)[0]!, slot);
     return true;
+  }
+  tagUnwatch(): boolean {
+    this.unwatched += 1;
+    this.pending = undefined;
+    return false;
+  }
+  tagRecvTakenInto(taken: number, buffer: Uint8Array, id: number, slot: Uint32Array, done: (error?: unknown) => void): boolean {
+    const message = this.#taken.get(taken)!;
+    this.#taken.delete(taken);
+    return this.#receive(message, buffer, slot, done);
+  }
+  tagRecvInto(buffer: Uint8Array, tag: bigint, mask: bigint, id: number, slot: Uint32Array, done: (error?: unknown) => void): boolean {
+    this.receives.push({ tag, mask });
+    // Turns receive a message they probed: it is queued.
+    const at = this.controls.findIndex((m) => (m.tag & mask) === (tag & mask));
+    return this.#receive(this.controls.splice(at, 1)[0]!, buffer, slot, done);
+  }
+  /** A message taken (tagProbe with remove) received into a buffer too short: dropped. */
+  tagRecvTaken(message: Queued): Promise<never> {
+    this.dropped.push(message.senderTag);
+    return Promise.reject(new GdrpcError(Code.INVALID_ARGUMENT, 'tag receive: message truncated'));
+  }
+  #receive(message: Control, buffer: Uint8Array, slot: Uint32Array, done: (error?: unknown) => void): boolean {
+    if (message.rendezvous === true) {
+      this.matched.push({ message, buffer, slot, done });
+      return false;
+    }
+    FakeWorker.#write(message, buffer, slot);
+    return true;
+  }
+  #take(message: Control, slot: Uint32Array): void {
+    const id = this.#nextTaken++;
+    this.#taken.set(id, message);
+    slot.set([Number(message.tag & 0xffff_ffffn), Number(message.tag >> 32n), message.bytes.length, 0, id]);
   }
   /** The bytes of the rendezvous message under `tag` came: its receive completes. */
   finish(tag: bigint): void {
@@ -54,22 +93,16 @@ class FakeWorker {
     FakeWorker.#write(receive!.message, receive!.buffer, receive!.slot);
     receive!.done();
   }
-  /** A message arrives for the pending receive (the binding's callback from a wake-up). */
-  arrive(tag: bigint, bytes: Uint8Array): void {
-    const pending = this.pending!;
+  /** A message arrives for the armed watch (the binding's callback from a wake-up); a
+   *  `rendezvous` one's bytes stay with its sender until finish. */
+  arrive(tag: bigint, bytes: Uint8Array, rendezvous = false): void {
+    const watch = this.pending!;
     this.pending = undefined;
-    FakeWorker.#write({ tag, bytes }, pending.buffer, pending.slot);
-    pending.done();
+    this.#take({ tag, bytes, rendezvous }, watch.slot);
+    watch.done();
   }
-  /** The pending receive fails: a message of `length` bytes from `tag` did not fit. */
-  truncate(tag: bigint, length: number): void {
-    const pending = this.pending!;
-    this.pending = undefined;
-    pending.done(new GdrpcError(Code.INVALID_ARGUMENT, 'tag receive: message truncated', { details: { senderTag: tag, length } }));
-  }
-  cancelRequest(id: number): void { this.cancelled.push(id); }
-  /** Resolves once the dispatcher has posted its next receive (at once, or after a slice ended
-   *  and it yielded to the event loop: a slow machine may end one after any message). */
+  /** Resolves once the dispatcher has armed its watch again (at once, or after a slice ended and
+   *  it yielded to the event loop: a slow machine may end one after any message). */
   async posted(): Promise<void> {
     await expect.poll(() => this.pending !== undefined).toBe(true);
   }
@@ -90,18 +123,12 @@ class FakeWorker {
 /** A fake worker whose control messages wait in `controls` alone: tagProbe finds them there, as
  *  UCX's probe finds its unexpected queue's. */
 class LineWorker extends FakeWorker {
-  /** Messages taken out of the queue and received into a buffer too short (dropped). */
-  readonly dropped: bigint[] = [];
   override tagProbe(tag: bigint, mask: bigint, options?: { remove: boolean }): (Queued & { taken?: number }) | null {
     const at = this.controls.findIndex((m) => (m.tag & mask) === (tag & mask));
     if (at < 0) return super.tagProbe(tag, mask, options);
     const message = this.controls[at]!;
     if (options?.remove === true) this.controls.splice(at, 1);
     return { senderTag: message.tag, length: message.bytes.length, taken: at + 1 };
-  }
-  tagRecvTaken(message: Queued): Promise<never> {
-    this.dropped.push(message.senderTag);
-    return Promise.reject(new GdrpcError(Code.INVALID_ARGUMENT, 'tag receive: message truncated'));
   }
 }
 
@@ -135,9 +162,9 @@ function receiving(wakeup: WakeupKind = 'uv'): { worker: FakeWorker; key: Connec
 
 describe('Dispatcher control receive', () => {
   // The answer to a message leaves in a microtask at the end of the wake-up that brought it; with
-  // the uv wake-up the next receive is posted after that, from an immediate. The thread wake-up's
-  // polling passes follow each other without an event-loop turn, so there it is posted at once.
-  it.each([['uv', false], ['thread', true]] as const)('after a message it waited for, the %s wake-up posts the next receive at once: %s', async (wakeup, atOnce) => {
+  // the uv wake-up the next watch is armed after that, from an immediate. The thread wake-up's
+  // polling passes follow each other without an event-loop turn, so there it is armed at once.
+  it.each([['uv', false], ['thread', true]] as const)('after a message it waited for, the %s wake-up watches for the next at once: %s', async (wakeup, atOnce) => {
     const { worker, key, got } = receiving(wakeup);
     await worker.posted();
     let postedInMicrotask: boolean | undefined;
@@ -151,14 +178,14 @@ describe('Dispatcher control receive', () => {
     queueMicrotask(() => { postedInMicrotask = worker.pending !== undefined; });
     await new Promise<void>((resolve) => setImmediate(resolve));
     expect(postedInMicrotask).toBe(atOnce);
-    // Either way the loop goes on: a receive is pending after the turn.
+    // Either way the loop goes on: the watch is armed after the turn.
     expect(worker.pending).toBeDefined();
     worker.arrive(controlTag(key.value), new Uint8Array([8]));
     expect(got).toEqual([7, 8]);
     clock.mockRestore();
   });
 
-  it('routes by all 56 bits of the key: a guessed low word, another class byte or an unknown prefix is unattributed', async () => {
+  it('routes by all 56 bits of the key: a guessed low word, another class byte or an unknown prefix is unattributed, and dropped unread', async () => {
     const { worker, key, got, hello } = receiving();
     await Promise.resolve();
     const wrongLow = controlTag(key.value ^ 1n);
@@ -171,12 +198,14 @@ describe('Dispatcher control receive', () => {
     expect(got).toEqual([1]);
     expect(hello).toEqual([5]);
     expect(dispatcher!.stats().unattributed).toBe(3);
+    // Taken and received into a byte: their bytes were never read.
+    expect(worker.dropped).toEqual([wrongLow, wrongClass, otherPrefix]);
   });
 
   it('reads messages already queued without returning to the event loop, a slice at a time, in order', async () => {
     const { worker, key, got } = receiving();
     const count = RECEIVE_SLICE_MESSAGES + 44;
-    // Queued in UCX behind the one the pending receive gets: each completes inside its call.
+    // Queued in UCX behind the one the watch takes: each is taken and received inside a call.
     worker.controls.push(...Array.from({ length: count }, (_, i) => ({ tag: controlTag(key.value), bytes: new Uint8Array([i % 200]) })));
     worker.arrive(controlTag(key.value), new Uint8Array([255]));
     const inOneGo = got.length;
@@ -185,7 +214,7 @@ describe('Dispatcher control receive', () => {
     expect(inOneGo).toBeLessThanOrEqual(RECEIVE_SLICE_MESSAGES);
     await expect.poll(() => got.length).toBe(count + 1);
     expect(got).toEqual([255, ...Array.from({ length: count }, (_, i) => i % 200)]);
-    // And a receive is posted again once the queue is empty.
+    // And the watch is armed again once the queue is empty.
     await worker.posted();
   });
 
@@ -208,19 +237,22 @@ describe('Dispatcher control receive', () => {
     });
     worker.arrive(controlTag(key.value), new Uint8Array([1]));
     await worker.posted();
-    worker.truncate(controlTag(key.value), 5 << 20);
+    // Longer than the receive buffer (4,096 bytes): its connection is told, the message dropped.
+    worker.arrive(controlTag(key.value), new Uint8Array(5000));
     await worker.posted();
     worker.arrive(controlTag(key.value), new Uint8Array([2]));
     expect(got).toEqual([1, 2]);
-    expect(oversized).toEqual([5 << 20]);
+    expect(oversized).toEqual([5000]);
+    expect(worker.dropped).toEqual([controlTag(key.value)]);
     await worker.posted();
   });
 
-  it('stop cancels the pending receive', () => {
+  it('stop disarms the watch', () => {
     const { worker } = receiving();
-    const id = worker.pending!.id;
+    expect(worker.pending).toBeDefined();
     dispatcher!.stop();
-    expect(worker.cancelled).toEqual([id]);
+    expect(worker.unwatched).toBe(1);
+    expect(worker.pending).toBeUndefined();
   });
 });
 
@@ -258,86 +290,56 @@ describe('Dispatcher.drainPayloads', () => {
   });
 });
 
-describe('a control receive matched to a message whose rest never comes', () => {
-  // UCX matches the one posted control receive to the first control message it has, from any peer;
-  // a message of many fragments whose sender stops mid-way keeps that receive waiting, and before
-  // this no control message of any connection was read again (a helper session's attack: a peer
-  // that never proved its token stopped a server so). Here the fake worker's pending receive plays
-  // the matched one: it never completes, while another message waits in the queue behind it.
-  function stalled(): { worker: FakeWorker; key: ConnectionKey; got: number[]; lost: string[]; clock: { now: number } } {
-    const worker = new FakeWorker();
-    dispatcher = new Dispatcher(worker as unknown as Worker, 4096);
-    const got: number[] = [];
-    const lost: string[] = [];
-    const key = dispatcher.register({ onMessage: (bytes) => { got.push(bytes[0]!); }, onOversized: () => {}, onStrayData: () => {}, onLost: () => { lost.push('lost'); }, onStalled: () => {} });
-    const clock = { now: 1_000 };
-    vi.spyOn(performance, 'now').mockImplementation(() => clock.now);
-    return { worker, key, got, lost, clock };
-  }
+describe('a control message whose rest never comes', () => {
+  // Until the watch, one receive of any control message was posted, and UCX matched it to the first
+  // control message it had, from any peer: a rendezvous message whose sender stopped its process
+  // held that receive, and every connection's reading, for a second a message (given up on then),
+  // from a peer that sent it under a made-up key, without a token. The watch takes a message out
+  // of UCX's queue before receiving any of it: one of no connection is dropped unread (its sender
+  // told the receive was too short), one of a connection waits alone.
   afterEach(() => { vi.restoreAllMocks(); });
   const passes = Math.ceil(STALLED_RECEIVE_MS / DRAIN_INTERVAL_MS);
 
-  it(`is given up on after ${STALLED_RECEIVE_MS} ms of drain passes that saw a message queued behind it; the next receive reads on, into a new buffer`, async () => {
-    const { worker, key, got, lost, clock } = stalled();
+  it('of no connection is dropped unread at once, and nothing waits for it', async () => {
+    const { worker, key, got } = receiving();
+    const madeUp = controlTag(key.value ^ (1n << 41n));
+    worker.arrive(madeUp, new Uint8Array([1]), true);
+    expect(worker.dropped).toEqual([madeUp]);
+    expect(worker.matched).toEqual([]);
     await worker.posted();
-    const stuck = worker.pending!;
-    worker.queue.push({ senderTag: controlTag(key.value), length: 1 });
-    worker.controls.push({ tag: controlTag(key.value), bytes: new Uint8Array([7]) });
-    // The first pass that sees it starts the clock: `passes` passes span one interval less.
-    for (let pass = 0; pass < passes; pass += 1) {
-      clock.now += DRAIN_INTERVAL_MS;
-      dispatcher!.drainPayloads();
-    }
-    expect(dispatcher!.stats().stalledReceives).toBe(0);
-    expect(worker.pending).toBe(stuck);
-    clock.now += DRAIN_INTERVAL_MS;
-    dispatcher!.drainPayloads();
-    expect(dispatcher!.stats().stalledReceives).toBe(1);
-    expect(got).toEqual([7]);  // read by the new receive at once
-    await worker.posted();
-    expect(worker.pending!.buffer).not.toBe(stuck.buffer);
-    expect(worker.pending!.slot).not.toBe(stuck.slot);
-    // Messages go on arriving for the new loop.
-    worker.queue.length = 0;
-    worker.arrive(controlTag(key.value), new Uint8Array([8]));
-    expect(got).toEqual([7, 8]);
-    // The given-up receive completes after all: its message came after those, so its connection
-    // is told (and closes), and the message is not delivered.
-    stuck.slot.set([Number(controlTag(key.value) & 0xffff_ffffn), Number(controlTag(key.value) >> 32n), 1, 0]);
-    stuck.buffer[0] = 9;
-    stuck.done();
-    expect(got).toEqual([7, 8]);
-    expect(lost).toEqual(['lost']);
+    worker.arrive(controlTag(key.value), new Uint8Array([2]));
+    expect(got).toEqual([2]);
+    expect(dispatcher!.stats()).toMatchObject({ unattributed: 1, stalledReceives: 0, backlogs: 0 });
   });
 
-  it('is not given up on while nothing waits behind it, nor for time the event loop was held (too few passes)', async () => {
-    const { worker, key, clock } = stalled();
-    await worker.posted();
-    const stuck = worker.pending!;
-    // Nothing queued: an idle receive, however long.
+  it('of a connection waits alone: not given up on while nothing waits behind it, nor for time the event loop was held (too few passes)', async () => {
+    const worker = new LineWorker();
+    dispatcher = new Dispatcher(worker as unknown as Worker, 4096);
+    const got: number[] = [];
+    const stalled: string[] = [];
+    const key = dispatcher.register({ onMessage: (bytes) => { got.push(bytes[0]!); }, onOversized: () => {}, onStrayData: () => {}, onLost: () => {}, onStalled: () => { stalled.push('stalled'); } });
+    const clock = { now: 1_000 };
+    vi.spyOn(performance, 'now').mockImplementation(() => clock.now);
+    worker.arrive(controlTag(key.value), new Uint8Array([1]), true);
+    expect(worker.matched).toHaveLength(1);
+    // Nothing queued: a message on its way, however long.
     for (let pass = 0; pass < 4 * passes; pass += 1) {
       clock.now += DRAIN_INTERVAL_MS;
-      dispatcher!.drainPayloads();
+      dispatcher.drainPayloads();
     }
-    // Queued, but the passes were held back: 10 s in two passes.
-    worker.queue.push({ senderTag: controlTag(key.value), length: 1 });
+    // Queued behind it, but the passes were held back: 10 s in two passes.
+    worker.controls.push({ tag: controlTag(key.value), bytes: new Uint8Array([2]) });
     for (let pass = 0; pass < 2; pass += 1) {
       clock.now += 5_000;
-      dispatcher!.drainPayloads();
+      dispatcher.drainPayloads();
     }
-    // Queued for many passes, then the receive completes: the count starts again.
-    for (let pass = 0; pass < passes - 3; pass += 1) {
-      clock.now += DRAIN_INTERVAL_MS;
-      dispatcher!.drainPayloads();
-    }
-    worker.arrive(controlTag(key.value), new Uint8Array([1]));
+    expect(stalled).toEqual([]);
+    expect(got).toEqual([]);
+    // Its bytes come: it is read, then the one behind it, and reading has caught up.
+    worker.finish(controlTag(key.value));
+    await expect.poll(() => got).toEqual([1, 2]);
     await worker.posted();
-    for (let pass = 0; pass < passes - 1; pass += 1) {
-      clock.now += DRAIN_INTERVAL_MS;
-      dispatcher!.drainPayloads();
-    }
-    expect(dispatcher!.stats().stalledReceives).toBe(0);
-    expect(worker.pending).not.toBe(stuck);
+    expect(dispatcher.stats().stalledReceives).toBe(0);
   });
 });
 
@@ -405,10 +407,10 @@ describe('turns, once reading falls behind', () => {
     const { backlogs, readInTurns } = dispatcher!.stats();
     expect(backlogs).toBe(1);
     expect(readInTurns).toBe(46 - 3);
-    // Caught up: the line's receive waits for any control message, and the next one is read
-    // where it arrives again, not in a turn.
+    // Caught up: the watch waits for any control message, and the next one is read where it
+    // arrives again, not in a turn.
     await worker.posted();
-    expect(worker.receives.at(-1)).toEqual({ tag: CONTROL_BIT, mask: CONTROL_MASK });
+    expect(worker.watches.at(-1)).toEqual({ tag: CONTROL_BIT, mask: CONTROL_MASK });
     worker.arrive(controlTag(fast.value), new Uint8Array([6]));
     expect(order.at(-1)).toBe('f6');
     expect(dispatcher!.stats().readInTurns).toBe(readInTurns);
@@ -431,51 +433,46 @@ describe('turns, once reading falls behind', () => {
     expect(worker.controls).toEqual([]);
   });
 
-  it('a receive that waits for its message (rendezvous) while others queue behind it: the drain pass sends the reading to turns', async () => {
+  it('messages queued while the watch waits (the loop held elsewhere): the drain pass disarms it and sends the reading to turns', async () => {
     const { worker, slow, fast, order } = twoConnections();
     await worker.posted();
-    // The pending receive is matched to a message still on its way; others queue meanwhile.
     queue(worker, slow.value, 1, 3);
     queue(worker, fast.value, 1, 1);
     dispatcher!.drainPayloads();
     expect(dispatcher!.stats().backlogs).toBe(1);
-    worker.arrive(controlTag(slow.value), new Uint8Array([0]));
-    await expect.poll(() => order.length).toBe(5);
-    // s0 came into the waiting receive, and its 2 ms count against the slow connection: the fast
-    // one's turn comes first.
-    expect(order).toEqual(['s0', 'f1', 's1', 's2', 's3']);
+    expect(worker.unwatched).toBe(1);
+    await expect.poll(() => order.length).toBe(4);
+    // s1's 2 ms count against the slow connection: the fast one's turn comes before s2.
+    expect(order).toEqual(['s1', 'f1', 's2', 's3']);
+    await worker.posted();
   });
 
-  it("a receive that waits for the rest of its message waits alone: its connection's later messages wait for it, the others' are read meanwhile", async () => {
+  it("a message taken whose rest is on its way waits alone: its connection's later messages wait for it, the others' are read meanwhile", async () => {
     const { worker, slow, fast, order } = twoConnections();
     await worker.posted();
-    worker.controls.push({ tag: controlTag(slow.value), bytes: new Uint8Array([1]), rendezvous: true });
+    worker.arrive(controlTag(slow.value), new Uint8Array([1]), true);
+    expect(worker.matched).toHaveLength(1);
+    // Nothing else can be read: no watch is armed (it could take s2 before s1), and new messages
+    // are found all the same.
+    expect(worker.pending).toBeUndefined();
     queue(worker, slow.value, 2, 2);
     queue(worker, fast.value, 1, 2);
-    dispatcher!.drainPayloads();
-    worker.arrive(controlTag(slow.value), new Uint8Array([0]));
-    // s1's receive waits (its bytes still with its sender): the fast connection is read, s2 waits.
-    await expect.poll(() => order).toEqual(['s0', 'f1', 'f2']);
-    expect(worker.matched).toHaveLength(1);
-    // Nothing else can be read: no receive of any control message is posted (it could take s2
-    // before s1), and new messages are found all the same.
+    await expect.poll(() => order).toEqual(['f1', 'f2']);
     expect(worker.pending).toBeUndefined();
-    queue(worker, fast.value, 3, 3);
-    await expect.poll(() => order).toEqual(['s0', 'f1', 'f2', 'f3']);
     worker.finish(controlTag(slow.value));
-    await expect.poll(() => order).toEqual(['s0', 'f1', 'f2', 'f3', 's1', 's2']);
-    // Caught up: the receive of any control message waits again.
+    await expect.poll(() => order).toEqual(['f1', 'f2', 's1', 's2']);
+    // Caught up: the watch waits again.
     await worker.posted();
-    expect(worker.receives.at(-1)).toEqual({ tag: CONTROL_BIT, mask: CONTROL_MASK });
+    expect(worker.watches.at(-1)).toEqual({ tag: CONTROL_BIT, mask: CONTROL_MASK });
   });
 
   it(`a receive in a turn whose message has not come whole after ${STALLED_RECEIVE_MS} ms and as many drain passes, while others wait in UCX's queue, is given up on: its connection is told (onStalled) and what it queued after is dropped unread once it is gone`, async () => {
     const { worker, slow, fast, order, stalled, clock } = twoConnections();
     await worker.posted();
+    worker.arrive(controlTag(fast.value), new Uint8Array([1]));
     worker.controls.push({ tag: controlTag(slow.value), bytes: new Uint8Array([1]), rendezvous: true });
     queue(worker, slow.value, 2, 3);
     dispatcher!.drainPayloads();
-    worker.arrive(controlTag(fast.value), new Uint8Array([1]));
     await expect.poll(() => worker.matched).toHaveLength(1);
     const passes = Math.ceil(STALLED_RECEIVE_MS / DRAIN_INTERVAL_MS);
     for (let pass = 0; pass < passes - 1; pass += 1) {

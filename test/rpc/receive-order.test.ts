@@ -1,26 +1,27 @@
-// The control receive loop answers first and receives again after: a server that got a REQUEST
-// through its pending control receive sends the RESPONSE before it posts the next receive (posting
-// first put the receive's cost between every message and its answer). Recorded by wrapping the
-// binding's control operations, a server and a client on two runtimes of this process.
+// The control receive loop answers first and watches again after: a server whose watch took a
+// REQUEST sends the RESPONSE before it arms the watch for the next message (posting the next
+// receive first, as the loop did before the watch, put its cost between every message and its
+// answer). Recorded by wrapping the binding's control operations, a server and a client on two
+// runtimes of this process.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, Runtime, Server, Worker, Endpoint } from '../../core/index.ts';
 import { BenchDescriptor } from '../../bench/schemas/gen/rpc_bench.ts';
 import { native } from '../../core/native.ts';
 
-type Op = 'post' | 'received' | 'send';
+type Op = 'watch' | 'taken' | 'send';
 const events: Array<{ worker: Worker; op: Op }> = [];
-const postInto = Worker.prototype.tagRecvInto;
+const watch = Worker.prototype.tagWatch;
 const sendNow = Endpoint.prototype.tagSendNow;
 
 let serving: Runtime;
 let calling: Runtime;
 
 beforeAll(() => {
-  Worker.prototype.tagRecvInto = function (this: Worker, dest, tag, mask, id, slot, done) {
-    events.push({ worker: this, op: 'post' });
-    return postInto.call(this, dest, tag, mask, id, slot, (error?: unknown) => {
-      events.push({ worker: this, op: 'received' });
-      done(error);
+  Worker.prototype.tagWatch = function (this: Worker, tag, mask, slot, taken) {
+    events.push({ worker: this, op: 'watch' });
+    return watch.call(this, tag, mask, slot, () => {
+      events.push({ worker: this, op: 'taken' });
+      taken();
     });
   };
   Endpoint.prototype.tagSendNow = function (this: Endpoint, tag, src) {
@@ -32,15 +33,15 @@ beforeAll(() => {
 });
 
 afterAll(async () => {
-  Worker.prototype.tagRecvInto = postInto;
+  Worker.prototype.tagWatch = watch;
   Endpoint.prototype.tagSendNow = sendNow;
   await calling.close();
   await serving.close();
 });
 
 describe('the control receive loop', () => {
-  // The thread wake-up posts at once (test/rpc/dispatcher-drain.test.ts has both builds' order).
-  it.skipIf(native().wakeup !== 'uv')('sends the answer to a message it waited for before it posts the next receive (uv wake-up)', async () => {
+  // The thread wake-up watches again at once (test/rpc/dispatcher-drain.test.ts has both builds' order).
+  it.skipIf(native().wakeup !== 'uv')('sends the answer to a message it waited for before it watches for the next (uv wake-up)', async () => {
     const server = Server.create({ runtime: serving, poolBytes: 1 << 20 }).register(BenchDescriptor, {
       ping: () => ({}),
       sink: () => ({ n: 0n }),
@@ -53,9 +54,9 @@ describe('the control receive loop', () => {
     const ops = events.filter((e) => e.worker === serving.worker).map((e) => e.op);
     await client.close();
     // Each REQUEST the server waited for: the next operations of its worker are the RESPONSE's
-    // send, then the next receive's post (the loop goes on).
-    const next = ops.flatMap((op, i) => (op === 'received' && i + 2 < ops.length ? [`${ops[i + 1]} ${ops[i + 2]}`] : []));
+    // send, then the next watch (the loop goes on).
+    const next = ops.flatMap((op, i) => (op === 'taken' && i + 2 < ops.length ? [`${ops[i + 1]} ${ops[i + 2]}`] : []));
     expect(next.length).toBeGreaterThan(100);
-    expect(new Set(next)).toEqual(new Set(['send post']));
+    expect(new Set(next)).toEqual(new Set(['send watch']));
   });
 });

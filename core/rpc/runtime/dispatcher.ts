@@ -1,10 +1,11 @@
 // Routes what arrives on the process's one worker to its connections. UCX tag matching does not
 // say which endpoint sent a message, so the tag's connection key is what ties a message to its
 // connection (wire/tag.ts): the key is random and only that connection's peer learns it, so no
-// other peer can put a message into the connection. Control messages come through one posted
-// receive, one at a time, which keeps each connection's frames in the order they were sent. While
-// they come faster than they are read, connections take turns (#takeTurns), so that no peer's
-// messages, however slow to decode, hold everyone else's behind them.
+// other peer can put a message into the connection. Control messages are read one at a time,
+// oldest first, which keeps each connection's frames in the order they were sent; each is taken
+// out of UCX's queue before any of it is received (tagWatch), so that its sender is known first.
+// While they come faster than they are read, connections take turns (#takeTurns), so that no
+// peer's messages, however slow to decode, hold everyone else's behind them.
 // Tensor payloads that no receive was posted for wait in UCX's unexpected queue; a periodic drain
 // takes them out, hands them to their connection (which holds a few, briefly, for a frame still
 // on its way) and drops the rest, so nothing a peer sends is queued forever.
@@ -29,20 +30,21 @@ const DRAIN_BATCH = 4096;
 const CLOSE_DRAIN_MS = 1000;
 /** Drain passes in a row that may wait for the control loop (see drainPayloads). */
 const MAX_DRAIN_DEFERRALS = 8;
-/** A control receive that UCX matched to a message whose rest has not come this long, while other
- *  control messages wait behind it, is given up on (#checkStalled, stall-watch.ts), once as many
+/** A control receive whose message's rest has not come this long, while other control messages
+ *  wait, is given up on and its connection closed (#checkAwaited, stall-watch.ts), once as many
  *  drain passes in a row saw it so. */
 export const STALLED_RECEIVE_MS = 1000;
 
 /** How soon turns look again when every message queued is one they cannot read yet (its
- *  connection's earlier message still on its way): no receive is posted then to say that
- *  another came. */
+ *  connection's earlier message still on its way): no watch is armed then to say that another
+ *  came. */
 const BLOCKED_RECHECK_MS = 2;
 
 /** Counters of what the dispatcher dropped (for tests and diagnostics). */
 export interface DispatcherStats {
   unattributed: number; droppedPayloads: number; connections: number;
-  /** Control receives given up on: matched to a message whose rest never came (#checkStalled). */
+  /** Control receives given up on: their message's rest never came, the connection was closed
+   *  (#checkAwaited). */
   stalledReceives: number;
   /** Times the reading fell behind and connections took turns; messages read in turns. */
   backlogs: number; readInTurns: number;
@@ -54,11 +56,12 @@ export class Dispatcher {
   #buffer: ReceiveBuffer;
   #stop = new AbortController();
   #running = false;
-  /** The buffer the pending control receive was posted into, and that receive's request id. */
-  #posted: ReceiveBuffer | undefined;
-  #receiveId = 0;
   /** Where the binding writes a received message's sender tag and length (tagRecvInto). */
   #slot = new Uint32Array(4);
+  /** Where the watch writes a taken message's sender tag, length and taken id (tagWatch). */
+  readonly #takeSlot = new Uint32Array(5);
+  /** The watch is armed (or its take is about to be told): #onTaken comes. */
+  #watching = false;
   #sliceStart = 0;
   #inSlice = 0;
   #drainTimer: NodeJS.Timeout | undefined;
@@ -71,17 +74,14 @@ export class Dispatcher {
   /** A #resume is scheduled (setImmediate), or a look again when turns were blocked. */
   #scheduled = false;
   #recheck: NodeJS.Timeout | undefined;
-  readonly #stallWatch = Dispatcher.#newStallWatch();
   static #newStallWatch(): StallWatch { return new StallWatch(Math.ceil(STALLED_RECEIVE_MS / DRAIN_INTERVAL_MS), STALLED_RECEIVE_MS); }
-  /** Which receive loop is current: a receive given up on belongs to an earlier one. */
-  #generation = 0;
   /** Drain passes in a row put off because a control message was waiting. */
   #deferrals = 0;
   /** The last drain pass found a control message waiting in UCX's queue (behind). */
   #behind = false;
   static readonly #sink = new Uint8Array(1);
 
-  /** Whether the receive after a message it waited for waits for the event loop's turn (#onReceived). */
+  /** Whether the watch after a message it waited for waits for the event loop's turn (#onTaken). */
   readonly #receiveAfterTurn: boolean;
 
   constructor(private readonly worker: Worker, frameBytes: number) {
@@ -136,15 +136,15 @@ export class Dispatcher {
   /** Drops a payload: received into one byte, which completes its sender with truncation. */
   drop(message: TakenMessage): void {
     this.#stats.droppedPayloads += 1;
-    this.worker.tagRecvTaken(message, Dispatcher.#sink).catch(() => { /* truncation is the point */ });
+    this.#discard(message);
   }
 
   /** Stops receiving (the worker is about to close). */
   stop(): void {
     this.#stop.abort();
-    // A cancelled receive reports nothing (tagRecvInto).
-    if (this.#posted !== undefined && !this.worker.closed) this.worker.cancelRequest(this.#receiveId);
-    this.#posted = undefined;
+    // A message the watch took and did not tell stays taken: the worker is about to close.
+    if (this.#watching && !this.worker.closed) this.worker.tagUnwatch();
+    this.#watching = false;
     this.#running = false;
     this.#inTurns = false;
     this.#turns.reset();
@@ -163,34 +163,26 @@ export class Dispatcher {
     this.#receive();
   }
 
-  // Control messages come through one posted receive at a time, without a promise or an object
-  // per message: the binding writes the sender tag and length into #slot and calls #onReceived
-  // (from the wake-up that completed it), or the receive completes inside the call when the
-  // message was already queued (the next one is then posted at once; after a message the loop
-  // waited for, once the wake-up is done: #onReceived).
+  // While reading keeps up, the watch takes each control message out of UCX's queue as it comes
+  // (tagWatch, without a promise or an object per message: the binding writes the sender tag,
+  // length and taken id into #takeSlot, and calls #onTaken from the wake-up that took it, or
+  // answers true when one was queued already), and it is received by its id into the receive
+  // buffer, as its connection's: most messages are whole when taken and are received inside the
+  // call. A receive posted for any control message instead (as until 2026-12-06) is matched by UCX
+  // to whatever comes first and cannot be given up once matched: a peer that sent a rendezvous
+  // message under a made-up key and stopped its process held every connection's reading for a
+  // second a time, without a token (test/security/partial-message.test.ts).
 
-  /** Posts the control receive, reading the messages already queued, until one is pending. A
+  /** Watches for the next control message, reading those already queued, until none is. A
    *  slice that ends on time with messages still queued means reading is behind: turns. */
   #receive(): void {
-    if (this.#inTurns) return this.#takeTurns();
     while (!this.#stop.signal.aborted && !this.worker.closed) {
-      if (this.#posted !== undefined) return;
-      const buffer = this.#buffer;
-      let now: boolean;
-      this.#posted = buffer;
-      try {
-        this.#receiveId = this.worker.requestId();
-        now = this.worker.tagRecvInto(buffer.bytes, CONTROL_BIT, CONTROL_MASK, this.#receiveId, this.#slot, this.#onReceived);
-      } catch (error) {
-        // Failed at once (a message longer than the buffer): it is gone; post again.
-        this.#posted = undefined;
-        this.#failed(buffer, error);
-        if (this.#yielded()) return;
-        continue;
-      }
-      if (!now) return;
-      this.#posted = undefined;
-      this.#deliver(buffer);
+      if (this.#inTurns) return this.#takeTurns();
+      if (this.#watching) return;
+      this.#watching = true;
+      if (!this.worker.tagWatch(CONTROL_BIT, CONTROL_MASK, this.#takeSlot, this.#onTaken)) return;
+      this.#watching = false;
+      this.#readTaken();
       if (this.#yielded()) {
         if (performance.now() - this.#sliceStart >= RECEIVE_SLICE_MS) this.#behindNow();
         return;
@@ -199,12 +191,74 @@ export class Dispatcher {
     this.#running = false;
   }
 
-  /** Reading fell behind: from the next receive on, connections take turns. */
+  /** The watch took a message (told from the wake-up that took it). */
+  readonly #onTaken = (): void => {
+    if (!this.#watching || this.#stop.signal.aborted) return;
+    this.#watching = false;
+    // The loop waited for this message: it came back from the event loop, a new slice.
+    this.#newSlice();
+    this.#readTaken();
+    // Watched again here, the next message would stand between every message and its answer (0.6-0.7 µs a side
+    // on the CPU box, measured for the receive posted before the watch): the frames of the answer
+    // leave in a microtask at the end of this wake-up. With the uv wake-up the event loop's check
+    // phase, where immediates run, comes after that and before the worker's next wake-up; whatever
+    // arrives meanwhile waits in UCX's queue, and the watch takes it at once (payload drains wait
+    // for it: drainPayloads). The thread wake-up's busy-poll passes follow each other without a
+    // loop turn, which would hold the immediate (and the messages behind it) for as long as the
+    // worker polls: there it watches again at once. In turns, the next one's turn comes from an
+    // immediate too.
+    if (this.#receiveAfterTurn || this.#inTurns) this.#schedule();
+    else if (!this.#yielded()) this.#receive();
+  };
+
+  /** Reads the message the watch took (#takeSlot): received into the receive buffer as its
+   *  connection's, or dropped unread when it is of none (its sender, a rendezvous', is told the
+   *  receive was too short, and nothing waits for it), or when it is longer than the buffer (its
+   *  connection is told). One whose rest is still on its way waits alone, and connections take
+   *  turns meanwhile. */
+  #readTaken(): void {
+    const taken = this.#takeSlot;
+    const registered = this.#table.entryOf(taken[0]!, taken[1]!);
+    const length = taken[2]! + taken[3]! * 2 ** 32;
+    if (registered === undefined || length > this.#buffer.bytes.length) {
+      const message = { senderTag: BigInt(taken[0]!) | (BigInt(taken[1]!) << 32n), length, taken: taken[4]! };
+      if (registered === undefined) return this.#dropControl(message);
+      this.#discard(message);
+      this.#tell(() => registered.sink.onOversized(length));
+      return;
+    }
+    const buffer = this.#buffer;
+    const slot = this.#slot;
+    const id = this.worker.requestId();
+    let now: boolean;
+    try {
+      now = this.worker.tagRecvTakenInto(taken[4]!, buffer.bytes, id, slot, (error?: unknown) => this.#awaitedDone(registered, buffer, error));
+    } catch (error) {
+      // It is gone (UCX refused it): as a message that failed.
+      this.#failed(buffer, error);
+      return;
+    }
+    if (now) {
+      // Whole when taken: its sender tag and length are the take's.
+      this.#deliver(buffer, taken);
+      return;
+    }
+    this.#awaitAlone(registered, buffer, slot, id);
+    this.#behindNow();
+  }
+
+  /** Reading fell behind: from the next receive on, connections take turns. A watch still armed
+   *  is disarmed (it could take a message behind one a turn reads), and turns begin from an
+   *  immediate; a message it took and had not told yet is read first. */
   #behindNow(): void {
     if (this.#inTurns) return;
     this.#inTurns = true;
     this.#stats.backlogs += 1;
     this.#turns.reset();
+    if (!this.#watching) return;
+    this.#watching = false;
+    if (this.worker.tagUnwatch()) this.#readTaken();
+    this.#schedule();
   }
 
   // Turns. UCX keeps every peer's control messages in one line, and reading them in that order let
@@ -215,8 +269,7 @@ export class Dispatcher {
   // order read-turns.ts gives: deficit round robin over the time each message took to read, the
   // line's turn ending each round. The line looks at the oldest control message first: one of a
   // connection is read as that connection's, one of no connection is dropped unread, and when
-  // there is none, reading has caught up: a receive of any control message stays posted, and
-  // messages are read as they come again. A receive that waits for the rest of its message (a
+  // there is none, reading has caught up: the watch takes each message as it comes again. A receive that waits for the rest of its message (a
   // rendezvous, a message in eager fragments) waits alone: it keeps its buffer, its connection's
   // later messages wait for it, and the others go on (a peer that sent rendezvous messages and
   // stopped its process held every connection's reading, a second a message, before: a helper
@@ -226,7 +279,7 @@ export class Dispatcher {
   #takeTurns(): void {
     clearTimeout(this.#recheck);
     this.#recheck = undefined;
-    while (this.#inTurns && !this.#stop.signal.aborted && !this.worker.closed && this.#posted === undefined) {
+    while (this.#inTurns && !this.#stop.signal.aborted && !this.worker.closed) {
       const turn = this.#turns.next();
       const done = turn === this.#turns.line ? this.#lineTurn() : this.#connectionTurn(turn as Registered);
       if (done === 'caught up') return this.#receive();
@@ -289,27 +342,29 @@ export class Dispatcher {
     const slot = this.#slot;
     const id = this.worker.requestId();
     let now: boolean;
-    this.#posted = buffer;
-    this.#receiveId = id;
     try {
       now = this.worker.tagRecvInto(buffer.bytes, registered.tag, EXACT_MASK, id, slot, (error?: unknown) => this.#awaitedDone(registered, buffer, error));
     } catch (error) {
-      // As in #receive: the message is gone.
-      this.#posted = undefined;
+      // Failed at once (UCX refused it): the message is gone.
       this.#failed(buffer, error);
       this.#turns.charge(this.#turns.current, registered, 0);
       return;
     }
-    this.#posted = undefined;
     if (now) {
       this.#deliverInTurn(buffer, slot);
       return;
     }
+    this.#awaitAlone(registered, buffer, slot, id);
+    this.#turns.end();
+  }
+
+  /** `registered`'s receive `id` into `buffer` waits for the rest of its message: it keeps the
+   *  buffer and slot, and new ones go on; its connection's later messages wait for it. */
+  #awaitAlone(registered: Registered, buffer: ReceiveBuffer, slot: Uint32Array<ArrayBuffer>, id: number): void {
     registered.awaiting = { buffer, slot, id, watch: Dispatcher.#newStallWatch() };
     this.#awaiting.add(registered);
     this.#buffer = new ReceiveBuffer(buffer.bytes.length);
     this.#slot = new Uint32Array(4);
-    this.#turns.end();
   }
 
   /** A receive that waited for its message in a turn completed. */
@@ -323,9 +378,9 @@ export class Dispatcher {
     if (this.#inTurns) this.#schedule();
   }
 
-  /** Gives up on receives in turns that are stuck as the stall watch sees the posted receive
-   *  (#checkStalled: matched, while control messages wait in UCX's queue, STALLED_RECEIVE_MS and as
-   *  many drain passes in a row): their connections are closed. `queued`: a control message waits. */
+  /** Gives up on receives that wait for the rest of their message while control messages wait in
+   *  UCX's queue, STALLED_RECEIVE_MS and as many drain passes in a row (stall-watch.ts): their
+   *  connections are closed. `queued`: a control message waits. */
   #checkAwaited(queued: boolean): void {
     const now = performance.now();
     for (const registered of [...this.#awaiting]) {
@@ -333,11 +388,7 @@ export class Dispatcher {
       if (!awaited.watch.stalled(awaited.id, queued, now)) continue;
       this.#stats.stalledReceives += 1;
       this.#endAwait(registered);
-      try {
-        registered.sink.onStalled();
-      } catch {
-        // As in #deliver: the loop goes on.
-      }
+      this.#tell(() => registered.sink.onStalled());
       if (this.#inTurns) this.#schedule();
     }
   }
@@ -363,76 +414,17 @@ export class Dispatcher {
    *  (a rendezvous message's sender is told the receive was too short). */
   #dropControl(message: TakenMessage): void {
     this.#stats.unattributed += 1;
+    this.#discard(message);
+  }
+
+  /** Receives a taken message into one byte: UCX completes it truncated, without its bytes. */
+  #discard(message: TakenMessage): void {
     this.worker.tagRecvTaken(message, Dispatcher.#sink).catch(() => { /* truncation is the point */ });
   }
 
   #caughtUp(): void {
     this.#inTurns = false;
     this.#turns.reset();
-  }
-
-  #onReceived = this.#receiver(0);
-
-  /** The completion of the control receives of loop `generation`: one that completes after it was
-   *  given up on (#checkStalled) is told to its connection instead (#lateReceive). */
-  #receiver(generation: number): (error?: unknown) => void {
-    const slot = this.#slot;
-    return (error?: unknown): void => {
-      if (generation === this.#generation) this.#received(error);
-      else this.#lateReceive(slot, error);
-    };
-  }
-
-  #received(error: unknown): void {
-    const buffer = this.#posted;
-    this.#posted = undefined;
-    if (buffer === undefined || this.#stop.signal.aborted) return;
-    // The receive waited for this message: the loop came back from the event loop, a new slice.
-    this.#newSlice();
-    if (error !== undefined) this.#failed(buffer, error);
-    else if (this.#inTurns) this.#deliverInTurn(buffer, this.#slot);
-    else this.#deliver(buffer);
-    // Posted here, the next receive stood between every message and its answer (0.6-0.7 µs a side
-    // on the CPU box): the frames of the answer leave in a microtask at the end of this wake-up.
-    // With the uv wake-up the event loop's check phase, where immediates run, comes after that
-    // and before the worker's next wake-up; whatever arrives meanwhile waits in UCX's queue, and the
-    // receive takes it at once (payload drains wait for it: drainPayloads). The thread wake-up's
-    // busy-poll passes follow each other without a loop turn, which would hold the immediate (and
-    // the messages behind it) for as long as the worker polls: there it is posted at once.
-    // In turns, the next one's turn comes from an immediate too.
-    if (this.#receiveAfterTurn || this.#inTurns) this.#schedule();
-    else if (!this.#yielded()) this.#receive();
-  }
-
-  /** Gives up on the posted control receive once it is stuck (stall-watch.ts): a peer that stops
-   *  in the middle of a message of many fragments (it died, or means it) would otherwise stop this
-   *  side reading any peer's control messages, for good. UCX cannot cancel a matched receive: it
-   *  keeps that receive's buffer and slot, and a new loop receives into new ones. `queued`: a
-   *  control message waits in UCX's queue now. */
-  #checkStalled(queued: boolean): void {
-    if (!this.#stallWatch.stalled(this.#posted === undefined ? undefined : this.#receiveId, queued, performance.now())) return;
-    this.#stats.stalledReceives += 1;
-    this.#generation += 1;
-    this.#buffer = new ReceiveBuffer(this.#buffer.bytes.length);
-    this.#slot = new Uint32Array(4);
-    this.#onReceived = this.#receiver(this.#generation);
-    this.#posted = undefined;
-    this.#turns.end();
-    this.#newSlice();
-    this.#receive();
-  }
-
-  /** A receive given up on completed after all: its message came after the ones behind it, so its
-   *  connection is closed (told through onLost), whatever the message held. */
-  #lateReceive(slot: Uint32Array, error: unknown): void {
-    if (this.#stop.signal.aborted) return;
-    const tag = error instanceof GdrpcError ? error.details?.senderTag : undefined;
-    const sink = error === undefined ? this.#table.sinkOfWords(slot[0]!, slot[1]!) : typeof tag === 'bigint' ? this.#table.sinkOf(tag) : undefined;
-    try {
-      sink?.onLost();
-    } catch {
-      // As in #deliver: the loop goes on.
-    }
   }
 
   /** Receives again after a pause (a message that had been waited for, a slice's end): a new slice. */
@@ -467,15 +459,21 @@ export class Dispatcher {
    *  connection if known; the buffer is marked spoiled, UCX may have written anywhere in it. */
   #failed(buffer: ReceiveBuffer, error: unknown): void {
     buffer.spoiled();
+    this.#tell(() => this.#onReceiveError(GdrpcError.from(error)));
+  }
+
+  /** Tells a connection something: one that throws (an 'error' listener that throws) does not
+   *  stop the loop, as in #deliver. */
+  #tell(what: () => void): void {
     try {
-      this.#onReceiveError(GdrpcError.from(error));
+      what();
     } catch {
-      // As in #deliver: the loop goes on.
+      // The loop goes on.
     }
   }
 
   /** Ends a slice of receiving every RECEIVE_SLICE_MESSAGES messages or RECEIVE_SLICE_MS: the next
-   *  receive is posted from setImmediate. Messages already queued are read without returning to
+   *  read comes from setImmediate. Messages already queued are read without returning to
    *  the event loop, so a flood would otherwise starve timers (keepalives, deadlines). */
   #yielded(): boolean {
     this.#inSlice += 1;
@@ -549,10 +547,9 @@ export class Dispatcher {
     const controlQueued = this.worker.tagProbe(CONTROL_BIT, CONTROL_MASK) !== null;
     this.#behind = controlQueued;
     this.#checkAwaited(controlQueued);
-    // Queued while a receive was posted: it was matched to a message still on its way (each
-    // message a round trip, rendezvous), and others came meanwhile. The next receive takes turns.
+    // Queued while the loop reads or waits (a receive waiting for its message's rest, a long
+    // read): the next read takes turns.
     if (controlQueued) this.#behindNow();
-    this.#checkStalled(controlQueued);
     if (this.#deferrals < MAX_DRAIN_DEFERRALS && controlQueued) {
       this.#deferrals += 1;
       return;
