@@ -154,7 +154,7 @@ function receiving(wakeup: WakeupKind = 'uv'): { worker: FakeWorker; key: Connec
   dispatcher = new Dispatcher(worker as unknown as Worker, 4096);
   const got: number[] = [];
   const hello: number[] = [];
-  const sink = (into: number[]): FrameSink => ({ onMessage: (bytes: Uint8Array) => { into.push(bytes[0]!); }, onOversized: () => {}, onStrayData: () => {}, onLost: () => {}, onStalled: () => {} });
+  const sink = (into: number[]): FrameSink => ({ onMessage: (bytes: Uint8Array) => { into.push(bytes[0]!); }, onOversized: () => {}, onStrayData: () => {}, onStalled: () => {} });
   const key = dispatcher.register(sink(got));
   void dispatcher.awaitHelloTurn(sink(hello));
   return { worker, key, got, hello };
@@ -233,7 +233,7 @@ describe('Dispatcher control receive', () => {
         throw new Error('a listener threw');
       },
       onStrayData: () => {},
-      onLost: () => {}, onStalled: () => {},
+      onStalled: () => {},
     });
     worker.arrive(controlTag(key.value), new Uint8Array([1]));
     await worker.posted();
@@ -317,7 +317,7 @@ describe('a control message whose rest never comes', () => {
     dispatcher = new Dispatcher(worker as unknown as Worker, 4096);
     const got: number[] = [];
     const stalled: string[] = [];
-    const key = dispatcher.register({ onMessage: (bytes) => { got.push(bytes[0]!); }, onOversized: () => {}, onStrayData: () => {}, onLost: () => {}, onStalled: () => { stalled.push('stalled'); } });
+    const key = dispatcher.register({ onMessage: (bytes) => { got.push(bytes[0]!); }, onOversized: () => {}, onStrayData: () => {}, onStalled: () => { stalled.push('stalled'); } });
     const clock = { now: 1_000 };
     vi.spyOn(performance, 'now').mockImplementation(() => clock.now);
     worker.arrive(controlTag(key.value), new Uint8Array([1]), true);
@@ -350,7 +350,7 @@ describe('the control receive buffer', () => {
     const past: number[][] = [];
     const key = dispatcher.register({
       onMessage: (source, length) => { past.push([...source.subarray(length, 300)]); },
-      onOversized: () => {}, onStrayData: () => {}, onLost: () => {}, onStalled: () => {},
+      onOversized: () => {}, onStrayData: () => {}, onStalled: () => {},
     });
     await worker.posted();
     worker.arrive(controlTag(key.value), new Uint8Array(200).fill(0x5a));
@@ -378,7 +378,7 @@ describe('turns, once reading falls behind', () => {
     const stalled: string[] = [];
     const sink = (name: string, costMs: number): FrameSink => ({
       onMessage: (bytes) => { order.push(`${name}${bytes[0]}`); clock.now += costMs; },
-      onOversized: () => {}, onStrayData: () => {}, onLost: () => {}, onStalled: () => { stalled.push(name); },
+      onOversized: () => {}, onStrayData: () => {}, onStalled: () => { stalled.push(name); },
     });
     const slow = dispatcher.register(sink('s', 2));
     const fast = dispatcher.register(sink('f', 0.01));

@@ -295,10 +295,6 @@ export class Connection implements FrameSink {
   /** Tag of tensor bytes this side receives on this connection. */
   incomingDataTag(transfer: number): bigint { return dataTag(this.key, transfer); }
 
-  onLost(): void {
-    this.close(new GdrpcError(Code.UNAVAILABLE, `a control message from ${this.peer} did not arrive whole within ${STALLED_RECEIVE_MS} ms while others waited, and came after them: the connection is closed rather than read out of order`));
-  }
-
   onStalled(): void {
     this.close(new GdrpcError(Code.UNAVAILABLE, `a control message from ${this.peer} did not arrive whole within ${STALLED_RECEIVE_MS} ms: the connection is closed rather than read past it`));
   }

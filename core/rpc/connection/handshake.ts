@@ -23,7 +23,6 @@ export async function connectAndAdmit(runtime: Runtime, host: string, port: numb
     onMessage(source, length) { this.target?.onMessage(source, length); },
     onOversized(length) { this.target?.onOversized(length); },
     onStrayData(message, low, framesWaiting) { if (this.target !== undefined) this.target.onStrayData(message, low, framesWaiting); else runtime.dispatcher.drop(message); },
-    onLost() { this.target?.onLost(); },
     onStalled() { this.target?.onStalled(); },
   };
   const endTurn = await runtime.dispatcher.awaitHelloTurn(forward);

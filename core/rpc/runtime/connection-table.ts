@@ -14,22 +14,18 @@ export interface FrameSink {
   /** A control message for this connection: `source[0, length)`, the receive buffer itself,
    *  valid only during the call (the next receive overwrites it); past `length` it holds zeros. */
   onMessage(source: Uint8Array, length: number): void;
-  /** A control message longer than the receive buffer (truncated by UCX, contents lost). */
+  /** A control message longer than the receive buffer (dropped unread). */
   onOversized(length: number): void;
   /** A tensor payload nobody had posted a receive for; the sink receives or drops it.
    *  `framesWaiting`: control messages of this connection's own wait to be read. */
   onStrayData(message: TakenMessage, low: number, framesWaiting: boolean): void;
-  /** A control message of this connection was given up on (it did not arrive whole within
-   *  STALLED_RECEIVE_MS, dispatcher.ts, while other messages waited) and came later: the messages after it were
-   *  read before it, so the connection cannot be read in order any more. */
-  onLost(): void;
-  /** A control message of this connection, received in its turn, has not arrived whole within
-   *  STALLED_RECEIVE_MS while other messages waited: the connection cannot be read past it. */
+  /** A control message of this connection, taken and being received, has not arrived whole
+   *  within STALLED_RECEIVE_MS while other messages waited: the connection cannot be read past it. */
   onStalled(): void;
 }
 
-/** A receive in a turn that waits for the rest of its message (rendezvous, or eager fragments):
- *  its own buffer and slot, since the turns go on with others meanwhile. */
+/** A receive that waits for the rest of its message (rendezvous, or eager fragments): its own
+ *  buffer and slot, since the turns go on with others meanwhile. */
 export interface Awaited { buffer: ReceiveBuffer; slot: Uint32Array<ArrayBuffer>; id: number; watch: StallWatch }
 
 /** A registered connection: its sink, its key's low 32 bits (the prefix is its map key), the tag
@@ -52,7 +48,6 @@ export class ConnectionTable {
       onMessage: (source, length) => table.#hello?.onMessage(source, length),
       onOversized: (length) => table.#hello?.onOversized(length),
       onStrayData: (message, low, framesWaiting) => table.#hello?.onStrayData(message, low, framesWaiting),
-      onLost: () => table.#hello?.onLost(),
       onStalled: () => table.#hello?.onStalled(),
     };
     this.hello = { sink: hello, low: 0, tag: controlTag(0n), balance: 0, awaiting: undefined };
