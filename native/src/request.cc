@@ -66,7 +66,7 @@ Request::~Request() {
   State::Of(env)->counters.requests--;
 }
 
-void Request::Prepare(ucp_request_param_t& param, const Span* span) {
+void Request::Prepare(ucp_request_param_t& param, const Span* span, bool hold) {
   param.op_attr_mask |= UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   param.user_data = this;
   if (kind == RequestKind::Recv) {
@@ -101,7 +101,7 @@ void Request::Prepare(ucp_request_param_t& param, const Span* span) {
     region = span->region;
     region->Acquire();
   }
-  holder = Napi::Persistent(span->holder);
+  if (hold) holder = Napi::Persistent(span->holder);
 }
 
 Napi::Value Request::Start(ucs_status_ptr_t result, const char* name, bool quiet) {

@@ -33,8 +33,11 @@ struct Request {
   Request(Worker* worker, Endpoint* endpoint, RequestKind kind, uint32_t id, Napi::Env env);
   ~Request();
 
-  /** Adds the UCX callback + user data + memory fields for `span` to `param`. */
-  void Prepare(ucp_request_param_t& param, const Span* span);
+  /** Adds the UCX callback + user data + memory fields for `span` to `param`; with `hold` false
+   *  the span's JS object is not referenced yet (Hold, once the operation turns out pending). */
+  void Prepare(ucp_request_param_t& param, const Span* span, bool hold = true);
+  /** References the JS object that owns the memory until completion (after Prepare without it). */
+  void Hold(const Span& span) { holder = Napi::Persistent(span.holder); }
   /** Handles the return value of a *_nbx call: settles now, fails now, or registers as pending.
    *  Returns the JS promise; with `quiet`, undefined instead when UCX completed the operation
    *  inside the call (no promise is made: nothing is left to wait for). */
@@ -44,6 +47,8 @@ struct Request {
    *  length low, length high), then `callback()`; on failure `callback(error)`. A cancelled or
    *  detached request calls nothing. */
   void ReportInto(Napi::Uint32Array slot, Napi::Function callback);
+  /** Writes the received message's sender tag and length to `slot` (ReportInto's words). */
+  void WriteSlot() const;
   /** Rejects the JS promise now (if not yet settled); the native request stays until UCX completes it. */
   void Detach(Napi::Env env, const char* code, const std::string& message, ucs_status_t status);
   /** Called by the worker when it drains the queue: settle JS, free the UCX request, delete,
@@ -99,7 +104,6 @@ struct Request {
   void Register(ucs_status_ptr_t result);
   /** The JS error for a failed request (status not UCS_OK). */
   Napi::Value Failure(Napi::Env env) const;
-  void WriteSlot() const;
   /** UCX's description of the protocol this request runs (ucp_request_query INFO_STRING). */
   std::string QueryProtocol() const;
 };

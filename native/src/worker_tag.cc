@@ -149,10 +149,20 @@ Napi::Value Worker::TagRecvTakenInto(const Napi::CallbackInfo& info) {
   ucp_tag_message_h message = it->second;
   taken_.erase(it);
   Request* request = new Request(this, nullptr, RequestKind::Recv, id, env);
-  request->ReportInto(slot, info[6].As<Napi::Function>());
   ucp_request_param_t param{};
-  request->Prepare(param, &span);
-  return request->Start(ucp_tag_msg_recv_nbx(worker_, span.address, span.length, message, &param), "tag receive");
+  // Most taken messages are whole and received inside the call: the JS references a pending
+  // receive needs (its buffer, slot and callback) are made only for one that is pending.
+  request->Prepare(param, &span, false);
+  ucs_status_ptr_t result = ucp_tag_msg_recv_nbx(worker_, span.address, span.length, message, &param);
+  if (result == nullptr) {
+    request->slot = slot.Data();
+    request->WriteSlot();
+    delete request;
+    return Napi::Boolean::New(env, true);
+  }
+  request->Hold(span);
+  request->ReportInto(slot, info[6].As<Napi::Function>());
+  return request->Start(result, "tag receive");
 }
 
 // tagWatch(tag, mask, slot: Uint32Array(5), callback) -> boolean: takes the oldest message that
