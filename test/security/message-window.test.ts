@@ -243,8 +243,9 @@ describe("what waits for peers' windows, across the server", () => {
       expect(stats.waiting).toBeLessThanOrEqual(20 * MiB);
       expect(stats.disconnects.filter((e) => /maxWaitingBytes/.test(e))).toHaveLength(1);
       expect(stats.disconnects.find((e) => /maxWaitingBytes/.test(e))).toMatch(/RESOURCE_EXHAUSTED.*has taken nothing for \d+ ms, the longest of the connections on this runtime that hold 2\d{7} bytes waiting for their peers \([2-5]\d{6} of them its own; maxWaitingBytes 20971520/);
-      // One connection alone past the limit is closed too, below its own 32 MiB.
-      await unknownCalls(b, 20_000, 2000);
+      // One connection alone past the limit is closed too, below its own 32 MiB: perhaps before
+      // all 2,000 have left, its later sends then failing (1 run in 4 with two CPU hogs).
+      await unknownCalls(b, 20_000, 2000).catch(() => { /* closed part-way: what is asserted next */ });
       expect(await b.closedWithin(20_000)).toBe('closed');
       await expect.poll(async () => (await serverStats(watcher)).waiting, { timeout: 10_000, interval: 100 }).toBe(0);
       expect((await watcher.unary(EchoDescriptor.methods.ping, { n: 3 })).n).toBe(3);
@@ -313,6 +314,10 @@ describe("a backlog of other peers' messages", () => {
       await Promise.all(sends);
       const answer = await raw.receive(120_000);
       expect(answer).toMatchObject({ kind: FrameKind.Response, call: 1 });
+      // Its backlog read, it speaks again: a peer silent past a short liveness is closed for it
+      // (with two CPU hogs the test's look at the closures came after all 16 were, besides the
+      // stopped client the test is about).
+      raw.keepAlive(150);
       return performance.now();
     }));
   }
