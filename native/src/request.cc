@@ -174,14 +174,7 @@ void Request::ReportInto(Napi::Uint32Array target, Napi::Function callback) {
   report = Napi::Persistent(callback);
 }
 
-void Request::WriteSlot() const {
-  uint64_t tag = recvInfo.sender_tag;
-  uint64_t length = recvInfo.length;
-  slot[0] = static_cast<uint32_t>(tag);
-  slot[1] = static_cast<uint32_t>(tag >> 32);
-  slot[2] = static_cast<uint32_t>(length);
-  slot[3] = static_cast<uint32_t>(length >> 32);
-}
+void Request::WriteSlot() const { WriteTagWords(slot, recvInfo.sender_tag, recvInfo.length); }
 
 Napi::Value Request::Failure(Napi::Env env) const {
   std::string name = std::string(what);

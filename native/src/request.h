@@ -29,6 +29,15 @@ Span ResolveSpan(Napi::Env env, Napi::Value target, Napi::Value offset, Napi::Va
 
 enum class RequestKind { Send, Recv, Put, Get, Flush, Close };
 
+/** Writes a message's sender tag and length as four uint32 words (tag low, tag high, length low,
+ *  length high): the slot of tagRecvInto, tagRecvTakenInto and tagWatch. */
+inline void WriteTagWords(uint32_t* slot, uint64_t tag, uint64_t length) {
+  slot[0] = static_cast<uint32_t>(tag);
+  slot[1] = static_cast<uint32_t>(tag >> 32);
+  slot[2] = static_cast<uint32_t>(length);
+  slot[3] = static_cast<uint32_t>(length >> 32);
+}
+
 struct Request {
   Request(Worker* worker, Endpoint* endpoint, RequestKind kind, uint32_t id, Napi::Env env);
   ~Request();

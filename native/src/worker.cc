@@ -277,9 +277,7 @@ Napi::Value Worker::Close(const Napi::CallbackInfo& info) {
 void Worker::Destroy(bool fromJs) {
   if (worker_ == nullptr) return;
   Napi::Env env = Env();
-  watch_.armed = false;  // nothing is taken, nobody told, while everything closes
-  watch_.fired = false;
-  watch_.tellLater = false;
+  watch_.Disarm();  // nothing is taken, nobody told, while everything closes
   std::set<Listener*> listeners = listeners_;
   for (Listener* listener : listeners) listener->Destroy(fromJs);
   std::set<Endpoint*> endpoints = endpoints_;

@@ -120,6 +120,8 @@ class Worker : public Napi::ObjectWrap<Worker> {
   bool TakeWatched();
   /** Calls the watch's callback for a take CheckWatch queued (Settle). */
   void FireWatch();
+  /** Holds a message taken out of UCX's unexpected queue until it is received; its taken id. */
+  uint32_t Keep(ucp_tag_message_h message);
   /** Starts a payload receive; one pending after its *_nbx call gets one progress pass at once. */
   Napi::Value StartPayloadReceive(Napi::Env env, Request* request, ucs_status_ptr_t result);
   Napi::Value Progress(const Napi::CallbackInfo& info);
@@ -159,6 +161,12 @@ class Worker : public Napi::ObjectWrap<Worker> {
     bool armed = false;  // looks after every progress pass
     bool fired = false;  // took a message; its callback is queued (Event::Taken)
     bool tellLater = false;  // ... and its event was settled where JS could not run: queued again
+    /** Disarmed, nothing to tell; whether a take was waiting to be told. */
+    bool Disarm() {
+      const bool wasFired = fired;
+      armed = fired = tellLater = false;
+      return wasFired;
+    }
   } watch_;
   uint64_t watchTakes_ = 0;  // messages a watch took (stats)
   std::optional<int> addressVersion_;  // asked once; -1 when UCX would not say

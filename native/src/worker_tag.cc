@@ -13,6 +13,17 @@
 namespace gdrpc {
 
 namespace {
+/** A (tag: bigint, mask: bigint) pair of arguments, from `first` on. */
+struct TagMask {
+  uint64_t tag = 0;
+  uint64_t mask = 0;
+};
+
+TagMask TagMaskArguments(const Napi::CallbackInfo& info, size_t first) {
+  bool lossless = true;
+  return {info[first].As<Napi::BigInt>().Uint64Value(&lossless), info[first + 1].As<Napi::BigInt>().Uint64Value(&lossless)};
+}
+
 /** The arguments both receives start with: (target, offset, length, tag: bigint, mask: bigint). */
 struct ReceiveArgs {
   Span span;
@@ -21,12 +32,23 @@ struct ReceiveArgs {
 };
 
 ReceiveArgs ReceiveArguments(Napi::Env env, const Napi::CallbackInfo& info) {
-  ReceiveArgs into;
-  into.span = ResolveSpan(env, info[0], info[1], info[2]);
-  bool lossless = true;
-  into.tag = info[3].As<Napi::BigInt>().Uint64Value(&lossless);
-  into.mask = info[4].As<Napi::BigInt>().Uint64Value(&lossless);
-  return into;
+  const TagMask match = TagMaskArguments(info, 3);
+  return {ResolveSpan(env, info[0], info[1], info[2]), match.tag, match.mask};
+}
+
+/** A slot argument (tagRecvInto, tagRecvTakenInto, tagWatch): a Uint32Array of at least `words`. */
+Napi::Uint32Array SlotArgument(Napi::Env env, Napi::Value value, size_t words) {
+  if (!value.IsTypedArray() || value.As<Napi::TypedArray>().TypedArrayType() != napi_uint32_array ||
+      value.As<Napi::TypedArray>().ElementLength() < words) {
+    Throw(env, "INVALID_ARGUMENT", "slot must be a Uint32Array of at least " + std::to_string(words) + " words");
+  }
+  return value.As<Napi::Uint32Array>();
+}
+
+/** A callback argument (the slot receives' and the watch's). */
+Napi::Function CallbackArgument(Napi::Env env, Napi::Value value) {
+  if (!value.IsFunction()) Throw(env, "INVALID_ARGUMENT", "callback must be a function");
+  return value.As<Napi::Function>();
 }
 }  // namespace
 
@@ -53,13 +75,10 @@ Napi::Value Worker::TagRecvInto(const Napi::CallbackInfo& info) {
   CheckOpen(env);
   ReceiveArgs into = ReceiveArguments(env, info);
   uint32_t id = info[5].As<Napi::Number>().Uint32Value();
-  if (!info[6].IsTypedArray() || info[6].As<Napi::TypedArray>().TypedArrayType() != napi_uint32_array ||
-      info[6].As<Napi::TypedArray>().ElementLength() < 4) {
-    Throw(env, "INVALID_ARGUMENT", "slot must be a Uint32Array of at least 4 words");
-  }
-  if (!info[7].IsFunction()) Throw(env, "INVALID_ARGUMENT", "callback must be a function");
+  Napi::Uint32Array slot = SlotArgument(env, info[6], 4);
+  Napi::Function callback = CallbackArgument(env, info[7]);
   Request* request = new Request(this, nullptr, RequestKind::Recv, id, env);
-  request->ReportInto(info[6].As<Napi::Uint32Array>(), info[7].As<Napi::Function>());
+  request->ReportInto(slot, callback);
   ucp_request_param_t param{};
   request->Prepare(param, &into.span);
   return request->Start(ucp_tag_recv_nbx(worker_, into.span.address, into.span.length, into.tag, into.mask, &param), "tag receive");
@@ -70,9 +89,7 @@ Napi::Value Worker::TagRecvInto(const Napi::CallbackInfo& info) {
 Napi::Value Worker::TagProbe(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   CheckOpen(env);
-  bool lossless = true;
-  uint64_t tag = info[0].As<Napi::BigInt>().Uint64Value(&lossless);
-  uint64_t mask = info[1].As<Napi::BigInt>().Uint64Value(&lossless);
+  const auto [tag, mask] = TagMaskArguments(info, 0);
   int remove = info.Length() > 2 && info[2].ToBoolean().Value() ? 1 : 0;
   // A message is taken only while no completion waits to be handed to JS: one of them may be the
   // receive of the frame that announces this message (a peer's frame precedes its payloads), and
@@ -96,12 +113,7 @@ Napi::Value Worker::TagProbe(const Napi::CallbackInfo& info) {
   Napi::Object result = Napi::Object::New(env);
   result.Set("senderTag", Napi::BigInt::New(env, static_cast<uint64_t>(probe.sender_tag)));
   result.Set("length", Napi::Number::New(env, static_cast<double>(probe.length)));
-  if (remove != 0) {
-    uint32_t id = nextTaken_++;
-    if (nextTaken_ == 0) nextTaken_ = 1;
-    taken_[id] = message;
-    result.Set("taken", Napi::Number::New(env, id));
-  }
+  if (remove != 0) result.Set("taken", Napi::Number::New(env, Keep(message)));
   return result;
 }
 
@@ -123,17 +135,6 @@ Napi::Value Worker::TagRecvTaken(const Napi::CallbackInfo& info) {
   return StartPayloadReceive(env, request, ucp_tag_msg_recv_nbx(worker_, span.address, span.length, message, &param));
 }
 
-namespace {
-/** The slot argument of tagRecvInto and its kind: a Uint32Array of at least `words` words. */
-Napi::Uint32Array SlotArgument(Napi::Env env, Napi::Value value, size_t words) {
-  if (!value.IsTypedArray() || value.As<Napi::TypedArray>().TypedArrayType() != napi_uint32_array ||
-      value.As<Napi::TypedArray>().ElementLength() < words) {
-    Throw(env, "INVALID_ARGUMENT", "slot must be a Uint32Array of at least " + std::to_string(words) + " words");
-  }
-  return value.As<Napi::Uint32Array>();
-}
-}  // namespace
-
 // tagRecvTakenInto(taken, target, offset, length, id, slot: Uint32Array(4), callback) -> boolean:
 // receives a message tagWatch or tagProbe took, reporting as tagRecvInto does (the dispatcher's
 // control messages).
@@ -145,7 +146,7 @@ Napi::Value Worker::TagRecvTakenInto(const Napi::CallbackInfo& info) {
   Span span = ResolveSpan(env, info[1], info[2], info[3]);
   uint32_t id = info[4].As<Napi::Number>().Uint32Value();
   Napi::Uint32Array slot = SlotArgument(env, info[5], 4);
-  if (!info[6].IsFunction()) Throw(env, "INVALID_ARGUMENT", "callback must be a function");
+  Napi::Function callback = CallbackArgument(env, info[6]);
   ucp_tag_message_h message = it->second;
   taken_.erase(it);
   Request* request = new Request(this, nullptr, RequestKind::Recv, id, env);
@@ -161,7 +162,7 @@ Napi::Value Worker::TagRecvTakenInto(const Napi::CallbackInfo& info) {
     return Napi::Boolean::New(env, true);
   }
   request->Hold(span);
-  request->ReportInto(slot, info[6].As<Napi::Function>());
+  request->ReportInto(slot, callback);
   return request->Start(result, "tag receive");
 }
 
@@ -176,20 +177,18 @@ Napi::Value Worker::TagRecvTakenInto(const Napi::CallbackInfo& info) {
 Napi::Value Worker::TagWatch(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   CheckOpen(env);
-  bool lossless = true;
-  uint64_t tag = info[0].As<Napi::BigInt>().Uint64Value(&lossless);
-  uint64_t mask = info[1].As<Napi::BigInt>().Uint64Value(&lossless);
+  const TagMask match = TagMaskArguments(info, 0);
   Napi::Uint32Array slot = SlotArgument(env, info[2], 5);
-  if (!info[3].IsFunction()) Throw(env, "INVALID_ARGUMENT", "callback must be a function");
-  watch_.tag = tag;
-  watch_.mask = mask;
+  Napi::Function callback = CallbackArgument(env, info[3]);
+  watch_.tag = match.tag;
+  watch_.mask = match.mask;
   // The dispatcher passes the same slot and callback every time: their references are kept.
   if (watch_.slotHolder.IsEmpty() || !watch_.slotHolder.Value().StrictEquals(slot)) {
     watch_.slotHolder = Napi::Persistent(static_cast<Napi::Value>(slot));
     watch_.slot = slot.Data();
   }
-  if (watch_.callback.IsEmpty() || !watch_.callback.Value().StrictEquals(info[3])) {
-    watch_.callback = Napi::Persistent(info[3].As<Napi::Function>());
+  if (watch_.callback.IsEmpty() || !watch_.callback.Value().StrictEquals(callback)) {
+    watch_.callback = Napi::Persistent(callback);
   }
   // A take already queued to be told is told as before (the slot holds it): nothing new now.
   if (watch_.fired) return Napi::Boolean::New(env, false);
@@ -200,28 +199,24 @@ Napi::Value Worker::TagWatch(const Napi::CallbackInfo& info) {
 // tagUnwatch() -> boolean: disarms the watch. True when it had taken a message not yet told: the
 // slot holds it, and it is the caller's now (the callback is not called).
 Napi::Value Worker::TagUnwatch(const Napi::CallbackInfo& info) {
-  const bool fired = watch_.fired;
-  watch_.armed = false;
-  watch_.fired = false;
-  watch_.tellLater = false;
-  return Napi::Boolean::New(info.Env(), fired);
+  return Napi::Boolean::New(info.Env(), watch_.Disarm());
+}
+
+uint32_t Worker::Keep(ucp_tag_message_h message) {
+  uint32_t id = nextTaken_++;
+  if (nextTaken_ == 0) nextTaken_ = 1;
+  taken_[id] = message;
+  return id;
 }
 
 bool Worker::TakeWatched() {
   ucp_tag_recv_info_t probe{};
   ucp_tag_message_h message = ucp_tag_probe_nb(worker_, watch_.tag, watch_.mask, 1, &probe);
   if (message == nullptr) return false;
-  uint32_t id = nextTaken_++;
-  if (nextTaken_ == 0) nextTaken_ = 1;
-  taken_[id] = message;
   watchTakes_++;
   watch_.armed = false;
-  const uint64_t sender = probe.sender_tag;
-  watch_.slot[0] = static_cast<uint32_t>(sender);
-  watch_.slot[1] = static_cast<uint32_t>(sender >> 32);
-  watch_.slot[2] = static_cast<uint32_t>(probe.length);
-  watch_.slot[3] = static_cast<uint32_t>(static_cast<uint64_t>(probe.length) >> 32);
-  watch_.slot[4] = id;
+  WriteTagWords(watch_.slot, probe.sender_tag, probe.length);
+  watch_.slot[4] = Keep(message);
   return true;
 }
 
