@@ -15,6 +15,23 @@ import { digest, pattern } from './pattern.ts';
 afterEach(disposePeers);
 const SIZES = [0, 1, 8191, 8193, 1 << 20, 64 << 20];
 
+/** Has `peer` send `size` bytes of pattern `seed` under `tag` while this thread holds its event
+ *  loop: when this resolves, the send was posted on the peer's side and no wake-up of this
+ *  process's workers has run since (only microtasks), until the caller yields. `name`: the files
+ *  of `dir` the two sides signal by. `sent` settles once the peer's send has. */
+async function sendWhileHeld(peer: NativePeer, dir: string, name: string, tag: bigint, size: number, seed: number): Promise<{ sent: Promise<unknown> }> {
+  const go = join(dir, `go-${name}`);
+  const marker = join(dir, `posted-${name}`);
+  const sent = peer.call('sendMarked', { tag: String(tag), size, seed, go, marker });
+  await peer.event('armed');
+  writeFileSync(go, 'go');
+  const until = Date.now() + 30_000;
+  while (!existsSync(marker)) {
+    if (Date.now() > until) throw new Error(`the peer did not post its ${size}-byte send within 30 s`);
+  }
+  return { sent };
+}
+
 describe.each(Object.keys(TRANSPORTS) as TransportName[])('tag send/recv over %s', (transport) => {
   const config = TRANSPORTS[transport];
   const local = localSide(config);
@@ -252,16 +269,8 @@ describe.each(Object.keys(TRANSPORTS) as TransportName[])('tag send/recv over %s
       const slot = new Uint32Array(5);
       let told = 0;
       expect(worker.tagWatch(tag, EXACT, slot, () => { told += 1; })).toBe(false);
-      const go = join(dir, 'go');
-      const marker = join(dir, 'posted');
-      const sent = peer.call('sendMarked', { tag: String(tag), size: 64, seed: 9, go, marker });
-      await peer.event('armed');
       // From here on this thread does not yield: no wake-up of this worker can take the message.
-      writeFileSync(go, 'go');
-      const until = Date.now() + 30_000;
-      while (!existsSync(marker)) {
-        if (Date.now() > until) throw new Error('the peer did not post its send within 30 s');
-      }
+      const { sent } = await sendWhileHeld(peer, dir, 'watch', tag, 64, 9);
       // A probe of another tag makes a progress pass until the message is in: the watch takes it.
       const spinUntil = Date.now() + 10_000;
       while (worker.stats().takenMessages === 0 && Date.now() < spinUntil) worker.tagProbe(tag + 1n, EXACT);
@@ -300,17 +309,9 @@ describe.each(Object.keys(TRANSPORTS) as TransportName[])('tag send/recv over %s
       ];
       for (const [index, { size, eager, into }] of cases.entries()) {
         const tag = 0x9900n + BigInt(index);
-        const go = join(dir, `go-${index}`);
-        const marker = join(dir, `posted-${index}`);
-        const sent = peer.call('sendMarked', { tag: String(tag), size, seed: index + 1, go, marker });
-        await peer.event('armed');
         // From here until the receive is posted this thread does not yield: no wake-up of this
         // worker can take the message in first.
-        writeFileSync(go, 'go');
-        const until = Date.now() + 30_000;
-        while (!existsSync(marker)) {
-          if (Date.now() > until) throw new Error(`the peer did not post its ${size}-byte send within 30 s`);
-        }
+        const { sent } = await sendWhileHeld(peer, dir, String(index), tag, size, index + 1);
         const atPost = worker.stats().payloadsAtPost;
         const dest = Buffer.alloc(into);
         let outcome: unknown = 'pending';

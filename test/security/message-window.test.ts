@@ -8,9 +8,7 @@ import { Client, Code, GdrpcError } from '../../core/index.ts';
 import { FrameKind } from '../../core/wire/frames.ts';
 import { packMessage } from '../../core/wire/message.ts';
 import { pack } from 'msgpackr';
-import { spawn } from 'node:child_process';
-import { createInterface } from 'node:readline';
-import { fileURLToPath } from 'node:url';
+import type { ChildProcess } from 'node:child_process';
 import { HANDSHAKE_WINDOW_BYTES } from '../../core/rpc/connection/connection.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer, type ListeningPeer } from '../rpc/fixtures/peers.ts';
@@ -19,6 +17,7 @@ import { RawPeer } from '../rpc/fixtures/raw-peer.ts';
 import { RawServer } from '../rpc/fixtures/raw-server.ts';
 import { serverStats } from '../rpc/fixtures/stats.ts';
 import { patterned } from '../rpc/fixtures/tensors.ts';
+import { spawnStopping } from './fixtures/stopping.ts';
 
 let server: ListeningPeer;
 let good: Client;
@@ -262,14 +261,9 @@ describe("what waits for peers' windows, across the server", () => {
     // 8 MiB in UCX's hands are not counted (what an honest client that is slow to read has there).
     const capped = await startServer({ runtimeOptions: { maxWaitingBytes: 4 * MiB } }, { UCX_TCP_SNDBUF: '65536' });
     const watcher = await Client.connect(capped.address);
-    const frozen = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(new URL('./fixtures/frozen-client.ts', import.meta.url)), String(capped.port), '20', '300', String(MiB), String(64 * MiB)],
-      { stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, UCX_TCP_RCVBUF: '65536' } });
+    const { child: frozen, started } = spawnStopping('frozen-client.ts', [capped.port, 20, 300, MiB, 64 * MiB], { ...process.env, UCX_TCP_RCVBUF: '65536' });
     try {
-      const started = await new Promise<boolean>((resolve) => {
-        createInterface({ input: frozen.stdout! }).on('line', (line) => { if (line === 'STARTED') resolve(true); });
-        frozen.once('exit', () => resolve(false));
-      });
-      expect(started).toBe(true);
+      expect(await started).toBe(true);
       const pings: number[] = [];
       await expect.poll(async () => {
         pings.push((await watcher.unary(EchoDescriptor.methods.ping, { n: pings.length })).n as number);
@@ -364,18 +358,15 @@ describe("a backlog of other peers' messages", () => {
     const port = Number(busy.address.split(':')[1]);
     const quiet = await Client.connect(busy.address, { livenessMs: 600 });
     const watcher = await Client.connect(busy.address, { livenessMs: 60_000 });
-    let stopped: ReturnType<typeof spawn> | undefined;
+    let stopped: ChildProcess | undefined;
     let peers: RawPeer[] = [];
     try {
       // Heard from until the flood (the server's liveness is 600 ms): then their messages are.
       peers = await floodPeers(port, 16);
       // The client that stops itself, just before the flood.
-      stopped = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(new URL('./fixtures/frozen-client.ts', import.meta.url)), String(busy.port), '0', '0', '0'], { stdio: ['ignore', 'pipe', 'inherit'] });
-      const stoppedItself = await new Promise<boolean>((resolve) => {
-        createInterface({ input: stopped!.stdout! }).on('line', (line) => { if (line === 'STARTED') resolve(true); });
-        stopped!.once('exit', () => resolve(false));
-      });
-      expect(stoppedItself).toBe(true);
+      const frozen = spawnStopping('frozen-client.ts', [busy.port, 0, 0, 0]);
+      stopped = frozen.child;
+      expect(await frozen.started).toBe(true);
       const { accepted } = await serverStats(watcher);
       const started = performance.now();
       // When each peer's ping is answered, the server has read its messages.

@@ -8,15 +8,14 @@
 // 1,010-1,032 ms). Now the worker's watch takes each message out of UCX's queue before any of it
 // is received (core/rpc/runtime/dispatcher.ts): one of no connection is dropped unread, and one of
 // a connection waits alone (the second describe).
-import { spawn, type ChildProcess } from 'node:child_process';
-import { createInterface } from 'node:readline';
-import { fileURLToPath } from 'node:url';
+import type { ChildProcess } from 'node:child_process';
 import { afterAll, describe, expect, it } from 'vitest';
 import { Client } from '../../core/index.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer } from '../rpc/fixtures/peers.ts';
 import { serverStats } from '../rpc/fixtures/stats.ts';
 import { disposePeers } from '../support/peer.ts';
+import { spawnStopping } from './fixtures/stopping.ts';
 
 afterAll(async () => { await disposePeers(); });
 
@@ -31,13 +30,9 @@ describe('a peer that stops mid-message', () => {
       // has dropped one of its messages; every try, calls go on.
       let stats = await serverStats(good);
       for (let attempt = 1; attempt <= 10 && stats.dropped.messages === 0; attempt += 1) {
-        const sender = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(new URL('./fixtures/partial-sender.ts', import.meta.url)), String(server.port)], { stdio: ['ignore', 'pipe', 'inherit'] });
-        senders.push(sender);
-        const started = await new Promise<boolean>((resolve) => {
-          createInterface({ input: sender.stdout! }).on('line', (line) => { if (line === 'STARTED') resolve(true); });
-          sender.once('exit', () => resolve(false));
-        });
-        expect(started).toBe(true);
+        const sender = spawnStopping('partial-sender.ts', [server.port]);
+        senders.push(sender.child);
+        expect(await sender.started).toBe(true);
         // Calls go on.
         for (let n = 0; n < 20; n += 1) expect((await good.unary(EchoDescriptor.methods.ping, { n }, { deadline: 30_000 })).n).toBe(n);
         const fresh = await Client.connect(server.address, { token: 'partial-token' });
@@ -64,13 +59,9 @@ describe('an unadmitted peer that sends rendezvous messages under made-up keys a
     try {
       const slowest: number[] = [];
       for (let round = 1; round <= 3; round += 1) {
-        const stopper = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(new URL('./fixtures/unadmitted-stopper.ts', import.meta.url)), String(server.port), '1'], { stdio: ['ignore', 'pipe', 'inherit'] });
-        stoppers.push(stopper);
-        const started = await new Promise<boolean>((resolve) => {
-          createInterface({ input: stopper.stdout! }).on('line', (line) => { if (line === 'STARTED') resolve(true); });
-          stopper.once('exit', () => resolve(false));
-        });
-        expect(started).toBe(true);
+        const stopper = spawnStopping('unadmitted-stopper.ts', [server.port, 1]);
+        stoppers.push(stopper.child);
+        expect(await stopper.started).toBe(true);
         // The server is idle between pings: its watch waits for any control message.
         let worst = 0;
         for (let n = 0; n < 20; n += 1) {
@@ -106,13 +97,9 @@ describe('a peer that sends rendezvous messages and stops', () => {
   it('holds nobody up for long: a client is served throughout, the peer is closed and what it queued is dropped unread', async () => {
     const server = await startServer({ livenessMs: 3000 });
     const good = await Client.connect(server.address);
-    const stopper = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(new URL('./fixtures/rendezvous-stopper.ts', import.meta.url)), String(server.port), '200', '5'], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const { child: stopper, started } = spawnStopping('rendezvous-stopper.ts', [server.port, 200, 5]);
     try {
-      const started = await new Promise<boolean>((resolve) => {
-        createInterface({ input: stopper.stdout! }).on('line', (line) => { if (line === 'STARTED') resolve(true); });
-        stopper.once('exit', () => resolve(false));
-      });
-      expect(started).toBe(true);
+      expect(await started).toBe(true);
       // Calls go on until the peer is closed and its messages dropped; a new client connects.
       const slowest = { ms: 0 };
       const pinging = (async () => {

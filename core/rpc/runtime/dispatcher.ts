@@ -198,9 +198,9 @@ export class Dispatcher {
     // The loop waited for this message: it came back from the event loop, a new slice.
     this.#newSlice();
     this.#readTaken();
-    // Watched again here, the next message would stand between every message and its answer (0.6-0.7 µs a side
-    // on the CPU box, measured for the receive posted before the watch): the frames of the answer
-    // leave in a microtask at the end of this wake-up. With the uv wake-up the event loop's check
+    // Watched again here, the next message would stand between every message and its answer
+    // (0.6-0.7 µs a side on the CPU box, measured for the receive posted before the watch): the
+    // frames of the answer leave in a microtask at the end of this wake-up. With the uv wake-up the event loop's check
     // phase, where immediates run, comes after that and before the worker's next wake-up; whatever
     // arrives meanwhile waits in UCX's queue, and the watch takes it at once (payload drains wait
     // for it: drainPayloads). The thread wake-up's busy-poll passes follow each other without a
@@ -269,11 +269,12 @@ export class Dispatcher {
   // order read-turns.ts gives: deficit round robin over the time each message took to read, the
   // line's turn ending each round. The line looks at the oldest control message first: one of a
   // connection is read as that connection's, one of no connection is dropped unread, and when
-  // there is none, reading has caught up: the watch takes each message as it comes again. A receive that waits for the rest of its message (a
-  // rendezvous, a message in eager fragments) waits alone: it keeps its buffer, its connection's
-  // later messages wait for it, and the others go on (a peer that sent rendezvous messages and
-  // stopped its process held every connection's reading, a second a message, before: a helper
-  // session's attack, 2026-12-06). Past STALLED_RECEIVE_MS its connection is closed.
+  // there is none, reading has caught up: the watch takes each message as it comes again. A
+  // receive that waits for the rest of its message (a rendezvous, a message in eager fragments)
+  // waits alone: it keeps its buffer, its connection's later messages wait for it, and the others
+  // go on (a peer that sent rendezvous messages and stopped its process held every connection's
+  // reading, a second a message, before: a helper session's attack, 2026-12-06). Past
+  // STALLED_RECEIVE_MS its connection is closed.
 
   /** Reads in turns until the slice ends, nothing can be read, or reading has caught up. */
   #takeTurns(): void {
@@ -307,8 +308,8 @@ export class Dispatcher {
   #lineTurn(): 'read' | 'none' | 'blocked' | 'caught up' {
     const oldest = this.worker.tagProbe(CONTROL_BIT, CONTROL_MASK);
     if (oldest === null) {
-      // Caught up, unless a connection's message is still on its way: a receive of any control
-      // message could take that connection's next one before it.
+      // Caught up, unless a connection's message is still on its way: the watch could take that
+      // connection's next one before it.
       if (this.#awaiting.size > 0) return this.#lineWaits();
       this.#caughtUp();
       return 'caught up';
