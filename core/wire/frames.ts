@@ -53,6 +53,9 @@ export enum FrameKind {
   /** Sender -> receiver of a CREDIT on call 0: that credit arrived (its `id` echoed); the bytes it
    *  gave are sent only after this frame ("Message window"). */
   Ack = 17,
+  /** Sender -> receiver, on call 0: the next message waits for `n` bytes more of the message
+   *  window than it has; the receiver may lend them (a CREDIT with `loan`; "Message window"). */
+  Want = 18,
 }
 
 const uint = { type: 'uint' } as const;
@@ -82,6 +85,7 @@ export const FRAMES = {
       /** the server reads gathered tag transfers (mover `g`) */ gat: optional(bool),
       /** the server reads REPORTS frames (with `rep`: its peer may send those instead of SENT) */ rpt: optional(bool),
       /** bytes of messages the client may send before CREDIT on call 0 gives more ("Message window") */ win: optional(uint),
+      /** the most the window grows to with a loan, for one message (absent: `win`; "Message window") */ wmax: optional(uint),
     },
   },
   [FrameKind.Auth]: {
@@ -90,6 +94,7 @@ export const FRAMES = {
       key, proof: optional(bin), live: optional(uint), gpu: optional(bool), stg: optional(bool), rep: optional(bool), gat: optional(bool), rpt: optional(bool),
       /** largest frame the client reads (absent: unlimited) */ maxFrame: optional(uint),
       /** bytes of messages the server may send before CREDIT on call 0 gives more ("Message window") */ win: optional(uint),
+      /** the most the window grows to with a loan, for one message (absent: `win`; "Message window") */ wmax: optional(uint),
     },
   },
   [FrameKind.Ready]: { name: 'READY', fields: {} },
@@ -115,9 +120,19 @@ export const FRAMES = {
   [FrameKind.GoAway]: { name: 'GOAWAY', fields: {} },
   [FrameKind.Credit]: {
     name: 'CREDIT',
-    fields: { n: uint, /** on call 0 (the message window): the id the ACK echoes */ id: optional(uint) },
+    fields: {
+      n: uint, /** on call 0 (the message window): the id the ACK echoes */ id: optional(uint),
+      /** on call 0: `n` is lent for the next message, in answer to a WANT (absent: false) */ loan: optional(bool),
+    },
   },
-  [FrameKind.Ack]: { name: 'ACK', fields: { /** the id of the CREDIT on call 0 that arrived */ id: uint } },
+  [FrameKind.Ack]: {
+    name: 'ACK',
+    fields: {
+      /** the id of the CREDIT on call 0 that arrived */ id: uint,
+      /** the loan that CREDIT carried is declined: nothing waits for it (absent: false) */ no: optional(bool),
+    },
+  },
+  [FrameKind.Want]: { name: 'WANT', fields: { /** bytes of window the next message needs beyond what it has */ n: uint } },
   [FrameKind.Sent]: {
     name: 'SENT',
     fields: {

@@ -4,6 +4,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { Packr } from 'msgpackr';
 import { Client, Code, Runtime, Tensor, type ClientOptions, type GdrpcError } from '../../core/index.ts';
 import { MAX_MALFORMED_FRAMES } from '../../core/rpc/connection/inbound.ts';
+import { messageWeight } from '../../core/rpc/connection/window.ts';
 import { FrameKind } from '../../core/wire/frames.ts';
 import { MAX_MESSAGE_FRAMES, packMessage } from '../../core/wire/message.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
@@ -72,7 +73,11 @@ describe('a hostile server', () => {
     const disconnected = new Promise<GdrpcError>((resolve) => client.once('disconnect', resolve));
     const keepalive = { kind: FrameKind.Keepalive, call: 0, body: packr.pack({ v: 2 }) };
     const response = { kind: FrameKind.Response, call: callId, body: packr.pack({ v: 2, r: { n: 7 } }) };
-    await raw.sendMessage(packMessage([...Array.from({ length: MAX_MESSAGE_FRAMES }, () => keepalive), response]));
+    const message = packMessage([...Array.from({ length: MAX_MESSAGE_FRAMES }, () => keepalive), response]);
+    // It weighs more than the client's opening window (1 KiB a frame): a loan first, as a gdrpc
+    // server would ask for one.
+    await raw.borrow(messageWeight(message, message.length));
+    await raw.sendMessage(message);
     const failure = await call.then(() => undefined, (error: GdrpcError) => error);
     expect(failure?.message).toMatch(`more than ${MAX_MESSAGE_FRAMES} frames in one message`);
     expect((await disconnected).message).toMatch(`more than ${MAX_MESSAGE_FRAMES} frames in one message`);

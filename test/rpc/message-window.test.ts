@@ -35,9 +35,9 @@ describe('receive window', () => {
     expect(Number.isInteger(credit.id) && credit.id >= 0 && credit.id < 2 ** 32).toBe(true);
     // Read and credited, not acknowledged: the peer may not have it yet.
     expect(window.limit(true)).toBe(64 * KiB);
-    expect(window.ack(credit.id)).toBe(true);
+    expect(window.ack(credit.id)).toEqual(credit);
     expect(window.limit(true)).toBe(80 * KiB);
-    expect(window.ack(credit.id)).toBe(false);  // once only
+    expect(window.ack(credit.id)).toBeUndefined();  // once only
   });
 
   it('acknowledgments come in the order the credits were given, each with its own id', () => {
@@ -45,10 +45,10 @@ describe('receive window', () => {
     const first = window.read(16 * KiB)!;
     const second = window.read(16 * KiB)!;
     expect(second.id).not.toBe(first.id);
-    expect(window.ack(second.id)).toBe(false);
-    expect(window.ack(first.id + 1 === second.id ? first.id + 2 : first.id + 1)).toBe(false);
-    expect(window.ack(first.id)).toBe(true);
-    expect(window.ack(second.id)).toBe(true);
+    expect(window.ack(second.id)).toBeUndefined();
+    expect(window.ack(first.id + 1 === second.id ? first.id + 2 : first.id + 1)).toBeUndefined();
+    expect(window.ack(first.id)).toEqual(first);
+    expect(window.ack(second.id)).toEqual(second);
   });
 
   it('a peer that sends ahead of its credits is found out by the bytes alone, whatever it echoes', () => {
@@ -101,8 +101,12 @@ function windowed(sent = 1 << 20): { window: MessageWindow; frames: Array<[numbe
     sendWindowFrame: (kind, body) => { frames.push([kind, body]); },
     sentBytes: () => sent,
     grant: (n) => { grants.push(n); },
+    shortfall: () => 0,
+    borrow: () => {},
+    loanAckMs: 60_000,
+    messageWaiting: () => false,
   };
-  return { window: new MessageWindow(64 * KiB, 16 * KiB, link), frames, grants, refused };
+  return { window: new MessageWindow(64 * KiB, 64 * KiB, 16 * KiB, link), frames, grants, refused };
 }
 
 describe('message window', () => {
@@ -139,7 +143,7 @@ describe('message window', () => {
     expect(frames[0]![0]).toBe(FrameKind.Credit);
     expect(window.arrived(48 * KiB)).toBe(true);
     expect(window.arrived(1)).toBe(false);
-    expect(refused.map((e) => e.message)).toEqual([expect.stringMatching(/sent 1 bytes of messages past its window \(65536 bytes and the credits it acknowledged/)]);
+    expect(refused.map((e) => e.message)).toEqual([expect.stringMatching(/sent 1 bytes of messages past its window \(65536 bytes, the credits it acknowledged and the loans it used/)]);
     expect(window.overrun).toBe(true);
     expect(window.arrived(1)).toBe(false);
     expect(refused).toHaveLength(1);
@@ -167,7 +171,10 @@ describe('message window', () => {
   it.each([
     [FrameKind.Credit, { n: 16 * KiB, id: 0 }],
     [FrameKind.Credit, { n: 2 ** 32 + 5, id: 2 ** 30 - 1 }],
+    [FrameKind.Credit, { n: 3 << 20, id: 77, loan: true }],
     [FrameKind.Ack, { id: 123_456 }],
+    [FrameKind.Ack, { id: 9, no: true }],
+    [FrameKind.Want, { n: 5 << 20 }],
   ] as const)('the hand-written body of kind %i decodes through the frame table to what was written: %o', (kind, body) => {
     const bytes = windowFrameBody(body);
     const frame = decodeFrame({ kind, call: 0, source: bytes, start: 0, end: bytes.length });

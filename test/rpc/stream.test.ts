@@ -209,8 +209,9 @@ describe('client stream limits', () => {
         expect((await raw.receive())?.kind).toBe(FrameKind.Ready);
         await raw.sendBody(FrameKind.Request, 5, { svc: EchoDescriptor.name, m: 'sum' });
         const count = MAX_STREAM_BACKLOG + 10;
+        // Each message weighs more than the server's opening window (1 KiB a frame): a loan each.
         for (let seq = 0; seq < count; seq += MAX_MESSAGE_FRAMES) {
-          await raw.sendMessage(packMessage(Array.from({ length: Math.min(MAX_MESSAGE_FRAMES, count - seq) }, (_, k) => item(seq + k))));
+          await raw.sendBorrowing(packMessage(Array.from({ length: Math.min(MAX_MESSAGE_FRAMES, count - seq) }, (_, k) => item(seq + k))));
         }
         let answer: Record<string, unknown> | undefined;
         while (answer === undefined) {

@@ -19,11 +19,11 @@ const bytes = (n: number): Uint8Array => new Uint8Array(n).fill(7);
 
 const FRAME_CASES: Record<FrameKind, Case> = {
   [FrameKind.Hello]: {
-    good: { key: KEY, chal: bytes(32), maxFrame: 4 << 20, maxTensor: 2 ** 40, inline: 4096, live: 10_000, gpu: false, stg: true, rep: true, gat: true, rpt: true, win: 8 << 20 },
+    good: { key: KEY, chal: bytes(32), maxFrame: 4 << 20, maxTensor: 2 ** 40, inline: 4096, live: 10_000, gpu: false, stg: true, rep: true, gat: true, rpt: true, win: 256 << 10, wmax: 8 << 20 },
     missing: 'maxFrame', wrongType: ['gpu', 1], outOfBounds: ['key', 0xffff_ffffn],
   },
   [FrameKind.Auth]: {
-    good: { key: KEY, proof: bytes(32), live: 10_000, gpu: true, stg: false, rep: false, rpt: true, maxFrame: 1 << 22, win: 8 << 20 },
+    good: { key: KEY, proof: bytes(32), live: 10_000, gpu: true, stg: false, rep: false, rpt: true, maxFrame: 1 << 22, win: 256 << 10, wmax: 8 << 20 },
     missing: 'key', wrongType: ['proof', 'proof'], outOfBounds: ['maxFrame', -1],
   },
   [FrameKind.Ready]: { good: {} },
@@ -39,9 +39,10 @@ const FRAME_CASES: Record<FrameKind, Case> = {
   [FrameKind.Keepalive]: { good: {} },
   [FrameKind.Fin]: { good: { x: 7 }, missing: 'x', wrongType: ['x', 'seven'], outOfBounds: ['x', -1] },
   [FrameKind.GoAway]: { good: {} },
-  [FrameKind.Credit]: { good: { n: 32, id: 2 ** 32 - 1 }, missing: 'n', wrongType: ['id', 'id'], outOfBounds: ['n', 0.5] },
+  [FrameKind.Credit]: { good: { n: 32, id: 2 ** 32 - 1, loan: true }, missing: 'n', wrongType: ['loan', 1], outOfBounds: ['n', 0.5] },
   [FrameKind.Sent]: { good: { x: 9, p: 'tag_send from host memory length 8 eager short tcp/lo' }, missing: 'p', wrongType: ['p', 1], outOfBounds: ['x', 2 ** 53] },
-  [FrameKind.Ack]: { good: { id: 7 }, missing: 'id', wrongType: ['id', []], outOfBounds: ['id', -1] },
+  [FrameKind.Ack]: { good: { id: 7, no: true }, missing: 'id', wrongType: ['no', 'no'], outOfBounds: ['id', -1] },
+  [FrameKind.Want]: { good: { n: 5 << 20 }, missing: 'n', wrongType: ['n', 'n'], outOfBounds: ['n', -1] },
   [FrameKind.Reports]: { good: { x: [9, 2 ** 32 - 1], d: [0, 0], p: { 0: 'tag_send from host memory length 8 eager short tcp/lo' } }, missing: 'd', wrongType: ['p', { 0: 1 }], outOfBounds: ['x', [1, -1]] },
 };
 

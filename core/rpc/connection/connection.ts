@@ -18,7 +18,7 @@ import { TransferReports } from './reports.ts';
 import { ReportBatch, reportFrames } from './report-batch.ts';
 import type { WaitingHolder } from '../runtime/waiting.ts';
 import { Inbound, MAX_HANDSHAKE_MESSAGE_BYTES, type FrameHandler } from './inbound.ts';
-import { MAX_WINDOW_BYTES, MessageWindow, messageWeight, windowFrameBody } from './window.ts';
+import { MAX_WINDOW_BYTES, MessageWindow, messageWeight, OPENING_WINDOW_BYTES, windowFrameBody, type WindowFrameBody, type WindowFrameKind } from './window.ts';
 import type { Runtime } from '../runtime/runtime.ts';
 
 /** Limits and settings the peer announced in the handshake. */
@@ -91,7 +91,7 @@ export class Connection implements FrameSink {
     this.key = runtime.dispatcher.register(this);
     this.payloads = new Payloads(this);
     const connection = this;
-    this.#window = new MessageWindow(this.window, HANDSHAKE_WINDOW_BYTES, {
+    this.#window = new MessageWindow(this.openingWindow, this.window, HANDSHAKE_WINDOW_BYTES, {
       get peer() { return connection.peer; },
       get admitted() { return connection.admitted; },
       // Reported as a broken message is (the server's 'error' event), but closed now, not after a
@@ -101,9 +101,13 @@ export class Connection implements FrameSink {
         this.close(error);
       },
       sendWindowFrame: (kind, body) => this.#sendWindowFrame(kind, body),
-      sentBytes: () => this.#outbox.sentBytes,
+      sentBytes: () => this.#outbox.creditable,
       grant: (n) => this.#outbox.grant(n),
-    });
+      shortfall: () => this.#outbox.shortfall(),
+      borrow: (n) => this.#outbox.borrow(n),
+      get loanAckMs() { return connection.liveness.timeoutMs; },
+      messageWaiting: () => this.#messageWaiting(),
+    }, runtime.windowLoans);
     this.#inbound = new Inbound({
       get peer() { return connection.peer; },
       get admitted() { return connection.admitted; },
@@ -221,6 +225,7 @@ export class Connection implements FrameSink {
     overflow: (bytes, frames) => queueMicrotask(() => this.close(new GdrpcError(Code.RESOURCE_EXHAUSTED,
       `${this.peer} has not taken ${bytes} bytes of messages (${frames} frames) waiting for its window (docs/wire.md "Message window")`))),
     waiting: (held, progressed) => this.runtime.waiting.set(this.#waitingHolder, held, progressed),
+    blocked: () => this.#window.blocked(),
     maxFrame: () => this.peerLimits.maxFrame,
     refusal: () => (this.#error === undefined ? undefined : unprocessed(this.#error)),
     // Nothing is queued before the handshake gave the peer's key, and a key is never taken back.
@@ -241,17 +246,22 @@ export class Connection implements FrameSink {
     return this.#sendNow(tag, bytes) ?? Promise.resolve();
   }
 
-  /** Bytes of messages this side lets the peer have on their way at once (docs/wire.md "Message
-   *  window"), announced as `win` in HELLO or AUTH. */
+  /** Bytes of messages this side lets the peer have on their way at once with a loan, for one
+   *  message (docs/wire.md "Message window"), announced as `wmax` in HELLO or AUTH. */
   get window(): number { return Math.min(WINDOW_MESSAGES * this.runtime.dispatcher.frameBytes, MAX_WINDOW_BYTES); }
+  /** Bytes of messages this side lets the peer have on their way at once without a loan,
+   *  announced as `win`. */
+  get openingWindow(): number { return Math.min(this.window, OPENING_WINDOW_BYTES); }
 
-  /** The peer's window, from its HELLO or AUTH (checked: window.ts windowRefusal). This side's
-   *  messages are made no larger than half the window, and wait while it is shut: the peer may
-   *  hold back up to a quarter of it uncredited (docs/wire.md "Message window"), and a larger
-   *  message could then wait for ever. */
-  openPeerWindow(bytes: number): void {
-    this.peerLimits.maxFrame = Math.min(this.peerLimits.maxFrame, Math.floor(bytes / 2));
-    this.#outbox.openWindow(bytes);
+  /** The peer's window, from its HELLO or AUTH (checked: window.ts windowRefusal): `win`, and
+   *  `wmax` what a loan makes it for one message. This side's messages are made no larger than
+   *  half of `wmax` and wait while the window is shut: the peer may hold back up to a quarter of
+   *  it uncredited (docs/wire.md "Message window"), and a larger message could then wait for
+   *  ever. One larger than half of `win` asks for a loan (WANT) when the peer lends. */
+  openPeerWindow(win: number, wmax = win): void {
+    this.peerLimits.maxFrame = Math.min(this.peerLimits.maxFrame, Math.floor(wmax / 2));
+    if (wmax > win) this.#window.peerLends();
+    this.#outbox.openWindow(win);
   }
 
   /** Both halves of the message window (window.ts). */
@@ -261,7 +271,7 @@ export class Connection implements FrameSink {
 
   /** Sends a window frame (CREDIT on call 0, ACK) at once, in a message of its own, which the
    *  peer does not count against the window: with both windows shut, credit still flows. */
-  #sendWindowFrame(kind: FrameKind.Credit | FrameKind.Ack, body: { n: number; id: number } | { id: number }): void {
+  #sendWindowFrame(kind: WindowFrameKind, body: WindowFrameBody): void {
     if (this.#error !== undefined || this.peerKey === undefined) return;
     const message = packMessage([{ kind, call: 0, body: windowFrameBody(body) }]);
     this.#sendNow(controlTag(this.peerKey.value), message)?.catch(() => { /* the connection's failure reports it */ });
@@ -326,6 +336,7 @@ export class Connection implements FrameSink {
     this.reports.close();
     this.payloads.close();
     this.#outbox.close();
+    this.#window.close();
     this.runtime.dispatcher.unregister(this.key);
     this.#abort.abort(error);
     const force = !options.graceful || this.endpoint.failed;

@@ -61,13 +61,13 @@ function admit(connection: Connection, options: HandshakeOptions): Promise<void>
           connection.peerKey = new ConnectionKey(hello.key);
           const describes = connection.runtime.describes;
           connection.peerLimits = { maxFrame: hello.maxFrame, maxTensor: hello.maxTensor, inline: hello.inline, gpu: hello.gpu === true, stages: hello.stg === true, reports: describes && hello.rep === true, batchedReports: describes && hello.rep === true && hello.rpt === true, gathers: connection.runtime.gathers && hello.gat === true };
-          const refusal = windowRefusal(hello.win);
+          const refusal = windowRefusal(hello.win, hello.wmax);
           if (refusal !== undefined) {
             fail(new GdrpcError(Code.UNAVAILABLE, `${connection.peer} announced ${refusal}`));
             return;
           }
-          connection.openPeerWindow(hello.win!);
-          const auth: FrameBody<FrameKind.Auth> = { key: connection.key.value, live: options.livenessMs, gpu: cudaReceives(), maxFrame: DEFAULT_FRAME_BYTES, win: connection.window };
+          connection.openPeerWindow(hello.win!, hello.wmax);
+          const auth: FrameBody<FrameKind.Auth> = { key: connection.key.value, live: options.livenessMs, gpu: cudaReceives(), maxFrame: DEFAULT_FRAME_BYTES, win: connection.openingWindow, wmax: connection.window };
           if (connection.runtime.gathers) auth.gat = true;
           if (connection.runtime.stagesCudaReceives) auth.stg = true;
           if (describes) {

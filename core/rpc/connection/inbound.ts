@@ -133,10 +133,11 @@ export class Inbound {
       return GdrpcError.from(error);
     }
     if (frame.kind === FrameKind.Keepalive) return undefined;
-    if (frame.kind === FrameKind.Credit && frame.call === 0) return link.admitted ? this.window.credit(frame.body.n, frame.body.id) : undefined;
-    if (frame.kind === FrameKind.Ack) {
-      if (frame.call !== 0) return new GdrpcError(Code.INVALID_ARGUMENT, 'an ACK on a call (the window is the connection\'s: call 0)');
-      return link.admitted ? this.window.ack(frame.body.id) : undefined;
+    if (frame.kind === FrameKind.Credit && frame.call === 0) return link.admitted ? this.window.credit(frame.body.n, frame.body.id, frame.body.loan) : undefined;
+    if (frame.kind === FrameKind.Ack || frame.kind === FrameKind.Want) {
+      if (frame.call !== 0) return new GdrpcError(Code.INVALID_ARGUMENT, `${frame.kind === FrameKind.Ack ? 'an ACK' : 'a WANT'} on a call (the window is the connection's: call 0)`);
+      if (!link.admitted) return undefined;
+      return frame.kind === FrameKind.Ack ? this.window.ack(frame.body.id, frame.body.no) : this.window.want(frame.body.n);
     }
     if (frame.kind === FrameKind.Fin) {
       if (link.admitted) link.exposures.release(frame.body.x);

@@ -102,6 +102,9 @@ export interface OutboxLink {
   soon?(): WireFrame[];
   /** More than MAX_BLOCKED_BYTES wait for the peer's window: `bytes` of messages, `frames` frames. */
   overflow?(bytes: number, frames: number): void;
+  /** Messages wait for the peer's window after a flush or a credit (the window may WANT a loan
+   *  for the first: shortfall()). */
+  blocked?(): void;
   /** What waits for the peer changed: it now counts `held` (0 once nothing waits): messages
    *  waiting for its window (bytes plus FRAME_HELD_BYTES a frame), and bytes of messages handed to
    *  UCX whose send has not completed past FREE_FLIGHT_BYTES (the peer's socket is not taking
@@ -125,8 +128,15 @@ export class Outbox {
   #scheduled = false;
   /** Bytes of messages the peer's window still takes; unlimited until the peer announced one. */
   #credit = Number.POSITIVE_INFINITY;
+  /** The peer's window as it announced it (`win`): a message over half of it may need a loan. */
+  #window = Number.POSITIVE_INFINITY;
+  /** A loan the peer made for the first waiting message (0: none): spent by the next message
+   *  sent, whatever it leaves. */
+  #loan = 0;
   /** Bytes of every message sent on the connection (the peer counts the same). */
   #sentBytes = 0;
+  /** What loans paid for of the messages sent: the peer does not credit that back. */
+  #spent = 0;
   /** Messages waiting for the window, in order from #blockedHead; none leaves before those ahead
    *  of it (an index, not shift(): there may be many). */
   #blocked: BlockedMessage[] = [];
@@ -214,7 +224,25 @@ export class Outbox {
    *  messageWeight): what was sent before it counts against it. */
   openWindow(bytes: number): void {
     this.#credit = bytes - this.#sentBytes;
+    this.#window = bytes;
     this.#release();
+  }
+
+  /** What the first waiting message needs beyond the window's room, when it is larger than half
+   *  the peer's window (so credit alone may never let it go: the peer may keep up to a quarter
+   *  uncredited); 0 when none waits, it fits, or it is smaller. */
+  shortfall(): number {
+    const head = this.#blocked[this.#blockedHead];
+    if (head === undefined || head.weight * 2 <= this.#window || head.weight <= this.#credit) return 0;
+    return head.weight - this.#credit;
+  }
+
+  /** The peer lent `bytes` for the first waiting message (shortfall() said it needs no more): it
+   *  goes now, and what it leaves of the loan is gone. */
+  borrow(bytes: number): void {
+    this.#loan = bytes;
+    this.#release();
+    this.#loan = 0;
   }
 
   /** The peer took `bytes` more of this side's messages (CREDIT on call 0): as many waiting
@@ -235,6 +263,8 @@ export class Outbox {
   get blockedBytes(): number { return this.#blockedBytes; }
   /** What every message sent on the connection so far weighs (sentOutside's included). */
   get sentBytes(): number { return this.#sentBytes; }
+  /** What the peer may credit back of it: sentBytes less what loans paid for. */
+  get creditable(): number { return this.#sentBytes - this.#spent; }
 
   /** Drops the frames waiting for company (the connection closed; nobody waits for them), and
    *  fails those waiting for the window. */
@@ -306,6 +336,7 @@ export class Outbox {
       const blocked = this.#blockedBytes + this.#blockedFrames * FRAME_HELD_BYTES;
       if (blocked > MAX_BLOCKED_BYTES) this.link.overflow?.(this.#blockedBytes, this.#blockedFrames);
     }
+    if (this.#blockedHead < this.#blocked.length) this.link.blocked?.();
   }
 
   /** What the messages waiting for the window, and those in UCX's hands past FREE_FLIGHT_BYTES,
@@ -336,7 +367,7 @@ export class Outbox {
   #release(): void {
     if (this.#blockedHead === this.#blocked.length) return;
     let released = 0;  // weight
-    while (this.#blockedHead < this.#blocked.length && this.#blocked[this.#blockedHead]!.weight <= this.#credit) {
+    while (this.#blockedHead < this.#blocked.length && this.#blocked[this.#blockedHead]!.weight <= this.#credit + this.#loan) {
       const { message, group, weight } = this.#blocked[this.#blockedHead]!;
       this.#blocked[this.#blockedHead] = undefined!;
       this.#blockedHead += 1;
@@ -354,10 +385,18 @@ export class Outbox {
       this.#deliver(message, group, weight);
     }
     if (released > 0) this.#report(released);
+    if (this.#blockedHead < this.#blocked.length) this.link.blocked?.();
   }
 
   /** Hands `message` (of `weight` in the peer's window) to the link; its frames are told. */
   #deliver(message: Uint8Array, group: QueuedFrame[], weight: number): void {
+    if (this.#loan > 0) {
+      // The peer counts the same: the first message after its loan was taken may use the loan.
+      const spent = Math.min(this.#loan, Math.max(0, weight - this.#credit));
+      this.#credit += spent;
+      this.#spent += spent;
+      this.#loan = 0;
+    }
     this.#credit -= weight;
     this.#sentBytes += weight;
     let sent: Promise<void> | undefined;

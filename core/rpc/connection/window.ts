@@ -23,15 +23,22 @@ export const MIN_WINDOW_BYTES = 64 * 1024;
  *  1.3 GB for 32 such peers (a helper session's attack, 2026-12-06). Now what waits in that queue
  *  is counted across the runtime too (maxWaitingBytes). */
 export const MAX_WINDOW_BYTES = 256 << 20;
+/** The window a connection opens with (`win`) when its whole window (`wmax`) is larger: what a
+ *  peer may have in UCX's queue at any time without a loan. A message that needs more waits for
+ *  one (WANT), lent from the runtime's budget (window-loans.ts), for that message alone. */
+export const OPENING_WINDOW_BYTES = 256 * 1024;
 
-/** Why an announced window (HELLO's or AUTH's `win`) is refused: it is required, and bounded. */
-export function windowRefusal(win: number | undefined): string | undefined {
+/** Why an announced window (HELLO's or AUTH's `win`, and `wmax`) is refused: `win` is required,
+ *  both are bounded, and `wmax` is at least `win`. */
+export function windowRefusal(win: number | undefined, wmax?: number): string | undefined {
   if (win === undefined) return 'no message window (`win`: every gdrpc peer announces one; docs/wire.md "Message window")';
   if (win < MIN_WINDOW_BYTES || win > MAX_WINDOW_BYTES) return `a message window of ${win} bytes (from ${MIN_WINDOW_BYTES} to ${MAX_WINDOW_BYTES})`;
+  if (wmax !== undefined && (wmax < win || wmax > MAX_WINDOW_BYTES)) return `a largest message window (\`wmax\`) of ${wmax} bytes (from the window's ${win} to ${MAX_WINDOW_BYTES})`;
   return undefined;
 }
 /** Smallest credit a peer may give: a quarter of the smallest window. Credits are bounded by what
- *  this side sent, so this bounds how many uncounted messages of credits a peer can send. */
+ *  this side sent, so this bounds how many uncounted messages of credits a peer can send. Loans
+ *  are not held to it: there is one per WANT. */
 export const MIN_CREDIT_BYTES = MIN_WINDOW_BYTES / 4;
 /** What a frame weighs in the window besides its bytes: reading a frame costs far more than
  *  reading a byte (a refused REQUEST is answered, a malformed frame reported), and a window of
@@ -40,55 +47,106 @@ export const MIN_CREDIT_BYTES = MIN_WINDOW_BYTES / 4;
 export const FRAME_WEIGHT_BYTES = 1024;
 /** Longest message of window frames alone that is left uncounted (gdrpc's take about 30 bytes). */
 export const MAX_WINDOW_MESSAGE_BYTES = 128;
-/** Random ids drawn at once (a credit is given per quarter window, megabytes apart). */
+/** Random ids drawn at once (a credit is given per quarter window). */
 const ID_BATCH = 64;
 
-/** A credit: `n` bytes, acknowledged by echoing `id`. */
-export interface Credit { n: number; id: number }
+/** A credit: `n` bytes, acknowledged by echoing `id`; a loan when it answers a WANT. */
+export interface Credit { n: number; id: number; loan?: true }
+
+/** Where the loans a window makes come from and go back to (the runtime's WindowLoans). */
+export interface Lender {
+  /** `who` asks for `bytes`: its lent() is called when they are lent (perhaps at once). */
+  ask(who: { lent(bytes: number): void }, bytes: number): void;
+  /** `bytes` of lent window came back. */
+  give(bytes: number): void;
+  /** `who` no longer waits for what it asked. */
+  withdraw(who: { lent(bytes: number): void }): void;
+}
 
 /** The receiving half's count: what the peer sent, what it may send, the credits given. */
 export class ReceiveWindow {
   #received = 0;
+  /** What the credits the peer acknowledged, and the loans it spent, added to its limit. */
   #acked = 0;
   #unread = 0;
+  /** Loans the peer spent and reading has not paid back yet: held back from the next credits. */
+  #owed = 0;
+  /** A loan the peer took (acknowledged without declining): the next counted message may use it,
+   *  and what it leaves unused is gone. */
+  #taken = 0;
   readonly #given: Credit[] = [];
   readonly #ids = new Uint32Array(ID_BATCH);
   #nextId = ID_BATCH;
 
   /** `size`: the window this side announced (HELLO's or AUTH's `win`); `before`: the bytes the
-   *  peer may send before admission. */
-  constructor(readonly size: number, private readonly before: number) {}
+   *  peer may send before admission; `lender` takes back what loans leave. */
+  constructor(readonly size: number, private readonly before: number, private readonly lender?: Lender) {}
 
   /** Bytes received so far. */
   get received(): number { return this.#received; }
-  /** Bytes the peer may have sent by now. */
+  /** Bytes the peer may have sent by now (a loan it took not included). */
   limit(admitted: boolean): number {
     return admitted ? this.size + this.#acked : Math.min(this.before, this.size);
   }
-
-  /** Counts a message of `length` bytes before it is read: false when it ran past the limit. */
-  arrived(length: number, admitted: boolean): boolean {
-    this.#received += length;
-    return this.#received <= this.limit(admitted);
+  /** Lent window not back yet: loans given and not acknowledged, taken and not used, spent and
+   *  not paid back. */
+  get outstanding(): number {
+    let lent = this.#owed + this.#taken;
+    for (const credit of this.#given) if (credit.loan === true) lent += credit.n;
+    return lent;
   }
 
-  /** A message of `length` bytes was read: a credit to give once a quarter of the window was. */
+  /** Counts a message of `length` bytes before it is read: false when it ran past the limit. The
+   *  first message after a loan was taken may use the loan; what it leaves goes back at once. */
+  arrived(length: number, admitted: boolean): boolean {
+    this.#received += length;
+    if (!admitted || this.#taken === 0) return this.#received <= this.limit(admitted);
+    const limit = this.limit(true);
+    const spent = Math.min(this.#taken, Math.max(0, this.#received - limit));
+    const within = this.#received <= limit + this.#taken;
+    const unused = this.#taken - spent;
+    this.#taken = 0;
+    this.#acked += spent;
+    this.#owed += spent;
+    if (unused > 0) this.lender?.give(unused);
+    return within;
+  }
+
+  /** A message of `length` bytes was read: a credit to give once a quarter of the window was,
+   *  less what loans spent are owed (paid back first, to the lender). */
   read(length: number): Credit | undefined {
     this.#unread += length;
     if (this.#unread < this.size / 4) return undefined;
+    if (this.#owed > 0) {
+      const repaid = Math.min(this.#owed, this.#unread);
+      this.#owed -= repaid;
+      this.#unread -= repaid;
+      this.lender?.give(repaid);
+      if (this.#unread < MIN_CREDIT_BYTES) return undefined;
+    }
     const credit = { n: this.#unread, id: this.#drawId() };
     this.#unread = 0;
     this.#given.push(credit);
     return credit;
   }
 
-  /** The peer echoed credit `id`: it must be the oldest not yet acknowledged. */
-  ack(id: number): boolean {
+  /** A loan of `n` bytes for the peer's next message, in answer to its WANT. */
+  lend(n: number): Credit {
+    const credit: Credit = { n, id: this.#drawId(), loan: true };
+    this.#given.push(credit);
+    return credit;
+  }
+
+  /** The peer echoed credit `id` (declining it: `declined`, for a loan only): it must be the
+   *  oldest not yet acknowledged. Says what was acknowledged, undefined for a wrong ACK. */
+  ack(id: number, declined = false): Credit | undefined {
     const oldest = this.#given[0];
-    if (oldest === undefined || oldest.id !== id) return false;
+    if (oldest === undefined || oldest.id !== id || (declined && oldest.loan !== true)) return undefined;
     this.#given.shift();
-    this.#acked += oldest.n;
-    return true;
+    if (oldest.loan !== true) this.#acked += oldest.n;
+    else if (declined) this.lender?.give(oldest.n);
+    else this.#taken = oldest.n;
+    return oldest;
   }
 
   #drawId(): number {
@@ -110,26 +168,54 @@ export interface WindowLink {
   /** The peer broke the window's rules: report it and close the connection now. */
   refuse(error: GdrpcError): void;
   /** Sends a window frame at once, in a message of its own that the peer does not count. */
-  sendWindowFrame(kind: FrameKind.Credit | FrameKind.Ack, body: { n: number; id: number } | { id: number }): void;
-  /** Bytes of the (counted) messages this side has sent so far. */
+  sendWindowFrame(kind: WindowFrameKind, body: WindowFrameBody): void;
+  /** Bytes of the (counted) messages this side has sent so far, less what loans paid for. */
   sentBytes(): number;
   /** The peer gave `n` bytes of this side's window back: waiting messages may go. */
   grant(n: number): void;
+  /** What the next waiting message needs beyond the window's room now, when it is one that credit
+   *  alone may never let go (larger than half the peer's `win`); else 0. */
+  shortfall(): number;
+  /** The peer lent `n` bytes for the next waiting message, which goes now. */
+  borrow(n: number): void;
+  /** How long the peer has to acknowledge a loan (ms): its liveness time. */
+  readonly loanAckMs: number;
+  /** Whether a control message of the peer's own waits unread (its ACK may be in it). */
+  messageWaiting(): boolean;
 }
+
+/** Kinds of frames a window sends in messages of their own. */
+export type WindowFrameKind = FrameKind.Credit | FrameKind.Ack | FrameKind.Want;
+/** Bodies of the window's frames (the encoder writes them by hand: windowFrameBody). */
+export type WindowFrameBody = { n: number; id: number; loan?: true } | { id: number; no?: true } | { n: number };
 
 /** Both halves of a connection's window, on the connection's behalf. */
 export class MessageWindow {
   readonly #receive: ReceiveWindow;
   /** The peer ran past its window: nothing more from it is read. */
   #overrun = false;
-  /** Bytes of this side's messages the peer credited back so far. */
+  /** Bytes of this side's messages the peer credited back so far (loans not included). */
   #credited = 0;
+  /** This side sent a WANT that no loan answered yet. */
+  #wanting = false;
+  /** The peer's WANT is waiting for a loan or its loan for an ACK: it may not want again. */
+  #peerWants = false;
+  /** The window the peer may grow this side's to with a loan (its `wmax`), past its `win`. */
+  #peerLends = false;
+  /** The window closed: loans that come now go straight back. */
+  #closed = false;
+  /** Runs out when a loan given was not acknowledged in time (loanAckMs). */
+  #loanTimer: NodeJS.Timeout | undefined;
 
-  constructor(readonly size: number, before: number, private readonly link: WindowLink) {
-    this.#receive = new ReceiveWindow(size, before);
+  /** `size`: this side's window (`win`); `max`: what a loan may make it for one message (`wmax`). */
+  constructor(readonly size: number, readonly max: number, before: number, private readonly link: WindowLink, private readonly lender?: Lender) {
+    this.#receive = new ReceiveWindow(size, before, lender);
   }
 
   get overrun(): boolean { return this.#overrun; }
+
+  /** The peer's window has room to lend (its `wmax` over its `win`): this side may WANT. */
+  peerLends(): void { this.#peerLends = true; }
 
   /** Counts a message of `length` bytes against the peer's window before it is read; false, and
    *  the connection refused, when the peer ran past it. */
@@ -140,7 +226,7 @@ export class MessageWindow {
     this.#overrun = true;
     const limit = this.#receive.limit(admitted);
     this.link.refuse(new GdrpcError(Code.RESOURCE_EXHAUSTED, `${this.link.peer} sent ${this.#receive.received - limit} bytes of messages past its window ` +
-      `(${admitted ? `${this.size} bytes and the credits it acknowledged` : `${limit} bytes before admission`}; docs/wire.md "Message window")`));
+      `(${admitted ? `${this.size} bytes, the credits it acknowledged and the loans it used` : `${limit} bytes before admission`}; docs/wire.md "Message window")`));
     return false;
   }
 
@@ -155,22 +241,102 @@ export class MessageWindow {
   }
 
   /** The peer's CREDIT on call 0: acknowledged at once, ahead of the messages that use it; an
-   *  error for a credit no reader could have given (too small, or more than this side sent). */
-  credit(n: number, id: number | undefined): GdrpcError | undefined {
+   *  error for a credit no reader could have given (too small, or more than this side sent), or a
+   *  loan nobody asked for. A loan is taken when it lets the waiting message go, else declined. */
+  credit(n: number, id: number | undefined, loan?: boolean): GdrpcError | undefined {
     if (id === undefined) return new GdrpcError(Code.INVALID_ARGUMENT, 'a CREDIT on call 0 without an id');
+    if (loan === true) {
+      if (!this.#wanting) return new GdrpcError(Code.INVALID_ARGUMENT, `a loan of ${n} bytes of window that no WANT asked for`);
+      this.#wanting = false;
+      const short = this.link.shortfall();
+      if (short === 0 || short > n) {
+        this.link.sendWindowFrame(FrameKind.Ack, { id, no: true });
+        this.#want();
+        return undefined;
+      }
+      this.link.sendWindowFrame(FrameKind.Ack, { id });
+      this.link.borrow(n);
+      this.#want();
+      return undefined;
+    }
     if (n < MIN_CREDIT_BYTES || this.#credited + n > this.link.sentBytes()) {
       return new GdrpcError(Code.INVALID_ARGUMENT, `a CREDIT of ${n} bytes, with ${this.#credited} credited before, for ${this.link.sentBytes()} bytes sent (at least ${MIN_CREDIT_BYTES} a credit)`);
     }
     this.#credited += n;
     this.link.sendWindowFrame(FrameKind.Ack, { id });
     this.link.grant(n);
+    this.#want();
     return undefined;
   }
 
-  /** The peer's ACK: it must echo the oldest credit not yet acknowledged. */
-  ack(id: number): GdrpcError | undefined {
-    if (this.#receive.ack(id)) return undefined;
-    return new GdrpcError(Code.INVALID_ARGUMENT, `an ACK of credit ${id}, which is not the oldest this side gave`);
+  /** The peer's ACK: it must echo the oldest credit not yet acknowledged; `no` declines a loan. */
+  ack(id: number, no?: boolean): GdrpcError | undefined {
+    const credit = this.#receive.ack(id, no === true);
+    if (credit === undefined) return new GdrpcError(Code.INVALID_ARGUMENT, `an ACK${no === true ? ' declining' : ''} of credit ${id}, which is not the oldest ${no === true ? 'loan ' : ''}this side gave`);
+    if (credit.loan === true) {
+      this.#peerWants = false;
+      clearTimeout(this.#loanTimer);
+      this.#loanTimer = undefined;
+    }
+    return undefined;
+  }
+
+  /** The peer's WANT: its next message needs `n` bytes more than its window has. One at a time:
+   *  another before the loan for this one was acknowledged is an error, as is more than this
+   *  side's whole window. */
+  want(n: number): GdrpcError | undefined {
+    if (!this.link.admitted) return undefined;
+    if (this.#peerWants) return new GdrpcError(Code.INVALID_ARGUMENT, 'a WANT before the loan for the one before it was acknowledged');
+    if (n === 0 || n > this.max) return new GdrpcError(Code.INVALID_ARGUMENT, `a WANT of ${n} bytes of window (from 1 to ${this.max}, this side's largest window)`);
+    this.#peerWants = true;
+    if (this.lender === undefined) this.lent(n);
+    else this.lender.ask(this, n);
+    return undefined;
+  }
+
+  /** The runtime lends `n` bytes for the peer's WANT: a CREDIT with `loan` carries them, which the
+   *  peer must acknowledge within its liveness time unless messages of its own wait unread here. */
+  lent(n: number): void {
+    if (this.#closed || this.#overrun) {
+      this.lender?.give(n);
+      return;
+    }
+    this.link.sendWindowFrame(FrameKind.Credit, this.#receive.lend(n));
+    this.#armLoanTimer(n);
+  }
+
+  #armLoanTimer(n: number): void {
+    clearTimeout(this.#loanTimer);
+    this.#loanTimer = setTimeout(() => {
+      this.#loanTimer = undefined;
+      if (this.#closed || !this.#peerWants) return;
+      if (this.link.messageWaiting()) {
+        this.#armLoanTimer(n);
+        return;
+      }
+      this.link.refuse(new GdrpcError(Code.RESOURCE_EXHAUSTED, `${this.link.peer} did not acknowledge a loan of ${n} bytes of message window within ${this.link.loanAckMs} ms (docs/wire.md "Message window")`));
+    }, this.link.loanAckMs).unref();
+  }
+
+  /** A message waits (the outbox says so after each pass): one that needs a loan is WANTed, once
+   *  until the loan comes. */
+  blocked(): void { this.#want(); }
+
+  #want(): void {
+    if (this.#wanting || !this.#peerLends || !this.link.admitted) return;
+    const short = this.link.shortfall();
+    if (short === 0) return;
+    this.#wanting = true;
+    this.link.sendWindowFrame(FrameKind.Want, { n: short });
+  }
+
+  /** The connection closed: what it was lent goes back. */
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    clearTimeout(this.#loanTimer);
+    this.lender?.withdraw(this);
+    this.lender?.give(this.#receive.outstanding);
   }
 }
 
@@ -185,22 +351,32 @@ export function messageWeight(source: Uint8Array, length: number): number {
   return length + Math.max(frames, 1) * FRAME_WEIGHT_BYTES;
 }
 
-/** The body of a window frame ({v: 2, n, id} for CREDIT, {v: 2, id} for ACK) written out by hand:
- *  through msgpackr, the first credit's new object shapes deoptimized its encoder for every
- *  frame (the GPU bench's small call, timed over its first 5,000 calls, took 5 µs more). Checked
- *  against the frame table by decoding (test/rpc/message-window.test.ts). */
-export function windowFrameBody(body: { n: number; id: number } | { id: number }): Uint8Array {
-  const withN = 'n' in body;
-  const out = new Uint8Array(32);
+/** The body of a window frame ({v: 2, n, id, loan?} for CREDIT, {v: 2, id, no?} for ACK, {v: 2, n}
+ *  for WANT) written out by hand: through msgpackr, the first credit's new object shapes
+ *  deoptimized its encoder for every frame (the GPU bench's small call, timed over its first 5,000
+ *  calls, took 5 µs more). Checked against the frame table by decoding
+ *  (test/rpc/message-window.test.ts). */
+export function windowFrameBody(body: WindowFrameBody): Uint8Array {
+  const n = 'n' in body ? body.n : undefined;
+  const id = 'id' in body ? body.id : undefined;
+  const flag = 'loan' in body && body.loan === true ? 'loan' : 'no' in body && body.no === true ? 'no' : undefined;
+  const out = new Uint8Array(40);
   let at = 0;
-  out[at++] = 0x80 | (withN ? 3 : 2);  // fixmap
+  out[at++] = 0x80 | (1 + (n === undefined ? 0 : 1) + (id === undefined ? 0 : 1) + (flag === undefined ? 0 : 1));  // fixmap
   out[at++] = 0xa1; out[at++] = 0x76; out[at++] = 2;  // 'v': 2
-  if (withN) {
+  if (n !== undefined) {
     out[at++] = 0xa1; out[at++] = 0x6e;  // 'n'
-    at = putUint(out, at, body.n);
+    at = putUint(out, at, n);
   }
-  out[at++] = 0xa2; out[at++] = 0x69; out[at++] = 0x64;  // 'id'
-  at = putUint(out, at, body.id);
+  if (id !== undefined) {
+    out[at++] = 0xa2; out[at++] = 0x69; out[at++] = 0x64;  // 'id'
+    at = putUint(out, at, id);
+  }
+  if (flag !== undefined) {
+    out[at++] = 0xa0 | flag.length;
+    for (let i = 0; i < flag.length; i += 1) out[at++] = flag.charCodeAt(i);
+    out[at++] = 0xc3;  // true
+  }
   return out.subarray(0, at);
 }
 
@@ -216,14 +392,14 @@ function putUint(out: Uint8Array, at: number, value: number): number {
   return at + 9;
 }
 
-/** Whether `source[0, length)` is a message of window frames alone (CREDIT on call 0, ACK), which
+/** Whether `source[0, length)` is a message of window frames alone (CREDIT on call 0, ACK, WANT), which
  *  the peer sends outside its window. Reads frame headers only; the caller bounds `length`. */
 export function onlyWindowFrames(source: Uint8Array, length: number): boolean {
   let at = 0;
   while (at < length) {
     if (at + FRAME_HEADER > length) return false;
     const kind = source[at]!;
-    if ((kind !== FrameKind.Ack && kind !== FrameKind.Credit) || u32(source, at + 1) !== 0) return false;
+    if ((kind !== FrameKind.Ack && kind !== FrameKind.Credit && kind !== FrameKind.Want) || u32(source, at + 1) !== 0) return false;
     at += FRAME_HEADER + u32(source, at + 5);
   }
   return at === length && length > 0;

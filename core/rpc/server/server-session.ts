@@ -69,7 +69,7 @@ export class ServerSession {
       connection.close(new GdrpcError(Code.UNAUTHENTICATED, `${this.peer} did not complete admission within ${host.admissionTimeoutMs} ms`));
     }, host.admissionTimeoutMs);
     this.#admissionTimer.unref();
-    const hello: FrameBody<FrameKind.Hello> = { key: connection.key.value, maxFrame: host.limits.maxFrame, maxTensor: host.limits.maxTensor, inline: host.limits.inline, live: host.livenessMs, gpu: cudaReceives(), win: connection.window };
+    const hello: FrameBody<FrameKind.Hello> = { key: connection.key.value, maxFrame: host.limits.maxFrame, maxTensor: host.limits.maxTensor, inline: host.limits.inline, live: host.livenessMs, gpu: cudaReceives(), win: connection.openingWindow, wmax: connection.window };
     if (this.#challenge !== undefined) hello.chal = this.#challenge;
     if (connection.runtime.stagesCudaReceives) hello.stg = true;
     if (connection.runtime.describes) {
@@ -138,7 +138,7 @@ export class ServerSession {
       this.#refuseAndClose(error);
       return;
     }
-    const refusal = windowRefusal(body.win);
+    const refusal = windowRefusal(body.win, body.wmax);
     if (refusal !== undefined) {
       this.#refuseAndClose(new GdrpcError(Code.INVALID_ARGUMENT, refusal));
       return;
@@ -148,7 +148,7 @@ export class ServerSession {
     this.connection.peerLimits = { ...this.connection.peerLimits, gpu: body.gpu === true, stages: body.stg === true, reports: this.connection.runtime.describes && body.rep === true, batchedReports: this.connection.runtime.describes && body.rep === true && body.rpt === true, gathers: this.connection.runtime.gathers && body.gat === true };
     // Results may now be inline by the caller's choice: keep them within the client's receive buffer.
     if (body.maxFrame !== undefined && body.maxFrame > 0) this.connection.peerLimits.maxFrame = body.maxFrame;
-    this.connection.openPeerWindow(body.win!);
+    this.connection.openPeerWindow(body.win!, body.wmax);
     const peerLive = body.live !== undefined && body.live > 0 ? body.live : this.host.livenessMs;
     this.connection.liveness.start(Math.min(this.host.livenessMs, peerLive));
     this.connection.send(FrameKind.Ready, 0, {}).then(() => this.host.ready(this), () => {});
