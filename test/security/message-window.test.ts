@@ -53,12 +53,13 @@ describe('message window', () => {
   it('a peer flooding costly messages without taking credit is closed once past its window; a client of the same server is served throughout', async () => {
     const raw = await admitted();
     raw.acknowledgesCredit = false;
-    const message = junkKeepalive(256 * 1024);
-    // At most 400 messages (100 MB, twelve windows): without the window the peer is never closed,
-    // and the test fails below. More would only measure how far UCX's queue grows before the
-    // server reaches the window's end, which depends on how much CPU the server gets: on a
-    // machine busy enough, 2,000 messages (500 MB) queued before it did, and reading past them held
-    // the other client's keepalives longer than its liveness.
+    const message = junkKeepalive(64 * 1024);
+    // At most 400 messages (25 MB, a hundred opening windows): without the window the peer is
+    // never closed, and the test fails below. More would only measure how far UCX's queue grows
+    // before the server reaches the window's end, which depends on how much CPU the server gets:
+    // on a machine busy enough, 2,000 messages of 256 KiB (500 MB) queued before it did while
+    // every connection opened with 8 MiB, and reading past them held the other client's
+    // keepalives longer than its liveness.
     const MAX_MESSAGES = 400;
     let sent = 0;
     let refused: unknown;
@@ -80,8 +81,8 @@ describe('message window', () => {
       expect(await raw.closedWithin(30_000)).toBe('closed');
       expect(pings).toEqual(pings.map((_, i) => i));
       const stats = await serverStats(good);
-      expect(stats.errors.some((e) => /RESOURCE_EXHAUSTED.*past its window \(8\d{6} bytes and the credits it acknowledged/.test(e))).toBe(true);
-      console.log(`[message-window] flood: ${sent} messages of 256 KiB sent${refused === undefined ? ' (all of them)' : ''} before the server closed the peer; ${pings.length} pings served meanwhile; server rss ${(stats.rss / 2 ** 20).toFixed(0)} MiB`);
+      expect(stats.errors.some((e) => /RESOURCE_EXHAUSTED.*past its window \(262144 bytes, the credits it acknowledged and the loans it used/.test(e))).toBe(true);
+      console.log(`[message-window] flood: ${sent} messages of 64 KiB sent${refused === undefined ? ' (all of them)' : ''} before the server closed the peer; ${pings.length} pings served meanwhile; server rss ${(stats.rss / 2 ** 20).toFixed(0)} MiB`);
     } finally {
       await raw.close();
     }
@@ -105,8 +106,10 @@ describe('message window', () => {
     // 14 empty ACKs on calls 1000-1013, 126 bytes: before, such a message passed as the window's
     // own (uncounted) and each frame cost the server an ERROR and an 'error' event; a peer
     // sending them as fast as it could took a server to 5 GB and was never closed.
+    // The peer keeps to the window (256 malformed frames weigh more than an opening window: one
+    // that did not would be closed for that first).
     const raw = await admitted();
-    raw.acknowledgesCredit = false;
+    raw.keepsWindow = true;
     const message = packMessage(Array.from({ length: 14 }, (_, i) => ({ kind: FrameKind.Ack, call: 1000 + i, body: new Uint8Array(0) })));
     expect(message.length).toBe(126);
     try {
@@ -138,7 +141,8 @@ describe('message window', () => {
 
   it('a client that sends several windows of messages gets its credits, acknowledges them and keeps its connection', async () => {
     // 4 KiB tensors go inline: 2,500 calls each way are about 10.5 MB of messages against the
-    // server's 8 MiB window, and as much back against the client's.
+    // server's window (256 KiB, and loans for messages over half of that), and as much back
+    // against the client's.
     const client = await Client.connect(server.address);
     try {
       const { accepted, errors } = await serverStats(good);
@@ -165,9 +169,10 @@ describe('message window', () => {
 
 describe('both ways at once', () => {
   it('256 calls of 64 KiB inline each way, in one turn, four times: both windows shut and open again, every call answered', async () => {
-    // 16 MiB of requests and 16 MiB of results a round, each side's window 8 MiB: both senders
-    // wait for credit at the same time, and credit must still get through (the window's frames
-    // travel outside the window).
+    // 16 MiB of requests and 16 MiB of results a round, in messages of 16 frames (1 MiB: each
+    // over half an opening window, so each goes on a loan): both senders wait for credit and
+    // loans at the same time, and they must still get through (the window's frames travel
+    // outside the window).
     const client = await Client.connect(server.address);
     try {
       const { accepted, errors } = await serverStats(good);
@@ -194,6 +199,7 @@ describe("what waits for peers' windows, across the server", () => {
     const raw = await RawPeer.connect(port);
     await raw.auth(undefined, undefined, { win });
     expect((await raw.receive())?.kind).toBe(FrameKind.Ready);
+    raw.keepsWindow = true;
     raw.keepAlive();
     return raw;
   }
@@ -281,8 +287,8 @@ describe("what waits for peers' windows, across the server", () => {
 });
 
 describe("a backlog of other peers' messages", () => {
-  /** `count` admitted raw peers that do not acknowledge credit, heard from every 150 ms until a
-   *  flood (their liveness 60 s). */
+  /** `count` admitted raw peers that keep to the window, heard from every 150 ms until a flood
+   *  (their liveness 60 s). */
   async function floodPeers(port: number, count: number): Promise<RawPeer[]> {
     const peers: RawPeer[] = [];
     for (let i = 0; i < count; i += 1) {
@@ -290,17 +296,17 @@ describe("a backlog of other peers' messages", () => {
       peers.push(raw);
       await raw.auth(undefined, undefined, { live: 60_000 });
       expect((await raw.receive())?.kind).toBe(FrameKind.Ready);
-      raw.acknowledgesCredit = false;
+      raw.keepsWindow = true;
       raw.keepAlive(150);
     }
     return peers;
   }
 
-  /** Each peer sends `messages` messages of 256 KiB slow to decode (a little under its 8 MiB
-   *  window for 30, counting 1 KiB a frame and the keepalives before), all at once, then a ping
-   *  (call 1): resolves with when each got its answer, i.e. when the server had read its flood. */
+  /** Each peer sends `messages` messages of 64 KiB slow to decode, as fast as the window lets
+   *  them go (four at a time or so: each connection opens with 256 KiB), then a ping (call 1):
+   *  resolves with when each got its answer, i.e. when the server had read its flood. */
   function flood(peers: RawPeer[], messages: number): Promise<number[]> {
-    const message = junkKeepalive(256 * 1024);
+    const message = junkKeepalive(64 * 1024);
     for (const raw of peers) raw.keepAlive(3_600_000);
     return Promise.all(peers.map(async (raw, i) => {
       const sends = Array.from({ length: messages }, () => raw.sendMessage(message));
@@ -328,7 +334,7 @@ describe("a backlog of other peers' messages", () => {
     try {
       expect((await honest.unary(EchoDescriptor.methods.ping, { n: 0 })).n).toBe(0);
       const started = performance.now();
-      const read = flood(peers, 30);
+      const read = flood(peers, 120);
       const pings: number[] = [];
       for (let n = 1; n <= 5; n += 1) {
         const sent = performance.now();
@@ -338,7 +344,7 @@ describe("a backlog of other peers' messages", () => {
       const pinged = performance.now();
       const readAt = Math.max(...await read);
       const { backlogs } = (await serverStats(honest)).dispatcher;
-      console.log(`[message-window] 5 pings in ${(pinged - started).toFixed(0)} ms (slowest ${Math.max(...pings).toFixed(0)} ms) while the server read 16 x 30 messages of 256 KiB in ${(readAt - started).toFixed(0)} ms; ${backlogs} backlog(s) read in turns`);
+      console.log(`[message-window] 5 pings in ${(pinged - started).toFixed(0)} ms (slowest ${Math.max(...pings).toFixed(0)} ms) while the server read 16 x 120 messages of 64 KiB in ${(readAt - started).toFixed(0)} ms; ${backlogs} backlog(s) read in turns`);
       expect(pinged).toBeLessThan(readAt);
       expect(backlogs).toBeGreaterThan(0);
     } finally {
@@ -347,8 +353,8 @@ describe("a backlog of other peers' messages", () => {
   });
 
   it('a quiet client is not declared silent while its keepalives wait behind 16 windows of messages slow to decode; a stopped one is', async () => {
-    // Liveness 600 ms both ways: 16 peers each send their whole window (8 MiB of maps slow to
-    // decode, never past it, so none is closed for it), all at once. UCX queues every peer's
+    // Liveness 600 ms both ways: 16 peers each send 7.5 MiB of maps slow to decode, as fast as
+    // their windows let them (never past them, so none is closed for it), all at once. UCX queues every peer's
     // control messages in one line: the quiet client's keepalives wait behind them. The server
     // must read for longer than the liveness time on this machine for the test to tell anything
     // (it logs how long); either way the quiet client must keep its connection. A client process
@@ -370,7 +376,7 @@ describe("a backlog of other peers' messages", () => {
       const { accepted } = await serverStats(watcher);
       const started = performance.now();
       // When each peer's ping is answered, the server has read its messages.
-      const readMs = Math.max(...await flood(peers, 30)) - started;
+      const readMs = Math.max(...await flood(peers, 120)) - started;
       const readAt = Date.now();
       expect((await quiet.unary(EchoDescriptor.methods.ping, { n: 2 })).n).toBe(2);
       const stats = await serverStats(watcher);
@@ -384,7 +390,7 @@ describe("a backlog of other peers' messages", () => {
       const duringBacklog = closedAt < readAt;
       if (readMs > 1500) expect(duringBacklog).toBe(true);
       expect((await quiet.unary(EchoDescriptor.methods.ping, { n: 3 })).n).toBe(3);
-      console.log(`[message-window] backlog of 16 x 30 messages of 256 KiB read in ${readMs.toFixed(0)} ms (liveness 600 ms); quiet client kept, stopped client closed for silence ${duringBacklog ? `${readAt - closedAt} ms before the backlog was read` : 'after the backlog was read'}`);
+      console.log(`[message-window] 16 x 120 messages of 64 KiB read in ${readMs.toFixed(0)} ms (liveness 600 ms); quiet client kept, stopped client closed for silence ${duringBacklog ? `${readAt - closedAt} ms before the backlog was read` : 'after the backlog was read'}`);
     } finally {
       stopped?.kill('SIGKILL');
       await Promise.all([...peers.map((raw) => raw.close()), quiet.close(), watcher.close()]);
@@ -435,7 +441,8 @@ describe('a server that gives no credit', () => {
       const admitting = raw.admit({ win: window });
       const client = await Client.connect(raw.address, { livenessMs: 60_000 });
       await admitting;
-      expect(raw.auth?.win).toBeGreaterThanOrEqual(8 << 20);  // the client announces its own
+      // The client announces its own: an opening window, and what a loan makes it.
+      expect([raw.auth?.win, raw.auth?.wmax]).toEqual([256 << 10, 8 << 20]);
       try {
         // One call per turn, so one message each: 8 KiB inline arguments.
         const calls: Array<Promise<unknown>> = [];
