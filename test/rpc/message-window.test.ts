@@ -444,3 +444,189 @@ describe("the runtime's count of what waits for peers' windows", () => {
     }
   });
 });
+
+describe('loans of window (WANT, CREDIT with loan)', () => {
+  /** A lender that records what comes back. */
+  function lender(): { ask: (who: { lent(n: number): void }, n: number) => void; give: (n: number) => void; withdraw: () => void; back: number[] } {
+    const back: number[] = [];
+    return { ask: (who, n) => who.lent(n), give: (n) => { back.push(n); }, withdraw: () => {}, back };
+  }
+
+  it('a loan taken is spent by the next message: what it used is paid back by reading, what it left comes back at once', () => {
+    const lent = lender();
+    const window = new ReceiveWindow(64 * KiB, 16 * KiB, lent);
+    expect(window.arrived(60 * KiB, true)).toBe(true);  // 4 KiB of room left
+    const loan = window.lend(100 * KiB);
+    expect(loan).toMatchObject({ n: 100 * KiB, loan: true });
+    expect(window.outstanding).toBe(100 * KiB);
+    expect(window.ack(loan.id)).toEqual(loan);
+    // A 54 KiB message: 4 KiB of room, 50 KiB of the loan; the other 50 KiB come back now.
+    expect(window.arrived(54 * KiB, true)).toBe(true);
+    expect(lent.back).toEqual([50 * KiB]);
+    expect(window.outstanding).toBe(50 * KiB);
+    expect(window.limit(true)).toBe(114 * KiB);
+    // Reading pays back the 50 KiB first: 60 + 54 KiB read credit 64 KiB, not 114.
+    const credit = window.read(114 * KiB)!;
+    expect(credit.n).toBe(64 * KiB);
+    expect(lent.back).toEqual([50 * KiB, 50 * KiB]);
+    expect(window.outstanding).toBe(0);
+    // The next message has no loan: past the room it is refused.
+    expect(window.ack(credit.id)).toEqual(credit);
+    expect(window.arrived(64 * KiB, true)).toBe(true);
+    expect(window.arrived(1, true)).toBe(false);
+  });
+
+  it('a loan the next message does not need is gone after it; one declined comes back at once', () => {
+    const lent = lender();
+    const window = new ReceiveWindow(64 * KiB, 16 * KiB, lent);
+    const first = window.lend(32 * KiB);
+    window.ack(first.id);
+    expect(window.arrived(1 * KiB, true)).toBe(true);
+    expect(lent.back).toEqual([32 * KiB]);
+    expect(window.limit(true)).toBe(64 * KiB);
+    const second = window.lend(32 * KiB);
+    expect(window.ack(second.id, true)).toEqual(second);
+    expect(lent.back).toEqual([32 * KiB, 32 * KiB]);
+    expect(window.outstanding).toBe(0);
+    // Only a loan may be declined.
+    const credit = window.read(16 * KiB)!;
+    expect(window.ack(credit.id, true)).toBeUndefined();
+  });
+
+  it('a message past the room and the loan together is refused', () => {
+    const window = new ReceiveWindow(64 * KiB, 16 * KiB, lender());
+    const loan = window.lend(10 * KiB);
+    window.ack(loan.id);
+    expect(window.arrived(74 * KiB + 1, true)).toBe(false);
+  });
+
+  /** A MessageWindow over a link and a lender that record what happens; `short` is what the
+   *  outbox's first waiting message needs. */
+  function lending(options: { short?: number; sent?: number } = {}) {
+    const frames: Array<[number, Record<string, unknown>]> = [];
+    const borrowed: number[] = [];
+    const refused: GdrpcError[] = [];
+    const asks: number[] = [];
+    const back: number[] = [];
+    let short = options.short ?? 0;
+    const link: WindowLink = {
+      peer: 'peer', admitted: true,
+      refuse: (error) => { refused.push(error); },
+      sendWindowFrame: (kind, body) => { frames.push([kind, body as Record<string, unknown>]); },
+      sentBytes: () => options.sent ?? 1 << 20,
+      grant: () => {},
+      shortfall: () => short,
+      borrow: (n) => { borrowed.push(n); short = 0; },
+      loanAckMs: 50,
+      messageWaiting: () => false,
+    };
+    let served: { lent(n: number): void } | undefined;
+    const lender = { ask: (who: { lent(n: number): void }, n: number) => { asks.push(n); served = who; }, give: (n: number) => { back.push(n); }, withdraw: () => { served = undefined; } };
+    const window = new MessageWindow(64 * KiB, 1 << 20, 16 * KiB, link, lender);
+    return { window, frames, borrowed, refused, asks, back, serve: (n: number) => served?.lent(n), setShort: (n: number) => { short = n; } };
+  }
+
+  it("a sender WANTs once for a waiting message, once the peer lends; the loan is taken when it lets the message go", () => {
+    const { window, frames, borrowed } = lending({ short: 200 * KiB });
+    window.blocked();
+    expect(frames).toEqual([]);  // the peer announced no wmax over its win: it lends nothing
+    window.peerLends();
+    window.blocked();
+    window.blocked();
+    expect(frames).toEqual([[FrameKind.Want, { n: 200 * KiB }]]);
+    expect(window.credit(200 * KiB, 9, true)).toBeUndefined();
+    expect(frames.slice(1)).toEqual([[FrameKind.Ack, { id: 9 }]]);
+    expect(borrowed).toEqual([200 * KiB]);
+  });
+
+  it('a loan too small, or not needed any more, is declined; one nobody asked for is refused', () => {
+    const { window, frames, borrowed, setShort } = lending({ short: 200 * KiB });
+    window.peerLends();
+    window.blocked();
+    // Too small: declined, and wanted again.
+    expect(window.credit(100 * KiB, 1, true)).toBeUndefined();
+    expect(frames.slice(1)).toEqual([[FrameKind.Ack, { id: 1, no: true }], [FrameKind.Want, { n: 200 * KiB }]]);
+    setShort(0);
+    expect(window.credit(300 * KiB, 2, true)).toBeUndefined();
+    expect(frames.slice(3)).toEqual([[FrameKind.Ack, { id: 2, no: true }]]);
+    expect(borrowed).toEqual([]);
+    expect(window.credit(300 * KiB, 3, true)?.message).toMatch(/a loan of 307200 bytes of window that no WANT asked for/);
+  });
+
+  it("the peer's WANT is lent from the lender, one at a time; the loan's ACK allows the next", () => {
+    const { window, frames, refused, asks, serve } = lending();
+    expect(window.want(0)?.message).toMatch(/a WANT of 0 bytes/);
+    expect(window.want((1 << 20) + 1)?.message).toMatch(/from 1 to 1048576/);
+    expect(window.want(300 * KiB)).toBeUndefined();
+    expect(asks).toEqual([300 * KiB]);
+    expect(window.want(300 * KiB)?.message).toMatch(/a WANT before the loan for the one before it was acknowledged/);
+    serve(300 * KiB);
+    expect(frames).toEqual([[FrameKind.Credit, { n: 300 * KiB, id: expect.any(Number), loan: true }]]);
+    expect(window.ack(frames[0]![1].id as number)).toBeUndefined();
+    expect(window.want(10 * KiB)).toBeUndefined();
+    expect(refused).toEqual([]);
+  });
+
+  it('a loan not acknowledged within the liveness time closes the connection RESOURCE_EXHAUSTED; closing gives back what was lent', async () => {
+    const { window, refused, serve, back } = lending();
+    window.want(300 * KiB);
+    serve(300 * KiB);
+    await new Promise((resolve) => setTimeout(resolve, 150));
+    expect(refused.map((e) => [e.code, e.message])).toEqual([['RESOURCE_EXHAUSTED', expect.stringMatching(/did not acknowledge a loan of 307200 bytes of message window within 50 ms/)]]);
+    window.close();
+    expect(back).toEqual([300 * KiB]);
+  });
+});
+
+describe('the outbox and loans', () => {
+  it('a message over half the peer window waits with its shortfall; borrowed, it goes, and what the loan paid for is not creditable', async () => {
+    const { outbox, delivered } = recording();
+    outbox.openWindow(64 * KiB);
+    outbox.send(0, 1, frame(10 * KiB)).catch(() => {});
+    await turn();
+    expect(delivered).toEqual([[1]]);
+    // Under half the window: it waits for credit alone, no loan.
+    outbox.send(0, 2, frame(30 * KiB)).catch(() => {});
+    await turn();
+    expect(delivered).toEqual([[1], [2]]);
+    outbox.send(0, 3, frame(40 * KiB)).catch(() => {});
+    await turn();
+    expect(delivered).toEqual([[1], [2]]);
+    const room = 64 * KiB - one(10 * KiB) - one(30 * KiB);
+    expect(outbox.shortfall()).toBe(one(40 * KiB) - room);
+    outbox.borrow(outbox.shortfall());
+    expect(delivered).toEqual([[1], [2], [3]]);
+    expect(outbox.shortfall()).toBe(0);
+    expect(outbox.sentBytes - outbox.creditable).toBe(one(40 * KiB) - room);
+  });
+});
+
+describe("the runtime's budget of loans", () => {
+  it('asks are served in order while the loans out fit; one larger than all of it when nothing is lent; a withdrawn ask lets those behind it go', async () => {
+    const { WindowLoans } = await import('../../core/rpc/runtime/window-loans.ts');
+    const loans = new WindowLoans(100);
+    const got: string[] = [];
+    const who = (name: string) => ({ lent: (n: number) => { got.push(`${name}:${n}`); } });
+    const a = who('a'), b = who('b'), c = who('c'), d = who('d');
+    loans.ask(a, 60);
+    loans.ask(b, 50);  // 40 free: waits
+    loans.ask(c, 10);  // behind b, though it would fit
+    expect(got).toEqual(['a:60']);
+    expect([loans.lent, loans.waiting]).toEqual([60, 2]);
+    loans.give(20);  // 60 free: b
+    expect(got).toEqual(['a:60', 'b:50', 'c:10']);
+    loans.give(40);
+    loans.give(50);
+    loans.give(10);
+    expect(loans.lent).toBe(0);
+    loans.ask(d, 500);  // larger than all of it, nothing lent
+    expect(got.at(-1)).toBe('d:500');
+    loans.ask(a, 10);
+    loans.ask(b, 10);
+    expect(loans.waiting).toBe(2);
+    loans.withdraw(a);
+    loans.give(500);
+    expect(got.slice(-1)).toEqual(['b:10']);
+    expect(loans.waiting).toBe(0);
+  });
+});

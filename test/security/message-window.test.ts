@@ -23,7 +23,9 @@ let server: ListeningPeer;
 let good: Client;
 
 beforeAll(async () => {
-  server = await startServer({ poolBytes: 8 << 20 });
+  // A server whose budget of opening windows is spent (maxWindowBytes 0): every connection opens
+  // with 256 KiB, as on a server with many connections, and larger messages go on loans.
+  server = await startServer({ poolBytes: 8 << 20, runtimeOptions: { maxWindowBytes: 0 } });
   good = await Client.connect(server.address);
 });
 afterAll(async () => {
@@ -302,8 +304,9 @@ describe("a backlog of other peers' messages", () => {
     return peers;
   }
 
-  /** Each peer sends `messages` messages of 64 KiB slow to decode, as fast as the window lets
-   *  them go (four at a time or so: each connection opens with 256 KiB), then a ping (call 1):
+  /** Each peer sends `messages` messages of 64 KiB slow to decode, as fast as its window lets
+   *  them go (whole windows of 8 MiB: 16 connections fit the server's maxWindowBytes), then a
+   *  ping (call 1):
    *  resolves with when each got its answer, i.e. when the server had read its flood. */
   function flood(peers: RawPeer[], messages: number): Promise<number[]> {
     const message = junkKeepalive(64 * 1024);
@@ -353,8 +356,9 @@ describe("a backlog of other peers' messages", () => {
   });
 
   it('a quiet client is not declared silent while its keepalives wait behind 16 windows of messages slow to decode; a stopped one is', async () => {
-    // Liveness 600 ms both ways: 16 peers each send 7.5 MiB of maps slow to decode, as fast as
-    // their windows let them (never past them, so none is closed for it), all at once. UCX queues every peer's
+    // Liveness 600 ms both ways: 16 peers each send 7.5 MiB of maps slow to decode (their whole
+    // windows: 16 fit the server's maxWindowBytes), never past them (so none is closed for it),
+    // all at once. UCX queues every peer's
     // control messages in one line: the quiet client's keepalives wait behind them. The server
     // must read for longer than the liveness time on this machine for the test to tell anything
     // (it logs how long); either way the quiet client must keep its connection. A client process
@@ -394,6 +398,103 @@ describe("a backlog of other peers' messages", () => {
     } finally {
       stopped?.kill('SIGKILL');
       await Promise.all([...peers.map((raw) => raw.close()), quiet.close(), watcher.close()]);
+    }
+  });
+});
+
+describe('loans of window, across the runtime', () => {
+  const MiB = 1 << 20;
+
+  it('an honest client\'s 3 MiB argument goes on a loan, both ways, and every loan comes back', async () => {
+    const client = await Client.connect(server.address);
+    try {
+      const result = await client.unary(EchoDescriptor.methods.echo, { x: patterned(3 * MiB, 7), tag: 'big' }, { mover: 'inline' });
+      expect(result.tag).toBe('big');
+      expect((result.y as ReturnType<typeof patterned>).equals(patterned(3 * MiB, 7))).toBe(true);
+      await expect.poll(async () => (await serverStats(good)).lentWindow, { timeout: 10_000, interval: 100 }).toMatchObject({ bytes: 0, waiting: 0 });
+    } finally {
+      await client.close();
+    }
+  });
+
+  it('connections open with as much of maxWindowBytes as is free, up to their whole window, and give it back at close', async () => {
+    const capped = await startServer({ runtimeOptions: { maxWindowBytes: 8 * MiB } });
+    const watcher = await Client.connect(capped.address);  // the first: 7.75 MiB more than 256 KiB
+    const peers: RawPeer[] = [];
+    try {
+      for (let i = 0; i < 3; i += 1) peers.push(await RawPeer.connect(capped.port));
+      expect(peers.map((raw) => raw.hello?.win)).toEqual([512 * 1024, 256 * 1024, 256 * 1024]);
+      expect(peers.every((raw) => raw.hello?.wmax === 8 * MiB)).toBe(true);
+      expect((await serverStats(watcher)).lentWindow.opened).toBe(8 * MiB);
+      await peers[0]!.close();
+      await expect.poll(async () => (await serverStats(watcher)).lentWindow.opened, { timeout: 10_000, interval: 50 }).toBe(8 * MiB - 256 * 1024);
+      peers.push(await RawPeer.connect(capped.port));
+      expect(peers[3]!.hello?.win).toBe(512 * 1024);
+    } finally {
+      await Promise.all([...peers.map((raw) => raw.close()), watcher.close()]);
+    }
+  });
+
+  it('past maxLentWindowBytes a WANT waits for loans to come back, in order; a loan the next message does not use comes back with it', async () => {
+    const capped = await startServer({ runtimeOptions: { maxLentWindowBytes: MiB, maxWindowBytes: 0 } });
+    const watcher = await Client.connect(capped.address);
+    const [a, b] = await Promise.all([RawPeer.connect(capped.port), RawPeer.connect(capped.port)]);
+    try {
+      for (const raw of [a, b]) {
+        await raw.auth();
+        expect((await raw.receive())?.kind).toBe(FrameKind.Ready);
+      }
+      // a takes 900 KiB and sends nothing yet: b's 600 KiB do not fit beside it.
+      await a.borrow(900 * 1024);
+      expect((await serverStats(watcher)).lentWindow).toMatchObject({ bytes: 900 * 1024, waiting: 0 });
+      const waited = b.borrow(600 * 1024, 20_000);
+      await expect.poll(async () => (await serverStats(watcher)).lentWindow, { timeout: 10_000, interval: 50 }).toMatchObject({ bytes: 900 * 1024, waiting: 1 });
+      expect(b.loansTaken).toBe(0);
+      // a's next message, a KEEPALIVE, needs none of its loan: the loan comes back, b's comes.
+      await a.sendBody(FrameKind.Keepalive, 0, {});
+      await waited;
+      expect(b.loansTaken).toBe(1);
+      await expect.poll(async () => (await serverStats(watcher)).lentWindow, { timeout: 10_000, interval: 50 }).toMatchObject({ bytes: 600 * 1024, waiting: 0 });
+      // b closes with its loan unused: it comes back too.
+      await b.close();
+      await expect.poll(async () => (await serverStats(watcher)).lentWindow, { timeout: 10_000, interval: 50 }).toMatchObject({ bytes: 0, waiting: 0 });
+      expect((await watcher.unary(EchoDescriptor.methods.ping, { n: 1 })).n).toBe(1);
+    } finally {
+      await Promise.all([a.close(), b.close(), watcher.close()]);
+    }
+  });
+
+  it('a second WANT before the first loan was acknowledged, or one past the server\'s largest window, closes the connection INVALID_ARGUMENT', async () => {
+    for (const [wants, message] of [[[64 * 1024, 64 * 1024], /a WANT before the loan for the one before it was acknowledged/], [[(8 << 20) + 1], /a WANT of 8388609 bytes of window \(from 1 to 8388608/]] as const) {
+      const raw = await admitted();
+      raw.acknowledgesCredit = false;
+      try {
+        for (const n of wants) await raw.sendBody(FrameKind.Want, 0, { n });
+        expect(await raw.closedWithin(10_000)).toBe('closed');
+        const { errors } = await serverStats(good);
+        expect(errors.some((e) => message.test(e))).toBe(true);
+      } finally {
+        await raw.close();
+      }
+    }
+  });
+
+  it('a loan not acknowledged within the liveness time closes the connection RESOURCE_EXHAUSTED, and comes back', async () => {
+    const quick = await startServer({ livenessMs: 1000 });
+    const watcher = await Client.connect(quick.address);
+    const raw = await RawPeer.connect(quick.port);
+    try {
+      await raw.auth(undefined, undefined, { live: 60_000 });
+      expect((await raw.receive())?.kind).toBe(FrameKind.Ready);
+      raw.acknowledgesCredit = false;
+      raw.keepAlive(200);
+      await raw.sendBody(FrameKind.Want, 0, { n: MiB });
+      expect(await raw.closedWithin(10_000)).toBe('closed');
+      const stats = await serverStats(watcher);
+      expect(stats.disconnects.some((e) => /RESOURCE_EXHAUSTED.*did not acknowledge a loan of 1048576 bytes of message window within 1000 ms/.test(e))).toBe(true);
+      expect(stats.lentWindow).toMatchObject({ bytes: 0, waiting: 0 });
+    } finally {
+      await Promise.all([raw.close(), watcher.close()]);
     }
   });
 });
@@ -441,8 +542,11 @@ describe('a server that gives no credit', () => {
       const admitting = raw.admit({ win: window });
       const client = await Client.connect(raw.address, { livenessMs: 60_000 });
       await admitting;
-      // The client announces its own: an opening window, and what a loan makes it.
-      expect([raw.auth?.win, raw.auth?.wmax]).toEqual([256 << 10, 8 << 20]);
+      // The client announces its own: an opening window (256 KiB and what its runtime's
+      // maxWindowBytes had free), and what a loan makes it.
+      expect(raw.auth?.wmax).toBe(8 << 20);
+      expect(raw.auth?.win).toBeGreaterThanOrEqual(256 << 10);
+      expect(raw.auth?.win).toBeLessThanOrEqual(8 << 20);
       try {
         // One call per turn, so one message each: 8 KiB inline arguments.
         const calls: Array<Promise<unknown>> = [];

@@ -89,6 +89,9 @@ export class Connection implements FrameSink {
     // Every receive tied to the connection listens to this signal: many at once is normal.
     setMaxListeners(0, this.#abort.signal);
     this.key = runtime.dispatcher.register(this);
+    const smallest = Math.min(this.window, OPENING_WINDOW_BYTES);
+    this.#openingExtra = runtime.openingWindows.take(this.window - smallest);
+    this.openingWindow = smallest + this.#openingExtra;
     this.payloads = new Payloads(this);
     const connection = this;
     this.#window = new MessageWindow(this.openingWindow, this.window, HANDSHAKE_WINDOW_BYTES, {
@@ -250,8 +253,11 @@ export class Connection implements FrameSink {
    *  message (docs/wire.md "Message window"), announced as `wmax` in HELLO or AUTH. */
   get window(): number { return Math.min(WINDOW_MESSAGES * this.runtime.dispatcher.frameBytes, MAX_WINDOW_BYTES); }
   /** Bytes of messages this side lets the peer have on their way at once without a loan,
-   *  announced as `win`. */
-  get openingWindow(): number { return Math.min(this.window, OPENING_WINDOW_BYTES); }
+   *  announced as `win`: 256 KiB, and as much more as the runtime's maxWindowBytes had free when
+   *  the connection was made, up to the whole window. */
+  readonly openingWindow: number;
+  /** What the opening window took of the runtime's maxWindowBytes (back at close). */
+  readonly #openingExtra: number;
 
   /** The peer's window, from its HELLO or AUTH (checked: window.ts windowRefusal): `win`, and
    *  `wmax` what a loan makes it for one message. This side's messages are made no larger than
@@ -337,6 +343,7 @@ export class Connection implements FrameSink {
     this.payloads.close();
     this.#outbox.close();
     this.#window.close();
+    this.runtime.openingWindows.give(this.#openingExtra);
     this.runtime.dispatcher.unregister(this.key);
     this.#abort.abort(error);
     const force = !options.graceful || this.endpoint.failed;

@@ -17,7 +17,7 @@ import { BlockCopier } from '../../compute/blocks.ts';
 import { DEFAULT_MAX_WAITING_BYTES, WaitingLedger } from './waiting.ts';
 import { RefusalCount } from './refusals.ts';
 import { DEFAULT_MAX_HELD_PAYLOAD_BYTES, HeldBytes } from './held-bytes.ts';
-import { DEFAULT_MAX_LENT_WINDOW_BYTES, WindowLoans } from './window-loans.ts';
+import { DEFAULT_MAX_LENT_WINDOW_BYTES, DEFAULT_MAX_WINDOW_BYTES, OpeningWindows, WindowLoans } from './window-loans.ts';
 
 /** Largest control frame any connection in this process accepts (the receive buffer size). */
 export const DEFAULT_FRAME_BYTES = 4 << 20;
@@ -33,7 +33,7 @@ const ALLOWED_PEERS = rule(PEER_PREFIXES_EXPECTED, isPeerPrefixList);
 const NETWORK_DEVICES = rule('a non-empty array of UCX network device names (e.g. ["lo"], ["eth0", "mlx5_0:1"])',
   (value) => Array.isArray(value) && value.length > 0 && value.every((name) => typeof name === 'string' && /^[A-Za-z0-9_.:-]+$/.test(name)));
 
-const RUNTIME_OPTIONS: OptionRules<RuntimeOptions> = { busyPollUs: BUSY_POLL_US, sharedMemory: Accept.boolean, allowedPeers: ALLOWED_PEERS, networkDevices: NETWORK_DEVICES, maxWaitingBytes: Accept.positiveBytes, maxHeldPayloadBytes: Accept.positiveBytes, maxLentWindowBytes: Accept.positiveBytes };
+const RUNTIME_OPTIONS: OptionRules<RuntimeOptions> = { busyPollUs: BUSY_POLL_US, sharedMemory: Accept.boolean, allowedPeers: ALLOWED_PEERS, networkDevices: NETWORK_DEVICES, maxWaitingBytes: Accept.positiveBytes, maxHeldPayloadBytes: Accept.positiveBytes, maxLentWindowBytes: Accept.positiveBytes, maxWindowBytes: Accept.bytes };
 
 /** GDRPC_ALLOWED_PEERS (prefixes separated by commas or spaces), checked; undefined when unset or blank. */
 function allowedPeersFromEnvironment(): string[] | undefined {
@@ -108,11 +108,16 @@ export interface RuntimeOptions {
    *  payloads at most (1,024 while control messages of its own wait to be read), for 10-20 s.
    *  Default 1 GiB. */
   maxHeldPayloadBytes?: number;
-  /** Message window this runtime lends its peers, all together, beyond the window each connection
-   *  opens with (256 KiB), for messages larger than half of that (docs/wire.md "Message window").
-   *  A peer asks for a loan (WANT) for one such message at a time; asks wait, in order, while the
-   *  loans out fill it (one larger than all of it goes when nothing else is lent). This bounds
-   *  what all peers together may have in UCX's queue at once: 256 KiB a connection, plus this.
+  /** Message window this runtime's connections open with, all together, beyond 256 KiB each
+   *  (docs/wire.md "Message window"): a connection opens with as much as is free, up to its whole
+   *  window (twice the receive buffer, 8 MiB), and keeps it for its life. With
+   *  maxLentWindowBytes this bounds what all peers together may have in UCX's queue at once:
+   *  256 KiB a connection, plus both. Default 256 MiB. */
+  maxWindowBytes?: number;
+  /** Message window this runtime lends its peers, all together, beyond the window each
+   *  connection opened with, for messages larger than half of that (docs/wire.md "Message
+   *  window"). A peer asks for a loan (WANT) for one such message at a time; asks wait, in order,
+   *  while the loans out fill it (one larger than all of it goes when nothing else is lent).
    *  Default 64 MiB. */
   maxLentWindowBytes?: number;
 }
@@ -159,6 +164,8 @@ export class Runtime {
   readonly heldBytes: HeldBytes;
   /** Message window lent to its connections' peers beyond their opening windows (maxLentWindowBytes). */
   readonly windowLoans: WindowLoans;
+  /** Message window its connections opened with beyond 256 KiB each (maxWindowBytes). */
+  readonly openingWindows: OpeningWindows;
   /** Internal, for tests on machines without a GPU: stage host tensors too (non-inline, non-empty),
    *  through an ordinary host bounce, so that the staging logic runs end to end on host memory. */
   hostStagingForTests = false;
@@ -176,15 +183,23 @@ export class Runtime {
    *  (RuntimeOptions.sharedMemory). */
   private constructor(readonly context: Context, readonly worker: Worker, readonly dispatcher: Dispatcher, readonly rma: boolean, readonly implicit: boolean, readonly sharedMemory: boolean,
     /** Who may connect to this runtime's TCP ports (RuntimeOptions.allowedPeers); undefined: anyone. */
-    readonly allowedPeers: readonly string[] | undefined, maxWaitingBytes: number, maxHeldPayloadBytes: number, maxLentWindowBytes: number) {
+    readonly allowedPeers: readonly string[] | undefined, maxWaitingBytes: number, maxHeldPayloadBytes: number, maxLentWindowBytes: number, maxWindowBytes: number) {
     this.waiting = new WaitingLedger(maxWaitingBytes);
     this.heldBytes = new HeldBytes(maxHeldPayloadBytes);
     this.windowLoans = new WindowLoans(maxLentWindowBytes);
+    this.openingWindows = new OpeningWindows(maxWindowBytes);
   }
 
   /** What this runtime's connections hold now of messages for peers not taking them (waiting
    *  for their windows, or in UCX's hands), counted as RuntimeOptions.maxWaitingBytes counts it. */
   get waitingBytes(): number { return this.waiting.total; }
+
+  /** Message window lent to its connections' peers now, beyond their opening windows, how many
+   *  peers wait for a loan (RuntimeOptions.maxLentWindowBytes), and what their opening windows
+   *  took beyond 256 KiB each (maxWindowBytes). */
+  get lentWindow(): { bytes: number; waiting: number; opened: number } {
+    return { bytes: this.windowLoans.lent, waiting: this.windowLoans.waiting, opened: this.openingWindows.taken };
+  }
 
   /** The TCP ports this runtime listens on (its UCX transports' own on each network device, and its
    *  Servers' listeners), and whether allowedPeers guards each: what a peer on the network can
@@ -244,7 +259,7 @@ export class Runtime {
     }
     return new Runtime(context, worker, new Dispatcher(worker, DEFAULT_FRAME_BYTES), rma, implicit, sharedMemory, allowedPeers,
       options.maxWaitingBytes ?? DEFAULT_MAX_WAITING_BYTES, options.maxHeldPayloadBytes ?? DEFAULT_MAX_HELD_PAYLOAD_BYTES,
-      options.maxLentWindowBytes ?? DEFAULT_MAX_LENT_WINDOW_BYTES);
+      options.maxLentWindowBytes ?? DEFAULT_MAX_LENT_WINDOW_BYTES, options.maxWindowBytes ?? DEFAULT_MAX_WINDOW_BYTES);
   }
 
   /** Whether close() has begun. */
