@@ -553,18 +553,55 @@ describe('loans of window (WANT, CREDIT with loan)', () => {
     expect(window.credit(300 * KiB, 3, true)?.message).toMatch(/a loan of 307200 bytes of window that no WANT asked for/);
   });
 
-  it("the peer's WANT is lent from the lender, one at a time; the loan's ACK allows the next", () => {
+  it("the peer's WANT is lent from the lender, one at a time; the loan declined allows the next", () => {
     const { window, frames, refused, asks, serve } = lending();
     expect(window.want(0)?.message).toMatch(/a WANT of 0 bytes/);
     expect(window.want((1 << 20) + 1)?.message).toMatch(/from 1 to 1048576/);
     expect(window.want(300 * KiB)).toBeUndefined();
     expect(asks).toEqual([300 * KiB]);
-    expect(window.want(300 * KiB)?.message).toMatch(/a WANT before the loan for the one before it was acknowledged/);
+    expect(window.want(300 * KiB)?.message).toMatch(/a WANT before the loan for the one before it was declined or used/);
     serve(300 * KiB);
     expect(frames).toEqual([[FrameKind.Credit, { n: 300 * KiB, id: expect.any(Number), loan: true }]]);
-    expect(window.ack(frames[0]![1].id as number)).toBeUndefined();
+    expect(window.ack(frames[0]![1].id as number, true)).toBeUndefined();
     expect(window.want(10 * KiB)).toBeUndefined();
     expect(refused).toEqual([]);
+  });
+
+  it('a loan taken counts as the one WANT until a counted message used it; its timer runs until then; a WANT waiting for the lender excuses liveness', async () => {
+    const { window, frames, refused, serve } = lending();
+    expect(window.want(100 * KiB)).toBeUndefined();
+    expect(window.peerWaitsForLoan).toBe(true);
+    serve(100 * KiB);
+    expect(window.peerWaitsForLoan).toBe(false);
+    const { id } = frames[0]![1] as { id: number };
+    expect(window.ack(id)).toBeUndefined();
+    // Taken, not used: a second WANT is refused (the first loan would be dropped uncounted).
+    expect(window.want(100 * KiB)?.message).toMatch(/declined or used/);
+    expect(window.arrived(120 * KiB)).toBe(true);
+    expect(window.want(100 * KiB)).toBeUndefined();
+    // The first loan's timer ended with its use: nothing refused after its 50 ms.
+    await new Promise((resolve) => setTimeout(resolve, 120));
+    expect(refused).toEqual([]);
+  });
+
+  it('a loan taken and never used closes the connection once its timer runs out', async () => {
+    const { window, frames, refused, serve } = lending();
+    window.want(100 * KiB);
+    serve(100 * KiB);
+    window.ack((frames[0]![1] as { id: number }).id);
+    await new Promise((resolve) => setTimeout(resolve, 150));
+    expect(refused.map((e) => e.message)).toEqual([expect.stringMatching(/did not acknowledge and use a loan of 102400 bytes of message window within 50 ms/)]);
+  });
+
+  it('a second loan taken while one is unused gives the first back (the receive count alone)', () => {
+    const back: number[] = [];
+    const window = new ReceiveWindow(64 * KiB, 16 * KiB, { ask: () => {}, give: (n) => { back.push(n); }, withdraw: () => {} });
+    const first = window.lend(10 * KiB);
+    const second = window.lend(20 * KiB);
+    window.ack(first.id);
+    window.ack(second.id);
+    expect(back).toEqual([10 * KiB]);
+    expect(window.outstanding).toBe(20 * KiB);
   });
 
   it('a loan not acknowledged within the liveness time closes the connection RESOURCE_EXHAUSTED; closing gives back what was lent', async () => {
@@ -572,7 +609,7 @@ describe('loans of window (WANT, CREDIT with loan)', () => {
     window.want(300 * KiB);
     serve(300 * KiB);
     await new Promise((resolve) => setTimeout(resolve, 150));
-    expect(refused.map((e) => [e.code, e.message])).toEqual([['RESOURCE_EXHAUSTED', expect.stringMatching(/did not acknowledge a loan of 307200 bytes of message window within 50 ms/)]]);
+    expect(refused.map((e) => [e.code, e.message])).toEqual([['RESOURCE_EXHAUSTED', expect.stringMatching(/did not acknowledge and use a loan of 307200 bytes of message window within 50 ms/)]]);
     window.close();
     expect(back).toEqual([300 * KiB]);
   });

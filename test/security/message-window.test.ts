@@ -465,7 +465,7 @@ describe('loans of window, across the runtime', () => {
   });
 
   it('a second WANT before the first loan was acknowledged, or one past the server\'s largest window, closes the connection INVALID_ARGUMENT', async () => {
-    for (const [wants, message] of [[[64 * 1024, 64 * 1024], /a WANT before the loan for the one before it was acknowledged/], [[(8 << 20) + 1], /a WANT of 8388609 bytes of window \(from 1 to 8388608/]] as const) {
+    for (const [wants, message] of [[[64 * 1024, 64 * 1024], /a WANT before the loan for the one before it was declined or used/], [[(8 << 20) + 1], /a WANT of 8388609 bytes of window \(from 1 to 8388608/]] as const) {
       const raw = await admitted();
       raw.acknowledgesCredit = false;
       try {
@@ -476,6 +476,84 @@ describe('loans of window, across the runtime', () => {
       } finally {
         await raw.close();
       }
+    }
+  });
+
+  it('a WANT while a loan taken is unused is refused, and both loans come back (they leaked, a helper session found)', async () => {
+    const capped = await startServer({ runtimeOptions: { maxLentWindowBytes: MiB, maxWindowBytes: 0 } });
+    const watcher = await Client.connect(capped.address);
+    const raw = await RawPeer.connect(capped.port);
+    try {
+      await raw.auth();
+      expect((await raw.receive())?.kind).toBe(FrameKind.Ready);
+      await raw.borrow(500 * 1024);
+      // Taken, nothing sent: before, a second WANT was allowed and its loan replaced the first,
+      // whose 500 KiB never came back, and a 1 MiB budget then served no ask again.
+      await raw.sendBody(FrameKind.Want, 0, { n: 500 * 1024 });
+      expect(await raw.closedWithin(10_000)).toBe('closed');
+      const stats = await serverStats(watcher);
+      expect(stats.errors.some((e) => /a WANT before the loan for the one before it was declined or used/.test(e))).toBe(true);
+      await expect.poll(async () => (await serverStats(watcher)).lentWindow, { timeout: 10_000, interval: 50 }).toMatchObject({ bytes: 0, waiting: 0 });
+      // The budget serves again: an honest client's 900 KiB argument goes on a loan.
+      const result = await watcher.unary(EchoDescriptor.methods.echo, { x: patterned(900 * 1024, 3), tag: 'after' }, { mover: 'inline' });
+      expect(result.tag).toBe('after');
+    } finally {
+      await Promise.all([raw.close(), watcher.close()]);
+    }
+  });
+
+  it('a loan taken and kept unused behind window frames alone closes the connection when its time runs out', async () => {
+    // Liveness 1 s: the peer keeps it with CREDITs (uncounted, bounded by what the server sent
+    // it: 100 answered pings) and never sends the message the loan was for.
+    const quick = await startServer({ livenessMs: 1000, runtimeOptions: { maxWindowBytes: 0 } });
+    const watcher = await Client.connect(quick.address);
+    const raw = await RawPeer.connect(quick.port);
+    try {
+      await raw.auth(undefined, undefined, { live: 60_000 });
+      expect((await raw.receive())?.kind).toBe(FrameKind.Ready);
+      for (let n = 0; n < 100; n += 1) {
+        await raw.sendBody(FrameKind.Request, n + 1, { svc: EchoDescriptor.name, m: 'ping', a: { n } });
+        expect((await raw.receive(10_000))?.call).toBe(n + 1);
+      }
+      await raw.borrow(MiB);
+      const started = Date.now();
+      let id = 1;
+      while (!raw.endpoint.failed && Date.now() - started < 8000) {
+        await credit(raw, 16 * 1024, id++).catch(() => {});
+        await new Promise((resolve) => setTimeout(resolve, 250));
+      }
+      expect(raw.endpoint.failed).toBe(true);
+      const stats = await serverStats(watcher);
+      expect(stats.disconnects.some((e) => /RESOURCE_EXHAUSTED.*did not acknowledge and use a loan of 1048576 bytes of message window within 1000 ms/.test(e))).toBe(true);
+      expect(stats.lentWindow).toMatchObject({ bytes: 0, waiting: 0 });
+    } finally {
+      await Promise.all([raw.close(), watcher.close()]);
+    }
+  });
+
+  it('a client whose large message waits behind others\' loans for longer than its liveness is not declared silent', async () => {
+    // The client's liveness is 1 s. A raw peer takes the whole budget of loans and keeps it 2.5 s
+    // (within its loan's time, the server's 4 s liveness), then uses it. The client's 900 KiB
+    // argument waits for a loan meanwhile, and its keepalives wait behind it: before, the server
+    // closed the client for silence after a second (a helper session found it).
+    const quick = await startServer({ livenessMs: 4000, runtimeOptions: { maxWindowBytes: 0, maxLentWindowBytes: MiB } });
+    const watcher = await Client.connect(quick.address, { livenessMs: 4000 });
+    const holder = await RawPeer.connect(quick.port);
+    const client = await Client.connect(quick.address, { livenessMs: 1000 });
+    try {
+      await holder.auth(undefined, undefined, { live: 60_000 });
+      expect((await holder.receive())?.kind).toBe(FrameKind.Ready);
+      await holder.borrow(MiB);
+      const call = client.unary(EchoDescriptor.methods.echo, { x: patterned(900 * 1024, 5), tag: 'waited' }, { mover: 'inline', deadline: 30_000 });
+      await expect.poll(async () => (await serverStats(watcher)).lentWindow.waiting, { timeout: 10_000, interval: 50 }).toBe(1);
+      // The holder stays silent 2.5 s (its loan's time is the server's 4 s), then uses the loan.
+      await new Promise((resolve) => setTimeout(resolve, 2500));
+      await holder.sendBody(FrameKind.Keepalive, 0, {});
+      expect((await call).tag).toBe('waited');
+      const { disconnects } = await serverStats(watcher);
+      expect(disconnects.filter((e) => /silent/.test(e))).toEqual([]);
+    } finally {
+      await Promise.all([holder.close(), client.close(), watcher.close()]);
     }
   });
 
@@ -491,7 +569,7 @@ describe('loans of window, across the runtime', () => {
       await raw.sendBody(FrameKind.Want, 0, { n: MiB });
       expect(await raw.closedWithin(10_000)).toBe('closed');
       const stats = await serverStats(watcher);
-      expect(stats.disconnects.some((e) => /RESOURCE_EXHAUSTED.*did not acknowledge a loan of 1048576 bytes of message window within 1000 ms/.test(e))).toBe(true);
+      expect(stats.disconnects.some((e) => /RESOURCE_EXHAUSTED.*did not acknowledge and use a loan of 1048576 bytes of message window within 1000 ms/.test(e))).toBe(true);
       expect(stats.lentWindow).toMatchObject({ bytes: 0, waiting: 0 });
     } finally {
       await Promise.all([raw.close(), watcher.close()]);
@@ -584,6 +662,11 @@ describe('a server that gives no credit', () => {
     }
   });
 });
+
+/** A CREDIT on call 0 of `n` bytes with `id`, sent by `raw`. */
+function credit(raw: RawPeer, n: number, id: number): Promise<void> {
+  return raw.sendMessage(packMessage([{ kind: FrameKind.Credit, call: 0, body: packCredit(n, id) }]));
+}
 
 function packCredit(n: number, id: number): Uint8Array {
   // {v: 2, n, id} as msgpack, written out: the test speaks the wire itself.

@@ -89,12 +89,15 @@ export class Connection implements FrameSink {
     // Every receive tied to the connection listens to this signal: many at once is normal.
     setMaxListeners(0, this.#abort.signal);
     this.key = runtime.dispatcher.register(this);
-    const smallest = Math.min(this.window, OPENING_WINDOW_BYTES);
-    this.#openingExtra = runtime.openingWindows.take(this.window - smallest);
+    // Fixed here, as the window's limits are: a Server started later on the runtime may grow its
+    // receive buffer, and with it `window`.
+    this.wholeWindow = this.window;
+    const smallest = Math.min(this.wholeWindow, OPENING_WINDOW_BYTES);
+    this.#openingExtra = runtime.openingWindows.take(this.wholeWindow - smallest);
     this.openingWindow = smallest + this.#openingExtra;
     this.payloads = new Payloads(this);
     const connection = this;
-    this.#window = new MessageWindow(this.openingWindow, this.window, HANDSHAKE_WINDOW_BYTES, {
+    this.#window = new MessageWindow(this.openingWindow, this.wholeWindow, HANDSHAKE_WINDOW_BYTES, {
       get peer() { return connection.peer; },
       get admitted() { return connection.admitted; },
       // Reported as a broken message is (the server's 'error' event), but closed now, not after a
@@ -122,7 +125,7 @@ export class Connection implements FrameSink {
     }, this.#window);
     this.liveness = new Liveness(livenessMs, () => this.#keepalive(), (silentMs) => {
       this.close(new GdrpcError(Code.UNAVAILABLE, `peer ${this.peer} silent for ${silentMs} ms (liveness ${this.liveness.timeoutMs} ms)`));
-    }, () => this.payloads.streaming() || this.#messageWaiting());
+    }, () => this.payloads.streaming() || this.#messageWaiting() || this.#window.peerWaitsForLoan);
     endpoint.on('error', (error) => this.close(new GdrpcError(Code.UNAVAILABLE, `connection to ${this.peer} failed: ${error.rawMessage}`, { cause: error, ucsStatus: error.ucsStatus })));
   }
 
@@ -256,6 +259,8 @@ export class Connection implements FrameSink {
    *  announced as `win`: 256 KiB, and as much more as the runtime's maxWindowBytes had free when
    *  the connection was made, up to the whole window. */
   readonly openingWindow: number;
+  /** This side's whole window (`window` when the connection was made), announced as `wmax`. */
+  readonly wholeWindow: number;
   /** What the opening window took of the runtime's maxWindowBytes (back at close). */
   readonly #openingExtra: number;
 

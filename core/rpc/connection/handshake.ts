@@ -67,7 +67,7 @@ function admit(connection: Connection, options: HandshakeOptions): Promise<void>
             return;
           }
           connection.openPeerWindow(hello.win!, hello.wmax);
-          const auth: FrameBody<FrameKind.Auth> = { key: connection.key.value, live: options.livenessMs, gpu: cudaReceives(), maxFrame: DEFAULT_FRAME_BYTES, win: connection.openingWindow, wmax: connection.window };
+          const auth: FrameBody<FrameKind.Auth> = { key: connection.key.value, live: options.livenessMs, gpu: cudaReceives(), maxFrame: DEFAULT_FRAME_BYTES, win: connection.openingWindow, wmax: connection.wholeWindow };
           if (connection.runtime.gathers) auth.gat = true;
           if (connection.runtime.stagesCudaReceives) auth.stg = true;
           if (describes) {

@@ -84,6 +84,8 @@ export class ReceiveWindow {
 
   /** Bytes received so far. */
   get received(): number { return this.#received; }
+  /** A loan the peer took and has not used yet (its next counted message uses it). */
+  get taken(): boolean { return this.#taken > 0; }
   /** Bytes the peer may have sent by now (a loan it took not included). */
   limit(admitted: boolean): number {
     return admitted ? this.size + this.#acked : Math.min(this.before, this.size);
@@ -145,7 +147,11 @@ export class ReceiveWindow {
     this.#given.shift();
     if (oldest.loan !== true) this.#acked += oldest.n;
     else if (declined) this.lender?.give(oldest.n);
-    else this.#taken = oldest.n;
+    else {
+      // One loan at a time (MessageWindow.want): one taken before is not dropped uncounted.
+      if (this.#taken > 0) this.lender?.give(this.#taken);
+      this.#taken = oldest.n;
+    }
     return oldest;
   }
 
@@ -198,8 +204,11 @@ export class MessageWindow {
   #credited = 0;
   /** This side sent a WANT that no loan answered yet. */
   #wanting = false;
-  /** The peer's WANT is waiting for a loan or its loan for an ACK: it may not want again. */
+  /** The peer's WANT is waiting for a loan, its loan for an ACK, or the loan it took for the
+   *  message that uses it: it may not want again. */
   #peerWants = false;
+  /** The peer's WANT waits for the lender (no loan made for it yet). */
+  #asked = false;
   /** The window the peer may grow this side's to with a loan (its `wmax`), past its `win`. */
   #peerLends = false;
   /** The window closed: loans that come now go straight back. */
@@ -222,7 +231,10 @@ export class MessageWindow {
   arrived(length: number): boolean {
     if (this.#overrun) return false;
     const { admitted } = this.link;
-    if (this.#receive.arrived(length, admitted)) return true;
+    const taken = this.#receive.taken;
+    const within = this.#receive.arrived(length, admitted);
+    if (taken) this.#loanDone();
+    if (within) return true;
     this.#overrun = true;
     const limit = this.#receive.limit(admitted);
     this.link.refuse(new GdrpcError(Code.RESOURCE_EXHAUSTED, `${this.link.peer} sent ${this.#receive.received - limit} bytes of messages past its window ` +
@@ -273,30 +285,44 @@ export class MessageWindow {
   ack(id: number, no?: boolean): GdrpcError | undefined {
     const credit = this.#receive.ack(id, no === true);
     if (credit === undefined) return new GdrpcError(Code.INVALID_ARGUMENT, `an ACK${no === true ? ' declining' : ''} of credit ${id}, which is not the oldest ${no === true ? 'loan ' : ''}this side gave`);
-    if (credit.loan === true) {
-      this.#peerWants = false;
-      clearTimeout(this.#loanTimer);
-      this.#loanTimer = undefined;
-    }
+    // A loan declined is done with; one taken is done with once the next counted message used
+    // it (arrived), which the loan's timer still waits for.
+    if (credit.loan === true && no === true) this.#loanDone();
     return undefined;
   }
+
+  /** The peer's loan was declined or used: it may WANT again. */
+  #loanDone(): void {
+    this.#peerWants = false;
+    clearTimeout(this.#loanTimer);
+    this.#loanTimer = undefined;
+  }
+
+  /** The peer's WANT waits for the runtime to lend (behind others' asks): the peer has nothing
+   *  it may send meanwhile but window frames, so liveness excuses its silence. Once lent, the
+   *  loan's timer bounds the wait for its ACK and its use. */
+  get peerWaitsForLoan(): boolean { return this.#asked; }
 
   /** The peer's WANT: its next message needs `n` bytes more than its window has. One at a time:
    *  another before the loan for this one was acknowledged is an error, as is more than this
    *  side's whole window. */
   want(n: number): GdrpcError | undefined {
     if (!this.link.admitted) return undefined;
-    if (this.#peerWants) return new GdrpcError(Code.INVALID_ARGUMENT, 'a WANT before the loan for the one before it was acknowledged');
+    if (this.#peerWants) return new GdrpcError(Code.INVALID_ARGUMENT, 'a WANT before the loan for the one before it was declined or used');
     if (n === 0 || n > this.max) return new GdrpcError(Code.INVALID_ARGUMENT, `a WANT of ${n} bytes of window (from 1 to ${this.max}, this side's largest window)`);
     this.#peerWants = true;
+    this.#asked = true;
     if (this.lender === undefined) this.lent(n);
     else this.lender.ask(this, n);
     return undefined;
   }
 
   /** The runtime lends `n` bytes for the peer's WANT: a CREDIT with `loan` carries them, which the
-   *  peer must acknowledge within its liveness time unless messages of its own wait unread here. */
+   *  peer must acknowledge, and use or decline, within its liveness time unless messages of its
+   *  own wait unread here (a gdrpc peer sends the message the loan is for right after its ACK;
+   *  a peer that sent window frames alone meanwhile kept its liveness and the loan). */
   lent(n: number): void {
+    this.#asked = false;
     if (this.#closed || this.#overrun) {
       this.lender?.give(n);
       return;
@@ -314,7 +340,7 @@ export class MessageWindow {
         this.#armLoanTimer(n);
         return;
       }
-      this.link.refuse(new GdrpcError(Code.RESOURCE_EXHAUSTED, `${this.link.peer} did not acknowledge a loan of ${n} bytes of message window within ${this.link.loanAckMs} ms (docs/wire.md "Message window")`));
+      this.link.refuse(new GdrpcError(Code.RESOURCE_EXHAUSTED, `${this.link.peer} did not acknowledge and use a loan of ${n} bytes of message window within ${this.link.loanAckMs} ms (docs/wire.md "Message window")`));
     }, this.link.loanAckMs).unref();
   }
 

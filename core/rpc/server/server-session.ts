@@ -69,7 +69,7 @@ export class ServerSession {
       connection.close(new GdrpcError(Code.UNAUTHENTICATED, `${this.peer} did not complete admission within ${host.admissionTimeoutMs} ms`));
     }, host.admissionTimeoutMs);
     this.#admissionTimer.unref();
-    const hello: FrameBody<FrameKind.Hello> = { key: connection.key.value, maxFrame: host.limits.maxFrame, maxTensor: host.limits.maxTensor, inline: host.limits.inline, live: host.livenessMs, gpu: cudaReceives(), win: connection.openingWindow, wmax: connection.window };
+    const hello: FrameBody<FrameKind.Hello> = { key: connection.key.value, maxFrame: host.limits.maxFrame, maxTensor: host.limits.maxTensor, inline: host.limits.inline, live: host.livenessMs, gpu: cudaReceives(), win: connection.openingWindow, wmax: connection.wholeWindow };
     if (this.#challenge !== undefined) hello.chal = this.#challenge;
     if (connection.runtime.stagesCudaReceives) hello.stg = true;
     if (connection.runtime.describes) {
