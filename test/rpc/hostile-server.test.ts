@@ -4,7 +4,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { Packr } from 'msgpackr';
 import { Client, Code, Runtime, Tensor, type ClientOptions, type GdrpcError } from '../../core/index.ts';
 import { MAX_MALFORMED_FRAMES } from '../../core/rpc/connection/inbound.ts';
-import { messageWeight } from '../../core/rpc/connection/window.ts';
+import { messageWeight } from '../../core/rpc/connection/window-frames.ts';
 import { FrameKind } from '../../core/wire/frames.ts';
 import { MAX_MESSAGE_FRAMES, packMessage } from '../../core/wire/message.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';

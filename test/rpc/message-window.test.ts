@@ -2,7 +2,8 @@
 // receiver's count (core/rpc/connection/window.ts) and the sender's outbox waiting for credit
 // (core/rpc/connection/outbox.ts).
 import { describe, expect, it } from 'vitest';
-import { FRAME_WEIGHT_BYTES, MAX_WINDOW_MESSAGE_BYTES, MessageWindow, messageWeight, windowFrameBody, MIN_CREDIT_BYTES, onlyWindowFrames, ReceiveWindow, type WindowLink } from '../../core/rpc/connection/window.ts';
+import { MessageWindow, MIN_CREDIT_BYTES, ReceiveWindow, type WindowLink } from '../../core/rpc/connection/window.ts';
+import { FRAME_WEIGHT_BYTES, MAX_WINDOW_MESSAGE_BYTES, messageWeight, onlyWindowFrames, windowFrameBody } from '../../core/rpc/connection/window-frames.ts';
 import { GdrpcError } from '../../core/errors.ts';
 import { decodeFrame, encodeFrame } from '../../core/wire/codec.ts';
 import { FrameKind } from '../../core/wire/frames.ts';

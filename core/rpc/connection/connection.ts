@@ -18,7 +18,8 @@ import { TransferReports } from './reports.ts';
 import { ReportBatch, reportFrames } from './report-batch.ts';
 import type { WaitingHolder } from '../runtime/waiting.ts';
 import { Inbound, MAX_HANDSHAKE_MESSAGE_BYTES, type FrameHandler } from './inbound.ts';
-import { MAX_WINDOW_BYTES, MessageWindow, messageWeight, OPENING_WINDOW_BYTES, windowFrameBody, type WindowFrameBody, type WindowFrameKind } from './window.ts';
+import { MAX_WINDOW_BYTES, MessageWindow, OPENING_WINDOW_BYTES } from './window.ts';
+import { messageWeight, windowFrameBody, type WindowFrameBody, type WindowFrameKind } from './window-frames.ts';
 import type { Runtime } from '../runtime/runtime.ts';
 
 /** Limits and settings the peer announced in the handshake. */
@@ -90,8 +91,8 @@ export class Connection implements FrameSink {
     setMaxListeners(0, this.#abort.signal);
     this.key = runtime.dispatcher.register(this);
     // Fixed here, as the window's limits are: a Server started later on the runtime may grow its
-    // receive buffer, and with it `window`.
-    this.wholeWindow = this.window;
+    // receive buffer.
+    this.wholeWindow = Math.min(WINDOW_MESSAGES * runtime.dispatcher.frameBytes, MAX_WINDOW_BYTES);
     const smallest = Math.min(this.wholeWindow, OPENING_WINDOW_BYTES);
     this.#openingExtra = runtime.openingWindows.take(this.wholeWindow - smallest);
     this.openingWindow = smallest + this.#openingExtra;
@@ -252,14 +253,13 @@ export class Connection implements FrameSink {
     return this.#sendNow(tag, bytes) ?? Promise.resolve();
   }
 
-  /** Bytes of messages this side lets the peer have on their way at once with a loan, for one
-   *  message (docs/wire.md "Message window"), announced as `wmax` in HELLO or AUTH. */
-  get window(): number { return Math.min(WINDOW_MESSAGES * this.runtime.dispatcher.frameBytes, MAX_WINDOW_BYTES); }
   /** Bytes of messages this side lets the peer have on their way at once without a loan,
    *  announced as `win`: 256 KiB, and as much more as the runtime's maxWindowBytes had free when
    *  the connection was made, up to the whole window. */
   readonly openingWindow: number;
-  /** This side's whole window (`window` when the connection was made), announced as `wmax`. */
+  /** Bytes of messages this side lets the peer have on their way at once with a loan, for one
+   *  message (docs/wire.md "Message window"): twice the receive buffer when the connection was
+   *  made, announced as `wmax` in HELLO or AUTH. */
   readonly wholeWindow: number;
   /** What the opening window took of the runtime's maxWindowBytes (back at close). */
   readonly #openingExtra: number;

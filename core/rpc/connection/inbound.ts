@@ -9,7 +9,8 @@ import { FrameKind, type Frame } from '../../wire/frames.ts';
 import { unpackMessage, type ReceivedFrame } from '../../wire/message.ts';
 import type { Exposures } from './exposures.ts';
 import { MAX_REPORTS_PER_MESSAGE, type TransferReports } from './reports.ts';
-import { FRAME_WEIGHT_BYTES, MAX_WINDOW_MESSAGE_BYTES, messageWeight, onlyWindowFrames, type MessageWindow } from './window.ts';
+import { FRAME_WEIGHT_BYTES, MAX_WINDOW_MESSAGE_BYTES, messageWeight, onlyWindowFrames } from './window-frames.ts';
+import type { MessageWindow } from './window.ts';
 
 /** What the side that owns a connection does with its frames. */
 export interface FrameHandler {

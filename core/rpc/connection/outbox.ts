@@ -6,7 +6,7 @@
 // side makes the rest. On the 2-core box that took 64 calls in flight from 85-103k calls/s to
 // 112-124k (README, Benchmarks). A frame nobody waits for joins the next message (sendSoon).
 import { FRAME_HEADER, packMessage, type WireFrame } from '../../wire/message.ts';
-import { FRAME_WEIGHT_BYTES } from './window.ts';
+import { FRAME_WEIGHT_BYTES } from './window-frames.ts';
 
 /** Frames a message takes before it leaves within the turn instead of at its end. */
 export const BATCH_FRAMES = 16;
@@ -27,7 +27,7 @@ export const FRAME_HELD_BYTES = 4096;
  *  25 closed in 30 s, a helper session's measurement); what a peer's larger window lets past it
  *  counts. */
 export const FREE_FLIGHT_BYTES = 8 << 20;
-/** What the peer must take, in window weight (window.ts messageWeight: bytes, and 1 KiB a
+/** What the peer must take, in window weight (window-frames.ts messageWeight: bytes, and 1 KiB a
  *  frame), of messages that waited for its window or were in UCX's hands, before it counts as
  *  taking something (waiting.ts closes first the one that went longest without): a 16 KiB credit
  *  every 20-50 ms kept attackers behind an honest client that paused (a helper session's attack,
@@ -77,7 +77,7 @@ export class PostedFrame implements FrameDone {
 
 interface QueuedFrame extends WireFrame { done: FrameDone }
 
-/** What a packed message of `group` weighs in the peer's window (window.ts messageWeight). */
+/** What a packed message of `group` weighs in the peer's window (window-frames.ts messageWeight). */
 function weightOf(message: Uint8Array, group: readonly QueuedFrame[]): number {
   return message.length + group.length * FRAME_WEIGHT_BYTES;
 }
@@ -220,7 +220,7 @@ export class Outbox {
     this.#queue = queued;
   }
 
-  /** The peer's window (its HELLO's or AUTH's `win`), in what messages weigh (window.ts
+  /** The peer's window (its HELLO's or AUTH's `win`), in what messages weigh (window-frames.ts
    *  messageWeight): what was sent before it counts against it. */
   openWindow(bytes: number): void {
     this.#credit = bytes - this.#sentBytes;
