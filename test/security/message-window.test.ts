@@ -215,10 +215,6 @@ describe("what waits for peers' windows, across the server", () => {
   }
   const MiB = 1 << 20;
 
-  /** A CREDIT on call 0 of `n` bytes (id 1): `raw` took that much of the server's messages. */
-  function credit(raw: RawPeer, n: number): Promise<void> {
-    return raw.sendMessage(packMessage([{ kind: FrameKind.Credit, call: 0, body: packCredit(n, 1) }]));
-  }
 
   it("past the runtime's maxWaitingBytes the connection whose peer has gone longest without taking any is closed, not the one holding the most; one alone past it is closed too", async () => {
     // 20 MiB for the whole server, below each connection's own 32 MiB: a waiting ERROR counts
@@ -237,8 +233,8 @@ describe("what waits for peers' windows, across the server", () => {
       await expect.poll(async () => (await serverStats(watcher)).waiting, { timeout: 20_000, interval: 100 }).toBeGreaterThan(15 * MiB);
       // b takes about 1.8 MiB (two credits, the second for what the first let go): more than the
       // MiB that counts as taking something. a has taken nothing since it began to hold.
-      await credit(b, MiB - 64 * 1024);
-      await credit(b, MiB - 128 * 1024);
+      await credit(b, MiB - 64 * 1024, 1);
+      await credit(b, MiB - 128 * 1024, 1);
       await expect.poll(async () => (await serverStats(watcher)).waiting, { timeout: 20_000, interval: 100 }).toBeLessThan(11 * MiB);
       expect([await a.closedWithin(200), await b.closedWithin(0)]).toEqual(['open', 'open']);
       // b's 3,000 more take the server past 20 MiB: a goes, though b holds about four times as much.
@@ -663,7 +659,8 @@ describe('a server that gives no credit', () => {
   });
 });
 
-/** A CREDIT on call 0 of `n` bytes with `id`, sent by `raw`. */
+/** A CREDIT on call 0 of `n` bytes with `id`, sent by `raw`: it took that much of the server's
+ *  messages. */
 function credit(raw: RawPeer, n: number, id: number): Promise<void> {
   return raw.sendMessage(packMessage([{ kind: FrameKind.Credit, call: 0, body: packCredit(n, id) }]));
 }
