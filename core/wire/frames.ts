@@ -95,9 +95,15 @@ export const FRAMES = {
       /** largest frame the client reads (absent: unlimited) */ maxFrame: optional(uint),
       /** bytes of messages the server may send before CREDIT on call 0 gives more ("Message window") */ win: optional(uint),
       /** the most the window grows to with a loan, for one message (absent: `win`; "Message window") */ wmax: optional(uint),
+      /** the client takes READY's `win` (absent: false, and the server's window stays HELLO's) */ rwin: optional(bool),
     },
   },
-  [FrameKind.Ready]: { name: 'READY', fields: {} },
+  [FrameKind.Ready]: {
+    name: 'READY',
+    fields: {
+      /** the client's message window from now on: HELLO's `win` and what the server took for it at admission, up to `wmax` (absent: HELLO's; "Message window") */ win: optional(uint),
+    },
+  },
   [FrameKind.Request]: {
     name: 'REQUEST',
     fields: {

@@ -52,6 +52,20 @@ describe('receive window', () => {
     expect(window.ack(second.id)).toEqual(second);
   });
 
+  it("widening (a server's at admission, before READY says so) adds the difference to the limit and spaces credits by the new quarter; it never narrows", () => {
+    const window = new ReceiveWindow(64 * KiB, 16 * KiB);
+    window.widen(256 * KiB);
+    expect(window.size).toBe(256 * KiB);
+    expect(window.limit(true)).toBe(256 * KiB);
+    expect(window.limit(false)).toBe(16 * KiB);
+    window.widen(128 * KiB);
+    expect(window.size).toBe(256 * KiB);
+    expect(window.arrived(256 * KiB, true)).toBe(true);
+    expect(window.read(63 * KiB)).toBeUndefined();
+    expect(window.read(KiB)?.n).toBe(64 * KiB);
+    expect(window.arrived(1, true)).toBe(false);
+  });
+
   it('a peer that sends ahead of its credits is found out by the bytes alone, whatever it echoes', () => {
     // What a flood looks like from here: the reader has read everything before each message, and
     // credits for all of it went out, but the peer acknowledged none.
@@ -236,6 +250,23 @@ describe('outbox and the peer window', () => {
     await turn();
     expect(delivered).toEqual([[1], [2], [3], [4], [5], [6]]);
     expect(told).toEqual([2, 3, 4, 5]);
+    expect(outbox.blockedBytes).toBe(0);
+  });
+
+  it("the peer's window widened (READY's `win`): the difference is room at once, and a narrower one changes nothing", async () => {
+    const { outbox, delivered } = recording();
+    outbox.openWindow(2 * one(1000));
+    for (const call of [1, 2, 3, 4]) {
+      void outbox.send(4, call, frame(1000));
+      await turn();
+    }
+    expect(delivered).toEqual([[1], [2]]);
+    outbox.widenWindow(one(1000));
+    await turn();
+    expect(delivered).toEqual([[1], [2]]);
+    outbox.widenWindow(4 * one(1000));
+    await turn();
+    expect(delivered).toEqual([[1], [2], [3], [4]]);
     expect(outbox.blockedBytes).toBe(0);
   });
 

@@ -413,21 +413,75 @@ describe('loans of window, across the runtime', () => {
     }
   });
 
-  it('connections open with as much of maxWindowBytes as is free, up to their whole window, and give it back at close', async () => {
-    const capped = await startServer({ runtimeOptions: { maxWindowBytes: 8 * MiB } });
-    const watcher = await Client.connect(capped.address);  // the first: 7.75 MiB more than 256 KiB
+  it('connections take their opening windows from maxWindowBytes at admission, never before, up to their whole window, and give them back at close', async () => {
+    // Strangers may sit before admission for a minute here: long past the rest of the test.
+    const capped = await startServer({ admissionTimeoutMs: 60_000, runtimeOptions: { maxWindowBytes: 8 * MiB } });
+    const admit = async (): Promise<RawPeer> => {
+      const raw = await RawPeer.connect(capped.port);
+      await raw.auth();
+      expect((await raw.receive())?.kind).toBe(FrameKind.Ready);
+      return raw;
+    };
+    const strangers = await Promise.all(Array.from({ length: 4 }, () => RawPeer.connect(capped.port)));
     const peers: RawPeer[] = [];
+    let watcher: Client | undefined;
     try {
-      for (let i = 0; i < 3; i += 1) peers.push(await RawPeer.connect(capped.port));
-      expect(peers.map((raw) => raw.hello?.win)).toEqual([512 * 1024, 256 * 1024, 256 * 1024]);
-      expect(peers.every((raw) => raw.hello?.wmax === 8 * MiB)).toBe(true);
+      // Every HELLO announces 256 KiB, and what a loan makes it.
+      expect(strangers.map((raw) => [raw.hello?.win, raw.hello?.wmax])).toEqual(Array(4).fill([256 * 1024, 8 * MiB]));
+      // Until 2026-12-06 the four strangers took the whole budget when they connected, and the
+      // first admitted peer opened with 256 KiB; now it takes the budget, in READY.
+      peers.push(await admit());
+      expect(peers[0]!.window).toBe(8 * MiB);
+      watcher = await Client.connect(capped.address);  // what is left: 256 KiB more
       expect((await serverStats(watcher)).lentWindow.opened).toBe(8 * MiB);
       await peers[0]!.close();
-      await expect.poll(async () => (await serverStats(watcher)).lentWindow.opened, { timeout: 10_000, interval: 50 }).toBe(8 * MiB - 256 * 1024);
-      peers.push(await RawPeer.connect(capped.port));
-      expect(peers[3]!.hello?.win).toBe(512 * 1024);
+      await expect.poll(async () => (await serverStats(watcher!)).lentWindow.opened, { timeout: 10_000, interval: 50 }).toBe(256 * 1024);
+      peers.push(await admit(), await admit());
+      expect(peers.slice(1).map((raw) => raw.window)).toEqual([8 * MiB, 256 * 1024]);
+      expect((await serverStats(watcher)).lentWindow.opened).toBe(8 * MiB);
+      // The strangers were there all along, and are still.
+      expect(strangers.every((raw) => !raw.endpoint.failed)).toBe(true);
     } finally {
-      await Promise.all([...peers.map((raw) => raw.close()), watcher.close()]);
+      await Promise.all([...strangers, ...peers].map((raw) => raw.close()));
+      await watcher?.close();
+    }
+  });
+
+  it('a client without `rwin` (from before READY\'s `win`) keeps HELLO\'s window, takes none of the budget, and is served within it, larger messages on loans', async () => {
+    const budget = await startServer();
+    const watcher = await Client.connect(budget.address);
+    const raw = await RawPeer.connect(budget.port);
+    try {
+      const opened = (await serverStats(watcher)).lentWindow.opened;
+      await raw.auth(undefined, undefined, { rwin: false });
+      const ready = await raw.receive();
+      expect(ready?.kind).toBe(FrameKind.Ready);
+      expect(ready?.body.win).toBeUndefined();
+      expect(raw.window).toBe(256 * 1024);
+      expect((await serverStats(watcher)).lentWindow.opened).toBe(opened);
+      // 40 pings carrying 8 KiB of metadata each: about 360 KiB of messages, past the window, so
+      // they go as the server credits every quarter of it. Credited a quarter of a widened window
+      // instead, they would wait for ever.
+      const padding = 'p'.repeat(8 * 1024);
+      const sends: Array<Promise<void>> = [];
+      for (let call = 1; call <= 40; call += 1) sends.push(raw.sendBody(FrameKind.Request, call, { svc: EchoDescriptor.name, m: 'ping', a: { n: call }, md: { padding } }));
+      await Promise.all(sends);
+      const answered = new Set<number>();
+      while (answered.size < 40) {
+        const frame = await raw.receive(10_000);
+        if (frame === undefined) break;
+        if (frame.kind === FrameKind.Response) answered.add(frame.call);
+      }
+      expect(answered.size).toBe(40);
+      expect(raw.creditsTaken).toBeGreaterThan(0);
+      // A message larger than that window goes on a loan.
+      await raw.sendBody(FrameKind.Request, 41, { svc: EchoDescriptor.name, m: 'ping', a: { n: 41 }, md: { padding: 'q'.repeat(300 * 1024) } });
+      expect(raw.loansTaken).toBe(1);
+      const reply = await raw.receive(10_000);
+      expect([reply?.kind, reply?.call]).toEqual([FrameKind.Response, 41]);
+    } finally {
+      await raw.close();
+      await watcher.close();
     }
   });
 
@@ -653,6 +707,56 @@ describe('a server that gives no credit', () => {
       } finally {
         await client.close();
       }
+    } finally {
+      await raw.close();
+    }
+  });
+});
+
+describe("READY's window", () => {
+  it('a server that widens the window in READY has the difference at once: the client sends past HELLO\'s window without credit', async () => {
+    const raw = RawServer.listen();
+    try {
+      const admitting = raw.admit({ win: 65_536, wmax: 1 << 20 }, { win: 512 << 10 });
+      const client = await Client.connect(raw.address, { livenessMs: 60_000 });
+      await admitting;
+      expect(raw.auth?.rwin).toBe(true);
+      try {
+        // 40 calls of 8 KiB inline arguments, one message each: about 360 KiB, past HELLO's
+        // window (64 KiB, where 6 of them fit) and within READY's.
+        for (let i = 0; i < 40; i += 1) {
+          // Never answered: the client's close fails them.
+          void client.unary(EchoDescriptor.methods.echo, { x: patterned(8192, i), tag: `c${i}` }, { mover: 'inline' }).catch(() => {});
+          await new Promise((resolve) => setImmediate(resolve));
+        }
+        let bytes = raw.authBytes;
+        const seen = new Set<number>();
+        for (let m = await raw.receiveMessage(3000); m !== undefined && seen.size < 40; m = seen.size < 40 ? await raw.receiveMessage(3000) : undefined) {
+          bytes += m.length;
+          for (const f of m.frames) if (f.kind === FrameKind.Request) seen.add(f.call);
+        }
+        expect(seen.size).toBe(40);
+        expect(bytes).toBeLessThanOrEqual(512 << 10);
+      } finally {
+        await client.close();
+      }
+    } finally {
+      await raw.close();
+    }
+  });
+
+  it.each([
+    ['under HELLO\'s window', 32 << 10],
+    ['over HELLO\'s `wmax`', (1 << 20) + 1],
+  ])('a READY window %s fails the connect UNAVAILABLE', async (_what, win) => {
+    const raw = RawServer.listen();
+    try {
+      const admitting = raw.admit({ win: 65_536, wmax: 1 << 20 }, { win }).catch(() => {});
+      const failure = await Client.connect(raw.address, { connectTimeoutMs: 10_000 }).then(async (client) => { await client.close(); }, (error: unknown) => error);
+      await admitting;
+      expect(failure).toBeInstanceOf(GdrpcError);
+      expect((failure as GdrpcError).code).toBe(Code.UNAVAILABLE);
+      expect((failure as GdrpcError).message).toMatch(new RegExp(`announced a message window of ${win} bytes in READY \\(from HELLO's 65536 to its \`wmax\` 1048576\\)`));
     } finally {
       await raw.close();
     }

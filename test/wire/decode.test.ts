@@ -23,10 +23,10 @@ const FRAME_CASES: Record<FrameKind, Case> = {
     missing: 'maxFrame', wrongType: ['gpu', 1], outOfBounds: ['key', 0xffff_ffffn],
   },
   [FrameKind.Auth]: {
-    good: { key: KEY, proof: bytes(32), live: 10_000, gpu: true, stg: false, rep: false, rpt: true, maxFrame: 1 << 22, win: 256 << 10, wmax: 8 << 20 },
+    good: { key: KEY, proof: bytes(32), live: 10_000, gpu: true, stg: false, rep: false, rpt: true, maxFrame: 1 << 22, win: 256 << 10, wmax: 8 << 20, rwin: true },
     missing: 'key', wrongType: ['proof', 'proof'], outOfBounds: ['maxFrame', -1],
   },
-  [FrameKind.Ready]: { good: {} },
+  [FrameKind.Ready]: { good: { win: 8 << 20 }, wrongType: ['win', '8M'], outOfBounds: ['win', -1] },
   [FrameKind.Request]: {
     good: { svc: 's.S', m: 'm', a: { n: 1 }, to: 5, md: { k: 'v' }, win: 64, mv: 'tag', ns: true },
     missing: 'svc', wrongType: ['md', { k: 1 }], outOfBounds: ['to', 1.5],

@@ -93,12 +93,9 @@ export class Connection implements FrameSink {
     // Fixed here, as the window's limits are: a Server started later on the runtime may grow its
     // receive buffer.
     this.wholeWindow = Math.min(WINDOW_MESSAGES * runtime.dispatcher.frameBytes, MAX_WINDOW_BYTES);
-    const smallest = Math.min(this.wholeWindow, OPENING_WINDOW_BYTES);
-    this.#openingExtra = runtime.openingWindows.take(this.wholeWindow - smallest);
-    this.openingWindow = smallest + this.#openingExtra;
     this.payloads = new Payloads(this);
     const connection = this;
-    this.#window = new MessageWindow(this.openingWindow, this.wholeWindow, HANDSHAKE_WINDOW_BYTES, {
+    this.#window = new MessageWindow(Math.min(this.wholeWindow, OPENING_WINDOW_BYTES), this.wholeWindow, HANDSHAKE_WINDOW_BYTES, {
       get peer() { return connection.peer; },
       get admitted() { return connection.admitted; },
       // Reported as a broken message is (the server's 'error' event), but closed now, not after a
@@ -253,16 +250,29 @@ export class Connection implements FrameSink {
     return this.#sendNow(tag, bytes) ?? Promise.resolve();
   }
 
-  /** Bytes of messages this side lets the peer have on their way at once without a loan,
-   *  announced as `win`: 256 KiB, and as much more as the runtime's maxWindowBytes had free when
-   *  the connection was made, up to the whole window. */
-  readonly openingWindow: number;
+  /** Bytes of messages this side lets the peer have on their way at once without a loan: 256 KiB
+   *  (HELLO's `win`), and as much more as the runtime's maxWindowBytes had free when widen()
+   *  took it, up to the whole window (AUTH's `win`, READY's). */
+  get openingWindow(): number { return this.#window.size; }
   /** Bytes of messages this side lets the peer have on their way at once with a loan, for one
    *  message (docs/wire.md "Message window"): twice the receive buffer when the connection was
    *  made, announced as `wmax` in HELLO or AUTH. */
   readonly wholeWindow: number;
   /** What the opening window took of the runtime's maxWindowBytes (back at close). */
-  readonly #openingExtra: number;
+  #openingExtra = 0;
+  #widened = false;
+
+  /** Takes what the window opens with beyond 256 KiB from the runtime's maxWindowBytes, once:
+   *  a client before its AUTH announces it, a server at admission, before READY announces it. Not
+   *  before: a server's connections that never prove their token take none of the budget
+   *  (docs/security.md item 4). Says the window. */
+  widenWindow(): number {
+    if (this.#widened || this.#error !== undefined) return this.openingWindow;
+    this.#widened = true;
+    this.#openingExtra = this.runtime.openingWindows.take(this.wholeWindow - this.openingWindow);
+    this.#window.widen(this.openingWindow + this.#openingExtra);
+    return this.openingWindow;
+  }
 
   /** The peer's window, from its HELLO or AUTH (checked: window.ts windowRefusal): `win`, and
    *  `wmax` what a loan makes it for one message. This side's messages are made no larger than
@@ -273,6 +283,12 @@ export class Connection implements FrameSink {
     this.peerLimits.maxFrame = Math.min(this.peerLimits.maxFrame, Math.floor(wmax / 2));
     if (wmax > win) this.#window.peerLends();
     this.#outbox.openWindow(win);
+  }
+
+  /** The server widened this side's window at admission (READY's `win`, checked by the handshake
+   *  against HELLO's `win` and `wmax`): waiting messages may go. */
+  widenPeerWindow(win: number): void {
+    this.#outbox.widenWindow(win);
   }
 
   /** Both halves of the message window (window.ts). */

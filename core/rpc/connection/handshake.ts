@@ -30,6 +30,8 @@ export async function connectAndAdmit(runtime: Runtime, host: string, port: numb
   try {
     const endpoint = Endpoint.connect(runtime.worker, { host, port, name: options.name ?? 'gdrpc-client' });
     connection = new Connection(runtime, endpoint, options.livenessMs);
+    // A client's own window is its runtime's to give at once: AUTH announces it.
+    connection.widenWindow();
     forward.target = connection;
     await admit(connection, options);
     return connection;
@@ -54,6 +56,8 @@ function admit(connection: Connection, options: HandshakeOptions): Promise<void>
   return new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => fail(new GdrpcError(Code.UNAVAILABLE, `no handshake from ${connection.peer} within ${options.timeoutMs} ms`)), options.timeoutMs);
     const fail = (error: GdrpcError): void => { clearTimeout(timer); reject(error); };
+    /** HELLO's window, once it came: READY may widen it. */
+    let announced: { win: number; wmax: number } | undefined;
     const handler: FrameHandler = {
       frame(frame) {
         if (frame.kind === FrameKind.Hello && connection.peerKey === undefined) {
@@ -67,7 +71,8 @@ function admit(connection: Connection, options: HandshakeOptions): Promise<void>
             return;
           }
           connection.openPeerWindow(hello.win!, hello.wmax);
-          const auth: FrameBody<FrameKind.Auth> = { key: connection.key.value, live: options.livenessMs, gpu: cudaReceives(), maxFrame: DEFAULT_FRAME_BYTES, win: connection.openingWindow, wmax: connection.wholeWindow };
+          announced = { win: hello.win!, wmax: hello.wmax ?? hello.win! };
+          const auth: FrameBody<FrameKind.Auth> = { key: connection.key.value, live: options.livenessMs, gpu: cudaReceives(), maxFrame: DEFAULT_FRAME_BYTES, win: connection.openingWindow, wmax: connection.wholeWindow, rwin: true };
           if (connection.runtime.gathers) auth.gat = true;
           if (connection.runtime.stagesCudaReceives) auth.stg = true;
           if (describes) {
@@ -78,7 +83,14 @@ function admit(connection: Connection, options: HandshakeOptions): Promise<void>
           const livenessMs = Math.min(options.livenessMs, hello.live || options.livenessMs);
           connection.liveness.start(livenessMs);
           connection.send(FrameKind.Auth, 0, auth).catch((error) => fail(GdrpcError.from(error, Code.UNAVAILABLE)));
-        } else if (frame.kind === FrameKind.Ready && connection.peerKey !== undefined) {
+        } else if (frame.kind === FrameKind.Ready && announced !== undefined) {
+          // READY may widen the window HELLO announced, up to its `wmax`, never narrow it.
+          const win = frame.body.win;
+          if (win !== undefined && (win < announced.win || win > announced.wmax)) {
+            fail(new GdrpcError(Code.UNAVAILABLE, `${connection.peer} announced a message window of ${win} bytes in READY (from HELLO's ${announced.win} to its \`wmax\` ${announced.wmax})`));
+            return;
+          }
+          if (win !== undefined) connection.widenPeerWindow(win);
           clearTimeout(timer);
           connection.admitted = true;
           resolve();

@@ -228,6 +228,14 @@ export class Outbox {
     this.#release();
   }
 
+  /** The peer's window grew to `bytes` (READY's `win`): the difference is room now. */
+  widenWindow(bytes: number): void {
+    if (bytes <= this.#window) return;
+    this.#credit += bytes - this.#window;
+    this.#window = bytes;
+    this.#release();
+  }
+
   /** What the first waiting message needs beyond the window's room, when it is larger than half
    *  the peer's window (so credit alone may never let it go: the peer may keep up to a quarter
    *  uncredited); 0 when none waits, it fits, or it is smaller. */

@@ -72,9 +72,18 @@ export class ReceiveWindow {
   readonly #ids = new Uint32Array(ID_BATCH);
   #nextId = ID_BATCH;
 
-  /** `size`: the window this side announced (HELLO's or AUTH's `win`); `before`: the bytes the
-   *  peer may send before admission; `lender` takes back what loans leave. */
-  constructor(readonly size: number, private readonly before: number, private readonly lender?: Lender) {}
+  /** `size`: the window this side announced (HELLO's or AUTH's `win`; READY's may widen it);
+   *  `before`: the bytes the peer may send before admission; `lender` takes back what loans leave. */
+  constructor(size: number, private readonly before: number, private readonly lender?: Lender) {
+    this.#size = size;
+  }
+
+  #size: number;
+  /** The window this side announced, widened by READY's `win` where it was. */
+  get size(): number { return this.#size; }
+  /** The window is `size` bytes from now on (never less than it was): the peer may send the
+   *  difference beyond what it could, as if credited. */
+  widen(size: number): void { this.#size = Math.max(this.#size, size); }
 
   /** Bytes received so far. */
   get received(): number { return this.#received; }
@@ -82,7 +91,7 @@ export class ReceiveWindow {
   get taken(): boolean { return this.#taken > 0; }
   /** Bytes the peer may have sent by now (a loan it took not included). */
   limit(admitted: boolean): number {
-    return admitted ? this.size + this.#acked : Math.min(this.before, this.size);
+    return admitted ? this.#size + this.#acked : Math.min(this.before, this.#size);
   }
   /** Lent window not back yet: loans given and not acknowledged, taken and not used, spent and
    *  not paid back. */
@@ -112,7 +121,7 @@ export class ReceiveWindow {
    *  less what loans spent are owed (paid back first, to the lender). */
   read(length: number): Credit | undefined {
     this.#unread += length;
-    if (this.#unread < this.size / 4) return undefined;
+    if (this.#unread < this.#size / 4) return undefined;
     if (this.#owed > 0) {
       const repaid = Math.min(this.#owed, this.#unread);
       this.#owed -= repaid;
@@ -206,9 +215,16 @@ export class MessageWindow implements Borrower {
   #loanTimer: NodeJS.Timeout | undefined;
 
   /** `size`: this side's window (`win`); `max`: what a loan may make it for one message (`wmax`). */
-  constructor(readonly size: number, readonly max: number, before: number, private readonly link: WindowLink, private readonly lender?: Lender) {
+  constructor(size: number, readonly max: number, before: number, private readonly link: WindowLink, private readonly lender?: Lender) {
     this.#receive = new ReceiveWindow(size, before, lender);
   }
+
+  /** This side's window (`win`, widened by READY's where it was). */
+  get size(): number { return this.#receive.size; }
+
+  /** This side's window grows to `size` (at most `max`): the server's at admission, before READY
+   *  tells the peer (docs/wire.md "Message window"). */
+  widen(size: number): void { this.#receive.widen(Math.min(size, this.max)); }
 
   get overrun(): boolean { return this.#overrun; }
 

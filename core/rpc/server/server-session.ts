@@ -151,7 +151,13 @@ export class ServerSession {
     this.connection.openPeerWindow(body.win!, body.wmax);
     const peerLive = body.live !== undefined && body.live > 0 ? body.live : this.host.livenessMs;
     this.connection.liveness.start(Math.min(this.host.livenessMs, peerLive));
-    this.connection.send(FrameKind.Ready, 0, {}).then(() => this.host.ready(this), () => {});
+    // The opening window is taken from the runtime's budget now, not when the connection came:
+    // peers that never prove the token hold none of it (docs/security.md item 4). A client that
+    // does not take READY's `win` keeps HELLO's: widened here alone, this side would credit it a
+    // quarter of a window it never knew of, and its messages would wait for that for ever.
+    const ready: FrameBody<FrameKind.Ready> = {};
+    if (body.rwin === true) ready.win = this.connection.widenWindow();
+    this.connection.send(FrameKind.Ready, 0, ready).then(() => this.host.ready(this), () => {});
   }
 
   /** ERROR (call 0), then a close a little later: closing at once could make the client see the
