@@ -1,7 +1,8 @@
 // A connection's outbox (core/rpc/connection/outbox.ts) against a link that records the messages
 // it is handed: how the frames of a turn are cut into messages, frames sent soon, and a close.
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { BATCH_FRAMES, Outbox, PostedFrame, SOON_MS, type FrameDone, type OutboxLink } from '../../core/rpc/connection/outbox.ts';
+import { BATCH_FRAMES, Outbox, SOON_MS, type OutboxLink } from '../../core/rpc/connection/outbox.ts';
+import { PostedFrame, type FrameDone } from '../../core/rpc/connection/posted-frame.ts';
 import { FRAME_HEADER, unpackMessage } from '../../core/wire/message.ts';
 
 /** An outbox whose messages are kept as lists of [kind, call] (and whose link can fail or close). */

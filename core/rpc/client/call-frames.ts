@@ -7,7 +7,7 @@ import type { CallOptions } from '../call/options.ts';
 import type { TransferInfo } from '../movers/mover.ts';
 import type { CallInfo } from '../movers/call-info.ts';
 import type { ClientSession } from './client-session.ts';
-import type { PostedFrame } from '../connection/outbox.ts';
+import type { PostedFrame } from '../connection/posted-frame.ts';
 
 type RequestBody = FrameBody<FrameKind.Request>;
 

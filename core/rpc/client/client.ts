@@ -10,7 +10,7 @@ import { checkCall, NO_OPTIONS } from '../call/call-checks.ts';
 import { ClientSession, type FinalFrame } from './client-session.ts';
 import { callInfoFrom, cancel, neverSent, protocolError, putPolicy, type Sent } from './call-frames.ts';
 import { clientStreamCall, serverStreamCall, type CallPlumbing } from './streams.ts';
-import { PostedFrame } from '../connection/outbox.ts';
+import { PostedFrame } from '../connection/posted-frame.ts';
 import { absoluteDeadline, CallScope } from '../call/deadline.ts';
 import type { MethodDescriptor, Placement } from '../../schema/descriptor.ts';
 import { connectAndAdmit } from '../connection/handshake.ts';

@@ -11,7 +11,8 @@ import { ConnectionKey, controlTag, dataTag, IdSequence } from '../../wire/tag.t
 import type { TakenMessage } from '../../ucx/index.ts';
 import { STALLED_RECEIVE_MS, type FrameSink } from '../runtime/dispatcher.ts';
 import { Exposures } from './exposures.ts';
-import { Outbox, type FrameDone } from './outbox.ts';
+import { Outbox } from './outbox.ts';
+import type { FrameDone } from './posted-frame.ts';
 import { Payloads } from './payloads.ts';
 import { Liveness } from './liveness.ts';
 import { TransferReports } from './reports.ts';

@@ -7,6 +7,8 @@
 // 112-124k (README, Benchmarks). A frame nobody waits for joins the next message (sendSoon).
 import { FRAME_HEADER, packMessage, type WireFrame } from '../../wire/message.ts';
 import { FRAME_WEIGHT_BYTES } from './window-frames.ts';
+import { PeerWindow } from './peer-window.ts';
+import type { FrameDone } from './posted-frame.ts';
 
 /** Frames a message takes before it leaves within the turn instead of at its end. */
 export const BATCH_FRAMES = 16;
@@ -37,43 +39,6 @@ export const PROGRESS_BYTES = 1 << 20;
 const PACKED = new Uint8Array(0);
 /** How long a frame sent with sendSoon waits for another to share its message. */
 export const SOON_MS = 1;
-
-/** Told what became of a queued frame: handed to UCX (its message sent), or failed. */
-export interface FrameDone { sent(): void; failed(error: unknown): void }
-
-/** What became of a frame handed to Connection.post (no promise unless someone asks). */
-export class PostedFrame implements FrameDone {
-  #fate: 'pending' | 'sent' | 'failed' = 'pending';
-  #error: unknown;
-  #waiters: Array<(error: unknown) => void> | undefined;
-
-  /** `onFailed` runs in a microtask of its own when the frame fails. */
-  constructor(private readonly onFailed?: (error: unknown) => void) {}
-
-  sent(): void { this.#settle('sent', undefined); }
-
-  failed(error: unknown): void {
-    const onFailed = this.onFailed;
-    if (this.#settle('failed', error) && onFailed !== undefined) queueMicrotask(() => onFailed(error));
-  }
-
-  /** Undefined once the frame left; why it did not, once that is known (a promise is made only
-   *  here, for whoever asks). */
-  failure(): Promise<unknown> {
-    if (this.#fate !== 'pending') return Promise.resolve(this.#error);
-    return new Promise((resolve) => { (this.#waiters ??= []).push(resolve); });
-  }
-
-  /** Whether this was the frame's fate (the first one told). */
-  #settle(fate: 'sent' | 'failed', error: unknown): boolean {
-    if (this.#fate !== 'pending') return false;
-    this.#fate = fate;
-    this.#error = error;
-    for (const resolve of this.#waiters ?? []) resolve(error);
-    this.#waiters = undefined;
-    return true;
-  }
-}
 
 interface QueuedFrame extends WireFrame { done: FrameDone }
 
@@ -126,17 +91,8 @@ export class Outbox {
   #soonSince = 0;
   /** The end-of-turn flush is queued (one per turn, however many early flushes went before it). */
   #scheduled = false;
-  /** Bytes of messages the peer's window still takes; unlimited until the peer announced one. */
-  #credit = Number.POSITIVE_INFINITY;
-  /** The peer's window as it announced it (`win`): a message over half of it may need a loan. */
-  #window = Number.POSITIVE_INFINITY;
-  /** A loan the peer made for the first waiting message (0: none): spent by the next message
-   *  sent, whatever it leaves. */
-  #loan = 0;
-  /** Bytes of every message sent on the connection (the peer counts the same). */
-  #sentBytes = 0;
-  /** What loans paid for of the messages sent: the peer does not credit that back. */
-  #spent = 0;
+  /** The peer's window as this side counts it (peer-window.ts). */
+  readonly #window = new PeerWindow();
   /** Messages waiting for the window, in order from #blockedHead; none leaves before those ahead
    *  of it (an index, not shift(): there may be many). */
   #blocked: BlockedMessage[] = [];
@@ -223,56 +179,47 @@ export class Outbox {
   /** The peer's window (its HELLO's or AUTH's `win`), in what messages weigh (window-frames.ts
    *  messageWeight): what was sent before it counts against it. */
   openWindow(bytes: number): void {
-    this.#credit = bytes - this.#sentBytes;
-    this.#window = bytes;
+    this.#window.open(bytes);
     this.#release();
   }
 
   /** The peer's window grew to `bytes` (READY's `win`): the difference is room now. */
   widenWindow(bytes: number): void {
-    if (bytes <= this.#window) return;
-    this.#credit += bytes - this.#window;
-    this.#window = bytes;
-    this.#release();
+    if (this.#window.widen(bytes)) this.#release();
   }
 
   /** What the first waiting message needs beyond the window's room, when it is larger than half
-   *  the peer's window (so credit alone may never let it go: the peer may keep up to a quarter
-   *  uncredited); 0 when none waits, it fits, or it is smaller. */
+   *  the peer's window (PeerWindow.shortfall); 0 when none waits, it fits, or it is smaller. */
   shortfall(): number {
     const head = this.#blocked[this.#blockedHead];
-    if (head === undefined || head.weight * 2 <= this.#window || head.weight <= this.#credit) return 0;
-    return head.weight - this.#credit;
+    return head === undefined ? 0 : this.#window.shortfall(head.weight);
   }
 
   /** The peer lent `bytes` for the first waiting message (shortfall() said it needs no more): it
    *  goes now, and what it leaves of the loan is gone. */
   borrow(bytes: number): void {
-    this.#loan = bytes;
+    this.#window.lend(bytes);
     this.#release();
-    this.#loan = 0;
+    this.#window.lend(0);
   }
 
   /** The peer took `bytes` more of this side's messages (CREDIT on call 0): as many waiting
    *  messages leave as now fit. */
   grant(bytes: number): void {
-    this.#credit = Math.min(this.#credit + bytes, Number.MAX_SAFE_INTEGER);
+    this.#window.grant(bytes);
     this.#release();
   }
 
   /** A message sent on the connection without the outbox (the server's HELLO), of weight `bytes`:
    *  the peer counts it. */
-  sentOutside(bytes: number): void {
-    this.#sentBytes += bytes;
-    this.#credit -= bytes;
-  }
+  sentOutside(bytes: number): void { this.#window.sent(bytes); }
 
   /** Bytes of messages waiting for the peer's window. */
   get blockedBytes(): number { return this.#blockedBytes; }
   /** What every message sent on the connection so far weighs (sentOutside's included). */
-  get sentBytes(): number { return this.#sentBytes; }
+  get sentBytes(): number { return this.#window.sentBytes; }
   /** What the peer may credit back of it: sentBytes less what loans paid for. */
-  get creditable(): number { return this.#sentBytes - this.#spent; }
+  get creditable(): number { return this.#window.creditable; }
 
   /** Drops the frames waiting for company (the connection closed; nobody waits for them), and
    *  fails those waiting for the window. */
@@ -330,7 +277,7 @@ export class Outbox {
       start = end;
       const message = packMessage(group);
       const weight = weightOf(message, group);
-      if (this.#blockedBytes === 0 && weight <= this.#credit) {
+      if (this.#blockedBytes === 0 && this.#window.takes(weight)) {
         this.#deliver(message, group, weight);
         continue;
       }
@@ -375,7 +322,7 @@ export class Outbox {
   #release(): void {
     if (this.#blockedHead === this.#blocked.length) return;
     let released = 0;  // weight
-    while (this.#blockedHead < this.#blocked.length && this.#blocked[this.#blockedHead]!.weight <= this.#credit + this.#loan) {
+    while (this.#blockedHead < this.#blocked.length && this.#window.takes(this.#blocked[this.#blockedHead]!.weight)) {
       const { message, group, weight } = this.#blocked[this.#blockedHead]!;
       this.#blocked[this.#blockedHead] = undefined!;
       this.#blockedHead += 1;
@@ -398,15 +345,8 @@ export class Outbox {
 
   /** Hands `message` (of `weight` in the peer's window) to the link; its frames are told. */
   #deliver(message: Uint8Array, group: QueuedFrame[], weight: number): void {
-    if (this.#loan > 0) {
-      // The peer counts the same: the first message after its loan was taken may use the loan.
-      const spent = Math.min(this.#loan, Math.max(0, weight - this.#credit));
-      this.#credit += spent;
-      this.#spent += spent;
-      this.#loan = 0;
-    }
-    this.#credit -= weight;
-    this.#sentBytes += weight;
+    // The peer counts the same: the first message after its loan was taken may use the loan.
+    this.#window.sent(weight);
     let sent: Promise<void> | undefined;
     try {
       sent = this.link.deliver(message);

@@ -6,7 +6,7 @@ import { Code, GdrpcError } from '../../errors.ts';
 import type { PoolShare } from '../../tensor/index.ts';
 import { FrameKind, type FrameBody } from '../../wire/frames.ts';
 import { MAX_AWAITED_TENSORS, type Connection } from '../connection/connection.ts';
-import { PostedFrame } from '../connection/outbox.ts';
+import { PostedFrame } from '../connection/posted-frame.ts';
 import type { CallScope } from '../call/deadline.ts';
 import type { MethodDescriptor, TypeTable } from '../../schema/descriptor.ts';
 import { handlerContractError, handlerError, HandlerFailure, runHandler, type FailedCall } from './handler-failure.ts';
