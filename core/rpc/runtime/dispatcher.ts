@@ -5,35 +5,23 @@
 // oldest first, which keeps each connection's frames in the order they were sent; each is taken
 // out of UCX's queue before any of it is received (tagWatch), so that its sender is known first.
 // While they come faster than they are read, connections take turns (#takeTurns), so that no
-// peer's messages, however slow to decode, hold everyone else's behind them.
-// Tensor payloads that no receive was posted for wait in UCX's unexpected queue; a periodic drain
-// takes them out, hands them to their connection (which holds a few, briefly, for a frame still
-// on its way) and drops the rest, so nothing a peer sends is queued forever.
+// peer's messages, however slow to decode, hold everyone else's behind them. Tensor payloads
+// that no receive was posted for are collected by a periodic drain (stray-payloads.ts).
 import type { TakenMessage, Worker } from '../../ucx/index.ts';
 import { Code, GdrpcError } from '../../errors.ts';
-import { CONTROL_BIT, CONTROL_MASK, dataParts, EXACT_MASK, type ConnectionKey } from '../../wire/tag.ts';
-import { StallWatch } from './stall-watch.ts';
+import { CONTROL_BIT, CONTROL_MASK, EXACT_MASK, type ConnectionKey } from '../../wire/tag.ts';
+import { AwaitedReceives, DRAIN_INTERVAL_MS, STALLED_RECEIVE_MS } from './awaited-receives.ts';
+import { StrayPayloads } from './stray-payloads.ts';
 import { ReadTurns } from './read-turns.ts';
 import { ReceiveBuffer } from './receive-buffer.ts';
 import { ConnectionTable, type FrameSink, type Registered } from './connection-table.ts';
 
 export type { FrameSink } from './connection-table.ts';
+export { DRAIN_INTERVAL_MS, STALLED_RECEIVE_MS };
 
-/** How often unexpected tensor payloads are collected. */
-export const DRAIN_INTERVAL_MS = 25;
 /** Control messages read before the loop yields to timers and I/O (whichever comes first). */
 export const RECEIVE_SLICE_MESSAGES = 256;
 const RECEIVE_SLICE_MS = 4;
-/** Most payloads taken in one drain pass, so that a flood cannot hold the event loop. */
-const DRAIN_BATCH = 4096;
-/** Longest a runtime's close spends dropping what peers left in the queue (drainForClose). */
-const CLOSE_DRAIN_MS = 1000;
-/** Drain passes in a row that may wait for the control loop (see drainPayloads). */
-const MAX_DRAIN_DEFERRALS = 8;
-/** A control receive whose message's rest has not come this long, while other control messages
- *  wait, is given up on and its connection closed (#checkAwaited, stall-watch.ts), once as many
- *  drain passes in a row saw it so. */
-export const STALLED_RECEIVE_MS = 1000;
 
 /** How soon turns look again when every message queued is one they cannot read yet (its
  *  connection's earlier message still on its way): no watch is armed then to say that another
@@ -70,13 +58,11 @@ export class Dispatcher {
   #inTurns = false;
   readonly #turns = new ReadTurns<Registered>(() => this.#table.values());
   /** Connections whose receive in a turn waits for its message (Registered.awaiting). */
-  readonly #awaiting = new Set<Registered>();
+  readonly #awaiting = new AwaitedReceives();
+  readonly #strays: StrayPayloads;
   /** A #resume is scheduled (setImmediate), or a look again when turns were blocked. */
   #scheduled = false;
   #recheck: NodeJS.Timeout | undefined;
-  static #newStallWatch(): StallWatch { return new StallWatch(Math.ceil(STALLED_RECEIVE_MS / DRAIN_INTERVAL_MS), STALLED_RECEIVE_MS); }
-  /** Drain passes in a row put off because a control message was waiting. */
-  #deferrals = 0;
   /** The last drain pass found a control message waiting in UCX's queue (behind). */
   #behind = false;
   static readonly #sink = new Uint8Array(1);
@@ -87,6 +73,7 @@ export class Dispatcher {
   constructor(private readonly worker: Worker, frameBytes: number) {
     this.#buffer = new ReceiveBuffer(frameBytes);
     this.#receiveAfterTurn = worker.wakeup === 'uv';
+    this.#strays = new StrayPayloads(worker, this.#table, (message) => this.drop(message));
   }
 
   /** Grows the receive buffer to at least `bytes` (from the next receive on). */
@@ -122,7 +109,7 @@ export class Dispatcher {
     this.#turns.forget(registered);
     // A receive that waits for its message stays with UCX (a matched receive cannot be
     // cancelled); what it brings is dropped (#awaitedDone).
-    this.#endAwait(registered);
+    this.#awaiting.end(registered);
   }
 
   /** Routes the next HELLO (key 0) to `sink`. Outgoing handshakes take turns (docs/wire.md): the
@@ -148,7 +135,6 @@ export class Dispatcher {
     this.#running = false;
     this.#inTurns = false;
     this.#turns.reset();
-    for (const registered of this.#awaiting) registered.awaiting = undefined;
     this.#awaiting.clear();
     clearTimeout(this.#recheck);
     if (this.#drainTimer !== undefined) clearInterval(this.#drainTimer);
@@ -362,8 +348,7 @@ export class Dispatcher {
   /** `registered`'s receive `id` into `buffer` waits for the rest of its message: it keeps the
    *  buffer and slot, and new ones go on; its connection's later messages wait for it. */
   #awaitAlone(registered: Registered, buffer: ReceiveBuffer, slot: Uint32Array<ArrayBuffer>, id: number): void {
-    registered.awaiting = { buffer, slot, id, watch: Dispatcher.#newStallWatch() };
-    this.#awaiting.add(registered);
+    this.#awaiting.add(registered, buffer, slot, id);
     this.#buffer = new ReceiveBuffer(buffer.bytes.length);
     this.#slot = new Uint32Array(4);
   }
@@ -373,31 +358,21 @@ export class Dispatcher {
     const awaited = registered.awaiting;
     // Given up on (its connection closed, or the dispatcher stopped): what came is dropped.
     if (awaited?.buffer !== buffer || this.#stop.signal.aborted) return;
-    this.#endAwait(registered);
+    this.#awaiting.end(registered);
     if (error === undefined) this.#deliverInTurn(buffer, awaited.slot);
     else this.#failed(buffer, error);
     if (this.#inTurns) this.#schedule();
   }
 
   /** Gives up on receives that wait for the rest of their message while control messages wait in
-   *  UCX's queue, STALLED_RECEIVE_MS and as many drain passes in a row (stall-watch.ts): their
-   *  connections are closed. `queued`: a control message waits. */
+   *  UCX's queue (awaited-receives.ts): their connections are closed. `queued`: a control message
+   *  waits. */
   #checkAwaited(queued: boolean): void {
-    const now = performance.now();
-    for (const registered of [...this.#awaiting]) {
-      const awaited = registered.awaiting!;
-      if (!awaited.watch.stalled(awaited.id, queued, now)) continue;
+    for (const registered of this.#awaiting.stalled(queued, performance.now())) {
       this.#stats.stalledReceives += 1;
-      this.#endAwait(registered);
       this.#tell(() => registered.sink.onStalled());
       if (this.#inTurns) this.#schedule();
     }
-  }
-
-  /** `registered` waits for no receive any more (what its receive brings later is dropped). */
-  #endAwait(registered: Registered): void {
-    registered.awaiting = undefined;
-    this.#awaiting.delete(registered);
   }
 
   /** Delivers a message received in a turn, charging the time it took to its connection (to the
@@ -506,64 +481,23 @@ export class Dispatcher {
     // Without the tag there is no one to tell; the message is lost and the loop goes on.
   }
 
-  /** Whether control messages of `registered`'s own wait to be read (in UCX's queue, or one
-   *  received in a turn waiting for the rest of it): the frames of its stray payloads may be
-   *  among them. */
-  #framesWaiting(registered: Registered): boolean {
-    return registered.awaiting !== undefined || this.worker.tagProbe(registered.tag, EXACT_MASK) !== null;
-  }
-
-  /** At close, once every endpoint is closed (nothing new arrives): takes every message left in
-   *  UCX's unexpected queue (payloads, and control messages the loop had not read yet) and drops
-   *  it, for at most CLOSE_DRAIN_MS. Left there, each would be reported by the worker's destroy
-   *  on stdout ("unexpected tag-receive descriptor ... was not matched"). Dropped control messages
-   *  count as droppedPayloads too. It stops early when a completion is waiting to be handed to
-   *  JavaScript (tagProbe takes nothing then), which after the endpoints closed needs a message
-   *  and a completion in one progress pass. Returns how many it dropped. */
-  drainForClose(): number {
-    if (this.worker.closed) return 0;
-    const until = performance.now() + CLOSE_DRAIN_MS;
-    let dropped = 0;
-    for (;;) {
-      const message = this.worker.tagProbe(0n, 0n, { remove: true });
-      if (message === null) break;
-      this.drop(message);
-      dropped += 1;
-      if ((dropped & 1023) === 0 && performance.now() > until) break;
-    }
-    return dropped;
-  }
+  /** At close, once every endpoint is closed: drops every message left in UCX's unexpected
+   *  queue (stray-payloads.ts dropAll; dropped control messages count as droppedPayloads too).
+   *  Returns how many it dropped. */
+  drainForClose(): number { return this.#strays.dropAll(); }
 
   /** Takes the tensor payloads waiting without a receive out of UCX's queue and hands each to its
    *  connection, dropping those of no connection. Runs on a timer; tests call it directly. */
   drainPayloads(): void {
     if (this.#stop.signal.aborted || this.worker.closed) return;
-    // A peer sends a frame before the payloads it announces, and UCX keeps one peer's messages in
-    // order: while a control message still waits to be read, the payloads behind it may be its
-    // own, announced as soon as the loop reads it. Taking them now would count them as strays
-    // (a batch of many tensors overran the limit so). Wait for the loop, a few passes at most, so
-    // that a peer flooding control messages cannot keep its strays in UCX's queue for ever. (A
-    // control receive that has completed but is not yet settled in JS is the binding's to see:
-    // tagProbe with `remove` takes nothing then.)
+    // Payloads behind a control message not read yet may be announced by it: their drain waits
+    // for the loop, a few passes at most (StrayPayloads.take).
     const controlQueued = this.worker.tagProbe(CONTROL_BIT, CONTROL_MASK) !== null;
     this.#behind = controlQueued;
     this.#checkAwaited(controlQueued);
     // Queued while the loop reads or waits (a receive waiting for its message's rest, a long
     // read): the next read takes turns.
     if (controlQueued) this.#behindNow();
-    if (this.#deferrals < MAX_DRAIN_DEFERRALS && controlQueued) {
-      this.#deferrals += 1;
-      return;
-    }
-    this.#deferrals = 0;
-    for (let taken = 0; taken < DRAIN_BATCH; taken += 1) {
-      // Bit 63 clear: every non-control message, whatever its class byte.
-      const message = this.worker.tagProbe(0n, CONTROL_MASK, { remove: true });
-      if (message === null) return;
-      const parts = dataParts(message.senderTag);
-      const registered = parts === undefined ? undefined : this.#table.byPrefix(parts.prefix);
-      if (registered === undefined) this.drop(message);
-      else registered.sink.onStrayData(message, parts!.low, this.#framesWaiting(registered));
-    }
+    this.#strays.take(controlQueued);
   }
 }
