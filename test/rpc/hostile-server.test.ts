@@ -9,6 +9,9 @@ import { FrameKind } from '../../core/wire/frames.ts';
 import { MAX_MESSAGE_FRAMES, packMessage } from '../../core/wire/message.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { RawServer } from './fixtures/raw-server.ts';
+import { GoAwayServer } from './fixtures/goaway-server.ts';
+import { patterned } from './fixtures/tensors.ts';
+import { MAX_DRAINING_CONNECTIONS } from '../../core/rpc/client/client.ts';
 
 const packr = new Packr({ useRecords: false });
 const notMsgpack = (call: number) => ({ kind: FrameKind.Response, call, body: new Uint8Array([0xc1]) });
@@ -179,4 +182,78 @@ describe('a hostile server', () => {
       expect(client.pool().stats()).toMatchObject({ used: 0, liveTensors: 0 });
     });
   }
+
+  it(`GOAWAY answering every call: the client keeps ${MAX_DRAINING_CONNECTIONS} connections draining at most (the oldest closed UNAVAILABLE, its calls with it), and its close ends the rest and every call`, async () => {
+    const server = GoAwayServer.listen();
+    opened.push(server);
+    const runtime = Runtime.create();
+    const client = await Client.connect(server.address, { runtime });
+    const outcomes: Array<Promise<string>> = [];
+    try {
+      // One after another: each call's REQUEST is answered with GOAWAY, and the next call connects
+      // again (or, while the client has not read that GOAWAY yet, joins the draining connection).
+      // Until 2026-12-06 every one of those connections stayed open (33 took the runtime's whole
+      // maxWindowBytes) and survived the client's close, their calls never settled.
+      for (let i = 0; i < 12; i += 1) {
+        outcomes.push(client.unary(EchoDescriptor.methods.ping, { n: i }).then(() => 'answered', (error: GdrpcError) => error.code));
+        await expect.poll(() => server.goAways, { timeout: 10_000, interval: 10 }).toBeGreaterThanOrEqual(server.admitted);
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      expect(server.admitted).toBeGreaterThan(MAX_DRAINING_CONNECTIONS + 2);
+      await expect.poll(() => server.open, { timeout: 10_000, interval: 20 }).toBeLessThanOrEqual(MAX_DRAINING_CONNECTIONS + 1);
+      expect(runtime.lentWindow.opened).toBeLessThanOrEqual((MAX_DRAINING_CONNECTIONS + 1) * (8 << 20));
+      // The calls of the connections closed for it failed UNAVAILABLE, before the client's close.
+      const early = await Promise.all(outcomes.map((outcome) => Promise.race([outcome, new Promise((resolve) => setTimeout(resolve, 100, 'pending'))])));
+      expect(early.filter((outcome) => outcome === Code.UNAVAILABLE).length).toBeGreaterThanOrEqual(server.admitted - MAX_DRAINING_CONNECTIONS - 1);
+      await client.close();
+      const settled = await Promise.all(outcomes);
+      expect(settled.every((outcome) => outcome === Code.UNAVAILABLE || outcome === Code.CANCELLED)).toBe(true);
+      expect(settled.filter((outcome) => outcome === Code.CANCELLED).length).toBeGreaterThan(0);
+      await expect.poll(() => server.open, { timeout: 10_000, interval: 20 }).toBe(0);
+      expect(runtime.lentWindow.opened).toBe(0);
+    } finally {
+      await client.close();
+      await runtime.close();
+    }
+  });
+
+  it('a connection draining after GOAWAY closes once its last call ran into its deadline', async () => {
+    const raw = RawServer.listen();
+    opened.push(raw);
+    const connecting = Client.connect(raw.address, { poolBytes: 0 });
+    await raw.admit();
+    const client = await connecting;
+    opened.push(client);
+    const call = client.unary(EchoDescriptor.methods.ping, { n: 1 }, { deadline: 300 }).catch((error: GdrpcError) => error.code);
+    expect((await raw.receive())?.some((f) => f.kind === FrameKind.Request)).toBe(true);
+    await raw.sendMessage(packMessage([{ kind: FrameKind.GoAway, call: 0, body: packr.pack({ v: 2 }) }]));
+    expect(await call).toBe(Code.DEADLINE_EXCEEDED);
+    // Until 2026-12-06 only a call answered closed it: one cancelled or out of time left it open.
+    expect(await raw.closedWithin(10_000)).toBe('closed');
+  });
+
+  it('a second READY after the first is not read as one: the window stays the first READY\'s', async () => {
+    const raw = RawServer.listen();
+    opened.push(raw);
+    const connecting = Client.connect(raw.address, { poolBytes: 0, livenessMs: 60_000 });
+    await raw.admit({ win: 65_536, wmax: 256 << 20 }, { win: 1 << 20 }, [{ kind: FrameKind.Ready, call: 0, body: packr.pack({ v: 2, win: 256 << 20 }) }]);
+    const client = await connecting;
+    opened.push(client);
+    // 12 calls of 256 KiB inline arguments (a message each): 1 MiB lets three go without credit;
+    // a second READY of 256 MiB let all 12 go (a helper session's server).
+    for (let i = 0; i < 12; i += 1) {
+      client.unary(EchoDescriptor.methods.echo, { x: patterned(256 << 10, i), tag: `c${i}` }, { mover: 'inline' }).catch(() => {});
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    let bytes = raw.authBytes;
+    let requests = 0;
+    for (let m = await raw.receiveMessage(1000); m !== undefined; m = await raw.receiveMessage(1000)) {
+      bytes += m.length;
+      requests += m.frames.filter((f) => f.kind === FrameKind.Request).length;
+    }
+    expect(requests).toBeGreaterThan(0);
+    expect(requests).toBeLessThan(12);
+    expect(bytes).toBeLessThanOrEqual(1 << 20);
+  });
 });
+

@@ -29,7 +29,8 @@ export class ClientSession {
   /** The server said GOAWAY: no new calls here. */
   draining = false;
 
-  constructor(readonly connection: Connection, private readonly onClosed: (error: GdrpcError) => void, onError: (error: GdrpcError) => void = () => {}) {
+  /** `onDraining`: the server said GOAWAY (once). */
+  constructor(readonly connection: Connection, private readonly onClosed: (error: GdrpcError) => void, onError: (error: GdrpcError) => void = () => {}, private readonly onDraining: () => void = () => {}) {
     connection.setHandler({
       frame: (frame) => this.#frame(frame),
       malformed: (_kind, call, error) => {
@@ -60,16 +61,21 @@ export class ClientSession {
     return id;
   }
 
-  /** Stops tracking a call (it ended, or was cancelled: late frames for it are dropped). */
+  /** Stops tracking a call (it ended, or was cancelled: late frames for it are dropped). A
+   *  draining connection closes with its last call, however that call ended (until 2026-12-06
+   *  one whose calls were cancelled or ran into their deadlines stayed open). */
   forget(id: number): void {
     this.#calls.delete(id);
+    this.#closeIfDrained();
   }
 
   #frame(frame: Frame): void {
     const { call } = frame;
     if (frame.kind === FrameKind.GoAway) {
+      if (this.draining) return;
       this.draining = true;
-      if (this.#calls.size === 0) this.connection.close(new GdrpcError(Code.UNAVAILABLE, 'server went away'), { graceful: true });
+      this.onDraining();
+      this.#closeIfDrained();
       return;
     }
     if (frame.kind === FrameKind.Error && call === 0) {
@@ -95,6 +101,10 @@ export class ClientSession {
     if (listener === undefined) return;
     this.#calls.delete(call);
     listener.final(result);
+    this.#closeIfDrained();
+  }
+
+  #closeIfDrained(): void {
     if (this.draining && this.#calls.size === 0) this.connection.close(new GdrpcError(Code.UNAVAILABLE, 'server went away'), { graceful: true });
   }
 }

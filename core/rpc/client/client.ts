@@ -33,6 +33,13 @@ import { encodeFields, methodTypes } from '../call/values.ts';
 type Row = Record<string, unknown>;
 type RequestBody = FrameBody<FrameKind.Request>;
 
+/** Connections a Client keeps draining after GOAWAY (their calls in flight finishing) besides the
+ *  one its new calls use; past it the oldest is closed and its calls fail UNAVAILABLE. A server
+ *  that answered each call's REQUEST with GOAWAY and nothing else made a client open a
+ *  connection per call, all kept open (33 of them took its runtime's whole maxWindowBytes), and
+ *  those survived the client's close (a helper session's attack, 2026-12-06). */
+export const MAX_DRAINING_CONNECTIONS = 4;
+
 /** A connection to one gdrpc server, re-established on the next call after it is lost. */
 export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [GdrpcError] }> {
   readonly #runtime: Runtime;
@@ -45,6 +52,8 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
   readonly #receiveOn: number;
   #session: ClientSession | undefined;
   #connecting: Promise<ClientSession> | undefined;
+  /** Sessions the server said GOAWAY on whose calls are still finishing, oldest first. */
+  #draining: ClientSession[] = [];
   #closed = false;
   /** Only a poolBytes the caller gave grows the process pool; the default does not. */
   readonly #explicitPoolBytes: boolean;
@@ -141,10 +150,10 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
-    // Both are this client's: a session still draining after a GOAWAY and a reconnect under way.
+    // All are this client's: the sessions still draining after a GOAWAY and a reconnect under way.
     const current = this.#session;
     const connecting = await this.#connecting?.catch(() => undefined);
-    for (const session of new Set([current, connecting])) {
+    for (const session of new Set([current, connecting, ...this.#draining])) {
       session?.connection.close(new GdrpcError(Code.CANCELLED, 'client closed'), { graceful: true });
     }
     await this.#runtime.detach(this);
@@ -167,12 +176,24 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
       connection.inlineBytes = this.#options.inlineBytes;
       const session = new ClientSession(connection, (error) => {
         if (this.#session === session) this.#session = undefined;
+        const draining = this.#draining.indexOf(session);
+        if (draining >= 0) this.#draining.splice(draining, 1);
         if (!this.#closed) this.emit('disconnect', error);
-      }, (error) => this.emit('error', error));
+      }, (error) => this.emit('error', error), () => this.#drains(session));
       this.#session = session;
       return session;
     }).finally(() => { this.#connecting = undefined; });
     return this.#connecting;
+  }
+
+  /** The server said GOAWAY on `session`: its calls finish there, new ones go to a new
+   *  connection. Past MAX_DRAINING_CONNECTIONS the oldest draining one is closed. */
+  #drains(session: ClientSession): void {
+    if (this.#closed) return;
+    this.#draining.push(session);
+    if (this.#draining.length <= MAX_DRAINING_CONNECTIONS) return;
+    const oldest = this.#draining.shift()!;
+    oldest.connection.close(new GdrpcError(Code.UNAVAILABLE, `${oldest.connection.peer} said GOAWAY on more than ${MAX_DRAINING_CONNECTIONS} connections whose calls had not finished: the oldest is closed, its calls with it`));
   }
 
   /** Registers a call whose end is a RESPONSE (or ERROR); the abort of `scope` cancels it. */

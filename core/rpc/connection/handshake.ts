@@ -91,6 +91,9 @@ function admit(connection: Connection, options: HandshakeOptions): Promise<void>
             return;
           }
           if (win !== undefined) connection.widenPeerWindow(win);
+          // Once: a second READY (a helper session's server sent one after the first, in the
+          // same message) widened the window again.
+          announced = undefined;
           clearTimeout(timer);
           connection.admitted = true;
           resolve();
