@@ -103,6 +103,63 @@ describe('a hostile server', () => {
     expect(seen.length).toBeLessThanOrEqual(64);
   });
 
+  it('stream items whose tensors, with those of the items not yet taken, pass maxResultBytes fail the call RESOURCE_EXHAUSTED before they are allocated; the items before them are the caller\'s', async () => {
+    const MiB = 1 << 20;
+    const { raw, client } = await admittedClient({ maxResultBytes: 4 * MiB });
+    const stream = client.serverStream(EchoDescriptor.methods.repeat, { x: Tensor.fromArray(new Uint8Array(4)), times: 8 })[Symbol.asyncIterator]();
+    const first = stream.next();
+    const request = (await raw.receive())?.find((f) => f.kind === FrameKind.Request);
+    expect(request).toBeDefined();
+    // Eight items of 1 MiB in one message, the caller taking none yet: four fit under 4 MiB. Until
+    // 2026-12-06 each item was held to the limit alone, and 64 of them (the stream window) were
+    // received at once: 64 x maxResultBytes for one call.
+    const item = (seq: number): { kind: number; call: number; body: Uint8Array } => ({ kind: FrameKind.StreamItem, call: request!.call, body: packr.pack({ v: 2, seq, a: { y: { dt: 'u8', sh: [MiB], n: MiB, mt: 'host', m: 't', x: seq + 1 }, i: seq } }) });
+    await raw.sendMessage(packMessage(Array.from({ length: 8 }, (_, seq) => item(seq))));
+    for (let seq = 0; seq < 8; seq += 1) await raw.payload(seq + 1, new Uint8Array(MiB).fill(seq));
+    const taken: number[] = [];
+    let failure: GdrpcError | undefined;
+    try {
+      for (let next = await first; next.done !== true; next = await stream.next()) {
+        const { y, i } = next.value as { y: Tensor; i: number };
+        expect(y.toArray()[0]).toBe(i);
+        taken.push(i);
+        y.release();
+      }
+    } catch (error) {
+      failure = error as GdrpcError;
+    }
+    expect(taken).toEqual([0, 1, 2, 3]);
+    expect(failure).toMatchObject({ code: Code.RESOURCE_EXHAUSTED, details: { limit: 'maxResultBytes', requested: 5 * MiB, capacity: 4 * MiB } });
+    expect(failure?.message).toMatch(/items received and not yet taken hold 4194304 bytes \(4 MiB\)/);
+    await expect.poll(() => client.pool().stats().liveTensors, { timeout: 5000, interval: 20 }).toBe(0);
+  });
+
+  it('a stream whose caller takes its items as they come is not held to maxResultBytes in all', async () => {
+    const MiB = 1 << 20;
+    const { raw, client } = await admittedClient({ maxResultBytes: 2 * MiB });
+    const stream = client.serverStream(EchoDescriptor.methods.repeat, { x: Tensor.fromArray(new Uint8Array(4)), times: 6 })[Symbol.asyncIterator]();
+    const first = stream.next();
+    const request = (await raw.receive())?.find((f) => f.kind === FrameKind.Request);
+    expect(request).toBeDefined();
+    const taken: number[] = [];
+    let next = first;
+    // Six items of 1 MiB, one at a time, each taken before the next comes: 6 MiB in all.
+    for (let seq = 0; seq < 6; seq += 1) {
+      await raw.sendMessage(packMessage([{ kind: FrameKind.StreamItem, call: request!.call, body: packr.pack({ v: 2, seq, a: { y: { dt: 'u8', sh: [MiB], n: MiB, mt: 'host', m: 't', x: seq + 1 }, i: seq } }) }]));
+      await raw.payload(seq + 1, new Uint8Array(MiB).fill(seq));
+      const result = await next;
+      expect(result.done).toBe(false);
+      const { y, i } = result.value as { y: Tensor; i: number };
+      expect(y.toArray()[0]).toBe(seq);
+      taken.push(i);
+      y.release();
+      next = stream.next();
+    }
+    await raw.sendMessage(packMessage([{ kind: FrameKind.StreamEnd, call: request!.call, body: packr.pack({ v: 2, seq: 6 }) }]));
+    expect((await next).done).toBe(true);
+    expect(taken).toEqual([0, 1, 2, 3, 4, 5]);
+  });
+
   it('a caller that stops reading early gets its untaken items\' tensors released', async () => {
     const { raw, client } = await admittedClient();
     const stream = client.serverStream(EchoDescriptor.methods.repeat, { x: Tensor.fromArray(new Uint8Array(4)), times: 8 })[Symbol.asyncIterator]();

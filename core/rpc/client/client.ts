@@ -27,7 +27,7 @@ import { Runtime } from '../runtime/runtime.ts';
 import type { Allocate } from '../transfer/transfer.ts';
 import { OutgoingTensors } from '../transfer/outgoing.ts';
 import { validateFields } from '../call/validate.ts';
-import { receiveResults, type Received, type ResultLanding } from './results.ts';
+import { receiveResults, type HeldItems, type Received, type ResultLanding } from './results.ts';
 import { encodeFields, methodTypes } from '../call/values.ts';
 
 type Row = Record<string, unknown>;
@@ -136,7 +136,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
     connection: () => this.#connection(),
     open: (session, scope, onCredit) => this.#open(session, scope, onCredit),
     send: (session, id, kind, method, values, options, scope, awaitTransfers, seq, window) => this.#send(session, id, kind, method, values, options, scope, awaitTransfers, seq, window),
-    receive: (session, id, method, wire, scope, options) => this.#receive(session, id, method, wire, scope, options),
+    receive: (session, id, method, wire, scope, options, held) => this.#receive(session, id, method, wire, scope, options, held),
   };
 
   /** The runtime's mapped pool on `device` (processPool; at least this client's poolBytes if given): tensors allocated from it are sent without a registration per call and can be
@@ -285,8 +285,8 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
   }
 
   /** Decodes a result object, validates it, receives its tensors (results.ts). */
-  #receive(session: ClientSession, id: number, method: MethodDescriptor, wire: Row, scope: CallScope, options: CallOptions): Received | Promise<Received> {
-    return receiveResults({ connection: session.connection, call: id }, method, wire, scope, options, this.#landing);
+  #receive(session: ClientSession, id: number, method: MethodDescriptor, wire: Row, scope: CallScope, options: CallOptions, held?: HeldItems): Received | Promise<Received> {
+    return receiveResults({ connection: session.connection, call: id }, method, wire, scope, options, this.#landing, held);
   }
 
   /** Where results land: the owner dialer of remote handles, and memory for their tensors. */

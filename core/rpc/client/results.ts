@@ -15,8 +15,15 @@ import { refuseRaw } from '../transfer/refuse.ts';
 
 type Row = Record<string, unknown>;
 
-/** A result object received: its values and the transfers that brought its tensors. */
-export interface Received { values: Row; transfers: TransferInfo[] }
+/** A result object received: its values, the transfers that brought its tensors, and their bytes. */
+export interface Received { values: Row; transfers: TransferInfo[]; bytes: number }
+
+/** Tensor bytes of a server stream's items received and not yet taken by the caller: each item's
+ *  count against maxResultBytes with them, from when its frame is read (before anything is
+ *  allocated) until the caller takes it. Counted per item alone, one stream call held 64 items of
+ *  maxResultBytes each (a helper session's server sent 64 items of 64 MiB: 4 GiB received before
+ *  the caller took one, 2026-12-06). */
+export interface HeldItems { bytes: number }
 
 /** Where a client's results land: how remote handles in them are pulled, and the memory their
  *  tensors are received into (a call's ALLOCATE option takes its place). */
@@ -24,17 +31,18 @@ export interface ResultLanding { maxTensor(): number; maxTotal(): number; dialOw
 
 /** Decodes a result object, validates it, receives its tensors: at once when it carries no
  *  tensor bytes (the small call makes no promise here), else once they arrived. Failures always
- *  come as a rejected promise, never thrown. */
-export function receiveResults(call: TransferScope, method: MethodDescriptor, wire: Row, scope: CallScope, options: CallOptions, landing: ResultLanding): Received | Promise<Received> {
+ *  come as a rejected promise, never thrown. `held`: a server stream's count, which the item's
+ *  bytes join (the caller takes them off as it takes the item; a failure gives them back). */
+export function receiveResults(call: TransferScope, method: MethodDescriptor, wire: Row, scope: CallScope, options: CallOptions, landing: ResultLanding, held?: HeldItems): Received | Promise<Received> {
   try {
-    return decodeResults(call, method, wire, scope, options, landing);
+    return decodeResults(call, method, wire, scope, options, landing, held);
   } catch (error) {
     return Promise.reject(error);
   }
 }
 
-function decodeResults(call: TransferScope, method: MethodDescriptor, wire: Row, scope: CallScope, options: CallOptions, landing: ResultLanding): Received | Promise<Received> {
-  const incoming = new IncomingTensors(call, { maxTensor: landing.maxTensor(), maxTotal: landing.maxTotal(), noStaging: options.noStaging ?? false },
+function decodeResults(call: TransferScope, method: MethodDescriptor, wire: Row, scope: CallScope, options: CallOptions, landing: ResultLanding, held: HeldItems | undefined): Received | Promise<Received> {
+  const incoming = new IncomingTensors(call, { maxTensor: landing.maxTensor(), maxTotal: landing.maxTotal(), held: held?.bytes ?? 0, noStaging: options.noStaging ?? false },
     { side: 'client', label: `${methodName(method)} results.`, dialOwner: landing.dialOwner() });
   const types = methodTypes(method);
   let values: Row;
@@ -52,9 +60,15 @@ function decodeResults(call: TransferScope, method: MethodDescriptor, wire: Row,
   // No tensor bytes to wait for (none, or only remote handles): the common small call.
   if (!incoming.hasBytes) {
     scope.throwIfPastDeadline();
-    return { values, transfers: incoming.transfers };
+    return { values, transfers: incoming.transfers, bytes: 0 };
   }
-  return receiveBytes(incoming, values, scope, options[ALLOCATE] ?? landing.allocate, options.noStaging === true);
+  if (held === undefined) return receiveBytes(incoming, values, scope, options[ALLOCATE] ?? landing.allocate, options.noStaging === true);
+  const bytes = incoming.bytes;
+  held.bytes += bytes;
+  return receiveBytes(incoming, values, scope, options[ALLOCATE] ?? landing.allocate, options.noStaging === true).catch((error: unknown) => {
+    held.bytes -= bytes;
+    throw error;
+  });
 }
 
 async function receiveBytes(incoming: IncomingTensors, values: Row, scope: CallScope, allocate: Allocate, noStaging: boolean): Promise<Received> {
@@ -77,5 +91,5 @@ async function receiveBytes(incoming: IncomingTensors, values: Row, scope: CallS
     }
   }
   replaceDeep(values, (item) => (item instanceof PendingTensor ? received.get(item) ?? item : item));
-  return { values, transfers: incoming.transfers };
+  return { values, transfers: incoming.transfers, bytes: incoming.bytes };
 }

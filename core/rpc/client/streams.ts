@@ -19,7 +19,7 @@ import { methodTypes, replaceDeep } from '../call/values.ts';
 import { refuseRaw } from '../transfer/refuse.ts';
 import type { ClientSession, FinalFrame } from './client-session.ts';
 import { callInfoFrom, cancel, protocolError, putPolicy, type Sent } from './call-frames.ts';
-import type { Received } from './results.ts';
+import type { HeldItems, Received } from './results.ts';
 
 type Row = Record<string, unknown>;
 type RequestBody = FrameBody<FrameKind.Request>;
@@ -34,7 +34,7 @@ export interface CallPlumbing {
   open(session: ClientSession, scope: CallScope, onCredit?: (n: number) => void): { id: number; result: Promise<FinalFrame> };
   send(session: ClientSession, id: number, kind: FrameKind.Request | FrameKind.StreamItem, method: MethodDescriptor, values: Row, options: CallOptions,
     scope: CallScope, awaitTransfers: boolean, seq?: number, window?: number): Sent | Promise<Sent>;
-  receive(session: ClientSession, id: number, method: MethodDescriptor, wire: Row, scope: CallScope, options: CallOptions): Received | Promise<Received>;
+  receive(session: ClientSession, id: number, method: MethodDescriptor, wire: Row, scope: CallScope, options: CallOptions, held?: HeldItems): Received | Promise<Received>;
 }
 
 /** Releases every tensor in a received item (one its caller never took). */
@@ -53,14 +53,16 @@ export async function* serverStreamCall(calls: CallPlumbing, method: MethodDescr
   let session: ClientSession | undefined;
   let id = 0;
   let ended = false;
-  const queue = new ItemQueue<Row>(() => {
+  const queue = new ItemQueue<Received>(() => {
     if (!ended && session !== undefined) cancel(session, id);
     // The caller stopped early: items received and not taken, and those still on their way
     // (refused from now on), had tensors allocated for it that nobody will release.
     ended = true;
-    for (const item of queue.takeRest()) item.then(releaseTensors, () => {});
+    for (const item of queue.takeRest()) item.then((received) => releaseTensors(received.values), () => {});
   });
   const window = new ReceiveWindow(STREAM_WINDOW);
+  /** Tensor bytes of the items received and not yet taken, held against maxResultBytes. */
+  const held: HeldItems = { bytes: 0 };
   try {
     session = await scope.race(calls.connection());
     const s = session;
@@ -76,7 +78,7 @@ export async function* serverStreamCall(calls: CallPlumbing, method: MethodDescr
           queue.fail(error);
           return;
         }
-        queue.push(Promise.resolve(calls.receive(s, id, method, body.a, scope, options)).then((r) => r.values));
+        queue.push(Promise.resolve(calls.receive(s, id, method, body.a, scope, options, held)));
       },
       final: (result) => {
         ended = true;
@@ -93,7 +95,8 @@ export async function* serverStreamCall(calls: CallPlumbing, method: MethodDescr
     // Credit goes back as the caller takes items, so a slow reader slows the server down
     // instead of piling items up here.
     for await (const item of queue) {
-      yield item;
+      held.bytes -= item.bytes;
+      yield item.values;
       const n = window.took();
       if (n > 0 && !ended) s.connection.send(FrameKind.Credit, id, { n }).catch(() => {});
     }

@@ -26,6 +26,15 @@ export function tensorTooLarge(side: Side, field: string, requested: number, lim
     { details: { side, requested, capacity: limit, limit: 'maxTensorBytes', options: ['maxTensorBytes'], retryable: false } });
 }
 
+/** A server stream's item whose tensors, with those of the items received and not yet taken by
+ *  the caller (`held`), come to more than ClientOptions.maxResultBytes; `requested` is the item's
+ *  total up to the tensor that passed it. */
+export function streamItemsTooLarge(field: string, held: number, requested: number, limit: number): GdrpcError {
+  return new GdrpcError(Code.RESOURCE_EXHAUSTED,
+    `${field}: the stream item's tensors come to ${sizeText(requested)} or more, and the items received and not yet taken hold ${sizeText(held)}: past the client's limit of ${sizeText(limit)} (ClientOptions.maxResultBytes), counted across a stream's items until the caller takes them`,
+    { details: { side: 'client', requested: held + requested, capacity: limit, limit: 'maxResultBytes', options: ['maxResultBytes'], retryable: false } });
+}
+
 /** A client's result object (a RESPONSE or a stream item) announcing more tensor bytes in all than
  *  ClientOptions.maxResultBytes; `requested` is the total up to the tensor that passed it. */
 export function resultsTooLarge(field: string, requested: number, limit: number): GdrpcError {

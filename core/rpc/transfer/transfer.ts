@@ -15,7 +15,7 @@ import type { Mover, ProtocolSeen, TransferInfo, TransferScope } from '../movers
 import { moverOf, planArrival, planReceive, type PeerFacts, type TransferPlan } from '../movers/plan.ts';
 import { applySenderReport, reportReceived } from '../movers/report.ts';
 import { bounceFor, stagingReason } from '../movers/staging.ts';
-import { resultsTooLarge, tensorTooLarge, type Side } from './memory-errors.ts';
+import { resultsTooLarge, streamItemsTooLarge, tensorTooLarge, type Side } from './memory-errors.ts';
 import { checkGathers, stagingTensor, type Gather } from './gather.ts';
 import { awaitingReport } from '../movers/call-info.ts';
 import { RemoteTensor } from '../remote/remote.ts';
@@ -66,8 +66,12 @@ export class IncomingTensors {
   /** Bytes of the tensors announced so far (remote handles carry none). */
   #bytes = 0;
 
-  /** `maxTotal`: the most bytes the frame's tensors may come to (a client's maxResultBytes). */
-  constructor(private readonly scope: TransferScope, private readonly limits: { maxTensor: number; maxTotal?: number; noStaging?: boolean }, private readonly site: IncomingSite) {}
+  /** `maxTotal`: the most bytes the frame's tensors may come to (a client's maxResultBytes), with
+   *  `held` bytes already held against it (a server stream's items not yet taken). */
+  constructor(private readonly scope: TransferScope, private readonly limits: { maxTensor: number; maxTotal?: number; held?: number; noStaging?: boolean }, private readonly site: IncomingSite) {}
+
+  /** Bytes of the tensors announced (remote handles carry none). */
+  get bytes(): number { return this.#bytes; }
 
   /** Whether any announced tensor carries bytes to receive (remote handles carry none). */
   get hasBytes(): boolean { return this.pending.some(carriesBytes); }
@@ -115,7 +119,10 @@ export class IncomingTensors {
     if (plan.refusal !== undefined) throw plan.refusal;
     if (wire.n > this.limits.maxTensor) throw tensorTooLarge(this.site.side, `${this.site.label}${where}`, wire.n, this.limits.maxTensor);
     this.#bytes += wire.n;
-    if (this.#bytes > (this.limits.maxTotal ?? Infinity)) throw resultsTooLarge(`${this.site.label}${where}`, this.#bytes, this.limits.maxTotal!);
+    const held = this.limits.held ?? 0;
+    if (this.#bytes + held > (this.limits.maxTotal ?? Infinity)) {
+      throw held > 0 ? streamItemsTooLarge(`${this.site.label}${where}`, held, this.#bytes, this.limits.maxTotal!) : resultsTooLarge(`${this.site.label}${where}`, this.#bytes, this.limits.maxTotal!);
+    }
     return pending;
   };
 
