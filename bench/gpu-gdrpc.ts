@@ -10,6 +10,7 @@ import { receivingOn } from '../test/support/receive-placement.ts';
 import { percentile, type BenchResult } from './machine.ts';
 import { unsafeRmaEnabled } from '../core/rpc/runtime/runtime.ts';
 import { spawnPeer, type Peer } from '../test/support/peer.ts';
+import { CpuMeter } from './cpu-time.ts';
 
 export interface GdrpcOptions {
   client: Device; server: Device; sizes: number[]; system: string; smallCalls: number;
@@ -51,6 +52,16 @@ async function timeCalls(iters: number, call: () => Promise<unknown>): Promise<n
   return samples;
 }
 
+/** timeCalls, with the CPU µs per call of both processes (`peer`: the server's pid), as the C
+ *  rows report theirs. */
+async function timeCallsWithCpu(iters: number, peer: number, call: () => Promise<unknown>): Promise<{ samples: number[]; cpu: ReturnType<CpuMeter['perCall']> }> {
+  const meter = new CpuMeter(peer);
+  const samples = await timeCalls(iters, call);
+  return { samples, cpu: meter.perCall(iters) };
+}
+
+const cpuText = (cpu: ReturnType<CpuMeter['perCall']>): string => `, cpu/call ${cpu.client_cpu_us.toFixed(1)} + ${cpu.server_cpu_us?.toFixed(1) ?? '?'} us`;
+
 /** Sizes and depths of the many-in-flight rows (issue 11, item 4). */
 const IN_FLIGHT_SIZES = [1 << 20, 16 << 20];
 const IN_FLIGHT_DEPTHS = [16, 64];
@@ -60,7 +71,7 @@ const IN_FLIGHT_SECONDS = 1;
  *  second: the aggregate rate (bytes of every call completed over the elapsed time) and the
  *  per-call time under that load. Rows whose tensors do not fit both pools are left out. */
 async function manyInFlight(client: Client, service: ReturnType<typeof receivingOn<typeof SinkDescriptor>>, pool: ReturnType<Runtime['createPool']>,
-  options: GdrpcOptions, poolBytes: number, log: (line: string) => void): Promise<BenchResult[]> {
+  options: GdrpcOptions, poolBytes: number, peer: number, log: (line: string) => void): Promise<BenchResult[]> {
   const rows: BenchResult[] = [];
   for (const size of IN_FLIGHT_SIZES.filter((bytes) => options.sizes.includes(bytes))) {
     for (const depth of IN_FLIGHT_DEPTHS) {
@@ -71,6 +82,7 @@ async function manyInFlight(client: Client, service: ReturnType<typeof receiving
         const sink = (x: Tensor): Promise<unknown> => client.unary(service.methods.sink, { x }, { mover: 'tag' });
         await Promise.all(tensors.map((x) => sink(x)));
         const samples: number[] = [];
+        const meter = new CpuMeter(peer);
         const started = process.hrtime.bigint();
         const until = performance.now() + IN_FLIGHT_SECONDS * 1000;
         await Promise.all(tensors.map(async (x) => {
@@ -81,12 +93,13 @@ async function manyInFlight(client: Client, service: ReturnType<typeof receiving
           }
         }));
         const elapsedUs = Number(process.hrtime.bigint() - started) / 1e3;
-        const r = row(options.system, `in_flight_${depth}/tag`, size, samples, { mover: 'tag', in_flight: depth, client: options.client, server: options.server });
+        const cpu = meter.perCall(samples.length);
+        const r = row(options.system, `in_flight_${depth}/tag`, size, samples, { mover: 'tag', in_flight: depth, client: options.client, server: options.server, ...cpu });
         // Aggregate, not per call: every completed call's bytes over the whole elapsed time.
         r.gbps = (samples.length * size) / elapsedUs / 1e3;
         r.ops_per_s = samples.length / (elapsedUs / 1e6);
         rows.push(r);
-        log(`${options.system}: ${depth} x ${size} B in flight: ${r.gbps.toFixed(1)} GB/s aggregate, ${Math.round(r.ops_per_s)} calls/s, p50 ${r.p50_us!.toFixed(1)} us per call`);
+        log(`${options.system}: ${depth} x ${size} B in flight: ${r.gbps.toFixed(1)} GB/s aggregate, ${Math.round(r.ops_per_s)} calls/s, p50 ${r.p50_us!.toFixed(1)} us per call${cpuText(cpu)}`);
       } finally {
         for (const x of tensors) x.release();
       }
@@ -131,8 +144,9 @@ export async function runGdrpc(options: GdrpcOptions, log: (line: string) => voi
     const c = client;
     const ping = (): Promise<unknown> => c.unary(service.methods.ping, { n: 1 });
     await timeCalls(Math.min(1000, options.smallCalls), ping);
-    results.push(row(options.system, 'small_call_rtt', 0, await timeCalls(options.smallCalls, ping)));
-    log(`${options.system}: small call p50 ${results.at(-1)!.p50_us!.toFixed(1)} us`);
+    const small = await timeCallsWithCpu(options.smallCalls, peer.pid, ping);
+    results.push(row(options.system, 'small_call_rtt', 0, small.samples, small.cpu));
+    log(`${options.system}: small call p50 ${results.at(-1)!.p50_us!.toFixed(1)} us${cpuText(small.cpu)}`);
     for (const mover of unsafeRmaEnabled() ? ['tag', 'rma'] as const : ['tag'] as const) {
       await warmTensorPath(pool, options, (x) => c.unary(service.methods.sink, { x }, { mover }));
       for (const size of options.sizes) {
@@ -146,18 +160,18 @@ export async function runGdrpc(options: GdrpcOptions, log: (line: string) => voi
           await timeCalls(Math.max(3, Math.round(iters / 10)), sink);
           const transfer = callInfo(await sink())?.transfers[0];
           const path = transfer?.path ?? 'unknown';
-          const samples = await timeCalls(iters, sink);
+          const { samples, cpu } = await timeCallsWithCpu(iters, peer.pid, sink);
           // UCX's own description of the send (which protocol, which lanes), where it gave one.
           const protocol = transfer?.protocol;
-          results.push(row(options.system, `tensor_arg/${mover}`, size, samples, { mover, path, ...(protocol !== undefined ? { protocol } : {}), client: options.client, server: options.server }));
+          results.push(row(options.system, `tensor_arg/${mover}`, size, samples, { mover, path, ...(protocol !== undefined ? { protocol } : {}), client: options.client, server: options.server, ...cpu }));
           const r = results.at(-1)!;
-          log(`${options.system}: ${mover} ${size} B p50 ${r.p50_us!.toFixed(1)} us ${r.gbps!.toFixed(1)} GB/s via ${path}`);
+          log(`${options.system}: ${mover} ${size} B p50 ${r.p50_us!.toFixed(1)} us ${r.gbps!.toFixed(1)} GB/s via ${path}${cpuText(cpu)}`);
         } finally {
           x.release();
         }
       }
     }
-    if (options.inFlight !== false) results.push(...await manyInFlight(c, service, pool, options, poolBytes, log));
+    if (options.inFlight !== false) results.push(...await manyInFlight(c, service, pool, options, poolBytes, peer.pid, log));
   } finally {
     await client?.close();
     pool.close({ force: true });

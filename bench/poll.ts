@@ -6,9 +6,9 @@
 // process and a new client runtime, calls carrying a 4 KiB host tensor through the tag mover (a
 // request, its payload and a reply: the window must open for them from a cold start too).
 // Settings alternate round by round in one run, so the machine's drift hits all alike.
-import { readFileSync } from 'node:fs';
 import { describeMachine, percentile } from './machine.ts';
 import { gdrpcSystem, type System } from './rpc-gdrpc.ts';
+import { cpuSecondsOf } from './cpu-time.ts';
 
 const SETTINGS: Array<number | 'adaptive'> = [0, 'adaptive', 100];
 const CALLS = 10_000;
@@ -20,21 +20,15 @@ const TENSOR_BYTES = 4096;
 const TENSOR_WARM_CALLS = 3000;
 const TENSOR_CALLS = 5000;
 
-/** CPU seconds (user + system) `pid` has used so far (Linux /proc). */
-function cpuSeconds(pid: number): number {
-  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-  return (Number(fields[11]) + Number(fields[12])) / 100;  // utime, stime in clock ticks (USER_HZ 100)
-}
-
 /** CPU µs per call of this process and of the peer while `work` made `calls()` calls. */
 async function measured(system: System, work: () => Promise<number>): Promise<{ calls: number; wallMs: number; clientCpuUsPerCall: number; serverCpuUsPerCall: number }> {
   const c0 = process.cpuUsage();
-  const s0 = cpuSeconds(system.peerPid!);
+  const s0 = cpuSecondsOf(system.peerPid!);
   const t0 = performance.now();
   const calls = await work();
   const wallMs = performance.now() - t0;
   const c = process.cpuUsage(c0);
-  const s = cpuSeconds(system.peerPid!) - s0;
+  const s = cpuSecondsOf(system.peerPid!) - s0;
   return { calls, wallMs, clientCpuUsPerCall: (c.user + c.system) / calls, serverCpuUsPerCall: (s * 1e6) / calls };
 }
 
@@ -87,14 +81,14 @@ async function measureSetting(setting: number | 'adaptive'): Promise<Record<stri
     });
     // Idle: no call at all; both processes' CPU over the window, as a share of one core.
     const c0 = process.cpuUsage();
-    const s0 = cpuSeconds(system.peerPid!);
+    const s0 = cpuSecondsOf(system.peerPid!);
     await new Promise((resolve) => setTimeout(resolve, IDLE_MS));
     const c = process.cpuUsage(c0);
     return {
       setting,
       small_rtt: { p50_us: percentile(samples, 50), p99_us: percentile(samples, 99), client_cpu_us_per_call: serial.clientCpuUsPerCall, server_cpu_us_per_call: serial.serverCpuUsPerCall },
       in_flight_64: { calls_per_s: loaded.calls / (loaded.wallMs / 1000), client_cpu_us_per_call: loaded.clientCpuUsPerCall, server_cpu_us_per_call: loaded.serverCpuUsPerCall },
-      idle_cores: { client: (c.user + c.system) / 1e3 / IDLE_MS, server: ((cpuSeconds(system.peerPid!) - s0) * 1e3) / IDLE_MS },
+      idle_cores: { client: (c.user + c.system) / 1e3 / IDLE_MS, server: ((cpuSecondsOf(system.peerPid!) - s0) * 1e3) / IDLE_MS },
       client_worker: system.workerStats?.(),
     };
   } finally {
