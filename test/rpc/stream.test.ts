@@ -179,6 +179,29 @@ describe('client stream limits', () => {
     }
   }
 
+  it('an item after STREAM_END fails the call INVALID_ARGUMENT, its bytes refused', async () => {
+    // Until 2026-12-06 such items were received into the pool and held there, out of the
+    // handler's reach, until it returned (a helper session's 128 items of 1 MiB took a server's
+    // whole pool while its handler worked on what it had read).
+    const raw = await RawPeer.connect(server.port);
+    try {
+      await raw.auth();
+      expect((await raw.receive())?.kind).toBe(FrameKind.Ready);
+      await raw.sendBody(FrameKind.Request, 5, { svc: EchoDescriptor.name, m: 'sum' });
+      await raw.sendMessage(packMessage([item(0), { kind: FrameKind.StreamEnd, call: 5, body: packr.pack({ v: 2, seq: 1 }) }, item(1)]));
+      let answer: { kind: number; body: Record<string, unknown> } | undefined;
+      for (let frame = await raw.receive(10_000); frame !== undefined && answer === undefined; frame = answer === undefined ? await raw.receive(10_000) : undefined) {
+        if (frame.call === 5 && (frame.kind === FrameKind.Error || frame.kind === FrameKind.Response)) answer = frame;
+      }
+      expect(answer?.kind).toBe(FrameKind.Error);
+      expect(answer?.body).toMatchObject({ code: Code.INVALID_ARGUMENT });
+      expect(String(answer?.body.msg)).toMatch(/the client sent stream item 1 after STREAM_END/);
+    } finally {
+      await raw.close();
+    }
+    await expectPoolsEmpty(client);
+  });
+
   it('an honest stream of 2,000 items goes through on credit', async () => {
     const items = Array.from({ length: 2000 }, (_, i) => ({ x: patterned(1, i) }));
     const result = await client.clientStream(EchoDescriptor.methods.sum, items);

@@ -49,6 +49,8 @@ export class ItemQueue<T> implements AsyncIterable<T> {
 
   /** Number of items not yet consumed. */
   get backlog(): number { return this.#items.length; }
+  /** No more items are taken: the stream ended, failed, or its consumer stopped. */
+  get ended(): boolean { return this.#ended; }
 
   #wake(): void {
     const waiter = this.#waiter;

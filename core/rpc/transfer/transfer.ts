@@ -240,6 +240,12 @@ export class IncomingTensors {
     for (const tensor of this.allocated.splice(0)) if (!isLent(tensor)) tensor.release();
   }
 
+  /** Takes the tensors allocated here out (lent ones left out: they are their lender's): whoever
+   *  owns the call releases them; this object may then go. */
+  takeAllocated(): Tensor[] {
+    return this.allocated.splice(0).filter((tensor) => !isLent(tensor));
+  }
+
   /** Resolves once every tag transfer of this frame has its sender's report (or none will come).
    *  Under noStaging it rejects when a report says UCX moved the bytes through host memory, or
    *  when a sender that promised reports (`rep`) sent none within transferTimeoutMs or before the
