@@ -4,6 +4,7 @@
 import { describe, expect, it } from 'vitest';
 import { Code, copyBlocks, Tensor } from '../../core/index.ts';
 import { blockTable, cutsOf, indexTable, piecesOf, type BlockCopy, type BlockTable } from '../../core/compute/block-layout.ts';
+import { HOST_SLICE_BYTES } from '../../core/compute/blocks.ts';
 import { rejection } from '../rpc/fixtures/thrown.ts';
 
 /** `count` host tensors of `bytes` bytes, tensor k filled with bytes k * 7 + i. */
@@ -108,6 +109,34 @@ describe('block tables (blocks by index between two tensors)', () => {
     expect([...indexTable({ dst: t, dstBlocks: Uint32Array.of(9, 4), src: t, count: 2 })]).toEqual([9, 4, 0, 1]);
     expect([...indexTable({ dst: t, src: t, srcBlocks: Uint32Array.of(3, 3, 1), count: 3 })]).toEqual([0, 1, 2, 3, 3, 1]);
     expect([...indexTable({ dst: t, src: t, count: 0 })]).toEqual([]);
+  });
+
+  it(`copies ${HOST_SLICE_BYTES} bytes of host blocks a turn of the event loop, every byte in place, the table taken as it was`, async () => {
+    // 16 MiB of 4 KiB blocks, block 0 over and over then each in turn: four turns.
+    const bytes = 4096;
+    const src = pool(1024, bytes);
+    const count = 4096;
+    const srcBlocks = Uint32Array.from({ length: count }, (_, k) => (k < 2048 ? 0 : k % 1024));
+    const dst = Tensor.zeros([count * bytes], 'u8');
+    // Other work gets turns while it runs (in one go, none would before it resolved).
+    let immediates = 0;
+    const tick = (): void => { immediates += 1; if (immediates < 1000) setImmediate(tick); };
+    setImmediate(tick);
+    const copying = copyBlocks(bytes, { dst, src, srcBlocks, count });
+    // Changed after copy() returned: the copy is of the table as it was.
+    srcBlocks.fill(1);
+    await copying;
+    expect(immediates).toBeGreaterThanOrEqual(Math.ceil((count * bytes) / HOST_SLICE_BYTES) - 1);
+    for (const k of [0, 1, 2047, 2048, 3000, 4095]) expect(blockOf(dst, k, bytes)).toEqual(blockOf(src, k < 2048 ? 0 : k % 1024, bytes));
+  });
+
+  it('a host copy over many turns stops, INVALID_ARGUMENT, when a tensor it names is released between them', async () => {
+    const bytes = 4096;
+    const src = pool(1024, bytes);
+    const dst = Tensor.zeros([4096 * bytes], 'u8');
+    const copying = copyBlocks(bytes, { dst, src, srcBlocks: new Uint32Array(4096), count: 4096 });
+    src.release();
+    expect(await rejection(copying)).toMatchObject({ code: Code.INVALID_ARGUMENT, message: expect.stringMatching(/released while they were made/) });
   });
 
   it('copies nothing for a count of 0 or zero-byte blocks', async () => {
