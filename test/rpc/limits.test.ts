@@ -5,6 +5,7 @@ import { Client, Code, GdrpcError, Tensor } from '../../core/index.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer, type ListeningPeer } from './fixtures/peers.ts';
 import { disposePeers } from '../support/peer.ts';
+import { inProcessEcho } from './fixtures/in-process.ts';
 
 let server: ListeningPeer;
 let a: Client;
@@ -69,6 +70,39 @@ describe('frame limit on the server side', () => {
       expect((await client.unary(EchoDescriptor.methods.ping, { n: 9 })).n).toBe(9);
     } finally {
       await client.close();
+    }
+  });
+});
+
+describe('handlers that ignore their signal', () => {
+  it('count against maxCalls until they return, not only until their calls ended', async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => { release = resolve; });
+    let running = 0;
+    const echo = await inProcessEcho({
+      // Ignores ctx.signal: runs until the gate opens, whatever became of its call.
+      sleep: async () => {
+        running += 1;
+        await gate;
+        running -= 1;
+        return { aborted: false };
+      },
+      ping: (args: { n: number }) => ({ n: args.n }),
+    }, { server: { maxCalls: 2 } });
+    try {
+      const ended = [1, 2].map(() => echo.client.unary(EchoDescriptor.methods.sleep, { ms: 1 }, { deadline: 200 }).then(() => 'OK', (error: GdrpcError) => error.code));
+      expect(await Promise.all(ended)).toEqual([Code.DEADLINE_EXCEEDED, Code.DEADLINE_EXCEEDED]);
+      expect(running).toBe(2);
+      // Until 2026-12-06 their slots came back with their calls' end, and a client cancelling
+      // calls as fast as it made them ran any number of such handlers at once.
+      const refused = await echo.client.unary(EchoDescriptor.methods.ping, { n: 1 }).then(() => undefined, (error: GdrpcError) => error);
+      expect(refused).toMatchObject({ code: Code.RESOURCE_EXHAUSTED, details: { limit: 'maxCalls' } });
+      release();
+      await expect.poll(() => running, { timeout: 5000, interval: 10 }).toBe(0);
+      await expect.poll(() => echo.client.unary(EchoDescriptor.methods.ping, { n: 2 }).then((r) => r.n, (error: GdrpcError) => error.code), { timeout: 5000, interval: 20 }).toBe(2);
+    } finally {
+      release();
+      await echo.close();
     }
   });
 });

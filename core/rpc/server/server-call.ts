@@ -98,6 +98,8 @@ export class ServerCall {
   readonly #transfers: TransferInfo[] = [];
   /** The client sent STREAM_END. */
   #clientEnded = false;
+  /** The handler's own promise (unary and client-streaming handlers that return one). */
+  #handler: Promise<unknown> | undefined;
   readonly #afterSend: Array<() => void> = [];
   #items: ItemQueue<Row> | undefined;
   /** Stream items the client will still take (unlimited unless the REQUEST opened a window). */
@@ -146,7 +148,8 @@ export class ServerCall {
         this.#items = new ItemQueue<Row>(undefined, () => this.#took());
         this.scope.onAbort((reason) => this.#items?.fail(reason));
         const items = this.#items;
-        const result = await this.scope.race(Promise.resolve(runHandler(() => (handler as ClientStreamHandler)(items, ctx))));
+        const running = this.#handler = Promise.resolve(runHandler(() => (handler as ClientStreamHandler)(items, ctx)));
+        const result = await this.scope.race(running);
         sent = (await this.#respond(result)).moving;
       } else {
         const received = this.#receive(args ?? {});
@@ -154,7 +157,9 @@ export class ServerCall {
         if (method.serverStreaming) {
           await this.#stream(runHandler(() => (handler as ServerStreamHandler)(values, ctx)));
         } else {
-          const settling = this.#settle(runHandler(() => (handler as UnaryHandler)(values, ctx)));
+          const returned = runHandler(() => (handler as UnaryHandler)(values, ctx));
+          if (returned instanceof Promise) this.#handler = returned;
+          const settling = this.#settle(returned);
           const responding = this.#respond(settling instanceof Promise ? await settling : settling);
           sent = (responding instanceof Promise ? await responding : responding).moving;
         }
@@ -178,6 +183,16 @@ export class ServerCall {
       }
       ended();
     }
+  }
+
+  /** Once the call is over: the handler's promise where the call ended without waiting for it
+   *  (cancelled, out of time, its connection gone), so that what counts running handlers
+   *  (ServerOptions.maxCalls) counts it until it returns; undefined where it returned. A handler
+   *  that ignores its signal kept running after its slot was given back, so a client cancelling
+   *  calls as fast as it made them ran any number of them at once (found by a helper session
+   *  reading the code, 2026-12-06). */
+  get outliving(): Promise<unknown> | undefined {
+    return this.scope.aborted ? this.#handler : undefined;
   }
 
   /** A STREAM_ITEM of a client-streaming call. */

@@ -205,7 +205,9 @@ export class ServerSession {
     this.calls.set(id, call);
     void call.run(body.a, () => {
       this.calls.delete(id);
-      this.host.releaseCall();
+      const outliving = call.outliving;
+      if (outliving === undefined) this.host.releaseCall();
+      else void outliving.then(() => this.host.releaseCall(), () => this.host.releaseCall());
     });
   }
 
