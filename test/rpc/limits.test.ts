@@ -106,3 +106,33 @@ describe('handlers that ignore their signal', () => {
     }
   });
 });
+
+describe('a server-streaming handler that ignores its signal', () => {
+  it('counts against maxCalls until the item it was making when its call ended is made', async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => { release = resolve; });
+    let making = 0;
+    const echo = await inProcessEcho({
+      ping: (args: { n: number }) => ({ n: args.n }),
+      count: (async function* () {
+        making += 1;
+        await gate;  // ignores ctx.signal
+        making -= 1;
+        yield { i: 0 };
+      }) as never,
+    }, { server: { maxCalls: 1 } });
+    try {
+      const stream = echo.client.serverStream(EchoDescriptor.methods.count, { upTo: 1, delayMs: 0 }, { deadline: 200 });
+      const ended = await (async () => { for await (const _ of stream) { /* none comes */ } })().then(() => 'OK', (error: GdrpcError) => error.code);
+      expect(ended).toBe(Code.DEADLINE_EXCEEDED);
+      expect(making).toBe(1);
+      const refused = await echo.client.unary(EchoDescriptor.methods.ping, { n: 1 }).then(() => undefined, (error: GdrpcError) => error);
+      expect(refused).toMatchObject({ code: Code.RESOURCE_EXHAUSTED, details: { limit: 'maxCalls' } });
+      release();
+      await expect.poll(() => echo.client.unary(EchoDescriptor.methods.ping, { n: 2 }).then((r) => r.n, (error: GdrpcError) => error.code), { timeout: 5000, interval: 20 }).toBe(2);
+    } finally {
+      release();
+      await echo.close();
+    }
+  });
+});

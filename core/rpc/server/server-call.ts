@@ -98,7 +98,8 @@ export class ServerCall {
   readonly #transfers: TransferInfo[] = [];
   /** The client sent STREAM_END. */
   #clientEnded = false;
-  /** The handler's own promise (unary and client-streaming handlers that return one). */
+  /** The handler's own promise (a unary or client-streaming handler's, or a server-streaming
+   *  handler's next item being made). */
   #handler: Promise<unknown> | undefined;
   readonly #afterSend: Array<() => void> = [];
   #items: ItemQueue<Row> | undefined;
@@ -368,7 +369,11 @@ export class ServerCall {
       for (;;) {
         // Ask the handler for an item only when the client will take it.
         while (this.#credit <= 0) await this.scope.race(new Promise<void>((resolve) => { this.#creditWaiter = resolve; }));
-        const next = await this.scope.race(runHandler(() => iterator.next()));
+        // Counted past the call's end while it runs (outliving): a generator that ignores its
+        // signal is still producing this item.
+        const asked = runHandler(() => iterator.next());
+        this.#handler = asked;
+        const next = await this.scope.race(asked);
         if (next.done) break;
         this.#credit -= 1;
         const out = this.#encode(FrameKind.StreamItem, next.value);
