@@ -8,7 +8,7 @@
 // Settings alternate round by round in one run, so the machine's drift hits all alike.
 import { describeMachine, percentile } from './machine.ts';
 import { gdrpcSystem, type System } from './rpc-gdrpc.ts';
-import { cpuSecondsOf } from './cpu-time.ts';
+import { CpuMeter, cpuSecondsOf } from './cpu-time.ts';
 
 const SETTINGS: Array<number | 'adaptive'> = [0, 'adaptive', 100];
 const CALLS = 10_000;
@@ -22,14 +22,14 @@ const TENSOR_CALLS = 5000;
 
 /** CPU µs per call of this process and of the peer while `work` made `calls()` calls. */
 async function measured(system: System, work: () => Promise<number>): Promise<{ calls: number; wallMs: number; clientCpuUsPerCall: number; serverCpuUsPerCall: number }> {
-  const c0 = process.cpuUsage();
-  const s0 = cpuSecondsOf(system.peerPid!);
+  const meter = new CpuMeter(system.peerPid!);
   const t0 = performance.now();
   const calls = await work();
   const wallMs = performance.now() - t0;
-  const c = process.cpuUsage(c0);
-  const s = cpuSecondsOf(system.peerPid!) - s0;
-  return { calls, wallMs, clientCpuUsPerCall: (c.user + c.system) / calls, serverCpuUsPerCall: (s * 1e6) / calls };
+  const { client_cpu_us, server_cpu_us } = meter.perCall(calls);
+  // This bench is Linux's (it reads the peer's CPU from /proc): a missing figure is an error here.
+  if (server_cpu_us === null) throw new Error(`no CPU time for the peer (pid ${system.peerPid}) in /proc`);
+  return { calls, wallMs, clientCpuUsPerCall: client_cpu_us, serverCpuUsPerCall: server_cpu_us };
 }
 
 /** `calls` serial calls of `call`: each one's round trip in µs, sorted, and the CPU per call of

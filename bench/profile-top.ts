@@ -6,7 +6,7 @@ import { readFileSync } from 'node:fs';
 interface ProfileNode { id: number; callFrame: { functionName: string; url: string; lineNumber: number }; children?: number[] }
 interface Profile { nodes: ProfileNode[]; startTime: number; endTime: number; samples: number[]; timeDeltas: number[] }
 
-/** Self time by function (name, file, line) over the samples after `fromUs` of the profile. */
+/** Self time by function (name, file, line) over the profile's last `lastMs` (all of it without). */
 export function selfTimes(profile: Profile, lastMs?: number): { total: number; rows: Array<{ name: string; us: number; share: number }> } {
   const byId = new Map(profile.nodes.map((node) => [node.id, node]));
   const at: number[] = [];

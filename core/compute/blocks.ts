@@ -54,8 +54,7 @@ export class BlockCopier {
     const tensors = list !== undefined ? tensorsOf(list) : [...new Set([table!.dst, table!.src])];
     const tableDst = table?.dst;
     if (tensors.every((tensor) => tensor.device === 'cpu')) {
-      before?.();
-      await copyOnHost(blockBytes, list ?? copiesOf(blockBytes, table!), tensors);
+      await copyOnHost(blockBytes, list !== undefined ? listSlices(blockBytes, list) : tableSlices(blockBytes, table!), tensors, before);
       return;
     }
     const device = oneGpu(tensors);
@@ -188,29 +187,64 @@ function checkTableSide(side: 'dst' | 'src', tensor: Tensor, blocks: Uint32Array
   if (top >= held) throw invalid(`copyBlocks: table.${side}${blocks === undefined ? ` (blocks 0 to ${count - 1})` : 'Blocks'} names block ${top}, outside the ${held} blocks of ${blockBytes} bytes its ${tensor.byteLength}-byte tensor holds`);
 }
 
-/** Host blocks copied in place, HOST_SLICE_BYTES a turn of the event loop; a tensor released
- *  between turns stops the copy (INVALID_ARGUMENT). `copies` is taken as it is now: the caller may
- *  change its list once copy() returned. */
-async function copyOnHost(blockBytes: number, copies: readonly BlockCopy[], tensors: readonly Tensor[]): Promise<void> {
-  const perTurn = Math.max(1, Math.floor(HOST_SLICE_BYTES / Math.max(1, blockBytes)));
-  const plan = copies.length > perTurn ? copies.map((c) => ({ ...c })) : copies;
-  for (let start = 0; start < plan.length; start += perTurn) {
-    if (start > 0) {
+/** Host blocks copied in place, HOST_SLICE_BYTES a turn of the event loop: `slices` copies one
+ *  turn's blocks at a time, and says whether more are left. Before each turn `before` runs (an
+ *  owner checks there that the handle is still exposed: a copy over many turns may outlive the
+ *  exposure) and the tensors are checked (one released stops the copy, INVALID_ARGUMENT). */
+async function copyOnHost(blockBytes: number, slices: () => boolean, tensors: readonly Tensor[], before: (() => void) | undefined): Promise<void> {
+  for (let turn = 0; ; turn += 1) {
+    if (turn > 0) {
       await new Promise<void>((resolve) => setImmediate(resolve));
       if (tensors.some((tensor) => tensor.released)) throw invalid('copyBlocks: a tensor of the copies was released while they were made');
     }
-    // A table names one or two tensors thousands of times: their views are taken once a turn.
+    before?.();
+    if (!slices()) return;
+  }
+}
+
+/** Blocks a turn of host copying. */
+const blocksPerTurn = (blockBytes: number): number => Math.max(1, Math.floor(HOST_SLICE_BYTES / Math.max(1, blockBytes)));
+
+/** A list of host copies, a turn's worth at a time; taken as it is now (the caller may change its
+ *  list once copy() returned). */
+function listSlices(blockBytes: number, list: readonly BlockCopy[]): () => boolean {
+  const perTurn = blocksPerTurn(blockBytes);
+  const plan = list.length > perTurn ? list.map((c) => ({ ...c })) : list;
+  let next = 0;
+  return () => {
+    // A list names few tensors, many times: their views are taken once a turn.
     let dst: Tensor | undefined;
     let src: Tensor | undefined;
     let to: Uint8Array = new Uint8Array(0);
     let from: Uint8Array = to;
-    for (let k = start; k < Math.min(plan.length, start + perTurn); k += 1) {
-      const c = plan[k]!;
+    const end = Math.min(plan.length, next + perTurn);
+    for (; next < end; next += 1) {
+      const c = plan[next]!;
       if (c.dst !== dst) to = (dst = c.dst).bytes();
       if (c.src !== src) from = (src = c.src).bytes();
       to.set(from.subarray(c.srcOffset, c.srcOffset + blockBytes), c.dstOffset);
     }
-  }
+    return next < plan.length;
+  };
+}
+
+/** A block table's host blocks, a turn's worth at a time; its index lists taken as they are now. */
+function tableSlices(blockBytes: number, table: BlockTable): () => boolean {
+  const perTurn = blocksPerTurn(blockBytes);
+  const several = table.count > perTurn;
+  const srcBlocks = several ? table.srcBlocks?.slice(0, table.count) : table.srcBlocks;
+  const dstBlocks = several ? table.dstBlocks?.slice(0, table.count) : table.dstBlocks;
+  let next = 0;
+  return () => {
+    const to = table.dst.bytes();
+    const from = table.src.bytes();
+    const end = Math.min(table.count, next + perTurn);
+    for (; next < end; next += 1) {
+      const at = (srcBlocks?.[next] ?? next) * blockBytes;
+      to.set(from.subarray(at, at + blockBytes), (dstBlocks?.[next] ?? next) * blockBytes);
+    }
+    return next < table.count;
+  };
 }
 
 /** A block table as a list of copies (the cuMemcpy-per-block path of mixed devices). */

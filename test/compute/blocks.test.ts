@@ -2,9 +2,9 @@
 // gather and scatter a batched pull does, bytes checked, and bad input refused before anything is
 // copied.
 import { describe, expect, it } from 'vitest';
-import { Code, copyBlocks, Tensor } from '../../core/index.ts';
+import { Code, copyBlocks, GdrpcError, Tensor } from '../../core/index.ts';
 import { blockTable, cutsOf, indexTable, piecesOf, type BlockCopy, type BlockTable } from '../../core/compute/block-layout.ts';
-import { HOST_SLICE_BYTES } from '../../core/compute/blocks.ts';
+import { BlockCopier, HOST_SLICE_BYTES } from '../../core/compute/blocks.ts';
 import { rejection } from '../rpc/fixtures/thrown.ts';
 
 /** `count` host tensors of `bytes` bytes, tensor k filled with bytes k * 7 + i. */
@@ -128,6 +128,25 @@ describe('block tables (blocks by index between two tensors)', () => {
     await copying;
     expect(immediates).toBeGreaterThanOrEqual(Math.ceil((count * bytes) / HOST_SLICE_BYTES) - 1);
     for (const k of [0, 1, 2047, 2048, 3000, 4095]) expect(blockOf(dst, k, bytes)).toEqual(blockOf(src, k < 2048 ? 0 : k % 1024, bytes));
+  });
+
+  it('a host copy over many turns asks its `before` again each turn, and stops when it refuses', async () => {
+    // An owner's check that the handle is still exposed: the copy may outlive the exposure.
+    const copier = new BlockCopier();
+    const bytes = 4096;
+    const src = pool(1024, bytes);
+    const dst = Tensor.zeros([4096 * bytes], 'u8');
+    let asked = 0;
+    const before = (): void => {
+      asked += 1;
+      if (asked === 3) throw new GdrpcError(Code.NOT_FOUND, 'no longer exposed');
+    };
+    expect(await rejection(copier.copy(bytes, { dst, src, srcBlocks: new Uint32Array(4096), count: 4096 }, { before }))).toMatchObject({ code: Code.NOT_FOUND, message: expect.stringMatching(/no longer exposed/) });
+    expect(asked).toBe(3);
+    // The first two turns' blocks were copied, the rest not.
+    expect(blockOf(dst, 2 * (HOST_SLICE_BYTES / bytes) - 1, bytes)).toEqual(blockOf(src, 0, bytes));
+    expect(blockOf(dst, 2 * (HOST_SLICE_BYTES / bytes), bytes).every((b) => b === 0)).toBe(true);
+    copier.close();
   });
 
   it('a host copy over many turns stops, INVALID_ARGUMENT, when a tensor it names is released between them', async () => {

@@ -26,10 +26,11 @@ export async function neverSent(error: unknown, sent: Sent | undefined): Promise
 
 /** Stops tracking a call, gives back what it exposed, and tells the server (CANCEL). */
 export function cancel(session: ClientSession, id: number, reason?: unknown): void {
-  session.forget(id);
-  session.connection.exposures.releaseCall(id);
+  // CANCEL first: forgetting the last call of a draining connection closes it.
   const code = reason instanceof GdrpcError && reason.code === Code.DEADLINE_EXCEEDED ? Code.DEADLINE_EXCEEDED : Code.CANCELLED;
   if (session.connection.isOpen) session.connection.send(FrameKind.Cancel, id, { code }).catch(() => {});
+  session.forget(id);
+  session.connection.exposures.releaseCall(id);
 }
 
 /** The caller's transfer choices travel in the REQUEST (`mv`, `ns`) so that results honour them too. */

@@ -66,7 +66,8 @@ export class ClientSession {
    *  one whose calls were cancelled or ran into their deadlines stayed open). */
   forget(id: number): void {
     this.#calls.delete(id);
-    this.#closeIfDrained();
+    // After this turn, once the CANCEL queued in it has left (a close now would fail it).
+    if (this.draining && this.#calls.size === 0) setImmediate(() => this.#closeIfDrained());
   }
 
   #frame(frame: Frame): void {

@@ -3,7 +3,7 @@
 // the results' bytes have left. Nothing is sent for a call the client cancelled.
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { Code, GdrpcError } from '../../errors.ts';
-import type { PoolShare, Tensor } from '../../tensor/index.ts';
+import type { PoolShare } from '../../tensor/index.ts';
 import { FrameKind, type FrameBody } from '../../wire/frames.ts';
 import { MAX_AWAITED_TENSORS, type Connection } from '../connection/connection.ts';
 import { PostedFrame } from '../connection/posted-frame.ts';
@@ -22,6 +22,7 @@ import { validateFields } from '../call/validate.ts';
 import { decodeFields, encodeFields, replaceDeep } from '../call/values.ts';
 import { HandlerContext, type CallContext, type ClientStreamHandler, type Handler, type ServerStreamHandler, type UnaryHandler } from './handler-context.ts';
 import type { TransferInfo } from '../movers/mover.ts';
+import { CallArguments } from './call-arguments.ts';
 
 type Row = Record<string, unknown>;
 
@@ -77,25 +78,13 @@ function settled(sending: Sending | undefined): Promise<void> {
   return sending instanceof PostedFrame ? sending.failure().then(() => {}) : sending.then(() => {}, () => {});
 }
 
-/** Argument transfers a call keeps for CallContext.transfers: a client stream's first ones. */
-export const MAX_KEPT_TRANSFERS = 4096;
-
 /** A call in progress on the server. */
 export class ServerCall {
   /** Set when the client cancelled: nothing more is sent. */
   cancelledByPeer = false;
-  /** Argument objects whose receive is running (an abort does not stop bytes already on their
-   *  way), and the receives themselves. */
-  readonly #incoming = new Set<IncomingTensors>();
-  readonly #receiving = new Set<Promise<unknown>>();
-  /** The tensors of the argument objects received, released once the call is over (the handler
-   *  may have released them first), and their transfers. A receive that settled leaves these
-   *  alone: kept whole until the call ended, a client stream of 120,000 items of one tensor each,
-   *  each released by its handler, held 322 MiB of a server's heap, 2.7 KB an item (a helper
-   *  session's attack, 2026-12-06). */
-  #held: Tensor[] = [];
-  #compactHeldAt = 1024;
-  readonly #transfers: TransferInfo[] = [];
+  /** Its argument objects' receives and what they leave (call-arguments.ts): made at the first
+   *  one with tensor bytes. */
+  #args: CallArguments | undefined;
   /** The client sent STREAM_END. */
   #clientEnded = false;
   /** The handler's own promise (a unary or client-streaming handler's, or a server-streaming
@@ -121,11 +110,8 @@ export class ServerCall {
     private readonly policy: SendPolicy = { mover: 'auto', noStaging: false }) {}
 
   /** The argument tensors' transfers so far (CallContext.transfers): those of the receives that
-   *  settled (MAX_KEPT_TRANSFERS at most), then those running. */
-  get transfers(): TransferInfo[] {
-    if (this.#incoming.size === 0) return this.#transfers;
-    return [...this.#transfers, ...[...this.#incoming].flatMap((frame) => frame.transfers)];
-  }
+   *  settled (a stream's items' within MAX_KEPT_TRANSFERS), then those running. */
+  get transfers(): TransferInfo[] { return this.#args?.transfers ?? []; }
 
   /** Runs `fn` once this call is over and its results' bytes have left (CallContext.afterSend). */
   afterSend(fn: () => void): void {
@@ -173,10 +159,11 @@ export class ServerCall {
       this.#items?.close();
       // Argument tensors go back to the pool once nothing reads them: after the results' bytes left.
       // A call that received no tensor bytes and has no afterSend hook has nothing to wait for.
-      if (this.#receiving.size > 0 || this.#afterSend.length > 0 || this.#held.length > 0) {
-        // Each receive's own settling (registered before this) moved its tensors to #held.
-        void Promise.allSettled([settled(sent), ...this.#receiving]).then(() => {
-          for (const tensor of this.#held.splice(0)) if (!tensor.released) tensor.release();
+      const args = this.#args;
+      if (args !== undefined || this.#afterSend.length > 0) {
+        // Each receive's own settling (registered before this) left its tensors with args.
+        void Promise.allSettled([settled(sent), ...(args?.running ?? [])]).then(() => {
+          args?.release();
           for (const fn of this.#afterSend) fn();
         });
       } else {
@@ -201,23 +188,27 @@ export class ServerCall {
     // No stream, or the call is over (its arguments were released already): nothing will take
     // this item, so its bytes are refused rather than received into a block nobody frees.
     // (Nor will an aborted call's stream: its queue failed with the scope.)
-    // Nor will a stream that ended: items after STREAM_END, or after the handler stopped reading
-    // (until 2026-12-06 they were received into the pool and held there until the handler
-    // returned: 128 items of 1 MiB after STREAM_END took a server's whole pool, a helper
-    // session's attack). One after STREAM_END breaks the protocol: the call fails.
-    if (this.#items === undefined || this.#over || this.scope.aborted || this.#items.ended) {
+    if (this.#items === undefined || this.#over || this.scope.aborted) {
       void refuseRaw({ connection: this.connection, call: this.id }, body.a);
-      if (this.#clientEnded && !this.#over && !this.scope.aborted) {
-        this.scope.abort(new GdrpcError(Code.INVALID_ARGUMENT, `${methodName(this.entry.method)}: the client sent stream item ${body.seq} after STREAM_END`));
-      }
       return;
     }
+    const name = methodName(this.entry.method);
+    // The window counts every item, taken or not.
     const past = this.#window?.arrived();
     const overflow = past !== undefined ? `the client sent ${past}`
       : this.#items.backlog >= MAX_STREAM_BACKLOG ? `the client sent ${MAX_STREAM_BACKLOG} stream items more than the handler has taken` : undefined;
     if (overflow !== undefined) {
       void refuseRaw({ connection: this.connection, call: this.id }, body.a);
-      this.scope.abort(new GdrpcError(Code.RESOURCE_EXHAUSTED, `${methodName(this.entry.method)}: ${overflow}`, { details: { limit: 'streamWindow' } }));
+      this.scope.abort(new GdrpcError(Code.RESOURCE_EXHAUSTED, `${name}: ${overflow}`, { details: { limit: 'streamWindow' } }));
+      return;
+    }
+    // Nor will a stream that ended: items after STREAM_END, or after the handler stopped reading
+    // (until 2026-12-06 they were received into the pool and held there until the handler
+    // returned: 128 items of 1 MiB after STREAM_END took a server's whole pool, a helper
+    // session's attack). One after STREAM_END breaks the protocol: the call fails.
+    if (this.#items.ended) {
+      void refuseRaw({ connection: this.connection, call: this.id }, body.a);
+      if (this.#clientEnded) this.scope.abort(new GdrpcError(Code.INVALID_ARGUMENT, `${name}: the client sent stream item ${body.seq} after STREAM_END`));
       return;
     }
     let item: Promise<Row>;
@@ -292,39 +283,25 @@ export class ServerCall {
     }
     this.connection.awaited += count;
     awaited.now += count;
-    // Kept while its receive runs; then its tensors alone are (#received). An argument object (a
-    // stream item) without tensor bytes is not kept at all.
-    this.#incoming.add(incoming);
+    // Kept while its receive runs; then its tensors alone are. An argument object (a stream item)
+    // without tensor bytes is not kept at all.
+    const args = this.#args ??= new CallArguments();
     const wait: AllocationWait = { scope: this.scope, share: this.env.share };
     const receiving = incoming.receive((shape, dtype, placement, field) => this.env.allocate(shape, dtype, bindPlacement(placement, this.entry.receiveOn), wait, field));
     // Its failure reaches the caller through the race below; run() waits for it before releasing.
     const doneReceiving = (): void => {
       this.connection.awaited -= count;
       awaited.now -= count;
-      this.#received(incoming, receiving);
+      args.received(incoming, receiving, what !== '');
     };
     receiving.then(doneReceiving, doneReceiving);
-    this.#receiving.add(receiving);
+    args.receiving(incoming, receiving);
     // noStaging holds the handler until the client's reports say how UCX moved the arguments.
     const confirmed = this.policy.noStaging ? receiving.then(async (received) => { await incoming.confirm(); return received; }) : receiving;
     return this.scope.race(confirmed).then((received) => {
       replaceDeep(values, (item) => (item instanceof PendingTensor ? received.get(item) ?? item : item));
       return values;
     });
-  }
-
-  /** An argument object's receive settled: its tensors wait for the call's end (or the handler's
-   *  release), its transfers are kept (the first MAX_KEPT_TRANSFERS), the rest of it goes. */
-  #received(incoming: IncomingTensors, receiving: Promise<unknown>): void {
-    this.#incoming.delete(incoming);
-    this.#receiving.delete(receiving);
-    for (const transfer of incoming.transfers) if (this.#transfers.length < MAX_KEPT_TRANSFERS) this.#transfers.push(transfer);
-    for (const tensor of incoming.takeAllocated()) this.#held.push(tensor);
-    if (this.#held.length >= this.#compactHeldAt) {
-      // Those the handler released already need nothing more.
-      this.#held = this.#held.filter((tensor) => !tensor.released);
-      this.#compactHeldAt = Math.max(1024, 2 * this.#held.length);
-    }
   }
 
   /** The handler's result, or the scope's error if the call ends first (a plain object is used

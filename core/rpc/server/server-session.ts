@@ -41,6 +41,8 @@ const REFUSAL_LINGER_MS = 200;
 export class ServerSession {
   /** Calls in flight by id (an IdTable, not a Map: core/live-list.ts says why). */
   readonly calls = new IdTable<ServerCall>();
+  /** Handlers of this connection's calls that ended without them (outliving): still running. */
+  #outliving = 0;
   /** Refused: ignore everything until the connection closes. */
   #closing = false;
   readonly #challenge: Uint8Array | undefined;
@@ -191,7 +193,7 @@ export class ServerSession {
     const policy = policyOf(body);
     if (policy === undefined) return refuse(new GdrpcError(Code.INVALID_ARGUMENT, `bad mover ${JSON.stringify(body.mv)} in REQUEST`));
     // Over capacity: refused at once, unrun, and the caller may retry after a while.
-    if (this.calls.size >= this.host.limits.perConnection) {
+    if (this.calls.size + this.#outliving >= this.host.limits.perConnection) {
       return refuse(new GdrpcError(Code.RESOURCE_EXHAUSTED, `more than ${this.host.limits.perConnection} calls in flight on this connection (ServerOptions.maxCallsPerConnection)`, { details: { retryable: true, limit: 'maxCallsPerConnection' } }));
     }
     if (!this.host.acquireCall()) {
@@ -206,8 +208,18 @@ export class ServerSession {
     void call.run(body.a, () => {
       this.calls.delete(id);
       const outliving = call.outliving;
-      if (outliving === undefined) this.host.releaseCall();
-      else void outliving.then(() => this.host.releaseCall(), () => this.host.releaseCall());
+      if (outliving === undefined) {
+        this.host.releaseCall();
+        return;
+      }
+      // Its handler runs on: it counts against this connection's limit as well as the server's,
+      // so that one client cannot take every slot of maxCalls with handlers it cancelled.
+      this.#outliving += 1;
+      const returned = (): void => {
+        this.#outliving -= 1;
+        this.host.releaseCall();
+      };
+      void outliving.then(returned, returned);
     });
   }
 

@@ -119,7 +119,8 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
 
   /** The bound address, once listening. */
   get address(): { host: string; port: number } | undefined { return this.#address; }
-  /** Calls in flight. */
+  /** Calls in flight, and handlers still running past their call's end (ServerOptions.maxCalls
+   *  counts both). */
   get activeCalls(): number { return this.#activeCalls; }
   /** Pool statistics per device (for leak checks). */
   poolStats(): Array<ReturnType<TensorPool['stats']>> { return [...this.#pools.values()].map((pool) => pool.stats()); }
