@@ -322,5 +322,38 @@ describe('a hostile server', () => {
     expect(requests).toBeLessThan(12);
     expect(bytes).toBeLessThanOrEqual(1 << 20);
   });
+
+  it('a server that sends HELLO and never READY does not hold up the process\'s next connection', async () => {
+    // Handshakes take turns for their HELLO; the turn used to last until READY, so a server (an
+    // owner named in @remote handles) that never sent it held every later connection of the
+    // process its whole connect timeout (8 such handles: an honest connect took 39.5 s).
+    const stalling = RawServer.listen();
+    opened.push(stalling);
+    const honest = RawServer.listen();
+    opened.push(honest);
+    const stalled = Client.connect(stalling.address, { connectTimeoutMs: 8000 }).then(() => 'stalled connected', () => 'stalled failed');
+    await stalling.hello();
+    const admitting = honest.admit();
+    const connected = Client.connect(honest.address, { connectTimeoutMs: 8000 }).then((client) => { opened.push(client); return 'honest connected'; }, () => 'honest failed');
+    expect(await Promise.race([connected, stalled])).toBe('honest connected');
+    await admitting;
+    expect(await stalled).toBe('stalled failed');
+  });
+
+  it('results the client refuses fail the call at once, not after the bytes it waits to refuse', async () => {
+    // A RESPONSE whose tensor does not match the method (f32 for u8), bytes never sent: the call
+    // used to wait for them until transferTimeoutMs (30 s) whatever its deadline.
+    const { raw, client } = await admittedClient();
+    const started = performance.now();
+    const call = client.unary(EchoDescriptor.methods.echo, { x: Tensor.fromArray(new Uint8Array(4)), tag: 'a' }, { deadline: 1000 });
+    const request = (await raw.receive())?.find((f) => f.kind === FrameKind.Request);
+    expect(request).toBeDefined();
+    await raw.sendMessage(packMessage([{ kind: FrameKind.Response, call: request!.call, body: packr.pack({ v: 2, r: { y: { dt: 'f32', sh: [16384], n: 65536, mt: 'host', m: 't', x: 1 }, tag: 'a' } }) }]));
+    const failure = await call.then(() => undefined, (error: GdrpcError) => error);
+    expect([Code.INTERNAL, Code.DEADLINE_EXCEEDED]).toContain(failure?.code);
+    // (It took until the client closed the silent connection: 10 s of liveness here, 30 s with a
+    // server that kept it alive.)
+    expect(performance.now() - started).toBeLessThan(5000);
+  });
 });
 

@@ -55,7 +55,11 @@ function decodeResults(call: TransferScope, method: MethodDescriptor, wire: Row,
     // told as they are; anything else is the server's fault.
     const failure = error instanceof GdrpcError && (error.code === Code.FAILED_PRECONDITION || error.code === Code.RESOURCE_EXHAUSTED) ? error
       : new GdrpcError(Code.INTERNAL, `server ${call.connection.peer} sent bad results: ${GdrpcError.from(error).rawMessage}`, { cause: error });
-    return refuseRaw(call, wire).then(() => { throw failure; });
+    // The refusal settles in the background: waiting for it held the call past its deadline and
+    // signal until transferTimeoutMs when the peer never sent the refused bytes (30 s; a helper
+    // session's owner, 2026-12-06).
+    void refuseRaw(call, wire);
+    return Promise.reject(failure);
   }
   // No tensor bytes to wait for (none, or only remote handles): the common small call.
   if (!incoming.hasBytes) {

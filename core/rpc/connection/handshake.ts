@@ -25,7 +25,14 @@ export async function connectAndAdmit(runtime: Runtime, host: string, port: numb
     onStrayData(message, low, framesWaiting) { if (this.target !== undefined) this.target.onStrayData(message, low, framesWaiting); else runtime.dispatcher.drop(message); },
     onStalled() { this.target?.onStalled(); },
   };
-  const endTurn = await runtime.dispatcher.awaitHelloTurn(forward);
+  // The wait for the turn counts against the connect timeout, and the turn ends with HELLO: a
+  // hostile owner named in @remote handles that sent HELLO and never READY held every later
+  // connection of the process 5 s a handle (8 handles: an honest connect took 39.5 s; a helper
+  // session's owner, 2026-12-06). One that sends no HELLO still holds it up to the timeout.
+  const started = performance.now();
+  const endTurn = await runtime.dispatcher.awaitHelloTurn(forward, AbortSignal.timeout(options.timeoutMs)).catch(() => {
+    throw new GdrpcError(Code.UNAVAILABLE, `no turn to connect to ${host}:${port} within ${options.timeoutMs} ms: this process's other connections were waiting for their servers' HELLO (one at a time: docs/wire.md "Handshake and admission")`);
+  });
   let connection: Connection | undefined;
   try {
     const endpoint = Endpoint.connect(runtime.worker, { host, port, name: options.name ?? 'gdrpc-client' });
@@ -33,7 +40,7 @@ export async function connectAndAdmit(runtime: Runtime, host: string, port: numb
     // A client's own window is its runtime's to give at once: AUTH announces it.
     connection.widenWindow();
     forward.target = connection;
-    await admit(connection, options);
+    await admit(connection, { ...options, timeoutMs: Math.max(1, options.timeoutMs - (performance.now() - started)) }, endTurn);
     return connection;
   } catch (error) {
     const failure = sharedMemoryHint(runtime, connection, GdrpcError.from(error, Code.UNAVAILABLE));
@@ -52,7 +59,8 @@ function sharedMemoryHint(runtime: Runtime, connection: Connection | undefined, 
   return new GdrpcError(Code.UNAVAILABLE, `${failure.rawMessage} (this runtime uses shared memory with peers on this host, RuntimeOptions.sharedMemory: a server without it resets such a connection)`, { cause: failure, ucsStatus: failure.ucsStatus });
 }
 
-function admit(connection: Connection, options: HandshakeOptions): Promise<void> {
+/** `helloCame`: HELLO arrived (the turn may pass: what follows comes under this side's key). */
+function admit(connection: Connection, options: HandshakeOptions, helloCame: () => void): Promise<void> {
   return new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => fail(new GdrpcError(Code.UNAVAILABLE, `no handshake from ${connection.peer} within ${options.timeoutMs} ms`)), options.timeoutMs);
     const fail = (error: GdrpcError): void => { clearTimeout(timer); reject(error); };
@@ -63,6 +71,7 @@ function admit(connection: Connection, options: HandshakeOptions): Promise<void>
         if (frame.kind === FrameKind.Hello && connection.peerKey === undefined) {
           const hello = frame.body;
           connection.peerKey = new ConnectionKey(hello.key);
+          helloCame();
           const describes = connection.runtime.describes;
           connection.peerLimits = { maxFrame: hello.maxFrame, maxTensor: hello.maxTensor, inline: hello.inline, gpu: hello.gpu === true, stages: hello.stg === true, reports: describes && hello.rep === true, batchedReports: describes && hello.rep === true && hello.rpt === true, gathers: connection.runtime.gathers && hello.gat === true };
           const refusal = windowRefusal(hello.win, hello.wmax);

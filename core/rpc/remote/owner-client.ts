@@ -230,10 +230,21 @@ export function pullResultFields(tensor: Tensor): MethodDescriptor['results'] {
   return [{ name: 't', type: fixedTensorType(tensor.dtype, tensor.shape, { kind: 'host' }) }];
 }
 
+/** How long a pull's connection waits for the owner's reports of what it sent (closeWhenReported).
+ *  An honest owner's come with the bytes; waiting the whole transfer timeout let an owner that
+ *  promised reports (`rep`) and sent none keep every pull's connection 30 s: 200 pulls held 202
+ *  endpoints and the runtime's whole window budget (a helper session's owner, 2026-12-06). */
+export const PULL_REPORT_WAIT_MS = 1000;
+
 /** Closes a pull's connection once the owner's reports of what it sent have come (SENT), so that
- *  the pulled tensors' callInfo can say how UCX moved them (confirmedCallInfo waits for that).
- *  The pull does not wait: the connection lingers until then, at most its transfer timeout. */
+ *  the pulled tensors' callInfo can say how UCX moved them (confirmedCallInfo waits for that), or
+ *  after PULL_REPORT_WAIT_MS without them. The pull does not wait. */
 export function closeWhenReported(client: OwnerClient, tensors: ReadonlyArray<Tensor | undefined>): void {
   const transfers = tensors.flatMap((tensor) => (tensor === undefined ? [] : callInfo(tensor)?.transfers ?? []));
-  void confirmTransfers(transfers).then(() => client.close()).catch(() => { /* closing a pull's own connection: nothing to tell */ });
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<void>((resolve) => { timer = setTimeout(resolve, PULL_REPORT_WAIT_MS).unref(); });
+  void Promise.race([confirmTransfers(transfers).catch(() => {}), late]).then(() => {
+    clearTimeout(timer);
+    return client.close();
+  }).catch(() => { /* closing a pull's own connection: nothing to tell */ });
 }

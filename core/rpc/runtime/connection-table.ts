@@ -75,9 +75,24 @@ export class ConnectionTable {
   }
 
   /** Routes the next HELLO (key 0) to `sink` once no other handshake has the turn; the returned
-   *  function ends this one's turn. */
-  async awaitHelloTurn(sink: FrameSink): Promise<() => void> {
-    while (this.#hello !== undefined) await new Promise<void>((resolve) => this.#helloQueue.push(resolve));
+   *  function ends this one's turn. `signal` gives up the wait (rejecting with its reason). */
+  async awaitHelloTurn(sink: FrameSink, signal?: AbortSignal): Promise<() => void> {
+    while (this.#hello !== undefined) {
+      signal?.throwIfAborted();
+      await new Promise<void>((resolve, reject) => {
+        const wake = (): void => {
+          signal?.removeEventListener('abort', gaveUp);
+          resolve();
+        };
+        const gaveUp = (): void => {
+          const at = this.#helloQueue.indexOf(wake);
+          if (at >= 0) this.#helloQueue.splice(at, 1);
+          reject(signal!.reason);
+        };
+        this.#helloQueue.push(wake);
+        signal?.addEventListener('abort', gaveUp, { once: true });
+      });
+    }
     this.#hello = sink;
     return () => {
       if (this.#hello !== sink) return;

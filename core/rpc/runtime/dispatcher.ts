@@ -114,8 +114,8 @@ export class Dispatcher {
 
   /** Routes the next HELLO (key 0) to `sink`. Outgoing handshakes take turns (docs/wire.md): the
    *  returned function ends this one's turn. */
-  async awaitHelloTurn(sink: FrameSink): Promise<() => void> {
-    const endTurn = await this.#table.awaitHelloTurn(sink);
+  async awaitHelloTurn(sink: FrameSink, signal?: AbortSignal): Promise<() => void> {
+    const endTurn = await this.#table.awaitHelloTurn(sink, signal);
     this.#start();
     return endTurn;
   }
