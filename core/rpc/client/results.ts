@@ -66,10 +66,11 @@ function decodeResults(call: TransferScope, method: MethodDescriptor, wire: Row,
     scope.throwIfPastDeadline();
     return { values, transfers: incoming.transfers, bytes: 0 };
   }
-  if (held === undefined) return receiveBytes(incoming, values, scope, options[ALLOCATE] ?? landing.allocate, options.noStaging === true);
+  const receiving = receiveBytes(incoming, values, scope, options[ALLOCATE] ?? landing.allocate, options.noStaging === true);
+  if (held === undefined) return receiving;
   const bytes = incoming.bytes;
   held.bytes += bytes;
-  return receiveBytes(incoming, values, scope, options[ALLOCATE] ?? landing.allocate, options.noStaging === true).catch((error: unknown) => {
+  return receiving.catch((error: unknown) => {
     held.bytes -= bytes;
     throw error;
   });
