@@ -51,6 +51,21 @@ async function admittedClient(options: ClientOptions = {}): Promise<{ raw: RawSe
   return { raw, client };
 }
 
+/** A server stream of Echo.repeat from `client`, its first item asked for, and the call id of the
+ *  REQUEST `raw` read. */
+async function repeatStream(raw: RawServer, client: Client, times: number): Promise<{ stream: AsyncIterator<Record<string, unknown>>; first: Promise<IteratorResult<Record<string, unknown>>>; call: number }> {
+  const stream = client.serverStream(EchoDescriptor.methods.repeat, { x: Tensor.fromArray(new Uint8Array(4)), times })[Symbol.asyncIterator]();
+  const first = stream.next();
+  const request = (await raw.receive())?.find((f) => f.kind === FrameKind.Request);
+  expect(request).toBeDefined();
+  return { stream, first, call: request!.call };
+}
+
+/** Item `seq` of Echo.repeat's stream on `call`: `i` = seq and a tag tensor `y` of `bytes`, transfer seq + 1. */
+function repeatItem(call: number, seq: number, bytes: number): { kind: number; call: number; body: Uint8Array } {
+  return { kind: FrameKind.StreamItem, call, body: packr.pack({ v: 2, seq, a: { y: { dt: 'u8', sh: [bytes], n: bytes, mt: 'host', m: 't', x: seq + 1 }, i: seq } }) };
+}
+
 describe('a hostile server', () => {
   it(`${MAX_MALFORMED_FRAMES} malformed frames in one message: an 'error' each, and the call in flight is still answered`, async () => {
     const { raw, errors, call, callId } = await connected();
@@ -106,15 +121,11 @@ describe('a hostile server', () => {
   it('stream items whose tensors, with those of the items not yet taken, pass maxResultBytes fail the call RESOURCE_EXHAUSTED before they are allocated; the items before them are the caller\'s', async () => {
     const MiB = 1 << 20;
     const { raw, client } = await admittedClient({ maxResultBytes: 4 * MiB });
-    const stream = client.serverStream(EchoDescriptor.methods.repeat, { x: Tensor.fromArray(new Uint8Array(4)), times: 8 })[Symbol.asyncIterator]();
-    const first = stream.next();
-    const request = (await raw.receive())?.find((f) => f.kind === FrameKind.Request);
-    expect(request).toBeDefined();
+    const { stream, first, call } = await repeatStream(raw, client, 8);
     // Eight items of 1 MiB in one message, the caller taking none yet: four fit under 4 MiB. Until
     // 2026-12-06 each item was held to the limit alone, and 64 of them (the stream window) were
     // received at once: 64 x maxResultBytes for one call.
-    const item = (seq: number): { kind: number; call: number; body: Uint8Array } => ({ kind: FrameKind.StreamItem, call: request!.call, body: packr.pack({ v: 2, seq, a: { y: { dt: 'u8', sh: [MiB], n: MiB, mt: 'host', m: 't', x: seq + 1 }, i: seq } }) });
-    await raw.sendMessage(packMessage(Array.from({ length: 8 }, (_, seq) => item(seq))));
+    await raw.sendMessage(packMessage(Array.from({ length: 8 }, (_, seq) => repeatItem(call, seq, MiB))));
     for (let seq = 0; seq < 8; seq += 1) await raw.payload(seq + 1, new Uint8Array(MiB).fill(seq));
     const taken: number[] = [];
     let failure: GdrpcError | undefined;
@@ -137,15 +148,12 @@ describe('a hostile server', () => {
   it('a stream whose caller takes its items as they come is not held to maxResultBytes in all', async () => {
     const MiB = 1 << 20;
     const { raw, client } = await admittedClient({ maxResultBytes: 2 * MiB });
-    const stream = client.serverStream(EchoDescriptor.methods.repeat, { x: Tensor.fromArray(new Uint8Array(4)), times: 6 })[Symbol.asyncIterator]();
-    const first = stream.next();
-    const request = (await raw.receive())?.find((f) => f.kind === FrameKind.Request);
-    expect(request).toBeDefined();
+    const { stream, first, call } = await repeatStream(raw, client, 6);
     const taken: number[] = [];
     let next = first;
     // Six items of 1 MiB, one at a time, each taken before the next comes: 6 MiB in all.
     for (let seq = 0; seq < 6; seq += 1) {
-      await raw.sendMessage(packMessage([{ kind: FrameKind.StreamItem, call: request!.call, body: packr.pack({ v: 2, seq, a: { y: { dt: 'u8', sh: [MiB], n: MiB, mt: 'host', m: 't', x: seq + 1 }, i: seq } }) }]));
+      await raw.sendMessage(packMessage([repeatItem(call, seq, MiB)]));
       await raw.payload(seq + 1, new Uint8Array(MiB).fill(seq));
       const result = await next;
       expect(result.done).toBe(false);
@@ -155,7 +163,7 @@ describe('a hostile server', () => {
       y.release();
       next = stream.next();
     }
-    await raw.sendMessage(packMessage([{ kind: FrameKind.StreamEnd, call: request!.call, body: packr.pack({ v: 2, seq: 6 }) }]));
+    await raw.sendMessage(packMessage([{ kind: FrameKind.StreamEnd, call, body: packr.pack({ v: 2, seq: 6 }) }]));
     expect((await next).done).toBe(true);
     expect(taken).toEqual([0, 1, 2, 3, 4, 5]);
   });

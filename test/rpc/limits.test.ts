@@ -74,17 +74,29 @@ describe('frame limit on the server side', () => {
   });
 });
 
+/** A gate a handler waits at, whatever becomes of its call, and how many wait there now. */
+function gate(): { pass: () => Promise<void>; open: () => void; readonly waiting: number } {
+  let open!: () => void;
+  const opened = new Promise<void>((resolve) => { open = resolve; });
+  let waiting = 0;
+  return {
+    pass: async () => {
+      waiting += 1;
+      await opened;
+      waiting -= 1;
+    },
+    open,
+    get waiting() { return waiting; },
+  };
+}
+
 describe('handlers that ignore their signal', () => {
   it('count against maxCalls until they return, not only until their calls ended', async () => {
-    let release!: () => void;
-    const gate = new Promise<void>((resolve) => { release = resolve; });
-    let running = 0;
+    const held = gate();
     const echo = await inProcessEcho({
       // Ignores ctx.signal: runs until the gate opens, whatever became of its call.
       sleep: async () => {
-        running += 1;
-        await gate;
-        running -= 1;
+        await held.pass();
         return { aborted: false };
       },
       ping: (args: { n: number }) => ({ n: args.n }),
@@ -92,16 +104,16 @@ describe('handlers that ignore their signal', () => {
     try {
       const ended = [1, 2].map(() => echo.client.unary(EchoDescriptor.methods.sleep, { ms: 1 }, { deadline: 200 }).then(() => 'OK', (error: GdrpcError) => error.code));
       expect(await Promise.all(ended)).toEqual([Code.DEADLINE_EXCEEDED, Code.DEADLINE_EXCEEDED]);
-      expect(running).toBe(2);
+      expect(held.waiting).toBe(2);
       // Until 2026-12-06 their slots came back with their calls' end, and a client cancelling
       // calls as fast as it made them ran any number of such handlers at once.
       const refused = await echo.client.unary(EchoDescriptor.methods.ping, { n: 1 }).then(() => undefined, (error: GdrpcError) => error);
       expect(refused).toMatchObject({ code: Code.RESOURCE_EXHAUSTED, details: { limit: 'maxCalls' } });
-      release();
-      await expect.poll(() => running, { timeout: 5000, interval: 10 }).toBe(0);
+      held.open();
+      await expect.poll(() => held.waiting, { timeout: 5000, interval: 10 }).toBe(0);
       await expect.poll(() => echo.client.unary(EchoDescriptor.methods.ping, { n: 2 }).then((r) => r.n, (error: GdrpcError) => error.code), { timeout: 5000, interval: 20 }).toBe(2);
     } finally {
-      release();
+      held.open();
       await echo.close();
     }
   });
@@ -109,15 +121,11 @@ describe('handlers that ignore their signal', () => {
 
 describe('a server-streaming handler that ignores its signal', () => {
   it('counts against maxCalls until the item it was making when its call ended is made', async () => {
-    let release!: () => void;
-    const gate = new Promise<void>((resolve) => { release = resolve; });
-    let making = 0;
+    const held = gate();
     const echo = await inProcessEcho({
       ping: (args: { n: number }) => ({ n: args.n }),
       count: (async function* () {
-        making += 1;
-        await gate;  // ignores ctx.signal
-        making -= 1;
+        await held.pass();  // ignores ctx.signal
         yield { i: 0 };
       }) as never,
     }, { server: { maxCalls: 1 } });
@@ -125,13 +133,13 @@ describe('a server-streaming handler that ignores its signal', () => {
       const stream = echo.client.serverStream(EchoDescriptor.methods.count, { upTo: 1, delayMs: 0 }, { deadline: 200 });
       const ended = await (async () => { for await (const _ of stream) { /* none comes */ } })().then(() => 'OK', (error: GdrpcError) => error.code);
       expect(ended).toBe(Code.DEADLINE_EXCEEDED);
-      expect(making).toBe(1);
+      expect(held.waiting).toBe(1);
       const refused = await echo.client.unary(EchoDescriptor.methods.ping, { n: 1 }).then(() => undefined, (error: GdrpcError) => error);
       expect(refused).toMatchObject({ code: Code.RESOURCE_EXHAUSTED, details: { limit: 'maxCalls' } });
-      release();
+      held.open();
       await expect.poll(() => echo.client.unary(EchoDescriptor.methods.ping, { n: 2 }).then((r) => r.n, (error: GdrpcError) => error.code), { timeout: 5000, interval: 20 }).toBe(2);
     } finally {
-      release();
+      held.open();
       await echo.close();
     }
   });
