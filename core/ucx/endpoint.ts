@@ -117,6 +117,14 @@ export class Endpoint extends EventEmitter<{ error: [GdrpcError]; close: [] }> {
     return this.#native.transports();
   }
 
+  /** This side's port on a connection it made to a listener: the port the server's connection
+   *  request shows (ucp_ep_query UCP_EP_ATTR_FIELD_LOCAL_SOCKADDR); undefined where UCX cannot
+   *  tell. */
+  localPort(): number | undefined {
+    this.#checkUsable();
+    return this.#native.localPort();
+  }
+
   /** Graceful close (flush) unless the endpoint failed or force is set; pending requests reject
    *  with CANCELLED (or UNAVAILABLE if the endpoint failed). Safe to call twice. */
   close(options: { force?: boolean } = {}): Promise<void> {

@@ -86,6 +86,7 @@ export const FRAMES = {
       /** the server reads REPORTS frames (with `rep`: its peer may send those instead of SENT) */ rpt: optional(bool),
       /** bytes of messages the client may send before CREDIT on call 0 gives more ("Message window") */ win: optional(uint),
       /** the most the window grows to with a loan, for one message (absent: `win`; "Message window") */ wmax: optional(uint),
+      /** the port the client's connection came from, as the server saw it: the client routes HELLO by it */ cp: optional(uint),
     },
   },
   [FrameKind.Auth]: {

@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <cstring>
 #include "request.h"
+#include "listener_drain.h"
 #include "rkey.h"
 #include "state.h"
 #include "status.h"
@@ -19,6 +20,7 @@ Napi::Function Endpoint::Define(Napi::Env env) {
     InstanceMethod<&Endpoint::Get>("get"),
     InstanceMethod<&Endpoint::Flush>("flush"),
     InstanceMethod<&Endpoint::Transports>("transports"),
+    InstanceMethod<&Endpoint::LocalPort>("localPort"),
     InstanceMethod<&Endpoint::Close>("close"),
     InstanceAccessor<&Endpoint::GetPeer>("peer"),
     InstanceAccessor<&Endpoint::GetFailed>("failed"),
@@ -223,6 +225,19 @@ Napi::Value Endpoint::Transports(const Napi::CallbackInfo& info) {
     result.Set(i, entry);
   }
   return result;
+}
+
+// The port of this side's socket address on a connection made through a listener (ucp_ep_query
+// UCP_EP_ATTR_FIELD_LOCAL_SOCKADDR): what the server's connection request says of the client.
+// undefined where UCX cannot tell (not a sockaddr connection, or not yet bound).
+Napi::Value Endpoint::LocalPort(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  CheckUsable(env);
+  ucp_ep_attr_t attr{};
+  attr.field_mask = UCP_EP_ATTR_FIELD_LOCAL_SOCKADDR;
+  if (ucp_ep_query(ep_, &attr) != UCS_OK) return env.Undefined();
+  const unsigned port = DescribeAddress(attr.local_sockaddr).second;
+  return port == 0 ? env.Undefined() : Napi::Number::New(env, port);
 }
 
 void Endpoint::DetachAll(Napi::Env env, bool closing) {

@@ -137,6 +137,22 @@ describe('close semantics', () => {
     context.close();
   });
 
+  it('an endpoint made to a listener tells its own port, the one the listener saw, from the start', async () => {
+    const context = Context.create({ config });
+    const worker = Worker.create(context);
+    const seen: number[] = [];
+    const listener = Listener.create(worker, { host: '127.0.0.1', accept: (r) => { seen.push(r.clientPort); return true; } });
+    const eps = Array.from({ length: 3 }, () => Endpoint.connect(worker, { host: '127.0.0.1', port: listener.port }));
+    const ports = eps.map((ep) => ep.localPort());
+    for (const ep of eps) await ep.flush();
+    expect(new Set(ports).size).toBe(3);
+    expect([...seen].sort()).toEqual([...ports].sort());
+    for (const ep of eps) await ep.close({ force: true });
+    listener.close();
+    await worker.close();
+    context.close();
+  });
+
   it('a listener can reject a connection; the client sees UNAVAILABLE', async () => {
     const context = Context.create({ config });
     const worker = Worker.create(context);

@@ -8,7 +8,7 @@ import { messageWeight } from '../../core/rpc/connection/window-frames.ts';
 import { FrameKind } from '../../core/wire/frames.ts';
 import { MAX_MESSAGE_FRAMES, packMessage } from '../../core/wire/message.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
-import { RawServer } from './fixtures/raw-server.ts';
+import { clientPort, RawServer } from './fixtures/raw-server.ts';
 import { GoAwayServer } from './fixtures/goaway-server.ts';
 import { patterned } from './fixtures/tensors.ts';
 import { MAX_DRAINING_CONNECTIONS } from '../../core/rpc/client/client.ts';
@@ -346,6 +346,40 @@ describe('a hostile server', () => {
     expect(await Promise.race([connected, stalled])).toBe('honest connected');
     await admitting;
     expect(await stalled).toBe('stalled failed');
+  });
+
+  it('a server that never sends HELLO does not hold up the process\'s next connection', async () => {
+    // HELLO used to be told apart by turns alone: a server (an owner named in @remote handles)
+    // that sent none held every later connection of the process up to its connect timeout. Now
+    // HELLO names the client's port and goes to the connection on it.
+    const silent = RawServer.listen();
+    opened.push(silent);
+    const honest = RawServer.listen();
+    opened.push(honest);
+    const stalled = Client.connect(silent.address, { connectTimeoutMs: 4000 }).then(() => 'stalled connected', () => 'stalled failed');
+    await silent.accepted();
+    const admitting = honest.admit();
+    const connected = Client.connect(honest.address, { connectTimeoutMs: 8000 }).then((client) => { opened.push(client); return 'honest connected'; }, () => 'honest failed');
+    expect(await Promise.race([connected, stalled])).toBe('honest connected');
+    await admitting;
+    expect(await stalled).toBe('stalled failed');
+  });
+
+  it('HELLOs naming no waiting connection\'s port (another port, or none) reach no connection: that server\'s connection gives up, an honest one is admitted meanwhile', async () => {
+    const honest = RawServer.listen();
+    opened.push(honest);
+    const hostile = RawServer.listen();
+    opened.push(hostile);
+    const honestConnect = Client.connect(honest.address, { connectTimeoutMs: 8000 });
+    const honestEndpoint = await honest.accepted();
+    const hostileConnect = Client.connect(hostile.address, { connectTimeoutMs: 2000 }).then(() => 'connected', (error: GdrpcError) => error.code);
+    const hostileEndpoint = await hostile.accepted();
+    const unused = [clientPort(honestEndpoint), clientPort(hostileEndpoint)].reduce((a, b) => Math.max(a, b)) + 1;
+    await hostile.hello({ cp: null });
+    await hostile.hello({ cp: unused });
+    await honest.admit();
+    opened.push(await honestConnect);
+    expect(await hostileConnect).toBe(Code.UNAVAILABLE);
   });
 
   it('results the client refuses fail the call at once, not after the bytes it waits to refuse', async () => {

@@ -19,7 +19,7 @@ const bytes = (n: number): Uint8Array => new Uint8Array(n).fill(7);
 
 const FRAME_CASES: Record<FrameKind, Case> = {
   [FrameKind.Hello]: {
-    good: { key: KEY, chal: bytes(32), maxFrame: 4 << 20, maxTensor: 2 ** 40, inline: 4096, live: 10_000, gpu: false, stg: true, rep: true, gat: true, rpt: true, win: 256 << 10, wmax: 8 << 20 },
+    good: { key: KEY, chal: bytes(32), maxFrame: 4 << 20, maxTensor: 2 ** 40, inline: 4096, live: 10_000, gpu: false, stg: true, rep: true, gat: true, rpt: true, win: 256 << 10, wmax: 8 << 20, cp: 50_123 },
     missing: 'maxFrame', wrongType: ['gpu', 1], outOfBounds: ['key', 0xffff_ffffn],
   },
   [FrameKind.Auth]: {

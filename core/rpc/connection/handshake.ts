@@ -12,42 +12,64 @@ import { windowRefusal } from './window.ts';
 import type { FrameSink } from '../runtime/dispatcher.ts';
 import { DEFAULT_FRAME_BYTES, type Runtime } from '../runtime/runtime.ts';
 
+/** Connections made in turn while the port they get is one another handshake waits on, before
+ *  the handshake takes the turns. */
+const PORT_TRIES = 4;
+
 export interface HandshakeOptions { token?: string; livenessMs: number; timeoutMs: number; name?: string }
 
 /** Connects to host:port and completes admission; the connection comes back ready for calls. */
 export async function connectAndAdmit(runtime: Runtime, host: string, port: number, options: HandshakeOptions): Promise<Connection> {
-  // Only one outgoing handshake per worker at a time: HELLO carries no hint of which endpoint it
-  // came from (UCX tag matching does not say), so the one pending endpoint is the one it is for.
-  // After HELLO, everything arrives under the key this side drew, which only that server learns.
+  // HELLO comes under key 0 (the server knows no key of this side yet), and UCX tag matching
+  // does not say which endpoint it came from: it names the port the server saw the connection
+  // come from (`cp`), which is this endpoint's own, and is routed by it. Everything after it
+  // arrives under the key this side drew, which only that server learns.
   const forward: FrameSink & { target?: Connection } = {
     onMessage(source, length) { this.target?.onMessage(source, length); },
     onOversized(length) { this.target?.onOversized(length); },
     onStrayData(message, low, framesWaiting) { if (this.target !== undefined) this.target.onStrayData(message, low, framesWaiting); else runtime.dispatcher.drop(message); },
     onStalled() { this.target?.onStalled(); },
   };
-  // The wait for the turn counts against the connect timeout, and the turn ends with HELLO: a
-  // hostile owner named in @remote handles that sent HELLO and never READY held every later
-  // connection of the process 5 s a handle (8 handles: an honest connect took 39.5 s; a helper
-  // session's owner, 2026-12-06). One that sends no HELLO still holds it up to the timeout.
   const started = performance.now();
-  const endTurn = await runtime.dispatcher.awaitHelloTurn(forward, AbortSignal.timeout(options.timeoutMs)).catch(() => {
-    throw new GdrpcError(Code.UNAVAILABLE, `no turn to connect to ${host}:${port} within ${options.timeoutMs} ms: this process's other connections were waiting for their servers' HELLO (one at a time: docs/wire.md "Handshake and admission")`);
-  });
+  const dial = (): Endpoint => Endpoint.connect(runtime.worker, { host, port, name: options.name ?? 'gdrpc-client' });
+  let endpoint: Endpoint | undefined;
   let connection: Connection | undefined;
+  let helloCame: (() => void) | undefined;
   try {
-    const endpoint = Endpoint.connect(runtime.worker, { host, port, name: options.name ?? 'gdrpc-client' });
+    // Linux gives one local port to connections to different servers: a port another handshake
+    // of this process waits on is given up for another.
+    for (let tries = 0; tries < PORT_TRIES && helloCame === undefined; tries++) {
+      endpoint = dial();
+      const local = endpoint.localPort();
+      if (local === undefined) break;
+      if (runtime.dispatcher.awaitsHello(local)) void endpoint.close({ force: true }).catch(() => {});
+      else helloCame = runtime.dispatcher.expectHello(local, forward);
+    }
+    if (helloCame === undefined) {
+      // Where UCX does not tell this side's port, handshakes take turns: the one whose turn it
+      // is takes a HELLO naming no awaited port, and the wait counts against the connect
+      // timeout. The endpoint made before the turn is given up for one made within it.
+      void endpoint?.close({ force: true }).catch(() => {});
+      endpoint = undefined;
+      helloCame = await runtime.dispatcher.awaitHelloTurn(forward, AbortSignal.timeout(options.timeoutMs)).catch(() => {
+        throw new GdrpcError(Code.UNAVAILABLE, `no turn to connect to ${host}:${port} within ${options.timeoutMs} ms: this process's other connections were waiting for their servers' HELLO (one at a time where UCX does not tell a connection's port: docs/wire.md "Handshake and admission")`);
+      });
+    }
+    // Made within the turn where the ports did not serve.
+    endpoint ??= dial();
     connection = new Connection(runtime, endpoint, options.livenessMs);
     // A client's own window is its runtime's to give at once: AUTH announces it.
     connection.widenWindow();
     forward.target = connection;
-    await admit(connection, { ...options, timeoutMs: Math.max(1, options.timeoutMs - (performance.now() - started)) }, endTurn);
+    await admit(connection, { ...options, timeoutMs: Math.max(1, options.timeoutMs - (performance.now() - started)) }, helloCame);
     return connection;
   } catch (error) {
     const failure = sharedMemoryHint(runtime, connection, GdrpcError.from(error, Code.UNAVAILABLE));
-    connection?.close(failure);
+    if (connection !== undefined) connection.close(failure);
+    else void endpoint?.close({ force: true }).catch(() => {});
     throw failure;
   } finally {
-    endTurn();
+    helloCame?.();
   }
 }
 

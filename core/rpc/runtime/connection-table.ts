@@ -2,12 +2,17 @@
 // message, so a connection's key, drawn at random and told only to its peer, is what ties a
 // message to it: a control tag names a connection by the key's 24-bit prefix (unique among this
 // worker's keys) and its secret 32-bit low word, all of it checked. Key 0 is the handshake's
-// HELLO, routed to the one outgoing handshake whose turn it is.
+// HELLO, routed by the client's port it names (`cp`, the port the server saw the connection come
+// from) to the outgoing handshake on that port, or else to the one whose turn it is (a handshake
+// whose port UCX did not tell: docs/wire.md "Handshake and admission").
 import type { StallWatch } from './stall-watch.ts';
 import type { TurnHolder } from './read-turns.ts';
 import type { TakenMessage } from '../../ucx/index.ts';
 import type { ReceiveBuffer } from './receive-buffer.ts';
 import { ConnectionKey, controlPrefix, controlTag } from '../../wire/tag.ts';
+import { decodeFrame } from '../../wire/codec.ts';
+import { FrameKind } from '../../wire/frames.ts';
+import { unpackMessage } from '../../wire/message.ts';
 
 /** What a connection exposes to the dispatcher. */
 export interface FrameSink {
@@ -39,13 +44,15 @@ export class ConnectionTable {
   readonly #byPrefix = new Map<number, Registered>();
   #hello: FrameSink | undefined;
   readonly #helloQueue: Array<() => void> = [];
+  /** Outgoing handshakes waiting for their HELLO, by this side's port of their connection. */
+  readonly #helloByPort = new Map<number, FrameSink>();
   /** The handshake's HELLO (key 0) as a connection: read by the line's turn alone (read-turns.ts). */
   readonly hello: Registered;
 
   constructor() {
     const table = this;
     const hello: FrameSink = {
-      onMessage: (source, length) => table.#hello?.onMessage(source, length),
+      onMessage: (source, length) => table.#helloOf(source, length)?.onMessage(source, length),
       onOversized: (length) => table.#hello?.onOversized(length),
       onStrayData: (message, low, framesWaiting) => table.#hello?.onStrayData(message, low, framesWaiting),
       onStalled: () => table.#hello?.onStalled(),
@@ -72,6 +79,30 @@ export class ConnectionTable {
     if (registered?.low !== key.low) return undefined;
     this.#byPrefix.delete(key.prefix);
     return registered;
+  }
+
+  /** Routes the HELLO (key 0) that names `port` as the client's to `sink`, without a turn; the
+   *  returned function ends the wait (HELLO came, or the handshake gave up). */
+  expectHello(port: number, sink: FrameSink): () => void {
+    if (this.#helloByPort.has(port)) throw new Error(`two handshakes wait for HELLO on port ${port}`);
+    this.#helloByPort.set(port, sink);
+    return () => {
+      if (this.#helloByPort.get(port) === sink) this.#helloByPort.delete(port);
+    };
+  }
+
+  awaitsHello(port: number): boolean { return this.#helloByPort.has(port); }
+
+  /** Whether a HELLO (key 0) has anyone to go to. */
+  get #helloAwaited(): boolean { return this.#hello !== undefined || this.#helloByPort.size > 0; }
+
+  /** The handshake a HELLO message is for: the one on the port it names, else the turn's. A HELLO
+   *  that names a port nobody waits on goes to the turn's handshake (whose port is unknown), or
+   *  nowhere; a message that is no HELLO goes where a HELLO without a port would. */
+  #helloOf(source: Uint8Array, length: number): FrameSink | undefined {
+    if (this.#helloByPort.size === 0) return this.#hello;
+    const port = helloPort(source, length);
+    return (port === undefined ? undefined : this.#helloByPort.get(port)) ?? this.#hello;
   }
 
   /** Routes the next HELLO (key 0) to `sink` once no other handshake has the turn; the returned
@@ -105,14 +136,14 @@ export class ConnectionTable {
   sinkOfWords(low: number, high: number): FrameSink | undefined {
     const prefix = controlPrefix(high);
     if (prefix === undefined) return undefined;
-    if (prefix === 0) return low === 0 ? this.#hello : undefined;
+    if (prefix === 0) return low === 0 && this.#helloAwaited ? this.hello.sink : undefined;
     return this.registeredOf(low, high)?.sink;
   }
 
   /** The entry a control tag's two words name: a registered connection, or `hello` for key 0
    *  while a handshake waits for its HELLO. */
   entryOf(low: number, high: number): Registered | undefined {
-    return controlPrefix(high) === 0 && low === 0 && this.#hello !== undefined ? this.hello : this.registeredOf(low, high);
+    return controlPrefix(high) === 0 && low === 0 && this.#helloAwaited ? this.hello : this.registeredOf(low, high);
   }
 
   /** The registered connection a control tag's two words name (not the handshake's key 0). */
@@ -128,5 +159,19 @@ export class ConnectionTable {
 
   sinkOf(tag: bigint): FrameSink | undefined {
     return this.sinkOfWords(Number(tag & 0xffff_ffffn), Number(tag >> 32n));
+  }
+}
+
+/** The client port a HELLO message names (`cp`), or undefined: not a HELLO, none named, or not
+ *  readable (the handshake it reaches reports what is wrong with it). `source` holds zeros past
+ *  `length`, as decodeFrame asks. */
+function helloPort(source: Uint8Array, length: number): number | undefined {
+  try {
+    const [first] = unpackMessage(source, length);
+    if (first?.kind !== FrameKind.Hello) return undefined;
+    const frame = decodeFrame(first);
+    return frame.kind === FrameKind.Hello ? frame.body.cp : undefined;
+  } catch {
+    return undefined;
   }
 }

@@ -112,8 +112,19 @@ export class Dispatcher {
     this.#awaiting.end(registered);
   }
 
-  /** Routes the next HELLO (key 0) to `sink`. Outgoing handshakes take turns (docs/wire.md): the
-   *  returned function ends this one's turn. */
+  /** Whether an outgoing handshake waits for the HELLO naming `port`. */
+  awaitsHello(port: number): boolean { return this.#table.awaitsHello(port); }
+
+  /** Routes the HELLO (key 0) naming `port` as the client's to `sink` (an outgoing handshake on
+   *  that port); the returned function ends the wait. */
+  expectHello(port: number, sink: FrameSink): () => void {
+    const end = this.#table.expectHello(port, sink);
+    this.#start();
+    return end;
+  }
+
+  /** Routes the next HELLO (key 0) that names no awaited port to `sink`. Outgoing handshakes whose
+   *  port UCX did not tell take turns (docs/wire.md): the returned function ends this one's turn. */
   async awaitHelloTurn(sink: FrameSink, signal?: AbortSignal): Promise<() => void> {
     const endTurn = await this.#table.awaitHelloTurn(sink, signal);
     this.#start();

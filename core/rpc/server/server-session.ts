@@ -72,6 +72,8 @@ export class ServerSession {
     }, host.admissionTimeoutMs);
     this.#admissionTimer.unref();
     const hello: FrameBody<FrameKind.Hello> = { key: connection.key.value, maxFrame: host.limits.maxFrame, maxTensor: host.limits.maxTensor, inline: host.limits.inline, live: host.livenessMs, gpu: cudaReceives(), win: connection.openingWindow, wmax: connection.wholeWindow };
+    const clientPort = portOf(connection.peer);
+    if (clientPort !== undefined) hello.cp = clientPort;
     if (this.#challenge !== undefined) hello.chal = this.#challenge;
     if (connection.runtime.stagesCudaReceives) hello.stg = true;
     if (connection.runtime.describes) {
@@ -247,4 +249,10 @@ function policyOf(body: FrameBody<FrameKind.Request>): SendPolicy | undefined {
   const mover = body.mv ?? 'auto';
   if (mover !== 'auto' && mover !== 'inline' && mover !== 'tag' && mover !== 'rma') return undefined;
   return { mover, noStaging: body.ns ?? false };
+}
+
+/** The port of a peer named "address:port" (a listener's endpoint), or undefined. */
+function portOf(peer: string): number | undefined {
+  const port = Number(peer.slice(peer.lastIndexOf(':') + 1));
+  return Number.isInteger(port) && port > 0 && port <= 0xffff ? port : undefined;
 }

@@ -1,0 +1,85 @@
+// How a client tells its connections' HELLOs apart (docs/wire.md "Handshake and admission"): by
+// the port HELLO names, which is the endpoint's own; by turns where UCX does not tell the port or
+// the port is one another connection of the process waits on.
+import { afterAll, afterEach, describe, expect, it, vi } from 'vitest';
+import { Client, Code, type GdrpcError } from '../../core/index.ts';
+import { Endpoint } from '../../core/ucx/index.ts';
+import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
+import { TestClients } from './fixtures/clients.ts';
+import { startServer, type ListeningPeer } from './fixtures/peers.ts';
+import { RawServer } from './fixtures/raw-server.ts';
+import { disposePeers } from '../support/peer.ts';
+
+const clients = new TestClients();
+const raws: RawServer[] = [];
+afterEach(async () => {
+  vi.restoreAllMocks();
+  await clients.closeAll();
+  for (const raw of raws.splice(0)) await raw.close();
+});
+afterAll(() => disposePeers());
+
+const listen = (): RawServer => {
+  const raw = RawServer.listen();
+  raws.push(raw);
+  return raw;
+};
+
+/** A ping through `client` answered by the server it is connected to. */
+async function pings(client: Client): Promise<void> {
+  await expect(client.unary(EchoDescriptor.methods.ping, { n: 3 })).resolves.toMatchObject({ n: 3 });
+}
+
+describe('HELLO routing', () => {
+  let servers: ListeningPeer[] = [];
+  afterAll(() => { servers = []; });
+
+  it('many connections of one process to several servers at once: each is admitted by its own server', async () => {
+    servers = await Promise.all([startServer(), startServer(), startServer()]);
+    const connected = await Promise.all(Array.from({ length: 12 }, (_, i) => clients.connect(servers[i % servers.length]!.address)));
+    for (const client of connected) await pings(client);
+  });
+
+  it('where UCX does not tell an endpoint\'s port, connections take turns: one whose HELLO does not come holds the next up to its timeout', async () => {
+    const localPort = vi.spyOn(Endpoint.prototype, 'localPort').mockReturnValue(undefined);
+    const silent = listen();
+    const stalled = Client.connect(silent.address, { connectTimeoutMs: 4000 }).then(() => 'connected', (error: GdrpcError) => error.code);
+    await silent.accepted();
+    const honest = listen();
+    const waiting = Client.connect(honest.address, { connectTimeoutMs: 1000 });
+    await expect(waiting).rejects.toMatchObject({ code: Code.UNAVAILABLE, message: expect.stringMatching(/no turn to connect/) });
+    expect(await stalled).toBe(Code.UNAVAILABLE);
+    // The turn is free again: a connection made in turns is admitted.
+    const next = listen();
+    const admitting = next.admit();
+    const client = await Client.connect(next.address, { connectTimeoutMs: 4000 });
+    await admitting;
+    await client.close();
+    expect(localPort).toHaveBeenCalled();
+  });
+
+  it('a port another connection waits on is given up: dialled again, then made in turns; both connections are admitted by their own servers', async () => {
+    servers = await Promise.all([startServer(), startServer()]);
+    const real = Endpoint.prototype.localPort;
+    let first: number | undefined;
+    let collisions = 0;
+    // The first endpoint's port, then that port again for the next four: what Linux may give
+    // connections to different servers.
+    vi.spyOn(Endpoint.prototype, 'localPort').mockImplementation(function (this: Endpoint) {
+      const port = real.call(this);
+      if (first === undefined) {
+        first = port;
+        return port;
+      }
+      if (collisions < 4) {
+        collisions += 1;
+        return first;
+      }
+      return port;
+    });
+    const [a, b] = await Promise.all([clients.connect(servers[0]!.address), clients.connect(servers[1]!.address)]);
+    expect(collisions).toBe(4);
+    await pings(a!);
+    await pings(b!);
+  });
+});
