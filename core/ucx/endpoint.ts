@@ -37,15 +37,18 @@ export class Endpoint extends EventEmitter<{ error: [GdrpcError]; close: [] }> {
   }
 
   /** Client side: ucp_ep_create with a sockaddr; PEER error mode. Connection failures surface as
-   *  UNAVAILABLE on operations and as an 'error' event. */
-  static connect(worker: Worker, options: { host: string; port: number; name?: string }): Endpoint {
+   *  UNAVAILABLE on operations and as an 'error' event. A host name is resolved here, with a
+   *  blocking getaddrinfo: callers on the event loop resolve it first (rpc/connection/resolve.ts)
+   *  and pass the name as `label`, which is how `peer` names the endpoint. */
+  static connect(worker: Worker, options: { host: string; port: number; name?: string; label?: string }): Endpoint {
     const nativeWorker = Worker.nativeOf(worker);
     checkObject(options, 'options');
     const host = checkString(options.host, 'options.host');
     const port = checkPort(options.port, 'options.port');
     if (port === 0) throw invalid('options.port must not be 0');
     const name = options.name === undefined ? undefined : checkString(options.name, 'options.name');
-    return new Endpoint(worker, new (native().Endpoint)(nativeWorker, host, port, name));
+    const label = options.label === undefined ? undefined : checkString(options.label, 'options.label');
+    return new Endpoint(worker, new (native().Endpoint)(nativeWorker, host, port, name, label));
   }
 
   /** The error callback fired (the peer is gone or the transport failed). */

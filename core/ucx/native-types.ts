@@ -104,7 +104,7 @@ export interface NativeBinding {
   Worker: new (context: NativeContext, busyPollUs: number, watchdogMs: number, deviceSpinUs: number, stuckSpinUs: number, allowedPeers?: string[]) => NativeWorker;
   Listener: new (worker: NativeWorker, host: string, port: number,
     handler: (kind: ListenerEvent, a: unknown, b: unknown) => boolean | void) => NativeListener;
-  Endpoint: new (worker: NativeWorker, host: string, port: number, name: string | undefined) => NativeEndpoint;
+  Endpoint: new (worker: NativeWorker, host: string, port: number, name: string | undefined, label?: string) => NativeEndpoint;
   MemoryRegion: {
     new (context: NativeContext, buffer: ArrayBuffer): NativeMemoryRegion;
     new (context: NativeContext, address: bigint, length: number, memoryType: 'host' | 'cuda'): NativeMemoryRegion;

@@ -67,7 +67,8 @@ Endpoint::Endpoint(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Endpoint>(
     std::string host = info[1].As<Napi::String>().Utf8Value();
     uint32_t port = info[2].As<Napi::Number>().Uint32Value();
     address = Resolve(env, host, port);
-    peer_ = host + ":" + std::to_string(port);
+    // How errors name the peer: the host as the caller named it, where it resolved the name itself.
+    peer_ = (info[4].IsString() ? info[4].As<Napi::String>().Utf8Value() : host) + ":" + std::to_string(port);
     params.field_mask |= UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR;
     params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
     params.sockaddr.addr = reinterpret_cast<const sockaddr*>(&address);

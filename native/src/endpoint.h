@@ -18,7 +18,7 @@ struct Request;
 class Endpoint : public Napi::ObjectWrap<Endpoint> {
  public:
   static Napi::Function Define(Napi::Env env);
-  /** new Endpoint(worker, host, port, name) connects; new Endpoint(worker, External<conn_request>, peer) accepts. */
+  /** new Endpoint(worker, host, port, name, label) connects (label: the host as errors name it); new Endpoint(worker, External<conn_request>, peer) accepts. */
   explicit Endpoint(const Napi::CallbackInfo& info);
   ~Endpoint() override;
 

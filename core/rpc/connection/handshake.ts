@@ -9,6 +9,7 @@ import { cudaReceives } from '../runtime/memory-support.ts';
 import { Connection } from './connection.ts';
 import type { FrameHandler } from './inbound.ts';
 import { windowRefusal } from './window.ts';
+import { resolveHost } from './resolve.ts';
 import type { FrameSink } from '../runtime/dispatcher.ts';
 import { DEFAULT_FRAME_BYTES, type Runtime } from '../runtime/runtime.ts';
 
@@ -31,7 +32,9 @@ export async function connectAndAdmit(runtime: Runtime, host: string, port: numb
     onStalled() { this.target?.onStalled(); },
   };
   const started = performance.now();
-  const dial = (): Endpoint => Endpoint.connect(runtime.worker, { host, port, name: options.name ?? 'gdrpc-client' });
+  const left = (): number => Math.max(1, Math.round(options.timeoutMs - (performance.now() - started)));
+  const address = await resolveHost(host, options.timeoutMs);
+  const dial = (): Endpoint => Endpoint.connect(runtime.worker, { host: address, port, name: options.name ?? 'gdrpc-client', label: host });
   let endpoint: Endpoint | undefined;
   let connection: Connection | undefined;
   let helloCame: (() => void) | undefined;
@@ -51,7 +54,7 @@ export async function connectAndAdmit(runtime: Runtime, host: string, port: numb
       // timeout. The endpoint made before the turn is given up for one made within it.
       void endpoint?.close({ force: true }).catch(() => {});
       endpoint = undefined;
-      helloCame = await runtime.dispatcher.awaitHelloTurn(forward, AbortSignal.timeout(options.timeoutMs)).catch(() => {
+      helloCame = await runtime.dispatcher.awaitHelloTurn(forward, AbortSignal.timeout(left())).catch(() => {
         throw new GdrpcError(Code.UNAVAILABLE, `no turn to connect to ${host}:${port} within ${options.timeoutMs} ms: this process's other connections were waiting for their servers' HELLO (one at a time where UCX does not tell a connection's port: docs/wire.md "Handshake and admission")`);
       });
     }
@@ -61,7 +64,7 @@ export async function connectAndAdmit(runtime: Runtime, host: string, port: numb
     // A client's own window is its runtime's to give at once: AUTH announces it.
     connection.widenWindow();
     forward.target = connection;
-    await admit(connection, { ...options, timeoutMs: Math.max(1, options.timeoutMs - (performance.now() - started)) }, helloCame);
+    await admit(connection, { ...options, timeoutMs: left() }, helloCame);
     return connection;
   } catch (error) {
     const failure = sharedMemoryHint(runtime, connection, GdrpcError.from(error, Code.UNAVAILABLE));
