@@ -8,6 +8,7 @@ import { FrameKind } from '../../core/wire/frames.ts';
 import { packMessage } from '../../core/wire/message.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { RawServer } from './fixtures/raw-server.ts';
+import { OWNERS_AT_ONCE } from '../../core/rpc/remote/remote.ts';
 import { DEFAULT_PULL_DEADLINE_MS, pullLimits } from '../../core/rpc/remote/owner-client.ts';
 
 const packr = new Packr({ useRecords: false });
@@ -96,6 +97,45 @@ describe('a hostile owner', () => {
     const failure = await pulling.then(() => undefined, (error: GdrpcError) => error);
     expect(failure?.code).toBe(Code.DEADLINE_EXCEEDED);
     expect(await owner.closedWithin(10_000)).toBe('closed');
+  });
+});
+
+describe('owners that never send HELLO', () => {
+  /** A client holding one handle of each of `count` owners that accept a connection and send nothing. */
+  async function handlesOfSilentOwners(count: number): Promise<{ handles: RemoteTensor[]; owners: RawServer[] }> {
+    const owners = Array.from({ length: count }, () => RawServer.listen());
+    const server = RawServer.listen();
+    opened.push(...owners, server);
+    const connecting = Client.connect(server.address);
+    await server.admit();
+    const client = await connecting;
+    opened.push(client);
+    const handles: RemoteTensor[] = [];
+    for (const [i, owner] of owners.entries()) {
+      const call = client.unary(EchoDescriptor.methods.region, { rows: 1, cols: 1 });
+      const request = (await server.receive())?.find((f) => f.kind === FrameKind.Request);
+      const h = { dt: 'u16', sh: [1, 1], n: 2, mt: 'host', m: 'h', o: owner.address, x: i + 1, s: new Uint8Array(16).fill(1) };
+      await server.sendMessage(packMessage([{ kind: FrameKind.Response, call: request!.call, body: packr.pack({ v: 2, r: { h } }) }]));
+      handles.push((await call).h as RemoteTensor);
+    }
+    return { handles, owners };
+  }
+
+  it(`pullAll dials ${OWNERS_AT_ONCE} owners at a time, none once its deadline passed, and fails DEADLINE_EXCEEDED, not at the connect timeout`, async () => {
+    // One result's handles naming 5,000 owners (one owner spelled 5,000 ways) opened 4,792
+    // connections at once and went on dialling past the pull's deadline; and a connect to an
+    // owner went on to its 5 s timeout past a pull's 1 s deadline.
+    const { handles, owners } = await handlesOfSilentOwners(OWNERS_AT_ONCE + 4);
+    const failure = await RemoteTensor.pullAll(handles, { deadline: 1000 }).then(() => undefined, (error: GdrpcError) => error);
+    expect(failure?.code).toBe(Code.DEADLINE_EXCEEDED);
+    expect(owners.filter((owner) => owner.connected)).toHaveLength(OWNERS_AT_ONCE);
+  });
+
+  it('a pull\'s signal ends its connect: CANCELLED', async () => {
+    const { handles: [handle], owners: [owner] } = await handlesOfSilentOwners(1);
+    const failure = await handle!.pull({ signal: AbortSignal.timeout(300) }).then(() => undefined, (error: GdrpcError) => error);
+    expect(failure?.code).toBe(Code.CANCELLED);
+    expect(owner!.connected).toBe(true);
   });
 });
 

@@ -2,6 +2,7 @@
 // plumbing), deadlines, cancellation, reconnection on the next call after the connection is lost.
 import { EventEmitter } from 'eventemitter3';
 import { Code, GdrpcError } from '../../errors.ts';
+import { whenAborted } from '../../abort.ts';
 import { Tensor, TensorPool, type Device } from '../../tensor/index.ts';
 import { checkOptions } from '../../tensor/options.ts';
 import { FrameKind, type FrameBody } from '../../wire/frames.ts';
@@ -22,7 +23,7 @@ import { cudaReceives } from '../runtime/memory-support.ts';
 import { DEFAULT_RECEIVE_DEVICE, landingDevice, receiveDeviceIndex, receivingDeviceCount } from '../call/placement.ts';
 import { ALLOCATE, CLIENT_OPTIONS, DEFAULT_MAX_RESULT_BYTES, DEFAULT_MAX_TENSOR_BYTES, type CallOptions, type ClientOptions } from '../call/options.ts';
 import { DEFAULT_PROCESS_POOL_BYTES } from '../runtime/process-pool.ts';
-import type { OwnerClient, OwnerDialer } from '../remote/owner-client.ts';
+import type { OwnerClient, OwnerDialer, PullLimits } from '../remote/owner-client.ts';
 import { Runtime } from '../runtime/runtime.ts';
 import type { Allocate } from '../transfer/transfer.ts';
 import { OutgoingTensors } from '../transfer/outgoing.ts';
@@ -64,7 +65,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
     this.#runtime = runtime;
     this.#host = host;
     this.#port = port;
-    this.#options = { livenessMs: DEFAULT_LIVENESS_MS, connectTimeoutMs: 5000, poolBytes: DEFAULT_PROCESS_POOL_BYTES, inlineBytes: DEFAULT_INLINE_BYTES, maxTensorBytes: DEFAULT_MAX_TENSOR_BYTES, maxResultBytes: DEFAULT_MAX_RESULT_BYTES, ...options };
+    this.#options = { livenessMs: DEFAULT_LIVENESS_MS, connectTimeoutMs: DEFAULT_CONNECT_TIMEOUT_MS, poolBytes: DEFAULT_PROCESS_POOL_BYTES, inlineBytes: DEFAULT_INLINE_BYTES, maxTensorBytes: DEFAULT_MAX_TENSOR_BYTES, maxResultBytes: DEFAULT_MAX_RESULT_BYTES, ...options };
     this.#receiveOn = receiveOn;
   }
 
@@ -319,13 +320,45 @@ export function parseAddress(address: string | { host: string; port: number }): 
   return parsed;
 }
 
+/** Default ClientOptions.connectTimeoutMs. */
+export const DEFAULT_CONNECT_TIMEOUT_MS = 5000;
+
+/** `connecting`, or CANCELLED once `signal` aborts (a client that connects after that is closed). */
+function untilAborted(connecting: Promise<Client>, signal: AbortSignal | undefined): Promise<Client> {
+  if (signal === undefined) return connecting;
+  return new Promise<Client>((resolve, reject) => {
+    const stop = whenAborted(signal, () => {
+      connecting.then((client) => client.close(), () => {});
+      reject(GdrpcError.from(signal.reason, Code.CANCELLED));
+    });
+    connecting.then((client) => { stop(); resolve(client); }, (error: unknown) => { stop(); reject(error); });
+  });
+}
+
 /** How remote handles that arrived on `runtime` are pulled. No pool unless the caller gave one: a
  *  process that only pulls should not map a 64 MiB pool for it (a one-off registration per pull
  *  instead; pass `pool` to avoid it). A handle from the default runtime pulls through whichever
  *  default runtime is open then: the one it came on may have closed with its last client. */
 export function ownerDialer(runtime: Runtime): OwnerDialer {
-  const dial = async (owner: string, token: string | undefined): Promise<OwnerClient> => {
-    const client = await Client.connect(owner, { poolBytes: 0, ...(runtime.implicit ? {} : { runtime }), ...(token !== undefined ? { token } : {}) });
+  const dial = async (owner: string, token: string | undefined, limits: PullLimits = {}): Promise<OwnerClient> => {
+    // The pull's deadline and signal end its connect too: a pull with a 1 s deadline from owners
+    // that never sent HELLO settled after the 5 s connect timeout.
+    const deadline = limits.deadline?.getTime() ?? Infinity;
+    const late = (): GdrpcError => new GdrpcError(Code.DEADLINE_EXCEEDED, `pull: deadline exceeded while connecting to the owner at ${owner}`);
+    if (Date.now() >= deadline) throw late();
+    if (limits.signal?.aborted === true) throw GdrpcError.from(limits.signal.reason, Code.CANCELLED);
+    const untilDeadline = Math.max(1, Math.ceil(deadline - Date.now()));
+    const connectTimeoutMs = Math.min(DEFAULT_CONNECT_TIMEOUT_MS, untilDeadline);
+    const started = performance.now();
+    const connecting = Client.connect(owner, { poolBytes: 0, connectTimeoutMs, ...(runtime.implicit ? {} : { runtime }), ...(token !== undefined ? { token } : {}) });
+    let client: Client;
+    try {
+      client = await untilAborted(connecting, limits.signal);
+    } catch (error) {
+      // A connect the deadline cut short (its timers and Date.now() may differ by a millisecond).
+      const cut = connectTimeoutMs === untilDeadline && performance.now() - started >= connectTimeoutMs - 1;
+      throw cut && error instanceof GdrpcError && error.code === Code.UNAVAILABLE ? Object.assign(late(), { cause: error }) : error;
+    }
     // A malformed frame from the owner fails the call it belongs to; with no listener, the
     // 'error' event would throw before that call was finished, and a pull would never end.
     client.on('error', () => { /* the failing call reports it */ });

@@ -55,8 +55,9 @@ export interface OwnerClient {
   close(): Promise<void>;
 }
 
-/** Connects a Client to the owner at `owner` ("host:port"), on the runtime the handle came to. */
-export type OwnerDialer = ((owner: string, token: string | undefined) => Promise<OwnerClient>) & {
+/** Connects a Client to the owner at `owner` ("host:port"), on the runtime the handle came to,
+ *  within a pull's `limits` when given (its deadline and signal end the connect too). */
+export type OwnerDialer = ((owner: string, token: string | undefined, limits?: PullLimits) => Promise<OwnerClient>) & {
   /** The runtime the dialer pulls on: dialers of one runtime share connections (`via`). */
   readonly runtime?: object;
 };

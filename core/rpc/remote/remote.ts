@@ -101,7 +101,7 @@ export class RemoteTensor {
     const dial = this.#dialer();
     this.#checkInto(options.into);
     const limits = pullLimits(options);
-    return this.#pullOver(dial, options, (client) => this.#pullThrough(client, options, limits));
+    return this.#pullOver(dial, options, limits, (client) => this.#pullThrough(client, options, limits));
   }
 
   /** A connection to this handle's owner for pulls to share (`via`): one handshake for many
@@ -125,18 +125,18 @@ export class RemoteTensor {
   async pullBlocks(blocks: ArrayLike<number>, options: PullBlocksOptions = {}): Promise<Tensor> {
     checkOptions('RemoteTensor.pullBlocks options', options, PULL_BLOCKS_OPTIONS);
     const plan = planBlockPull(this, blocks, options);
-    return this.#pullOver(this.#dialer(), options, async (client) => (plan.direct ? await runDirectPull(client, plan, options.via) : undefined) ?? runBlockPull(client, plan, options.via));
+    return this.#pullOver(this.#dialer(), options, plan.limits, async (client) => (plan.direct ? await runDirectPull(client, plan, options.via) : undefined) ?? runBlockPull(client, plan, options.via));
   }
 
   /** Runs `pull` over `via` when given (left open), else over a connection of its own: closed on
    *  failure, or once the owner has reported how it sent (closeWhenReported). */
-  async #pullOver(dial: OwnerDialer, options: { via?: OwnerConnection; token?: string }, pull: (client: OwnerClient) => Promise<Tensor>): Promise<Tensor> {
+  async #pullOver(dial: OwnerDialer, options: { via?: OwnerConnection; token?: string }, limits: PullLimits, pull: (client: OwnerClient) => Promise<Tensor>): Promise<Tensor> {
     const { via } = options;
     if (via !== undefined) {
       if (options.token !== undefined) throw new GdrpcError(Code.INVALID_ARGUMENT, 'a pull via a connection presents the token given to connect(), not one of its own');
       return pull(via.clientFor(this, dial));
     }
-    const client = await dial(this.owner, options.token);
+    const client = await dial(this.owner, options.token, limits);
     let tensor: Tensor;
     try {
       tensor = await pull(client);
@@ -195,7 +195,7 @@ export class RemoteTensor {
     const failures: unknown[] = [];
     const lanes = Math.max(1, Math.ceil((options.maxInFlight ?? DEFAULT_PULLS_IN_FLIGHT) / PULL_BATCH));
     const pullGroup = async (dial: OwnerDialer, owner: string, batches: number[][]): Promise<void> => {
-      const client = await dial(owner, options.token);
+      const client = await dial(owner, options.token, limits);
       let pulled = false;
       try {
         let next = 0;

@@ -214,7 +214,7 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
       exposeErrorMessages: this.#options.exposeErrorMessages,
       // Never silent: a handler's bug goes to stderr when the application does not listen. A
       // listener that throws must not take the call (and the process) down with it.
-      dialOwner: (owner, token) => ownerDialer(server.#runtime!)(owner, token),
+      dialOwner: (owner, token, limits) => ownerDialer(server.#runtime!)(owner, token, limits),
       awaited: { now: 0, limit: this.#options.maxAwaitedTensors },
       reportHandlerError: (report) => {
         if (server.listenerCount('error') === 0) {
