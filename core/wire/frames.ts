@@ -113,6 +113,7 @@ export const FRAMES = {
       /** milliseconds left until the caller's deadline when the frame was sent */ to: optional(uint),
       md: optional({ type: 'strmap' }),
       /** items the other side may send before it waits for CREDIT (absent: no limit) */ win: optional(uint),
+      /** server streaming: tensor bytes of items the client holds untaken before the server waits for CREDIT `b` (absent: no limit) */ winb: optional(uint),
       /** mover the caller forces: 'inline' | 'tag' | 'rma' (absent: auto) */ mv: optional(str),
       /** no staging through host memory (absent: false) */ ns: optional(bool),
     },
@@ -130,6 +131,7 @@ export const FRAMES = {
     fields: {
       n: uint, /** on call 0 (the message window): the id the ACK echoes */ id: optional(uint),
       /** on call 0: `n` is lent for the next message, in answer to a WANT (absent: false) */ loan: optional(bool),
+      /** server streaming: tensor bytes of items the caller took, given back to the REQUEST's `winb` (absent: 0) */ b: optional(uint),
     },
   },
   [FrameKind.Ack]: {

@@ -64,6 +64,25 @@ describe('server streaming', () => {
     expect(taken).toBe(200);
   });
 
+  it('a slow reader of items larger than a 64th of maxResultBytes slows the server instead of failing: the server waits for their bytes to be taken', async () => {
+    // 24 items of 1.5 MiB to a client that holds 4 MiB of untaken items: the item window (64)
+    // alone let 36 MiB come, and the call failed RESOURCE_EXHAUSTED at the third item.
+    const small = await Client.connect(server.address, { maxResultBytes: 4 << 20 });
+    try {
+      const x = patterned(3 << 19, 5);
+      let taken = 0;
+      for await (const item of small.serverStream(EchoDescriptor.methods.repeat, { x, times: 24 })) {
+        expect(byteSum(item.y as Tensor)).toBe(byteSum(x));
+        (item.y as Tensor).release();
+        taken += 1;
+        if (taken % 4 === 1) await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      expect(taken).toBe(24);
+    } finally {
+      await small.close();
+    }
+  });
+
   it('aborting the signal mid-stream ends the iteration with CANCELLED', async () => {
     const controller = new AbortController();
     const seen: number[] = [];

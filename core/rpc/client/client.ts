@@ -138,6 +138,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
     open: (session, scope, onCredit) => this.#open(session, scope, onCredit),
     send: (session, id, kind, method, values, options, scope, awaitTransfers, seq, window) => this.#send(session, id, kind, method, values, options, scope, awaitTransfers, seq, window),
     receive: (session, id, method, wire, scope, options, held) => this.#receive(session, id, method, wire, scope, options, held),
+    maxResultBytes: () => this.#options.maxResultBytes,
   };
 
   /** The runtime's mapped pool on `device` (processPool; at least this client's poolBytes if given): tensors allocated from it are sent without a registration per call and can be
@@ -250,7 +251,12 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
       const remaining = scope.remainingMs();
       if (remaining !== undefined) request.to = remaining;
       if (options.metadata !== undefined) request.md = options.metadata;
-      if (window !== undefined) request.win = window;
+      if (window !== undefined) {
+        // A server stream: its items' untaken tensor bytes are held to maxResultBytes together,
+        // and the server is told to wait for them to be taken (streams.ts).
+        request.win = window;
+        request.winb = this.#options.maxResultBytes;
+      }
       putPolicy(request, options);
     }
     if (scope.aborted) out.discard();

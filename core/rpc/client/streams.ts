@@ -35,6 +35,8 @@ export interface CallPlumbing {
   send(session: ClientSession, id: number, kind: FrameKind.Request | FrameKind.StreamItem, method: MethodDescriptor, values: Row, options: CallOptions,
     scope: CallScope, awaitTransfers: boolean, seq?: number, window?: number): Sent | Promise<Sent>;
   receive(session: ClientSession, id: number, method: MethodDescriptor, wire: Row, scope: CallScope, options: CallOptions, held?: HeldItems): Received | Promise<Received>;
+  /** The client's maxResultBytes: what a server stream's untaken items may hold (`winb`). */
+  maxResultBytes(): number;
 }
 
 /** Releases every tensor in a received item (one its caller never took). */
@@ -93,12 +95,19 @@ export async function* serverStreamCall(calls: CallPlumbing, method: MethodDescr
     });
     await calls.send(s, id, FrameKind.Request, method, args, options, scope, false, 0, STREAM_WINDOW);
     // Credit goes back as the caller takes items, so a slow reader slows the server down
-    // instead of piling items up here.
+    // instead of piling items up here: items every half window, and the tensor bytes of those
+    // taken (the REQUEST's `winb`) once they come to a quarter of maxResultBytes, or nothing
+    // taken is left (the server may be waiting for them).
+    const byteWindow = calls.maxResultBytes();
+    let taken = 0;
     for await (const item of queue) {
       held.bytes -= item.bytes;
+      taken += item.bytes;
       yield item.values;
       const n = window.took();
-      if (n > 0 && !ended) s.connection.send(FrameKind.Credit, id, { n }).catch(() => {});
+      const b = taken > 0 && (taken >= byteWindow / 4 || queue.backlog === 0) ? taken : 0;
+      if ((n > 0 || b > 0) && !ended) s.connection.send(FrameKind.Credit, id, b > 0 ? { n, b } : { n }).catch(() => {});
+      taken -= b;
     }
   } finally {
     scope.dispose();

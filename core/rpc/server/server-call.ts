@@ -95,6 +95,10 @@ export class ServerCall {
   /** Stream items the client will still take (unlimited unless the REQUEST opened a window). */
   #credit = Number.MAX_SAFE_INTEGER;
   #creditWaiter: (() => void) | undefined;
+  /** Server streaming: tensor bytes of the items sent that the client has not credited back as
+   *  taken, and how many it holds (`winb` in the REQUEST; unlimited without). */
+  #bytesOut = 0;
+  #byteWindow = Infinity;
   /** Client streaming with a window (`win` in the REQUEST): what the client may send, and the
    *  CREDIT that goes back as the handler takes items. */
   #window: ReceiveWindow | undefined;
@@ -220,19 +224,23 @@ export class ServerCall {
     this.#items.push(item);
   }
 
-  /** Opens the stream window the REQUEST asked for (`win`): items this server may send (server
-   *  streaming), or items the client sends before it waits for our CREDIT (client streaming). */
-  openWindow(n: number): void {
+  /** Opens the stream window the REQUEST asked for (`win`, `winb`): items (and their tensor
+   *  bytes) this server may send (server streaming), or items the client sends before it waits
+   *  for our CREDIT (client streaming). */
+  openWindow(n: number | undefined, bytes: number | undefined): void {
     if (this.entry.method.clientStreaming) {
-      this.#window = new ReceiveWindow(n);
+      if (n !== undefined) this.#window = new ReceiveWindow(n);
     } else {
-      this.#credit = n;
+      if (n !== undefined) this.#credit = n;
+      if (bytes !== undefined) this.#byteWindow = bytes;
     }
   }
 
-  /** CREDIT from the client: `n` more items may go. */
-  credit(n: number): void {
+  /** CREDIT from the client: `n` more items may go, and it took items of `bytes` tensor bytes
+   *  (more than were sent counts as all of them). */
+  credit(n: number, bytes = 0): void {
     this.#credit += n;
+    this.#bytesOut = Math.max(0, this.#bytesOut - bytes);
     const waiter = this.#creditWaiter;
     this.#creditWaiter = undefined;
     waiter?.();
@@ -354,6 +362,18 @@ export class ServerCall {
         if (next.done) break;
         this.#credit -= 1;
         const out = this.#encode(FrameKind.StreamItem, next.value);
+        // The item waits while the client holds as many bytes untaken as it said it would (its
+        // maxResultBytes): a slow reader of large items slows the producer instead of failing.
+        // One item alone goes when nothing is out (past the window, the client refuses it).
+        try {
+          while (this.#bytesOut > 0 && this.#bytesOut + out.tensors.bytes > this.#byteWindow) {
+            await this.scope.race(new Promise<void>((resolve) => { this.#creditWaiter = resolve; }));
+          }
+        } catch (error) {
+          out.tensors.discard();
+          throw error;
+        }
+        this.#bytesOut += out.tensors.bytes;
         const { moving } = await this.#postThenMove(FrameKind.StreamItem, { seq, a: out.encoded }, out.tensors);
         seq += 1;
         // One item's bytes at a time: a slow reader slows the producer instead of filling memory.

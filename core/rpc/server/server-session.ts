@@ -126,7 +126,7 @@ export class ServerSession {
         this.calls.get(call)?.end();
         return undefined;
       case FrameKind.Credit:
-        this.calls.get(call)?.credit(frame.body.n);
+        this.calls.get(call)?.credit(frame.body.n, frame.body.b);
         return undefined;
       default:
         return new GdrpcError(Code.INVALID_ARGUMENT, `unexpected ${FrameKind[frame.kind]} frame from a client`);
@@ -205,7 +205,7 @@ export class ServerSession {
     // No parent signal: the session aborts its calls itself when the connection goes.
     const callScope = new CallScope(deadline);
     const call = new ServerCall(id, this.connection, entry, callScope, body.md ?? {}, this.#env, policy);
-    if (body.win !== undefined) call.openWindow(body.win);
+    call.openWindow(body.win, body.winb);
     this.calls.set(id, call);
     void call.run(body.a, () => {
       this.calls.delete(id);

@@ -39,6 +39,8 @@ export class OutgoingTensors {
   readonly #discards: Array<() => void> = [];
   /** Tensors encoded so far (at most MAX_TENSORS_PER_FRAME). */
   #tensors = 0;
+  /** Bytes of the tensors encoded so far whose bytes go with the frame (not remote handles). */
+  #bytes = 0;
   /** Tensors that may share a tag message (mover `g`), by device and byte length. */
   readonly #candidates = new Map<string, GatherCandidate[]>();
 
@@ -54,6 +56,7 @@ export class OutgoingTensors {
       return exposeRemote(value, this.scope);
     }
     const { connection } = this.scope;
+    this.#bytes += value.byteLength;
     const plan = planSend({
       where, bytes: value.byteLength, from: memoryTypeOf(value), placement, policy: this.policy,
       receiver: { name: connection.peer, endpoint: connection.endpoint, inlineBytes: connection.inlineBytes, maxFrame: connection.peerLimits.maxFrame, gpu: connection.peerLimits.gpu, stages: connection.peerLimits.stages === true },
@@ -91,6 +94,9 @@ export class OutgoingTensors {
     this.transfers.push(info);
     return outgoing.wire;
   };
+
+  /** Bytes of the tensors encoded whose bytes go with the frame (what the receiver counts). */
+  get bytes(): number { return this.#bytes; }
 
   /** Completes the descriptors encode left open: tensors of one device and byte length share a
    *  tag message (mover `g`) when there are two or more, else each goes on its own. Call once
