@@ -120,12 +120,18 @@ export class Endpoint extends EventEmitter<{ error: [GdrpcError]; close: [] }> {
     return this.#native.transports();
   }
 
-  /** This side's port on a connection it made to a listener: the port the server's connection
-   *  request shows (ucp_ep_query UCP_EP_ATTR_FIELD_LOCAL_SOCKADDR); undefined where UCX cannot
-   *  tell. */
-  localPort(): number | undefined {
+  /** This side's "address:port" on a connection it made to a listener: what the server's
+   *  connection request shows, written as the server's endpoint writes its `peer` (ucp_ep_query
+   *  UCP_EP_ATTR_FIELD_LOCAL_SOCKADDR); undefined where UCX cannot tell. */
+  localAddress(): string | undefined {
     this.#checkUsable();
-    return this.#native.localPort();
+    return this.#native.localAddress();
+  }
+
+  /** The port of localAddress(). */
+  localPort(): number | undefined {
+    const address = this.localAddress();
+    return address === undefined ? undefined : Number(address.slice(address.lastIndexOf(':') + 1));
   }
 
   /** Graceful close (flush) unless the endpoint failed or force is set; pending requests reject

@@ -45,7 +45,7 @@ export interface NativeEndpoint {
   get(target: NativeMemoryRegion, offset: number, length: number, remote: bigint, rkey: NativeRemoteKey, id: number, describe?: boolean): Promise<NativeProtocolReport | void>;
   flush(id: number): Promise<void>;
   transports(): NativeTransport[];
-  localPort(): number | undefined;
+  localAddress(): string | undefined;
   close(force: boolean): Promise<void>;
 }
 export interface NativeMemoryRegion {

@@ -97,6 +97,7 @@ export const FRAMES = {
       /** bytes of messages the server may send before CREDIT on call 0 gives more ("Message window") */ win: optional(uint),
       /** the most the window grows to with a loan, for one message (absent: `win`; "Message window") */ wmax: optional(uint),
       /** the client takes READY's `win` (absent: false, and the server's window stays HELLO's) */ rwin: optional(bool),
+      /** the client's "address:port" on this connection, as its socket names it: `proof` binds it */ ca: optional(str),
     },
   },
   [FrameKind.Ready]: {

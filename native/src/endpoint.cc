@@ -20,7 +20,7 @@ Napi::Function Endpoint::Define(Napi::Env env) {
     InstanceMethod<&Endpoint::Get>("get"),
     InstanceMethod<&Endpoint::Flush>("flush"),
     InstanceMethod<&Endpoint::Transports>("transports"),
-    InstanceMethod<&Endpoint::LocalPort>("localPort"),
+    InstanceMethod<&Endpoint::LocalAddress>("localAddress"),
     InstanceMethod<&Endpoint::Close>("close"),
     InstanceAccessor<&Endpoint::GetPeer>("peer"),
     InstanceAccessor<&Endpoint::GetFailed>("failed"),
@@ -228,17 +228,19 @@ Napi::Value Endpoint::Transports(const Napi::CallbackInfo& info) {
   return result;
 }
 
-// The port of this side's socket address on a connection made through a listener (ucp_ep_query
-// UCP_EP_ATTR_FIELD_LOCAL_SOCKADDR): what the server's connection request says of the client.
-// undefined where UCX cannot tell (not a sockaddr connection, or not yet bound).
-Napi::Value Endpoint::LocalPort(const Napi::CallbackInfo& info) {
+// This side's socket address, "address:port", on a connection made through a listener
+// (ucp_ep_query UCP_EP_ATTR_FIELD_LOCAL_SOCKADDR): what the server's connection request says of
+// the client, written as a listener writes it. undefined where UCX cannot tell (not a sockaddr
+// connection, or not yet bound).
+Napi::Value Endpoint::LocalAddress(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   CheckUsable(env);
   ucp_ep_attr_t attr{};
   attr.field_mask = UCP_EP_ATTR_FIELD_LOCAL_SOCKADDR;
   if (ucp_ep_query(ep_, &attr) != UCS_OK) return env.Undefined();
-  const unsigned port = DescribeAddress(attr.local_sockaddr).second;
-  return port == 0 ? env.Undefined() : Napi::Number::New(env, port);
+  const std::pair<std::string, unsigned> address = DescribeAddress(attr.local_sockaddr);
+  if (address.first.empty() || address.second == 0) return env.Undefined();
+  return Napi::String::New(env, address.first + ":" + std::to_string(address.second));
 }
 
 void Endpoint::DetachAll(Napi::Env env, bool closing) {

@@ -63,7 +63,7 @@ class Endpoint : public Napi::ObjectWrap<Endpoint> {
   Napi::Value Get(const Napi::CallbackInfo& info);
   Napi::Value Flush(const Napi::CallbackInfo& info);
   Napi::Value Transports(const Napi::CallbackInfo& info);
-  Napi::Value LocalPort(const Napi::CallbackInfo& info);
+  Napi::Value LocalAddress(const Napi::CallbackInfo& info);
   Napi::Value Close(const Napi::CallbackInfo& info);
   Napi::Value GetPeer(const Napi::CallbackInfo& info) { return Napi::String::New(info.Env(), peer_); }
   Napi::Value GetFailed(const Napi::CallbackInfo& info) { return Napi::Boolean::New(info.Env(), failed_); }

@@ -40,8 +40,8 @@ describe('HELLO routing', () => {
     for (const client of connected) await pings(client);
   });
 
-  it('where UCX does not tell an endpoint\'s port, connections take turns: one whose HELLO does not come holds the next up to its timeout', async () => {
-    const localPort = vi.spyOn(Endpoint.prototype, 'localPort').mockReturnValue(undefined);
+  it('where UCX does not tell an endpoint\'s address, connections take turns: one whose HELLO does not come holds the next up to its timeout', async () => {
+    const localAddress = vi.spyOn(Endpoint.prototype, 'localAddress').mockReturnValue(undefined);
     const silent = listen();
     const stalled = Client.connect(silent.address, { connectTimeoutMs: 4000 }).then(() => 'connected', (error: GdrpcError) => error.code);
     await silent.accepted();
@@ -55,31 +55,35 @@ describe('HELLO routing', () => {
     const client = await Client.connect(next.address, { connectTimeoutMs: 4000 });
     await admitting;
     await client.close();
-    expect(localPort).toHaveBeenCalled();
+    expect(localAddress).toHaveBeenCalled();
   });
 
-  it('a port another connection waits on is given up: dialled again, then made in turns; both connections are admitted by their own servers', async () => {
-    servers = await Promise.all([startServer(), startServer()]);
-    const real = Endpoint.prototype.localPort;
-    let first: number | undefined;
-    let collisions = 0;
-    // The first endpoint's port, then that port again for the next four: what Linux may give
+  it('a port another connection waits on is given up: the connection dials again once that one\'s HELLO came, and both are admitted by their own servers', async () => {
+    servers = await Promise.all([startServer()]);
+    const first = listen();
+    const real = Endpoint.prototype.localAddress;
+    const events: string[] = [];
+    let calls = 0;
+    let firstAddress: string | undefined;
+    // The first connection's address for the second one's first dial: what Linux may give
     // connections to different servers.
-    vi.spyOn(Endpoint.prototype, 'localPort').mockImplementation(function (this: Endpoint) {
-      const port = real.call(this);
-      if (first === undefined) {
-        first = port;
-        return port;
-      }
-      if (collisions < 4) {
-        collisions += 1;
-        return first;
-      }
-      return port;
+    vi.spyOn(Endpoint.prototype, 'localAddress').mockImplementation(function (this: Endpoint) {
+      const address = real.call(this);
+      calls += 1;
+      if (calls === 1) firstAddress = address;
+      if (calls === 2) return firstAddress;
+      if (calls === 3) events.push('second dialled again');
+      return address;
     });
-    const [a, b] = await Promise.all([clients.connect(servers[0]!.address), clients.connect(servers[1]!.address)]);
-    expect(collisions).toBe(4);
-    await pings(a!);
-    await pings(b!);
+    const a = Client.connect(first.address, { connectTimeoutMs: 8000 });
+    await first.accepted();
+    const b = clients.connect(servers[0]!.address, { connectTimeoutMs: 8000 });
+    await expect.poll(() => calls).toBe(2);
+    events.push('first HELLO sent');
+    await first.admit();
+    const client = await a;
+    await client.close();
+    await pings(await b);
+    expect(events).toEqual(['first HELLO sent', 'second dialled again']);
   });
 });

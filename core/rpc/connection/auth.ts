@@ -10,16 +10,20 @@ export function newChallenge(): Uint8Array {
   return randomBytes(32);
 }
 
-/** The client's proof of knowing `token` for this challenge and pair of connection keys. */
-export function authProof(token: string, challenge: Uint8Array, serverKey: bigint, clientKey: bigint): Uint8Array {
+/** The client's proof of knowing `token` for this challenge and pair of connection keys, and,
+ *  when given, the client's address on the connection ("address:port", as the server's listener
+ *  saw it): the server checks it against the connection the keys name. */
+export function authProof(token: string, challenge: Uint8Array, serverKey: bigint, clientKey: bigint, clientAddress?: string): Uint8Array {
   const ids = Buffer.alloc(16);
   ids.writeBigUInt64BE(serverKey, 0);
   ids.writeBigUInt64BE(clientKey, 8);
-  return createHmac('sha256', Buffer.from(token, 'utf8')).update(LABEL).update(challenge).update(ids).digest();
+  const hmac = createHmac('sha256', Buffer.from(token, 'utf8')).update(LABEL).update(challenge).update(ids);
+  if (clientAddress !== undefined) hmac.update(Buffer.from(clientAddress, 'utf8'));
+  return hmac.digest();
 }
 
 /** Constant-time check of a proof; false for a missing or wrong-length one. */
-export function verifyProof(token: string, challenge: Uint8Array, serverKey: bigint, clientKey: bigint, proof: Uint8Array | undefined): boolean {
+export function verifyProof(token: string, challenge: Uint8Array, serverKey: bigint, clientKey: bigint, proof: Uint8Array | undefined, clientAddress?: string): boolean {
   if (proof === undefined || proof.length !== 32) return false;
-  return timingSafeEqual(authProof(token, challenge, serverKey, clientKey), proof);
+  return timingSafeEqual(authProof(token, challenge, serverKey, clientKey, clientAddress), proof);
 }

@@ -13,10 +13,6 @@ import { resolveHost } from './resolve.ts';
 import type { FrameSink } from '../runtime/dispatcher.ts';
 import { DEFAULT_FRAME_BYTES, type Runtime } from '../runtime/runtime.ts';
 
-/** Connections made in turn while the port they get is one another handshake waits on, before
- *  the handshake takes the turns. */
-const PORT_TRIES = 4;
-
 export interface HandshakeOptions { token?: string; livenessMs: number; timeoutMs: number; name?: string }
 
 /** Connects to host:port and completes admission; the connection comes back ready for calls. */
@@ -38,33 +34,42 @@ export async function connectAndAdmit(runtime: Runtime, host: string, port: numb
   let endpoint: Endpoint | undefined;
   let connection: Connection | undefined;
   let helloCame: (() => void) | undefined;
+  /** This side's address on the connection ("address:port"), which the proof binds. */
+  let local: string | undefined;
+  const gaveUp = (why: string): GdrpcError => new GdrpcError(Code.UNAVAILABLE, `no turn to connect to ${host}:${port} within ${options.timeoutMs} ms: ${why} (docs/wire.md "Handshake and admission")`);
   try {
-    // Linux gives one local port to connections to different servers: a port another handshake
-    // of this process waits on is given up for another.
-    for (let tries = 0; tries < PORT_TRIES && helloCame === undefined; tries++) {
+    while (helloCame === undefined) {
       endpoint = dial();
-      const local = endpoint.localPort();
+      local = endpoint.localAddress();
       if (local === undefined) break;
-      if (runtime.dispatcher.awaitsHello(local)) void endpoint.close({ force: true }).catch(() => {});
-      else helloCame = runtime.dispatcher.expectHello(local, forward);
-    }
-    if (helloCame === undefined) {
-      // Where UCX does not tell this side's port, handshakes take turns: the one whose turn it
-      // is takes a HELLO naming no awaited port, and the wait counts against the connect
-      // timeout. The endpoint made before the turn is given up for one made within it.
-      void endpoint?.close({ force: true }).catch(() => {});
+      const localPort = portOf(local);
+      if (!runtime.dispatcher.awaitsHello(localPort)) {
+        helloCame = runtime.dispatcher.expectHello(localPort, forward);
+        break;
+      }
+      // Linux gives one local port to connections to different servers: this one waits for the
+      // other's HELLO to come (or its handshake to give up), then dials again.
+      void endpoint.close({ force: true }).catch(() => {});
       endpoint = undefined;
-      helloCame = await runtime.dispatcher.awaitHelloTurn(forward, AbortSignal.timeout(left())).catch(() => {
-        throw new GdrpcError(Code.UNAVAILABLE, `no turn to connect to ${host}:${port} within ${options.timeoutMs} ms: this process's other connections were waiting for their servers' HELLO (one at a time where UCX does not tell a connection's port: docs/wire.md "Handshake and admission")`);
+      await runtime.dispatcher.portFree(localPort, AbortSignal.timeout(left())).catch(() => {
+        throw gaveUp(`another connection of this process was waiting for its HELLO on the port this one got, ${localPort}`);
       });
     }
-    // Made within the turn where the ports did not serve.
-    endpoint ??= dial();
-    connection = new Connection(runtime, endpoint, options.livenessMs);
+    if (helloCame === undefined) {
+      // Where UCX does not tell this side's address, handshakes take turns: the one whose turn
+      // it is takes a HELLO naming no awaited port, and the wait counts against the connect
+      // timeout. The endpoint made before the turn is given up for one made within it.
+      void endpoint?.close({ force: true }).catch(() => {});
+      helloCame = await runtime.dispatcher.awaitHelloTurn(forward, AbortSignal.timeout(left())).catch(() => {
+        throw gaveUp('this process\'s other connections were waiting for their servers\' HELLO (one at a time where UCX does not tell a connection\'s address)');
+      });
+      endpoint = dial();
+    }
+    connection = new Connection(runtime, endpoint!, options.livenessMs);
     // A client's own window is its runtime's to give at once: AUTH announces it.
     connection.widenWindow();
     forward.target = connection;
-    await admit(connection, { ...options, timeoutMs: left() }, helloCame);
+    await admit(connection, { ...options, timeoutMs: left() }, helloCame, local);
     return connection;
   } catch (error) {
     const failure = sharedMemoryHint(runtime, connection, GdrpcError.from(error, Code.UNAVAILABLE));
@@ -84,8 +89,14 @@ function sharedMemoryHint(runtime: Runtime, connection: Connection | undefined, 
   return new GdrpcError(Code.UNAVAILABLE, `${failure.rawMessage} (this runtime uses shared memory with peers on this host, RuntimeOptions.sharedMemory: a server without it resets such a connection)`, { cause: failure, ucsStatus: failure.ucsStatus });
 }
 
-/** `helloCame`: HELLO arrived (the turn may pass: what follows comes under this side's key). */
-function admit(connection: Connection, options: HandshakeOptions, helloCame: () => void): Promise<void> {
+/** The port of an "address:port". */
+function portOf(address: string): number {
+  return Number(address.slice(address.lastIndexOf(':') + 1));
+}
+
+/** `helloCame`: HELLO arrived (the turn may pass: what follows comes under this side's key).
+ *  `local`: this side's address on the connection, named in AUTH and bound by its proof. */
+function admit(connection: Connection, options: HandshakeOptions, helloCame: () => void, local: string | undefined): Promise<void> {
   return new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => fail(new GdrpcError(Code.UNAVAILABLE, `no handshake from ${connection.peer} within ${options.timeoutMs} ms`)), options.timeoutMs);
     const fail = (error: GdrpcError): void => { clearTimeout(timer); reject(error); };
@@ -113,7 +124,13 @@ function admit(connection: Connection, options: HandshakeOptions, helloCame: () 
             auth.rep = true;
             auth.rpt = true;
           }
-          if (hello.chal !== undefined && options.token !== undefined) auth.proof = authProof(options.token, hello.chal, connection.peerKey.value, connection.key.value);
+          if (hello.chal !== undefined && options.token !== undefined) {
+            // Bound to this side's address as the server sees it: a peer that forged this HELLO
+            // with the key and challenge of its own connection to that server cannot have its
+            // connection admitted by the proof (docs/security.md, "The proof").
+            if (local !== undefined) auth.ca = local;
+            auth.proof = authProof(options.token, hello.chal, connection.peerKey.value, connection.key.value, local);
+          }
           const livenessMs = Math.min(options.livenessMs, hello.live || options.livenessMs);
           connection.liveness.start(livenessMs);
           connection.send(FrameKind.Auth, 0, auth).catch((error) => fail(GdrpcError.from(error, Code.UNAVAILABLE)));

@@ -46,6 +46,8 @@ export class ConnectionTable {
   readonly #helloQueue: Array<() => void> = [];
   /** Outgoing handshakes waiting for their HELLO, by this side's port of their connection. */
   readonly #helloByPort = new Map<number, FrameSink>();
+  /** Handshakes that got a port another one waits on, waiting for it to be free. */
+  readonly #portQueue = new Map<number, Array<() => void>>();
   /** The handshake's HELLO (key 0) as a connection: read by the line's turn alone (read-turns.ts). */
   readonly hello: Registered;
 
@@ -87,8 +89,35 @@ export class ConnectionTable {
     if (this.#helloByPort.has(port)) throw new Error(`two handshakes wait for HELLO on port ${port}`);
     this.#helloByPort.set(port, sink);
     return () => {
-      if (this.#helloByPort.get(port) === sink) this.#helloByPort.delete(port);
+      if (this.#helloByPort.get(port) !== sink) return;
+      this.#helloByPort.delete(port);
+      const waiting = this.#portQueue.get(port);
+      this.#portQueue.delete(port);
+      for (const wake of waiting ?? []) wake();
     };
+  }
+
+  /** Resolves once no handshake waits for a HELLO naming `port`; `signal` gives up the wait
+   *  (rejecting with its reason). */
+  async portFree(port: number, signal: AbortSignal): Promise<void> {
+    while (this.#helloByPort.has(port)) {
+      signal.throwIfAborted();
+      await new Promise<void>((resolve, reject) => {
+        const queue = this.#portQueue.get(port) ?? [];
+        this.#portQueue.set(port, queue);
+        const wake = (): void => {
+          signal.removeEventListener('abort', gaveUp);
+          resolve();
+        };
+        const gaveUp = (): void => {
+          const at = queue.indexOf(wake);
+          if (at >= 0) queue.splice(at, 1);
+          reject(signal.reason);
+        };
+        queue.push(wake);
+        signal.addEventListener('abort', gaveUp, { once: true });
+      });
+    }
   }
 
   awaitsHello(port: number): boolean { return this.#helloByPort.has(port); }

@@ -115,6 +115,9 @@ export class Dispatcher {
   /** Whether an outgoing handshake waits for the HELLO naming `port`. */
   awaitsHello(port: number): boolean { return this.#table.awaitsHello(port); }
 
+  /** Resolves once no outgoing handshake waits for the HELLO naming `port` (`signal`: give up). */
+  portFree(port: number, signal: AbortSignal): Promise<void> { return this.#table.portFree(port, signal); }
+
   /** Routes the HELLO (key 0) naming `port` as the client's to `sink` (an outgoing handshake on
    *  that port); the returned function ends the wait. */
   expectHello(port: number, sink: FrameSink): () => void {

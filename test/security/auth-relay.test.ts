@@ -1,0 +1,71 @@
+// A peer that can send messages to a client (a server it dialled, an owner it pulls from) forges
+// the HELLO of the client's next connection with the key and challenge of its own, unadmitted
+// connection to a server that wants a token: the client's proof, bound to the client's address,
+// does not admit the forger's connection (docs/security.md "The proof").
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { Packr } from 'msgpackr';
+import { Client, Code, GdrpcError, Runtime, Server, type UnaryHandler } from '../../core/index.ts';
+import { Endpoint } from '../../core/ucx/index.ts';
+import { FrameKind } from '../../core/wire/frames.ts';
+import { packMessage } from '../../core/wire/message.ts';
+import { controlTag, HELLO_KEY } from '../../core/wire/tag.ts';
+import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
+import { RawServer } from '../rpc/fixtures/raw-server.ts';
+import { RawPeer } from '../rpc/fixtures/raw-peer.ts';
+
+const packr = new Packr({ useRecords: false });
+const closing: Array<() => Promise<unknown>> = [];
+afterEach(async () => {
+  vi.restoreAllMocks();
+  for (const close of closing.splice(0).reverse()) await close();
+});
+
+describe('a forged HELLO', () => {
+  it('carrying the key and challenge of the forger\'s own connection: the client\'s proof does not admit that connection', async () => {
+    const serving = Runtime.create();
+    const ran: number[] = [];
+    const unimplemented = (name: string): UnaryHandler => () => { throw new GdrpcError(Code.UNIMPLEMENTED, name); };
+    const handlers: Record<string, UnaryHandler> = Object.fromEntries(Object.keys(EchoDescriptor.methods).map((name) => [name, unimplemented(name)]));
+    handlers.ping = (args: { n: number }) => { ran.push(args.n); return { n: args.n }; };
+    const server = Server.create({ runtime: serving, token: 'secret' }).register(EchoDescriptor, handlers);
+    const errors: GdrpcError[] = [];
+    server.on('error', (error) => errors.push(error));
+    const { port } = await server.listen({ host: '127.0.0.1' });
+    closing.push(() => serving.close(), () => server.shutdown({ graceMs: 0 }));
+    // The forger's own connection to that server: its key and challenge, no token.
+    const forger = await RawPeer.connect(port);
+    closing.push(() => forger.close());
+    // The victim's connection to a server the forger runs: a way to send to the victim's worker.
+    const calling = Runtime.create();
+    closing.push(() => calling.close());
+    const hostile = RawServer.listen();
+    closing.push(() => hostile.close());
+    void Client.connect(hostile.address, { runtime: calling, connectTimeoutMs: 4000 }).catch(() => {});
+    const toVictim = await hostile.accepted();
+    // The forged HELLO comes as the victim dials the server, naming the victim's port (read here;
+    // an attacker guesses it).
+    const real = Endpoint.prototype.localAddress;
+    let forged = false;
+    vi.spyOn(Endpoint.prototype, 'localAddress').mockImplementation(function (this: Endpoint) {
+      const address = real.call(this);
+      if (!forged && address !== undefined && this.peer === `127.0.0.1:${port}`) {
+        forged = true;
+        const cp = Number(address.slice(address.lastIndexOf(':') + 1));
+        const body = { v: 2, key: forger.serverKey, chal: forger.hello!.chal, maxFrame: 1 << 20, maxTensor: 1 << 20, inline: 4096, live: 60_000, gpu: false, win: 8 << 20, cp };
+        void toVictim.tagSend(controlTag(HELLO_KEY), packMessage([{ kind: FrameKind.Hello, call: 0, body: packr.pack(body) }]));
+      }
+      return address;
+    });
+    const victim = Client.connect(`127.0.0.1:${port}`, { runtime: calling, token: 'secret', connectTimeoutMs: 3000 }).then(
+      (client) => { closing.push(() => client.close()); return 'connected'; }, (error: GdrpcError) => error.code);
+    // The server refuses the forger's connection: the proof names the victim's address.
+    const answer = await forger.receive(3000);
+    expect(forged).toBe(true);
+    expect(answer?.kind).toBe(FrameKind.Error);
+    expect(answer?.body).toMatchObject({ code: Code.UNAUTHENTICATED, msg: expect.stringMatching(/the proof names client 127\.0\.0\.1:\d+, and this connection comes from 127\.0\.0\.1:\d+/) });
+    await forger.sendBody(FrameKind.Request, 1, { svc: EchoDescriptor.name, m: 'ping', a: { n: 42 } }).catch(() => {});
+    expect(await victim).toBe(Code.UNAVAILABLE);
+    expect(ran).toEqual([]);
+    expect(errors.map((e) => e.code)).toContain(Code.UNAUTHENTICATED);
+  });
+});
