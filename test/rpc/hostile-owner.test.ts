@@ -131,11 +131,13 @@ describe('owners that never send HELLO', () => {
     expect(owners.filter((owner) => owner.connected)).toHaveLength(OWNERS_AT_ONCE);
   });
 
-  it('a pull\'s signal ends its connect: CANCELLED', async () => {
+  it('a pull\'s signal ends its connect: CANCELLED, and the connection is closed then, not at the connect timeout', async () => {
     const { handles: [handle], owners: [owner] } = await handlesOfSilentOwners(1);
     const failure = await handle!.pull({ signal: AbortSignal.timeout(300) }).then(() => undefined, (error: GdrpcError) => error);
     expect(failure?.code).toBe(Code.CANCELLED);
-    expect(owner!.connected).toBe(true);
+    await owner!.accepted();
+    // The connect timeout is 5 s: the connection went with the signal.
+    expect(await owner!.closedWithin(3000)).toBe('closed');
   });
 });
 

@@ -11,6 +11,8 @@ import { isDevice } from '../../tensor/device.ts';
 
 /** Internal call option: where result tensors go (RemoteTensor.pull uses it). */
 export const ALLOCATE: unique symbol = Symbol('gdrpc.allocate');
+/** Internal client option: a signal that gives up Client.connect (a pull's, for its owner). */
+export const CONNECT_SIGNAL: unique symbol = Symbol('gdrpc.connectSignal');
 
 export interface CallOptions {
   /** Milliseconds from now, or an absolute Date. Covers transfers as well as the handler. */
@@ -26,6 +28,7 @@ export interface CallOptions {
 }
 
 export interface ClientOptions {
+  [CONNECT_SIGNAL]?: AbortSignal;
   /** The runtime this client runs on (worker, pools, remote tensors); default Runtime.default(). */
   runtime?: Runtime;
   /** Shared token for servers that require admission (never sent: HMAC challenge-response). */

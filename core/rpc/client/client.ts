@@ -2,7 +2,6 @@
 // plumbing), deadlines, cancellation, reconnection on the next call after the connection is lost.
 import { EventEmitter } from 'eventemitter3';
 import { Code, GdrpcError } from '../../errors.ts';
-import { whenAborted } from '../../abort.ts';
 import { Tensor, TensorPool, type Device } from '../../tensor/index.ts';
 import { checkOptions } from '../../tensor/options.ts';
 import { FrameKind, type FrameBody } from '../../wire/frames.ts';
@@ -21,7 +20,7 @@ import { methodName } from '../call/method-name.ts';
 import { DEFAULT_INLINE_BYTES } from '../connection/connection.ts';
 import { cudaReceives } from '../runtime/memory-support.ts';
 import { DEFAULT_RECEIVE_DEVICE, landingDevice, receiveDeviceIndex, receivingDeviceCount } from '../call/placement.ts';
-import { ALLOCATE, CLIENT_OPTIONS, DEFAULT_MAX_RESULT_BYTES, DEFAULT_MAX_TENSOR_BYTES, type CallOptions, type ClientOptions } from '../call/options.ts';
+import { ALLOCATE, CLIENT_OPTIONS, CONNECT_SIGNAL, DEFAULT_MAX_RESULT_BYTES, DEFAULT_MAX_TENSOR_BYTES, type CallOptions, type ClientOptions } from '../call/options.ts';
 import { DEFAULT_PROCESS_POOL_BYTES } from '../runtime/process-pool.ts';
 import type { OwnerClient, OwnerDialer, PullLimits } from '../remote/owner-client.ts';
 import { Runtime } from '../runtime/runtime.ts';
@@ -48,7 +47,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
   #dialOwner: OwnerDialer | undefined;
   readonly #host: string;
   readonly #port: number;
-  readonly #options: Required<Omit<ClientOptions, 'token' | 'busyPollUs' | 'device' | 'runtime'>> & { token?: string };
+  readonly #options: Required<Omit<ClientOptions, 'token' | 'busyPollUs' | 'device' | 'runtime' | typeof CONNECT_SIGNAL>> & { token?: string };
   /** The device a bare `@cuda` result lands on (ClientOptions.device). */
   readonly #receiveOn: number;
   #session: ClientSession | undefined;
@@ -79,7 +78,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
     const client = new Client(runtime, host, port, options, receiveOn);
     runtime.attach(client, () => client.close());
     try {
-      await client.#connection();
+      await client.#connection(options[CONNECT_SIGNAL]);
     } catch (error) {
       await client.close();
       throw error;
@@ -167,13 +166,14 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
   }
 
   /** The ready session, connecting (again) when there is none. */
-  #connection(): Promise<ClientSession> {
+  #connection(signal?: AbortSignal): Promise<ClientSession> {
     if (this.#closed) return Promise.reject(new GdrpcError(Code.FAILED_PRECONDITION, 'client is closed'));
     const ready = this.#usableSession();
     if (ready !== undefined) return Promise.resolve(ready);
     this.#connecting ??= connectAndAdmit(this.#runtime, this.#host, this.#port, {
       livenessMs: this.#options.livenessMs, timeoutMs: this.#options.connectTimeoutMs,
       ...(this.#options.token !== undefined ? { token: this.#options.token } : {}),
+      ...(signal !== undefined ? { signal } : {}),
     }).then((connection) => {
       connection.inlineBytes = this.#options.inlineBytes;
       const session = new ClientSession(connection, (error) => {
@@ -329,18 +329,6 @@ export function parseAddress(address: string | { host: string; port: number }): 
 /** Default ClientOptions.connectTimeoutMs. */
 export const DEFAULT_CONNECT_TIMEOUT_MS = 5000;
 
-/** `connecting`, or CANCELLED once `signal` aborts (a client that connects after that is closed). */
-function untilAborted(connecting: Promise<Client>, signal: AbortSignal | undefined): Promise<Client> {
-  if (signal === undefined) return connecting;
-  return new Promise<Client>((resolve, reject) => {
-    const stop = whenAborted(signal, () => {
-      connecting.then((client) => client.close(), () => {});
-      reject(GdrpcError.from(signal.reason, Code.CANCELLED));
-    });
-    connecting.then((client) => { stop(); resolve(client); }, (error: unknown) => { stop(); reject(error); });
-  });
-}
-
 /** How remote handles that arrived on `runtime` are pulled. No pool unless the caller gave one: a
  *  process that only pulls should not map a 64 MiB pool for it (a one-off registration per pull
  *  instead; pass `pool` to avoid it). A handle from the default runtime pulls through whichever
@@ -356,10 +344,9 @@ export function ownerDialer(runtime: Runtime): OwnerDialer {
     const untilDeadline = Math.max(1, Math.ceil(deadline - Date.now()));
     const connectTimeoutMs = Math.min(DEFAULT_CONNECT_TIMEOUT_MS, untilDeadline);
     const started = performance.now();
-    const connecting = Client.connect(owner, { poolBytes: 0, connectTimeoutMs, ...(runtime.implicit ? {} : { runtime }), ...(token !== undefined ? { token } : {}) });
     let client: Client;
     try {
-      client = await untilAborted(connecting, limits.signal);
+      client = await Client.connect(owner, { poolBytes: 0, connectTimeoutMs, ...(runtime.implicit ? {} : { runtime }), ...(token !== undefined ? { token } : {}), ...(limits.signal !== undefined ? { [CONNECT_SIGNAL]: limits.signal } : {}) });
     } catch (error) {
       // A connect the deadline cut short (its timers and Date.now() may differ by a millisecond).
       const cut = connectTimeoutMs === untilDeadline && performance.now() - started >= connectTimeoutMs - 1;

@@ -13,7 +13,8 @@ import { resolveHost } from './resolve.ts';
 import type { FrameSink } from '../runtime/dispatcher.ts';
 import { DEFAULT_FRAME_BYTES, type Runtime } from '../runtime/runtime.ts';
 
-export interface HandshakeOptions { token?: string; livenessMs: number; timeoutMs: number; name?: string }
+/** `signal` gives the connect up (CANCELLED), whatever it is waiting for. */
+export interface HandshakeOptions { token?: string; livenessMs: number; timeoutMs: number; name?: string; signal?: AbortSignal }
 
 /** Connects to host:port and completes admission; the connection comes back ready for calls. */
 export async function connectAndAdmit(runtime: Runtime, host: string, port: number, options: HandshakeOptions): Promise<Connection> {
@@ -29,7 +30,10 @@ export async function connectAndAdmit(runtime: Runtime, host: string, port: numb
   };
   const started = performance.now();
   const left = (): number => Math.max(1, Math.round(options.timeoutMs - (performance.now() - started)));
-  const address = await resolveHost(host, options.timeoutMs);
+  /** Ends a wait: the time left, or the caller's signal. */
+  const giveUp = (): AbortSignal => options.signal === undefined ? AbortSignal.timeout(left()) : AbortSignal.any([AbortSignal.timeout(left()), options.signal]);
+  const cancelled = (): GdrpcError | undefined => options.signal?.aborted === true ? GdrpcError.from(options.signal.reason, Code.CANCELLED) : undefined;
+  const address = await resolveHost(host, options.timeoutMs, options.signal);
   const dial = (): Endpoint => Endpoint.connect(runtime.worker, { host: address, port, name: options.name ?? 'gdrpc-client', label: host });
   let endpoint: Endpoint | undefined;
   let connection: Connection | undefined;
@@ -51,8 +55,8 @@ export async function connectAndAdmit(runtime: Runtime, host: string, port: numb
       // other's HELLO to come (or its handshake to give up), then dials again.
       void endpoint.close({ force: true }).catch(() => {});
       endpoint = undefined;
-      await runtime.dispatcher.portFree(localPort, AbortSignal.timeout(left())).catch(() => {
-        throw gaveUp(`another connection of this process was waiting for its HELLO on the port this one got, ${localPort}`);
+      await runtime.dispatcher.portFree(localPort, giveUp()).catch(() => {
+        throw cancelled() ?? gaveUp(`another connection of this process was waiting for its HELLO on the port this one got, ${localPort}`);
       });
     }
     if (helloCame === undefined) {
@@ -60,8 +64,8 @@ export async function connectAndAdmit(runtime: Runtime, host: string, port: numb
       // it is takes a HELLO naming no awaited port, and the wait counts against the connect
       // timeout. The endpoint made before the turn is given up for one made within it.
       void endpoint?.close({ force: true }).catch(() => {});
-      helloCame = await runtime.dispatcher.awaitHelloTurn(forward, AbortSignal.timeout(left())).catch(() => {
-        throw gaveUp('this process\'s other connections were waiting for their servers\' HELLO (one at a time where UCX does not tell a connection\'s address)');
+      helloCame = await runtime.dispatcher.awaitHelloTurn(forward, giveUp()).catch(() => {
+        throw cancelled() ?? gaveUp('this process\'s other connections were waiting for their servers\' HELLO (one at a time where UCX does not tell a connection\'s address)');
       });
       endpoint = dial();
     }
@@ -99,7 +103,15 @@ function portOf(address: string): number {
 function admit(connection: Connection, options: HandshakeOptions, helloCame: () => void, local: string | undefined): Promise<void> {
   return new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => fail(new GdrpcError(Code.UNAVAILABLE, `no handshake from ${connection.peer} within ${options.timeoutMs} ms`)), options.timeoutMs);
-    const fail = (error: GdrpcError): void => { clearTimeout(timer); reject(error); };
+    const signal = options.signal;
+    const onAbort = (): void => fail(GdrpcError.from(signal!.reason, Code.CANCELLED));
+    signal?.addEventListener('abort', onAbort, { once: true });
+    const fail = (error: GdrpcError): void => {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', onAbort);
+      reject(error);
+    };
+    if (signal?.aborted === true) onAbort();
     /** HELLO's window, once it came: READY may widen it. */
     let announced: { win: number; wmax: number } | undefined;
     const handler: FrameHandler = {
