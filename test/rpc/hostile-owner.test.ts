@@ -9,7 +9,7 @@ import { packMessage } from '../../core/wire/message.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { RawServer } from './fixtures/raw-server.ts';
 import { OWNERS_AT_ONCE } from '../../core/rpc/remote/remote.ts';
-import { DEFAULT_PULL_DEADLINE_MS, pullLimits } from '../../core/rpc/remote/owner-client.ts';
+import { DEFAULT_PULL_DEADLINE_MS, PULL_REPORT_WAIT_MS, pullLimits } from '../../core/rpc/remote/owner-client.ts';
 
 const packr = new Packr({ useRecords: false });
 const opened: Array<{ close(): Promise<void> }> = [];
@@ -86,6 +86,22 @@ describe('a hostile owner', () => {
     const failure = await pulling.then(() => undefined, (error: GdrpcError) => error);
     expect(failure?.code).toBe(code);
     expect(await owner.closedWithin(10_000)).toBe('closed');
+  });
+
+  it(`a pull's connection to an owner that promised reports of its sends (rep) and sends none closes ${PULL_REPORT_WAIT_MS} ms after the pull, not at transferTimeoutMs`, async () => {
+    // 200 such pulls held 202 endpoints and the runtime's window budget for 30 s.
+    const { handles, owner } = await handlesOfRawOwner();
+    const pulling = handles[0]!.pull();
+    await owner.admit({ rep: true, rpt: true });
+    const request = (await owner.receive())?.find((f) => f.kind === FrameKind.Request);
+    expect(request).toBeDefined();
+    await owner.sendMessage(packMessage([{ kind: FrameKind.Response, call: request!.call, body: packr.pack({ v: 2, r: { t: { dt: 'u16', sh: [ROWS, COLS], n: BYTES, mt: 'host', m: 't', x: 1 } } }) }]));
+    await owner.payload(1, new Uint8Array(BYTES).fill(3));
+    const tensor = await pulling;
+    expect(tensor.byteLength).toBe(BYTES);
+    tensor.release();
+    // transferTimeoutMs is 30 s: the connection went with the report wait.
+    expect(await owner.closedWithin(PULL_REPORT_WAIT_MS + 4000)).toBe('closed');
   });
 
   it.each(['pullAll', 'pullBlocks'] as const)('%s from an owner that never answers ends at its deadline', async (how) => {
