@@ -1,7 +1,7 @@
 // Remote tensors: the callee pulls when it wants; a third service pulls straight from the owner;
 // the owner lets go after one pull or at the end of the call; a stale or forged handle is NOT_FOUND.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Client, Code, remoteExposures, serveRemoteTensors, shutdownOwner, type GdrpcError } from '../../core/index.ts';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { Client, Code, RemoteTensor, Runtime, remoteExposures, serveRemoteTensors, shutdownOwner, type GdrpcError } from '../../core/index.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer, type ListeningPeer } from './fixtures/peers.ts';
 import { disposePeers } from '../support/peer.ts';
@@ -33,6 +33,19 @@ describe('remote tensors', () => {
       expect(remoteExposures()).toBe(0);
     });
   }
+
+  it('a pull\'s connection keeps the opening window: it takes nothing from the runtime\'s maxWindowBytes', async () => {
+    const { h } = await client.unary(EchoDescriptor.methods.region, { rows: 4, cols: 4 });
+    const take = vi.spyOn(Runtime.default().openingWindows, 'take');
+    try {
+      const tensor = await (h as RemoteTensor).pull();
+      expect(tensor.byteLength).toBe(32);
+      tensor.release();
+      expect(take).not.toHaveBeenCalled();
+    } finally {
+      take.mockRestore();
+    }
+  });
 
   it('a third service pulls directly from the owner', async () => {
     const h = patterned(1 << 20, 4);

@@ -13,6 +13,9 @@ import { isDevice } from '../../tensor/device.ts';
 export const ALLOCATE: unique symbol = Symbol('gdrpc.allocate');
 /** Internal client option: a signal that gives up Client.connect (a pull's, for its owner). */
 export const CONNECT_SIGNAL: unique symbol = Symbol('gdrpc.connectSignal');
+/** Internal client option: a pull's connection to an owner, whose answers are small: it keeps
+ *  the 256 KiB opening window instead of taking more from the runtime's maxWindowBytes. */
+export const NARROW_WINDOW: unique symbol = Symbol('gdrpc.narrowWindow');
 
 export interface CallOptions {
   /** Milliseconds from now, or an absolute Date. Covers transfers as well as the handler. */
@@ -29,6 +32,7 @@ export interface CallOptions {
 
 export interface ClientOptions {
   [CONNECT_SIGNAL]?: AbortSignal;
+  [NARROW_WINDOW]?: boolean;
   /** The runtime this client runs on (worker, pools, remote tensors); default Runtime.default(). */
   runtime?: Runtime;
   /** Shared token for servers that require admission (never sent: HMAC challenge-response). */

@@ -20,7 +20,7 @@ import { methodName } from '../call/method-name.ts';
 import { DEFAULT_INLINE_BYTES } from '../connection/connection.ts';
 import { cudaReceives } from '../runtime/memory-support.ts';
 import { DEFAULT_RECEIVE_DEVICE, landingDevice, receiveDeviceIndex, receivingDeviceCount } from '../call/placement.ts';
-import { ALLOCATE, CLIENT_OPTIONS, CONNECT_SIGNAL, DEFAULT_MAX_RESULT_BYTES, DEFAULT_MAX_TENSOR_BYTES, type CallOptions, type ClientOptions } from '../call/options.ts';
+import { ALLOCATE, CLIENT_OPTIONS, CONNECT_SIGNAL, NARROW_WINDOW, DEFAULT_MAX_RESULT_BYTES, DEFAULT_MAX_TENSOR_BYTES, type CallOptions, type ClientOptions } from '../call/options.ts';
 import { DEFAULT_PROCESS_POOL_BYTES } from '../runtime/process-pool.ts';
 import type { OwnerClient, OwnerDialer, PullLimits } from '../remote/owner-client.ts';
 import { Runtime } from '../runtime/runtime.ts';
@@ -47,7 +47,9 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
   #dialOwner: OwnerDialer | undefined;
   readonly #host: string;
   readonly #port: number;
-  readonly #options: Required<Omit<ClientOptions, 'token' | 'busyPollUs' | 'device' | 'runtime' | typeof CONNECT_SIGNAL>> & { token?: string };
+  /** A pull's connection: the opening window alone (NARROW_WINDOW). */
+  readonly #narrowWindow: boolean;
+  readonly #options: Required<Omit<ClientOptions, 'token' | 'busyPollUs' | 'device' | 'runtime' | typeof CONNECT_SIGNAL | typeof NARROW_WINDOW>> & { token?: string };
   /** The device a bare `@cuda` result lands on (ClientOptions.device). */
   readonly #receiveOn: number;
   #session: ClientSession | undefined;
@@ -61,6 +63,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
   private constructor(runtime: Runtime, host: string, port: number, options: ClientOptions, receiveOn: number) {
     super();
     this.#explicitPoolBytes = options.poolBytes !== undefined && options.poolBytes > 0;
+    this.#narrowWindow = options[NARROW_WINDOW] === true;
     this.#runtime = runtime;
     this.#host = host;
     this.#port = port;
@@ -174,6 +177,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
       livenessMs: this.#options.livenessMs, timeoutMs: this.#options.connectTimeoutMs,
       ...(this.#options.token !== undefined ? { token: this.#options.token } : {}),
       ...(signal !== undefined ? { signal } : {}),
+      narrowWindow: this.#narrowWindow,
     }).then((connection) => {
       connection.inlineBytes = this.#options.inlineBytes;
       const session = new ClientSession(connection, (error) => {
@@ -346,7 +350,7 @@ export function ownerDialer(runtime: Runtime): OwnerDialer {
     const started = performance.now();
     let client: Client;
     try {
-      client = await Client.connect(owner, { poolBytes: 0, connectTimeoutMs, ...(runtime.implicit ? {} : { runtime }), ...(token !== undefined ? { token } : {}), ...(limits.signal !== undefined ? { [CONNECT_SIGNAL]: limits.signal } : {}) });
+      client = await Client.connect(owner, { poolBytes: 0, connectTimeoutMs, ...(runtime.implicit ? {} : { runtime }), ...(token !== undefined ? { token } : {}), ...(limits.signal !== undefined ? { [CONNECT_SIGNAL]: limits.signal } : {}), [NARROW_WINDOW]: true });
     } catch (error) {
       // A connect the deadline cut short (its timers and Date.now() may differ by a millisecond).
       const cut = connectTimeoutMs === untilDeadline && performance.now() - started >= connectTimeoutMs - 1;

@@ -13,8 +13,9 @@ import { resolveHost } from './resolve.ts';
 import type { FrameSink } from '../runtime/dispatcher.ts';
 import { DEFAULT_FRAME_BYTES, type Runtime } from '../runtime/runtime.ts';
 
-/** `signal` gives the connect up (CANCELLED), whatever it is waiting for. */
-export interface HandshakeOptions { token?: string; livenessMs: number; timeoutMs: number; name?: string; signal?: AbortSignal }
+/** `signal` gives the connect up (CANCELLED), whatever it is waiting for; `narrowWindow` keeps
+ *  the 256 KiB opening window (a pull's connection) instead of taking from maxWindowBytes. */
+export interface HandshakeOptions { token?: string; livenessMs: number; timeoutMs: number; name?: string; signal?: AbortSignal; narrowWindow?: boolean }
 
 /** Connects to host:port and completes admission; the connection comes back ready for calls. */
 export async function connectAndAdmit(runtime: Runtime, host: string, port: number, options: HandshakeOptions): Promise<Connection> {
@@ -70,8 +71,10 @@ export async function connectAndAdmit(runtime: Runtime, host: string, port: numb
       endpoint = dial();
     }
     connection = new Connection(runtime, endpoint!, options.livenessMs);
-    // A client's own window is its runtime's to give at once: AUTH announces it.
-    connection.widenWindow();
+    // A client's own window is its runtime's to give at once: AUTH announces it. A pull's
+    // connection does without: a pullAll dialled 1,000 owners' connections at a time and they
+    // took the runtime's whole maxWindowBytes (a helper session's owner, 2026-12-06).
+    if (options.narrowWindow !== true) connection.widenWindow();
     forward.target = connection;
     await admit(connection, { ...options, timeoutMs: left() }, helloCame, local);
     return connection;
