@@ -4,6 +4,8 @@
 import { afterAll, afterEach, describe, expect, it, vi } from 'vitest';
 import { Client, Code, type GdrpcError } from '../../core/index.ts';
 import { Endpoint } from '../../core/ucx/index.ts';
+import { CONNECT_SIGNAL } from '../../core/rpc/call/options.ts';
+import { getEventListeners } from 'node:events';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { TestClients } from './fixtures/clients.ts';
 import { startServer, type ListeningPeer } from './fixtures/peers.ts';
@@ -38,6 +40,13 @@ describe('HELLO routing', () => {
     servers = await Promise.all([startServer(), startServer(), startServer()]);
     const connected = await Promise.all(Array.from({ length: 12 }, (_, i) => clients.connect(servers[i % servers.length]!.address)));
     for (const client of connected) await pings(client);
+  });
+
+  it('a connect\'s signal (a pull\'s, kept across its owners) holds no listener once the connection is made', async () => {
+    servers = await Promise.all([startServer()]);
+    const signal = new AbortController().signal;
+    for (let i = 0; i < 3; i++) await pings(await clients.connect(servers[0]!.address, { [CONNECT_SIGNAL]: signal }));
+    expect(getEventListeners(signal, 'abort')).toHaveLength(0);
   });
 
   it('where UCX does not tell an endpoint\'s address, connections take turns: one whose HELLO does not come holds the next up to its timeout', async () => {

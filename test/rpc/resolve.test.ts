@@ -71,6 +71,11 @@ describe('host names', () => {
   it('a lookup waiting for its name servers ends with the caller\'s signal: CANCELLED', async () => {
     vi.spyOn(hostLookup, 'ipv4').mockImplementation(hang);
     await expect(resolveHost('slow.example', 10_000, AbortSignal.timeout(50))).rejects.toMatchObject({ code: Code.CANCELLED });
+    // Given up already: no lookup starts.
+    const lookup = vi.spyOn(hostLookup, 'ipv4');
+    lookup.mockClear();
+    await expect(resolveHost('slow.example', 10_000, AbortSignal.abort())).rejects.toMatchObject({ code: Code.CANCELLED });
+    expect(lookup).not.toHaveBeenCalled();
   });
 
   it('a name that does not resolve fails the connect INVALID_ARGUMENT, naming it', async () => {

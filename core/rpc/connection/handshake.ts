@@ -109,9 +109,14 @@ function admit(connection: Connection, options: HandshakeOptions, helloCame: () 
     const signal = options.signal;
     const onAbort = (): void => fail(GdrpcError.from(signal!.reason, Code.CANCELLED));
     signal?.addEventListener('abort', onAbort, { once: true });
-    const fail = (error: GdrpcError): void => {
+    /** Ends the wait either way: the timer and the signal's listener go (a long-lived signal
+     *  given to many connects kept one listener, and its connection, per connect). */
+    const settle = (): void => {
       clearTimeout(timer);
       signal?.removeEventListener('abort', onAbort);
+    };
+    const fail = (error: GdrpcError): void => {
+      settle();
       reject(error);
     };
     if (signal?.aborted === true) onAbort();
@@ -160,7 +165,7 @@ function admit(connection: Connection, options: HandshakeOptions, helloCame: () 
           // Once: a second READY (a helper session's server sent one after the first, in the
           // same message) widened the window again.
           announced = undefined;
-          clearTimeout(timer);
+          settle();
           connection.admitted = true;
           resolve();
         } else if (frame.kind === FrameKind.Error) {

@@ -51,6 +51,7 @@ const NO_SUCH_NAME = new Set(['ENOTFOUND', 'ENODATA', 'EAI_NONAME', 'EAI_NODATA'
  *  `signal` aborts. */
 export async function resolveHost(host: string, timeoutMs: number, signal?: AbortSignal): Promise<string> {
   if (isIP(host) !== 0) return host;
+  if (signal?.aborted === true) throw GdrpcError.from(signal.reason, Code.CANCELLED);
   let timer: NodeJS.Timeout | undefined;
   let onAbort: (() => void) | undefined;
   const stop = new Promise<never>((_, reject) => {

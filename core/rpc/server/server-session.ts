@@ -136,19 +136,20 @@ export class ServerSession {
   #auth(body: FrameBody<FrameKind.Auth>): void {
     const clientKey = new ConnectionKey(body.key);
     this.connection.peerKey = clientKey;
-    if (this.host.token !== undefined && body.ca !== undefined && body.ca !== this.peer) {
-      // The proof came for another connection: one whose peer forged HELLO to a client of this
-      // server with the key and challenge of its own connection (docs/security.md "The proof").
-      const error = new GdrpcError(Code.UNAUTHENTICATED, `the proof names client ${body.ca}, and this connection comes from ${this.peer} (a proof relayed from another connection, or address translation between client and server)`);
-      this.host.error(new GdrpcError(Code.UNAUTHENTICATED, `${this.peer}: ${error.rawMessage}`));
-      this.#refuseAndClose(error);
-      return;
-    }
-    if (this.host.token !== undefined && !verifyProof(this.host.token, this.#challenge!, this.connection.key.value, clientKey.value, body.proof, body.ca)) {
-      const error = new GdrpcError(Code.UNAUTHENTICATED, body.proof === undefined ? 'this server requires a token' : 'wrong token');
-      this.host.error(new GdrpcError(Code.UNAUTHENTICATED, `${this.peer}: ${error.rawMessage}`));
-      this.#refuseAndClose(error);
-      return;
+    if (this.host.token !== undefined) {
+      // The proof binds the client's address (`ca`): one for another connection's address came
+      // from a client whose HELLO a peer forged with the key and challenge of its own connection
+      // (docs/security.md "The proof is bound ..."). Checked once the proof holds, so that the
+      // address the message names is one a client that knows the token wrote.
+      let refusal: string | undefined;
+      if (!verifyProof(this.host.token, this.#challenge!, this.connection.key.value, clientKey.value, body.proof, body.ca)) refusal = body.proof === undefined ? 'this server requires a token' : 'wrong token';
+      else if (body.ca !== undefined && body.ca !== this.peer) refusal = `the proof names client ${body.ca.slice(0, 64)}, and this connection comes from ${this.peer} (a proof relayed from another connection, or address translation between client and server)`;
+      if (refusal !== undefined) {
+        const error = new GdrpcError(Code.UNAUTHENTICATED, refusal);
+        this.host.error(new GdrpcError(Code.UNAUTHENTICATED, `${this.peer}: ${error.rawMessage}`));
+        this.#refuseAndClose(error);
+        return;
+      }
     }
     const refusal = windowRefusal(body.win, body.wmax);
     if (refusal !== undefined) {
