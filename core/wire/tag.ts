@@ -27,6 +27,12 @@ export const MAX_CALL_ID = 0xffff_ffff;
 /** The key of the first message on a new connection (HELLO), before the client knows the server's. */
 export const HELLO_KEY = 0n;
 
+/** The key of the HELLO for the connection that came from client port `port` (1 to 65535): key
+ *  0's prefix with the port as its low word (docs/wire.md "Handshake and admission"). */
+export function helloKey(port: number): bigint {
+  return BigInt(port);
+}
+
 const KEY_BITS = (1n << 56n) - 1n;
 
 /** A connection key: 56 random bits, split into the 24-bit prefix and the 32-bit secret low part. */

@@ -3,17 +3,15 @@
 // connection to a server that wants a token: the client's proof, bound to the client's address,
 // does not admit the forger's connection (docs/security.md "The proof").
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { Packr } from 'msgpackr';
 import { Client, Code, GdrpcError, Runtime, Server, type UnaryHandler } from '../../core/index.ts';
 import { Endpoint } from '../../core/ucx/index.ts';
+import { Connection } from '../../core/rpc/connection/connection.ts';
+import { controlPrefix } from '../../core/wire/tag.ts';
 import { FrameKind } from '../../core/wire/frames.ts';
-import { packMessage } from '../../core/wire/message.ts';
-import { controlTag, HELLO_KEY } from '../../core/wire/tag.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
-import { RawServer } from '../rpc/fixtures/raw-server.ts';
+import { RawServer, sendHello } from '../rpc/fixtures/raw-server.ts';
 import { RawPeer } from '../rpc/fixtures/raw-peer.ts';
 
-const packr = new Packr({ useRecords: false });
 const closing: Array<() => Promise<unknown>> = [];
 afterEach(async () => {
   vi.restoreAllMocks();
@@ -46,20 +44,29 @@ describe('a forged HELLO', () => {
     // an attacker guesses it).
     const real = Endpoint.prototype.localAddress;
     let forged = false;
+    let victimAddress: string | undefined;
+    // The forged HELLO comes first: the server's own HELLO to the victim is held back 500 ms (on
+    // a network, whichever comes first is the forger's luck; here it must be its).
+    const sendRaw = Connection.prototype.sendRaw;
+    vi.spyOn(Connection.prototype, 'sendRaw').mockImplementation(function (this: Connection, tag: bigint, bytes: Uint8Array) {
+      if (this.runtime !== serving || this.peer !== victimAddress || controlPrefix(Number(tag >> 32n)) !== 0) return sendRaw.call(this, tag, bytes);
+      return new Promise<void>((resolve, reject) => setTimeout(() => sendRaw.call(this, tag, bytes).then(resolve, reject), 500));
+    });
     vi.spyOn(Endpoint.prototype, 'localAddress').mockImplementation(function (this: Endpoint) {
       const address = real.call(this);
       if (!forged && address !== undefined && this.peer === `127.0.0.1:${port}`) {
         forged = true;
+        victimAddress = address;
         const cp = Number(address.slice(address.lastIndexOf(':') + 1));
         const body = { v: 2, key: forger.serverKey, chal: forger.hello!.chal, maxFrame: 1 << 20, maxTensor: 1 << 20, inline: 4096, live: 60_000, gpu: false, win: 8 << 20, cp };
-        void toVictim.tagSend(controlTag(HELLO_KEY), packMessage([{ kind: FrameKind.Hello, call: 0, body: packr.pack(body) }]));
+        void sendHello(toVictim, body);
       }
       return address;
     });
     const victim = Client.connect(`127.0.0.1:${port}`, { runtime: calling, token: 'secret', connectTimeoutMs: 3000 }).then(
       (client) => { closing.push(() => client.close()); return 'connected'; }, (error: GdrpcError) => error.code);
     // The server refuses the forger's connection: the proof names the victim's address.
-    const answer = await forger.receive(3000);
+    const answer = await forger.receive(5000);
     expect(forged).toBe(true);
     expect(answer?.kind).toBe(FrameKind.Error);
     expect(answer?.body).toMatchObject({ code: Code.UNAUTHENTICATED, msg: expect.stringMatching(/the proof names client 127\.0\.0\.1:\d+, and this connection comes from 127\.0\.0\.1:\d+/) });

@@ -10,7 +10,8 @@
 // a connection waits alone (the second describe).
 import type { ChildProcess } from 'node:child_process';
 import { afterAll, describe, expect, it } from 'vitest';
-import { Client } from '../../core/index.ts';
+import { Client, Code, GdrpcError, Runtime, Server } from '../../core/index.ts';
+import { RawServer } from '../rpc/fixtures/raw-server.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer } from '../rpc/fixtures/peers.ts';
 import { serverStats } from '../rpc/fixtures/stats.ts';
@@ -131,3 +132,35 @@ describe('a peer that sends rendezvous messages and stops', () => {
   }, 120_000);
 });
 
+describe('a peer that sends rendezvous messages under the HELLO key 0 and stops', () => {
+  // Every HELLO came under key 0 and was read in order, one entry for all: such messages, taken
+  // while a connection of the process waited for its HELLO, held every HELLO behind them a second
+  // each (read in the code by a helper session's review, 2026-12-06). Now a connection takes its
+  // HELLO under the key of its own port, and key 0 is read only for connections made in turns.
+  it('holds no connection of the process up: one opened meanwhile is admitted', async () => {
+    const honest = await startServer();
+    const runtime = Runtime.create();
+    const unimplemented = (): never => { throw new GdrpcError(Code.UNIMPLEMENTED, 'not here'); };
+    const server = Server.create({ runtime }).register(EchoDescriptor, Object.fromEntries(Object.keys(EchoDescriptor.methods).map((name) => [name, unimplemented])));
+    const { port } = await server.listen({ host: '127.0.0.1' });
+    // A connection that waits for its HELLO (the raw server holds it back) while the messages come.
+    const waiting = RawServer.listen();
+    const held = Client.connect(waiting.address, { runtime, connectTimeoutMs: 20_000 });
+    await waiting.accepted();
+    const { child: stopper, started } = spawnStopping('unadmitted-stopper.ts', [port, 8, 'hello']);
+    try {
+      expect(await started).toBe(true);
+      // Eight such messages held HELLOs about 8 s: past this connect's timeout.
+      const client = await Client.connect(honest.address, { runtime, connectTimeoutMs: 5000 });
+      expect((await client.unary(EchoDescriptor.methods.ping, { n: 4 })).n).toBe(4);
+      await client.close();
+      await waiting.admit();
+      await (await held).close();
+    } finally {
+      stopper.kill('SIGKILL');
+      await waiting.close();
+      await server.shutdown({ graceMs: 0 });
+      await runtime.close();
+    }
+  }, 60_000);
+});

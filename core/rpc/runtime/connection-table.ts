@@ -1,15 +1,17 @@
 // Which connection a tag names (wire/tag.ts). UCX tag matching does not say which endpoint sent a
 // message, so a connection's key, drawn at random and told only to its peer, is what ties a
 // message to it: a control tag names a connection by the key's 24-bit prefix (unique among this
-// worker's keys) and its secret 32-bit low word, all of it checked. Key 0 is the handshake's
-// HELLO, routed by the client's port it names (`cp`, the port the server saw the connection come
-// from) to the outgoing handshake on that port, or else to the one whose turn it is (a handshake
-// whose port UCX did not tell: docs/wire.md "Handshake and admission").
+// worker's keys) and its secret 32-bit low word, all of it checked. The prefix 0 is the
+// handshake's HELLO: with the client's port as its low word (the port the server saw the
+// connection come from), that of the outgoing handshake on that port, its own entry, so that
+// what another peer sends under another port's key or key 0 holds nothing of it; key 0 itself,
+// that of the handshake whose turn it is (one whose address UCX did not tell: docs/wire.md
+// "Handshake and admission").
 import type { StallWatch } from './stall-watch.ts';
 import type { TurnHolder } from './read-turns.ts';
 import type { TakenMessage } from '../../ucx/index.ts';
 import type { ReceiveBuffer } from './receive-buffer.ts';
-import { ConnectionKey, controlPrefix, controlTag } from '../../wire/tag.ts';
+import { ConnectionKey, controlPrefix, controlTag, helloKey } from '../../wire/tag.ts';
 import { decodeFrame } from '../../wire/codec.ts';
 import { FrameKind } from '../../wire/frames.ts';
 import { unpackMessage } from '../../wire/message.ts';
@@ -44,8 +46,9 @@ export class ConnectionTable {
   readonly #byPrefix = new Map<number, Registered>();
   #hello: FrameSink | undefined;
   readonly #helloQueue: Array<() => void> = [];
-  /** Outgoing handshakes waiting for their HELLO, by this side's port of their connection. */
-  readonly #helloByPort = new Map<number, FrameSink>();
+  /** Outgoing handshakes waiting for their HELLO, by this side's port of their connection: each
+   *  read as a connection of its own (helloKey(port)). */
+  readonly #helloByPort = new Map<number, Registered>();
   /** Handshakes that got a port another one waits on, waiting for it to be free. */
   readonly #portQueue = new Map<number, Array<() => void>>();
   /** The handshake's HELLO (key 0) as a connection: read by the line's turn alone (read-turns.ts). */
@@ -83,17 +86,23 @@ export class ConnectionTable {
     return registered;
   }
 
-  /** Routes the HELLO (key 0) that names `port` as the client's to `sink`, without a turn; the
-   *  returned function ends the wait (HELLO came, or the handshake gave up). */
-  expectHello(port: number, sink: FrameSink): () => void {
+  /** Routes the HELLO under helloKey(`port`) to `sink`, without a turn: returns its entry, and
+   *  the function that ends the wait (HELLO came, or the handshake gave up), which returns the
+   *  entry when it was still there. */
+  expectHello(port: number, sink: FrameSink): { entry: Registered; end: () => Registered | undefined } {
     if (this.#helloByPort.has(port)) throw new Error(`two handshakes wait for HELLO on port ${port}`);
-    this.#helloByPort.set(port, sink);
-    return () => {
-      if (this.#helloByPort.get(port) !== sink) return;
-      this.#helloByPort.delete(port);
-      const waiting = this.#portQueue.get(port);
-      this.#portQueue.delete(port);
-      for (const wake of waiting ?? []) wake();
+    const entry: Registered = { sink, low: port, tag: controlTag(helloKey(port)), balance: 0, awaiting: undefined };
+    this.#helloByPort.set(port, entry);
+    return {
+      entry,
+      end: () => {
+        if (this.#helloByPort.get(port) !== entry) return undefined;
+        this.#helloByPort.delete(port);
+        const waiting = this.#portQueue.get(port);
+        this.#portQueue.delete(port);
+        for (const wake of waiting ?? []) wake();
+        return entry;
+      },
     };
   }
 
@@ -122,16 +131,12 @@ export class ConnectionTable {
 
   awaitsHello(port: number): boolean { return this.#helloByPort.has(port); }
 
-  /** Whether a HELLO (key 0) has anyone to go to. */
-  get #helloAwaited(): boolean { return this.#hello !== undefined || this.#helloByPort.size > 0; }
-
-  /** The handshake a HELLO message is for: the one on the port it names, else the turn's. A HELLO
-   *  that names a port nobody waits on goes to the turn's handshake (whose port is unknown), or
-   *  nowhere; a message that is no HELLO goes where a HELLO without a port would. */
+  /** The handshake a HELLO under key 0 is for: the turn's, unless it names (`cp`) the port of a
+   *  handshake that takes its HELLO under its own key (a server sends both), or nobody's. */
   #helloOf(source: Uint8Array, length: number): FrameSink | undefined {
-    if (this.#helloByPort.size === 0) return this.#hello;
+    if (this.#hello === undefined || this.#helloByPort.size === 0) return this.#hello;
     const port = helloPort(source, length);
-    return (port === undefined ? undefined : this.#helloByPort.get(port)) ?? this.#hello;
+    return port !== undefined && this.#helloByPort.has(port) ? undefined : this.#hello;
   }
 
   /** Routes the next HELLO (key 0) to `sink` once no other handshake has the turn; the returned
@@ -165,14 +170,15 @@ export class ConnectionTable {
   sinkOfWords(low: number, high: number): FrameSink | undefined {
     const prefix = controlPrefix(high);
     if (prefix === undefined) return undefined;
-    if (prefix === 0) return low === 0 && this.#helloAwaited ? this.hello.sink : undefined;
+    if (prefix === 0) return low === 0 ? (this.#hello !== undefined ? this.hello.sink : undefined) : this.#helloByPort.get(low)?.sink;
     return this.registeredOf(low, high)?.sink;
   }
 
   /** The entry a control tag's two words name: a registered connection, or `hello` for key 0
    *  while a handshake waits for its HELLO. */
   entryOf(low: number, high: number): Registered | undefined {
-    return controlPrefix(high) === 0 && low === 0 && this.#helloAwaited ? this.hello : this.registeredOf(low, high);
+    if (controlPrefix(high) !== 0) return this.registeredOf(low, high);
+    return low === 0 ? (this.#hello !== undefined ? this.hello : undefined) : this.#helloByPort.get(low);
   }
 
   /** The registered connection a control tag's two words name (not the handshake's key 0). */

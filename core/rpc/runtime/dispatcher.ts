@@ -118,12 +118,18 @@ export class Dispatcher {
   /** Resolves once no outgoing handshake waits for the HELLO naming `port` (`signal`: give up). */
   portFree(port: number, signal: AbortSignal): Promise<void> { return this.#table.portFree(port, signal); }
 
-  /** Routes the HELLO (key 0) naming `port` as the client's to `sink` (an outgoing handshake on
-   *  that port); the returned function ends the wait. */
+  /** Routes the HELLO under helloKey(`port`) to `sink` (the outgoing handshake on that port),
+   *  read as a connection of its own; the returned function ends the wait. */
   expectHello(port: number, sink: FrameSink): () => void {
-    const end = this.#table.expectHello(port, sink);
+    const { end } = this.#table.expectHello(port, sink);
     this.#start();
-    return end;
+    return () => {
+      const entry = end();
+      if (entry === undefined) return;
+      this.#turns.forget(entry);
+      // A receive of it that waits for its message stays with UCX; what it brings is dropped.
+      this.#awaiting.end(entry);
+    };
   }
 
   /** Routes the next HELLO (key 0) that names no awaited port to `sink`. Outgoing handshakes whose

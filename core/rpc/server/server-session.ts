@@ -5,7 +5,7 @@ import { PoolShare } from '../../tensor/index.ts';
 import { encodeFrame } from '../../wire/codec.ts';
 import { FrameKind, type Frame, type FrameBody } from '../../wire/frames.ts';
 import { packMessage } from '../../wire/message.ts';
-import { ConnectionKey, controlTag, HELLO_KEY } from '../../wire/tag.ts';
+import { ConnectionKey, controlTag, HELLO_KEY, helloKey } from '../../wire/tag.ts';
 import { newChallenge, verifyProof } from '../connection/auth.ts';
 import { cudaReceives } from '../runtime/memory-support.ts';
 import type { Connection } from '../connection/connection.ts';
@@ -81,7 +81,12 @@ export class ServerSession {
       hello.rpt = true;
     }
     if (connection.runtime.gathers) hello.gat = true;
-    connection.sendRaw(controlTag(HELLO_KEY), packMessage([{ kind: FrameKind.Hello, call: 0, body: encodeFrame(FrameKind.Hello, hello) }])).catch(() => connection.close());
+    // Under the key of the client's port, which the client reads as that connection's alone, and
+    // under key 0 for a client that takes HELLOs in turns (its UCX does not tell its address, or
+    // it is older than `cp`).
+    const message = packMessage([{ kind: FrameKind.Hello, call: 0, body: encodeFrame(FrameKind.Hello, hello) }]);
+    if (clientPort !== undefined) connection.sendRaw(controlTag(helloKey(clientPort)), message).catch(() => connection.close());
+    connection.sendRaw(controlTag(HELLO_KEY), message).catch(() => connection.close());
   }
 
   get admitted(): boolean { return this.connection.admitted; }
