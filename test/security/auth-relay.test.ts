@@ -76,3 +76,30 @@ describe('a forged HELLO', () => {
     expect(errors.map((e) => e.code)).toContain(Code.UNAUTHENTICATED);
   });
 });
+
+describe('ServerOptions.requireClientAddress', () => {
+  it('refuses a valid proof that names no client address, and admits one that does', async () => {
+    const serving = Runtime.create();
+    const unimplemented = (name: string): UnaryHandler => () => { throw new GdrpcError(Code.UNIMPLEMENTED, name); };
+    const handlers: Record<string, UnaryHandler> = Object.fromEntries(Object.keys(EchoDescriptor.methods).map((name) => [name, unimplemented(name)]));
+    handlers.ping = (args: { n: number }) => ({ n: args.n });
+    const server = Server.create({ runtime: serving, token: 'secret', requireClientAddress: true }).register(EchoDescriptor, handlers);
+    server.on('error', () => {});
+    const { port } = await server.listen({ host: '127.0.0.1' });
+    closing.push(() => serving.close(), () => server.shutdown({ graceMs: 0 }));
+    // A proof of the token without `ca` (what a client whose UCX does not tell its address sends).
+    const unbound = await RawPeer.connect(port);
+    closing.push(() => unbound.close());
+    await unbound.auth('secret');
+    const answer = await unbound.receive(5000);
+    expect(answer?.kind).toBe(FrameKind.Error);
+    expect(answer?.body).toMatchObject({ code: Code.UNAUTHENTICATED, msg: expect.stringMatching(/requires a proof bound to the client's address/) });
+    const client = await Client.connect(`127.0.0.1:${port}`, { token: 'secret' });
+    closing.push(() => client.close());
+    await expect(client.unary(EchoDescriptor.methods.ping, { n: 2 })).resolves.toMatchObject({ n: 2 });
+  });
+
+  it('is refused as an option that is not a boolean', () => {
+    expect(() => Server.create({ token: 'secret', requireClientAddress: 'yes' as unknown as boolean })).toThrow(expect.objectContaining({ code: Code.INVALID_ARGUMENT }));
+  });
+});

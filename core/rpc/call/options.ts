@@ -93,6 +93,10 @@ export interface ServerOptions {
   maxPoolBytesPerConnection?: number;
   /** Shared token clients must prove (HMAC challenge-response) before any call. */
   token?: string;
+  /** With a token: refuse a proof that does not name the client's address (AUTH `ca`: clients
+   *  whose UCX does not tell it, gdrpc clients from before it), which a peer able to forge a
+   *  client's HELLO could have admit its own connection (docs/security.md). Default false. */
+  requireClientAddress?: boolean;
   /** A connection that has not completed the handshake by then is closed (default 5000 ms);
    *  nothing it sends extends this. */
   admissionTimeoutMs?: number;
@@ -166,7 +170,7 @@ export const CLIENT_OPTIONS: OptionRules<ClientOptions> = {
 export const SERVER_OPTIONS: OptionRules<ServerOptions> = {
   maxCallsPerConnection: Accept.count, maxCalls: Accept.count, maxFrameBytes: Accept.positiveBytes,
   maxTensorBytes: Accept.bytes, poolBytes: Accept.bytes, allowPoolOverflow: Accept.boolean, poolWaitMs: Accept.ms, poolQueueBytes: Accept.bytes,
-  maxPoolBytesPerConnection: Accept.positiveBytes, token: Accept.nonEmptyString, admissionTimeoutMs: Accept.positiveMs,
+  maxPoolBytesPerConnection: Accept.positiveBytes, token: Accept.nonEmptyString, requireClientAddress: Accept.boolean, admissionTimeoutMs: Accept.positiveMs,
   transferTimeoutMs: Accept.positiveMs, maxConnections: Accept.count, maxConnectionsPerAddress: Accept.count, maxAwaitedTensors: Accept.count,
   livenessMs: Accept.positiveMs, inlineBytes: Accept.bytes, busyPollUs: BUSY_POLL_US, exposureHoldMs: Accept.ms,
   exposeErrorMessages: Accept.boolean, directPulls: Accept.boolean, device: RECEIVE_DEVICE, runtime: RUNTIME,

@@ -20,6 +20,8 @@ import { IdTable } from '../../live-list.ts';
 /** What a session needs from its server. */
 export interface SessionHost {
   readonly token: string | undefined;
+  /** With a token, proofs must name the client's address (ServerOptions.requireClientAddress). */
+  readonly requireClientAddress: boolean;
   readonly livenessMs: number;
   /** A connection that has not completed admission by then is closed. */
   readonly admissionTimeoutMs: number;
@@ -148,6 +150,7 @@ export class ServerSession {
       // address the message names is one a client that knows the token wrote.
       let refusal: string | undefined;
       if (!verifyProof(this.host.token, this.#challenge!, this.connection.key.value, clientKey.value, body.proof, body.ca)) refusal = body.proof === undefined ? 'this server requires a token' : 'wrong token';
+      else if (body.ca === undefined && this.host.requireClientAddress) refusal = 'this server requires a proof bound to the client\'s address (AUTH `ca`), which this client does not send: its UCX does not tell its address, or it is a gdrpc from before it (ServerOptions.requireClientAddress)';
       else if (body.ca !== undefined && body.ca !== this.peer) refusal = `the proof names client ${body.ca.slice(0, 64)}, and this connection comes from ${this.peer} (a proof relayed from another connection, or address translation between client and server)`;
       if (refusal !== undefined) {
         const error = new GdrpcError(Code.UNAUTHENTICATED, refusal);

@@ -51,7 +51,7 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
     this.#receiveOn = receiveDeviceIndex('ServerOptions.device', options.device, receivingDeviceCount()) ?? DEFAULT_RECEIVE_DEVICE;
     this.#options = {
       maxCallsPerConnection: 256, maxCalls: 4096, maxFrameBytes: 4 << 20, maxTensorBytes: DEFAULT_MAX_TENSOR_BYTES, poolBytes: 128 << 20,
-      allowPoolOverflow: false, poolWaitMs: 10_000, livenessMs: DEFAULT_LIVENESS_MS, admissionTimeoutMs: 5000, transferTimeoutMs: DEFAULT_TRANSFER_TIMEOUT_MS, maxConnections: 1024, maxConnectionsPerAddress: 64, maxAwaitedTensors: DEFAULT_MAX_AWAITED_TENSORS, inlineBytes: DEFAULT_INLINE_BYTES, exposureHoldMs: 30_000, exposeErrorMessages: false, directPulls: false, ...options,
+      allowPoolOverflow: false, poolWaitMs: 10_000, livenessMs: DEFAULT_LIVENESS_MS, admissionTimeoutMs: 5000, requireClientAddress: false, transferTimeoutMs: DEFAULT_TRANSFER_TIMEOUT_MS, maxConnections: 1024, maxConnectionsPerAddress: 64, maxAwaitedTensors: DEFAULT_MAX_AWAITED_TENSORS, inlineBytes: DEFAULT_INLINE_BYTES, exposureHoldMs: 30_000, exposeErrorMessages: false, directPulls: false, ...options,
     };
     for (const entry of ownerMethods({ lookup: (x, secret) => this.#runtime!.owner.lookup(x, secret), claim: (x, secret) => this.#runtime!.owner.claim(x, secret), staging: (device) => this.#runtime!.pool(device, { bytes: DEFAULT_PROCESS_POOL_BYTES, allowOverflow: true }), copyBlocks: (bytes, copies, options) => this.#runtime!.blocks.copy(bytes, copies, options), directPulls: this.#options.directPulls })) {
       this.#serve(OWNER_SERVICE, entry.method.name, entry);
@@ -230,6 +230,7 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
     };
     return {
       get token() { return server.#options.token; },
+      get requireClientAddress() { return server.#options.requireClientAddress; },
       get livenessMs() { return server.#options.livenessMs; },
       get admissionTimeoutMs() { return server.#options.admissionTimeoutMs; },
       get shuttingDown() { return server.#shuttingDown; },
