@@ -77,6 +77,39 @@ describe('a forged HELLO', () => {
   });
 });
 
+describe('the key-0 copy of HELLO', () => {
+  it('never reaches a connection made in turns to a hostile server: it would learn another connection\'s key', async () => {
+    // A server sends HELLO under key 0 and under the key of the client's port. A connection made
+    // in turns (its UCX did not tell its address) to a server that never answers holds the turn;
+    // it took the key-0 copy of an honest server's HELLO to another connection, and sent its AUTH,
+    // with that connection's server key, to the hostile server, which could then send calls
+    // under that key (a helper session's review, 2026-12-06).
+    const serving = Runtime.create();
+    const unimplemented = (name: string): UnaryHandler => () => { throw new GdrpcError(Code.UNIMPLEMENTED, name); };
+    const handlers: Record<string, UnaryHandler> = Object.fromEntries(Object.keys(EchoDescriptor.methods).map((name) => [name, unimplemented(name)]));
+    handlers.ping = (args: { n: number }) => ({ n: args.n });
+    const server = Server.create({ runtime: serving, token: 'secret' }).register(EchoDescriptor, handlers);
+    const { port } = await server.listen({ host: '127.0.0.1' });
+    closing.push(() => serving.close(), () => server.shutdown({ graceMs: 0 }));
+    const hostile = RawServer.listen();
+    closing.push(() => hostile.close());
+    const calling = Runtime.create();
+    closing.push(() => calling.close());
+    const real = Endpoint.prototype.localAddress;
+    vi.spyOn(Endpoint.prototype, 'localAddress').mockImplementation(function (this: Endpoint) {
+      return this.peer === hostile.address ? undefined : real.call(this);
+    });
+    const inTurns = Client.connect(hostile.address, { runtime: calling, connectTimeoutMs: 4000 }).then(() => 'connected', (error: GdrpcError) => error.code);
+    await hostile.accepted();
+    const honest = await Client.connect(`127.0.0.1:${port}`, { runtime: calling, token: 'secret' });
+    closing.push(() => honest.close());
+    await expect(honest.unary(EchoDescriptor.methods.ping, { n: 3 })).resolves.toMatchObject({ n: 3 });
+    // Nothing reached the hostile server: no AUTH, no key.
+    expect(await hostile.receiveMessage(1500)).toBeUndefined();
+    expect(await inTurns).toBe(Code.UNAVAILABLE);
+  });
+});
+
 describe('ServerOptions.requireClientAddress', () => {
   it('refuses a valid proof that names no client address, and admits one that does', async () => {
     const serving = Runtime.create();
@@ -99,7 +132,8 @@ describe('ServerOptions.requireClientAddress', () => {
     await expect(client.unary(EchoDescriptor.methods.ping, { n: 2 })).resolves.toMatchObject({ n: 2 });
   });
 
-  it('is refused as an option that is not a boolean', () => {
+  it('is refused as an option that is not a boolean, or without a token', () => {
     expect(() => Server.create({ token: 'secret', requireClientAddress: 'yes' as unknown as boolean })).toThrow(expect.objectContaining({ code: Code.INVALID_ARGUMENT }));
+    expect(() => Server.create({ requireClientAddress: true })).toThrow(expect.objectContaining({ code: Code.INVALID_ARGUMENT, message: expect.stringMatching(/give `token` too/) }));
   });
 });

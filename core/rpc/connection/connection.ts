@@ -245,9 +245,10 @@ export class Connection implements FrameSink {
   };
 
   /** Sends a frame whose tag and bytes the caller built (handshake, tests of malformed input);
-   *  it counts against the peer's window like the outbox's messages. */
-  sendRaw(tag: bigint, bytes: Uint8Array): Promise<void> {
-    this.#outbox.sentOutside(messageWeight(bytes, bytes.length));
+   *  it counts against the peer's window like the outbox's messages, unless `counted` is false
+   *  (a copy of a message the peer reads one of: HELLO's). */
+  sendRaw(tag: bigint, bytes: Uint8Array, counted = true): Promise<void> {
+    if (counted) this.#outbox.sentOutside(messageWeight(bytes, bytes.length));
     return this.#sendNow(tag, bytes) ?? Promise.resolve();
   }
 

@@ -39,6 +39,8 @@ export async function connectAndAdmit(runtime: Runtime, host: string, port: numb
   let endpoint: Endpoint | undefined;
   let connection: Connection | undefined;
   let helloCame: (() => void) | undefined;
+  /** Gives the port up once the connection is gone (expectHello). */
+  let releasePort: (() => void) | undefined;
   /** This side's address on the connection ("address:port"), which the proof binds. */
   let local: string | undefined;
   const gaveUp = (why: string): GdrpcError => new GdrpcError(Code.UNAVAILABLE, `no turn to connect to ${host}:${port} within ${options.timeoutMs} ms: ${why} (docs/wire.md "Handshake and admission")`);
@@ -49,7 +51,9 @@ export async function connectAndAdmit(runtime: Runtime, host: string, port: numb
       if (local === undefined) break;
       const localPort = portOf(local);
       if (!runtime.dispatcher.awaitsHello(localPort)) {
-        helloCame = runtime.dispatcher.expectHello(localPort, forward);
+        const wait = runtime.dispatcher.expectHello(localPort, forward);
+        helloCame = wait.ended;
+        releasePort = wait.release;
         break;
       }
       // Linux gives one local port to connections to different servers: this one waits for the
@@ -77,11 +81,17 @@ export async function connectAndAdmit(runtime: Runtime, host: string, port: numb
     if (options.narrowWindow !== true) connection.widenWindow();
     forward.target = connection;
     await admit(connection, { ...options, timeoutMs: left() }, helloCame, local);
+    if (releasePort !== undefined) {
+      const release = releasePort;
+      if (connection.signal.aborted) release();
+      else connection.signal.addEventListener('abort', release, { once: true });
+    }
     return connection;
   } catch (error) {
     const failure = sharedMemoryHint(runtime, connection, GdrpcError.from(error, Code.UNAVAILABLE));
     if (connection !== undefined) connection.close(failure);
     else void endpoint?.close({ force: true }).catch(() => {});
+    releasePort?.();
     throw failure;
   } finally {
     helloCame?.();

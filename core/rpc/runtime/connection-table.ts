@@ -47,8 +47,13 @@ export class ConnectionTable {
   #hello: FrameSink | undefined;
   readonly #helloQueue: Array<() => void> = [];
   /** Outgoing handshakes waiting for their HELLO, by this side's port of their connection: each
-   *  read as a connection of its own (helloKey(port)). */
+   *  an entry of its own (helloKey(port)), read by the line's turn like key 0, but never held up
+   *  by a message under another key. */
   readonly #helloByPort = new Map<number, Registered>();
+  /** Ports of this process's connections made by port, for as long as each lives: a key-0 HELLO
+   *  naming one is never a connection-in-turns' (a hostile server holding the turn took the
+   *  key-0 copy of another connection's HELLO, and with it that connection's key). */
+  readonly #claimed = new Map<number, number>();
   /** Handshakes that got a port another one waits on, waiting for it to be free. */
   readonly #portQueue = new Map<number, Array<() => void>>();
   /** The handshake's HELLO (key 0) as a connection: read by the line's turn alone (read-turns.ts). */
@@ -89,12 +94,21 @@ export class ConnectionTable {
   /** Routes the HELLO under helloKey(`port`) to `sink`, without a turn: returns its entry, and
    *  the function that ends the wait (HELLO came, or the handshake gave up), which returns the
    *  entry when it was still there. */
-  expectHello(port: number, sink: FrameSink): { entry: Registered; end: () => Registered | undefined } {
+  expectHello(port: number, sink: FrameSink): { entry: Registered; end: () => Registered | undefined; release: () => void } {
     if (this.#helloByPort.has(port)) throw new Error(`two handshakes wait for HELLO on port ${port}`);
     const entry: Registered = { sink, low: port, tag: controlTag(helloKey(port)), balance: 0, awaiting: undefined };
     this.#helloByPort.set(port, entry);
+    this.#claimed.set(port, (this.#claimed.get(port) ?? 0) + 1);
+    let released = false;
     return {
       entry,
+      release: () => {
+        if (released) return;
+        released = true;
+        const left = (this.#claimed.get(port) ?? 1) - 1;
+        if (left > 0) this.#claimed.set(port, left);
+        else this.#claimed.delete(port);
+      },
       end: () => {
         if (this.#helloByPort.get(port) !== entry) return undefined;
         this.#helloByPort.delete(port);
@@ -132,11 +146,12 @@ export class ConnectionTable {
   awaitsHello(port: number): boolean { return this.#helloByPort.has(port); }
 
   /** The handshake a HELLO under key 0 is for: the turn's, unless it names (`cp`) the port of a
-   *  handshake that takes its HELLO under its own key (a server sends both), or nobody's. */
+   *  connection made by port, waiting for its HELLO or made (a server sends both copies), or
+   *  names none while such connections exist. */
   #helloOf(source: Uint8Array, length: number): FrameSink | undefined {
-    if (this.#hello === undefined || this.#helloByPort.size === 0) return this.#hello;
+    if (this.#hello === undefined || this.#claimed.size === 0) return this.#hello;
     const port = helloPort(source, length);
-    return port !== undefined && this.#helloByPort.has(port) ? undefined : this.#hello;
+    return port === undefined || this.#claimed.has(port) ? undefined : this.#hello;
   }
 
   /** Routes the next HELLO (key 0) to `sink` once no other handshake has the turn; the returned

@@ -119,16 +119,20 @@ export class Dispatcher {
   portFree(port: number, signal: AbortSignal): Promise<void> { return this.#table.portFree(port, signal); }
 
   /** Routes the HELLO under helloKey(`port`) to `sink` (the outgoing handshake on that port),
-   *  read as a connection of its own; the returned function ends the wait. */
-  expectHello(port: number, sink: FrameSink): () => void {
-    const { end } = this.#table.expectHello(port, sink);
+   *  read apart from other connections' HELLOs. `ended` ends the wait; `release`, once the
+   *  connection is gone, gives the port up (key-0 HELLOs naming it are dropped until then). */
+  expectHello(port: number, sink: FrameSink): { ended: () => void; release: () => void } {
+    const { end, release } = this.#table.expectHello(port, sink);
     this.#start();
-    return () => {
-      const entry = end();
-      if (entry === undefined) return;
-      this.#turns.forget(entry);
-      // A receive of it that waits for its message stays with UCX; what it brings is dropped.
-      this.#awaiting.end(entry);
+    return {
+      ended: () => {
+        const entry = end();
+        if (entry === undefined) return;
+        this.#turns.forget(entry);
+        // A receive of it that waits for its message stays with UCX; what it brings is dropped.
+        this.#awaiting.end(entry);
+      },
+      release,
     };
   }
 

@@ -83,12 +83,14 @@ export class ServerSession {
       hello.rpt = true;
     }
     if (connection.runtime.gathers) hello.gat = true;
-    // Under the key of the client's port, which the client reads as that connection's alone, and
-    // under key 0 for a client that takes HELLOs in turns (its UCX does not tell its address, or
-    // it is older than `cp`).
+    // Under key 0 for a client that takes HELLOs in turns (its UCX does not tell its address, or
+    // it is older than `cp`), then under the key of the client's port, which the client reads as
+    // that connection's alone. In that order (UCX keeps the order of one endpoint's tag
+    // messages): a client on that port drops the key-0 copy while it still waits for its HELLO.
+    // The client reads one of them: the window counts one.
     const message = packMessage([{ kind: FrameKind.Hello, call: 0, body: encodeFrame(FrameKind.Hello, hello) }]);
-    if (clientPort !== undefined) connection.sendRaw(controlTag(helloKey(clientPort)), message).catch(() => connection.close());
     connection.sendRaw(controlTag(HELLO_KEY), message).catch(() => connection.close());
+    if (clientPort !== undefined) connection.sendRaw(controlTag(helloKey(clientPort)), message, false).catch(() => connection.close());
   }
 
   get admitted(): boolean { return this.connection.admitted; }

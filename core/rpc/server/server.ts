@@ -48,6 +48,9 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
   private constructor(options: ServerOptions) {
     super();
     checkOptions('ServerOptions', options, SERVER_OPTIONS);
+    if (options.requireClientAddress === true && options.token === undefined) {
+      throw new GdrpcError(Code.INVALID_ARGUMENT, 'ServerOptions.requireClientAddress applies to the proofs of a token: give `token` too');
+    }
     this.#receiveOn = receiveDeviceIndex('ServerOptions.device', options.device, receivingDeviceCount()) ?? DEFAULT_RECEIVE_DEVICE;
     this.#options = {
       maxCallsPerConnection: 256, maxCalls: 4096, maxFrameBytes: 4 << 20, maxTensorBytes: DEFAULT_MAX_TENSOR_BYTES, poolBytes: 128 << 20,
