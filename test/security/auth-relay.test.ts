@@ -18,18 +18,25 @@ afterEach(async () => {
   for (const close of closing.splice(0).reverse()) await close();
 });
 
+/** A server on a runtime of its own with token 'secret' (and `options`), serving Echo.ping alone
+ *  (the pings it ran in `ran`, its 'error' events in `errors`); closed after the test. */
+async function tokenServer(options: { requireClientAddress?: boolean } = {}): Promise<{ serving: Runtime; port: number; ran: number[]; errors: GdrpcError[] }> {
+  const serving = Runtime.create();
+  const ran: number[] = [];
+  const errors: GdrpcError[] = [];
+  const unimplemented = (name: string): UnaryHandler => () => { throw new GdrpcError(Code.UNIMPLEMENTED, name); };
+  const handlers: Record<string, UnaryHandler> = Object.fromEntries(Object.keys(EchoDescriptor.methods).map((name) => [name, unimplemented(name)]));
+  handlers.ping = (args: { n: number }) => { ran.push(args.n); return { n: args.n }; };
+  const server = Server.create({ runtime: serving, token: 'secret', ...options }).register(EchoDescriptor, handlers);
+  server.on('error', (error) => errors.push(error));
+  const { port } = await server.listen({ host: '127.0.0.1' });
+  closing.push(() => serving.close(), () => server.shutdown({ graceMs: 0 }));
+  return { serving, port, ran, errors };
+}
+
 describe('a forged HELLO', () => {
   it('carrying the key and challenge of the forger\'s own connection: the client\'s proof does not admit that connection', async () => {
-    const serving = Runtime.create();
-    const ran: number[] = [];
-    const unimplemented = (name: string): UnaryHandler => () => { throw new GdrpcError(Code.UNIMPLEMENTED, name); };
-    const handlers: Record<string, UnaryHandler> = Object.fromEntries(Object.keys(EchoDescriptor.methods).map((name) => [name, unimplemented(name)]));
-    handlers.ping = (args: { n: number }) => { ran.push(args.n); return { n: args.n }; };
-    const server = Server.create({ runtime: serving, token: 'secret' }).register(EchoDescriptor, handlers);
-    const errors: GdrpcError[] = [];
-    server.on('error', (error) => errors.push(error));
-    const { port } = await server.listen({ host: '127.0.0.1' });
-    closing.push(() => serving.close(), () => server.shutdown({ graceMs: 0 }));
+    const { serving, port, ran, errors } = await tokenServer();
     // The forger's own connection to that server: its key and challenge, no token.
     const forger = await RawPeer.connect(port);
     closing.push(() => forger.close());
@@ -84,13 +91,7 @@ describe('the key-0 copy of HELLO', () => {
     // it took the key-0 copy of an honest server's HELLO to another connection, and sent its AUTH,
     // with that connection's server key, to the hostile server, which could then send calls
     // under that key (a helper session's review, 2026-12-06).
-    const serving = Runtime.create();
-    const unimplemented = (name: string): UnaryHandler => () => { throw new GdrpcError(Code.UNIMPLEMENTED, name); };
-    const handlers: Record<string, UnaryHandler> = Object.fromEntries(Object.keys(EchoDescriptor.methods).map((name) => [name, unimplemented(name)]));
-    handlers.ping = (args: { n: number }) => ({ n: args.n });
-    const server = Server.create({ runtime: serving, token: 'secret' }).register(EchoDescriptor, handlers);
-    const { port } = await server.listen({ host: '127.0.0.1' });
-    closing.push(() => serving.close(), () => server.shutdown({ graceMs: 0 }));
+    const { port } = await tokenServer();
     const hostile = RawServer.listen();
     closing.push(() => hostile.close());
     const calling = Runtime.create();
@@ -112,14 +113,7 @@ describe('the key-0 copy of HELLO', () => {
 
 describe('ServerOptions.requireClientAddress', () => {
   it('refuses a valid proof that names no client address, and admits one that does', async () => {
-    const serving = Runtime.create();
-    const unimplemented = (name: string): UnaryHandler => () => { throw new GdrpcError(Code.UNIMPLEMENTED, name); };
-    const handlers: Record<string, UnaryHandler> = Object.fromEntries(Object.keys(EchoDescriptor.methods).map((name) => [name, unimplemented(name)]));
-    handlers.ping = (args: { n: number }) => ({ n: args.n });
-    const server = Server.create({ runtime: serving, token: 'secret', requireClientAddress: true }).register(EchoDescriptor, handlers);
-    server.on('error', () => {});
-    const { port } = await server.listen({ host: '127.0.0.1' });
-    closing.push(() => serving.close(), () => server.shutdown({ graceMs: 0 }));
+    const { port } = await tokenServer({ requireClientAddress: true });
     // A proof of the token without `ca` (what a client whose UCX does not tell its address sends).
     const unbound = await RawPeer.connect(port);
     closing.push(() => unbound.close());
