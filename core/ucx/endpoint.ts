@@ -131,7 +131,7 @@ export class Endpoint extends EventEmitter<{ error: [GdrpcError]; close: [] }> {
   /** The port of localAddress(). */
   localPort(): number | undefined {
     const address = this.localAddress();
-    return address === undefined ? undefined : Number(address.slice(address.lastIndexOf(':') + 1));
+    return address === undefined ? undefined : portOf(address);
   }
 
   /** Graceful close (flush) unless the endpoint failed or force is set; pending requests reject
@@ -212,4 +212,11 @@ export class RemoteKey {
     if (rkey.endpoint !== endpoint) throw invalid('the remote key was unpacked for another endpoint');
     return rkey.#native;
   }
+}
+
+/** The port of an "address:port" as endpoints name their peers and themselves (`peer`,
+ *  localAddress()), or undefined when it names none from 1 to 65535. */
+export function portOf(address: string): number | undefined {
+  const port = Number(address.slice(address.lastIndexOf(':') + 1));
+  return Number.isInteger(port) && port > 0 && port <= 0xffff ? port : undefined;
 }

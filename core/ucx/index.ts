@@ -6,7 +6,7 @@ import type { NativeStats } from './native-types.ts';
 export { Context, type ContextOptions, type MemoryType, type Feature } from './context.ts';
 export { Worker, type WorkerOptions, type TagOptions, type TagRecvResult, type ProtocolReport, type TakenMessage, type WorkerStats, type WakeupKind, type TcpPort, isPeerPrefixList, PEER_PREFIXES_EXPECTED } from './worker.ts';
 export { Listener, type ListenerOptions } from './listener.ts';
-export { Endpoint, RemoteKey } from './endpoint.ts';
+export { Endpoint, RemoteKey, portOf } from './endpoint.ts';
 export { MemoryRegion, isMemorySpan, type MemorySpan, type TagBuffer } from './memory.ts';
 export { UCX_DEFAULTS } from '../native.ts';
 

@@ -1,6 +1,6 @@
 // The client half of the handshake (docs/wire.md "Handshake and admission"): wait for HELLO on
 // the new endpoint, answer AUTH (with the HMAC proof when challenged), wait for READY.
-import { Endpoint } from '../../ucx/index.ts';
+import { Endpoint, portOf } from '../../ucx/index.ts';
 import { Code, GdrpcError, isCode } from '../../errors.ts';
 import { FrameKind, type FrameBody } from '../../wire/frames.ts';
 import { ConnectionKey } from '../../wire/tag.ts';
@@ -19,10 +19,10 @@ export interface HandshakeOptions { token?: string; livenessMs: number; timeoutM
 
 /** Connects to host:port and completes admission; the connection comes back ready for calls. */
 export async function connectAndAdmit(runtime: Runtime, host: string, port: number, options: HandshakeOptions): Promise<Connection> {
-  // HELLO comes under key 0 (the server knows no key of this side yet), and UCX tag matching
-  // does not say which endpoint it came from: it names the port the server saw the connection
-  // come from (`cp`), which is this endpoint's own, and is routed by it. Everything after it
-  // arrives under the key this side drew, which only that server learns.
+  // The server knows no key of this side yet, and UCX tag matching does not say which endpoint a
+  // message came from: HELLO comes under the key of the port the server saw the connection come
+  // from, which is this endpoint's own (and under key 0, for connections made in turns).
+  // Everything after it arrives under the key this side drew, which only that server learns.
   const forward: FrameSink & { target?: Connection } = {
     onMessage(source, length) { this.target?.onMessage(source, length); },
     onOversized(length) { this.target?.onOversized(length); },
@@ -48,8 +48,8 @@ export async function connectAndAdmit(runtime: Runtime, host: string, port: numb
     while (helloCame === undefined) {
       endpoint = dial();
       local = endpoint.localAddress();
-      if (local === undefined) break;
-      const localPort = portOf(local);
+      const localPort = local === undefined ? undefined : portOf(local);
+      if (localPort === undefined) break;
       if (!runtime.dispatcher.awaitsHello(localPort)) {
         const wait = runtime.dispatcher.expectHello(localPort, forward);
         helloCame = wait.ended;
@@ -69,6 +69,8 @@ export async function connectAndAdmit(runtime: Runtime, host: string, port: numb
       // it is takes a HELLO naming no awaited port, and the wait counts against the connect
       // timeout. The endpoint made before the turn is given up for one made within it.
       void endpoint?.close({ force: true }).catch(() => {});
+      // The endpoint made within the turn is not the one `local` was read of: its proof binds none.
+      local = undefined;
       helloCame = await runtime.dispatcher.awaitHelloTurn(forward, giveUp()).catch(() => {
         throw cancelled() ?? gaveUp('this process\'s other connections were waiting for their servers\' HELLO (one at a time where UCX does not tell a connection\'s address)');
       });
@@ -104,11 +106,6 @@ export async function connectAndAdmit(runtime: Runtime, host: string, port: numb
 function sharedMemoryHint(runtime: Runtime, connection: Connection | undefined, failure: GdrpcError): GdrpcError {
   if (!runtime.sharedMemory || failure.ucsStatus !== 'UCS_ERR_CONNECTION_RESET' || connection?.peerKey !== undefined) return failure;
   return new GdrpcError(Code.UNAVAILABLE, `${failure.rawMessage} (this runtime uses shared memory with peers on this host, RuntimeOptions.sharedMemory: a server without it resets such a connection)`, { cause: failure, ucsStatus: failure.ucsStatus });
-}
-
-/** The port of an "address:port". */
-function portOf(address: string): number {
-  return Number(address.slice(address.lastIndexOf(':') + 1));
 }
 
 /** `helloCame`: HELLO arrived (the turn may pass: what follows comes under this side's key).

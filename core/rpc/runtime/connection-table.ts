@@ -91,17 +91,16 @@ export class ConnectionTable {
     return registered;
   }
 
-  /** Routes the HELLO under helloKey(`port`) to `sink`, without a turn: returns its entry, and
-   *  the function that ends the wait (HELLO came, or the handshake gave up), which returns the
-   *  entry when it was still there. */
-  expectHello(port: number, sink: FrameSink): { entry: Registered; end: () => Registered | undefined; release: () => void } {
+  /** Routes the HELLO under helloKey(`port`) to `sink`, without a turn: returns the function that
+   *  ends the wait (HELLO came, or the handshake gave up), which returns the entry when it was
+   *  still there, and the one that gives the port up once the connection is gone. */
+  expectHello(port: number, sink: FrameSink): { end: () => Registered | undefined; release: () => void } {
     if (this.#helloByPort.has(port)) throw new Error(`two handshakes wait for HELLO on port ${port}`);
     const entry: Registered = { sink, low: port, tag: controlTag(helloKey(port)), balance: 0, awaiting: undefined };
     this.#helloByPort.set(port, entry);
     this.#claimed.set(port, (this.#claimed.get(port) ?? 0) + 1);
     let released = false;
     return {
-      entry,
       release: () => {
         if (released) return;
         released = true;
@@ -124,22 +123,9 @@ export class ConnectionTable {
    *  (rejecting with its reason). */
   async portFree(port: number, signal: AbortSignal): Promise<void> {
     while (this.#helloByPort.has(port)) {
-      signal.throwIfAborted();
-      await new Promise<void>((resolve, reject) => {
-        const queue = this.#portQueue.get(port) ?? [];
-        this.#portQueue.set(port, queue);
-        const wake = (): void => {
-          signal.removeEventListener('abort', gaveUp);
-          resolve();
-        };
-        const gaveUp = (): void => {
-          const at = queue.indexOf(wake);
-          if (at >= 0) queue.splice(at, 1);
-          reject(signal.reason);
-        };
-        queue.push(wake);
-        signal.addEventListener('abort', gaveUp, { once: true });
-      });
+      const queue = this.#portQueue.get(port) ?? [];
+      this.#portQueue.set(port, queue);
+      await wakeOrAbort(queue, signal);
     }
   }
 
@@ -157,22 +143,7 @@ export class ConnectionTable {
   /** Routes the next HELLO (key 0) to `sink` once no other handshake has the turn; the returned
    *  function ends this one's turn. `signal` gives up the wait (rejecting with its reason). */
   async awaitHelloTurn(sink: FrameSink, signal?: AbortSignal): Promise<() => void> {
-    while (this.#hello !== undefined) {
-      signal?.throwIfAborted();
-      await new Promise<void>((resolve, reject) => {
-        const wake = (): void => {
-          signal?.removeEventListener('abort', gaveUp);
-          resolve();
-        };
-        const gaveUp = (): void => {
-          const at = this.#helloQueue.indexOf(wake);
-          if (at >= 0) this.#helloQueue.splice(at, 1);
-          reject(signal!.reason);
-        };
-        this.#helloQueue.push(wake);
-        signal?.addEventListener('abort', gaveUp, { once: true });
-      });
-    }
+    while (this.#hello !== undefined) await wakeOrAbort(this.#helloQueue, signal);
     this.#hello = sink;
     return () => {
       if (this.#hello !== sink) return;
@@ -224,4 +195,23 @@ function helloPort(source: Uint8Array, length: number): number | undefined {
   } catch {
     return undefined;
   }
+}
+
+/** Waits in `queue` until its wake-up is called, or `signal` aborts (rejecting with its reason,
+ *  and out of the queue). */
+function wakeOrAbort(queue: Array<() => void>, signal: AbortSignal | undefined): Promise<void> {
+  signal?.throwIfAborted();
+  return new Promise<void>((resolve, reject) => {
+    const wake = (): void => {
+      signal?.removeEventListener('abort', gaveUp);
+      resolve();
+    };
+    const gaveUp = (): void => {
+      const at = queue.indexOf(wake);
+      if (at >= 0) queue.splice(at, 1);
+      reject(signal!.reason);
+    };
+    queue.push(wake);
+    signal?.addEventListener('abort', gaveUp, { once: true });
+  });
 }

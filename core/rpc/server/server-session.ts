@@ -9,6 +9,7 @@ import { ConnectionKey, controlTag, HELLO_KEY, helloKey } from '../../wire/tag.t
 import { newChallenge, verifyProof } from '../connection/auth.ts';
 import { cudaReceives } from '../runtime/memory-support.ts';
 import type { Connection } from '../connection/connection.ts';
+import { portOf } from '../../ucx/index.ts';
 import { windowRefusal } from '../connection/window.ts';
 import { CallScope } from '../call/deadline.ts';
 import { ServerCall, type CallEnvironment, type MethodEntry } from './server-call.ts';
@@ -268,10 +269,4 @@ function policyOf(body: FrameBody<FrameKind.Request>): SendPolicy | undefined {
   const mover = body.mv ?? 'auto';
   if (mover !== 'auto' && mover !== 'inline' && mover !== 'tag' && mover !== 'rma') return undefined;
   return { mover, noStaging: body.ns ?? false };
-}
-
-/** The port of a peer named "address:port" (a listener's endpoint), or undefined. */
-function portOf(peer: string): number | undefined {
-  const port = Number(peer.slice(peer.lastIndexOf(':') + 1));
-  return Number.isInteger(port) && port > 0 && port <= 0xffff ? port : undefined;
 }
