@@ -15,6 +15,7 @@ import { StrayPayloads } from './stray-payloads.ts';
 import { ReadTurns } from './read-turns.ts';
 import { ReceiveBuffer } from './receive-buffer.ts';
 import { ConnectionTable, type FrameSink, type Registered } from './connection-table.ts';
+import { Delivery } from './delivery.ts';
 
 export type { FrameSink } from './connection-table.ts';
 export { DRAIN_INTERVAL_MS, STALLED_RECEIVE_MS };
@@ -53,7 +54,8 @@ export class Dispatcher {
   #sliceStart = 0;
   #inSlice = 0;
   #drainTimer: NodeJS.Timeout | undefined;
-  readonly #stats = { unattributed: 0, droppedPayloads: 0, stalledReceives: 0, backlogs: 0, readInTurns: 0 };
+  readonly #stats = { stalledReceives: 0, backlogs: 0, readInTurns: 0 };
+  readonly #delivery: Delivery;
   /** Reading is behind: connections take turns (#takeTurns). */
   #inTurns = false;
   readonly #turns = new ReadTurns<Registered>(() => this.#table.values());
@@ -65,7 +67,6 @@ export class Dispatcher {
   #recheck: NodeJS.Timeout | undefined;
   /** The last drain pass found a control message waiting in UCX's queue (behind). */
   #behind = false;
-  static readonly #sink = new Uint8Array(1);
 
   /** Whether the watch after a message it waited for waits for the event loop's turn (#onTaken). */
   readonly #receiveAfterTurn: boolean;
@@ -73,6 +74,7 @@ export class Dispatcher {
   constructor(private readonly worker: Worker, frameBytes: number) {
     this.#buffer = new ReceiveBuffer(frameBytes);
     this.#receiveAfterTurn = worker.wakeup === 'uv';
+    this.#delivery = new Delivery(worker, this.#table);
     this.#strays = new StrayPayloads(worker, this.#table, (message) => this.drop(message));
   }
 
@@ -84,7 +86,10 @@ export class Dispatcher {
   /** Largest control message this worker can receive. */
   get frameBytes(): number { return this.#buffer.bytes.length; }
 
-  stats(): DispatcherStats { return { ...this.#stats, connections: this.#table.size }; }
+  stats(): DispatcherStats {
+    const { unattributed, droppedPayloads } = this.#delivery;
+    return { ...this.#stats, unattributed, droppedPayloads, connections: this.#table.size };
+  }
 
   /** Whether control messages wait in UCX's queue unread (as of the last drain pass, every
    *  DRAIN_INTERVAL_MS): the loop is behind, and a peer whose frames wait behind others' is not
@@ -145,10 +150,7 @@ export class Dispatcher {
   }
 
   /** Drops a payload: received into one byte, which completes its sender with truncation. */
-  drop(message: TakenMessage): void {
-    this.#stats.droppedPayloads += 1;
-    this.#discard(message);
-  }
+  drop(message: TakenMessage): void { this.#delivery.dropPayload(message); }
 
   /** Stops receiving (the worker is about to close). */
   stop(): void {
@@ -232,9 +234,9 @@ export class Dispatcher {
     const length = taken[2]! + taken[3]! * 2 ** 32;
     if (registered === undefined || length > this.#buffer.bytes.length) {
       const message = { senderTag: BigInt(taken[0]!) | (BigInt(taken[1]!) << 32n), length, taken: taken[4]! };
-      if (registered === undefined) return this.#dropControl(message);
-      this.#discard(message);
-      this.#tell(() => registered.sink.onOversized(length));
+      if (registered === undefined) return this.#delivery.dropControl(message);
+      this.#delivery.discard(message);
+      this.#delivery.tell(() => registered.sink.onOversized(length));
       return;
     }
     const buffer = this.#buffer;
@@ -245,12 +247,12 @@ export class Dispatcher {
       now = this.worker.tagRecvTakenInto(taken[4]!, buffer.bytes, id, slot, (error?: unknown) => this.#awaitedDone(registered, buffer, error));
     } catch (error) {
       // It is gone (UCX refused it): as a message that failed.
-      this.#failed(buffer, error);
+      this.#delivery.failed(buffer, error);
       return;
     }
     if (now) {
       // Whole when taken: its sender tag and length are the take's.
-      this.#deliver(buffer, taken);
+      this.#delivery.deliver(buffer, taken);
       return;
     }
     this.#awaitAlone(registered, buffer, slot, id);
@@ -328,7 +330,7 @@ export class Dispatcher {
     if (registered === undefined) {
       // Of no connection (gone, never was, or a guess): taken out without its bytes.
       const message = this.worker.tagProbe(oldest.senderTag, EXACT_MASK, { remove: true });
-      if (message !== null) this.#dropControl(message);
+      if (message !== null) this.#delivery.dropControl(message);
       this.#turns.busy();
       this.#turns.end();
       return 'read';
@@ -357,7 +359,7 @@ export class Dispatcher {
       now = this.worker.tagRecvInto(buffer.bytes, registered.tag, EXACT_MASK, id, slot, (error?: unknown) => this.#awaitedDone(registered, buffer, error));
     } catch (error) {
       // Failed at once (UCX refused it): the message is gone.
-      this.#failed(buffer, error);
+      this.#delivery.failed(buffer, error);
       this.#turns.charge(this.#turns.current, registered, 0);
       return;
     }
@@ -384,7 +386,7 @@ export class Dispatcher {
     if (awaited?.buffer !== buffer || this.#stop.signal.aborted) return;
     this.#awaiting.end(registered);
     if (error === undefined) this.#deliverInTurn(buffer, awaited.slot);
-    else this.#failed(buffer, error);
+    else this.#delivery.failed(buffer, error);
     if (this.#inTurns) this.#schedule();
   }
 
@@ -394,7 +396,7 @@ export class Dispatcher {
   #checkAwaited(queued: boolean): void {
     for (const registered of this.#awaiting.stalled(queued, performance.now())) {
       this.#stats.stalledReceives += 1;
-      this.#tell(() => registered.sink.onStalled());
+      this.#delivery.tell(() => registered.sink.onStalled());
       if (this.#inTurns) this.#schedule();
     }
   }
@@ -405,21 +407,9 @@ export class Dispatcher {
     const turn = this.#turns.current;
     const holder = this.#table.registeredOf(slot[0]!, slot[1]!) ?? this.#turns.line;
     const start = performance.now();
-    this.#deliver(buffer, slot);
+    this.#delivery.deliver(buffer, slot);
     this.#stats.readInTurns += 1;
     this.#turns.charge(turn, holder, performance.now() - start);
-  }
-
-  /** Drops a control message of no connection, taken out of UCX's queue: its bytes are not read
-   *  (a rendezvous message's sender is told the receive was too short). */
-  #dropControl(message: TakenMessage): void {
-    this.#stats.unattributed += 1;
-    this.#discard(message);
-  }
-
-  /** Receives a taken message into one byte: UCX completes it truncated, without its bytes. */
-  #discard(message: TakenMessage): void {
-    this.worker.tagRecvTaken(message, Dispatcher.#sink).catch(() => { /* truncation is the point */ });
   }
 
   #caughtUp(): void {
@@ -441,37 +431,6 @@ export class Dispatcher {
     setImmediate(this.#resume);
   }
 
-  /** Hands the message in #slot, received into `buffer`, to its connection, in place: a copy of
-   *  each message, and the DataView msgpackr made for each copy, cost about 0.6 µs a message in a
-   *  micro-benchmark on the CPU box (docs/binding.md). */
-  #deliver(buffer: ReceiveBuffer, slot = this.#slot): void {
-    const length = slot[2]!;
-    buffer.received(length);
-    try {
-      this.#route(slot[0]!, slot[1]!, buffer.bytes, length);
-    } catch {
-      // A connection that throws on its message (an 'error' listener that throws) loses that
-      // message, not the receive loop: nothing a peer sends may stop this side's receiving.
-    }
-  }
-
-  /** A receive into `buffer` that failed (a message longer than the buffer), told to its
-   *  connection if known; the buffer is marked spoiled, UCX may have written anywhere in it. */
-  #failed(buffer: ReceiveBuffer, error: unknown): void {
-    buffer.spoiled();
-    this.#tell(() => this.#onReceiveError(GdrpcError.from(error)));
-  }
-
-  /** Tells a connection something: one that throws (an 'error' listener that throws) does not
-   *  stop the loop, as in #deliver. */
-  #tell(what: () => void): void {
-    try {
-      what();
-    } catch {
-      // The loop goes on.
-    }
-  }
-
   /** Ends a slice of receiving every RECEIVE_SLICE_MESSAGES messages or RECEIVE_SLICE_MS: the next
    *  read comes from setImmediate. Messages already queued are read without returning to
    *  the event loop, so a flood would otherwise starve timers (keepalives, deadlines). */
@@ -485,24 +444,6 @@ export class Dispatcher {
   #newSlice(): void {
     this.#sliceStart = performance.now();
     this.#inSlice = 0;
-  }
-
-  #route(low: number, high: number, source: Uint8Array, length: number): void {
-    const sink = this.#table.sinkOfWords(low, high);
-    // A message for no live connection (gone, never was, or a guess) has nobody to answer: drop it.
-    if (sink === undefined) this.#stats.unattributed += 1;
-    else sink.onMessage(source, length);
-  }
-
-  #onReceiveError(error: GdrpcError): void {
-    const tag = error.details?.senderTag;
-    if (/truncat/i.test(error.rawMessage) && typeof tag === 'bigint') {
-      const length = typeof error.details?.length === 'number' ? error.details.length : -1;
-      const sink = this.#table.sinkOf(tag);
-      if (sink === undefined) this.#stats.unattributed += 1;
-      else sink.onOversized(length);
-    }
-    // Without the tag there is no one to tell; the message is lost and the loop goes on.
   }
 
   /** At close, once every endpoint is closed: drops every message left in UCX's unexpected

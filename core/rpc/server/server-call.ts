@@ -13,7 +13,6 @@ import { handlerContractError, handlerError, HandlerFailure, runHandler, type Fa
 import { methodName } from '../call/method-name.ts';
 import { bindPlacement } from '../call/placement.ts';
 import { errorFrame } from '../call/status.ts';
-import { ItemQueue, ReceiveWindow } from '../call/stream.ts';
 import type { OwnerDialer } from '../remote/owner-client.ts';
 import { IncomingTensors, PendingTensor, type Allocate, type SendPolicy } from '../transfer/transfer.ts';
 import { refuseRaw } from '../transfer/refuse.ts';
@@ -23,13 +22,12 @@ import { decodeFields, encodeFields, replaceDeep } from '../call/values.ts';
 import { HandlerContext, type CallContext, type ClientStreamHandler, type Handler, type ServerStreamHandler, type UnaryHandler } from './handler-context.ts';
 import type { TransferInfo } from '../movers/mover.ts';
 import { CallArguments } from './call-arguments.ts';
+import { ClientStream } from './client-stream.ts';
+import { StreamCredit } from './stream-credit.ts';
 
 type Row = Record<string, unknown>;
 
-/** Most items of a client stream received ahead of its handler (those not yet taken): past it the
- *  call fails RESOURCE_EXHAUSTED. gdrpc clients keep within their window (64); a peer that opened
- *  none, or a huge one, would otherwise queue items without bound. */
-export const MAX_STREAM_BACKLOG = 4096;
+export { MAX_STREAM_BACKLOG } from './client-stream.ts';
 /** A server stream gives the event loop a turn after this many items. */
 export const STREAM_YIELD_ITEMS = 64;
 
@@ -85,23 +83,14 @@ export class ServerCall {
   /** Its argument objects' receives and what they leave (call-arguments.ts): made at the first
    *  one with tensor bytes. */
   #args: CallArguments | undefined;
-  /** The client sent STREAM_END. */
-  #clientEnded = false;
   /** The handler's own promise (a unary or client-streaming handler's, or a server-streaming
    *  handler's next item being made). */
   #handler: Promise<unknown> | undefined;
   readonly #afterSend: Array<() => void> = [];
-  #items: ItemQueue<Row> | undefined;
-  /** Stream items the client will still take (unlimited unless the REQUEST opened a window). */
-  #credit = Number.MAX_SAFE_INTEGER;
-  #creditWaiter: (() => void) | undefined;
-  /** Server streaming: tensor bytes of the items sent that the client has not credited back as
-   *  taken, and how many it holds (`winb` in the REQUEST; unlimited without). */
-  #bytesOut = 0;
-  #byteWindow = Infinity;
-  /** Client streaming with a window (`win` in the REQUEST): what the client may send, and the
-   *  CREDIT that goes back as the handler takes items. */
-  #window: ReceiveWindow | undefined;
+  /** A client-streaming call's items. */
+  readonly #clientStream: ClientStream | undefined;
+  /** What a server-streaming call may send. */
+  readonly #streamCredit: StreamCredit | undefined;
   /** run() has ended: later stream items are refused. */
   #over = false;
   /** The response's send, once run() ended with nothing to release (no release pass will run a
@@ -111,7 +100,10 @@ export class ServerCall {
   constructor(readonly id: number, readonly connection: Connection, readonly entry: MethodEntry, readonly scope: CallScope,
     readonly metadata: Record<string, string>, private readonly env: CallEnvironment,
     /** The caller's mover and noStaging (from the REQUEST): they apply to results as to arguments. */
-    private readonly policy: SendPolicy = { mover: 'auto', noStaging: false }) {}
+    private readonly policy: SendPolicy = { mover: 'auto', noStaging: false }) {
+    if (entry.method.clientStreaming) this.#clientStream = new ClientStream({ id, connection, scope, name: methodName(entry.method) });
+    else if (entry.method.serverStreaming) this.#streamCredit = new StreamCredit();
+  }
 
   /** The argument tensors' transfers so far (CallContext.transfers): those of the receives that
    *  settled (a stream's items' within MAX_KEPT_TRANSFERS), then those running. */
@@ -135,10 +127,9 @@ export class ServerCall {
     const ctx: CallContext = new HandlerContext(this);
     let sent: Sending | undefined;
     try {
-      if (method.clientStreaming) {
-        this.#items = new ItemQueue<Row>(undefined, () => this.#took());
-        this.scope.onAbort((reason) => this.#items?.fail(reason));
-        const items = this.#items;
+      const clientStream = this.#clientStream;
+      if (clientStream !== undefined) {
+        const items = clientStream.items;
         const running = this.#handler = Promise.resolve(runHandler(() => (handler as ClientStreamHandler)(items, ctx)));
         const result = await this.scope.race(running);
         sent = (await this.#respond(result)).moving;
@@ -160,7 +151,7 @@ export class ServerCall {
     } finally {
       this.#over = true;
       this.scope.dispose();
-      this.#items?.close();
+      this.#clientStream?.items.close();
       // Argument tensors go back to the pool once nothing reads them: after the results' bytes left.
       // A call that received no tensor bytes and has no afterSend hook has nothing to wait for.
       const args = this.#args;
@@ -192,70 +183,30 @@ export class ServerCall {
     // No stream, or the call is over (its arguments were released already): nothing will take
     // this item, so its bytes are refused rather than received into a block nobody frees.
     // (Nor will an aborted call's stream: its queue failed with the scope.)
-    if (this.#items === undefined || this.#over || this.scope.aborted) {
+    const stream = this.#clientStream;
+    if (stream === undefined || this.#over || this.scope.aborted) {
       void refuseRaw({ connection: this.connection, call: this.id }, body.a);
       return;
     }
-    const name = methodName(this.entry.method);
-    // The window counts every item, taken or not.
-    const past = this.#window?.arrived();
-    const overflow = past !== undefined ? `the client sent ${past}`
-      : this.#items.backlog >= MAX_STREAM_BACKLOG ? `the client sent ${MAX_STREAM_BACKLOG} stream items more than the handler has taken` : undefined;
-    if (overflow !== undefined) {
-      void refuseRaw({ connection: this.connection, call: this.id }, body.a);
-      this.scope.abort(new GdrpcError(Code.RESOURCE_EXHAUSTED, `${name}: ${overflow}`, { details: { limit: 'streamWindow' } }));
-      return;
-    }
-    // Nor will a stream that ended: items after STREAM_END, or after the handler stopped reading
-    // (until 2026-12-06 they were received into the pool and held there until the handler
-    // returned: 128 items of 1 MiB after STREAM_END took a server's whole pool, a helper
-    // session's attack). One after STREAM_END breaks the protocol: the call fails.
-    if (this.#items.ended) {
-      void refuseRaw({ connection: this.connection, call: this.id }, body.a);
-      if (this.#clientEnded) this.scope.abort(new GdrpcError(Code.INVALID_ARGUMENT, `${name}: the client sent stream item ${body.seq} after STREAM_END`));
-      return;
-    }
-    let item: Promise<Row>;
-    try {
-      item = Promise.resolve(this.#receive(body.a, `arguments[${body.seq}].`));
-    } catch (error) {
-      item = Promise.reject(error);
-    }
-    this.#items.push(item);
+    stream.item(body, (wire, what) => this.#receive(wire, what));
   }
 
   /** Opens the stream window the REQUEST asked for (`win`, `winb`): items (and their tensor
    *  bytes) this server may send (server streaming), or items the client sends before it waits
    *  for our CREDIT (client streaming). */
   openWindow(n: number | undefined, bytes: number | undefined): void {
-    if (this.entry.method.clientStreaming) {
-      if (n !== undefined) this.#window = new ReceiveWindow(n);
-    } else {
-      if (n !== undefined) this.#credit = n;
-      if (bytes !== undefined) this.#byteWindow = bytes;
-    }
+    this.#clientStream?.openWindow(n);
+    this.#streamCredit?.open(n, bytes);
   }
 
-  /** CREDIT from the client: `n` more items may go, and it took items of `bytes` tensor bytes
-   *  (more than were sent counts as all of them). */
+  /** CREDIT from the client: `n` more items may go, and it took items of `bytes` tensor bytes. */
   credit(n: number, bytes = 0): void {
-    this.#credit += n;
-    this.#bytesOut = Math.max(0, this.#bytesOut - bytes);
-    const waiter = this.#creditWaiter;
-    this.#creditWaiter = undefined;
-    waiter?.();
-  }
-
-  /** The handler took an item of a client stream: CREDIT back every half window. */
-  #took(): void {
-    const n = this.#window?.took() ?? 0;
-    if (n > 0 && this.connection.isOpen) this.connection.send(FrameKind.Credit, this.id, { n }).catch(() => {});
+    this.#streamCredit?.grant(n, bytes);
   }
 
   /** STREAM_END of a client-streaming call. */
   end(): void {
-    this.#clientEnded = true;
-    this.#items?.close();
+    this.#clientStream?.end();
   }
 
   /** Decodes, validates, then allocates and receives one argument object (synchronously when it
@@ -344,6 +295,7 @@ export class ServerCall {
   }
 
   async #stream(items: AsyncIterable<Row>): Promise<void> {
+    const credit = this.#streamCredit ?? new StreamCredit();
     let seq = 0;
     if (typeof (items as Partial<AsyncIterable<Row>> | null)?.[Symbol.asyncIterator] !== 'function') {
       throw this.#contractBroken('must return an async iterable of result objects (write it as an async function*)');
@@ -352,28 +304,20 @@ export class ServerCall {
     const off = this.scope.onAbort(() => { void iterator.return?.(); });
     try {
       for (;;) {
-        // Ask the handler for an item only when the client will take it.
-        while (this.#credit <= 0) await this.scope.race(new Promise<void>((resolve) => { this.#creditWaiter = resolve; }));
+        await credit.wanted(this.scope);
         // Counted past the call's end while it runs (outliving): a generator that ignores its
         // signal is still producing this item.
         const asked = runHandler(() => iterator.next());
         this.#handler = asked;
         const next = await this.scope.race(asked);
         if (next.done) break;
-        this.#credit -= 1;
         const out = this.#encode(FrameKind.StreamItem, next.value);
-        // The item waits while the client holds as many bytes untaken as it said it would (its
-        // maxResultBytes): a slow reader of large items slows the producer instead of failing.
-        // One item alone goes when nothing is out (past the window, the client refuses it).
         try {
-          while (this.#bytesOut > 0 && this.#bytesOut + out.tensors.bytes > this.#byteWindow) {
-            await this.scope.race(new Promise<void>((resolve) => { this.#creditWaiter = resolve; }));
-          }
+          await credit.send(this.scope, out.tensors.bytes);
         } catch (error) {
           out.tensors.discard();
           throw error;
         }
-        this.#bytesOut += out.tensors.bytes;
         const { moving } = await this.#postThenMove(FrameKind.StreamItem, { seq, a: out.encoded }, out.tensors);
         seq += 1;
         // One item's bytes at a time: a slow reader slows the producer instead of filling memory.
