@@ -2,7 +2,7 @@
 // the port HELLO names, which is the endpoint's own; by turns where UCX does not tell the port or
 // the port is one another connection of the process waits on.
 import { afterAll, afterEach, describe, expect, it, vi } from 'vitest';
-import { Client, Code, type GdrpcError } from '../../core/index.ts';
+import { Client, Code, Runtime, type GdrpcError } from '../../core/index.ts';
 import { Endpoint } from '../../core/ucx/index.ts';
 import { CONNECT_SIGNAL } from '../../core/rpc/call/options.ts';
 import { getEventListeners } from 'node:events';
@@ -21,8 +21,8 @@ afterEach(async () => {
 });
 afterAll(() => disposePeers());
 
-const listen = (): RawServer => {
-  const raw = RawServer.listen();
+const listen = (config?: Record<string, string>): RawServer => {
+  const raw = RawServer.listen(config);
   raws.push(raw);
   return raw;
 };
@@ -65,6 +65,25 @@ describe('HELLO routing', () => {
     await admitting;
     await client.close();
     expect(localAddress).toHaveBeenCalled();
+  });
+
+  // A HELLO that does not arrive whole at once is left to UCX (a peer's stalled rendezvous under
+  // the key held the handshake: test/security/partial-message.test.ts); one that comes whole later
+  // is still the handshake's. Both by port and in turns.
+  it.each([{ by: 'port', address: true }, { by: 'turns', address: false }])('a server whose UCX sends HELLO as a rendezvous admits the client (by $by)', async ({ address }) => {
+    if (!address) vi.spyOn(Endpoint.prototype, 'localAddress').mockReturnValue(undefined);
+    const server = listen({ RNDV_THRESH: '0' });
+    const runtime = Runtime.create();
+    try {
+      const admitting = server.admit();
+      const client = await Client.connect(server.address, { runtime, connectTimeoutMs: 10_000 });
+      await admitting;
+      await client.close();
+      // It did not come whole at once: left, and delivered when it came.
+      expect(runtime.dispatcher.stats().leftHellos).toBe(1);
+    } finally {
+      await runtime.close();
+    }
   });
 
   it('a port another connection waits on is given up: the connection dials again once that one\'s HELLO came, and both are admitted by their own servers', async () => {

@@ -11,12 +11,18 @@
 import type { ChildProcess } from 'node:child_process';
 import { afterAll, describe, expect, it } from 'vitest';
 import { Client, Code, GdrpcError, Runtime, Server } from '../../core/index.ts';
-import { RawServer } from '../rpc/fixtures/raw-server.ts';
+import { clientPort, RawServer } from '../rpc/fixtures/raw-server.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer } from '../rpc/fixtures/peers.ts';
 import { serverStats } from '../rpc/fixtures/stats.ts';
 import { disposePeers } from '../support/peer.ts';
 import { spawnStopping } from './fixtures/stopping.ts';
+import { RawPeer } from '../rpc/fixtures/raw-peer.ts';
+import { FrameKind } from '../../core/wire/frames.ts';
+import { packMessage } from '../../core/wire/message.ts';
+import { helloKey } from '../../core/wire/tag.ts';
+import { MAX_LEFT_HELLO_RECEIVES, type DispatcherStats } from '../../core/rpc/runtime/dispatcher.ts';
+import { pack } from 'msgpackr';
 
 afterAll(async () => { await disposePeers(); });
 
@@ -132,6 +138,36 @@ describe('a peer that sends rendezvous messages and stops', () => {
   }, 120_000);
 });
 
+/** A runtime with a server that faces the attacker (`port`) and a connection of its own that
+ *  waits for the HELLO of a raw server (`waiting`, which holds it back until admit()): `held`,
+ *  whose port is `clientPort`. `failed()`: the connection failed. */
+async function connectionAwaitingHello(connectTimeoutMs: number): Promise<{ runtime: Runtime; port: number; waiting: RawServer; held: Promise<Client>; clientPort: number; failed: () => boolean; close: () => Promise<void> }> {
+  const runtime = Runtime.create();
+  const unimplemented = (): never => { throw new GdrpcError(Code.UNIMPLEMENTED, 'not here'); };
+  const server = Server.create({ runtime }).register(EchoDescriptor, Object.fromEntries(Object.keys(EchoDescriptor.methods).map((name) => [name, unimplemented])));
+  const { port } = await server.listen({ host: '127.0.0.1' });
+  const waiting = RawServer.listen();
+  const held = Client.connect(waiting.address, { runtime, connectTimeoutMs });
+  let failed = false;
+  held.catch(() => { failed = true; });
+  return {
+    runtime, port, waiting, held, clientPort: clientPort(await waiting.accepted()), failed: () => failed,
+    close: async () => {
+      await waiting.close();
+      await server.shutdown({ graceMs: 0 });
+      await runtime.close();
+    },
+  };
+}
+
+/** Waits (`limitMs` at most) until `done`; past it, fails with `why()`. */
+async function until(done: () => boolean, limitMs: number, why: () => string): Promise<void> {
+  for (let waited = 0; !done(); waited += 50) {
+    if (waited > limitMs) throw new Error(why());
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
 describe('a peer that sends rendezvous messages under the HELLO key 0 and stops', () => {
   // Every HELLO came under key 0 and was read in order, one entry for all: such messages, taken
   // while a connection of the process waited for its HELLO, held every HELLO behind them a second
@@ -139,14 +175,8 @@ describe('a peer that sends rendezvous messages under the HELLO key 0 and stops'
   // HELLO under the key of its own port, and key 0 is read only for connections made in turns.
   it('holds no connection of the process up: one opened meanwhile is admitted', async () => {
     const honest = await startServer();
-    const runtime = Runtime.create();
-    const unimplemented = (): never => { throw new GdrpcError(Code.UNIMPLEMENTED, 'not here'); };
-    const server = Server.create({ runtime }).register(EchoDescriptor, Object.fromEntries(Object.keys(EchoDescriptor.methods).map((name) => [name, unimplemented])));
-    const { port } = await server.listen({ host: '127.0.0.1' });
     // A connection that waits for its HELLO (the raw server holds it back) while the messages come.
-    const waiting = RawServer.listen();
-    const held = Client.connect(waiting.address, { runtime, connectTimeoutMs: 20_000 });
-    await waiting.accepted();
+    const { runtime, port, waiting, held, close } = await connectionAwaitingHello(20_000);
     const { child: stopper, started } = spawnStopping('unadmitted-stopper.ts', [port, 8, 'hello']);
     try {
       expect(await started).toBe(true);
@@ -158,9 +188,65 @@ describe('a peer that sends rendezvous messages under the HELLO key 0 and stops'
       await (await held).close();
     } finally {
       stopper.kill('SIGKILL');
-      await waiting.close();
-      await server.shutdown({ graceMs: 0 });
-      await runtime.close();
+      await close();
+    }
+  }, 60_000);
+});
+
+describe('a peer that sends rendezvous messages under a connection\'s HELLO key and stops', () => {
+  // Such a message was received as that connection's HELLO and waited for alone: the connection
+  // failed a second later ("did not arrive whole"), and a peer that knew or guessed the port could
+  // fail every connection the process made (docs/security.md, the HELLO key). Now a message under
+  // a HELLO key that is not whole at once is left to UCX unread, and the handshake reads on; past
+  // MAX_LEFT_HELLO_RECEIVES left at once, one waits alone (a second) and is given up on, and the
+  // handshake still reads on.
+  // `stalled`: given up on before HELLO came (a receive is given up on only while another control
+  // message waits: the next one of the peer's, then HELLO), and in all.
+  it.each([
+    { count: 8, left: 8, stalled: [0, 0] },
+    { count: MAX_LEFT_HELLO_RECEIVES + 2, left: MAX_LEFT_HELLO_RECEIVES, stalled: [1, 2] },
+  ])('$count of them hold that connection up for nothing: it is admitted once its server sends HELLO', async ({ count, left, stalled: [before, after] }) => {
+    const { runtime, port, waiting, held, clientPort: heldPort, close } = await connectionAwaitingHello(30_000);
+    const { child: stopper, started } = spawnStopping('unadmitted-stopper.ts', [port, count, `hello:${heldPort}`]);
+    const stats = (): DispatcherStats => runtime.dispatcher.stats();
+    try {
+      expect(await started).toBe(true);
+      // Taken and left to UCX unread, or given up on; before, the first one failed the connection.
+      await until(() => stats().leftHellos >= left && stats().stalledReceives >= before!, 30_000,
+        () => `left ${stats().leftHellos} of ${count} messages under the HELLO key, gave up on ${stats().stalledReceives}`);
+      expect(stats()).toMatchObject({ leftHellos: left, stalledReceives: before });
+      await waiting.admit();
+      // Admitted: on the code before, the connection had failed already.
+      await (await held).close();
+      expect(stats()).toMatchObject({ leftHellos: left, stalledReceives: after });
+      // What they keep (a MAX_HELLO_BYTES buffer each) goes once their sender is gone: UCX fails
+      // their receives (from a peer stopped but alive, they stay: at most MAX_LEFT_HELLO_RECEIVES).
+      stopper.kill('SIGKILL');
+      await until(() => stats().leftHellosOpen === 0, 20_000, () => `${stats().leftHellosOpen} receives left under the HELLO key still open after their sender died`);
+    } finally {
+      stopper.kill('SIGKILL');
+      await close();
+    }
+  }, 90_000);
+});
+
+describe('a peer that sends a message too long for a HELLO under a connection\'s HELLO key', () => {
+  // It was received as that connection's HELLO: one longer than the receive buffer (4 MiB) failed
+  // the connection at once. Now one longer than MAX_HELLO_BYTES is dropped unread.
+  it('fails nothing: the connection is admitted once its server sends HELLO', async () => {
+    const { runtime, port, waiting, held, clientPort: heldPort, failed, close } = await connectionAwaitingHello(30_000);
+    const raw = await RawPeer.connect(port);
+    try {
+      const dropped = runtime.dispatcher.stats().unattributed;
+      const long = packMessage([{ kind: FrameKind.Keepalive, call: 0, body: pack({ v: 2, pad: new Uint8Array((4 << 20) + 1024) }) }]);
+      await raw.sendMessage(long, helloKey(heldPort));
+      await until(() => runtime.dispatcher.stats().unattributed > dropped || failed(), 20_000, () => 'the long message under the HELLO key was not dropped');
+      await waiting.admit();
+      // Admitted: on the code before, the connection had failed already.
+      await (await held).close();
+    } finally {
+      await raw.close();
+      await close();
     }
   }, 60_000);
 });

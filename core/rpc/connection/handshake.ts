@@ -23,11 +23,14 @@ export async function connectAndAdmit(runtime: Runtime, host: string, port: numb
   // message came from: HELLO comes under the key of the port the server saw the connection come
   // from, which is this endpoint's own (and under key 0, for connections made in turns).
   // Everything after it arrives under the key this side drew, which only that server learns.
+  // What else arrives under the HELLO key is no HELLO: a message too long for one, or one that
+  // does not come whole (the dispatcher leaves it to UCX, or gives up on it), is another peer's
+  // doing, and the handshake waits on for its server's HELLO within its timeout.
   const forward: FrameSink & { target?: Connection } = {
     onMessage(source, length) { this.target?.onMessage(source, length); },
-    onOversized(length) { this.target?.onOversized(length); },
+    onOversized() {},
     onStrayData(message, low, framesWaiting) { if (this.target !== undefined) this.target.onStrayData(message, low, framesWaiting); else runtime.dispatcher.drop(message); },
-    onStalled() { this.target?.onStalled(); },
+    onStalled() {},
   };
   const started = performance.now();
   const left = (): number => Math.max(1, Math.round(options.timeoutMs - (performance.now() - started)));

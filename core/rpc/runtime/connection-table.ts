@@ -37,8 +37,9 @@ export interface Awaited { buffer: ReceiveBuffer; slot: Uint32Array<ArrayBuffer>
 
 /** A registered connection: its sink, its key's low 32 bits (the prefix is its map key), the tag
  *  of its control messages, its balance of reading time in turns, and its receive in a turn that
- *  waits for its message, if any (its later messages wait for it). */
-export interface Registered extends TurnHolder { sink: FrameSink; low: number; tag: bigint; awaiting: Awaited | undefined }
+ *  waits for its message, if any (its later messages wait for it). `hello`: a handshake's entry,
+ *  under a HELLO key, which takes one small message and no other (dispatcher.ts MAX_HELLO_BYTES). */
+export interface Registered extends TurnHolder { sink: FrameSink; low: number; tag: bigint; awaiting: Awaited | undefined; hello?: true }
 
 /** The connections of one worker, by key. */
 export class ConnectionTable {
@@ -67,7 +68,7 @@ export class ConnectionTable {
       onStrayData: (message, low, framesWaiting) => table.#hello?.onStrayData(message, low, framesWaiting),
       onStalled: () => table.#hello?.onStalled(),
     };
-    this.hello = { sink: hello, low: 0, tag: controlTag(0n), balance: 0, awaiting: undefined };
+    this.hello = { sink: hello, low: 0, tag: controlTag(0n), balance: 0, awaiting: undefined, hello: true };
   }
 
   get size(): number { return this.#byPrefix.size; }
@@ -96,7 +97,7 @@ export class ConnectionTable {
    *  still there, and the one that gives the port up once the connection is gone. */
   expectHello(port: number, sink: FrameSink): { end: () => Registered | undefined; release: () => void } {
     if (this.#helloByPort.has(port)) throw new Error(`two handshakes wait for HELLO on port ${port}`);
-    const entry: Registered = { sink, low: port, tag: controlTag(helloKey(port)), balance: 0, awaiting: undefined };
+    const entry: Registered = { sink, low: port, tag: controlTag(helloKey(port)), balance: 0, awaiting: undefined, hello: true };
     this.#helloByPort.set(port, entry);
     this.#claimed.set(port, (this.#claimed.get(port) ?? 0) + 1);
     let released = false;

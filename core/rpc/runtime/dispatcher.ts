@@ -24,6 +24,13 @@ export { DRAIN_INTERVAL_MS, STALLED_RECEIVE_MS };
 export const RECEIVE_SLICE_MESSAGES = 256;
 const RECEIVE_SLICE_MS = 4;
 
+/** Longest message taken under a HELLO key (a gdrpc server's HELLO is about 200 bytes): one longer
+ *  is not a HELLO, and is dropped unread while its handshake goes on waiting. */
+export const MAX_HELLO_BYTES = 4096;
+/** Receives under a HELLO key left to UCX unfinished at once (each keeps a MAX_HELLO_BYTES buffer
+ *  until UCX completes it): past these, such a receive waits alone as any connection's does. */
+export const MAX_LEFT_HELLO_RECEIVES = 1024;
+
 /** How soon turns look again when every message queued is one they cannot read yet (its
  *  connection's earlier message still on its way): no watch is armed then to say that another
  *  came. */
@@ -37,12 +44,18 @@ export interface DispatcherStats {
   stalledReceives: number;
   /** Times the reading fell behind and connections took turns; messages read in turns. */
   backlogs: number; readInTurns: number;
+  /** Messages under a HELLO key that were not whole when received, left to UCX unread; those of
+   *  them UCX has not completed yet (each keeps a MAX_HELLO_BYTES buffer). */
+  leftHellos: number; leftHellosOpen: number;
 }
 
 /** Routes control messages and stray payloads of one worker to its connections. */
 export class Dispatcher {
   readonly #table = new ConnectionTable();
   #buffer: ReceiveBuffer;
+  /** Where messages under a HELLO key land (MAX_HELLO_BYTES), and such receives left to UCX. */
+  #helloBuffer = new ReceiveBuffer(MAX_HELLO_BYTES);
+  readonly #leftHellos = new Map<ReceiveBuffer, Uint32Array<ArrayBuffer>>();
   #stop = new AbortController();
   #running = false;
   /** Where the binding writes a received message's sender tag and length (tagRecvInto). */
@@ -54,7 +67,7 @@ export class Dispatcher {
   #sliceStart = 0;
   #inSlice = 0;
   #drainTimer: NodeJS.Timeout | undefined;
-  readonly #stats = { stalledReceives: 0, backlogs: 0, readInTurns: 0 };
+  readonly #stats = { stalledReceives: 0, backlogs: 0, readInTurns: 0, leftHellos: 0 };
   readonly #delivery: Delivery;
   /** Reading is behind: connections take turns (#takeTurns). */
   #inTurns = false;
@@ -88,7 +101,7 @@ export class Dispatcher {
 
   stats(): DispatcherStats {
     const { unattributed, droppedPayloads } = this.#delivery;
-    return { ...this.#stats, unattributed, droppedPayloads, connections: this.#table.size };
+    return { ...this.#stats, unattributed, droppedPayloads, connections: this.#table.size, leftHellosOpen: this.#leftHellos.size };
   }
 
   /** Whether control messages wait in UCX's queue unread (as of the last drain pass, every
@@ -232,14 +245,15 @@ export class Dispatcher {
     const taken = this.#takeSlot;
     const registered = this.#table.entryOf(taken[0]!, taken[1]!);
     const length = taken[2]! + taken[3]! * 2 ** 32;
-    if (registered === undefined || length > this.#buffer.bytes.length) {
+    const buffer = this.#bufferOf(registered);
+    if (registered === undefined || length > buffer.bytes.length) {
       const message = { senderTag: BigInt(taken[0]!) | (BigInt(taken[1]!) << 32n), length, taken: taken[4]! };
-      if (registered === undefined) return this.#delivery.dropControl(message);
+      // Too long for a HELLO: not one, and its handshake waits on for the real one.
+      if (registered === undefined || registered.hello === true) return this.#delivery.dropControl(message);
       this.#delivery.discard(message);
       this.#delivery.tell(() => registered.sink.onOversized(length));
       return;
     }
-    const buffer = this.#buffer;
     const slot = this.#slot;
     const id = this.worker.requestId();
     let now: boolean;
@@ -255,6 +269,7 @@ export class Dispatcher {
       this.#delivery.deliver(buffer, taken);
       return;
     }
+    if (this.#leaveHello(registered, buffer, slot)) return;
     this.#awaitAlone(registered, buffer, slot, id);
     this.#behindNow();
   }
@@ -351,7 +366,7 @@ export class Dispatcher {
   /** Receives `registered`'s next message (one is queued) into the receive buffer; when it waits
    *  for the rest of its message, the buffer and slot stay with it and new ones go on. */
   #receiveOf(registered: Registered): void {
-    const buffer = this.#buffer;
+    const buffer = this.#bufferOf(registered);
     const slot = this.#slot;
     const id = this.worker.requestId();
     let now: boolean;
@@ -367,20 +382,51 @@ export class Dispatcher {
       this.#deliverInTurn(buffer, slot);
       return;
     }
-    this.#awaitAlone(registered, buffer, slot, id);
+    if (!this.#leaveHello(registered, buffer, slot)) this.#awaitAlone(registered, buffer, slot, id);
     this.#turns.end();
+  }
+
+  /** The buffer `registered`'s next message is received into. */
+  #bufferOf(registered: Registered | undefined): ReceiveBuffer {
+    return registered?.hello === true ? this.#helloBuffer : this.#buffer;
+  }
+
+  /** A receive under a HELLO key into `buffer` that did not complete at once (a server's HELLO is
+   *  one small message, sent eager unless its UCX was told otherwise) is left to UCX, keeping its
+   *  buffer and slot until UCX completes it, and the handshake reads on at once; what comes whole
+   *  later is delivered then. A peer able to send to this process that sent rendezvous messages
+   *  under a connection's HELLO key and held their bytes back held that connection's HELLO a
+   *  second a message, and the connection failed at the first
+   *  (test/security/partial-message.test.ts). Past MAX_LEFT_HELLO_RECEIVES such a receive waits
+   *  alone, as a connection's does. Returns whether it was left. */
+  #leaveHello(registered: Registered, buffer: ReceiveBuffer, slot: Uint32Array<ArrayBuffer>): boolean {
+    if (registered.hello !== true || this.#leftHellos.size >= MAX_LEFT_HELLO_RECEIVES) return false;
+    this.#leftHellos.set(buffer, slot);
+    this.#stats.leftHellos += 1;
+    this.#helloBuffer = new ReceiveBuffer(MAX_HELLO_BYTES);
+    this.#slot = new Uint32Array(4);
+    return true;
   }
 
   /** `registered`'s receive `id` into `buffer` waits for the rest of its message: it keeps the
    *  buffer and slot, and new ones go on; its connection's later messages wait for it. */
   #awaitAlone(registered: Registered, buffer: ReceiveBuffer, slot: Uint32Array<ArrayBuffer>, id: number): void {
     this.#awaiting.add(registered, buffer, slot, id);
-    this.#buffer = new ReceiveBuffer(buffer.bytes.length);
+    if (buffer === this.#helloBuffer) this.#helloBuffer = new ReceiveBuffer(MAX_HELLO_BYTES);
+    else this.#buffer = new ReceiveBuffer(buffer.bytes.length);
     this.#slot = new Uint32Array(4);
   }
 
   /** A receive that waited for its message in a turn completed. */
   #awaitedDone(registered: Registered, buffer: ReceiveBuffer, error: unknown): void {
+    // Left to UCX (#leaveHello): what came whole goes where its tag says now (a HELLO to its
+    // handshake, if that still waits).
+    const leftSlot = this.#leftHellos.get(buffer);
+    if (leftSlot !== undefined) {
+      this.#leftHellos.delete(buffer);
+      if (error === undefined && !this.#stop.signal.aborted) this.#delivery.deliver(buffer, leftSlot);
+      return;
+    }
     const awaited = registered.awaiting;
     // Given up on (its connection closed, or the dispatcher stopped): what came is dropped.
     if (awaited?.buffer !== buffer || this.#stop.signal.aborted) return;
