@@ -13,23 +13,18 @@ import { CONTROL_BIT, CONTROL_MASK, EXACT_MASK, type ConnectionKey } from '../..
 import { AwaitedReceives, DRAIN_INTERVAL_MS, STALLED_RECEIVE_MS } from './awaited-receives.ts';
 import { StrayPayloads } from './stray-payloads.ts';
 import { ReadTurns } from './read-turns.ts';
-import { ReceiveBuffer } from './receive-buffer.ts';
+import type { ReceiveBuffer } from './receive-buffer.ts';
+import { ReceiveBuffers, type Slot } from './receive-buffers.ts';
 import { ConnectionTable, type FrameSink, type Registered } from './connection-table.ts';
 import { Delivery } from './delivery.ts';
 
 export type { FrameSink } from './connection-table.ts';
 export { DRAIN_INTERVAL_MS, STALLED_RECEIVE_MS };
+export { MAX_HELLO_BYTES, MAX_LEFT_HELLO_RECEIVES } from './receive-buffers.ts';
 
 /** Control messages read before the loop yields to timers and I/O (whichever comes first). */
 export const RECEIVE_SLICE_MESSAGES = 256;
 const RECEIVE_SLICE_MS = 4;
-
-/** Longest message taken under a HELLO key (a gdrpc server's HELLO is about 200 bytes): one longer
- *  is not a HELLO, and is dropped unread while its handshake goes on waiting. */
-export const MAX_HELLO_BYTES = 4096;
-/** Receives under a HELLO key left to UCX unfinished at once (each keeps a MAX_HELLO_BYTES buffer
- *  until UCX completes it): past these, such a receive waits alone as any connection's does. */
-export const MAX_LEFT_HELLO_RECEIVES = 1024;
 
 /** How soon turns look again when every message queued is one they cannot read yet (its
  *  connection's earlier message still on its way): no watch is armed then to say that another
@@ -52,14 +47,11 @@ export interface DispatcherStats {
 /** Routes control messages and stray payloads of one worker to its connections. */
 export class Dispatcher {
   readonly #table = new ConnectionTable();
-  #buffer: ReceiveBuffer;
-  /** Where messages under a HELLO key land (MAX_HELLO_BYTES), and such receives left to UCX. */
-  #helloBuffer = new ReceiveBuffer(MAX_HELLO_BYTES);
-  readonly #leftHellos = new Map<ReceiveBuffer, Uint32Array<ArrayBuffer>>();
+  /** Where receives land (a buffer and a slot, where the binding writes a received message's
+   *  sender tag and length: tagRecvInto). */
+  readonly #buffers: ReceiveBuffers;
   #stop = new AbortController();
   #running = false;
-  /** Where the binding writes a received message's sender tag and length (tagRecvInto). */
-  #slot = new Uint32Array(4);
   /** Where the watch writes a taken message's sender tag, length and taken id (tagWatch). */
   readonly #takeSlot = new Uint32Array(5);
   /** The watch is armed (or its take is about to be told): #onTaken comes. */
@@ -67,7 +59,7 @@ export class Dispatcher {
   #sliceStart = 0;
   #inSlice = 0;
   #drainTimer: NodeJS.Timeout | undefined;
-  readonly #stats = { stalledReceives: 0, backlogs: 0, readInTurns: 0, leftHellos: 0 };
+  readonly #stats = { stalledReceives: 0, backlogs: 0, readInTurns: 0 };
   readonly #delivery: Delivery;
   /** Reading is behind: connections take turns (#takeTurns). */
   #inTurns = false;
@@ -85,7 +77,7 @@ export class Dispatcher {
   readonly #receiveAfterTurn: boolean;
 
   constructor(private readonly worker: Worker, frameBytes: number) {
-    this.#buffer = new ReceiveBuffer(frameBytes);
+    this.#buffers = new ReceiveBuffers(frameBytes);
     this.#receiveAfterTurn = worker.wakeup === 'uv';
     this.#delivery = new Delivery(worker, this.#table);
     this.#strays = new StrayPayloads(worker, this.#table, (message) => this.drop(message));
@@ -93,15 +85,15 @@ export class Dispatcher {
 
   /** Grows the receive buffer to at least `bytes` (from the next receive on). */
   ensureFrameBytes(bytes: number): void {
-    if (bytes > this.#buffer.bytes.length) this.#buffer = new ReceiveBuffer(bytes);
+    this.#buffers.ensureFrameBytes(bytes);
   }
 
   /** Largest control message this worker can receive. */
-  get frameBytes(): number { return this.#buffer.bytes.length; }
+  get frameBytes(): number { return this.#buffers.frameBytes; }
 
   stats(): DispatcherStats {
     const { unattributed, droppedPayloads } = this.#delivery;
-    return { ...this.#stats, unattributed, droppedPayloads, connections: this.#table.size, leftHellosOpen: this.#leftHellos.size };
+    return { ...this.#stats, unattributed, droppedPayloads, connections: this.#table.size, leftHellos: this.#buffers.leftCount, leftHellosOpen: this.#buffers.leftOpen };
   }
 
   /** Whether control messages wait in UCX's queue unread (as of the last drain pass, every
@@ -245,7 +237,7 @@ export class Dispatcher {
     const taken = this.#takeSlot;
     const registered = this.#table.entryOf(taken[0]!, taken[1]!);
     const length = taken[2]! + taken[3]! * 2 ** 32;
-    const buffer = this.#bufferOf(registered);
+    const buffer = this.#buffers.buffer(registered?.hello === true);
     if (registered === undefined || length > buffer.bytes.length) {
       const message = { senderTag: BigInt(taken[0]!) | (BigInt(taken[1]!) << 32n), length, taken: taken[4]! };
       // Too long for a HELLO: not one, and its handshake waits on for the real one.
@@ -254,7 +246,7 @@ export class Dispatcher {
       this.#delivery.tell(() => registered.sink.onOversized(length));
       return;
     }
-    const slot = this.#slot;
+    const slot = this.#buffers.slot;
     const id = this.worker.requestId();
     let now: boolean;
     try {
@@ -269,7 +261,7 @@ export class Dispatcher {
       this.#delivery.deliver(buffer, taken);
       return;
     }
-    if (this.#leaveHello(registered, buffer, slot)) return;
+    if (this.#buffers.leave(buffer)) return;
     this.#awaitAlone(registered, buffer, slot, id);
     this.#behindNow();
   }
@@ -366,8 +358,8 @@ export class Dispatcher {
   /** Receives `registered`'s next message (one is queued) into the receive buffer; when it waits
    *  for the rest of its message, the buffer and slot stay with it and new ones go on. */
   #receiveOf(registered: Registered): void {
-    const buffer = this.#bufferOf(registered);
-    const slot = this.#slot;
+    const buffer = this.#buffers.buffer(registered?.hello === true);
+    const slot = this.#buffers.slot;
     const id = this.worker.requestId();
     let now: boolean;
     try {
@@ -382,48 +374,23 @@ export class Dispatcher {
       this.#deliverInTurn(buffer, slot);
       return;
     }
-    if (!this.#leaveHello(registered, buffer, slot)) this.#awaitAlone(registered, buffer, slot, id);
+    if (!this.#buffers.leave(buffer)) this.#awaitAlone(registered, buffer, slot, id);
     this.#turns.end();
-  }
-
-  /** The buffer `registered`'s next message is received into. */
-  #bufferOf(registered: Registered | undefined): ReceiveBuffer {
-    return registered?.hello === true ? this.#helloBuffer : this.#buffer;
-  }
-
-  /** A receive under a HELLO key into `buffer` that did not complete at once (a server's HELLO is
-   *  one small message, sent eager unless its UCX was told otherwise) is left to UCX, keeping its
-   *  buffer and slot until UCX completes it, and the handshake reads on at once; what comes whole
-   *  later is delivered then. A peer able to send to this process that sent rendezvous messages
-   *  under a connection's HELLO key and held their bytes back held that connection's HELLO a
-   *  second a message, and the connection failed at the first
-   *  (test/security/partial-message.test.ts). Past MAX_LEFT_HELLO_RECEIVES such a receive waits
-   *  alone, as a connection's does. Returns whether it was left. */
-  #leaveHello(registered: Registered, buffer: ReceiveBuffer, slot: Uint32Array<ArrayBuffer>): boolean {
-    if (registered.hello !== true || this.#leftHellos.size >= MAX_LEFT_HELLO_RECEIVES) return false;
-    this.#leftHellos.set(buffer, slot);
-    this.#stats.leftHellos += 1;
-    this.#helloBuffer = new ReceiveBuffer(MAX_HELLO_BYTES);
-    this.#slot = new Uint32Array(4);
-    return true;
   }
 
   /** `registered`'s receive `id` into `buffer` waits for the rest of its message: it keeps the
    *  buffer and slot, and new ones go on; its connection's later messages wait for it. */
-  #awaitAlone(registered: Registered, buffer: ReceiveBuffer, slot: Uint32Array<ArrayBuffer>, id: number): void {
+  #awaitAlone(registered: Registered, buffer: ReceiveBuffer, slot: Slot, id: number): void {
     this.#awaiting.add(registered, buffer, slot, id);
-    if (buffer === this.#helloBuffer) this.#helloBuffer = new ReceiveBuffer(MAX_HELLO_BYTES);
-    else this.#buffer = new ReceiveBuffer(buffer.bytes.length);
-    this.#slot = new Uint32Array(4);
+    this.#buffers.keep(buffer);
   }
 
   /** A receive that waited for its message in a turn completed. */
   #awaitedDone(registered: Registered, buffer: ReceiveBuffer, error: unknown): void {
-    // Left to UCX (#leaveHello): what came whole goes where its tag says now (a HELLO to its
-    // handshake, if that still waits).
-    const leftSlot = this.#leftHellos.get(buffer);
+    // Left to UCX (receive-buffers.ts): what came whole goes where its tag says now (a HELLO to
+    // its handshake, if that still waits).
+    const leftSlot = this.#buffers.takeLeft(buffer);
     if (leftSlot !== undefined) {
-      this.#leftHellos.delete(buffer);
       if (error === undefined && !this.#stop.signal.aborted) this.#delivery.deliver(buffer, leftSlot);
       return;
     }
@@ -449,7 +416,7 @@ export class Dispatcher {
 
   /** Delivers a message received in a turn, charging the time it took to its connection (to the
    *  line when it has none; read-turns.ts). */
-  #deliverInTurn(buffer: ReceiveBuffer, slot: Uint32Array<ArrayBuffer>): void {
+  #deliverInTurn(buffer: ReceiveBuffer, slot: Slot): void {
     const turn = this.#turns.current;
     const holder = this.#table.registeredOf(slot[0]!, slot[1]!) ?? this.#turns.line;
     const start = performance.now();

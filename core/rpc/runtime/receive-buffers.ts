@@ -1,0 +1,73 @@
+// Where the dispatcher's control receives land: the receive buffer (a connection's messages, up to
+// the frame size), a small one for messages under a HELLO key, and the slot the binding writes a
+// received message's sender tag and length into. A receive that does not complete at once keeps
+// its buffer and slot until UCX completes it, and the next receive gets new ones. Under a HELLO key
+// such a receive is left to UCX (#leave) rather than waited for: a server's HELLO is one small
+// message, sent eager unless its UCX was told otherwise, and a peer able to send to this process
+// that sent rendezvous messages under a connection's HELLO key and held their bytes back held that
+// connection's HELLO a second a message, the connection failing at the first
+// (test/security/partial-message.test.ts).
+import { ReceiveBuffer } from './receive-buffer.ts';
+
+/** Longest message taken under a HELLO key (a gdrpc server's HELLO is about 200 bytes): one longer
+ *  is not a HELLO, and is dropped unread while its handshake goes on waiting. */
+export const MAX_HELLO_BYTES = 4096;
+/** Receives under a HELLO key left to UCX unfinished at once (each keeps a MAX_HELLO_BYTES buffer
+ *  until UCX completes it): past these, such a receive waits alone as any connection's does. */
+export const MAX_LEFT_HELLO_RECEIVES = 1024;
+
+export type Slot = Uint32Array<ArrayBuffer>;
+
+export class ReceiveBuffers {
+  #frames: ReceiveBuffer;
+  #hello = new ReceiveBuffer(MAX_HELLO_BYTES);
+  #slot: Slot = new Uint32Array(4);
+  /** Receives under a HELLO key left to UCX: their buffers and slots. */
+  readonly #left = new Map<ReceiveBuffer, Slot>();
+  /** Receives ever left (stats). */
+  leftCount = 0;
+
+  constructor(frameBytes: number) { this.#frames = new ReceiveBuffer(frameBytes); }
+
+  /** Largest control message a connection's receive takes. */
+  get frameBytes(): number { return this.#frames.bytes.length; }
+
+  /** Grows the frame buffer to at least `bytes` (from the next receive on). */
+  ensureFrameBytes(bytes: number): void {
+    if (bytes > this.#frames.bytes.length) this.#frames = new ReceiveBuffer(bytes);
+  }
+
+  /** The buffer the next message under a HELLO key (`hello`) or a connection's key lands in. */
+  buffer(hello: boolean): ReceiveBuffer { return hello ? this.#hello : this.#frames; }
+
+  /** The slot the next receive's sender tag and length are written into. */
+  get slot(): Slot { return this.#slot; }
+
+  /** The receive into `buffer` (and the current slot) waits for the rest of its message: both stay
+   *  with it, and the next receive gets new ones. */
+  keep(buffer: ReceiveBuffer): void {
+    if (buffer === this.#hello) this.#hello = new ReceiveBuffer(MAX_HELLO_BYTES);
+    else this.#frames = new ReceiveBuffer(buffer.bytes.length);
+    this.#slot = new Uint32Array(4);
+  }
+
+  /** Leaves the receive into the HELLO buffer `buffer` (and the current slot) to UCX, unless
+   *  MAX_LEFT_HELLO_RECEIVES are left already. Returns whether it was left. */
+  leave(buffer: ReceiveBuffer): boolean {
+    if (buffer !== this.#hello || this.#left.size >= MAX_LEFT_HELLO_RECEIVES) return false;
+    this.#left.set(buffer, this.#slot);
+    this.leftCount += 1;
+    this.keep(buffer);
+    return true;
+  }
+
+  /** A receive into `buffer` completed: its slot if it was one left to UCX (no longer kept). */
+  takeLeft(buffer: ReceiveBuffer): Slot | undefined {
+    const slot = this.#left.get(buffer);
+    if (slot !== undefined) this.#left.delete(buffer);
+    return slot;
+  }
+
+  /** Receives left to UCX that it has not completed. */
+  get leftOpen(): number { return this.#left.size; }
+}
