@@ -230,7 +230,8 @@ export class Worker {
    *  (the dispatcher's control messages): true when a message was received inside the call,
    *  `slot` then holding its sender tag (low and high words) and length (low and high words);
    *  false while pending, `done()` once received (slot written first) or `done(error)`. A receive
-   *  cancelled with cancelRequest(id), or by close, reports nothing. Throws an immediate failure. */
+   *  cancelled with cancelRequest(id), or by close, reports nothing; one UCX cancels itself (the
+   *  endpoint its message came on closed) reports its error. Throws an immediate failure. */
   tagRecvInto(dest: Uint8Array, tag: bigint, mask: bigint, id: number, slot: Uint32Array, done: (error?: unknown) => void): boolean {
     this.#checkOpen();
     return this.#native.tagRecvInto(dest, 0, dest.byteLength, tag, mask, id, slot, done);

@@ -163,7 +163,7 @@ void Request::Register(ucs_status_ptr_t result) {
 void Request::Detach(Napi::Env env, const char* code, const std::string& message, ucs_status_t cause) {
   if (settled) return;
   settled = true;
-  report.Reset();  // ReportInto: a cancelled receive tells nobody
+  report.Reset();  // ReportInto: a receive this side cancelled (cancel(), close) tells nobody
   if (!State::Of(env)->JsAllowed() || !deferred) return;
   deferred->Reject(MakeError(env, code, message, StatusName(cause), Stack::Skip).Value());
 }
@@ -274,8 +274,10 @@ void Request::Finish(Napi::Env env, bool keep) {
   if (!report.IsEmpty() && !settled) {
     told = std::move(report);
     settled = true;
+    // A receive UCX cancelled (its endpoint closed: UCX purges what was matched to it) is told
+    // too: its caller may keep its buffer until it ends (a receive left under a HELLO key).
     if (status == UCS_OK) WriteSlot();
-    else if (status != UCS_ERR_CANCELED && State::Of(env)->JsAllowed()) failure = Failure(env);
+    else if (State::Of(env)->JsAllowed()) failure = Failure(env);
     else told.Reset();
   }
   report.Reset();

@@ -21,7 +21,7 @@ import { RawPeer } from '../rpc/fixtures/raw-peer.ts';
 import { FrameKind } from '../../core/wire/frames.ts';
 import { packMessage } from '../../core/wire/message.ts';
 import { helloKey } from '../../core/wire/tag.ts';
-import { MAX_LEFT_HELLO_RECEIVES, type DispatcherStats } from '../../core/rpc/runtime/dispatcher.ts';
+import { MAX_LEFT_PER_HELLO, type DispatcherStats } from '../../core/rpc/runtime/dispatcher.ts';
 import { pack } from 'msgpackr';
 
 afterAll(async () => { await disposePeers(); });
@@ -141,10 +141,10 @@ describe('a peer that sends rendezvous messages and stops', () => {
 /** A runtime with a server that faces the attacker (`port`) and a connection of its own that
  *  waits for the HELLO of a raw server (`waiting`, which holds it back until admit()): `held`,
  *  whose port is `clientPort`. `failed()`: the connection failed. */
-async function connectionAwaitingHello(connectTimeoutMs: number): Promise<{ runtime: Runtime; port: number; waiting: RawServer; held: Promise<Client>; clientPort: number; failed: () => boolean; close: () => Promise<void> }> {
+async function connectionAwaitingHello(connectTimeoutMs: number, admissionTimeoutMs?: number): Promise<{ runtime: Runtime; port: number; waiting: RawServer; held: Promise<Client>; clientPort: number; failed: () => boolean; close: () => Promise<void> }> {
   const runtime = Runtime.create();
   const unimplemented = (): never => { throw new GdrpcError(Code.UNIMPLEMENTED, 'not here'); };
-  const server = Server.create({ runtime }).register(EchoDescriptor, Object.fromEntries(Object.keys(EchoDescriptor.methods).map((name) => [name, unimplemented])));
+  const server = Server.create({ runtime, ...(admissionTimeoutMs !== undefined ? { admissionTimeoutMs } : {}) }).register(EchoDescriptor, Object.fromEntries(Object.keys(EchoDescriptor.methods).map((name) => [name, unimplemented])));
   const { port } = await server.listen({ host: '127.0.0.1' });
   const waiting = RawServer.listen();
   const held = Client.connect(waiting.address, { runtime, connectTimeoutMs });
@@ -197,37 +197,63 @@ describe('a peer that sends rendezvous messages under a connection\'s HELLO key 
   // Such a message was received as that connection's HELLO and waited for alone: the connection
   // failed a second later ("did not arrive whole"), and a peer that knew or guessed the port could
   // fail every connection the process made (docs/security.md, the HELLO key). Now a message under
-  // a HELLO key that is not whole at once is left to UCX unread, and the handshake reads on; past
-  // MAX_LEFT_HELLO_RECEIVES left at once, one waits alone (a second) and is given up on, and the
-  // handshake still reads on.
-  // `stalled`: given up on before HELLO came (a receive is given up on only while another control
-  // message waits: the next one of the peer's, then HELLO), and in all.
-  it.each([
-    { count: 8, left: 8, stalled: [0, 0] },
-    { count: MAX_LEFT_HELLO_RECEIVES + 2, left: MAX_LEFT_HELLO_RECEIVES, stalled: [1, 2] },
-  ])('$count of them hold that connection up for nothing: it is admitted once its server sends HELLO', async ({ count, left, stalled: [before, after] }) => {
-    const { runtime, port, waiting, held, clientPort: heldPort, close } = await connectionAwaitingHello(30_000);
+  // a HELLO key that is not whole at once is left to UCX unread, and the handshake reads on: up to
+  // MAX_LEFT_PER_HELLO of them, past which it fails rather than hold more.
+  it('8 of them: the connection is admitted once its server sends HELLO, and what they keep goes when their sender\'s connection closes', () => leftUnderHelloKey(8, true), 90_000);
+  it(`${MAX_LEFT_PER_HELLO + 1} of them: the connection fails rather than hold more, and what they keep goes when their sender's connection closes`, () => leftUnderHelloKey(MAX_LEFT_PER_HELLO + 1, false), 90_000);
+
+  async function leftUnderHelloKey(count: number, admitted: boolean): Promise<void> {
+    // The attacker's connection to this runtime's server closes at the admission timeout.
+    const { runtime, port, waiting, held, clientPort: heldPort, failed, close } = await connectionAwaitingHello(30_000, 1500);
     const { child: stopper, started } = spawnStopping('unadmitted-stopper.ts', [port, count, `hello:${heldPort}`]);
     const stats = (): DispatcherStats => runtime.dispatcher.stats();
     try {
       expect(await started).toBe(true);
-      // Taken and left to UCX unread, or given up on; before, the first one failed the connection.
-      await until(() => stats().leftHellos >= left && stats().stalledReceives >= before!, 30_000,
-        () => `left ${stats().leftHellos} of ${count} messages under the HELLO key, gave up on ${stats().stalledReceives}`);
-      expect(stats()).toMatchObject({ leftHellos: left, stalledReceives: before });
-      await waiting.admit();
-      // Admitted: on the code before, the connection had failed already.
-      await (await held).close();
-      expect(stats()).toMatchObject({ leftHellos: left, stalledReceives: after });
-      // What they keep (a MAX_HELLO_BYTES buffer each) goes once their sender is gone: UCX fails
-      // their receives (from a peer stopped but alive, they stay: at most MAX_LEFT_HELLO_RECEIVES).
-      stopper.kill('SIGKILL');
-      await until(() => stats().leftHellosOpen === 0, 20_000, () => `${stats().leftHellosOpen} receives left under the HELLO key still open after their sender died`);
+      // Taken and left to UCX unread; before, the first one failed the connection.
+      await until(() => stats().leftHellos >= count || failed(), 30_000, () => `left ${stats().leftHellos} of ${count} messages under the HELLO key`);
+      expect(stats()).toMatchObject({ leftHellos: count, stalledReceives: 0 });
+      if (admitted) {
+        await waiting.admit();
+        await (await held).close();
+      } else {
+        await expect(held).rejects.toMatchObject({ code: Code.UNAVAILABLE, message: expect.stringMatching(/messages under the HELLO key .* did not arrive whole/) });
+      }
+      // What they keep (a MAX_HELLO_BYTES buffer each) goes once UCX cancels them: the server
+      // closes the attacker's unadmitted connection, and with it its messages' receives.
+      await until(() => stats().leftHellosOpen === 0, 20_000, () => `${stats().leftHellosOpen} receives left under the HELLO key still open after their sender's connection closed`);
     } finally {
       stopper.kill('SIGKILL');
       await close();
     }
-  }, 90_000);
+  }
+});
+
+describe('a server that sends rendezvous messages under its connection\'s HELLO key and stops', () => {
+  // With receives under a HELLO key waited for alone once many were left, such a server held the
+  // line's turn, and with it every other connection's HELLO, for its own connect timeout (an
+  // honest connect beside it failed after 5 s; a helper session's review of the change). Now none
+  // is waited for: past MAX_LEFT_PER_HELLO the hostile connection fails, and the others go on.
+  it('holds no other connection of the process up, and fails its own with a reason', async () => {
+    const honest = await startServer();
+    const runtime = Runtime.create();
+    const { child, started, port } = spawnStopping('hello-stopper-server.ts', [MAX_LEFT_PER_HELLO + 8]);
+    try {
+      const hostilePort = await port;
+      expect(hostilePort).toBeGreaterThan(0);
+      const hostile = Client.connect(`127.0.0.1:${hostilePort!}`, { runtime, connectTimeoutMs: 30_000 });
+      hostile.catch(() => {});
+      expect(await started).toBe(true);
+      const client = await Client.connect(honest.address, { runtime, connectTimeoutMs: 5000 });
+      expect((await client.unary(EchoDescriptor.methods.ping, { n: 5 })).n).toBe(5);
+      await client.close();
+      await expect(hostile).rejects.toMatchObject({ code: Code.UNAVAILABLE, message: expect.stringMatching(/messages under the HELLO key .* did not arrive whole/) });
+      // Its endpoint closed with the connection: UCX cancelled the receives left, and each said so.
+      await until(() => runtime.dispatcher.stats().leftHellosOpen === 0, 20_000, () => `${runtime.dispatcher.stats().leftHellosOpen} receives left open after the hostile connection closed`);
+    } finally {
+      child.kill('SIGKILL');
+      await runtime.close();
+    }
+  }, 60_000);
 });
 
 describe('a peer that sends a message too long for a HELLO under a connection\'s HELLO key', () => {

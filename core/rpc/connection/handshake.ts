@@ -10,7 +10,7 @@ import { Connection } from './connection.ts';
 import type { FrameHandler } from './inbound.ts';
 import { windowRefusal } from './window.ts';
 import { resolveHost } from './resolve.ts';
-import type { FrameSink } from '../runtime/dispatcher.ts';
+import { MAX_LEFT_HELLO_RECEIVES, MAX_LEFT_PER_HELLO, type FrameSink } from '../runtime/dispatcher.ts';
 import { DEFAULT_FRAME_BYTES, type Runtime } from '../runtime/runtime.ts';
 
 /** `signal` gives the connect up (CANCELLED), whatever it is waiting for; `narrowWindow` keeps
@@ -23,14 +23,17 @@ export async function connectAndAdmit(runtime: Runtime, host: string, port: numb
   // message came from: HELLO comes under the key of the port the server saw the connection come
   // from, which is this endpoint's own (and under key 0, for connections made in turns).
   // Everything after it arrives under the key this side drew, which only that server learns.
-  // What else arrives under the HELLO key is no HELLO: a message too long for one, or one that
-  // does not come whole (the dispatcher leaves it to UCX, or gives up on it), is another peer's
-  // doing, and the handshake waits on for its server's HELLO within its timeout.
+  // What else arrives under the HELLO key is no HELLO: a message too long for one is dropped and
+  // the handshake waits on for its server's HELLO within its timeout; one that does not come whole
+  // is left to UCX (the dispatcher's receive-buffers.ts), and past MAX_LEFT_PER_HELLO of those the
+  // handshake fails (onStalled), since each keeps memory until its sender's endpoint closes.
   const forward: FrameSink & { target?: Connection } = {
     onMessage(source, length) { this.target?.onMessage(source, length); },
     onOversized() {},
     onStrayData(message, low, framesWaiting) { if (this.target !== undefined) this.target.onStrayData(message, low, framesWaiting); else runtime.dispatcher.drop(message); },
-    onStalled() {},
+    onStalled() {
+      this.target?.close(new GdrpcError(Code.UNAVAILABLE, `more than ${MAX_LEFT_PER_HELLO} messages under the HELLO key of the connection to ${host}:${port} did not arrive whole (or the process holds ${MAX_LEFT_HELLO_RECEIVES} such): another peer is sending under it (docs/security.md "Receives left under a HELLO key")`));
+    },
   };
   const started = performance.now();
   const left = (): number => Math.max(1, Math.round(options.timeoutMs - (performance.now() - started)));

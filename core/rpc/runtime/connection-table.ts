@@ -38,8 +38,9 @@ export interface Awaited { buffer: ReceiveBuffer; slot: Uint32Array<ArrayBuffer>
 /** A registered connection: its sink, its key's low 32 bits (the prefix is its map key), the tag
  *  of its control messages, its balance of reading time in turns, and its receive in a turn that
  *  waits for its message, if any (its later messages wait for it). `hello`: a handshake's entry,
- *  under a HELLO key, which takes one small message and no other (dispatcher.ts MAX_HELLO_BYTES). */
-export interface Registered extends TurnHolder { sink: FrameSink; low: number; tag: bigint; awaiting: Awaited | undefined; hello?: true }
+ *  under a HELLO key, which takes one small message and waits for none (receive-buffers.ts);
+ *  `left`: its receives left to UCX so far. */
+export interface Registered extends TurnHolder { sink: FrameSink; low: number; tag: bigint; awaiting: Awaited | undefined; hello?: true; left?: number }
 
 /** The connections of one worker, by key. */
 export class ConnectionTable {
@@ -146,6 +147,7 @@ export class ConnectionTable {
   async awaitHelloTurn(sink: FrameSink, signal?: AbortSignal): Promise<() => void> {
     while (this.#hello !== undefined) await wakeOrAbort(this.#helloQueue, signal);
     this.#hello = sink;
+    this.hello.left = 0;
     return () => {
       if (this.#hello !== sink) return;
       this.#hello = undefined;

@@ -14,13 +14,13 @@ import { AwaitedReceives, DRAIN_INTERVAL_MS, STALLED_RECEIVE_MS } from './awaite
 import { StrayPayloads } from './stray-payloads.ts';
 import { ReadTurns } from './read-turns.ts';
 import type { ReceiveBuffer } from './receive-buffer.ts';
-import { ReceiveBuffers, type Slot } from './receive-buffers.ts';
+import { MAX_LEFT_HELLO_RECEIVES, MAX_LEFT_PER_HELLO, ReceiveBuffers, type Slot } from './receive-buffers.ts';
 import { ConnectionTable, type FrameSink, type Registered } from './connection-table.ts';
 import { Delivery } from './delivery.ts';
 
 export type { FrameSink } from './connection-table.ts';
 export { DRAIN_INTERVAL_MS, STALLED_RECEIVE_MS };
-export { MAX_HELLO_BYTES, MAX_LEFT_HELLO_RECEIVES } from './receive-buffers.ts';
+export { MAX_HELLO_BYTES, MAX_LEFT_HELLO_RECEIVES, MAX_LEFT_PER_HELLO } from './receive-buffers.ts';
 
 /** Control messages read before the loop yields to timers and I/O (whichever comes first). */
 export const RECEIVE_SLICE_MESSAGES = 256;
@@ -167,6 +167,7 @@ export class Dispatcher {
     this.#inTurns = false;
     this.#turns.reset();
     this.#awaiting.clear();
+    this.#buffers.forgetLeft();
     clearTimeout(this.#recheck);
     if (this.#drainTimer !== undefined) clearInterval(this.#drainTimer);
     this.#drainTimer = undefined;
@@ -261,7 +262,7 @@ export class Dispatcher {
       this.#delivery.deliver(buffer, taken);
       return;
     }
-    if (this.#buffers.leave(buffer)) return;
+    if (registered.hello === true) return this.#leaveHello(registered, buffer);
     this.#awaitAlone(registered, buffer, slot, id);
     this.#behindNow();
   }
@@ -374,8 +375,20 @@ export class Dispatcher {
       this.#deliverInTurn(buffer, slot);
       return;
     }
-    if (!this.#buffers.leave(buffer)) this.#awaitAlone(registered, buffer, slot, id);
+    if (registered.hello === true) this.#leaveHello(registered, buffer);
+    else this.#awaitAlone(registered, buffer, slot, id);
     this.#turns.end();
+  }
+
+  /** A receive under `registered`'s HELLO key did not complete at once: no handshake waits for it
+   *  (receive-buffers.ts), it is left to UCX. A handshake past MAX_LEFT_PER_HELLO of them, or one
+   *  more while MAX_LEFT_HELLO_RECEIVES are open across the process, is told (onStalled) and fails:
+   *  what each keeps is bounded, and no HELLO entry ever waits alone, which would keep the line's
+   *  turn, and with it every other handshake's HELLO, behind it (a helper session's review). */
+  #leaveHello(registered: Registered, buffer: ReceiveBuffer): void {
+    this.#buffers.leave(buffer);
+    registered.left = (registered.left ?? 0) + 1;
+    if (registered.left > MAX_LEFT_PER_HELLO || this.#buffers.leftOpen > MAX_LEFT_HELLO_RECEIVES) this.#delivery.tell(() => registered.sink.onStalled());
   }
 
   /** `registered`'s receive `id` into `buffer` waits for the rest of its message: it keeps the

@@ -12,8 +12,10 @@ import { ReceiveBuffer } from './receive-buffer.ts';
 /** Longest message taken under a HELLO key (a gdrpc server's HELLO is about 200 bytes): one longer
  *  is not a HELLO, and is dropped unread while its handshake goes on waiting. */
 export const MAX_HELLO_BYTES = 4096;
-/** Receives under a HELLO key left to UCX unfinished at once (each keeps a MAX_HELLO_BYTES buffer
- *  until UCX completes it): past these, such a receive waits alone as any connection's does. */
+/** Receives under one HELLO key left to UCX before its handshake fails, and under all of them
+ *  together before any handshake that has one more does: each keeps a MAX_HELLO_BYTES buffer until
+ *  UCX completes or cancels it (when the endpoint its message came on closes). */
+export const MAX_LEFT_PER_HELLO = 32;
 export const MAX_LEFT_HELLO_RECEIVES = 1024;
 
 export type Slot = Uint32Array<ArrayBuffer>;
@@ -51,14 +53,11 @@ export class ReceiveBuffers {
     this.#slot = new Uint32Array(4);
   }
 
-  /** Leaves the receive into the HELLO buffer `buffer` (and the current slot) to UCX, unless
-   *  MAX_LEFT_HELLO_RECEIVES are left already. Returns whether it was left. */
-  leave(buffer: ReceiveBuffer): boolean {
-    if (buffer !== this.#hello || this.#left.size >= MAX_LEFT_HELLO_RECEIVES) return false;
+  /** Leaves the receive into the HELLO buffer `buffer` (and the current slot) to UCX. */
+  leave(buffer: ReceiveBuffer): void {
     this.#left.set(buffer, this.#slot);
     this.leftCount += 1;
     this.keep(buffer);
-    return true;
   }
 
   /** A receive into `buffer` completed: its slot if it was one left to UCX (no longer kept). */
@@ -70,4 +69,7 @@ export class ReceiveBuffers {
 
   /** Receives left to UCX that it has not completed. */
   get leftOpen(): number { return this.#left.size; }
+
+  /** Forgets the receives left (the dispatcher stopped: the worker's close ends them, untold). */
+  forgetLeft(): void { this.#left.clear(); }
 }
