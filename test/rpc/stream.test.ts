@@ -153,6 +153,53 @@ describe('client streaming', () => {
     await expectPoolsEmpty(client);
   });
 
+  // A client stream's own failures end the server's call too: until 2026-12-06 a source that
+  // threw, or an item that failed validation, left it open (its handler waiting, its items' pool
+  // blocks held) for the connection's life, and 256 such calls refused every later call of the
+  // connection (a helper session's fault hunt).
+  it.each([
+    { what: 'a source that throws', code: Code.CANCELLED, items: async function* (): AsyncGenerator<Record<string, unknown>> {
+      yield { x: patterned(10_000, 1) };
+      throw new Error('source failed');
+    } },
+    { what: 'an item that fails validation', code: Code.INVALID_ARGUMENT, items: async function* (): AsyncGenerator<Record<string, unknown>> {
+      yield { x: patterned(10_000, 1) };
+      yield { x: 'not a tensor' };
+    } },
+  ])('$what fails the call ($code) and ends the server\'s call, its items released', async ({ code, items }) => {
+    const error = await client.clientStream(EchoDescriptor.methods.sum, items()).then(() => undefined, (failure: unknown) => failure);
+    expect(error).toMatchObject({ code });
+    if (code === Code.CANCELLED) expect((error as Error).cause).toMatchObject({ message: 'source failed' });
+    await expect.poll(async () => (await serverStats(client)).activeCalls, { timeout: 10_000 }).toBe(1);
+    await expectPoolsEmpty(client);
+  });
+
+  // The source is asked for each item under the call's race: until 2026-12-06 a deadline, a
+  // signal or the client's close waited for a stalled source to yield again.
+  it.each([
+    { what: 'its deadline', code: Code.DEADLINE_EXCEEDED, options: () => ({ deadline: 300 }) },
+    { what: 'its signal', code: Code.CANCELLED, options: () => ({ signal: AbortSignal.timeout(300) }) },
+  ])('a source that stalls for good: $what ends the call ($code), and the source is returned', async ({ code, options }) => {
+    let returned = false;
+    const stalled: AsyncIterator<Record<string, unknown>> & AsyncIterable<Record<string, unknown>> = {
+      next: async () => (returned ? { done: true, value: undefined } : new Promise<never>(() => {})),
+      return: async () => { returned = true; return { done: true, value: undefined }; },
+      [Symbol.asyncIterator]() { return this; },
+    };
+    expect(await codeOf(client.clientStream(EchoDescriptor.methods.sum, stalled, options()))).toBe(code);
+    await expect.poll(() => returned, { timeout: 5000 }).toBe(true);
+    await expect.poll(async () => (await serverStats(client)).activeCalls, { timeout: 10_000 }).toBe(1);
+  });
+
+  it('a source that stalls for good: the client\'s close ends the call', async () => {
+    const own = await Client.connect(server.address);
+    const call = own.clientStream(EchoDescriptor.methods.sum, { [Symbol.asyncIterator]: () => ({ next: () => new Promise<never>(() => {}) }) });
+    const failed = codeOf(call);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    await own.close();
+    expect(await failed).toBe(Code.CANCELLED);
+  });
+
   it('the server answering early stops the caller from sending', async () => {
     let produced = 0;
     async function* endless(): AsyncGenerator<{ x: Tensor }> {

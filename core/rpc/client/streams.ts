@@ -115,43 +115,84 @@ export async function* serverStreamCall(calls: CallPlumbing, method: MethodDescr
 }
 
 
-/** A stream of requests, one response (Client.clientStream). */
+/** A stream of requests, one response (Client.clientStream). The call ends with the first of:
+ *  its response, its deadline or signal, the connection's end, or a failure of the caller's own
+ *  (the source throws, an item fails validation or cannot be sent). The source is asked for each
+ *  item under the same race, so a source stalled in next() holds nothing past the call's end; a
+ *  call that ends before its source did tells the server (CANCEL) and returns the source. Until
+ *  2026-12-06 a failing source or a bad item left the server's call open for the connection's
+ *  life (256 of them refused every later call of the connection: a helper session's fault hunt),
+ *  and a deadline waited for a stalled source to yield. */
 export async function clientStreamCall(calls: CallPlumbing, method: MethodDescriptor, args: AsyncIterable<Row> | Iterable<Row>, options: CallOptions): Promise<Row> {
   const started = performance.now();
   checkCall('clientStream', method, options);
   if (!isIterable(args)) throw new GdrpcError(Code.INVALID_ARGUMENT, `${methodName(method)}: clientStream takes an iterable or async iterable of argument objects, got ${describeValue(args)}`);
   const types = methodTypes(method);
   const scope = new CallScope(absoluteDeadline(options.deadline), options.signal);
+  let source: AsyncIterator<Row> | undefined;
+  let sourceDone = false;
   try {
     const session = await scope.race(calls.connection());
     // The server grants credit as its handler takes items: a slow handler slows this loop.
     let credit = STREAM_WINDOW;
     let wake: (() => void) | undefined;
     const final = calls.open(session, scope, (n) => { credit += n; wake?.(); });
-    const frame: RequestBody = { svc: method.service, m: method.name, win: STREAM_WINDOW };
-    const remaining = scope.remainingMs();
-    if (remaining !== undefined) frame.to = remaining;
-    if (options.metadata !== undefined) frame.md = options.metadata;
-    putPolicy(frame, options);
-    await scope.race(session.connection.send(FrameKind.Request, final.id, frame));
-    const transfers: TransferInfo[] = [];
-    let seq = 0;
     let finished = false;
     const settled = final.result.then(() => { finished = true; }, () => { finished = true; });
-    for await (const item of args) {
-      while (credit <= 0 && !finished) await scope.race(Promise.race([new Promise<void>((resolve) => { wake = resolve; }), settled]));
-      if (finished || scope.aborted) break;
-      credit -= 1;
-      validateFields(method.args, item, types, `${methodName(method)} arguments[${seq}]`);
-      transfers.push(...(await calls.send(session, final.id, FrameKind.StreamItem, method, item, options, scope, true, seq)).transfers);
-      seq += 1;
+    const transfers: TransferInfo[] = [];
+    let seq = 0;
+    try {
+      const frame: RequestBody = { svc: method.service, m: method.name, win: STREAM_WINDOW };
+      const remaining = scope.remainingMs();
+      if (remaining !== undefined) frame.to = remaining;
+      if (options.metadata !== undefined) frame.md = options.metadata;
+      putPolicy(frame, options);
+      await scope.race(session.connection.send(FrameKind.Request, final.id, frame));
+      source = iterate(args);
+      for (;;) {
+        while (credit <= 0 && !finished) await scope.race(Promise.race([new Promise<void>((resolve) => { wake = resolve; }), settled]));
+        if (finished || scope.aborted) break;
+        const step = await scope.race(Promise.race([nextItem(source, method), settled.then(() => undefined)]));
+        if (step === undefined) break;
+        if (step.done === true) {
+          sourceDone = true;
+          break;
+        }
+        credit -= 1;
+        validateFields(method.args, step.value, types, `${methodName(method)} arguments[${seq}]`);
+        transfers.push(...(await calls.send(session, final.id, FrameKind.StreamItem, method, step.value, options, scope, true, seq)).transfers);
+        seq += 1;
+      }
+      if (!finished && !scope.aborted) await scope.race(session.connection.send(FrameKind.StreamEnd, final.id, { seq }));
+    } catch (error) {
+      // The server's call ends with this one (CANCEL, through the scope: calls.open).
+      const failure = GdrpcError.from(error, Code.CANCELLED);
+      if (!finished) scope.abort(failure);
+      throw failure;
     }
-    if (!finished && !scope.aborted) await scope.race(session.connection.send(FrameKind.StreamEnd, final.id, { seq }));
     const result = await final.result;
     if (result.kind !== FrameKind.Response) throw protocolError(session, 'expected RESPONSE');
     const received = await calls.receive(session, final.id, method, result.body.r, scope, options);
     return attachCallInfo(received.values, callInfoFrom(transfers, received.transfers, started));
   } finally {
     scope.dispose();
+    // A source the call left before its end is told so (as for-await would), without waiting.
+    if (source !== undefined && !sourceDone) void Promise.resolve().then(() => source!.return?.()).catch(() => {});
+  }
+}
+
+/** The caller's items as one async iterator (a sync iterable's values awaited, as for-await does). */
+function iterate(args: AsyncIterable<Row> | Iterable<Row>): AsyncIterator<Row> {
+  if (Symbol.asyncIterator in args) return (args as AsyncIterable<Row>)[Symbol.asyncIterator]();
+  return (async function* (): AsyncGenerator<Row> { yield* args as Iterable<Row>; })();
+}
+
+/** The source's next item; a source that throws fails the call with its error as the cause. */
+async function nextItem(source: AsyncIterator<Row>, method: MethodDescriptor): Promise<IteratorResult<Row>> {
+  try {
+    return await source.next();
+  } catch (error) {
+    if (error instanceof GdrpcError) throw error;
+    throw new GdrpcError(Code.CANCELLED, `${methodName(method)}: the stream of arguments failed: ${error instanceof Error ? error.message : String(error)}`, { cause: error });
   }
 }
