@@ -39,8 +39,9 @@ export interface Awaited { buffer: ReceiveBuffer; slot: Uint32Array<ArrayBuffer>
  *  of its control messages, its balance of reading time in turns, and its receive in a turn that
  *  waits for its message, if any (its later messages wait for it). `hello`: a handshake's entry,
  *  under a HELLO key, which takes one small message and waits for none (receive-buffers.ts);
- *  `left`: its receives left to UCX so far. */
-export interface Registered extends TurnHolder { sink: FrameSink; low: number; tag: bigint; awaiting: Awaited | undefined; hello?: true; left?: number }
+ *  `left`: its receives left to UCX and not completed; `refused`: its handshake was failed for
+ *  them, and what else comes under its key is dropped unread. */
+export interface Registered extends TurnHolder { sink: FrameSink; low: number; tag: bigint; awaiting: Awaited | undefined; hello?: true; left?: number; refused?: boolean }
 
 /** The connections of one worker, by key. */
 export class ConnectionTable {
@@ -147,7 +148,9 @@ export class ConnectionTable {
   async awaitHelloTurn(sink: FrameSink, signal?: AbortSignal): Promise<() => void> {
     while (this.#hello !== undefined) await wakeOrAbort(this.#helloQueue, signal);
     this.#hello = sink;
-    this.hello.left = 0;
+    // A new handshake's turn: the last one's refusal is not its. The key-0 receives left open
+    // still count against it (any peer can send under key 0, no port needed).
+    this.hello.refused = false;
     return () => {
       if (this.#hello !== sink) return;
       this.#hello = undefined;

@@ -239,7 +239,8 @@ export class Dispatcher {
     const registered = this.#table.entryOf(taken[0]!, taken[1]!);
     const length = taken[2]! + taken[3]! * 2 ** 32;
     const buffer = this.#buffers.buffer(registered?.hello === true);
-    if (registered === undefined || length > buffer.bytes.length) {
+    // A handshake refused for what was left under its key (#leaveHello) reads nothing more.
+    if (registered === undefined || registered.refused === true || length > buffer.bytes.length) {
       const message = { senderTag: BigInt(taken[0]!) | (BigInt(taken[1]!) << 32n), length, taken: taken[4]! };
       // Too long for a HELLO: not one, and its handshake waits on for the real one.
       if (registered === undefined || registered.hello === true) return this.#delivery.dropControl(message);
@@ -335,8 +336,9 @@ export class Dispatcher {
       return 'caught up';
     }
     const registered = this.#table.entryOf(Number(oldest.senderTag & 0xffff_ffffn), Number(oldest.senderTag >> 32n));
-    if (registered === undefined) {
-      // Of no connection (gone, never was, or a guess): taken out without its bytes.
+    if (registered === undefined || registered.refused === true) {
+      // Of no connection (gone, never was, or a guess), or of a refused handshake (#leaveHello):
+      // taken out without its bytes.
       const message = this.worker.tagProbe(oldest.senderTag, EXACT_MASK, { remove: true });
       if (message !== null) this.#delivery.dropControl(message);
       this.#turns.busy();
@@ -381,14 +383,19 @@ export class Dispatcher {
   }
 
   /** A receive under `registered`'s HELLO key did not complete at once: no handshake waits for it
-   *  (receive-buffers.ts), it is left to UCX. A handshake past MAX_LEFT_PER_HELLO of them, or one
-   *  more while MAX_LEFT_HELLO_RECEIVES are open across the process, is told (onStalled) and fails:
-   *  what each keeps is bounded, and no HELLO entry ever waits alone, which would keep the line's
-   *  turn, and with it every other handshake's HELLO, behind it (a helper session's review). */
+   *  (receive-buffers.ts), it is left to UCX. A handshake with more than MAX_LEFT_PER_HELLO of
+   *  them open, or with one more while MAX_LEFT_HELLO_RECEIVES are open across the process, is
+   *  refused at once (what else comes under its key is dropped unread) and told (onStalled), and
+   *  fails: what they keep is bounded (the second review of this change found the refusal, left
+   *  to the handshake's end, let every message of the same slice be left too), and no HELLO entry
+   *  ever waits alone, which would keep the line's turn, and with it every other handshake's
+   *  HELLO, behind it (the first review). */
   #leaveHello(registered: Registered, buffer: ReceiveBuffer): void {
     this.#buffers.leave(buffer);
     registered.left = (registered.left ?? 0) + 1;
-    if (registered.left > MAX_LEFT_PER_HELLO || this.#buffers.leftOpen > MAX_LEFT_HELLO_RECEIVES) this.#delivery.tell(() => registered.sink.onStalled());
+    if (registered.left <= MAX_LEFT_PER_HELLO && this.#buffers.leftOpen <= MAX_LEFT_HELLO_RECEIVES) return;
+    registered.refused = true;
+    this.#delivery.tell(() => registered.sink.onStalled());
   }
 
   /** `registered`'s receive `id` into `buffer` waits for the rest of its message: it keeps the
@@ -404,6 +411,7 @@ export class Dispatcher {
     // its handshake, if that still waits).
     const leftSlot = this.#buffers.takeLeft(buffer);
     if (leftSlot !== undefined) {
+      if (registered.left !== undefined && registered.left > 0) registered.left -= 1;
       if (error === undefined && !this.#stop.signal.aborted) this.#delivery.deliver(buffer, leftSlot);
       return;
     }
