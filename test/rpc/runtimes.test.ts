@@ -106,6 +106,18 @@ describe('two runtimes in one process', () => {
     }
   });
 
+  // A connect the runtime's close overtook resolved with a closed client, whose every call then
+  // failed FAILED_PRECONDITION (a helper session's fault hunt: 10 of 10 tries): it rejects now.
+  it('closing a runtime while a client of it connects: the connect rejects rather than hand back a closed client', async () => {
+    for (let round = 0; round < 5; round += 1) {
+      const doomed = Runtime.create();
+      const outcome = Client.connect(address, { runtime: doomed }).then(async (client) => { await client.close(); return 'connected'; }, (error: GdrpcError) => error.code);
+      await new Promise((resolve) => setTimeout(resolve, round % 3));
+      await doomed.close();
+      expect(await outcome).toMatch(/FAILED_PRECONDITION|UNAVAILABLE|CANCELLED/);
+    }
+  });
+
   it('an explicit runtime stays open after its last client closes (only close() ends it)', async () => {
     const client = await Client.connect(address, { runtime: calling });
     await client.close();

@@ -82,6 +82,9 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
     runtime.attach(client, () => client.close());
     try {
       await client.#connection(options[CONNECT_SIGNAL]);
+      // Closed while it connected (its runtime's close closes its clients): a client that can
+      // make no call is not a connected one.
+      if (client.#closed) throw new GdrpcError(Code.FAILED_PRECONDITION, `the client to ${client.address} was closed while it connected (its runtime closed)`);
     } catch (error) {
       await client.close();
       throw error;
