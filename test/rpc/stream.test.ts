@@ -191,6 +191,17 @@ describe('client streaming', () => {
     await expect.poll(async () => (await serverStats(client)).activeCalls, { timeout: 10_000 }).toBe(1);
   });
 
+  it('takes what for-await takes: a sync iterable when the async iterator is undefined; an iterator result that is no object fails CANCELLED', async () => {
+    const items = [{ x: patterned(100, 1) }, { x: patterned(100, 2) }];
+    const syncOnly = { [Symbol.asyncIterator]: undefined, [Symbol.iterator]: () => items[Symbol.iterator]() };
+    expect((await client.clientStream(EchoDescriptor.methods.sum, syncOnly as unknown as Iterable<Record<string, unknown>>)).items).toBe(2);
+    let n = 0;
+    const forgetful = { [Symbol.asyncIterator]: () => ({ next: async () => (n++ < 2 ? { done: false, value: { x: patterned(100, n) } } : undefined) }) };
+    const error = await client.clientStream(EchoDescriptor.methods.sum, forgetful as unknown as AsyncIterable<Record<string, unknown>>).then(() => undefined, (failure: unknown) => failure);
+    expect(error).toMatchObject({ code: Code.CANCELLED, message: expect.stringMatching(/Iterator result undefined is not an object/) });
+    await expectPoolsEmpty(client);
+  });
+
   it('a source that stalls for good: the client\'s close ends the call', async () => {
     const own = await Client.connect(server.address);
     const call = own.clientStream(EchoDescriptor.methods.sum, { [Symbol.asyncIterator]: () => ({ next: () => new Promise<never>(() => {}) }) });

@@ -23,6 +23,8 @@ import type { HeldItems, Received } from './results.ts';
 
 type Row = Record<string, unknown>;
 type RequestBody = FrameBody<FrameKind.Request>;
+/** What a client stream's wait for its source gives when the call ended first. */
+const ENDED = Symbol('ended');
 
 /** Stream items in flight before the receiving side has taken any (flow control, both ways). */
 export const STREAM_WINDOW = 64;
@@ -138,7 +140,11 @@ export async function clientStreamCall(calls: CallPlumbing, method: MethodDescri
     let wake: (() => void) | undefined;
     const final = calls.open(session, scope, (n) => { credit += n; wake?.(); });
     let finished = false;
-    const settled = final.result.then(() => { finished = true; }, () => { finished = true; });
+    // One waiter at a time is woken by the call's end: a reaction added to `settled` per item
+    // would keep every item (and its tensors) reachable until the call ends.
+    let stop: (() => void) | undefined;
+    const end = (): void => { finished = true; stop?.(); };
+    void final.result.then(end, end);
     const transfers: TransferInfo[] = [];
     let seq = 0;
     try {
@@ -150,10 +156,17 @@ export async function clientStreamCall(calls: CallPlumbing, method: MethodDescri
       await scope.race(session.connection.send(FrameKind.Request, final.id, frame));
       source = iterate(args);
       for (;;) {
-        while (credit <= 0 && !finished) await scope.race(Promise.race([new Promise<void>((resolve) => { wake = resolve; }), settled]));
+        while (credit <= 0 && !finished) {
+          await scope.race(new Promise<void>((resolve) => { wake = resolve; stop = resolve; }));
+          stop = undefined;
+        }
         if (finished || scope.aborted) break;
-        const step = await scope.race(Promise.race([nextItem(source, method), settled.then(() => undefined)]));
-        if (step === undefined) break;
+        const step = await scope.race(new Promise<IteratorResult<Row> | typeof ENDED>((resolve, reject) => {
+          stop = () => resolve(ENDED);
+          nextItem(source!, method).then(resolve, (error: unknown) => { sourceDone = true; reject(error); });
+        }));
+        stop = undefined;
+        if (step === ENDED) break;
         if (step.done === true) {
           sourceDone = true;
           break;
@@ -183,14 +196,17 @@ export async function clientStreamCall(calls: CallPlumbing, method: MethodDescri
 
 /** The caller's items as one async iterator (a sync iterable's values awaited, as for-await does). */
 function iterate(args: AsyncIterable<Row> | Iterable<Row>): AsyncIterator<Row> {
-  if (Symbol.asyncIterator in args) return (args as AsyncIterable<Row>)[Symbol.asyncIterator]();
+  if (typeof (args as AsyncIterable<Row>)[Symbol.asyncIterator] === 'function') return (args as AsyncIterable<Row>)[Symbol.asyncIterator]();
   return (async function* (): AsyncGenerator<Row> { yield* args as Iterable<Row>; })();
 }
 
 /** The source's next item; a source that throws fails the call with its error as the cause. */
 async function nextItem(source: AsyncIterator<Row>, method: MethodDescriptor): Promise<IteratorResult<Row>> {
   try {
-    return await source.next();
+    const result = await source.next();
+    // As for-await: a hand-written iterator that forgets its result object is a TypeError.
+    if (typeof result !== 'object' || result === null) throw new TypeError(`Iterator result ${String(result)} is not an object`);
+    return result;
   } catch (error) {
     if (error instanceof GdrpcError) throw error;
     throw new GdrpcError(Code.CANCELLED, `${methodName(method)}: the stream of arguments failed: ${error instanceof Error ? error.message : String(error)}`, { cause: error });
