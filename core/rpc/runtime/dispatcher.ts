@@ -14,7 +14,7 @@ import { AwaitedReceives, DRAIN_INTERVAL_MS, STALLED_RECEIVE_MS } from './awaite
 import { StrayPayloads } from './stray-payloads.ts';
 import { ReadTurns } from './read-turns.ts';
 import type { ReceiveBuffer } from './receive-buffer.ts';
-import { MAX_LEFT_HELLO_RECEIVES, MAX_LEFT_PER_HELLO, ReceiveBuffers, type Slot } from './receive-buffers.ts';
+import { ReceiveBuffers, type Slot } from './receive-buffers.ts';
 import { ConnectionTable, type FrameSink, type Registered } from './connection-table.ts';
 import { Delivery } from './delivery.ts';
 
@@ -361,7 +361,7 @@ export class Dispatcher {
   /** Receives `registered`'s next message (one is queued) into the receive buffer; when it waits
    *  for the rest of its message, the buffer and slot stay with it and new ones go on. */
   #receiveOf(registered: Registered): void {
-    const buffer = this.#buffers.buffer(registered?.hello === true);
+    const buffer = this.#buffers.buffer(registered.hello === true);
     const slot = this.#buffers.slot;
     const id = this.worker.requestId();
     let now: boolean;
@@ -382,18 +382,14 @@ export class Dispatcher {
     this.#turns.end();
   }
 
-  /** A receive under `registered`'s HELLO key did not complete at once: no handshake waits for it
-   *  (receive-buffers.ts), it is left to UCX. A handshake with more than MAX_LEFT_PER_HELLO of
-   *  them open, or with one more while MAX_LEFT_HELLO_RECEIVES are open across the process, is
-   *  refused at once (what else comes under its key is dropped unread) and told (onStalled), and
-   *  fails: what they keep is bounded (the second review of this change found the refusal, left
-   *  to the handshake's end, let every message of the same slice be left too), and no HELLO entry
-   *  ever waits alone, which would keep the line's turn, and with it every other handshake's
-   *  HELLO, behind it (the first review). */
+  /** A receive under `registered`'s HELLO key did not complete at once: no handshake waits for it,
+   *  it is left to UCX (receive-buffers.ts). Past its bounds the handshake is refused at once (what
+   *  else comes under its key is dropped unread: the second review of this change found a refusal
+   *  left to the handshake's end let every message of the same slice be left too) and told
+   *  (onStalled), and fails. No HELLO entry ever waits alone, which would keep the line's turn,
+   *  and with it every other handshake's HELLO, behind it (the first review). */
   #leaveHello(registered: Registered, buffer: ReceiveBuffer): void {
-    this.#buffers.leave(buffer);
-    registered.left = (registered.left ?? 0) + 1;
-    if (registered.left <= MAX_LEFT_PER_HELLO && this.#buffers.leftOpen <= MAX_LEFT_HELLO_RECEIVES) return;
+    if (this.#buffers.leave(buffer, registered)) return;
     registered.refused = true;
     this.#delivery.tell(() => registered.sink.onStalled());
   }
@@ -411,7 +407,6 @@ export class Dispatcher {
     // its handshake, if that still waits).
     const leftSlot = this.#buffers.takeLeft(buffer);
     if (leftSlot !== undefined) {
-      if (registered.left !== undefined && registered.left > 0) registered.left -= 1;
       if (error === undefined && !this.#stop.signal.aborted) this.#delivery.deliver(buffer, leftSlot);
       return;
     }

@@ -20,12 +20,15 @@ export const MAX_LEFT_HELLO_RECEIVES = 1024;
 
 export type Slot = Uint32Array<ArrayBuffer>;
 
+/** What a receive left to UCX counts against: its handshake's entry (its receives left open). */
+export interface LeftCounter { left?: number }
+
 export class ReceiveBuffers {
   #frames: ReceiveBuffer;
   #hello = new ReceiveBuffer(MAX_HELLO_BYTES);
   #slot: Slot = new Uint32Array(4);
-  /** Receives under a HELLO key left to UCX: their buffers and slots. */
-  readonly #left = new Map<ReceiveBuffer, Slot>();
+  /** Receives under a HELLO key left to UCX: their buffers, slots and handshakes' entries. */
+  readonly #left = new Map<ReceiveBuffer, { slot: Slot; entry: LeftCounter }>();
   /** Receives ever left (stats). */
   leftCount = 0;
 
@@ -53,18 +56,25 @@ export class ReceiveBuffers {
     this.#slot = new Uint32Array(4);
   }
 
-  /** Leaves the receive into the HELLO buffer `buffer` (and the current slot) to UCX. */
-  leave(buffer: ReceiveBuffer): void {
-    this.#left.set(buffer, this.#slot);
+  /** Leaves the receive into the HELLO buffer `buffer` (and the current slot) to UCX, counted
+   *  against `entry`. False when that passes MAX_LEFT_PER_HELLO open for the entry, or
+   *  MAX_LEFT_HELLO_RECEIVES open across the worker: its handshake is to be refused. */
+  leave(buffer: ReceiveBuffer, entry: LeftCounter): boolean {
+    this.#left.set(buffer, { slot: this.#slot, entry });
     this.leftCount += 1;
+    entry.left = (entry.left ?? 0) + 1;
     this.keep(buffer);
+    return entry.left <= MAX_LEFT_PER_HELLO && this.#left.size <= MAX_LEFT_HELLO_RECEIVES;
   }
 
-  /** A receive into `buffer` completed: its slot if it was one left to UCX (no longer kept). */
+  /** A receive into `buffer` completed: its slot if it was one left to UCX (no longer kept, nor
+   *  counted against its entry). */
   takeLeft(buffer: ReceiveBuffer): Slot | undefined {
-    const slot = this.#left.get(buffer);
-    if (slot !== undefined) this.#left.delete(buffer);
-    return slot;
+    const left = this.#left.get(buffer);
+    if (left === undefined) return undefined;
+    this.#left.delete(buffer);
+    if (left.entry.left !== undefined && left.entry.left > 0) left.entry.left -= 1;
+    return left.slot;
   }
 
   /** Receives left to UCX that it has not completed. */

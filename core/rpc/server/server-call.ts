@@ -295,7 +295,8 @@ export class ServerCall {
   }
 
   async #stream(items: AsyncIterable<Row>): Promise<void> {
-    const credit = this.#streamCredit ?? new StreamCredit();
+    // Made with the call for every server-streaming method (the constructor).
+    const credit = this.#streamCredit!;
     let seq = 0;
     if (typeof (items as Partial<AsyncIterable<Row>> | null)?.[Symbol.asyncIterator] !== 'function') {
       throw this.#contractBroken('must return an async iterable of result objects (write it as an async function*)');
