@@ -21,6 +21,8 @@ export interface NativeWorker {
   tagRecvTakenInto(taken: number, target: NativeTarget, offset: number, length: number, id: number, slot: Uint32Array, callback: (error?: unknown) => void): boolean;
   tagWatch(tag: bigint, mask: bigint, slot: Uint32Array, callback: () => void): boolean;
   tagUnwatch(): boolean;
+  sweep(on: boolean): void;
+  sweepKnown(controlTag: bigint, dataWord: number, known: boolean): void;
   progress(): boolean;
   cancel(id: number): void;
   activity(): number;
@@ -129,6 +131,9 @@ export interface WorkerStats {
   liveRequests: number; liveEndpoints: number; liveListeners: number; liveRegions: number; takenMessages: number;
   /** Messages tagWatch took (the dispatcher's control messages, while it keeps up). */
   watchTakes: number;
+  /** What the sweep (Worker.sweep) dropped: control messages, payloads; and its receives UCX has
+   *  not completed yet (a rendezvous or eager fragments still on their way). */
+  sweptControl: number; sweptData: number; sweepPending: number;
   /** The spell a wake-up progresses in place while UCX stays BUSY with nothing to progress
    *  (GDRPC_STUCK_SPIN_US), the spells that ended in progress and those that slept. */
   stuckSpinLimitUs: number; stuckSpins: number; stuckSleeps: number;

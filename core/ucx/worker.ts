@@ -257,6 +257,22 @@ export class Worker {
     return this.closed ? false : this.#native.tagUnwatch();
   }
 
+  /** @internal Turns the sweep on or off (docs/binding.md "The sweep"): after every progress
+   *  pass, the oldest unexpected message of each line, control (tag bit 63 set) and payload (bit 63
+   *  clear), is received into one byte, unread, while its tag is not one sweepKnown named, and the
+   *  next one is looked at. A line whose oldest message is known is left for the pass after. */
+  sweep(on: boolean): void {
+    this.#checkOpen();
+    this.#native.sweep(on);
+  }
+
+  /** @internal Names `controlTag`, and the payload tags whose high 32 bits are `dataWord` (0: none),
+   *  as someone's (`known` false: no longer): the sweep leaves them. Counted: named twice, a tag
+   *  stays known until forgotten twice. */
+  sweepKnown(controlTag: bigint, dataWord: number, known: boolean): void {
+    if (!this.closed) this.#native.sweepKnown(controlTag, dataWord, known);
+  }
+
   /** @internal tagRecvInto for a message tagWatch took (`taken`: its id, the slot's fifth word). */
   tagRecvTakenInto(taken: number, dest: Uint8Array, id: number, slot: Uint32Array, done: (error?: unknown) => void): boolean {
     this.#checkOpen();

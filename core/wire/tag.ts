@@ -69,6 +69,11 @@ export function dataTag(key: ConnectionKey, transfer: number): bigint {
   return (BigInt(DATA_CLASS) << 56n) | (BigInt(key.prefix) << 32n) | BigInt(low);
 }
 
+/** The high 32 bits of every payload tag of the connection whose key has `prefix`. */
+export function dataWord(prefix: number): number {
+  return ((DATA_CLASS << 24) | prefix) >>> 0;
+}
+
 /** The first tag of one connection's payloads, for a probe with DATA_PREFIX_MASK. */
 export function dataPrefixTag(prefix: number): bigint {
   return (BigInt(DATA_CLASS) << 56n) | (BigInt(prefix) << 32n);

@@ -157,7 +157,7 @@ void Listener::Destroy(bool fromJs) {
   // listener when their bytes come (openucx/ucx#11087): they are ended at the socket first, and
   // what UCX delivers meanwhile is rejected. Live endpoints' connections are left alone.
   auto reject = [this]() {
-    ucp_worker_progress(worker_->handle());
+    worker_->Pass();
     worker_->CheckWatch();
     for (ucp_conn_request_h request : worker_->Forget(nullptr, this)) ucp_listener_reject(listener_, request);
   };

@@ -23,6 +23,8 @@ Napi::Function Worker::Define(Napi::Env env) {
     InstanceMethod<&Worker::TagRecvTakenInto>("tagRecvTakenInto"),
     InstanceMethod<&Worker::TagWatch>("tagWatch"),
     InstanceMethod<&Worker::TagUnwatch>("tagUnwatch"),
+    InstanceMethod<&Worker::SweepOn>("sweep"),
+    InstanceMethod<&Worker::SweepKnown>("sweepKnown"),
     InstanceMethod<&Worker::Progress>("progress"),
     InstanceMethod<&Worker::Cancel>("cancel"),
     InstanceMethod<&Worker::Stats>("stats"),
@@ -244,6 +246,9 @@ Napi::Value Worker::Stats(const Napi::CallbackInfo& info) {
   stats.Set("liveListeners", static_cast<double>(listeners_.size()));
   stats.Set("takenMessages", static_cast<double>(taken_.size()));
   stats.Set("watchTakes", static_cast<double>(watchTakes_));
+  stats.Set("sweptControl", static_cast<double>(sweptControl_));
+  stats.Set("sweptData", static_cast<double>(sweptData_));
+  stats.Set("sweepPending", static_cast<double>(sweepPending_));
   stats.Set("liveRegions", static_cast<double>(context_ != nullptr ? context_->regionCount() : 0));
   stats.Set("kicks", static_cast<double>(kicks_));
   stats.Set("describedInline", static_cast<double>(describedInline_));

@@ -96,6 +96,14 @@ class Worker : public Napi::ObjectWrap<Worker> {
    *  (an operation posted by a callback there): that loop progresses again, or schedules the
    *  next pass itself, before it sleeps. */
   void KickOutsideWake() { if (!inWakeLoop_) Kick(); }
+  /** One progress pass, then the sweep (worker_sweep.cc): every pass goes through here. */
+  unsigned Pass() {
+    unsigned progressed = ucp_worker_progress(worker_);
+    Sweep();
+    return progressed;
+  }
+  /** A swept message's receive that was pending completed (worker_sweep.cc). */
+  void SweepEnded() { sweepPending_--; }
   /** Recomputes whether the loop handle keeps the process alive. */
   void UpdateRef();
   /** Progress until idle and settle, without arming (used while closing). */
@@ -115,6 +123,20 @@ class Worker : public Napi::ObjectWrap<Worker> {
   Napi::Value TagRecvTakenInto(const Napi::CallbackInfo& info);
   Napi::Value TagWatch(const Napi::CallbackInfo& info);
   Napi::Value TagUnwatch(const Napi::CallbackInfo& info);
+  Napi::Value SweepOn(const Napi::CallbackInfo& info);
+  Napi::Value SweepKnown(const Napi::CallbackInfo& info);
+  /** Drops what the sweep's rule says is no one's, from the head of each line (worker_sweep.cc). */
+  void Sweep();
+  void SweepLine(uint64_t tag, uint64_t mask);
+  template <typename K>
+  static void Count(std::unordered_map<K, uint32_t>& counts, K key, bool add) {
+    if (add) {
+      counts[key]++;
+      return;
+    }
+    auto it = counts.find(key);
+    if (it != counts.end() && --it->second == 0) counts.erase(it);
+  }
   /** Takes the oldest message the watch matches out of UCX's unexpected queue, if there is one:
    *  kept under a new taken id, written to the watch's slot, the watch disarmed. */
   bool TakeWatched();
@@ -169,6 +191,15 @@ class Worker : public Napi::ObjectWrap<Worker> {
     }
   } watch_;
   uint64_t watchTakes_ = 0;  // messages a watch took (stats)
+  /** sweep(): whether it runs, and the tags it leaves alone (sweepKnown), with their counts. */
+  struct SweepRule {
+    bool on = false;
+    std::unordered_map<uint64_t, uint32_t> control;  // whole control tags
+    std::unordered_map<uint32_t, uint32_t> data;     // payload tags' high 32 bits
+  } sweep_;
+  uint64_t sweptControl_ = 0;  // control messages the sweep dropped (stats)
+  uint64_t sweptData_ = 0;     // payloads it dropped (stats)
+  uint64_t sweepPending_ = 0;  // its receives UCX has not completed yet (stats)
   std::optional<int> addressVersion_;  // asked once; -1 when UCX would not say
   uint64_t refusedRequests_ = 0;
   uint64_t uncheckedRequests_ = 0;

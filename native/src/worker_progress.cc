@@ -20,7 +20,7 @@ constexpr unsigned kStuckRetryMs = 1;
 bool Worker::ProgressUntilIdle(uint64_t untilNs, bool* exhausted) {
   bool any = false;
   if (exhausted != nullptr) *exhausted = false;
-  while (ucp_worker_progress(worker_) != 0) {
+  while (Pass() != 0) {
     any = true;
     if (untilNs != 0 && NowNs() >= untilNs) {
       if (exhausted != nullptr) *exhausted = true;

@@ -101,7 +101,7 @@ Napi::Value Worker::TagProbe(const Napi::CallbackInfo& info) {
   ucp_tag_recv_info_t probe{};
   ucp_tag_message_h message = ucp_tag_probe_nb(worker_, tag, mask, remove, &probe);
   if (message == nullptr) {
-    ucp_worker_progress(worker_);  // a probe alone does not move messages in; one pass may
+    Pass();  // a probe alone does not move messages in; one pass may
     CheckWatch();
     if (!events_.empty()) {
       Kick();  // completions that pass queued are settled from the loop
@@ -254,7 +254,7 @@ Napi::Value Worker::StartPayloadReceive(Napi::Env env, Request* request, ucs_sta
   // matches them now, and a receive that pass completed settles before this call returns, as one
   // UCX completed inside ucp_tag_recv_nbx does. Register kicked the loop: it settles whatever
   // else the pass completed, and arms the worker again.
-  ucp_worker_progress(worker_);
+  Pass();
   CheckWatch();
   if (request->status == UCS_INPROGRESS) return promise;
   // Its completion was queued by this pass, after whatever was queued before: look from the end.

@@ -37,6 +37,10 @@ class FakeWorker {
   readonly dropped: bigint[] = [];
   #id = 0;
   requestId(): number { return ++this.#id; }
+  /** The binding's sweep (Worker.sweep): this queue has none, what comes is the dispatcher's. */
+  sweep(): void {}
+  sweepKnown(): void {}
+  stats(): { sweptControl: number; sweptData: number } { return { sweptControl: 0, sweptData: 0 }; }
   /** The tag and mask of each receive of one connection's message posted in a turn, in order. */
   readonly receives: Array<{ tag: bigint; mask: bigint }> = [];
   /** Watches armed, and what each watched for. */

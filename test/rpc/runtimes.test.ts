@@ -9,6 +9,7 @@ import {
 } from '../../core/index.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { rejection } from './fixtures/thrown.ts';
+import { RawServer } from './fixtures/raw-server.ts';
 import { byteSum, patterned } from './fixtures/tensors.ts';
 
 let serving: Runtime;
@@ -117,6 +118,26 @@ describe('two runtimes in one process', () => {
       expect(await outcome).toMatch(/FAILED_PRECONDITION|UNAVAILABLE|CANCELLED/);
     }
   });
+
+  // A client's close waited for its connect under way to run its course: a runtime closed while
+  // a client of it waited for a HELLO its server never sent took the whole connect timeout (20 s
+  // here) to close. The connect gives up when the close comes.
+  it('closing a runtime while a client of it waits for a server that never answers: the close does not wait for the connect timeout', async () => {
+    const silent = RawServer.listen();
+    const doomed = Runtime.create();
+    try {
+      const outcome = Client.connect(`127.0.0.1:${silent.listener.port}`, { runtime: doomed, connectTimeoutMs: 120_000 }).then(() => 'connected', (error: GdrpcError) => error);
+      await silent.accepted();
+      const started = performance.now();
+      await doomed.close();
+      const error = await outcome;
+      expect(error).toMatchObject({ code: Code.FAILED_PRECONDITION, message: expect.stringMatching(/closed while it connected/) });
+      // Well short of the connect timeout, however slow the machine.
+      expect(performance.now() - started).toBeLessThan(60_000);
+    } finally {
+      await silent.close();
+    }
+  }, 150_000);
 
   it('an explicit runtime stays open after its last client closes (only close() ends it)', async () => {
     const client = await Client.connect(address, { runtime: calling });

@@ -11,7 +11,7 @@ import type { StallWatch } from './stall-watch.ts';
 import type { TurnHolder } from './read-turns.ts';
 import type { TakenMessage } from '../../ucx/index.ts';
 import type { ReceiveBuffer } from './receive-buffer.ts';
-import { ConnectionKey, controlPrefix, controlTag, helloKey } from '../../wire/tag.ts';
+import { ConnectionKey, controlPrefix, controlTag, dataWord, helloKey } from '../../wire/tag.ts';
 import { decodeFrame } from '../../wire/codec.ts';
 import { FrameKind } from '../../wire/frames.ts';
 import { unpackMessage } from '../../wire/message.ts';
@@ -43,6 +43,11 @@ export interface Awaited { buffer: ReceiveBuffer; slot: Uint32Array<ArrayBuffer>
  *  them, and what else comes under its key is dropped unread. */
 export interface Registered extends TurnHolder { sink: FrameSink; low: number; tag: bigint; awaiting: Awaited | undefined; hello?: true; left?: number; refused?: boolean }
 
+/** Told of every tag that comes to name an entry (`known` true) or names one no longer: the
+ *  control tag, and the high word of its payload tags (0: none). The worker's sweep drops what
+ *  arrives under any other tag (Worker.sweep). */
+export type KnownTags = (controlTag: bigint, dataWord: number, known: boolean) => void;
+
 /** The connections of one worker, by key. */
 export class ConnectionTable {
   /** By key prefix, unique among this worker's keys (ConnectionKey.draw). */
@@ -62,7 +67,7 @@ export class ConnectionTable {
   /** The handshake's HELLO (key 0) as a connection: read by the line's turn alone (read-turns.ts). */
   readonly hello: Registered;
 
-  constructor() {
+  constructor(private readonly known: KnownTags = () => {}) {
     const table = this;
     const hello: FrameSink = {
       onMessage: (source, length) => table.#helloOf(source, length)?.onMessage(source, length),
@@ -81,7 +86,9 @@ export class ConnectionTable {
   /** Draws a fresh connection key for `sink`; messages tagged with it go there. */
   register(sink: FrameSink): ConnectionKey {
     const key = ConnectionKey.draw((prefix) => !this.#byPrefix.has(prefix));
-    this.#byPrefix.set(key.prefix, { sink, low: key.low, tag: controlTag(key.value), balance: 0, awaiting: undefined });
+    const tag = controlTag(key.value);
+    this.#byPrefix.set(key.prefix, { sink, low: key.low, tag, balance: 0, awaiting: undefined });
+    this.known(tag, dataWord(key.prefix), true);
     return key;
   }
 
@@ -91,6 +98,7 @@ export class ConnectionTable {
     const registered = this.#byPrefix.get(key.prefix);
     if (registered?.low !== key.low) return undefined;
     this.#byPrefix.delete(key.prefix);
+    this.known(registered.tag, dataWord(key.prefix), false);
     return registered;
   }
 
@@ -101,6 +109,7 @@ export class ConnectionTable {
     if (this.#helloByPort.has(port)) throw new Error(`two handshakes wait for HELLO on port ${port}`);
     const entry: Registered = { sink, low: port, tag: controlTag(helloKey(port)), balance: 0, awaiting: undefined, hello: true };
     this.#helloByPort.set(port, entry);
+    this.known(entry.tag, 0, true);
     this.#claimed.set(port, (this.#claimed.get(port) ?? 0) + 1);
     let released = false;
     return {
@@ -114,6 +123,7 @@ export class ConnectionTable {
       end: () => {
         if (this.#helloByPort.get(port) !== entry) return undefined;
         this.#helloByPort.delete(port);
+        this.known(entry.tag, 0, false);
         const waiting = this.#portQueue.get(port);
         this.#portQueue.delete(port);
         for (const wake of waiting ?? []) wake();
@@ -148,12 +158,14 @@ export class ConnectionTable {
   async awaitHelloTurn(sink: FrameSink, signal?: AbortSignal): Promise<() => void> {
     while (this.#hello !== undefined) await wakeOrAbort(this.#helloQueue, signal);
     this.#hello = sink;
+    this.known(this.hello.tag, 0, true);
     // A new handshake's turn: the last one's refusal is not its. The key-0 receives left open
     // still count against it (any peer can send under key 0, no port needed).
     this.hello.refused = false;
     return () => {
       if (this.#hello !== sink) return;
       this.#hello = undefined;
+      this.known(this.hello.tag, 0, false);
       this.#helloQueue.shift()?.();
     };
   }
