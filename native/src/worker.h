@@ -125,9 +125,8 @@ class Worker : public Napi::ObjectWrap<Worker> {
   Napi::Value TagUnwatch(const Napi::CallbackInfo& info);
   Napi::Value SweepOn(const Napi::CallbackInfo& info);
   Napi::Value SweepKnown(const Napi::CallbackInfo& info);
-  /** Drops what the sweep's rule says is no one's, from the head of each line (worker_sweep.cc). */
+  /** Drops what the sweep's rule says is no one's, from the head of UCX's queue (worker_sweep.cc). */
   void Sweep();
-  void SweepLine(uint64_t tag, uint64_t mask);
   template <typename K>
   static void Count(std::unordered_map<K, uint32_t>& counts, K key, bool add) {
     if (add) {

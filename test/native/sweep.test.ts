@@ -1,6 +1,6 @@
 // The worker's sweep (Worker.sweep, docs/binding.md "The sweep"): after every progress pass the
-// oldest message of each line (control tags, bit 63 set; payload tags, bit 63 clear) is dropped
-// unread while its tag is not one sweepKnown named. Off until asked for.
+// oldest unexpected message is dropped unread while its tag is not one sweepKnown named, and the
+// next one looked at. Off until asked for.
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Worker } from '../../core/ucx/index.ts';
 import { NativePeer } from './fixture.ts';
@@ -64,7 +64,8 @@ describe('the sweep', () => {
       await until(worker, () => worker.tagProbe(known, EXACT) !== null && worker.stats().sweptControl > before.sweptControl);
       expect(worker.stats().sweptControl).toBe(before.sweptControl + 1);
       expect(worker.tagProbe(unknown, EXACT)).toBeNull();
-      // The payload line's oldest is known: the stray behind it waits for the pass after it left.
+      // The oldest is now a known payload: the stray behind it, and the known control message,
+      // wait for a pass after it left.
       expect(worker.tagProbe(knownPayload, EXACT)).not.toBeNull();
       expect(worker.tagProbe(strayPayload, EXACT)).not.toBeNull();
       expect(worker.stats().sweptData).toBe(before.sweptData);
