@@ -23,6 +23,8 @@ export interface NativeWorker {
   tagUnwatch(): boolean;
   sweep(on: boolean): void;
   sweepKnown(controlTag: bigint, dataWord: number, known: boolean): void;
+  sweepHold(controlTag: bigint, capBytes: number): void;
+  sweepHeld(controlTag: bigint): HeldLine;
   progress(): boolean;
   cancel(id: number): void;
   activity(): number;
@@ -126,6 +128,10 @@ export interface NativeBinding {
  *  other without an event-loop turn). */
 export type WakeupKind = 'uv' | 'thread';
 
+/** A held tag's line (Worker.sweepHeld): its messages and their bytes, and whether the sweep left
+ *  one in UCX's queue that would have taken it past its cap. */
+export interface HeldLine { messages: number; bytes: number; over: boolean }
+
 /** Counters of a worker (Worker.stats()). */
 export interface WorkerStats {
   liveRequests: number; liveEndpoints: number; liveListeners: number; liveRegions: number; takenMessages: number;
@@ -134,6 +140,8 @@ export interface WorkerStats {
   /** What the sweep (Worker.sweep) dropped: control messages, payloads; and its receives UCX has
    *  not completed yet (a rendezvous or eager fragments still on their way). */
   sweptControl: number; sweptData: number; sweepPending: number;
+  /** Messages the sweep holds in lines now (Worker.sweepHold), and has taken into lines so far. */
+  heldMessages: number; heldTotal: number;
   /** The spell a wake-up progresses in place while UCX stays BUSY with nothing to progress
    *  (GDRPC_STUCK_SPIN_US), the spells that ended in progress and those that slept. */
   stuckSpinLimitUs: number; stuckSpins: number; stuckSleeps: number;

@@ -6,7 +6,7 @@ import { native } from '../native.ts';
 import { checkObject, checkSignal, checkSize, checkU64, invalid, rejecting } from './check.ts';
 import { Context } from './context.ts';
 import { tagTarget, type TagBuffer } from './memory.ts';
-import type { NativeWorker, TcpPort, WakeupKind, WorkerStats } from './native-types.ts';
+import type { HeldLine, NativeWorker, TcpPort, WakeupKind, WorkerStats } from './native-types.ts';
 
 export interface WorkerOptions {
   /** After a pass that found work, keep progressing for this many microseconds before sleeping
@@ -52,7 +52,7 @@ export interface TagOptions {
    *  UCX's "eager short" into the next eager protocol for messages that would have used it. */
   describe?: boolean;
 }
-export type { TcpPort, WakeupKind, WorkerStats } from './native-types.ts';
+export type { HeldLine, TcpPort, WakeupKind, WorkerStats } from './native-types.ts';
 
 /** What a worker closes when it closes: its endpoints and listeners. */
 interface Child { close(options?: { force?: boolean }): unknown }
@@ -271,6 +271,19 @@ export class Worker {
    *  stays known until forgotten twice. */
   sweepKnown(controlTag: bigint, dataWord: number, known: boolean): void {
     if (!this.closed) this.#native.sweepKnown(controlTag, dataWord, known);
+  }
+
+  /** @internal From now on the sweep takes `controlTag`'s messages out of UCX's queue when they are
+   *  its oldest, into a line of their own, `capBytes` at most, so that it can look past them;
+   *  tagProbe, tagRecvInto and tagWatch read that line first, in order. 0: no more are taken
+   *  (those held stay until read, or until sweepKnown forgets the tag, which drops them). */
+  sweepHold(controlTag: bigint, capBytes: number): void {
+    if (!this.closed) this.#native.sweepHold(controlTag, capBytes);
+  }
+
+  /** @internal `controlTag`'s held line (sweepHold). */
+  sweepHeld(controlTag: bigint): HeldLine {
+    return this.closed ? { messages: 0, bytes: 0, over: false } : this.#native.sweepHeld(controlTag);
   }
 
   /** @internal tagRecvInto for a message tagWatch took (`taken`: its id, the slot's fifth word). */

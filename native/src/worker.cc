@@ -25,6 +25,8 @@ Napi::Function Worker::Define(Napi::Env env) {
     InstanceMethod<&Worker::TagUnwatch>("tagUnwatch"),
     InstanceMethod<&Worker::SweepOn>("sweep"),
     InstanceMethod<&Worker::SweepKnown>("sweepKnown"),
+    InstanceMethod<&Worker::SweepHold>("sweepHold"),
+    InstanceMethod<&Worker::SweepHeld>("sweepHeld"),
     InstanceMethod<&Worker::Progress>("progress"),
     InstanceMethod<&Worker::Cancel>("cancel"),
     InstanceMethod<&Worker::Stats>("stats"),
@@ -249,6 +251,8 @@ Napi::Value Worker::Stats(const Napi::CallbackInfo& info) {
   stats.Set("sweptControl", static_cast<double>(sweptControl_));
   stats.Set("sweptData", static_cast<double>(sweptData_));
   stats.Set("sweepPending", static_cast<double>(sweepPending_));
+  stats.Set("heldMessages", static_cast<double>(heldNow_));
+  stats.Set("heldTotal", static_cast<double>(heldTotal_));
   stats.Set("liveRegions", static_cast<double>(context_ != nullptr ? context_->regionCount() : 0));
   stats.Set("kicks", static_cast<double>(kicks_));
   stats.Set("describedInline", static_cast<double>(describedInline_));
@@ -283,6 +287,7 @@ void Worker::Destroy(bool fromJs) {
   if (worker_ == nullptr) return;
   Napi::Env env = Env();
   watch_.Disarm();  // nothing is taken, nobody told, while everything closes
+  DropHeld(0, true);  // the sweep's held messages, while their endpoints are still open
   std::set<Listener*> listeners = listeners_;
   for (Listener* listener : listeners) listener->Destroy(fromJs);
   std::set<Endpoint*> endpoints = endpoints_;

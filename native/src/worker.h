@@ -5,6 +5,7 @@
 #include <ucp/api/ucp.h>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <set>
@@ -28,6 +29,7 @@ class Context;
 class Endpoint;
 class Listener;
 struct Request;
+struct Span;
 
 /** Something a UCX callback recorded for the main thread. */
 struct Event {
@@ -125,8 +127,21 @@ class Worker : public Napi::ObjectWrap<Worker> {
   Napi::Value TagUnwatch(const Napi::CallbackInfo& info);
   Napi::Value SweepOn(const Napi::CallbackInfo& info);
   Napi::Value SweepKnown(const Napi::CallbackInfo& info);
-  /** Drops what the sweep's rule says is no one's, from the head of UCX's queue (worker_sweep.cc). */
+  Napi::Value SweepHold(const Napi::CallbackInfo& info);
+  Napi::Value SweepHeld(const Napi::CallbackInfo& info);
+  /** Drops what the sweep's rule says is no one's, from the head of UCX's queue, and takes a held
+   *  tag's messages out of it into their line (worker_sweep.cc). */
   void Sweep();
+  /** Receives a taken message into one byte: UCX completes it truncated, unread. */
+  void Drop(ucp_tag_message_h message);
+  /** Drops every message held under `tag` (all tags: `all`) and forgets its line. */
+  void DropHeld(uint64_t tag, bool all = false);
+  /** A message held by the sweep (a held line's oldest) that matches tag/mask, if there is one:
+   *  its sender tag, length and UCX message; with `remove` it leaves its line (the caller's then). */
+  bool TakeHeld(uint64_t tag, uint64_t mask, bool remove, ucp_tag_message_h* message, ucp_tag_recv_info_t* info);
+  /** Receives a taken message into `span`, reporting through `slot` and `callback` as tagRecvInto
+   *  does (tagRecvTakenInto, and tagRecvInto of a held message). */
+  Napi::Value ReceiveTakenInto(Napi::Env env, ucp_tag_message_h message, const Span& span, uint32_t id, Napi::Uint32Array slot, Napi::Function callback);
   template <typename K>
   static void Count(std::unordered_map<K, uint32_t>& counts, K key, bool add) {
     if (add) {
@@ -196,6 +211,25 @@ class Worker : public Napi::ObjectWrap<Worker> {
     std::unordered_map<uint64_t, uint32_t> control;  // whole control tags
     std::unordered_map<uint32_t, uint32_t> data;     // payload tags' high 32 bits
   } sweep_;
+  /** sweepHold(): a tag's messages the sweep takes out of UCX's queue when they are its oldest, in
+   *  the order they came, so that it can look past them; `cap` bytes at most (`over` once one more
+   *  would pass it: it is left in UCX's queue). Read through tagProbe, tagRecvInto and tagWatch,
+   *  ahead of UCX's queue. */
+  struct HeldMessage {
+    ucp_tag_message_h message;
+    uint64_t tag;
+    uint64_t length;
+  };
+  struct HoldLine {
+    std::deque<HeldMessage> queue;
+    uint64_t bytes = 0;
+    uint64_t cap = 0;
+    bool on = false;
+    bool over = false;
+  };
+  std::unordered_map<uint64_t, HoldLine> holds_;
+  uint64_t heldNow_ = 0;       // messages held in all lines
+  uint64_t heldTotal_ = 0;     // messages the sweep took into a line (stats)
   uint64_t sweptControl_ = 0;  // control messages the sweep dropped (stats)
   uint64_t sweptData_ = 0;     // payloads it dropped (stats)
   uint64_t sweepPending_ = 0;  // its receives UCX has not completed yet (stats)

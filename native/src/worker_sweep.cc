@@ -25,6 +25,18 @@ void SweptLater(void* request, ucs_status_t, const ucp_tag_recv_info_t*, void* u
 uint8_t sweepSink[1];
 }  // namespace
 
+void Worker::Drop(ucp_tag_message_h message) {
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE |
+                       UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+  param.cb.recv = SweptLater;
+  param.user_data = this;
+  param.datatype = ucp_dt_make_contig(1);
+  param.memory_type = UCS_MEMORY_TYPE_HOST;
+  ucs_status_ptr_t result = ucp_tag_msg_recv_nbx(worker_, sweepSink, sizeof(sweepSink), message, &param);
+  if (result != nullptr && !UCS_PTR_IS_ERR(result)) sweepPending_++;
+}
+
 void Worker::Sweep() {
   if (!sweep_.on || worker_ == nullptr) return;
   for (;;) {
@@ -35,23 +47,72 @@ void Worker::Sweep() {
     ucp_tag_recv_info_t probe{};
     if (ucp_tag_probe_nb(worker_, 0, 0, 0, &probe) == nullptr) return;
     const uint64_t sender = probe.sender_tag;
-    // The oldest message is someone's: the dispatcher reads it, and what is behind it waits for a
-    // pass after it was taken (UCX shows no message past the oldest one without that walk).
-    if ((sender & kControlBit) != 0 ? sweep_.control.count(sender) != 0 : sweep_.data.count(static_cast<uint32_t>(sender >> 32)) != 0) return;
+    const bool control = (sender & kControlBit) != 0;
+    if (control ? sweep_.control.count(sender) != 0 : sweep_.data.count(static_cast<uint32_t>(sender >> 32)) != 0) {
+      // Someone's. A held tag's message is taken into its line, within its cap, and the look goes
+      // on past it; any other ends the look: the dispatcher reads it, and what is behind it waits
+      // for a pass after it was taken (UCX shows no message past the oldest one without that walk).
+      auto hold = holds_.find(sender);
+      if (hold == holds_.end() || !hold->second.on) return;
+      HoldLine& line = hold->second;
+      if (line.bytes + probe.length > line.cap) {
+        line.over = true;
+        return;
+      }
+      ucp_tag_message_h message = ucp_tag_probe_nb(worker_, sender, ~0ull, 1, &probe);
+      if (message == nullptr) return;
+      line.queue.push_back({message, sender, probe.length});
+      line.bytes += probe.length;
+      heldNow_++;
+      heldTotal_++;
+      continue;
+    }
     // The oldest message under its exact tag is the oldest of all, found through UCX's hash.
     ucp_tag_message_h message = ucp_tag_probe_nb(worker_, sender, ~0ull, 1, &probe);
     if (message == nullptr) return;
-    if ((sender & kControlBit) != 0) sweptControl_++;
+    if (control) sweptControl_++;
     else sweptData_++;
-    ucp_request_param_t param{};
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE |
-                         UCP_OP_ATTR_FIELD_MEMORY_TYPE;
-    param.cb.recv = SweptLater;
-    param.user_data = this;
-    param.datatype = ucp_dt_make_contig(1);
-    param.memory_type = UCS_MEMORY_TYPE_HOST;
-    ucs_status_ptr_t result = ucp_tag_msg_recv_nbx(worker_, sweepSink, sizeof(sweepSink), message, &param);
-    if (result != nullptr && !UCS_PTR_IS_ERR(result)) sweepPending_++;
+    Drop(message);
+  }
+}
+
+bool Worker::TakeHeld(uint64_t tag, uint64_t mask, bool remove, ucp_tag_message_h* message, ucp_tag_recv_info_t* info) {
+  if (heldNow_ == 0) return false;
+  auto it = holds_.end();
+  if (mask == ~0ull) {
+    it = holds_.find(tag);
+  } else {
+    // Lines are few (connections whose reading waits on a message): the first that matches.
+    for (it = holds_.begin(); it != holds_.end(); ++it) {
+      if (!it->second.queue.empty() && (it->first & mask) == (tag & mask)) break;
+    }
+  }
+  if (it == holds_.end() || it->second.queue.empty()) return false;
+  HoldLine& line = it->second;
+  const HeldMessage held = line.queue.front();
+  *message = held.message;
+  info->sender_tag = held.tag;
+  info->length = held.length;
+  if (!remove) return true;
+  line.queue.pop_front();
+  line.bytes -= held.length;
+  heldNow_--;
+  if (!line.on && line.queue.empty()) holds_.erase(it);
+  return true;
+}
+
+void Worker::DropHeld(uint64_t tag, bool all) {
+  for (auto it = holds_.begin(); it != holds_.end();) {
+    if (!all && it->first != tag) {
+      ++it;
+      continue;
+    }
+    for (const HeldMessage& held : it->second.queue) {
+      sweptControl_++;
+      if (worker_ != nullptr) Drop(held.message);
+    }
+    heldNow_ -= it->second.queue.size();
+    it = holds_.erase(it);
   }
 }
 
@@ -75,7 +136,48 @@ Napi::Value Worker::SweepKnown(const Napi::CallbackInfo& info) {
   const bool known = info[2].ToBoolean().Value();
   Count(sweep_.control, control, known);
   if (data != 0) Count(sweep_.data, data, known);
+  // Its messages held in a line are no one's now.
+  if (!known && sweep_.control.count(control) == 0) DropHeld(control);
   return env.Undefined();
+}
+
+// sweepHold(controlTag: bigint, capBytes: number): from now on the sweep takes the tag's messages
+// out of UCX's queue when they are its oldest, into a line of their own (read first by tagProbe,
+// tagRecvInto and tagWatch), so that it can look past them: `capBytes` of them at most, past which
+// it leaves the next one where it is and says `over` (sweepHeld). 0: no more are taken (those
+// held stay until read, or the tag is forgotten).
+Napi::Value Worker::SweepHold(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  bool lossless = true;
+  const uint64_t tag = info[0].As<Napi::BigInt>().Uint64Value(&lossless);
+  const double cap = info[1].As<Napi::Number>().DoubleValue();
+  if (cap > 0) {
+    HoldLine& line = holds_[tag];
+    line.on = true;
+    line.over = false;
+    line.cap = static_cast<uint64_t>(cap);
+    Sweep();  // what waits at the head under the tag now, if the worker is swept
+    return env.Undefined();
+  }
+  auto it = holds_.find(tag);
+  if (it == holds_.end()) return env.Undefined();
+  it->second.on = false;
+  it->second.over = false;
+  if (it->second.queue.empty()) holds_.erase(it);
+  return env.Undefined();
+}
+
+// sweepHeld(controlTag: bigint) -> {messages, bytes, over}: the tag's line.
+Napi::Value Worker::SweepHeld(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  bool lossless = true;
+  const uint64_t tag = info[0].As<Napi::BigInt>().Uint64Value(&lossless);
+  Napi::Object held = Napi::Object::New(env);
+  auto it = holds_.find(tag);
+  held.Set("messages", static_cast<double>(it == holds_.end() ? 0 : it->second.queue.size()));
+  held.Set("bytes", static_cast<double>(it == holds_.end() ? 0 : it->second.bytes));
+  held.Set("over", it != holds_.end() && it->second.over);
+  return held;
 }
 
 }  // namespace gdrpc

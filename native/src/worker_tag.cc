@@ -77,6 +77,10 @@ Napi::Value Worker::TagRecvInto(const Napi::CallbackInfo& info) {
   uint32_t id = info[5].As<Napi::Number>().Uint32Value();
   Napi::Uint32Array slot = SlotArgument(env, info[6], 4);
   Napi::Function callback = CallbackArgument(env, info[7]);
+  // A message the sweep holds for this tag is older than any in UCX's queue: it comes first.
+  ucp_tag_message_h held = nullptr;
+  ucp_tag_recv_info_t heldInfo{};
+  if (TakeHeld(into.tag, into.mask, true, &held, &heldInfo)) return ReceiveTakenInto(env, held, into.span, id, slot, callback);
   Request* request = new Request(this, nullptr, RequestKind::Recv, id, env);
   request->ReportInto(slot, callback);
   ucp_request_param_t param{};
@@ -99,7 +103,9 @@ Napi::Value Worker::TagProbe(const Napi::CallbackInfo& info) {
     return env.Null();
   }
   ucp_tag_recv_info_t probe{};
-  ucp_tag_message_h message = ucp_tag_probe_nb(worker_, tag, mask, remove, &probe);
+  // The sweep's held messages (sweepHold) are older than those of their tag in UCX's queue.
+  ucp_tag_message_h message = nullptr;
+  if (!TakeHeld(tag, mask, remove != 0, &message, &probe)) message = ucp_tag_probe_nb(worker_, tag, mask, remove, &probe);
   if (message == nullptr) {
     Pass();  // a probe alone does not move messages in; one pass may
     CheckWatch();
@@ -107,7 +113,8 @@ Napi::Value Worker::TagProbe(const Napi::CallbackInfo& info) {
       Kick();  // completions that pass queued are settled from the loop
       if (remove != 0) return env.Null();
     }
-    message = ucp_tag_probe_nb(worker_, tag, mask, remove, &probe);
+    // The pass's sweep may have taken the message into a held line.
+    if (!TakeHeld(tag, mask, remove != 0, &message, &probe)) message = ucp_tag_probe_nb(worker_, tag, mask, remove, &probe);
     if (message == nullptr) return env.Null();
   }
   Napi::Object result = Napi::Object::New(env);
@@ -149,6 +156,10 @@ Napi::Value Worker::TagRecvTakenInto(const Napi::CallbackInfo& info) {
   Napi::Function callback = CallbackArgument(env, info[6]);
   ucp_tag_message_h message = it->second;
   taken_.erase(it);
+  return ReceiveTakenInto(env, message, span, id, slot, callback);
+}
+
+Napi::Value Worker::ReceiveTakenInto(Napi::Env env, ucp_tag_message_h message, const Span& span, uint32_t id, Napi::Uint32Array slot, Napi::Function callback) {
   Request* request = new Request(this, nullptr, RequestKind::Recv, id, env);
   ucp_request_param_t param{};
   // Most taken messages are whole and received inside the call: the JS references a pending
@@ -211,7 +222,8 @@ uint32_t Worker::Keep(ucp_tag_message_h message) {
 
 bool Worker::TakeWatched() {
   ucp_tag_recv_info_t probe{};
-  ucp_tag_message_h message = ucp_tag_probe_nb(worker_, watch_.tag, watch_.mask, 1, &probe);
+  ucp_tag_message_h message = nullptr;
+  if (!TakeHeld(watch_.tag, watch_.mask, true, &message, &probe)) message = ucp_tag_probe_nb(worker_, watch_.tag, watch_.mask, 1, &probe);
   if (message == nullptr) return false;
   watchTakes_++;
   watch_.armed = false;

@@ -6,6 +6,7 @@ import type { Worker } from '../../core/ucx/index.ts';
 import { NativePeer } from './fixture.ts';
 import { disposePeers } from '../support/peer.ts';
 import { connect, EXACT, localSide, TRANSPORTS } from './local.ts';
+import { pattern } from './pattern.ts';
 
 afterEach(disposePeers);
 
@@ -100,6 +101,51 @@ describe('the sweep', () => {
       await until(worker, () => worker.stats().sweptControl > swept);
       expect(worker.tagProbe(tag, EXACT)).toBeNull();
     } finally {
+      worker.sweep(false);
+    }
+  });
+
+  it('holds a held tag\'s messages aside in order, within their cap, and looks past them', async () => {
+    await using peer = await NativePeer.start(TRANSPORTS.tcp);
+    await connect(local.worker, peer.port);
+    const worker = local.worker;
+    const held = CONTROL | 0x0033_3333_0000_0005n;
+    const stray = CONTROL | 0x0044_4444_0000_0006n;
+    const before = worker.stats();
+    worker.sweep(true);
+    try {
+      worker.sweepKnown(held, 0, true);
+      worker.sweepHold(held, 1000);
+      // Three of 300 bytes under the held tag (900 within the cap of 1000), then one of no one.
+      for (const seed of [1, 2, 3]) await peer.call('send', { tag: String(held), size: 300, seed });
+      await peer.call('send', { tag: String(stray), size: 10, seed: 9 });
+      await until(worker, () => worker.stats().sweptControl > before.sweptControl);
+      expect(worker.stats().heldMessages).toBe(3);
+      expect(worker.sweepHeld(held)).toEqual({ messages: 3, bytes: 900, over: false });
+      // A fourth would pass the cap: left in UCX's queue, the line over.
+      await peer.call('send', { tag: String(held), size: 300, seed: 4 });
+      await until(worker, () => worker.sweepHeld(held).over);
+      expect(worker.sweepHeld(held).messages).toBe(3);
+      // Read first, in the order they came, by a probe and by receives of the tag.
+      expect(worker.tagProbe(held, EXACT)).toEqual({ senderTag: held, length: 300 });
+      const slot = new Uint32Array(4);
+      for (const seed of [1, 2, 3, 4]) {
+        const into = new Uint8Array(300);
+        expect(worker.tagRecvInto(into, held, EXACT, worker.requestId(), slot, () => {})).toBe(true);
+        expect(Buffer.from(into).equals(pattern(300, seed))).toBe(true);
+      }
+      expect(worker.stats().heldMessages).toBe(0);
+      // Forgotten with messages held: they are dropped.
+      worker.sweepHold(held, 1000);
+      await peer.call('send', { tag: String(held), size: 300, seed: 5 });
+      await until(worker, () => worker.sweepHeld(held).messages === 1);
+      const swept = worker.stats().sweptControl;
+      worker.sweepKnown(held, 0, false);
+      expect(worker.stats().heldMessages).toBe(0);
+      expect(worker.stats().sweptControl).toBe(swept + 1);
+      expect(worker.tagProbe(held, EXACT)).toBeNull();
+    } finally {
+      worker.sweepHold(held, 0);
       worker.sweep(false);
     }
   });

@@ -40,6 +40,8 @@ class FakeWorker {
   /** The binding's sweep (Worker.sweep): this queue has none, what comes is the dispatcher's. */
   sweep(): void {}
   sweepKnown(): void {}
+  sweepHold(): void {}
+  sweepHeld(): { messages: number; bytes: number; over: boolean } { return { messages: 0, bytes: 0, over: false }; }
   stats(): { sweptControl: number; sweptData: number } { return { sweptControl: 0, sweptData: 0 }; }
   /** The tag and mask of each receive of one connection's message posted in a turn, in order. */
   readonly receives: Array<{ tag: bigint; mask: bigint }> = [];

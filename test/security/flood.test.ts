@@ -11,6 +11,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { Client, Code, Runtime, Server, type UnaryHandler } from '../../core/index.ts';
 import { GdrpcError } from '../../core/errors.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
+import { spawnStopping } from './fixtures/stopping.ts';
 
 const MIB = 1024;
 const MESSAGES = MIB * 16;
@@ -59,6 +60,16 @@ async function dropped(runtime: Runtime, line: 'control' | 'payload', count: num
   return of();
 }
 
+/** A server of Echo.ping on `runtime` (its 'error' events in `errors`), listening on loopback. */
+async function pingServer(runtime: Runtime, errors: GdrpcError[] = []): Promise<{ server: Server; port: number }> {
+  const handlers = Object.fromEntries(Object.keys(EchoDescriptor.methods).map((name) => [name, (() => { throw new GdrpcError(Code.UNIMPLEMENTED, name); }) as UnaryHandler]));
+  handlers.ping = ((args: { n: number }) => ({ n: args.n })) as UnaryHandler;
+  const server = Server.create({ runtime, admissionTimeoutMs: 60_000 }).register(EchoDescriptor, handlers);
+  server.on('error', (error) => errors.push(error));
+  const { port } = await server.listen({ host: '127.0.0.1' });
+  return { server, port };
+}
+
 describe.each(['control', 'payload'] as const)('a flood of %s messages under tags of no connection', (line) => {
   it('from a dialled server is dropped as it is read: the client\'s memory stays bounded', async () => {
     const runtime = Runtime.create();
@@ -83,10 +94,7 @@ describe.each(['control', 'payload'] as const)('a flood of %s messages under tag
   it('from a client before its handshake is dropped as it is read, and the server serves on', async () => {
     const runtime = Runtime.create();
     try {
-      const handlers = Object.fromEntries(Object.keys(EchoDescriptor.methods).map((name) => [name, (() => { throw new GdrpcError(Code.UNIMPLEMENTED, name); }) as UnaryHandler]));
-      handlers.ping = ((args: { n: number }) => ({ n: args.n })) as UnaryHandler;
-      const server = Server.create({ runtime, admissionTimeoutMs: 60_000 }).register(EchoDescriptor, handlers);
-      const { port } = await server.listen({ host: '127.0.0.1' });
+      const { server, port } = await pingServer(runtime);
       const before = process.memoryUsage().rss;
       const flood = flooder('client', line, port);
       expect(await flood.sent).toBe(MESSAGES);
@@ -100,6 +108,59 @@ describe.each(['control', 'payload'] as const)('a flood of %s messages under tag
       } finally {
         await client.close();
       }
+      await server.shutdown({ graceMs: 0 });
+    } finally {
+      await runtime.close();
+    }
+  }, 120_000);
+});
+
+// A peer with no token sent two rendezvous KEEPALIVEs under its own connection's key (which HELLO
+// told it) and stopped its process: the first one's receive waits for bytes that never come, and
+// the second stood at the head of UCX's queue, where the sweep stopped. A flood under made-up keys
+// from another endpoint meanwhile was held behind it until the connection was closed as stalled:
+// 2 GiB in 1.3 s, the victim's RSS at 2.1 GiB (docs/security.md, Open gaps). While a connection's
+// message waits alone, the sweep takes its later ones into a line of their own, up to its window.
+describe('a flood behind a stalled message of a peer with no token', () => {
+  it('is dropped as it is read: the stalled connection\'s later messages are held aside, within its window', async () => {
+    const runtime = Runtime.create();
+    try {
+      const { server, port } = await pingServer(runtime);
+      const held = spawnStopping('unadmitted-stopper.ts', [port, 2, 'own']);
+      children.push(held.child);
+      expect(await held.started).toBe(true);
+      // Its first message's receive waits alone (reading goes to turns): the stall is in place.
+      await until(() => runtime.dispatcher.stats().backlogs >= 1, () => `no receive waits: ${JSON.stringify(runtime.dispatcher.stats())}`);
+      const before = process.memoryUsage().rss;
+      const flood = flooder('client', 'control', port);
+      expect(await flood.sent).toBe(MESSAGES);
+      const { swept } = await dropped(runtime, 'control', MESSAGES);
+      expect(process.memoryUsage().rss - before).toBeLessThan(GROWTH_LIMIT);
+      // Every flood message swept (and the stopped peer's held one, if its connection was given
+      // up on as stalled meanwhile, on a slow machine).
+      expect(swept).toBeGreaterThanOrEqual(MESSAGES);
+      // The stopped peer's second message was held aside.
+      expect(runtime.worker.stats().heldTotal).toBeGreaterThanOrEqual(1);
+      await server.shutdown({ graceMs: 0 });
+    } finally {
+      await runtime.close();
+    }
+  }, 120_000);
+
+  it('past its window, the stalled connection is closed at once for it, not a second later for the stall', async () => {
+    const runtime = Runtime.create();
+    const errors: GdrpcError[] = [];
+    try {
+      const { server, port } = await pingServer(runtime, errors);
+      // 40 messages of 16 KiB under its own key: 640 KiB, where a peer may send 64 KiB before admission.
+      const stopper = spawnStopping('unadmitted-stopper.ts', [port, 40, 'own', 16 * 1024]);
+      children.push(stopper.child);
+      expect(await stopper.started).toBe(true);
+      await until(() => errors.length > 0, () => 'the stopped connection was not closed');
+      expect(errors[0]).toMatchObject({ code: Code.RESOURCE_EXHAUSTED, message: expect.stringMatching(/past its window while a message of its own was still on its way/) });
+      // Not given up on as stalled: the overrun closed it first.
+      expect(server.dropped().partial).toBe(0);
+      expect(runtime.worker.stats().heldMessages).toBe(0);
       await server.shutdown({ graceMs: 0 });
     } finally {
       await runtime.close();

@@ -338,6 +338,15 @@ export class Connection implements FrameSink {
     this.close(new GdrpcError(Code.UNAVAILABLE, `a control message from ${this.peer} did not arrive whole within ${STALLED_RECEIVE_MS} ms: the connection is closed rather than read past it`));
   }
 
+  holdRoom(): number { return this.#window.room(); }
+
+  onHeldOverrun(bytes: number): void {
+    // Reported and closed as a window overrun is (the window's refuse).
+    const error = new GdrpcError(Code.RESOURCE_EXHAUSTED, `${this.peer} sent messages past its window while a message of its own was still on its way (${bytes} bytes held, and more; docs/wire.md "Message window")`);
+    this.#handler?.malformed(0, 0, error);
+    this.close(error);
+  }
+
   onStrayData(message: TakenMessage, low: number, framesWaiting: boolean): void {
     this.payloads.stray(message, low, framesWaiting);
   }

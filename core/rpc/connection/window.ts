@@ -228,6 +228,13 @@ export class MessageWindow implements Borrower {
 
   get overrun(): boolean { return this.#overrun; }
 
+  /** Bytes of messages the peer may still send before this side credits more: its limit, and
+   *  every loan given and not paid back, less what it sent and this side read. */
+  room(): number {
+    const receive = this.#receive;
+    return Math.max(0, receive.limit(this.link.admitted) + receive.outstanding - receive.received);
+  }
+
   /** The peer's window has room to lend (its `wmax` over its `win`): this side may WANT. */
   peerLends(): void { this.#peerLends = true; }
 

@@ -8,6 +8,7 @@
 import { StallWatch } from './stall-watch.ts';
 import type { ReceiveBuffer } from './receive-buffer.ts';
 import type { Registered } from './connection-table.ts';
+import type { Worker } from '../../ucx/index.ts';
 
 /** How often the dispatcher's drain passes come (and look at these receives). */
 export const DRAIN_INTERVAL_MS = 25;
@@ -15,9 +16,16 @@ export const DRAIN_INTERVAL_MS = 25;
  *  wait, is given up on and its connection closed, once as many drain passes in a row saw it so. */
 export const STALLED_RECEIVE_MS = 1000;
 
+/** Bytes a held line may take past its connection's window room: the window's own frames (CREDIT,
+ *  ACK, WANT), which the window does not count. */
+const HOLD_SLACK_BYTES = 64 * 1024;
+
 /** The connections whose receive in a turn waits for its message (Registered.awaiting). */
 export class AwaitedReceives {
   readonly #waiting = new Set<Registered>();
+
+  /** `worker`: the binding's sweep holds the later messages of a connection that waits (sweepHold). */
+  constructor(private readonly worker: Pick<Worker, 'closed' | 'sweepHold' | 'sweepHeld'>) {}
 
   get size(): number { return this.#waiting.size; }
 
@@ -26,12 +34,32 @@ export class AwaitedReceives {
   add(registered: Registered, buffer: ReceiveBuffer, slot: Uint32Array<ArrayBuffer>, id: number): void {
     registered.awaiting = { buffer, slot, id, watch: new StallWatch(Math.ceil(STALLED_RECEIVE_MS / DRAIN_INTERVAL_MS), STALLED_RECEIVE_MS) };
     this.#waiting.add(registered);
+    // While it waits, the binding's sweep takes the connection's later messages out of UCX's
+    // queue into a line of their own (read first, in order), up to what its window lets its peer
+    // send, so that it can look past them: left at the head of UCX's queue, they held every
+    // message behind them, a flood under made-up keys included, until the connection was closed
+    // as stalled (2 GiB in 1.3 s from a peer with no token: docs/security.md, Open gaps).
+    const room = registered.sink.holdRoom?.();
+    if (room !== undefined && !this.worker.closed) this.worker.sweepHold(registered.tag, room + HOLD_SLACK_BYTES);
+  }
+
+  /** The waiting connections whose peer sent past its window meanwhile (their held line would
+   *  pass its cap), with the bytes held: they stop waiting, and are to be closed. */
+  overrun(): Array<[Registered, number]> {
+    const overrun: Array<[Registered, number]> = [];
+    if (this.worker.closed) return overrun;
+    for (const registered of this.#waiting) {
+      const held = this.worker.sweepHeld(registered.tag);
+      if (held.over) overrun.push([registered, held.bytes]);
+    }
+    for (const [registered] of overrun) this.end(registered);
+    return overrun;
   }
 
   /** `registered` waits for no receive any more (what its receive brings later is dropped). */
   end(registered: Registered): void {
     registered.awaiting = undefined;
-    this.#waiting.delete(registered);
+    if (this.#waiting.delete(registered) && !this.worker.closed) this.worker.sweepHold(registered.tag, 0);
   }
 
   /** One drain pass at `now` (`queued`: a control message waits in UCX's queue): the receives
@@ -48,7 +76,6 @@ export class AwaitedReceives {
 
   /** Forgets every receive (the dispatcher stopped): what they bring is dropped. */
   clear(): void {
-    for (const registered of this.#waiting) registered.awaiting = undefined;
-    this.#waiting.clear();
+    for (const registered of [...this.#waiting]) this.end(registered);
   }
 }

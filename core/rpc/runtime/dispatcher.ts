@@ -67,7 +67,7 @@ export class Dispatcher {
   #inTurns = false;
   readonly #turns = new ReadTurns<Registered>(() => this.#table.values());
   /** Connections whose receive in a turn waits for its message (Registered.awaiting). */
-  readonly #awaiting = new AwaitedReceives();
+  readonly #awaiting: AwaitedReceives;
   readonly #strays: StrayPayloads;
   /** A #resume is scheduled (setImmediate), or a look again when turns were blocked. */
   #scheduled = false;
@@ -89,6 +89,7 @@ export class Dispatcher {
     this.#table = new ConnectionTable((tag, word, known) => worker.sweepKnown(tag, word, known));
     worker.sweep(true);
     this.#buffers = new ReceiveBuffers(frameBytes);
+    this.#awaiting = new AwaitedReceives(worker);
     this.#receiveAfterTurn = worker.wakeup === 'uv';
     this.#delivery = new Delivery(worker, this.#table);
     this.#strays = new StrayPayloads(worker, this.#table, (message) => this.drop(message));
@@ -435,8 +436,13 @@ export class Dispatcher {
 
   /** Gives up on receives that wait for the rest of their message while control messages wait in
    *  UCX's queue (awaited-receives.ts): their connections are closed. `queued`: a control message
-   *  waits. */
+   *  waits. A connection whose peer sent past its window meanwhile (its held line is over) is
+   *  closed at once. */
   #checkAwaited(queued: boolean): void {
+    for (const [registered, bytes] of this.#awaiting.overrun()) {
+      this.#delivery.tell(() => registered.sink.onHeldOverrun?.(bytes));
+      if (this.#inTurns) this.#schedule();
+    }
     for (const registered of this.#awaiting.stalled(queued, performance.now())) {
       this.#stats.stalledReceives += 1;
       this.#delivery.tell(() => registered.sink.onStalled());
