@@ -23,7 +23,7 @@ export interface NativeWorker {
   tagUnwatch(): boolean;
   sweep(on: boolean): void;
   sweepKnown(controlTag: bigint, dataWord: number, known: boolean): void;
-  sweepHold(controlTag: bigint, capBytes: number): void;
+  sweepHold(controlTag: bigint, capBytes: number, perMessage: number): void;
   sweepHeld(controlTag: bigint): HeldLine;
   progress(): boolean;
   cancel(id: number): void;

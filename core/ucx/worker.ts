@@ -274,11 +274,12 @@ export class Worker {
   }
 
   /** @internal From now on the sweep takes `controlTag`'s messages out of UCX's queue when they are
-   *  its oldest, into a line of their own, `capBytes` at most, so that it can look past them;
-   *  tagProbe, tagRecvInto and tagWatch read that line first, in order. 0: no more are taken
-   *  (those held stay until read, or until sweepKnown forgets the tag, which drops them). */
-  sweepHold(controlTag: bigint, capBytes: number): void {
-    if (!this.closed) this.#native.sweepHold(controlTag, capBytes);
+   *  its oldest, into a line of their own, so that it can look past them: `capBytes` at most, each
+   *  message weighing its length and `perMessage`; tagProbe, tagRecvInto and tagWatch read that
+   *  line first, in order. `capBytes` 0: no more are taken (those held stay until read, or until
+   *  sweepKnown forgets the tag, which drops them). */
+  sweepHold(controlTag: bigint, capBytes: number, perMessage = 0): void {
+    if (!this.closed) this.#native.sweepHold(controlTag, capBytes, perMessage);
   }
 
   /** @internal `controlTag`'s held line (sweepHold). */

@@ -222,8 +222,9 @@ class Worker : public Napi::ObjectWrap<Worker> {
   };
   struct HoldLine {
     std::deque<HeldMessage> queue;
-    uint64_t bytes = 0;
+    uint64_t bytes = 0;       // the held messages' weight: length and perMessage each
     uint64_t cap = 0;
+    uint64_t perMessage = 0;
     bool on = false;
     bool over = false;
   };

@@ -7,6 +7,8 @@
 // the sweep stops at the oldest message that is someone's (docs/security.md, Open gaps).
 #include "worker.h"
 
+#include <algorithm>
+
 namespace gdrpc {
 
 namespace {
@@ -55,14 +57,15 @@ void Worker::Sweep() {
       auto hold = holds_.find(sender);
       if (hold == holds_.end() || !hold->second.on) return;
       HoldLine& line = hold->second;
-      if (line.bytes + probe.length > line.cap) {
+      const uint64_t weight = probe.length + line.perMessage;
+      if (line.bytes + weight > line.cap) {
         line.over = true;
         return;
       }
       ucp_tag_message_h message = ucp_tag_probe_nb(worker_, sender, ~0ull, 1, &probe);
       if (message == nullptr) return;
       line.queue.push_back({message, sender, probe.length});
-      line.bytes += probe.length;
+      line.bytes += weight;
       heldNow_++;
       heldTotal_++;
       continue;
@@ -95,7 +98,7 @@ bool Worker::TakeHeld(uint64_t tag, uint64_t mask, bool remove, ucp_tag_message_
   info->length = held.length;
   if (!remove) return true;
   line.queue.pop_front();
-  line.bytes -= held.length;
+  line.bytes -= held.length + line.perMessage;
   heldNow_--;
   if (!line.on && line.queue.empty()) holds_.erase(it);
   return true;
@@ -141,11 +144,12 @@ Napi::Value Worker::SweepKnown(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
-// sweepHold(controlTag: bigint, capBytes: number): from now on the sweep takes the tag's messages
-// out of UCX's queue when they are its oldest, into a line of their own (read first by tagProbe,
-// tagRecvInto and tagWatch), so that it can look past them: `capBytes` of them at most, past which
-// it leaves the next one where it is and says `over` (sweepHeld). 0: no more are taken (those
-// held stay until read, or the tag is forgotten).
+// sweepHold(controlTag: bigint, capBytes: number, perMessage: number): from now on the sweep takes
+// the tag's messages out of UCX's queue when they are its oldest, into a line of their own (read
+// first by tagProbe, tagRecvInto and tagWatch), so that it can look past them: `capBytes` at most,
+// each weighing its length and `perMessage` (which stays what it was while the line has messages),
+// past which it leaves the next one where it is and says `over` (sweepHeld). 0: no more are taken
+// (those held stay until read, or the tag is forgotten).
 Napi::Value Worker::SweepHold(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   bool lossless = true;
@@ -156,6 +160,8 @@ Napi::Value Worker::SweepHold(const Napi::CallbackInfo& info) {
     line.on = true;
     line.over = false;
     line.cap = static_cast<uint64_t>(cap);
+    // The messages held are weighed as they were taken.
+    if (line.queue.empty()) line.perMessage = static_cast<uint64_t>(std::max(0.0, info[2].IsNumber() ? info[2].As<Napi::Number>().DoubleValue() : 0.0));
     Sweep();  // what waits at the head under the tag now, if the worker is swept
     return env.Undefined();
   }

@@ -115,13 +115,14 @@ describe('the sweep', () => {
     worker.sweep(true);
     try {
       worker.sweepKnown(held, 0, true);
-      worker.sweepHold(held, 1000);
-      // Three of 300 bytes under the held tag (900 within the cap of 1000), then one of no one.
+      worker.sweepHold(held, 1000 + 3 * 10, 10);
+      // Three of 300 bytes under the held tag, each weighing 10 more (930 within the cap of 1030),
+      // then one of no one.
       for (const seed of [1, 2, 3]) await peer.call('send', { tag: String(held), size: 300, seed });
       await peer.call('send', { tag: String(stray), size: 10, seed: 9 });
       await until(worker, () => worker.stats().sweptControl > before.sweptControl);
       expect(worker.stats().heldMessages).toBe(3);
-      expect(worker.sweepHeld(held)).toEqual({ messages: 3, bytes: 900, over: false });
+      expect(worker.sweepHeld(held)).toEqual({ messages: 3, bytes: 930, over: false });
       // A fourth would pass the cap: left in UCX's queue, the line over.
       await peer.call('send', { tag: String(held), size: 300, seed: 4 });
       await until(worker, () => worker.sweepHeld(held).over);
@@ -136,7 +137,7 @@ describe('the sweep', () => {
       }
       expect(worker.stats().heldMessages).toBe(0);
       // Forgotten with messages held: they are dropped.
-      worker.sweepHold(held, 1000);
+      worker.sweepHold(held, 1000, 10);
       await peer.call('send', { tag: String(held), size: 300, seed: 5 });
       await until(worker, () => worker.sweepHeld(held).messages === 1);
       const swept = worker.stats().sweptControl;

@@ -16,10 +16,6 @@ export const DRAIN_INTERVAL_MS = 25;
  *  wait, is given up on and its connection closed, once as many drain passes in a row saw it so. */
 export const STALLED_RECEIVE_MS = 1000;
 
-/** Bytes a held line may take past its connection's window room: the window's own frames (CREDIT,
- *  ACK, WANT), which the window does not count. */
-const HOLD_SLACK_BYTES = 64 * 1024;
-
 /** The connections whose receive in a turn waits for its message (Registered.awaiting). */
 export class AwaitedReceives {
   readonly #waiting = new Set<Registered>();
@@ -39,8 +35,8 @@ export class AwaitedReceives {
     // send, so that it can look past them: left at the head of UCX's queue, they held every
     // message behind them, a flood under made-up keys included, until the connection was closed
     // as stalled (2 GiB in 1.3 s from a peer with no token: docs/security.md, Open gaps).
-    const room = registered.sink.holdRoom?.();
-    if (room !== undefined && !this.worker.closed) this.worker.sweepHold(registered.tag, room + HOLD_SLACK_BYTES);
+    const cap = registered.sink.holdCap?.();
+    if (cap !== undefined && !this.worker.closed) this.worker.sweepHold(registered.tag, cap.bytes, cap.perMessage);
   }
 
   /** The waiting connections whose peer sent past its window meanwhile (their held line would

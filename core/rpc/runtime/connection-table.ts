@@ -29,12 +29,12 @@ export interface FrameSink {
   /** A control message of this connection, taken and being received, has not arrived whole
    *  within STALLED_RECEIVE_MS while other messages waited: the connection cannot be read past it. */
   onStalled(): void;
-  /** Bytes of messages the peer may still send before this side credits more (its message
-   *  window): while a message of its own waits alone, the binding's sweep holds its later ones up
-   *  to this many (Worker.sweepHold). Undefined: none are held. */
-  holdRoom?(): number;
-  /** The peer sent more than holdRoom() said while a message of its own waited alone: `bytes`
-   *  held past it. The connection is closed. */
+  /** What the peer may still send before this side reads more of it (its message window): while
+   *  a message of its own waits alone, the binding's sweep holds its later ones up to `bytes`,
+   *  each weighing its length and `perMessage` (Worker.sweepHold). Undefined: none are held. */
+  holdCap?(): { bytes: number; perMessage: number };
+  /** The peer sent more than holdCap() said while a message of its own waited alone: `bytes`
+   *  held. The connection is closed. */
   onHeldOverrun?(bytes: number): void;
 }
 
