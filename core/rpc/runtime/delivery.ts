@@ -12,8 +12,21 @@ export class Delivery {
   unattributed = 0;
   droppedPayloads = 0;
   static readonly #sink = new Uint8Array(1);
+  /** The binding's sweep's counts when the dispatcher stopped (the worker closes after). */
+  #sweptAtStop = { sweptControl: 0, sweptData: 0 };
 
   constructor(private readonly worker: Worker, private readonly table: ConnectionTable) {}
+
+  /** What was dropped, here and by the binding's sweep (Worker.sweep), which is counted in too. */
+  dropped(): { unattributed: number; droppedPayloads: number; sweptControl: number; sweptData: number } {
+    const { sweptControl, sweptData } = this.worker.closed ? this.#sweptAtStop : this.worker.stats();
+    return { unattributed: this.unattributed + sweptControl, droppedPayloads: this.droppedPayloads + sweptData, sweptControl, sweptData };
+  }
+
+  /** The dispatcher stopped: the sweep's counts are kept as they are now. */
+  stopped(): void {
+    if (!this.worker.closed) this.#sweptAtStop = this.worker.stats();
+  }
 
   /** Hands the message described by `slot` (sender tag words, length), received into `buffer`, to
    *  its connection, in place: a copy of each message, and the DataView msgpackr made for each

@@ -75,9 +75,6 @@ export class Dispatcher {
   /** The last drain pass found a control message waiting in UCX's queue (behind). */
   #behind = false;
 
-  /** The sweep's counts when the dispatcher stopped (the worker closes after). */
-  #sweptAtStop = { sweptControl: 0, sweptData: 0 };
-
   /** Whether the watch after a message it waited for waits for the event loop's turn (#onTaken). */
   readonly #receiveAfterTurn: boolean;
 
@@ -104,10 +101,7 @@ export class Dispatcher {
   get frameBytes(): number { return this.#buffers.frameBytes; }
 
   stats(): DispatcherStats {
-    const { sweptControl, sweptData } = this.worker.closed ? this.#sweptAtStop : this.worker.stats();
-    const unattributed = this.#delivery.unattributed + sweptControl;
-    const droppedPayloads = this.#delivery.droppedPayloads + sweptData;
-    return { ...this.#stats, unattributed, droppedPayloads, sweptControl, sweptData, connections: this.#table.size, leftHellos: this.#buffers.leftCount, leftHellosOpen: this.#buffers.leftOpen };
+    return { ...this.#stats, ...this.#delivery.dropped(), connections: this.#table.size, leftHellos: this.#buffers.leftCount, leftHellosOpen: this.#buffers.leftOpen };
   }
 
   /** Whether control messages wait in UCX's queue unread (as of the last drain pass, every
@@ -174,7 +168,7 @@ export class Dispatcher {
   /** Stops receiving (the worker is about to close). */
   stop(): void {
     this.#stop.abort();
-    if (!this.worker.closed) this.#sweptAtStop = this.worker.stats();
+    this.#delivery.stopped();
     // A message the watch took and did not tell stays taken: the worker is about to close.
     if (this.#watching && !this.worker.closed) this.worker.tagUnwatch();
     this.#watching = false;
