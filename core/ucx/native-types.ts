@@ -16,7 +16,7 @@ export interface NativeContext {
 export interface NativeWorker {
   tagRecv(target: NativeTarget, offset: number, length: number, tag: bigint, mask: bigint, id: number, completed?: () => void, describe?: boolean): Promise<NativeRecvResult>;
   tagRecvInto(target: NativeTarget, offset: number, length: number, tag: bigint, mask: bigint, id: number, slot: Uint32Array, callback: (error?: unknown) => void): boolean;
-  tagProbe(tag: bigint, mask: bigint, remove: boolean): (NativeRecvResult & { taken: number }) | null;
+  tagProbe(tag: bigint, mask: bigint, remove: boolean, queueOnly?: boolean): (NativeRecvResult & { taken: number }) | null;
   tagRecvTaken(taken: number, target: NativeTarget, offset: number, length: number, id: number, completed?: () => void, describe?: boolean): Promise<NativeRecvResult>;
   tagRecvTakenInto(taken: number, target: NativeTarget, offset: number, length: number, id: number, slot: Uint32Array, callback: (error?: unknown) => void): boolean;
   tagWatch(tag: bigint, mask: bigint, slot: Uint32Array, callback: () => void): boolean;

@@ -148,14 +148,16 @@ export class Worker {
 
   /** Non-blocking probe: the first unexpected message matching tag/mask (its tag and length), or
    *  null. Without `remove` the message stays queued; with it, it leaves UCX's queue and must be
-   *  received with tagRecvTaken (into a 1-byte buffer to drop it). */
-  tagProbe(tag: bigint, mask: bigint): TagRecvResult | null;
-  tagProbe(tag: bigint, mask: bigint, options: { remove: true }): TakenMessage | null;
-  tagProbe(tag: bigint, mask: bigint, options: { remove?: boolean } = {}): TagRecvResult | null {
+   *  received with tagRecvTaken (into a 1-byte buffer to drop it). Messages the sweep holds aside
+   *  (sweepHold) come first, unless `queueOnly` asks for UCX's queue alone. */
+  tagProbe(tag: bigint, mask: bigint, options?: { queueOnly?: boolean }): TagRecvResult | null;
+  tagProbe(tag: bigint, mask: bigint, options: { remove: true; queueOnly?: boolean }): TakenMessage | null;
+  tagProbe(tag: bigint, mask: bigint, options: { remove?: boolean; queueOnly?: boolean } = {}): TagRecvResult | null {
     this.#checkOpen();
-    const remove = checkObject(options, 'options').remove;
+    const { remove, queueOnly } = checkObject(options, 'options');
     if (remove !== undefined && typeof remove !== 'boolean') throw invalid('options.remove must be a boolean');
-    return this.#native.tagProbe(checkU64(tag, 'tag'), checkU64(mask, 'mask'), remove === true);
+    if (queueOnly !== undefined && typeof queueOnly !== 'boolean') throw invalid('options.queueOnly must be a boolean');
+    return this.#native.tagProbe(checkU64(tag, 'tag'), checkU64(mask, 'mask'), remove === true, queueOnly === true);
   }
 
   /** Receives a message that tagProbe removed; a `dest` shorter than the message rejects with

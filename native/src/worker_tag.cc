@@ -88,13 +88,16 @@ Napi::Value Worker::TagRecvInto(const Napi::CallbackInfo& info) {
   return request->Start(ucp_tag_recv_nbx(worker_, into.span.address, into.span.length, into.tag, into.mask, &param), "tag receive");
 }
 
-// tagProbe(tag, mask, remove) -> {senderTag, length, taken?} | null. With `remove` the message
-// leaves UCX's unexpected queue and is held here under the id `taken` until tagRecvTaken.
+// tagProbe(tag, mask, remove, queueOnly?) -> {senderTag, length, taken?} | null. With `remove` the
+// message leaves UCX's unexpected queue and is held here under the id `taken` until tagRecvTaken.
+// The sweep's held lines are looked at first, unless `queueOnly`.
 Napi::Value Worker::TagProbe(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   CheckOpen(env);
   const auto [tag, mask] = TagMaskArguments(info, 0);
   int remove = info.Length() > 2 && info[2].ToBoolean().Value() ? 1 : 0;
+  // queueOnly: UCX's queue alone, not the sweep's held lines (what is at its head now).
+  const bool held = !(info.Length() > 3 && info[3].ToBoolean().Value());
   // A message is taken only while no completion waits to be handed to JS: one of them may be the
   // receive of the frame that announces this message (a peer's frame precedes its payloads), and
   // taking the payload first would make it look unannounced. The loop settles them; probe later.
@@ -105,7 +108,7 @@ Napi::Value Worker::TagProbe(const Napi::CallbackInfo& info) {
   ucp_tag_recv_info_t probe{};
   // The sweep's held messages (sweepHold) are older than those of their tag in UCX's queue.
   ucp_tag_message_h message = nullptr;
-  if (!TakeHeld(tag, mask, remove != 0, &message, &probe)) message = ucp_tag_probe_nb(worker_, tag, mask, remove, &probe);
+  if (!held || !TakeHeld(tag, mask, remove != 0, &message, &probe)) message = ucp_tag_probe_nb(worker_, tag, mask, remove, &probe);
   if (message == nullptr) {
     Pass();  // a probe alone does not move messages in; one pass may
     CheckWatch();
@@ -114,7 +117,7 @@ Napi::Value Worker::TagProbe(const Napi::CallbackInfo& info) {
       if (remove != 0) return env.Null();
     }
     // The pass's sweep may have taken the message into a held line.
-    if (!TakeHeld(tag, mask, remove != 0, &message, &probe)) message = ucp_tag_probe_nb(worker_, tag, mask, remove, &probe);
+    if (!held || !TakeHeld(tag, mask, remove != 0, &message, &probe)) message = ucp_tag_probe_nb(worker_, tag, mask, remove, &probe);
     if (message == nullptr) return env.Null();
   }
   Napi::Object result = Napi::Object::New(env);

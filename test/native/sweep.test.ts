@@ -123,6 +123,15 @@ describe('the sweep', () => {
       await until(worker, () => worker.stats().sweptControl > before.sweptControl);
       expect(worker.stats().heldMessages).toBe(3);
       expect(worker.sweepHeld(held)).toEqual({ messages: 3, bytes: 930, over: false });
+      // A probe of any tag answers the held line first, or UCX's queue alone with queueOnly.
+      const other = CONTROL | 0x0055_5555_0000_0007n;
+      worker.sweepKnown(other, 0, true);
+      await peer.call('send', { tag: String(other), size: 20, seed: 8 });
+      await until(worker, () => worker.tagProbe(other, EXACT) !== null);
+      expect(worker.tagProbe(0n, 0n)).toEqual({ senderTag: held, length: 300 });
+      expect(worker.tagProbe(0n, 0n, { queueOnly: true })).toEqual({ senderTag: other, length: 20 });
+      await take(worker, other);
+      worker.sweepKnown(other, 0, false);
       // A fourth would pass the cap: left in UCX's queue, the line over.
       await peer.call('send', { tag: String(held), size: 300, seed: 4 });
       await until(worker, () => worker.sweepHeld(held).over);

@@ -53,13 +53,15 @@ export class StrayPayloads {
    *  be among them, and its payloads wait for it as before). */
   #takeHead(): void {
     for (let taken = 0; taken < DRAIN_BATCH; taken += 1) {
-      // The oldest message of any tag (UCX answers it from the head of its list).
-      const oldest = this.worker.tagProbe(0n, 0n);
+      // The oldest message of any tag in UCX's queue (UCX answers it from the head of its list);
+      // not the messages held aside, which have left that queue (with them first, any held line
+      // stopped this at once: a helper session's review).
+      const oldest = this.worker.tagProbe(0n, 0n, { queueOnly: true });
       if (oldest === null || (oldest.senderTag & CONTROL_MASK) !== 0n) return;
       const parts = dataParts(oldest.senderTag);
       const registered = parts === undefined ? undefined : this.table.byPrefix(parts.prefix);
       if (registered !== undefined && this.#framesWaiting(registered)) return;
-      const message = this.worker.tagProbe(oldest.senderTag, EXACT_MASK, { remove: true });
+      const message = this.worker.tagProbe(oldest.senderTag, EXACT_MASK, { remove: true, queueOnly: true });
       if (message === null) return;
       this.#route(message);
     }
