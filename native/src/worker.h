@@ -139,6 +139,9 @@ class Worker : public Napi::ObjectWrap<Worker> {
   /** A message held by the sweep (a held line's oldest) that matches tag/mask, if there is one:
    *  its sender tag, length and UCX message; with `remove` it leaves its line (the caller's then). */
   bool TakeHeld(uint64_t tag, uint64_t mask, bool remove, ucp_tag_message_h* message, ucp_tag_recv_info_t* info);
+  /** The oldest message that matches tag/mask: a held line's first (unless `held` is false), else
+   *  UCX's queue's; with `remove` it is taken (the caller's then). Null when there is none. */
+  ucp_tag_message_h Probe(uint64_t tag, uint64_t mask, bool remove, bool held, ucp_tag_recv_info_t* info);
   /** Receives a taken message into `span`, reporting through `slot` and `callback` as tagRecvInto
    *  does (tagRecvTakenInto, and tagRecvInto of a held message). */
   Napi::Value ReceiveTakenInto(Napi::Env env, ucp_tag_message_h message, const Span& span, uint32_t id, Napi::Uint32Array slot, Napi::Function callback);

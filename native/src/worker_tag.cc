@@ -88,6 +88,13 @@ Napi::Value Worker::TagRecvInto(const Napi::CallbackInfo& info) {
   return request->Start(ucp_tag_recv_nbx(worker_, into.span.address, into.span.length, into.tag, into.mask, &param), "tag receive");
 }
 
+ucp_tag_message_h Worker::Probe(uint64_t tag, uint64_t mask, bool remove, bool held, ucp_tag_recv_info_t* info) {
+  // The sweep's held messages (sweepHold) are older than those of their tag in UCX's queue.
+  ucp_tag_message_h message = nullptr;
+  if (held && TakeHeld(tag, mask, remove, &message, info)) return message;
+  return ucp_tag_probe_nb(worker_, tag, mask, remove ? 1 : 0, info);
+}
+
 // tagProbe(tag, mask, remove, queueOnly?) -> {senderTag, length, taken?} | null. With `remove` the
 // message leaves UCX's unexpected queue and is held here under the id `taken` until tagRecvTaken.
 // The sweep's held lines are looked at first, unless `queueOnly`.
@@ -106,9 +113,7 @@ Napi::Value Worker::TagProbe(const Napi::CallbackInfo& info) {
     return env.Null();
   }
   ucp_tag_recv_info_t probe{};
-  // The sweep's held messages (sweepHold) are older than those of their tag in UCX's queue.
-  ucp_tag_message_h message = nullptr;
-  if (!held || !TakeHeld(tag, mask, remove != 0, &message, &probe)) message = ucp_tag_probe_nb(worker_, tag, mask, remove, &probe);
+  ucp_tag_message_h message = Probe(tag, mask, remove != 0, held, &probe);
   if (message == nullptr) {
     Pass();  // a probe alone does not move messages in; one pass may
     CheckWatch();
@@ -117,7 +122,7 @@ Napi::Value Worker::TagProbe(const Napi::CallbackInfo& info) {
       if (remove != 0) return env.Null();
     }
     // The pass's sweep may have taken the message into a held line.
-    if (!held || !TakeHeld(tag, mask, remove != 0, &message, &probe)) message = ucp_tag_probe_nb(worker_, tag, mask, remove, &probe);
+    message = Probe(tag, mask, remove != 0, held, &probe);
     if (message == nullptr) return env.Null();
   }
   Napi::Object result = Napi::Object::New(env);
@@ -225,8 +230,7 @@ uint32_t Worker::Keep(ucp_tag_message_h message) {
 
 bool Worker::TakeWatched() {
   ucp_tag_recv_info_t probe{};
-  ucp_tag_message_h message = nullptr;
-  if (!TakeHeld(watch_.tag, watch_.mask, true, &message, &probe)) message = ucp_tag_probe_nb(worker_, watch_.tag, watch_.mask, 1, &probe);
+  ucp_tag_message_h message = Probe(watch_.tag, watch_.mask, true, true, &probe);
   if (message == nullptr) return false;
   watchTakes_++;
   watch_.armed = false;

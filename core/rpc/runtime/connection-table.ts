@@ -74,7 +74,7 @@ export class ConnectionTable {
   /** The handshake's HELLO (key 0) as a connection: read by the line's turn alone (read-turns.ts). */
   readonly hello: Registered;
 
-  constructor(private readonly known: KnownTags = () => {}) {
+  constructor(private readonly known: KnownTags) {
     const table = this;
     const hello: FrameSink = {
       onMessage: (source, length) => table.#helloOf(source, length)?.onMessage(source, length),

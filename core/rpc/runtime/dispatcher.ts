@@ -81,8 +81,8 @@ export class Dispatcher {
   constructor(private readonly worker: Worker, frameBytes: number) {
     // What comes under a tag of no entry is dropped inside the binding, after the progress pass
     // that brought it (docs/binding.md "The sweep"): a flood under made-up keys, read here, had UCX
-    // hold gigabytes ahead of the drops (docs/security.md). What the sweep cannot reach (behind a
-    // line's oldest message that is someone's) is dropped here as before.
+    // hold gigabytes ahead of the drops (docs/security.md). What the sweep cannot reach (behind
+    // UCX's oldest message when it is someone's) is dropped here as before.
     this.#table = new ConnectionTable((tag, word, known) => worker.sweepKnown(tag, word, known));
     worker.sweep(true);
     this.#buffers = new ReceiveBuffers(frameBytes);
