@@ -1,7 +1,7 @@
 // The message window's two halves without a network (docs/wire.md "Message window"): the
 // receiver's count (core/rpc/connection/window.ts) and the sender's outbox waiting for credit
 // (core/rpc/connection/outbox.ts).
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { MessageWindow, MIN_CREDIT_BYTES, ReceiveWindow, type WindowLink } from '../../core/rpc/connection/window.ts';
 import { FRAME_WEIGHT_BYTES, MAX_WINDOW_MESSAGE_BYTES, messageWeight, onlyWindowFrames, windowFrameBody } from '../../core/rpc/connection/window-frames.ts';
 import { GdrpcError } from '../../core/errors.ts';
@@ -81,9 +81,12 @@ describe('receive window', () => {
 });
 
 /** An outbox whose delivered messages are kept (as lists of calls), with its overflow calls. */
-function recording(): { outbox: Outbox; delivered: number[][]; overflows: Array<[number, number]>; waiting: number[]; closeLink(): void } {
+/** How long the recording link lets its peer take nothing while more than MAX_BLOCKED_BYTES wait. */
+const STALL_MS = 10_000;
+
+function recording(): { outbox: Outbox; delivered: number[][]; overflows: Array<[number, number, number]>; waiting: number[]; closeLink(): void } {
   const delivered: number[][] = [];
-  const overflows: Array<[number, number]> = [];
+  const overflows: Array<[number, number, number]> = [];
   const waiting: number[] = [];
   let refusal: unknown;
   const link: OutboxLink = {
@@ -93,7 +96,8 @@ function recording(): { outbox: Outbox; delivered: number[][]; overflows: Array<
       delivered.push(unpackMessage(message).map((f) => f.call));
       return undefined;
     },
-    overflow: (bytes, frames) => { overflows.push([bytes, frames]); },
+    overflow: (bytes, frames, idleMs) => { overflows.push([bytes, frames, idleMs]); },
+    stallMs: () => STALL_MS,
     waiting: (held) => { waiting.push(held); },
   };
   return { outbox: new Outbox(link), delivered, overflows, waiting, closeLink: () => { refusal = new Error('closed'); } };
@@ -281,34 +285,106 @@ describe('outbox and the peer window', () => {
     expect(outbox.blockedBytes).toBe(FRAME_HEADER + 10);
   });
 
-  it(`past ${MAX_BLOCKED_BYTES} bytes waiting (messages, and ${FRAME_HELD_BYTES} a frame) the link is told: the peer takes nothing`, async () => {
-    const { outbox, overflows } = recording();
-    outbox.openWindow(64 * KiB);
+  describe(`past ${MAX_BLOCKED_BYTES} bytes waiting (messages, and ${FRAME_HELD_BYTES} a frame)`, () => {
+    afterEach(() => { vi.useRealTimers(); });
     const MiB = 1 << 20;
-    // Messages of one frame of 1 MiB: 31 stay under the cap, the 32nd passes it.
-    for (let i = 0; i < 31; i += 1) {
-      void outbox.send(4, i + 1, frame(MiB - FRAME_HEADER)).catch(() => {});
-      await turn();
+    /** Queues `count` messages of one 1 MiB frame each, a turn apart. */
+    async function queueMiB(outbox: Outbox, count: number, first = 1): Promise<void> {
+      for (let i = 0; i < count; i += 1) {
+        void outbox.send(4, first + i, frame(MiB - FRAME_HEADER)).catch(() => {});
+        await turn();
+      }
     }
-    expect(overflows).toEqual([]);
-    void outbox.send(4, 999, frame(MiB - FRAME_HEADER)).catch(() => {});
-    await turn();
-    expect(overflows).toEqual([[32 * MiB, 32]]);
-  });
 
-  it('small frames count for what they hold, not only their bytes: thousands of them overflow far below 32 MiB of messages', async () => {
-    const { outbox, overflows } = recording();
-    outbox.openWindow(0);  // all of it waits
-    const limit = Math.ceil(MAX_BLOCKED_BYTES / FRAME_HELD_BYTES);
-    for (let turnNo = 0; turnNo * 16 <= limit; turnNo += 1) {
-      for (let i = 0; i < 16; i += 1) void outbox.send(4, turnNo * 16 + i + 1, frame(1)).catch(() => {});
-      await turn();
-    }
-    expect(overflows.length).toBeGreaterThan(0);
-    const [bytes, frames] = overflows[0]!;
-    expect(frames).toBeGreaterThan(limit - 32);
-    expect(frames).toBeLessThanOrEqual(limit + 16);
-    expect(bytes).toBeLessThan(1 << 20);
+    it(`the link is told once the peer has taken nothing for its stall time (${STALL_MS} ms), not before`, async () => {
+      vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'performance'] });
+      const { outbox, overflows } = recording();
+      outbox.openWindow(64 * KiB);
+      // Messages of one frame of 1 MiB: 31 stay under the cap, the 32nd passes it.
+      await queueMiB(outbox, 31);
+      vi.advanceTimersByTime(2 * STALL_MS);
+      expect(overflows).toEqual([]);
+      await queueMiB(outbox, 1, 999);
+      // The clock started when the first message began to wait: it ran out already.
+      vi.advanceTimersByTime(1);
+      expect(overflows).toEqual([[32 * MiB, 32, 2 * STALL_MS + 1]]);
+    });
+
+    it('a peer that takes a megabyte within its stall time is not told, however much waits; the clock starts again from what it took', async () => {
+      vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'performance'] });
+      const { outbox, overflows, delivered } = recording();
+      outbox.openWindow(0);
+      await queueMiB(outbox, 64);
+      for (let step = 0; step < 8; step += 1) {
+        vi.advanceTimersByTime(STALL_MS - 1);
+        outbox.grant(PROGRESS_BYTES + 64 * KiB);  // one message goes: the peer took a MiB
+      }
+      expect(overflows).toEqual([]);
+      expect(delivered.length).toBe(8);
+      // The peer stops taking: told a stall time after it last took something.
+      vi.advanceTimersByTime(STALL_MS - 1);
+      expect(overflows).toEqual([]);
+      vi.advanceTimersByTime(1);
+      expect(overflows).toEqual([[56 * MiB, 56, STALL_MS]]);
+    });
+
+    it('credit that brings it under the cap ends the watch', async () => {
+      vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'performance'] });
+      const { outbox, overflows } = recording();
+      outbox.openWindow(0);
+      await queueMiB(outbox, 40);
+      outbox.grant(16 * MiB);  // 16 go: 24 MiB wait
+      vi.advanceTimersByTime(10 * STALL_MS);
+      expect(overflows).toEqual([]);
+    });
+
+    it('small frames count for what they hold, not only their bytes: thousands of them pass the cap far below 32 MiB of messages', async () => {
+      vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'performance'] });
+      const { outbox, overflows } = recording();
+      outbox.openWindow(0);  // all of it waits
+      const limit = Math.ceil(MAX_BLOCKED_BYTES / FRAME_HELD_BYTES);
+      for (let turnNo = 0; turnNo * 16 <= limit; turnNo += 1) {
+        for (let i = 0; i < 16; i += 1) void outbox.send(4, turnNo * 16 + i + 1, frame(1)).catch(() => {});
+        await turn();
+      }
+      vi.advanceTimersByTime(STALL_MS);
+      expect(overflows.length).toBe(1);
+      const [bytes, frames] = overflows[0]!;
+      expect(frames).toBeGreaterThan(limit - 32);
+      expect(frames).toBeLessThanOrEqual(limit + 16);
+      expect(bytes).toBeLessThan(1 << 20);
+    });
+
+    it('a stall time run out while this process was blocked gives the peer an eighth of it more, to read its credit', async () => {
+      // Real timers: the event loop is blocked for real, for four times the stall time.
+      const stallMs = 100;
+      const overflows: number[] = [];
+      const outbox = new Outbox({
+        maxFrame: () => Number.MAX_SAFE_INTEGER, refusal: () => undefined, deliver: () => undefined,
+        overflow: (bytes) => { overflows.push(bytes); }, stallMs: () => stallMs,
+      });
+      outbox.openWindow(0);
+      await queueMiB(outbox, 40);
+      const until = performance.now() + 4 * stallMs;
+      while (performance.now() < until) { /* this process is busy */ }
+      // The peer's credit came meanwhile; it is read after the stall timer ran out (a timer due
+      // later: timers run in the order they are due).
+      setTimeout(() => outbox.grant(16 * MiB), 1);
+      await new Promise((resolve) => setTimeout(resolve, 3 * stallMs));
+      expect(overflows).toEqual([]);
+      outbox.close();
+    });
+
+    it('closing the outbox stops the watch', async () => {
+      vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'performance'] });
+      const { outbox, overflows, closeLink } = recording();
+      outbox.openWindow(0);
+      await queueMiB(outbox, 40);
+      closeLink();
+      outbox.close();
+      vi.advanceTimersByTime(10 * STALL_MS);
+      expect(overflows).toEqual([]);
+    });
   });
 
   it("the waiting messages' frames fail with the link's refusal when it closes, and nothing more is delivered", async () => {

@@ -257,6 +257,29 @@ describe("what waits for peers' windows, across the server", () => {
     }
   });
 
+  it('a peer that asks and takes nothing while more than 32 MiB waits for it is closed once it has gone its liveness time without taking any; other clients are served throughout', async () => {
+    // Liveness 3 s (the stall time is the connection's liveness time), and a runtime limit far
+    // above what this peer makes the server hold.
+    const stalled = await startServer({ livenessMs: 3000 });
+    const port = Number(stalled.address.split(':')[1]);
+    const watcher = await Client.connect(stalled.address);
+    const raw = await neverCredits(port);
+    try {
+      // 9,000 ERRORs of about 4.2 KB counted each wait: past 32 MiB.
+      await unknownCalls(raw, 1, 9000);
+      await expect.poll(async () => (await serverStats(watcher)).waiting, { timeout: 20_000, interval: 100 }).toBeGreaterThan(32 * MiB);
+      expect(await raw.closedWithin(30_000)).toBe('closed');
+      const stats = await serverStats(watcher);
+      expect(stats.disconnects.find((e) => /while \d+ bytes of messages/.test(e))).toMatch(/RESOURCE_EXHAUSTED.*has taken nothing for (\d{4,}) ms while \d+ bytes of messages \(\d+ frames\) wait for its window/);
+      const idle = Number(/has taken nothing for (\d+) ms/.exec(stats.disconnects.find((e) => /while \d+ bytes of messages/.test(e))!)![1]);
+      expect(idle).toBeGreaterThanOrEqual(3000);
+      await expect.poll(async () => (await serverStats(watcher)).waiting, { timeout: 10_000, interval: 100 }).toBe(0);
+      expect((await watcher.unary(EchoDescriptor.methods.ping, { n: 4 })).n).toBe(4);
+    } finally {
+      await Promise.all([raw.close(), watcher.close()]);
+    }
+  });
+
   it("a peer whose process stopped while answers were on their way: what the server handed UCX for it past 8 MiB counts, and past maxWaitingBytes it is closed; other clients are served throughout", async () => {
     // Small socket buffers on the server's side (64 KiB asked, the kernel doubles it): what its
     // frozen peer does not read stays with UCX, not the kernel. Twenty answers of 1 MiB fit the

@@ -232,8 +232,9 @@ export class Connection implements FrameSink {
 
   readonly #outbox = new Outbox({
     soon: () => this.#reportsFrames(),
-    overflow: (bytes, frames) => queueMicrotask(() => this.close(new GdrpcError(Code.RESOURCE_EXHAUSTED,
-      `${this.peer} has not taken ${bytes} bytes of messages (${frames} frames) waiting for its window (docs/wire.md "Message window")`))),
+    overflow: (bytes, frames, idleMs) => this.close(new GdrpcError(Code.RESOURCE_EXHAUSTED,
+      `${this.peer} has taken nothing for ${Math.round(idleMs)} ms while ${bytes} bytes of messages (${frames} frames) wait for its window (docs/wire.md "Message window")`)),
+    stallMs: () => this.liveness.timeoutMs,
     waiting: (held, progressed) => this.runtime.waiting.set(this.#waitingHolder, held, progressed),
     blocked: () => this.#window.blocked(),
     maxFrame: () => this.peerLimits.maxFrame,

@@ -13,9 +13,12 @@ import type { FrameDone } from './posted-frame.ts';
 /** Frames a message takes before it leaves within the turn instead of at its end. */
 export const BATCH_FRAMES = 16;
 /** What may wait for the peer's window to open (docs/wire.md "Message window"), in bytes of
- *  messages plus FRAME_HELD_BYTES a frame: past this the peer is taking nothing while this side
- *  keeps making messages for it (a client that asks and never reads the answers), and the link
- *  is told (overflow). */
+ *  messages plus FRAME_HELD_BYTES a frame, while the peer takes nothing: past this, once the peer
+ *  has gone the link's stallMs without taking PROGRESS_BYTES (a client that asks and never reads
+ *  the answers), the link is told (overflow). A peer that reads may have more waiting: 16 calls
+ *  answered with 4 MB each, to a client reading as fast as its 8 MiB window let it, put 64 MB
+ *  here, and closing at once failed them all (a helper session's review, 2026-12-07); the
+ *  runtime's maxWaitingBytes bounds what all connections hold together (waiting.ts). */
 export const MAX_BLOCKED_BYTES = 32 << 20;
 /** What a waiting frame holds besides its message bytes, counted towards MAX_BLOCKED_BYTES: its
  *  outcome's callbacks and what waits on them. Measured: a server refusing small REQUESTs held
@@ -65,8 +68,12 @@ export interface OutboxLink {
    *  reports), asked for as a message takes the frames waiting for company; none when it has
    *  nothing or could not make them. */
   soon?(): WireFrame[];
-  /** More than MAX_BLOCKED_BYTES wait for the peer's window: `bytes` of messages, `frames` frames. */
-  overflow?(bytes: number, frames: number): void;
+  /** More than MAX_BLOCKED_BYTES wait for the peer's window, `bytes` of messages in `frames`
+   *  frames, and the peer took nothing (PROGRESS_BYTES) for `idleMs`, at least stallMs(). */
+  overflow?(bytes: number, frames: number, idleMs: number): void;
+  /** How long the peer may go without taking PROGRESS_BYTES while more than MAX_BLOCKED_BYTES
+   *  wait for it (a connection's liveness time); left out, overflow is never told. */
+  stallMs?(): number;
   /** Messages wait for the peer's window after a flush or a credit (the window may WANT a loan
    *  for the first: shortfall()). */
   blocked?(): void;
@@ -107,6 +114,11 @@ export class Outbox {
   #reported = 0;
   /** close() was called: sends still in UCX's hands are no longer counted. */
   #closed = false;
+  /** When the peer last took PROGRESS_BYTES, or messages began to wait for its window since. */
+  #since = performance.now();
+  /** Runs out when the peer will have gone stallMs without taking anything, while more than
+   *  MAX_BLOCKED_BYTES wait. */
+  #stallTimer: NodeJS.Timeout | undefined;
 
   constructor(private readonly link: OutboxLink) {}
 
@@ -225,6 +237,8 @@ export class Outbox {
    *  fails those waiting for the window. */
   close(): void {
     this.#closed = true;
+    clearTimeout(this.#stallTimer);
+    this.#stallTimer = undefined;
     this.#soon = [];
     this.#linkSoon = false;
     clearTimeout(this.#soonTimer);
@@ -284,12 +298,13 @@ export class Outbox {
       // The peer's window is shut: the message waits, behind any already waiting; its frames keep
       // their outcome, not their bytes.
       for (const frame of group) frame.body = PACKED;
+      // The peer's clock starts when something begins to wait for it.
+      if (this.#blockedHead === this.#blocked.length) this.#since = performance.now();
       this.#blocked.push({ message, group, weight });
       this.#blockedBytes += message.length;
       this.#blockedFrames += group.length;
       this.#report(false);
-      const blocked = this.#blockedBytes + this.#blockedFrames * FRAME_HELD_BYTES;
-      if (blocked > MAX_BLOCKED_BYTES) this.link.overflow?.(this.#blockedBytes, this.#blockedFrames);
+      if (this.#overCap) this.#watchStall();
     }
     if (this.#blockedHead < this.#blocked.length) this.link.blocked?.();
   }
@@ -301,6 +316,38 @@ export class Outbox {
     return this.#blockedBytes + this.#blockedFrames * FRAME_HELD_BYTES + Math.max(0, this.#flightBytes - FREE_FLIGHT_BYTES);
   }
 
+  /** More than MAX_BLOCKED_BYTES wait for the peer's window (bytes, and FRAME_HELD_BYTES a frame). */
+  get #overCap(): boolean {
+    return this.#blockedBytes + this.#blockedFrames * FRAME_HELD_BYTES > MAX_BLOCKED_BYTES;
+  }
+
+  /** Tells the link (overflow) once the peer has gone stallMs without taking anything while
+   *  this side holds more than MAX_BLOCKED_BYTES for it; a peer that takes PROGRESS_BYTES meanwhile
+   *  starts its clock again. One timer, set when the cap is passed. */
+  #watchStall(): void {
+    const stallMs = this.link.stallMs?.();
+    if (this.#stallTimer !== undefined || stallMs === undefined || this.link.overflow === undefined) return;
+    let due = 0;
+    const arm = (): void => {
+      const delay = Math.max(1, stallMs - (performance.now() - this.#since));
+      due = performance.now() + delay;
+      this.#stallTimer = setTimeout(check, delay).unref();
+    };
+    const check = (): void => {
+      this.#stallTimer = undefined;
+      if (this.#closed || !this.#overCap) return;
+      // Run out late by more than an eighth of the time (as liveness.ts judges a late tick):
+      // this process's event loop was blocked, and the peer's credit may wait unread. The peer
+      // gets that eighth again, for this side to read what came meanwhile.
+      const now = performance.now();
+      if (now - due > stallMs / 8) this.#since = Math.max(this.#since, now - stallMs + stallMs / 8);
+      const idleMs = now - this.#since;
+      if (idleMs >= stallMs) this.link.overflow!(this.#blockedBytes, this.#blockedFrames, idleMs);
+      else arm();
+    };
+    arm();
+  }
+
   /** Tells the link what is held now, where that changed or the peer counts as having taken
    *  something (`took` bytes more just now). */
   #report(took: number | false): void {
@@ -309,6 +356,7 @@ export class Outbox {
       this.#taken += took;
       if (this.#taken >= PROGRESS_BYTES) {
         this.#taken = 0;
+        this.#since = performance.now();
         progressed = true;
       }
     }
