@@ -296,7 +296,7 @@ describe('outbox and the peer window', () => {
       }
     }
 
-    it(`the link is told once the peer has taken nothing for its stall time (${STALL_MS} ms), not before`, async () => {
+    it(`the link is told once the oldest waiting message has waited the stall time (${STALL_MS} ms), not before`, async () => {
       vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'performance'] });
       const { outbox, overflows } = recording();
       outbox.openWindow(64 * KiB);
@@ -310,22 +310,38 @@ describe('outbox and the peer window', () => {
       expect(overflows).toEqual([[32 * MiB, 32, 2 * STALL_MS + 1]]);
     });
 
-    it('a peer that takes a megabyte within its stall time is not told, however much waits; the clock starts again from what it took', async () => {
+    it('a peer that takes some now and then is told once the oldest waiting message has waited the stall time', async () => {
       vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'performance'] });
       const { outbox, overflows, delivered } = recording();
       outbox.openWindow(0);
       await queueMiB(outbox, 64);
-      for (let step = 0; step < 8; step += 1) {
-        vi.advanceTimersByTime(STALL_MS - 1);
-        outbox.grant(PROGRESS_BYTES + 64 * KiB);  // one message goes: the peer took a MiB
-      }
-      expect(overflows).toEqual([]);
-      expect(delivered.length).toBe(8);
-      // The peer stops taking: told a stall time after it last took something.
-      vi.advanceTimersByTime(STALL_MS - 1);
+      // A MiB (one message) every half stall time: the messages queued first still wait.
+      vi.advanceTimersByTime(STALL_MS / 2);
+      outbox.grant(MiB + 64 * KiB);
+      vi.advanceTimersByTime(STALL_MS / 2 - 1);
+      outbox.grant(MiB + 64 * KiB);
       expect(overflows).toEqual([]);
       vi.advanceTimersByTime(1);
-      expect(overflows).toEqual([[56 * MiB, 56, STALL_MS]]);
+      expect(delivered.length).toBe(2);
+      expect(overflows).toEqual([[62 * MiB, 62, STALL_MS]]);
+    });
+
+    it('a peer that takes everything made for it within the stall time is never told, however much waits at once', async () => {
+      vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'performance'] });
+      const { outbox, overflows, delivered } = recording();
+      outbox.openWindow(0);
+      let call = 1;
+      for (let step = 0; step < 10; step += 1) {
+        // 40 MiB more each step, the step before's taken whole a moment before the stall time.
+        await queueMiB(outbox, 40, call);
+        call += 40;
+        vi.advanceTimersByTime(STALL_MS - 1);
+        outbox.grant(40 * (MiB + KiB));
+      }
+      expect(delivered.length).toBe(400);
+      expect(overflows).toEqual([]);
+      vi.advanceTimersByTime(STALL_MS);
+      expect(overflows).toEqual([]);
     });
 
     it('credit that brings it under the cap ends the watch', async () => {
@@ -521,6 +537,29 @@ describe("the runtime's count of what waits for peers' windows", () => {
     expect(reports.filter(([, progressed]) => progressed)).toEqual([]);
     outbox.grant(weight);  // the 64th: 1 MiB taken
     expect(reports.filter(([, progressed]) => progressed)).toHaveLength(1);
+    outbox.close();
+  });
+
+  it('a message let go by credit counts once as taken, not again when its send completes', async () => {
+    const reports: Array<[number, boolean]> = [];
+    const sends: Array<() => void> = [];
+    const outbox = new Outbox({
+      maxFrame: () => Number.MAX_SAFE_INTEGER,
+      refusal: () => undefined,
+      deliver: () => new Promise<void>((resolve) => { sends.push(resolve); }),
+      waiting: (held, progressed) => { reports.push([held, progressed]); },
+    });
+    outbox.openWindow(0);
+    for (let i = 0; i < 40; i += 1) {
+      void outbox.send(4, i + 1, frame(16 * KiB - FRAME_HEADER - FRAME_WEIGHT_BYTES)).catch(() => {});
+      await turn();
+    }
+    // 33 messages of 16 KiB go on credit: 528 KiB, about half of PROGRESS_BYTES.
+    outbox.grant(33 * 16 * KiB);
+    expect(sends).toHaveLength(33);
+    for (const sent of sends) sent();
+    await turn();
+    expect(reports.filter(([, progressed]) => progressed)).toEqual([]);
     outbox.close();
   });
 

@@ -245,7 +245,7 @@ describe("what waits for peers' windows, across the server", () => {
       expect(stats.waiting).toBeGreaterThan(15 * MiB);
       expect(stats.waiting).toBeLessThanOrEqual(20 * MiB);
       expect(stats.disconnects.filter((e) => /maxWaitingBytes/.test(e))).toHaveLength(1);
-      expect(stats.disconnects.find((e) => /maxWaitingBytes/.test(e))).toMatch(/RESOURCE_EXHAUSTED.*has taken nothing for \d+ ms, the longest of the connections on this runtime that hold 2\d{7} bytes waiting for their peers \([2-5]\d{6} of them its own; maxWaitingBytes 20971520/);
+      expect(stats.disconnects.find((e) => /maxWaitingBytes/.test(e))).toMatch(/RESOURCE_EXHAUSTED.*has gone \d+ ms without taking 1 MiB of its messages, the longest of the connections on this runtime that hold 2\d{7} bytes waiting for their peers \([2-5]\d{6} of them its own; maxWaitingBytes 20971520/);
       // One connection alone past the limit is closed too, below its own 32 MiB: perhaps before
       // all 2,000 have left, its later sends then failing (1 run in 4 with two CPU hogs).
       await unknownCalls(b, 20_000, 2000).catch(() => { /* closed part-way: what is asserted next */ });
@@ -257,25 +257,38 @@ describe("what waits for peers' windows, across the server", () => {
     }
   });
 
-  it('a peer that asks and takes nothing while more than 32 MiB waits for it is closed once it has gone its liveness time without taking any; other clients are served throughout', async () => {
-    // Liveness 3 s (the stall time is the connection's liveness time), and a runtime limit far
-    // above what this peer makes the server hold.
+  it.each([
+    ['takes nothing', 0],
+    ['takes 256 KiB every 250 ms', 250],
+  ])('a peer that asks and %s while more than 32 MiB waits for it is closed once the oldest waiting message has waited its liveness time; other clients are served throughout', async (_, creditEveryMs) => {
+    // Liveness 3 s (the oldest message may wait that long), and a runtime limit far above what
+    // this peer makes the server hold.
     const stalled = await startServer({ livenessMs: 3000 });
     const port = Number(stalled.address.split(':')[1]);
     const watcher = await Client.connect(stalled.address);
-    const raw = await neverCredits(port);
+    // A window of 1 MiB: each credit may give back what the one before let the server send.
+    const raw = await neverCredits(port, MiB);
+    let crediting: NodeJS.Timeout | undefined;
     try {
-      // 9,000 ERRORs of about 4.2 KB counted each wait: past 32 MiB.
-      await unknownCalls(raw, 1, 9000);
+      // Up to 24,000 ERRORs of about 4.2 KB counted each wait: three times 32 MiB, if the peer
+      // is not closed first (its later sends then fail).
+      const asking = unknownCalls(raw, 1, 24_000).catch(() => {});
       await expect.poll(async () => (await serverStats(watcher)).waiting, { timeout: 20_000, interval: 100 }).toBeGreaterThan(32 * MiB);
+      // About 26 MB of window weight waits (1 KiB a frame besides the bytes): taking 1 MiB a
+      // second (about 4 MB counted), the peer takes more than 1 MiB within its liveness time, and
+      // the rest stays over 32 MiB for about 16 s.
+      let id = 1;
+      if (creditEveryMs > 0) crediting = setInterval(() => { void credit(raw, 256 * 1024, id++).catch(() => {}); }, creditEveryMs);
       expect(await raw.closedWithin(30_000)).toBe('closed');
+      await asking;
       const stats = await serverStats(watcher);
-      expect(stats.disconnects.find((e) => /while \d+ bytes of messages/.test(e))).toMatch(/RESOURCE_EXHAUSTED.*has taken nothing for (\d{4,}) ms while \d+ bytes of messages \(\d+ frames\) wait for its window/);
-      const idle = Number(/has taken nothing for (\d+) ms/.exec(stats.disconnects.find((e) => /while \d+ bytes of messages/.test(e))!)![1]);
-      expect(idle).toBeGreaterThanOrEqual(3000);
+      const reason = stats.disconnects.find((e) => /waiting for its window, the oldest for/.test(e));
+      expect(reason).toMatch(/RESOURCE_EXHAUSTED.*has left \d+ bytes of messages \(\d+ frames\) waiting for its window, the oldest for \d+ ms/);
+      expect(Number(/the oldest for (\d+) ms/.exec(reason!)![1])).toBeGreaterThanOrEqual(3000);
       await expect.poll(async () => (await serverStats(watcher)).waiting, { timeout: 10_000, interval: 100 }).toBe(0);
       expect((await watcher.unary(EchoDescriptor.methods.ping, { n: 4 })).n).toBe(4);
     } finally {
+      clearInterval(crediting);
       await Promise.all([raw.close(), watcher.close()]);
     }
   });
@@ -297,7 +310,7 @@ describe("what waits for peers' windows, across the server", () => {
         return (await serverStats(watcher)).disconnects.filter((e) => /maxWaitingBytes/.test(e));
       }, { timeout: 30_000, interval: 100 }).toHaveLength(1);
       const stats = await serverStats(watcher);
-      expect(stats.disconnects.find((e) => /maxWaitingBytes/.test(e))).toMatch(/RESOURCE_EXHAUSTED.*has taken nothing for \d+ ms.*maxWaitingBytes 4194304/);
+      expect(stats.disconnects.find((e) => /maxWaitingBytes/.test(e))).toMatch(/RESOURCE_EXHAUSTED.*has gone \d+ ms without taking 1 MiB of its messages.*maxWaitingBytes 4194304/);
       expect(pings).toEqual(pings.map((_, i) => i));
       await expect.poll(async () => (await serverStats(watcher)).waiting, { timeout: 10_000, interval: 100 }).toBe(0);
     } finally {

@@ -232,8 +232,8 @@ export class Connection implements FrameSink {
 
   readonly #outbox = new Outbox({
     soon: () => this.#reportsFrames(),
-    overflow: (bytes, frames, idleMs) => this.close(new GdrpcError(Code.RESOURCE_EXHAUSTED,
-      `${this.peer} has taken nothing for ${Math.round(idleMs)} ms while ${bytes} bytes of messages (${frames} frames) wait for its window (docs/wire.md "Message window")`)),
+    overflow: (bytes, frames, oldestMs) => this.close(new GdrpcError(Code.RESOURCE_EXHAUSTED,
+      `${this.peer} has left ${bytes} bytes of messages (${frames} frames) waiting for its window, the oldest for ${Math.round(oldestMs)} ms (docs/wire.md "Message window")`)),
     stallMs: () => this.liveness.timeoutMs,
     waiting: (held, progressed) => this.runtime.waiting.set(this.#waitingHolder, held, progressed),
     blocked: () => this.#window.blocked(),
@@ -247,7 +247,7 @@ export class Connection implements FrameSink {
    *  runtime's limit, the connection whose peer has gone longest without taking any is closed. */
   readonly #waitingHolder: WaitingHolder = {
     shed: (held, total, limit, idleMs) => this.close(new GdrpcError(Code.RESOURCE_EXHAUSTED,
-      `${this.peer} has taken nothing for ${Math.round(idleMs)} ms, the longest of the connections on this runtime that hold ${total} bytes waiting for their peers (${held} of them its own; maxWaitingBytes ${limit}; docs/wire.md "Message window")`)),
+      `${this.peer} has gone ${Math.round(idleMs)} ms without taking 1 MiB of its messages, the longest of the connections on this runtime that hold ${total} bytes waiting for their peers (${held} of them its own; maxWaitingBytes ${limit}; docs/wire.md "Message window")`)),
   };
 
   /** Sends a frame whose tag and bytes the caller built (handshake, tests of malformed input);

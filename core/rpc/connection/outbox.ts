@@ -13,11 +13,14 @@ import type { FrameDone } from './posted-frame.ts';
 /** Frames a message takes before it leaves within the turn instead of at its end. */
 export const BATCH_FRAMES = 16;
 /** What may wait for the peer's window to open (docs/wire.md "Message window"), in bytes of
- *  messages plus FRAME_HELD_BYTES a frame, while the peer takes nothing: past this, once the peer
- *  has gone the link's stallMs without taking PROGRESS_BYTES (a client that asks and never reads
- *  the answers), the link is told (overflow). A peer that reads may have more waiting: 16 calls
- *  answered with 4 MB each, to a client reading as fast as its 8 MiB window let it, put 64 MB
- *  here, and closing at once failed them all (a helper session's review, 2026-12-07); the
+ *  messages plus FRAME_HELD_BYTES a frame, while the peer does not take it: past this, once the
+ *  oldest waiting message has waited the link's stallMs (a client that asks and never reads the
+ *  answers, or reads a little now and then), the link is told (overflow). A peer that reads may
+ *  have more waiting: 16 calls answered with 4 MB each, to a client reading as fast as its 8 MiB
+ *  window let it, put 64 MB here, and closing at once failed them all (a helper session's
+ *  review, 2026-12-07). Counting what the peer took instead (1 MiB within the time) let a peer
+ *  that took 1 MB every 4 s keep 200 MiB waiting for as long as it went on (the next review); the
+ *  oldest message's wait asks it to take everything made for it more than stallMs ago. The
  *  runtime's maxWaitingBytes bounds what all connections hold together (waiting.ts). */
 export const MAX_BLOCKED_BYTES = 32 << 20;
 /** What a waiting frame holds besides its message bytes, counted towards MAX_BLOCKED_BYTES: its
@@ -69,10 +72,10 @@ export interface OutboxLink {
    *  nothing or could not make them. */
   soon?(): WireFrame[];
   /** More than MAX_BLOCKED_BYTES wait for the peer's window, `bytes` of messages in `frames`
-   *  frames, and the peer took nothing (PROGRESS_BYTES) for `idleMs`, at least stallMs(). */
-  overflow?(bytes: number, frames: number, idleMs: number): void;
-  /** How long the peer may go without taking PROGRESS_BYTES while more than MAX_BLOCKED_BYTES
-   *  wait for it (a connection's liveness time); left out, overflow is never told. */
+   *  frames, the oldest for `oldestMs`, at least stallMs(). */
+  overflow?(bytes: number, frames: number, oldestMs: number): void;
+  /** How long the oldest message may wait for the peer's window while more than
+   *  MAX_BLOCKED_BYTES wait (a connection's liveness time); left out, overflow is never told. */
   stallMs?(): number;
   /** Messages wait for the peer's window after a flush or a credit (the window may WANT a loan
    *  for the first: shortfall()). */
@@ -86,7 +89,7 @@ export interface OutboxLink {
 }
 
 /** A packed message waiting for the peer's window, with the frames it carries and its weight. */
-interface BlockedMessage { message: Uint8Array; group: QueuedFrame[]; weight: number }
+interface BlockedMessage { message: Uint8Array; group: QueuedFrame[]; weight: number; at: number }
 
 export class Outbox {
   #queue: QueuedFrame[] = [];
@@ -114,9 +117,7 @@ export class Outbox {
   #reported = 0;
   /** close() was called: sends still in UCX's hands are no longer counted. */
   #closed = false;
-  /** When the peer last took PROGRESS_BYTES, or messages began to wait for its window since. */
-  #since = performance.now();
-  /** Runs out when the peer will have gone stallMs without taking anything, while more than
+  /** Runs out when the oldest waiting message will have waited stallMs, while more than
    *  MAX_BLOCKED_BYTES wait. */
   #stallTimer: NodeJS.Timeout | undefined;
 
@@ -298,9 +299,7 @@ export class Outbox {
       // The peer's window is shut: the message waits, behind any already waiting; its frames keep
       // their outcome, not their bytes.
       for (const frame of group) frame.body = PACKED;
-      // The peer's clock starts when something begins to wait for it.
-      if (this.#blockedHead === this.#blocked.length) this.#since = performance.now();
-      this.#blocked.push({ message, group, weight });
+      this.#blocked.push({ message, group, weight, at: performance.now() });
       this.#blockedBytes += message.length;
       this.#blockedFrames += group.length;
       this.#report(false);
@@ -321,31 +320,35 @@ export class Outbox {
     return this.#blockedBytes + this.#blockedFrames * FRAME_HELD_BYTES > MAX_BLOCKED_BYTES;
   }
 
-  /** Tells the link (overflow) once the peer has gone stallMs without taking anything while
-   *  this side holds more than MAX_BLOCKED_BYTES for it; a peer that takes PROGRESS_BYTES meanwhile
-   *  starts its clock again. One timer, set when the cap is passed. */
+  /** Tells the link (overflow) once the oldest waiting message has waited stallMs while this
+   *  side holds more than MAX_BLOCKED_BYTES for the peer. One timer, set when the cap is passed,
+   *  due when the message then oldest will have waited that long, and again for the next oldest
+   *  while over the cap. */
   #watchStall(): void {
     const stallMs = this.link.stallMs?.();
     if (this.#stallTimer !== undefined || stallMs === undefined || this.link.overflow === undefined) return;
     let due = 0;
-    const arm = (): void => {
-      const delay = Math.max(1, stallMs - (performance.now() - this.#since));
+    let extended = false;
+    const arm = (delay: number): void => {
       due = performance.now() + delay;
       this.#stallTimer = setTimeout(check, delay).unref();
     };
     const check = (): void => {
       this.#stallTimer = undefined;
       if (this.#closed || !this.#overCap) return;
+      const now = performance.now();
       // Run out late by more than an eighth of the time (as liveness.ts judges a late tick):
       // this process's event loop was blocked, and the peer's credit may wait unread. The peer
-      // gets that eighth again, for this side to read what came meanwhile.
-      const now = performance.now();
-      if (now - due > stallMs / 8) this.#since = Math.max(this.#since, now - stallMs + stallMs / 8);
-      const idleMs = now - this.#since;
-      if (idleMs >= stallMs) this.link.overflow!(this.#blockedBytes, this.#blockedFrames, idleMs);
-      else arm();
+      // gets that eighth once, for this side to read what came meanwhile.
+      if (!extended && now - due > stallMs / 8) {
+        extended = true;
+        return arm(stallMs / 8);
+      }
+      const oldestMs = now - this.#blocked[this.#blockedHead]!.at;
+      if (oldestMs >= stallMs) this.link.overflow!(this.#blockedBytes, this.#blockedFrames, oldestMs);
+      else arm(Math.max(1, stallMs - oldestMs));
     };
-    arm();
+    arm(Math.max(1, stallMs - (performance.now() - this.#blocked[this.#blockedHead]!.at)));
   }
 
   /** Tells the link what is held now, where that changed or the peer counts as having taken
@@ -356,7 +359,6 @@ export class Outbox {
       this.#taken += took;
       if (this.#taken >= PROGRESS_BYTES) {
         this.#taken = 0;
-        this.#since = performance.now();
         progressed = true;
       }
     }
@@ -385,14 +387,16 @@ export class Outbox {
         this.#tell(group, { error: this.link.refusal() });
         continue;
       }
-      this.#deliver(message, group, weight);
+      this.#deliver(message, group, weight, true);
     }
     if (released > 0) this.#report(released);
     if (this.#blockedHead < this.#blocked.length) this.link.blocked?.();
   }
 
-  /** Hands `message` (of `weight` in the peer's window) to the link; its frames are told. */
-  #deliver(message: Uint8Array, group: QueuedFrame[], weight: number): void {
+  /** Hands `message` (of `weight` in the peer's window) to the link; its frames are told. Its
+   *  weight counts as taken by the peer once: when its send completes, or (`released`) already
+   *  when the peer's credit let it go (a helper session's review found both counted). */
+  #deliver(message: Uint8Array, group: QueuedFrame[], weight: number, released = false): void {
     // The peer counts the same: the first message after its loan was taken may use the loan.
     this.#window.sent(weight);
     let sent: Promise<void> | undefined;
@@ -413,7 +417,7 @@ export class Outbox {
       // close() let go of every message in UCX's hands.
       if (this.#closed) return;
       this.#flightBytes -= message.length;
-      this.#report(weight);
+      this.#report(released ? 0 : weight);
     };
     sent.then(() => {
       done();
