@@ -17,6 +17,8 @@ export class Endpoint extends EventEmitter<{ error: [GdrpcError]; close: [] }> {
   readonly #native: NativeEndpoint;
   #closing: Promise<void> | undefined;
   #ended = false;
+  /** close() was called without force on a usable endpoint: UCX flushes towards the peer first. */
+  #graceful = false;
 
   /** @internal Wraps a native endpoint (client side: connect(); server side: Listener). */
   constructor(worker: Worker, handle: NativeEndpoint) {
@@ -49,6 +51,13 @@ export class Endpoint extends EventEmitter<{ error: [GdrpcError]; close: [] }> {
     const name = options.name === undefined ? undefined : checkString(options.name, 'options.name');
     const label = options.label === undefined ? undefined : checkString(options.label, 'options.label');
     return new Endpoint(worker, new (native().Endpoint)(nativeWorker, host, port, name, label));
+  }
+
+  /** A graceful close is under way: it ends when UCX has flushed what was sent towards the peer,
+   *  which a peer that stopped reading never lets happen; a later close({ force: true }) waits for
+   *  it too (UCX closes an endpoint once), and Worker.close ends it. */
+  get closingGracefully(): boolean {
+    return this.#graceful && !this.#ended;
   }
 
   /** The error callback fired (the peer is gone or the transport failed). */
@@ -141,6 +150,7 @@ export class Endpoint extends EventEmitter<{ error: [GdrpcError]; close: [] }> {
     return rejecting(() => {
       const force = checkObject(options, 'options').force ?? false;
       if (typeof force !== 'boolean') throw invalid(`options.force must be a boolean, got ${describe(force)}`);
+      this.#graceful = !force && !this.#native.failed;
       this.#closing = this.#native.close(force).then(() => {
         this.#ended = true;
         Worker.release(this.worker, this);

@@ -55,9 +55,17 @@ export interface TagOptions {
 export type { HeldLine, TcpPort, WakeupKind, WorkerStats } from './native-types.ts';
 
 /** What a worker closes when it closes: its endpoints and listeners. */
-interface Child { close(options?: { force?: boolean }): unknown }
+interface Child {
+  close(options?: { force?: boolean }): unknown;
+  /** A graceful close is under way (Endpoint): it waits for the peer, which may never come. */
+  readonly closingGracefully?: boolean;
+}
 
 const MAX_REQUEST_ID = 0x7fffffff;  // ids above are the addon's own
+
+/** How long closeChildren waits for endpoints whose graceful close is under way before the
+ *  worker's close ends them (a server's shutdown gives them as long first). */
+export const GRACEFUL_CLOSE_WAIT_MS = 2000;
 
 /** The longest polling for device transfers, or spell on a stuck transport, a worker may be given (µs). */
 const MAX_SPIN_US = 10_000_000;
@@ -209,10 +217,24 @@ export class Worker {
 
   /** @internal Closes the endpoints (force) and listeners, leaving the worker open: its posted
    *  receives stay, so a caller can still take what peers sent before they were cut off
-   *  (Runtime.close drains the unexpected queue so before the worker goes). */
+   *  (Runtime.close drains the unexpected queue so before the worker goes). An endpoint whose
+   *  graceful close is under way is waited for up to GRACEFUL_CLOSE_WAIT_MS: its flush waits for
+   *  the peer, and a peer whose process stopped with messages on their way never lets it finish
+   *  (a server's runtime, closed after shutdown() closed such a client gracefully, waited for
+   *  ever: 2026-12-07). The worker's close then ends it (its close request is cancelled, and UCX
+   *  frees the endpoint, reporting the sends it never completed). Not waited for at all, an
+   *  honest graceful close had UCX report its close request at the worker's destroy. */
   async closeChildren(): Promise<void> {
     const children = [...this.#children];
-    await Promise.all(children.map((child) => child.close({ force: true })));
+    const graceful = children.filter((child) => child.closingGracefully === true);
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.all([
+      ...children.filter((child) => child.closingGracefully !== true).map((child) => child.close({ force: true })),
+      graceful.length === 0 ? undefined : Promise.race([
+        Promise.allSettled(graceful.map((child) => child.close())),
+        new Promise((resolve) => { timer = setTimeout(resolve, GRACEFUL_CLOSE_WAIT_MS); }),
+      ]).finally(() => clearTimeout(timer)),
+    ]);
   }
 
   get closed(): boolean {
