@@ -120,7 +120,7 @@ describe('a peer that sends rendezvous messages and stops', () => {
       // Closed for the message that does not come whole (each is taken as its connection's and
       // waits alone: until the watch, a receive of any tag could take one and be given up on,
       // and a run with two CPU hogs then closed the peer for silence instead).
-      const stall = /did not arrive whole within 1000 ms: the connection is closed rather than read past it/;
+      const stall = /did not arrive whole within 3000 ms: the connection is closed rather than read past it/;
       await expect.poll(async () => (await serverStats(good)).disconnects.filter((e) => stall.test(e)), { timeout: 30_000, interval: 200 }).toHaveLength(1);
       await pinging;
       const fresh = await Client.connect(server.address);

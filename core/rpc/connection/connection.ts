@@ -9,7 +9,7 @@ import { FrameKind, type FrameBody } from '../../wire/frames.ts';
 import { FRAME_HEADER, packMessage, type WireFrame } from '../../wire/message.ts';
 import { ConnectionKey, controlTag, dataTag, IdSequence } from '../../wire/tag.ts';
 import type { TakenMessage } from '../../ucx/index.ts';
-import { STALLED_RECEIVE_MS, type FrameSink } from '../runtime/dispatcher.ts';
+import type { FrameSink } from '../runtime/dispatcher.ts';
 import { Exposures } from './exposures.ts';
 import { Outbox } from './outbox.ts';
 import type { FrameDone } from './posted-frame.ts';
@@ -234,7 +234,7 @@ export class Connection implements FrameSink {
     soon: () => this.#reportsFrames(),
     overflow: (bytes, frames, oldestMs) => this.close(new GdrpcError(Code.RESOURCE_EXHAUSTED,
       `${this.peer} has left ${bytes} bytes of messages (${frames} frames) waiting for its window, the oldest for ${Math.round(oldestMs)} ms (docs/wire.md "Message window")`)),
-    stallMs: () => this.liveness.timeoutMs,
+    stallMs: () => this.stallMs(),
     waiting: (held, progressed) => this.runtime.waiting.set(this.#waitingHolder, held, progressed),
     blocked: () => this.#window.blocked(),
     maxFrame: () => this.peerLimits.maxFrame,
@@ -341,8 +341,10 @@ export class Connection implements FrameSink {
   incomingDataTag(transfer: number): bigint { return dataTag(this.key, transfer); }
 
   onStalled(): void {
-    this.close(new GdrpcError(Code.UNAVAILABLE, `a control message from ${this.peer} did not arrive whole within ${STALLED_RECEIVE_MS} ms: the connection is closed rather than read past it`));
+    this.close(new GdrpcError(Code.UNAVAILABLE, `a control message from ${this.peer} did not arrive whole within ${this.stallMs()} ms: the connection is closed rather than read past it`));
   }
+
+  stallMs(): number { return this.liveness.timeoutMs; }
 
   holdCap(): { bytes: number; perMessage: number } {
     // Each held message weighs at least what the window charges a message of one frame (counted

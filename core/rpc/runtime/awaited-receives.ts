@@ -3,8 +3,15 @@
 // connections, and its connection's later messages wait for it. A peer that sent rendezvous
 // messages and stopped its process held every connection's reading, a second a message, while
 // one receive served all (a helper session's attack, 2026-12-06). One that has not come whole
-// after STALLED_RECEIVE_MS, and as many drain passes in a row, while other control messages wait,
-// is given up on (stall-watch.ts), and its connection closed.
+// after its connection's stall time (FrameSink.stallMs: its liveness time), and as many drain
+// passes in a row, while other control messages wait, is given up on (stall-watch.ts), and its
+// connection closed. The time was one second for every connection while a waiting receive kept
+// its connection's later messages at the head of UCX's queue, in front of everyone else's; since
+// the sweep holds them aside (below) the wait costs its own connection alone, and the second
+// closed honest clients whose process was busy for a moment after it sent (its rendezvous
+// messages wait for it to send their bytes): a client busy for 2.5 s after 8 calls lost 6 of them
+// (test/rpc/busy-sender.test.ts); with two CPU hogs beside, 4 clients of 64 calls with 1 MB inline
+// arguments lost a third of them (a helper session's review, 2026-12-07).
 import { StallWatch } from './stall-watch.ts';
 import type { ReceiveBuffer } from './receive-buffer.ts';
 import type { Registered } from './connection-table.ts';
@@ -13,7 +20,8 @@ import type { Worker } from '../../ucx/index.ts';
 /** How often the dispatcher's drain passes come (and look at these receives). */
 export const DRAIN_INTERVAL_MS = 25;
 /** A control receive whose message's rest has not come this long, while other control messages
- *  wait, is given up on and its connection closed, once as many drain passes in a row saw it so. */
+ *  wait, is given up on and its connection closed, once as many drain passes in a row saw it so:
+ *  for a connection that says no time of its own (FrameSink.stallMs). */
 export const STALLED_RECEIVE_MS = 1000;
 
 /** The connections whose receive in a turn waits for its message (Registered.awaiting). */
@@ -28,7 +36,8 @@ export class AwaitedReceives {
   /** `registered`'s receive `id` into `buffer` (its sender tag and length to come in `slot`)
    *  waits for the rest of its message. */
   add(registered: Registered, buffer: ReceiveBuffer, slot: Uint32Array<ArrayBuffer>, id: number): void {
-    registered.awaiting = { buffer, slot, id, watch: new StallWatch(Math.ceil(STALLED_RECEIVE_MS / DRAIN_INTERVAL_MS), STALLED_RECEIVE_MS) };
+    const stallMs = registered.sink.stallMs?.() ?? STALLED_RECEIVE_MS;
+    registered.awaiting = { buffer, slot, id, watch: new StallWatch(Math.ceil(stallMs / DRAIN_INTERVAL_MS), stallMs) };
     this.#waiting.add(registered);
     // While it waits, the binding's sweep takes the connection's later messages out of UCX's
     // queue into a line of their own (read first, in order), up to what its window lets its peer
