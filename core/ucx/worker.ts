@@ -118,6 +118,8 @@ export class Worker {
   readonly context: Context;
   readonly #native: NativeWorker;
   readonly #children = new Set<Child>();
+  /** Children whose graceful close closeChildren already waited for. */
+  readonly #waitedFor = new WeakSet<Child>();
   #nextId = 1;
   #closing: Promise<void> | undefined;
 
@@ -226,7 +228,10 @@ export class Worker {
    *  honest graceful close had UCX report its close request at the worker's destroy. */
   async closeChildren(): Promise<void> {
     const children = [...this.#children];
-    const graceful = children.filter((child) => child.closingGracefully === true);
+    // Each waited for once: Runtime.close calls this, then close() again (it waited 4 s, a helper
+    // session's review found).
+    const graceful = children.filter((child) => child.closingGracefully === true && !this.#waitedFor.has(child));
+    for (const child of graceful) this.#waitedFor.add(child);
     let timer: NodeJS.Timeout | undefined;
     await Promise.all([
       ...children.filter((child) => child.closingGracefully !== true).map((child) => child.close({ force: true })),

@@ -9,7 +9,7 @@ import { FrameKind, type FrameBody } from '../../wire/frames.ts';
 import { FRAME_HEADER, packMessage, type WireFrame } from '../../wire/message.ts';
 import { ConnectionKey, controlTag, dataTag, IdSequence } from '../../wire/tag.ts';
 import type { TakenMessage } from '../../ucx/index.ts';
-import type { FrameSink } from '../runtime/dispatcher.ts';
+import { STALLED_RECEIVE_MS, type FrameSink } from '../runtime/dispatcher.ts';
 import { Exposures } from './exposures.ts';
 import { Outbox } from './outbox.ts';
 import type { FrameDone } from './posted-frame.ts';
@@ -234,7 +234,7 @@ export class Connection implements FrameSink {
     soon: () => this.#reportsFrames(),
     overflow: (bytes, frames, oldestMs) => this.close(new GdrpcError(Code.RESOURCE_EXHAUSTED,
       `${this.peer} has left ${bytes} bytes of messages (${frames} frames) waiting for its window, the oldest for ${Math.round(oldestMs)} ms (docs/wire.md "Message window")`)),
-    stallMs: () => this.stallMs(),
+    stallMs: () => this.liveness.timeoutMs,
     waiting: (held, progressed) => this.runtime.waiting.set(this.#waitingHolder, held, progressed),
     blocked: () => this.#window.blocked(),
     maxFrame: () => this.peerLimits.maxFrame,
@@ -344,7 +344,10 @@ export class Connection implements FrameSink {
     this.close(new GdrpcError(Code.UNAVAILABLE, `a control message from ${this.peer} did not arrive whole within ${this.stallMs()} ms: the connection is closed rather than read past it`));
   }
 
-  stallMs(): number { return this.liveness.timeoutMs; }
+  /** How long a message of this connection's may take to arrive whole while others wait: its
+   *  liveness time once admitted; STALLED_RECEIVE_MS before (a peer that has proved nothing
+   *  waits no longer than before the sweep held lines aside: a helper session's review). */
+  stallMs(): number { return this.admitted ? this.liveness.timeoutMs : STALLED_RECEIVE_MS; }
 
   holdCap(): { bytes: number; perMessage: number } {
     // Each held message weighs at least what the window charges a message of one frame (counted
