@@ -8,26 +8,13 @@
 import { FRAME_HEADER, packMessage, type WireFrame } from '../../wire/message.ts';
 import { FRAME_WEIGHT_BYTES } from './window-frames.ts';
 import { PeerWindow } from './peer-window.ts';
+import { BacklogWatch, FRAME_HELD_BYTES, MAX_BLOCKED_BYTES } from './backlog-watch.ts';
+
+export { FRAME_HELD_BYTES, MAX_BLOCKED_BYTES };
 import type { FrameDone } from './posted-frame.ts';
 
 /** Frames a message takes before it leaves within the turn instead of at its end. */
 export const BATCH_FRAMES = 16;
-/** What may wait for the peer's window to open (docs/wire.md "Message window"), in bytes of
- *  messages plus FRAME_HELD_BYTES a frame, while the peer does not take it: past this, once the
- *  oldest waiting message has waited the link's stallMs (a client that asks and never reads the
- *  answers, or reads a little now and then), the link is told (overflow). A peer that reads may
- *  have more waiting: 16 calls answered with 4 MB each, to a client reading as fast as its 8 MiB
- *  window let it, put 64 MB here, and closing at once failed them all (a helper session's
- *  review, 2026-12-07). Counting what the peer took instead (1 MiB within the time) let a peer
- *  that took 1 MB every 4 s keep 200 MiB waiting for as long as it went on (the next review); the
- *  oldest message's wait asks it to take everything made for it more than stallMs ago. The
- *  runtime's maxWaitingBytes bounds what all connections hold together (waiting.ts). */
-export const MAX_BLOCKED_BYTES = 32 << 20;
-/** What a waiting frame holds besides its message bytes, counted towards MAX_BLOCKED_BYTES: its
- *  outcome's callbacks and what waits on them. Measured: a server refusing small REQUESTs held
- *  about 3.9 KB of heap per ERROR frame waiting (a helper session's attack, 2026-12-06); counting
- *  the message bytes alone let 33 MB of waiting messages hold 965 MiB. */
-export const FRAME_HELD_BYTES = 4096;
 /** Bytes of messages in UCX's hands (sent, not yet completed) a connection keeps without counting
  *  them towards maxWaitingBytes: a default window's worth (window.ts). An honest peer that is
  *  slow to read has that much on its way, and counting it let busy honest clients alone trip the
@@ -117,9 +104,13 @@ export class Outbox {
   #reported = 0;
   /** close() was called: sends still in UCX's hands are no longer counted. */
   #closed = false;
-  /** Runs out when the oldest waiting message will have waited stallMs, while more than
-   *  MAX_BLOCKED_BYTES wait. */
-  #stallTimer: NodeJS.Timeout | undefined;
+  /** Says when the oldest waiting message has waited the link's stallMs while more than
+   *  MAX_BLOCKED_BYTES wait (backlog-watch.ts). */
+  readonly #watch = new BacklogWatch({
+    overCap: () => !this.#closed && this.#overCap,
+    oldestSince: () => this.#blocked[this.#blockedHead]!.at,
+    stalled: (oldestMs) => this.link.overflow?.(this.#blockedBytes, this.#blockedFrames, oldestMs),
+  });
 
   constructor(private readonly link: OutboxLink) {}
 
@@ -238,8 +229,7 @@ export class Outbox {
    *  fails those waiting for the window. */
   close(): void {
     this.#closed = true;
-    clearTimeout(this.#stallTimer);
-    this.#stallTimer = undefined;
+    this.#watch.stop();
     this.#soon = [];
     this.#linkSoon = false;
     clearTimeout(this.#soonTimer);
@@ -303,7 +293,7 @@ export class Outbox {
       this.#blockedBytes += message.length;
       this.#blockedFrames += group.length;
       this.#report(false);
-      if (this.#overCap) this.#watchStall();
+      if (this.#overCap && this.link.overflow !== undefined) this.#watch.start(this.link.stallMs?.());
     }
     if (this.#blockedHead < this.#blocked.length) this.link.blocked?.();
   }
@@ -318,37 +308,6 @@ export class Outbox {
   /** More than MAX_BLOCKED_BYTES wait for the peer's window (bytes, and FRAME_HELD_BYTES a frame). */
   get #overCap(): boolean {
     return this.#blockedBytes + this.#blockedFrames * FRAME_HELD_BYTES > MAX_BLOCKED_BYTES;
-  }
-
-  /** Tells the link (overflow) once the oldest waiting message has waited stallMs while this
-   *  side holds more than MAX_BLOCKED_BYTES for the peer. One timer, set when the cap is passed,
-   *  due when the message then oldest will have waited that long, and again for the next oldest
-   *  while over the cap. */
-  #watchStall(): void {
-    const stallMs = this.link.stallMs?.();
-    if (this.#stallTimer !== undefined || stallMs === undefined || this.link.overflow === undefined) return;
-    let due = 0;
-    let extended = false;
-    const arm = (delay: number): void => {
-      due = performance.now() + delay;
-      this.#stallTimer = setTimeout(check, delay).unref();
-    };
-    const check = (): void => {
-      this.#stallTimer = undefined;
-      if (this.#closed || !this.#overCap) return;
-      const now = performance.now();
-      // Run out late by more than an eighth of the time (as liveness.ts judges a late tick):
-      // this process's event loop was blocked, and the peer's credit may wait unread. The peer
-      // gets that eighth once, for this side to read what came meanwhile.
-      if (!extended && now - due > stallMs / 8) {
-        extended = true;
-        return arm(stallMs / 8);
-      }
-      const oldestMs = now - this.#blocked[this.#blockedHead]!.at;
-      if (oldestMs >= stallMs) this.link.overflow!(this.#blockedBytes, this.#blockedFrames, oldestMs);
-      else arm(Math.max(1, stallMs - oldestMs));
-    };
-    arm(Math.max(1, stallMs - (performance.now() - this.#blocked[this.#blockedHead]!.at)));
   }
 
   /** Tells the link what is held now, where that changed or the peer counts as having taken

@@ -1,8 +1,8 @@
 // What all of a runtime's connections hold for peers that are not taking it (docs/wire.md
 // "Message window"): messages waiting for a peer's window, and messages handed to UCX whose send
 // has not completed because the peer's socket is not taking them. Each connection's waiting
-// messages are capped (outbox.ts MAX_BLOCKED_BYTES, 32 MiB counted, once its peer took nothing for
-// its liveness time), and what is in UCX's hands by the peer's window, but a peer may open many
+// messages are capped (backlog-watch.ts MAX_BLOCKED_BYTES, 32 MiB counted, once the oldest has
+// waited its liveness time), and what is in UCX's hands by the peer's window, but a peer may open many
 // connections: 60 of them from one address, each
 // keeping to the server's window while never crediting it, held 715 MiB of a server's heap
 // before each reached its own cap (scratch attack, CPU box), and a server takes 1,024
