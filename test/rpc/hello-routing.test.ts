@@ -52,7 +52,9 @@ describe('HELLO routing', () => {
   it('where UCX does not tell an endpoint\'s address, connections take turns: one whose HELLO does not come holds the next up to its timeout', async () => {
     const localAddress = vi.spyOn(Endpoint.prototype, 'localAddress').mockReturnValue(undefined);
     const silent = listen();
-    const stalled = Client.connect(silent.address, { connectTimeoutMs: 4000 }).then(() => 'connected', (error: GdrpcError) => error.code);
+    // Its timeout far beyond the next one's, however slow the machine is to get there (with 4 s
+    // and two CPU hogs beside a CI run, it ran out first once, and the next got the turn).
+    const stalled = Client.connect(silent.address, { connectTimeoutMs: 15_000 }).then(() => 'connected', (error: GdrpcError) => error.code);
     await silent.accepted();
     const honest = listen();
     const waiting = Client.connect(honest.address, { connectTimeoutMs: 1000 });
