@@ -227,14 +227,20 @@ export class Worker {
    *  frees the endpoint, reporting the sends it never completed). Not waited for at all, an
    *  honest graceful close had UCX report its close request at the worker's destroy. */
   async closeChildren(): Promise<void> {
-    const children = [...this.#children];
-    // Each waited for once: Runtime.close calls this, then close() again (it waited 4 s, a helper
-    // session's review found).
-    const graceful = children.filter((child) => child.closingGracefully === true && !this.#waitedFor.has(child));
-    for (const child of graceful) this.#waitedFor.add(child);
+    const forced: unknown[] = [];
+    const graceful: Child[] = [];
+    for (const child of this.#children) {
+      if (child.closingGracefully !== true) forced.push(child.close({ force: true }));
+      // Each waited for once: Runtime.close calls this, then close() again (it waited 4 s, a
+      // helper session's review found).
+      else if (!this.#waitedFor.has(child)) {
+        this.#waitedFor.add(child);
+        graceful.push(child);
+      }
+    }
     let timer: NodeJS.Timeout | undefined;
     await Promise.all([
-      ...children.filter((child) => child.closingGracefully !== true).map((child) => child.close({ force: true })),
+      ...forced,
       graceful.length === 0 ? undefined : Promise.race([
         Promise.allSettled(graceful.map((child) => child.close())),
         new Promise((resolve) => { timer = setTimeout(resolve, GRACEFUL_CLOSE_WAIT_MS); }),

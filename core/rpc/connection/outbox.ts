@@ -9,9 +9,9 @@ import { FRAME_HEADER, packMessage, type WireFrame } from '../../wire/message.ts
 import { FRAME_WEIGHT_BYTES } from './window-frames.ts';
 import { PeerWindow } from './peer-window.ts';
 import { BacklogWatch, FRAME_HELD_BYTES, MAX_BLOCKED_BYTES } from './backlog-watch.ts';
+import type { FrameDone } from './posted-frame.ts';
 
 export { FRAME_HELD_BYTES, MAX_BLOCKED_BYTES };
-import type { FrameDone } from './posted-frame.ts';
 
 /** Frames a message takes before it leaves within the turn instead of at its end. */
 export const BATCH_FRAMES = 16;

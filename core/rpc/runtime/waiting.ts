@@ -2,11 +2,10 @@
 // "Message window"): messages waiting for a peer's window, and messages handed to UCX whose send
 // has not completed because the peer's socket is not taking them. Each connection's waiting
 // messages are capped (backlog-watch.ts MAX_BLOCKED_BYTES, 32 MiB counted, once the oldest has
-// waited its liveness time), and what is in UCX's hands by the peer's window, but a peer may open many
-// connections: 60 of them from one address, each
-// keeping to the server's window while never crediting it, held 715 MiB of a server's heap
-// before each reached its own cap (scratch attack, CPU box), and a server takes 1,024
-// connections. Past the runtime's limit the connection whose peer has gone longest without taking
+// waited its liveness time), and what is in UCX's hands by the peer's window, but a peer may open
+// many connections: 60 of them from one address, each keeping to the server's window while never
+// crediting it, held 715 MiB of a server's heap before each reached its own cap (scratch attack,
+// CPU box), and a server takes 1,024 connections. Past the runtime's limit the connection whose peer has gone longest without taking
 // anything (outbox.ts PROGRESS_BYTES) is closed, then the next, until what is left fits. Closing
 // the one that held the most instead could be steered: 60 connections each holding a little less
 // than an honest client whose event loop was busy for a moment got that client closed, and never
