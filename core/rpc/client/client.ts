@@ -115,6 +115,10 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
         const session = this.#usableSession() ?? await scope.race(this.#connection());
         let sent: Sent | undefined;
         try {
+          // Backpressure (room.ts): the request waits, unmade, while the server has not taken
+          // what waits for it.
+          const { room } = session.connection;
+          if (room.crowded) await room.wait(scope);
           const final = this.#open(session, scope);
           const sending = this.#send(session, final.id, FrameKind.Request, method, args, options, scope, true);
           sent = sending instanceof Promise ? await sending.catch((error: unknown) => { cancel(session, final.id); throw error; }) : sending;

@@ -68,8 +68,11 @@ export async function* serverStreamCall(calls: CallPlumbing, method: MethodDescr
   /** Tensor bytes of the items received and not yet taken, held against maxResultBytes. */
   const held: HeldItems = { bytes: 0 };
   try {
-    session = await scope.race(calls.connection());
-    const s = session;
+    const s = await scope.race(calls.connection());
+    // Backpressure (room.ts): the request waits, unmade, while the server has not taken what
+    // waits for it.
+    if (s.connection.room.crowded) await s.connection.room.wait(scope);
+    session = s;
     id = s.open({
       item: (body) => {
         const past = window.arrived();

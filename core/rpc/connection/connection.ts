@@ -11,7 +11,8 @@ import { ConnectionKey, controlTag, dataTag, IdSequence } from '../../wire/tag.t
 import type { TakenMessage } from '../../ucx/index.ts';
 import { STALLED_RECEIVE_MS, type FrameSink } from '../runtime/dispatcher.ts';
 import { Exposures } from './exposures.ts';
-import { Outbox } from './outbox.ts';
+import { MAX_BLOCKED_BYTES, Outbox } from './outbox.ts';
+import { Room } from './room.ts';
 import type { FrameDone } from './posted-frame.ts';
 import { Payloads } from './payloads.ts';
 import { Liveness } from './liveness.ts';
@@ -235,12 +236,25 @@ export class Connection implements FrameSink {
     overflow: (bytes, frames, oldestMs) => this.close(new GdrpcError(Code.RESOURCE_EXHAUSTED,
       `${this.peer} has left ${bytes} bytes of messages (${frames} frames) waiting for its window, the oldest for ${Math.round(oldestMs)} ms (docs/wire.md "Message window")`)),
     stallMs: () => this.liveness.timeoutMs,
-    waiting: (held, progressed) => this.runtime.waiting.set(this.#waitingHolder, held, progressed),
+    waiting: (held, progressed) => {
+      this.runtime.waiting.set(this.#waitingHolder, held, progressed);
+      this.room.changed();
+    },
     blocked: () => this.#window.blocked(),
     maxFrame: () => this.peerLimits.maxFrame,
     refusal: () => (this.#error === undefined ? undefined : unprocessed(this.#error)),
     // Nothing is queued before the handshake gave the peer's key, and a key is never taken back.
     deliver: (message) => this.#sendNow(controlTag(this.peerKey!.value), message),
+  });
+
+  /** Where calls wait before they add to what waits for the peer (room.ts): backpressure. */
+  readonly room = new Room({
+    free: () => {
+      const pending = this.#outbox.pendingBytes;
+      return pending <= MAX_BLOCKED_BYTES && !(pending > 0 && this.runtime.waiting.pressed);
+    },
+    pressed: () => this.runtime.waiting.pressed,
+    watchRuntime: (room) => this.runtime.waiting.watch(room),
   });
 
   /** This connection in the runtime's count of what waits for peers (waiting.ts): past the
@@ -390,6 +404,7 @@ export class Connection implements FrameSink {
     this.reports.close();
     this.payloads.close();
     this.#outbox.close();
+    this.room.close(unprocessed(error));
     this.#window.close();
     this.runtime.openingWindows.give(this.#openingExtra);
     this.runtime.dispatcher.unregister(this.key);

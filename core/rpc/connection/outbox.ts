@@ -80,6 +80,8 @@ interface BlockedMessage { message: Uint8Array; group: QueuedFrame[]; weight: nu
 
 export class Outbox {
   #queue: QueuedFrame[] = [];
+  /** Bytes of the frames in #queue (the turn's, not yet packed). */
+  #queuedBytes = 0;
   #soon: QueuedFrame[] = [];
   /** The link has something waiting for company (soonPending): link.soon() makes its frames. */
   #linkSoon = false;
@@ -132,6 +134,7 @@ export class Outbox {
       });
     }
     this.#queue.push({ kind, call, body, done });
+    this.#queuedBytes += body.length;
     if (this.#queue.length + this.#soon.length + (this.#linkSoon ? 1 : 0) >= BATCH_FRAMES) this.#flush();
   }
 
@@ -175,9 +178,11 @@ export class Outbox {
   flushSoon(): void {
     if (!this.#hasSoon) return;
     const queued = this.#queue;
+    const queuedBytes = this.#queuedBytes;
     this.#queue = [];
     this.#flush();
     this.#queue = queued;
+    this.#queuedBytes = queuedBytes;
   }
 
   /** The peer's window (its HELLO's or AUTH's `win`), in what messages weigh (window-frames.ts
@@ -220,6 +225,9 @@ export class Outbox {
 
   /** Bytes of messages waiting for the peer's window. */
   get blockedBytes(): number { return this.#blockedBytes; }
+  /** Bytes waiting for the peer, or about to (the turn's frames, not yet packed): what backpressure
+   *  (room.ts) weighs. */
+  get pendingBytes(): number { return this.#blockedBytes + this.#blockedFrames * FRAME_HELD_BYTES + this.#queuedBytes; }
   /** What every message sent on the connection so far weighs (sentOutside's included). */
   get sentBytes(): number { return this.#window.sentBytes; }
   /** What the peer may credit back of it: sentBytes less what loans paid for. */
@@ -262,6 +270,7 @@ export class Outbox {
     const soon = this.#takeSoon();
     const queue = soon.length > 0 ? [...soon, ...this.#queue] : this.#queue;
     this.#queue = [];
+    this.#queuedBytes = 0;
     const refusal = this.link.refusal();
     if (refusal !== undefined) {
       // Closed since these were queued: none of them was handed to UCX.

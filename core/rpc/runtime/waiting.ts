@@ -14,6 +14,9 @@
 /** RuntimeOptions.maxWaitingBytes by default: eight connections at their own cap. */
 export const DEFAULT_MAX_WAITING_BYTES = 256 << 20;
 
+/** Something told once the runtime is no longer pressed (a connection's room, room.ts). */
+export interface Easing { changed(): void }
+
 /** A holder of waiting messages (a connection), closed by the ledger when its peer has gone
  *  longest without taking any, past the limit. */
 export interface WaitingHolder {
@@ -31,11 +34,18 @@ export class WaitingLedger {
   readonly #held = new Map<WaitingHolder, Held>();
   #total = 0;
   #shedding = false;
+  /** Told once the runtime is no longer pressed. */
+  #easing = new Set<Easing>();
 
   constructor(readonly limit: number) {}
 
   /** What the runtime's connections hold, counted as outbox.ts counts it. */
   get total(): number { return this.#total; }
+  /** The connections hold half the limit or more: those holding anything make nothing more for
+   *  their peers until it eases (room.ts), so that honest demand backs up before the limit sheds. */
+  get pressed(): boolean { return this.#total >= this.limit / 2; }
+  /** Tells `easing` (once) when the runtime is no longer pressed. */
+  watch(easing: Easing): void { this.#easing.add(easing); }
 
   /** `holder` now holds `bytes` (0: nothing); `progressed`: its peer just took some. Past the
    *  limit, holders are shed in a microtask of their own: not inside the outbox's flush that
@@ -55,6 +65,11 @@ export class WaitingLedger {
     if (this.#total > this.limit && !this.#shedding) {
       this.#shedding = true;
       queueMicrotask(this.#shed);
+    }
+    if (this.#easing.size > 0 && !this.pressed) {
+      const easing = [...this.#easing];
+      this.#easing.clear();
+      for (const one of easing) one.changed();
     }
   }
 

@@ -132,6 +132,7 @@ export class ServerCall {
         const items = clientStream.items;
         const running = this.#handler = Promise.resolve(runHandler(() => (handler as ClientStreamHandler)(items, ctx)));
         const result = await this.scope.race(running);
+        if (this.connection.room.crowded) await this.connection.room.wait(this.scope);
         sent = (await this.#respond(result)).moving;
       } else {
         const received = this.#receive(args ?? {});
@@ -142,7 +143,11 @@ export class ServerCall {
           const returned = runHandler(() => (handler as UnaryHandler)(values, ctx));
           if (returned instanceof Promise) this.#handler = returned;
           const settling = this.#settle(returned);
-          const responding = this.#respond(settling instanceof Promise ? await settling : settling);
+          const result = settling instanceof Promise ? await settling : settling;
+          // Backpressure (room.ts): results that would join a backlog the peer has not taken
+          // wait, unencoded, until there is room.
+          if (this.connection.room.crowded) await this.connection.room.wait(this.scope);
+          const responding = this.#respond(result);
           sent = (responding instanceof Promise ? await responding : responding).moving;
         }
       }

@@ -1,0 +1,103 @@
+// The connection's room (core/rpc/connection/room.ts) on its own: calls wait in order while the
+// link has no room, one goes a turn, a call's own end takes it out of line, the connection's end
+// fails them all, and a pressed runtime's easing lets them go.
+import { setImmediate as nextTurn } from 'node:timers/promises';
+import { describe, expect, it } from 'vitest';
+import { Code, GdrpcError } from '../../core/errors.ts';
+import { CallScope } from '../../core/rpc/call/deadline.ts';
+import { Room } from '../../core/rpc/connection/room.ts';
+import { WaitingLedger } from '../../core/rpc/runtime/waiting.ts';
+
+/** A room over a link whose room and pressure the test sets. */
+function roomOver(ledger?: WaitingLedger): { room: Room; link: { free: boolean } } {
+  const link = { free: true };
+  const room = new Room({
+    free: () => link.free,
+    pressed: () => ledger?.pressed ?? false,
+    watchRuntime: (r) => ledger?.watch(r),
+  });
+  return { room, link };
+}
+
+/** Calls `n` turns of the event loop. */
+async function turns(n: number): Promise<void> {
+  for (let i = 0; i < n; i += 1) await nextTurn();
+}
+
+describe('Room', () => {
+  it('is crowded while the link has no room or calls wait; calls then go in order, one a turn', async () => {
+    const { room, link } = roomOver();
+    expect(room.crowded).toBe(false);
+    link.free = false;
+    expect(room.crowded).toBe(true);
+    const went: number[] = [];
+    const waits = [0, 1, 2].map((i) => room.wait(new CallScope(undefined)).then(() => { went.push(i); }));
+    await turns(3);
+    expect(went).toEqual([]);
+    expect(room.waiting).toBe(3);
+    link.free = true;
+    // Free again, but calls wait: a new one goes behind them.
+    expect(room.crowded).toBe(true);
+    room.changed();
+    await nextTurn();
+    expect(went).toEqual([0]);
+    // No room again after the first went (what it made filled the backlog): the rest wait.
+    link.free = false;
+    await turns(3);
+    expect(went).toEqual([0]);
+    link.free = true;
+    room.changed();
+    await Promise.all(waits);
+    expect(went).toEqual([0, 1, 2]);
+    expect(room.crowded).toBe(false);
+  });
+
+  it("a waiting call whose deadline passes or that is cancelled fails with its own error and leaves the line", async () => {
+    const { room, link } = roomOver();
+    link.free = false;
+    const timed = new CallScope(Date.now() + 50);
+    const cancelled = new CallScope(undefined);
+    const last = new CallScope(undefined);
+    const outcomes = [timed, cancelled, last].map((scope) => room.wait(scope).then(() => 'went', (e: GdrpcError) => e.code));
+    cancelled.abort(new GdrpcError(Code.CANCELLED, 'cancelled by the caller'));
+    expect(await outcomes[1]).toBe(Code.CANCELLED);
+    expect(await outcomes[0]).toBe(Code.DEADLINE_EXCEEDED);
+    expect(room.waiting).toBe(1);
+    link.free = true;
+    room.changed();
+    expect(await outcomes[2]).toBe('went');
+    expect(room.waiting).toBe(0);
+  });
+
+  it("the connection's end fails every waiting call with its error, and every later wait", async () => {
+    const { room, link } = roomOver();
+    link.free = false;
+    const waits = [1, 2].map(() => room.wait(new CallScope(undefined)).catch((e: GdrpcError) => e));
+    const closed = new GdrpcError(Code.UNAVAILABLE, 'connection closed', { details: { unprocessed: true } });
+    room.close(closed);
+    expect(await Promise.all(waits)).toEqual([closed, closed]);
+    expect(room.crowded).toBe(true);
+    await expect(room.wait(new CallScope(undefined))).rejects.toBe(closed);
+  });
+
+  it('while the runtime is pressed, a call waits until its waiting messages ease, told by the ledger', async () => {
+    const ledger = new WaitingLedger(1000);
+    const holder = { shed: () => { throw new Error('not past the limit: nothing is shed'); } };
+    const { room, link } = roomOver(ledger);
+    ledger.set(holder, 600);
+    expect(ledger.pressed).toBe(true);
+    link.free = false;
+    let went = false;
+    const wait = room.wait(new CallScope(undefined)).then(() => { went = true; });
+    await turns(3);
+    // The connection would have room now, but nobody told the room: it is the ledger's easing
+    // that does.
+    link.free = true;
+    await turns(3);
+    expect(went).toBe(false);
+    ledger.set(holder, 400);
+    expect(ledger.pressed).toBe(false);
+    await wait;
+    expect(went).toBe(true);
+  });
+});

@@ -1,0 +1,107 @@
+// Backpressure against peers that take nothing (core/rpc/connection/room.ts): what a connection
+// makes for its peer past its cap waits unmade, so a peer that asks for more than it takes costs
+// the cap and its calls' own state, not the answers' bytes; it is still closed once its oldest
+// message has waited its liveness time, and the calls that waited end with it. Before the room, a
+// raw client asking 40 answers of 4 MB and crediting none had the server hold all 160 MB of them
+// until its liveness ran out; a client's runtime held all its requests to a server that gave no
+// credit.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { pack } from 'msgpackr';
+import { Client, Code, GdrpcError, Runtime, Tensor } from '../../core/index.ts';
+import { FrameKind } from '../../core/wire/frames.ts';
+import { packMessage } from '../../core/wire/message.ts';
+import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
+import { startServer, type ListeningPeer } from '../rpc/fixtures/peers.ts';
+import { RawPeer } from '../rpc/fixtures/raw-peer.ts';
+import { RawServer } from '../rpc/fixtures/raw-server.ts';
+import { serverStats } from '../rpc/fixtures/stats.ts';
+import { disposePeers } from '../support/peer.ts';
+
+const MiB = 1 << 20;
+const BYTES = 4_000_000;
+const CALLS = 40;
+/** The connection's cap (backlog-watch.ts MAX_BLOCKED_BYTES, 32 MiB) and one more answer, with
+ *  the 4 KiB each waiting frame counts. */
+const CAP_AND_ONE = 32 * MiB + BYTES + 16 * 4096;
+/** The server's liveness time: how long its oldest answer may wait for the peer. */
+const LIVENESS_MS = 3000;
+
+let server: ListeningPeer;
+let good: Client;
+
+beforeAll(async () => {
+  server = await startServer({ livenessMs: LIVENESS_MS });
+  good = await Client.connect(server.address);
+});
+afterAll(async () => {
+  await good?.close();
+  await disposePeers();
+});
+
+describe('backpressure against a peer that takes nothing', () => {
+  it(`a client asking ${CALLS} answers of ${BYTES} bytes and crediting none costs the server its cap, not ${CALLS * BYTES / 1e6} MB; it is closed after the liveness time and its waiting calls end`, async () => {
+    const raw = await RawPeer.connect(Number(server.address.split(':')[1]));
+    // A window of 64 KiB, and frames of up to 8 MiB on loans it never gives: every answer waits.
+    await raw.auth(undefined, undefined, { win: 64 * 1024, wmax: 16 * MiB, maxFrame: 16 * MiB });
+    expect((await raw.receive())?.kind).toBe(FrameKind.Ready);
+    raw.keepsWindow = true;
+    raw.keepAlive();
+    try {
+      const { runs: before } = await serverStats(good);
+      const body = pack({ v: 2, svc: EchoDescriptor.methods.later.service, m: 'later', a: { ms: 0, bytes: BYTES } });
+      for (let call = 1; call <= CALLS; call += 8) {
+        await raw.sendMessage(packMessage(Array.from({ length: 8 }, (_, i) => ({ kind: FrameKind.Request, call: call + i, body }))));
+      }
+      // Every handler ran (their answers made or waiting for room), and what waits for the peer
+      // stays within the cap until the peer is closed.
+      await expect.poll(async () => ((await serverStats(good)).runs.later ?? 0) - (before.later ?? 0), { timeout: 20_000, interval: 100 }).toBe(CALLS);
+      let most = 0;
+      let pings = 0;
+      for (let stats = await serverStats(good); stats.connections > 1; stats = await serverStats(good)) {
+        most = Math.max(most, stats.waiting);
+        expect(stats.waiting).toBeLessThanOrEqual(CAP_AND_ONE);
+        expect((await good.unary(EchoDescriptor.methods.ping, { n: pings })).n).toBe(pings);
+        pings += 1;
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      expect(most).toBeGreaterThan(24 * MiB);
+      const stats = await serverStats(good);
+      expect(stats.disconnects.some((d) => /has left \d+ bytes of messages \(\d+ frames\) waiting for its window, the oldest for \d+ ms/.test(d))).toBe(true);
+      // The calls that waited for room ended with the connection: only the watcher's own runs.
+      await expect.poll(async () => (await serverStats(good)).activeCalls, { timeout: 10_000, interval: 100 }).toBeLessThanOrEqual(1);
+      console.log(`[backpressure] server held at most ${(most / MiB).toFixed(1)} MiB for the peer; ${pings} pings served meanwhile`);
+    } finally {
+      await raw.close();
+    }
+  }, 60_000);
+
+  it(`a client's ${CALLS} requests of ${BYTES} bytes to a server that gives no credit: its runtime holds its cap, not ${CALLS * BYTES / 1e6} MB, and the calls end at their deadline`, async () => {
+    const raw = RawServer.listen();
+    const runtime = Runtime.create();
+    try {
+      const admitting = raw.admit({ win: 64 * 1024, wmax: 16 * MiB, maxFrame: 16 * MiB });
+      const client = await Client.connect(raw.address, { runtime, livenessMs: 60_000 });
+      await admitting;
+      try {
+        const tag = 't'.repeat(BYTES);
+        let settled = false;
+        const calls = Promise.all(Array.from({ length: CALLS }, () => client.unary(EchoDescriptor.methods.echo, { x: Tensor.zeros([0], 'u8'), tag }, { deadline: 3000 }).catch((e: unknown) => e)));
+        void calls.finally(() => { settled = true; });
+        let most = 0;
+        while (!settled) {
+          most = Math.max(most, runtime.waitingBytes);
+          expect(runtime.waitingBytes).toBeLessThanOrEqual(CAP_AND_ONE);
+          await new Promise((resolve) => setTimeout(resolve, 20));
+        }
+        expect(most).toBeGreaterThan(24 * MiB);
+        const outcomes = await calls;
+        expect(outcomes.map((o) => (o instanceof GdrpcError ? o.code : o))).toEqual(Array(CALLS).fill(Code.DEADLINE_EXCEEDED));
+      } finally {
+        await client.close();
+      }
+    } finally {
+      await runtime.close();
+      await raw.close();
+    }
+  }, 60_000);
+});
