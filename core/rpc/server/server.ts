@@ -129,7 +129,9 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
   poolStats(): Array<ReturnType<TensorPool['stats']>> { return [...this.#pools.values()].map((pool) => pool.stats()); }
 
   /** Stops accepting, lets calls in flight finish for up to graceMs (default 5000), aborts the
-   *  rest (UNAVAILABLE), closes connections, pools and the listener. */
+   *  rest (UNAVAILABLE), closes connections, pools and the listener. What is left of graceMs once
+   *  the calls ended (2 s at least each) is what clients get to read their last answers and close
+   *  their connections, then what their graceful closes get to flush. */
   async shutdown(options: { graceMs?: number } = {}): Promise<void> {
     checkOptions('Server.shutdown options', options, { graceMs: Accept.ms });
     if (this.#shuttingDown) return;
@@ -140,6 +142,9 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
     this.#listener?.close();
     for (const session of this.#sessions) session.goAway();
     const graceMs = options.graceMs ?? 5000;
+    const graceEnds = performance.now() + graceMs;
+    /** What is left of the grace time, and `floorMs` at least. */
+    const left = (floorMs: number): number => Math.max(floorMs, graceEnds - performance.now());
     if (this.#activeCalls > 0) {
       await new Promise<void>((resolve) => {
         const timer = setTimeout(resolve, graceMs);
@@ -152,10 +157,12 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
     if (this.#activeCalls > 0) await new Promise((resolve) => setTimeout(resolve, 50));
     // A client closes a drained connection itself once it has read the last response there.
     // Waiting for that (bounded) instead of closing first keeps the last responses from being cut
-    // off: UCX's flush over TCP is local, and a socket closed with unread input sends a reset.
+    // off: UCX's flush over TCP is local, and a socket closed with unread input sends a reset. A
+    // client whose process is busy reads them late: until 2026-12-07 one busy for 4.5 s right
+    // after its calls lost 7 of 8 answers whatever graceMs said (a helper session's review).
     if (this.#sessions.size > 0) {
       await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, CLIENT_CLOSE_WAIT_MS);
+        const timer = setTimeout(resolve, left(CLIENT_CLOSE_WAIT_MS));
         timer.unref();
         this.#sessionsGone = () => { clearTimeout(timer); resolve(); };
       });
@@ -165,7 +172,7 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
     // Let graceful closes flush the last responses before the worker closes what is left by
     // force (a process that exits right after shutdown() otherwise cut them off: reset).
     const flushed = Promise.allSettled(sessions.map((session) => session.connection.endpointClosed));
-    await Promise.race([flushed, new Promise((resolve) => setTimeout(resolve, CLOSE_FLUSH_MS).unref())]);
+    await Promise.race([flushed, new Promise((resolve) => setTimeout(resolve, left(CLOSE_FLUSH_MS)).unref())]);
     for (const pool of this.#pools.values()) pool.close({ force: true });
     this.#pools.clear();
     await runtime?.detach(this);
@@ -297,9 +304,11 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
   }
 }
 
-/** How long shutdown waits for drained clients to close their connections themselves. */
+/** How long shutdown waits at least for drained clients to close their connections themselves
+ *  (the rest of graceMs where that is longer). */
 const CLIENT_CLOSE_WAIT_MS = 2000;
-/** How long shutdown waits for graceful endpoint closes before the worker forces the rest. */
+/** How long shutdown waits at least for graceful endpoint closes before the worker forces the
+ *  rest (the rest of graceMs where that is longer). */
 const CLOSE_FLUSH_MS = 2000;
 
 /** The host part of "host:port" (IPv6 hosts keep their colons). */
