@@ -15,6 +15,7 @@ function roomOver(ledger?: WaitingLedger): { room: Room; link: { free: boolean }
     free: () => link.free,
     pressed: () => ledger?.pressed ?? false,
     watchRuntime: (r) => ledger?.watch(r),
+    held: () => {},
   });
   return { room, link };
 }
@@ -99,5 +100,37 @@ describe('Room', () => {
     expect(ledger.pressed).toBe(false);
     await wait;
     expect(went).toBe(true);
+  });
+});
+
+describe('Room, against a peer that cancels', () => {
+  it('calls cancelled behind one that waits do not stay in line: a thousand of them keep fewer than 130', async () => {
+    const { room, link } = roomOver();
+    link.free = false;
+    const head = room.wait(new CallScope(undefined));
+    for (let i = 0; i < 1000; i += 1) {
+      const scope = new CallScope(undefined);
+      const waiting = room.wait(scope).catch((e: GdrpcError) => e.code);
+      scope.abort(new GdrpcError(Code.CANCELLED, 'cancelled by the peer'));
+      expect(await waiting).toBe(Code.CANCELLED);
+    }
+    expect(room.waiting).toBe(1);
+    expect(room.kept).toBeLessThan(130);
+    link.free = true;
+    room.changed();
+    await head;
+    expect(room.kept).toBe(0);
+  });
+
+  it("a closed connection's room is no longer told by the ledger", () => {
+    const ledger = new WaitingLedger(1000);
+    const holder = { shed: () => {} };
+    let told = 0;
+    const room = { changed: () => { told += 1; } };
+    ledger.set(holder, 600);
+    ledger.watch(room);
+    ledger.unwatch(room);
+    ledger.set(holder, 0);
+    expect(told).toBe(0);
   });
 });

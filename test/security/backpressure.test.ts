@@ -38,20 +38,32 @@ afterAll(async () => {
   await disposePeers();
 });
 
+/** An admitted raw peer that takes nothing: a window of 64 KiB, and frames of up to 8 MiB on
+ *  loans it never gives, so every answer larger than its window waits. */
+async function takesNothing(port: number): Promise<RawPeer> {
+  const raw = await RawPeer.connect(port);
+  await raw.auth(undefined, undefined, { win: 64 * 1024, wmax: 16 * MiB, maxFrame: 16 * MiB });
+  expect((await raw.receive())?.kind).toBe(FrameKind.Ready);
+  raw.keepsWindow = true;
+  raw.keepAlive();
+  return raw;
+}
+
+/** `count` calls of Echo.later answered at once with BYTES each, from call id `first` on. */
+async function askLater(raw: RawPeer, first: number, count: number): Promise<void> {
+  const body = pack({ v: 2, svc: EchoDescriptor.methods.later.service, m: 'later', a: { ms: 0, bytes: BYTES } });
+  for (let call = first; call < first + count; call += 8) {
+    const calls = Math.min(8, first + count - call);
+    await raw.sendMessage(packMessage(Array.from({ length: calls }, (_, i) => ({ kind: FrameKind.Request, call: call + i, body }))));
+  }
+}
+
 describe('backpressure against a peer that takes nothing', () => {
   it(`a client asking ${CALLS} answers of ${BYTES} bytes and crediting none costs the server its cap, not ${CALLS * BYTES / 1e6} MB; it is closed after the liveness time and its waiting calls end`, async () => {
-    const raw = await RawPeer.connect(Number(server.address.split(':')[1]));
-    // A window of 64 KiB, and frames of up to 8 MiB on loans it never gives: every answer waits.
-    await raw.auth(undefined, undefined, { win: 64 * 1024, wmax: 16 * MiB, maxFrame: 16 * MiB });
-    expect((await raw.receive())?.kind).toBe(FrameKind.Ready);
-    raw.keepsWindow = true;
-    raw.keepAlive();
+    const raw = await takesNothing(Number(server.address.split(':')[1]));
     try {
       const { runs: before } = await serverStats(good);
-      const body = pack({ v: 2, svc: EchoDescriptor.methods.later.service, m: 'later', a: { ms: 0, bytes: BYTES } });
-      for (let call = 1; call <= CALLS; call += 8) {
-        await raw.sendMessage(packMessage(Array.from({ length: 8 }, (_, i) => ({ kind: FrameKind.Request, call: call + i, body }))));
-      }
+      await askLater(raw, 1, CALLS);
       // Every handler ran (their answers made or waiting for room), and what waits for the peer
       // stays within the cap until the peer is closed.
       await expect.poll(async () => ((await serverStats(good)).runs.later ?? 0) - (before.later ?? 0), { timeout: 20_000, interval: 100 }).toBe(CALLS);
@@ -72,6 +84,32 @@ describe('backpressure against a peer that takes nothing', () => {
       console.log(`[backpressure] server held at most ${(most / MiB).toFixed(1)} MiB for the peer; ${pings} pings served meanwhile`);
     } finally {
       await raw.close();
+    }
+  }, 60_000);
+
+  it("peers each under the cap that take nothing, together past half of maxWaitingBytes: their calls waiting behind them do not keep them, they are closed after the liveness time, and the server's calls come back", async () => {
+    // 48 MiB for the whole server: pressed from 24 MiB. Two peers ask four 4 MB answers each,
+    // under the 32 MiB cap: 28 MB wait (the second peer's fourth waits for room). Before, the 20
+    // calls each asked for next
+    // waited in their rooms for ever and the peers were never closed (a helper session's review:
+    // 16 such peers filled maxCalls, and every other caller was refused).
+    const pressed = await startServer({ livenessMs: LIVENESS_MS, runtimeOptions: { maxWaitingBytes: 48 * MiB } });
+    const watcher = await Client.connect(pressed.address);
+    const port = Number(pressed.address.split(':')[1]);
+    const peers = [await takesNothing(port), await takesNothing(port)];
+    try {
+      for (const raw of peers) await askLater(raw, 1, 4);
+      await expect.poll(async () => (await serverStats(watcher)).waiting, { timeout: 20_000, interval: 100 }).toBeGreaterThan(24 * MiB);
+      for (const raw of peers) await askLater(raw, 5, 20);
+      // Both are closed once their oldest answer has waited the liveness time, with their calls.
+      for (const raw of peers) expect(await raw.closedWithin(10 * LIVENESS_MS)).toBe('closed');
+      const stats = await serverStats(watcher);
+      expect(stats.disconnects.filter((d) => /waiting for its window, the oldest for \d+ ms, with \d+ calls waiting to add to them/.test(d))).toHaveLength(2);
+      await expect.poll(async () => (await serverStats(watcher)).activeCalls, { timeout: 10_000, interval: 100 }).toBeLessThanOrEqual(1);
+      expect((await watcher.unary(EchoDescriptor.methods.ping, { n: 5 })).n).toBe(5);
+    } finally {
+      for (const raw of peers) await raw.close();
+      await watcher.close();
     }
   }, 60_000);
 

@@ -71,7 +71,10 @@ export async function* serverStreamCall(calls: CallPlumbing, method: MethodDescr
     const s = await scope.race(calls.connection());
     // Backpressure (room.ts): the request waits, unmade, while the server has not taken what
     // waits for it.
-    if (s.connection.room.crowded) await s.connection.room.wait(scope);
+    if (s.connection.room.crowded) {
+      await s.connection.room.wait(scope);
+      scope.throwIfAborted();
+    }
     session = s;
     id = s.open({
       item: (body) => {

@@ -1,8 +1,9 @@
 // Watches how long a connection's oldest message has waited for the peer's window while more than
-// the cap waits (MAX_BLOCKED_BYTES, below), and says when that passes the stall time
-// (a connection's liveness time): the peer takes nothing, or far less than is made for it. One
-// timer, set when the cap is passed, due when the message then oldest will have waited that long,
-// and again for the next oldest while still over the cap.
+// the cap waits (MAX_BLOCKED_BYTES, below), or calls wait to add to it (room.ts), and says when
+// that passes the stall time (a connection's liveness time): the peer takes nothing, or far less
+// than is made for it. One timer, set when the cap is passed or a call begins to wait, due when
+// the message then oldest will have waited that long, and again for the next oldest while the
+// backlog still holds.
 
 /** What may wait for the peer's window to open (docs/wire.md "Message window"), in bytes of
  *  messages plus FRAME_HELD_BYTES a frame, while the peer does not take it: past this, once the
@@ -23,11 +24,12 @@ export const FRAME_HELD_BYTES = 4096;
 
 /** What the watch asks of the backlog it watches. */
 export interface Backlog {
-  /** The backlog is over its cap now (it was closed: false). */
-  overCap(): boolean;
+  /** The backlog holds: a message waits, and it is over its cap or calls wait behind it (it was
+   *  closed: false). */
+  holds(): boolean;
   /** When its oldest message began to wait (performance.now()). */
   oldestSince(): number;
-  /** Its oldest message has waited `oldestMs`, at least the stall time, while over the cap. */
+  /** Its oldest message has waited `oldestMs`, at least the stall time, while it held. */
   stalled(oldestMs: number): void;
 }
 
@@ -36,7 +38,7 @@ export class BacklogWatch {
 
   constructor(private readonly backlog: Backlog) {}
 
-  /** The backlog passed its cap: watches it for `stallMs` (undefined: not watched), unless it
+  /** The backlog began to hold: watches it for `stallMs` (undefined: not watched), unless it
    *  already is. */
   start(stallMs: number | undefined): void {
     if (this.#timer !== undefined || stallMs === undefined) return;
@@ -48,7 +50,7 @@ export class BacklogWatch {
     };
     const check = (): void => {
       this.#timer = undefined;
-      if (!this.backlog.overCap()) return;
+      if (!this.backlog.holds()) return;
       const now = performance.now();
       // Run out late by more than an eighth of the time (as liveness.ts judges a late tick):
       // this process's event loop was blocked, and the peer's credit may wait unread. The peer

@@ -234,8 +234,9 @@ export class Connection implements FrameSink {
   readonly #outbox = new Outbox({
     soon: () => this.#reportsFrames(),
     overflow: (bytes, frames, oldestMs) => this.close(new GdrpcError(Code.RESOURCE_EXHAUSTED,
-      `${this.peer} has left ${bytes} bytes of messages (${frames} frames) waiting for its window, the oldest for ${Math.round(oldestMs)} ms (docs/wire.md "Message window")`)),
+      `${this.peer} has left ${bytes} bytes of messages (${frames} frames) waiting for its window, the oldest for ${Math.round(oldestMs)} ms${this.room.waiting > 0 ? `, with ${this.room.waiting} calls waiting to add to them` : ''} (docs/wire.md "Message window")`)),
     stallMs: () => this.liveness.timeoutMs,
+    callsWait: () => this.room.waiting > 0,
     waiting: (held, progressed) => {
       this.runtime.waiting.set(this.#waitingHolder, held, progressed);
       this.room.changed();
@@ -255,6 +256,7 @@ export class Connection implements FrameSink {
     },
     pressed: () => this.runtime.waiting.pressed,
     watchRuntime: (room) => this.runtime.waiting.watch(room),
+    held: () => this.#outbox.watchBacklog(),
   });
 
   /** This connection in the runtime's count of what waits for peers (waiting.ts): past the
@@ -405,6 +407,7 @@ export class Connection implements FrameSink {
     this.payloads.close();
     this.#outbox.close();
     this.room.close(unprocessed(error));
+    this.runtime.waiting.unwatch(this.room);
     this.#window.close();
     this.runtime.openingWindows.give(this.#openingExtra);
     this.runtime.dispatcher.unregister(this.key);

@@ -58,12 +58,16 @@ export interface OutboxLink {
    *  reports), asked for as a message takes the frames waiting for company; none when it has
    *  nothing or could not make them. */
   soon?(): WireFrame[];
-  /** More than MAX_BLOCKED_BYTES wait for the peer's window, `bytes` of messages in `frames`
-   *  frames, the oldest for `oldestMs`, at least stallMs(). */
+  /** More than MAX_BLOCKED_BYTES wait for the peer's window, or calls wait to add to what does,
+   *  `bytes` of messages in `frames` frames, the oldest for `oldestMs`, at least stallMs(). */
   overflow?(bytes: number, frames: number, oldestMs: number): void;
   /** How long the oldest message may wait for the peer's window while more than
-   *  MAX_BLOCKED_BYTES wait (a connection's liveness time); left out, overflow is never told. */
+   *  MAX_BLOCKED_BYTES wait, or calls wait to add to them (a connection's liveness time); left
+   *  out, overflow is never told. */
   stallMs?(): number;
+  /** Calls wait for room to add to what waits for the peer (room.ts): the oldest waiting message
+   *  is then watched whatever the backlog's size. */
+  callsWait?(): boolean;
   /** Messages wait for the peer's window after a flush or a credit (the window may WANT a loan
    *  for the first: shortfall()). */
   blocked?(): void;
@@ -109,7 +113,7 @@ export class Outbox {
   /** Says when the oldest waiting message has waited the link's stallMs while more than
    *  MAX_BLOCKED_BYTES wait (backlog-watch.ts). */
   readonly #watch = new BacklogWatch({
-    overCap: () => !this.#closed && this.#overCap,
+    holds: () => this.#holds,
     oldestSince: () => this.#blocked[this.#blockedHead]!.at,
     stalled: (oldestMs) => this.link.overflow?.(this.#blockedBytes, this.#blockedFrames, oldestMs),
   });
@@ -302,7 +306,7 @@ export class Outbox {
       this.#blockedBytes += message.length;
       this.#blockedFrames += group.length;
       this.#report(false);
-      if (this.#overCap && this.link.overflow !== undefined) this.#watch.start(this.link.stallMs?.());
+      if (this.#overCap) this.watchBacklog();
     }
     if (this.#blockedHead < this.#blocked.length) this.link.blocked?.();
   }
@@ -317,6 +321,18 @@ export class Outbox {
   /** More than MAX_BLOCKED_BYTES wait for the peer's window (bytes, and FRAME_HELD_BYTES a frame). */
   get #overCap(): boolean {
     return this.#blockedBytes + this.#blockedFrames * FRAME_HELD_BYTES > MAX_BLOCKED_BYTES;
+  }
+
+  /** A message waits for the window, and more than MAX_BLOCKED_BYTES do or calls wait to add to
+   *  them (the link's callsWait): the peer must take the oldest within the link's stallMs. */
+  get #holds(): boolean {
+    return !this.#closed && this.#blockedHead < this.#blocked.length && (this.#overCap || this.link.callsWait?.() === true);
+  }
+
+  /** Starts watching how long the oldest waiting message waits, if the backlog holds (#holds):
+   *  past the cap, or when a call begins to wait for room. */
+  watchBacklog(): void {
+    if (this.link.overflow !== undefined && this.#holds) this.#watch.start(this.link.stallMs?.());
   }
 
   /** Tells the link what is held now, where that changed or the peer counts as having taken

@@ -25,29 +25,40 @@ export interface RoomLink {
   pressed(): boolean;
   /** Asks to be told (the room's changed()) once the runtime's waiting messages ease. */
   watchRuntime(room: Room): void;
+  /** A call began to wait: the peer must now take its oldest waiting message within the
+   *  connection's liveness time, whatever the backlog's size (backlog-watch.ts). Without that,
+   *  peers each under the cap that took nothing held their calls waiting for ever while they
+   *  kept the runtime pressed: 16 of them filled maxCalls, and the server refused every other
+   *  caller (a helper session's review, 2026-12-07). */
+  held(): void;
 }
 
-interface Waiter { resolve(): void; reject(error: GdrpcError): void; off(): void; done: boolean }
+/** Waiters that ended while in line (cancelled, out of time) kept before the line is compacted:
+ *  a peer sending REQUEST and CANCEL pairs behind one waiting call grew a server by 21 MB/s
+ *  until it ran out of heap, when only the head of the line was ever cleared (the same review). */
+const MAX_ENDED_IN_LINE = 64;
+
+interface Waiter { resolve(): void; reject(error: GdrpcError): void; off(): void; done: boolean; inLine: boolean }
 
 export class Room {
   #waiters: Waiter[] = [];
   #head = 0;
+  /** Waiters in #waiters from #head on that ended while in line. */
+  #ended = 0;
   /** A turn is scheduled to let the next waiter go. */
   #scheduled = false;
   #closed: GdrpcError | undefined;
 
   constructor(private readonly link: RoomLink) {}
 
+  /** Calls waiting for room now. */
+  get waiting(): number { return this.#waiters.length - this.#head - this.#ended; }
+  /** Waiters kept in line, those that ended there included (for tests and diagnostics). */
+  get kept(): number { return this.#waiters.length - this.#head; }
+
   /** Calls must wait (wait()) rather than go now: others wait before them, or there is no room. */
   get crowded(): boolean {
-    return this.#head < this.#waiters.length || this.#closed !== undefined || !this.link.free();
-  }
-
-  /** Calls waiting for room now. */
-  get waiting(): number {
-    let waiting = 0;
-    for (let i = this.#head; i < this.#waiters.length; i += 1) if (!this.#waiters[i]!.done) waiting += 1;
-    return waiting;
+    return this.waiting > 0 || this.#closed !== undefined || !this.link.free();
   }
 
   /** Resolves when the call of `scope` may go, in the order the calls came; rejects with the
@@ -55,11 +66,13 @@ export class Room {
   wait(scope: WaitScope): Promise<void> {
     if (this.#closed !== undefined) return Promise.reject(this.#closed);
     return new Promise<void>((resolve, reject) => {
-      const waiter: Waiter = { resolve, reject, off: () => {}, done: false };
+      const waiter: Waiter = { resolve, reject, off: () => {}, done: false, inLine: false };
       waiter.off = scope.onAbort((error) => this.#settle(waiter, error));
       if (waiter.done) return;
+      waiter.inLine = true;
       this.#waiters.push(waiter);
       if (this.link.pressed()) this.link.watchRuntime(this);
+      this.link.held();
       this.changed();
     });
   }
@@ -67,28 +80,48 @@ export class Room {
   /** What waits for the peer shrank, or the runtime eased: the first waiter goes if there is room
    *  now, and the next one a turn later, once what the first made is counted. */
   changed(): void {
-    if (this.#scheduled || this.#head === this.#waiters.length) return;
+    if (this.#scheduled || this.waiting === 0) return;
     this.#scheduled = true;
     setImmediate(this.#turn);
   }
 
   readonly #turn = (): void => {
     this.#scheduled = false;
-    while (this.#head < this.#waiters.length && this.#waiters[this.#head]!.done) this.#shift();
-    if (this.#head === this.#waiters.length) return;
+    if (this.waiting === 0) return;
     if (!this.link.free()) {
       // Told again when what waits for the peer shrinks; the runtime's easing is watched apart.
       if (this.link.pressed()) this.link.watchRuntime(this);
       return;
     }
-    this.#settle(this.#shift()!);
+    let first = this.#shift();
+    while (first.done) first = this.#shift();
+    this.#settle(first);
+    this.#dropEnded();
     this.changed();
   };
 
-  #shift(): Waiter | undefined {
-    const waiter = this.#waiters[this.#head];
+  /** Drops the ended waiters from the line: all of them once none is left waiting, else once
+   *  they are more than MAX_ENDED_IN_LINE and half the line. */
+  #dropEnded(): void {
+    if (this.#ended === 0) return;
+    if (this.waiting === 0) {
+      this.#waiters = [];
+    } else if (this.#ended > MAX_ENDED_IN_LINE && 2 * this.#ended > this.#waiters.length - this.#head) {
+      this.#waiters = this.#waiters.slice(this.#head).filter((w) => !w.done);
+    } else {
+      return;
+    }
+    this.#head = 0;
+    this.#ended = 0;
+  }
+
+  /** Takes the first waiter out of line (one is there). */
+  #shift(): Waiter {
+    const waiter = this.#waiters[this.#head]!;
     this.#waiters[this.#head] = undefined!;
     this.#head += 1;
+    waiter.inLine = false;
+    if (waiter.done) this.#ended -= 1;
     if (this.#head === this.#waiters.length) {
       this.#waiters = [];
       this.#head = 0;
@@ -100,8 +133,14 @@ export class Room {
     if (waiter.done) return;
     waiter.done = true;
     waiter.off();
-    if (error === undefined) waiter.resolve();
-    else waiter.reject(error);
+    if (error === undefined) {
+      waiter.resolve();
+      return;
+    }
+    waiter.reject(error);
+    if (!waiter.inLine) return;
+    this.#ended += 1;
+    this.#dropEnded();
   }
 
   /** The connection closed: every waiting call fails with `error` (the connection marks it
@@ -112,6 +151,10 @@ export class Room {
     const waiters = this.#waiters.slice(this.#head);
     this.#waiters = [];
     this.#head = 0;
-    for (const waiter of waiters) this.#settle(waiter, this.#closed);
+    this.#ended = 0;
+    for (const waiter of waiters) {
+      waiter.inLine = false;
+      this.#settle(waiter, this.#closed);
+    }
   }
 }

@@ -46,6 +46,10 @@ export class WaitingLedger {
   get pressed(): boolean { return this.#total >= this.limit / 2; }
   /** Tells `easing` (once) when the runtime is no longer pressed. */
   watch(easing: Easing): void { this.#easing.add(easing); }
+  /** `easing` is no longer told (its connection closed: kept, a closed connection's room stayed
+   *  reachable for as long as the runtime was pressed, about 22 KB each; a helper session's
+   *  review). */
+  unwatch(easing: Easing): void { this.#easing.delete(easing); }
 
   /** `holder` now holds `bytes` (0: nothing); `progressed`: its peer just took some. Past the
    *  limit, holders are shed in a microtask of their own: not inside the outbox's flush that
