@@ -10,8 +10,9 @@ import { FRAME_WEIGHT_BYTES } from './window-frames.ts';
 import { PeerWindow } from './peer-window.ts';
 import { BacklogWatch, FRAME_HELD_BYTES, MAX_BLOCKED_BYTES } from './backlog-watch.ts';
 import type { FrameDone } from './posted-frame.ts';
+import { Company, SOON_MS, type QueuedFrame } from './company.ts';
 
-export { FRAME_HELD_BYTES, MAX_BLOCKED_BYTES };
+export { FRAME_HELD_BYTES, MAX_BLOCKED_BYTES, SOON_MS };
 
 /** Frames a message takes before it leaves within the turn instead of at its end. */
 export const BATCH_FRAMES = 16;
@@ -30,17 +31,11 @@ export const FREE_FLIGHT_BYTES = 8 << 20;
 export const PROGRESS_BYTES = 1 << 20;
 /** What a waiting frame's body becomes once packed: the message holds its bytes. */
 const PACKED = new Uint8Array(0);
-/** How long a frame sent with sendSoon waits for another to share its message. */
-export const SOON_MS = 1;
-
-interface QueuedFrame extends WireFrame { done: FrameDone }
 
 /** What a packed message of `group` weighs in the peer's window (window-frames.ts messageWeight). */
 function weightOf(message: Uint8Array, group: readonly QueuedFrame[]): number {
   return message.length + group.length * FRAME_WEIGHT_BYTES;
 }
-
-const NOBODY: FrameDone = { sent() {}, failed() {} };
 
 /** What an outbox needs of its connection. */
 export interface OutboxLink {
@@ -86,12 +81,9 @@ export class Outbox {
   #queue: QueuedFrame[] = [];
   /** Bytes of the frames in #queue (the turn's, not yet packed). */
   #queuedBytes = 0;
-  #soon: QueuedFrame[] = [];
-  /** The link has something waiting for company (soonPending): link.soon() makes its frames. */
-  #linkSoon = false;
-  #soonTimer: NodeJS.Timeout | undefined;
-  /** When the oldest frame now waiting for company was queued. */
-  #soonSince = 0;
+  /** Frames waiting for company (company.ts): due, they leave on their own unless this turn's
+   *  flush is about to take them. */
+  readonly #company = new Company(() => { if (this.#queue.length === 0) this.#flush(); }, () => this.link.soon?.() ?? []);
   /** The end-of-turn flush is queued (one per turn, however many early flushes went before it). */
   #scheduled = false;
   /** The peer's window as this side counts it (peer-window.ts). */
@@ -139,48 +131,26 @@ export class Outbox {
     }
     this.#queue.push({ kind, call, body, done });
     this.#queuedBytes += body.length;
-    if (this.#queue.length + this.#soon.length + (this.#linkSoon ? 1 : 0) >= BATCH_FRAMES) this.#flush();
+    if (this.#queue.length + this.#company.count >= BATCH_FRAMES) this.#flush();
   }
 
   /** Queues a frame the peer needs soon but nobody waits for (a SENT report): it joins the next
    *  message, or leaves on its own after SOON_MS. With calls in flight that is the next REQUEST
    *  or RESPONSE: no message and no wake-up of its own. */
   sendSoon(kind: number, call: number, body: Uint8Array): void {
-    this.#waitForCompany();
-    this.#soon.push({ kind, call, body, done: NOBODY });
+    this.#company.add(kind, call, body);
   }
 
   /** The link has something that waits for company as sendSoon's frames do: link.soon() makes
    *  its frame when a message takes them. */
   soonPending(): void {
-    if (this.#linkSoon) return;
-    this.#waitForCompany();
-    this.#linkSoon = true;
+    this.#company.pending();
   }
-
-  get #hasSoon(): boolean { return this.#soon.length > 0 || this.#linkSoon; }
-
-  #waitForCompany(): void {
-    if (!this.#hasSoon) this.#soonSince = performance.now();
-    this.#soonTimer ??= setTimeout(this.#soonDue, SOON_MS).unref();
-  }
-
-  /** The frames waiting for company leave on their own once the oldest has waited SOON_MS (at
-   *  most twice that). The timer is not stopped when a message takes them (a timer set and
-   *  cleared for every call's report cost about 0.4 µs a call on the CPU box): it runs out, finds
-   *  nothing or younger frames, and waits again only for those. */
-  readonly #soonDue = (): void => {
-    this.#soonTimer = undefined;
-    if (!this.#hasSoon) return;
-    const waited = performance.now() - this.#soonSince;
-    if (waited < SOON_MS) this.#soonTimer = setTimeout(this.#soonDue, Math.max(1, SOON_MS - waited)).unref();
-    else if (this.#queue.length === 0) this.#flush();
-  };
 
   /** Sends the frames waiting for company now, on their own (a graceful close); frames queued
    *  with send() in this turn stay queued, to fail with the connection. */
   flushSoon(): void {
-    if (!this.#hasSoon) return;
+    if (this.#company.count === 0) return;
     const queued = this.#queue;
     const queuedBytes = this.#queuedBytes;
     this.#queue = [];
@@ -242,10 +212,7 @@ export class Outbox {
   close(): void {
     this.#closed = true;
     this.#watch.stop();
-    this.#soon = [];
-    this.#linkSoon = false;
-    clearTimeout(this.#soonTimer);
-    this.#soonTimer = undefined;
+    this.#company.clear();
     const blocked = this.#blocked.slice(this.#blockedHead);
     this.#blocked = [];
     this.#blockedHead = 0;
@@ -258,20 +225,8 @@ export class Outbox {
     for (const { group } of blocked) this.#tell(group, { error: refusal });
   }
 
-  /** Takes the frames waiting for company (their timer runs out by itself: #soonDue). */
-  #takeSoon(): QueuedFrame[] {
-    let soon = this.#soon;
-    if (soon.length > 0) this.#soon = [];
-    if (this.#linkSoon) {
-      this.#linkSoon = false;
-      const frames = this.link.soon?.() ?? [];
-      if (frames.length > 0) soon = [...soon, ...frames.map((frame) => ({ ...frame, done: NOBODY }))];
-    }
-    return soon;
-  }
-
   #flush(): void {
-    const soon = this.#takeSoon();
+    const soon = this.#company.take();
     const queue = soon.length > 0 ? [...soon, ...this.#queue] : this.#queue;
     this.#queue = [];
     this.#queuedBytes = 0;
