@@ -357,13 +357,13 @@ export class Connection implements FrameSink {
   incomingDataTag(transfer: number): bigint { return dataTag(this.key, transfer); }
 
   onStalled(): void {
-    this.close(new GdrpcError(Code.UNAVAILABLE, `a control message from ${this.peer} did not arrive whole within ${this.stallMs()} ms: the connection is closed rather than read past it`));
+    this.close(new GdrpcError(Code.UNAVAILABLE, `a control message from ${this.peer} did not arrive whole within ${this.receiveStallMs()} ms: the connection is closed rather than read past it`));
   }
 
   /** How long a message of this connection's may take to arrive whole while others wait: its
    *  liveness time once admitted; STALLED_RECEIVE_MS before (a peer that has proved nothing
    *  waits no longer than before the sweep held lines aside: a helper session's review). */
-  stallMs(): number { return this.admitted ? this.liveness.timeoutMs : STALLED_RECEIVE_MS; }
+  receiveStallMs(): number { return this.admitted ? this.liveness.timeoutMs : STALLED_RECEIVE_MS; }
 
   holdCap(): { bytes: number; perMessage: number } {
     // Each held message weighs at least what the window charges a message of one frame (counted

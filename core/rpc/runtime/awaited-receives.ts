@@ -3,7 +3,7 @@
 // connections, and its connection's later messages wait for it. A peer that sent rendezvous
 // messages and stopped its process held every connection's reading, a second a message, while
 // one receive served all (a helper session's attack, 2026-12-06). One that has not come whole
-// after its connection's stall time (FrameSink.stallMs: its liveness time once admitted), and as
+// after its connection's stall time (FrameSink.receiveStallMs: its liveness time once admitted), and as
 // many drain passes in a row, while other control messages wait, is given up on (stall-watch.ts),
 // and its connection closed. The time was one second for every connection while a waiting receive kept
 // its connection's later messages at the head of UCX's queue, in front of everyone else's; since
@@ -21,7 +21,7 @@ import type { Worker } from '../../ucx/index.ts';
 export const DRAIN_INTERVAL_MS = 25;
 /** A control receive whose message's rest has not come this long, while other control messages
  *  wait, is given up on and its connection closed, once as many drain passes in a row saw it so:
- *  for a connection that says no time of its own (FrameSink.stallMs). */
+ *  for a connection that says no time of its own (FrameSink.receiveStallMs). */
 export const STALLED_RECEIVE_MS = 1000;
 
 /** The connections whose receive in a turn waits for its message (Registered.awaiting). */
@@ -36,7 +36,7 @@ export class AwaitedReceives {
   /** `registered`'s receive `id` into `buffer` (its sender tag and length to come in `slot`)
    *  waits for the rest of its message. */
   add(registered: Registered, buffer: ReceiveBuffer, slot: Uint32Array<ArrayBuffer>, id: number): void {
-    const stallMs = registered.sink.stallMs?.() ?? STALLED_RECEIVE_MS;
+    const stallMs = registered.sink.receiveStallMs?.() ?? STALLED_RECEIVE_MS;
     registered.awaiting = { buffer, slot, id, watch: new StallWatch(Math.ceil(stallMs / DRAIN_INTERVAL_MS), stallMs) };
     this.#waiting.add(registered);
     // While it waits, the binding's sweep takes the connection's later messages out of UCX's

@@ -27,11 +27,11 @@ export interface FrameSink {
    *  `framesWaiting`: control messages of this connection's own wait to be read. */
   onStrayData(message: TakenMessage, low: number, framesWaiting: boolean): void;
   /** A control message of this connection, taken and being received, has not arrived whole
-   *  within stallMs() while other messages waited: the connection cannot be read past it. */
+   *  within receiveStallMs() while other messages waited: the connection cannot be read past it. */
   onStalled(): void;
   /** How long a message of this connection may take to arrive whole while other messages wait
    *  (a connection's liveness time); left out, STALLED_RECEIVE_MS. */
-  stallMs?(): number;
+  receiveStallMs?(): number;
   /** What the peer may still send before this side reads more of it (its message window): while
    *  a message of its own waits alone, the binding's sweep holds its later ones up to `bytes`,
    *  each weighing its length and `perMessage` (Worker.sweepHold). Undefined: none are held. */
