@@ -113,6 +113,38 @@ describe('backpressure against a peer that takes nothing', () => {
     }
   }, 60_000);
 
+  it('a peer whose small answers begin to wait for room before any of them blocks is watched once they block, and closed', async () => {
+    // 40 MiB for the whole server: pressed from 20 MiB. One peer keeps it pressed for good: six
+    // 4 MB answers, under its cap, and no call of its own waiting (as before the room, it stays).
+    // A second peer asks 200 pings at once and credits nothing: the first answer, posted in the
+    // turn, makes its backlog non-empty, so the rest wait for room while nothing has blocked yet;
+    // then, one a turn, they shut its 64 KiB window. Before, only a backlog past the cap started the watch when a message
+    // blocked: the calls waited for ever (a helper session's review: 34 such peers held maxCalls
+    // for a minute, crediting nothing).
+    const pressed = await startServer({ livenessMs: LIVENESS_MS, runtimeOptions: { maxWaitingBytes: 40 * MiB } });
+    const watcher = await Client.connect(pressed.address);
+    const port = Number(pressed.address.split(':')[1]);
+    const presser = await takesNothing(port);
+    const holder = await takesNothing(port);
+    try {
+      await askLater(presser, 1, 6);
+      await expect.poll(async () => (await serverStats(watcher)).waiting, { timeout: 20_000, interval: 100 }).toBeGreaterThan(22 * MiB);
+      // 200 pings in one message (200 KiB of window weight, within the server's opening window),
+      // all read in one turn: all but the first wait for room before any answer has blocked, and
+      // nothing else comes from this peer that would wait after.
+      const ping = pack({ v: 2, svc: EchoDescriptor.methods.ping.service, m: 'ping', a: { n: 1 } });
+      await holder.sendMessage(packMessage(Array.from({ length: 200 }, (_, i) => ({ kind: FrameKind.Request, call: 1 + i, body: ping }))));
+      expect(await holder.closedWithin(10 * LIVENESS_MS)).toBe('closed');
+      const stats = await serverStats(watcher);
+      expect(stats.disconnects.some((d) => /waiting for its window, the oldest for \d+ ms, with \d+ calls waiting to add to them/.test(d))).toBe(true);
+      await expect.poll(async () => (await serverStats(watcher)).activeCalls, { timeout: 10_000, interval: 100 }).toBeLessThanOrEqual(1);
+    } finally {
+      await holder.close();
+      await presser.close();
+      await watcher.close();
+    }
+  }, 60_000);
+
   it(`a client's ${CALLS} requests of ${BYTES} bytes to a server that gives no credit: its runtime holds its cap, not ${CALLS * BYTES / 1e6} MB, and the calls end at their deadline`, async () => {
     const raw = RawServer.listen();
     const runtime = Runtime.create();

@@ -261,7 +261,11 @@ export class Outbox {
       this.#blockedBytes += message.length;
       this.#blockedFrames += group.length;
       this.#report(false);
-      if (this.#overCap) this.watchBacklog();
+      // Watched whenever a message blocks and the backlog holds: over the cap, or with calls
+      // waiting for room. Calls that began to wait before anything blocked were never watched
+      // otherwise, and peers that took nothing kept them for ever (a helper session's review:
+      // 34 such peers filled maxCalls for a minute, crediting nothing).
+      this.watchBacklog();
     }
     if (this.#blockedHead < this.#blocked.length) this.link.blocked?.();
   }

@@ -88,7 +88,10 @@ export class Room {
   readonly #turn = (): void => {
     this.#scheduled = false;
     if (this.waiting === 0) return;
-    if (!this.link.free()) {
+    const free = this.link.free();
+    // free() may have ended what waited (the connection closed meanwhile).
+    if (this.waiting === 0) return;
+    if (!free) {
       // Told again when what waits for the peer shrinks; the runtime's easing is watched apart.
       if (this.link.pressed()) this.link.watchRuntime(this);
       return;
