@@ -13,8 +13,7 @@ function roomOver(ledger?: WaitingLedger): { room: Room; link: { free: boolean }
   const link = { free: true };
   const room = new Room({
     free: () => link.free,
-    pressed: () => ledger?.pressed ?? false,
-    watchRuntime: (r) => ledger?.watch(r),
+    watchRuntime: (r) => { if (ledger?.pressed === true) ledger.watch(r); },
     held: () => {},
   });
   return { room, link };

@@ -49,6 +49,22 @@ async function takesNothing(port: number): Promise<RawPeer> {
   return raw;
 }
 
+/** A server of its own whose runtime takes `maxWaitingBytes` (pressed from half of it), and a
+ *  client watching it. */
+async function pressedServer(maxWaitingBytes: number): Promise<{ watcher: Client; port: number }> {
+  const pressed = await startServer({ livenessMs: LIVENESS_MS, runtimeOptions: { maxWaitingBytes } });
+  return { watcher: await Client.connect(pressed.address), port: Number(pressed.address.split(':')[1]) };
+}
+
+/** Why a connection with calls waiting for room was closed (connection.ts). */
+const CLOSED_WITH_CALLS_WAITING = /waiting for its window, the oldest for \d+ ms, with \d+ calls waiting to add to them/;
+
+/** The server's calls in flight come back to the watcher's own (the calls that waited for room
+ *  ended with their connection). */
+async function callsComeBack(watcher: Client): Promise<void> {
+  await expect.poll(async () => (await serverStats(watcher)).activeCalls, { timeout: 10_000, interval: 100 }).toBeLessThanOrEqual(1);
+}
+
 /** `count` calls of Echo.later answered at once with BYTES each, from call id `first` on. */
 async function askLater(raw: RawPeer, first: number, count: number): Promise<void> {
   const body = pack({ v: 2, svc: EchoDescriptor.methods.later.service, m: 'later', a: { ms: 0, bytes: BYTES } });
@@ -80,7 +96,7 @@ describe('backpressure against a peer that takes nothing', () => {
       const stats = await serverStats(good);
       expect(stats.disconnects.some((d) => /has left \d+ bytes of messages \(\d+ frames\) waiting for its window, the oldest for \d+ ms/.test(d))).toBe(true);
       // The calls that waited for room ended with the connection: only the watcher's own runs.
-      await expect.poll(async () => (await serverStats(good)).activeCalls, { timeout: 10_000, interval: 100 }).toBeLessThanOrEqual(1);
+      await callsComeBack(good);
       console.log(`[backpressure] server held at most ${(most / MiB).toFixed(1)} MiB for the peer; ${pings} pings served meanwhile`);
     } finally {
       await raw.close();
@@ -90,12 +106,10 @@ describe('backpressure against a peer that takes nothing', () => {
   it("peers each under the cap that take nothing, together past half of maxWaitingBytes: their calls waiting behind them do not keep them, they are closed after the liveness time, and the server's calls come back", async () => {
     // 48 MiB for the whole server: pressed from 24 MiB. Two peers ask four 4 MB answers each,
     // under the 32 MiB cap: 28 MB wait (the second peer's fourth waits for room). Before, the 20
-    // calls each asked for next
-    // waited in their rooms for ever and the peers were never closed (a helper session's review:
-    // 16 such peers filled maxCalls, and every other caller was refused).
-    const pressed = await startServer({ livenessMs: LIVENESS_MS, runtimeOptions: { maxWaitingBytes: 48 * MiB } });
-    const watcher = await Client.connect(pressed.address);
-    const port = Number(pressed.address.split(':')[1]);
+    // calls each asked for next waited in their rooms for ever and the peers were never closed
+    // (a helper session's review: 16 such peers filled maxCalls, and every other caller was
+    // refused).
+    const { watcher, port } = await pressedServer(48 * MiB);
     const peers = [await takesNothing(port), await takesNothing(port)];
     try {
       for (const raw of peers) await askLater(raw, 1, 4);
@@ -104,8 +118,8 @@ describe('backpressure against a peer that takes nothing', () => {
       // Both are closed once their oldest answer has waited the liveness time, with their calls.
       for (const raw of peers) expect(await raw.closedWithin(10 * LIVENESS_MS)).toBe('closed');
       const stats = await serverStats(watcher);
-      expect(stats.disconnects.filter((d) => /waiting for its window, the oldest for \d+ ms, with \d+ calls waiting to add to them/.test(d))).toHaveLength(2);
-      await expect.poll(async () => (await serverStats(watcher)).activeCalls, { timeout: 10_000, interval: 100 }).toBeLessThanOrEqual(1);
+      expect(stats.disconnects.filter((d) => CLOSED_WITH_CALLS_WAITING.test(d))).toHaveLength(2);
+      await callsComeBack(watcher);
       expect((await watcher.unary(EchoDescriptor.methods.ping, { n: 5 })).n).toBe(5);
     } finally {
       for (const raw of peers) await raw.close();
@@ -118,12 +132,10 @@ describe('backpressure against a peer that takes nothing', () => {
     // 4 MB answers, under its cap, and no call of its own waiting (as before the room, it stays).
     // A second peer asks 200 pings at once and credits nothing: the first answer, posted in the
     // turn, makes its backlog non-empty, so the rest wait for room while nothing has blocked yet;
-    // then, one a turn, they shut its 64 KiB window. Before, only a backlog past the cap started the watch when a message
-    // blocked: the calls waited for ever (a helper session's review: 34 such peers held maxCalls
-    // for a minute, crediting nothing).
-    const pressed = await startServer({ livenessMs: LIVENESS_MS, runtimeOptions: { maxWaitingBytes: 40 * MiB } });
-    const watcher = await Client.connect(pressed.address);
-    const port = Number(pressed.address.split(':')[1]);
+    // then, one a turn, they shut its 64 KiB window. Before, only a backlog past the cap started
+    // the watch when a message blocked: the calls waited for ever (a helper session's review: 34
+    // such peers held maxCalls for a minute, crediting nothing).
+    const { watcher, port } = await pressedServer(40 * MiB);
     const presser = await takesNothing(port);
     const holder = await takesNothing(port);
     try {
@@ -136,8 +148,8 @@ describe('backpressure against a peer that takes nothing', () => {
       await holder.sendMessage(packMessage(Array.from({ length: 200 }, (_, i) => ({ kind: FrameKind.Request, call: 1 + i, body: ping }))));
       expect(await holder.closedWithin(10 * LIVENESS_MS)).toBe('closed');
       const stats = await serverStats(watcher);
-      expect(stats.disconnects.some((d) => /waiting for its window, the oldest for \d+ ms, with \d+ calls waiting to add to them/.test(d))).toBe(true);
-      await expect.poll(async () => (await serverStats(watcher)).activeCalls, { timeout: 10_000, interval: 100 }).toBeLessThanOrEqual(1);
+      expect(stats.disconnects.some((d) => CLOSED_WITH_CALLS_WAITING.test(d))).toBe(true);
+      await callsComeBack(watcher);
     } finally {
       await holder.close();
       await presser.close();

@@ -117,12 +117,8 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
         try {
           // Backpressure (room.ts): the request waits, unmade, while the server has not taken
           // what waits for it.
-          const { room } = session.connection;
-          if (room.crowded) {
-            await room.wait(scope);
-            // Ended between its turn and now: nothing was sent, and nothing is to cancel.
-            scope.throwIfAborted();
-          }
+          const entering = session.connection.room.enter(scope);
+          if (entering !== undefined) await entering;
           const final = this.#open(session, scope);
           const sending = this.#send(session, final.id, FrameKind.Request, method, args, options, scope, true);
           sent = sending instanceof Promise ? await sending.catch((error: unknown) => { cancel(session, final.id); throw error; }) : sending;

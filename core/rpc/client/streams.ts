@@ -71,10 +71,8 @@ export async function* serverStreamCall(calls: CallPlumbing, method: MethodDescr
     const s = await scope.race(calls.connection());
     // Backpressure (room.ts): the request waits, unmade, while the server has not taken what
     // waits for it.
-    if (s.connection.room.crowded) {
-      await s.connection.room.wait(scope);
-      scope.throwIfAborted();
-    }
+    const entering = s.connection.room.enter(scope);
+    if (entering !== undefined) await entering;
     session = s;
     id = s.open({
       item: (body) => {

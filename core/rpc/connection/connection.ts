@@ -11,7 +11,7 @@ import { ConnectionKey, controlTag, dataTag, IdSequence } from '../../wire/tag.t
 import type { TakenMessage } from '../../ucx/index.ts';
 import { STALLED_RECEIVE_MS, type FrameSink } from '../runtime/dispatcher.ts';
 import { Exposures } from './exposures.ts';
-import { MAX_BLOCKED_BYTES, Outbox } from './outbox.ts';
+import { Outbox } from './outbox.ts';
 import { Room } from './room.ts';
 import type { FrameDone } from './posted-frame.ts';
 import { Payloads } from './payloads.ts';
@@ -250,12 +250,8 @@ export class Connection implements FrameSink {
 
   /** Where calls wait before they add to what waits for the peer (room.ts): backpressure. */
   readonly room = new Room({
-    free: () => {
-      const pending = this.#outbox.pendingBytes;
-      return pending <= MAX_BLOCKED_BYTES && !(pending > 0 && this.runtime.waiting.pressed);
-    },
-    pressed: () => this.runtime.waiting.pressed,
-    watchRuntime: (room) => this.runtime.waiting.watch(room),
+    free: () => this.#outbox.hasRoom(this.runtime.waiting.pressed),
+    watchRuntime: (room) => { if (this.runtime.waiting.pressed) this.runtime.waiting.watch(room); },
     held: () => this.#outbox.watchBacklog(),
   });
 

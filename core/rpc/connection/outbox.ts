@@ -199,9 +199,13 @@ export class Outbox {
 
   /** Bytes of messages waiting for the peer's window. */
   get blockedBytes(): number { return this.#blockedBytes; }
-  /** Bytes waiting for the peer, or about to (the turn's frames, not yet packed): what backpressure
-   *  (room.ts) weighs. */
-  get pendingBytes(): number { return this.#blockedBytes + this.#blockedFrames * FRAME_HELD_BYTES + this.#queuedBytes; }
+  /** Whether more may be made for the peer now (backpressure, room.ts): what waits for it, or is
+   *  about to (the turn's frames, not yet packed), is within MAX_BLOCKED_BYTES, and is nothing at
+   *  all while the runtime is `pressed`. */
+  hasRoom(pressed: boolean): boolean {
+    const pending = this.#blockedBytes + this.#blockedFrames * FRAME_HELD_BYTES + this.#queuedBytes;
+    return pending <= MAX_BLOCKED_BYTES && !(pending > 0 && pressed);
+  }
   /** What every message sent on the connection so far weighs (sentOutside's included). */
   get sentBytes(): number { return this.#window.sentBytes; }
   /** What the peer may credit back of it: sentBytes less what loans paid for. */

@@ -15,15 +15,16 @@ import type { GdrpcError } from '../../errors.ts';
 export interface WaitScope {
   /** Runs `fn` when the call ends (at once if it has); returns the unsubscriber. */
   onAbort(fn: (error: GdrpcError) => void): () => void;
+  /** Throws the call's error if it has ended. */
+  throwIfAborted(): void;
 }
 
 /** What a room asks of its connection. */
 export interface RoomLink {
   /** Whether what waits for the peer leaves room for more now. */
   free(): boolean;
-  /** Whether the runtime is pressed (waiting.ts): the room asks to be told when it eases. */
-  pressed(): boolean;
-  /** Asks to be told (the room's changed()) once the runtime's waiting messages ease. */
+  /** Asks to be told (the room's changed()) once the runtime's waiting messages ease, if the
+   *  runtime is pressed now (waiting.ts). */
   watchRuntime(room: Room): void;
   /** A call began to wait: the peer must now take its oldest waiting message within the
    *  connection's liveness time, whatever the backlog's size (backlog-watch.ts). Without that,
@@ -61,6 +62,19 @@ export class Room {
     return this.waiting > 0 || this.#closed !== undefined || !this.link.free();
   }
 
+  /** Where a call about to make its REQUEST or RESPONSE goes through: undefined when it may go
+   *  now (no promise on the way of a call that has room), else wait()'s promise, which also
+   *  rejects if the call ended between its turn and its going on (nothing of it was sent, and
+   *  nothing is to cancel). */
+  enter(scope: WaitScope): Promise<void> | undefined {
+    return this.crowded ? this.#waitThenCheck(scope) : undefined;
+  }
+
+  async #waitThenCheck(scope: WaitScope): Promise<void> {
+    await this.wait(scope);
+    scope.throwIfAborted();
+  }
+
   /** Resolves when the call of `scope` may go, in the order the calls came; rejects with the
    *  scope's error (deadline, cancel) or the connection's (close()). */
   wait(scope: WaitScope): Promise<void> {
@@ -71,7 +85,7 @@ export class Room {
       if (waiter.done) return;
       waiter.inLine = true;
       this.#waiters.push(waiter);
-      if (this.link.pressed()) this.link.watchRuntime(this);
+      this.link.watchRuntime(this);
       this.link.held();
       this.changed();
     });
@@ -93,7 +107,7 @@ export class Room {
     if (this.waiting === 0) return;
     if (!free) {
       // Told again when what waits for the peer shrinks; the runtime's easing is watched apart.
-      if (this.link.pressed()) this.link.watchRuntime(this);
+      this.link.watchRuntime(this);
       return;
     }
     let first = this.#shift();

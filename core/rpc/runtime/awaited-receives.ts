@@ -3,15 +3,15 @@
 // connections, and its connection's later messages wait for it. A peer that sent rendezvous
 // messages and stopped its process held every connection's reading, a second a message, while
 // one receive served all (a helper session's attack, 2026-12-06). One that has not come whole
-// after its connection's stall time (FrameSink.receiveStallMs: its liveness time once admitted), and as
-// many drain passes in a row, while other control messages wait, is given up on (stall-watch.ts),
-// and its connection closed. The time was one second for every connection while a waiting receive kept
-// its connection's later messages at the head of UCX's queue, in front of everyone else's; since
-// the sweep holds them aside (below) the wait costs its own connection alone, and the second
-// closed honest clients whose process was busy for a moment after it sent (its rendezvous
-// messages wait for it to send their bytes): a client busy for 2.5 s after 8 calls lost 6 of them
-// (test/rpc/busy-sender.test.ts); with two CPU hogs beside, 4 clients of 64 calls with 1 MB inline
-// arguments lost a third of them (a helper session's review, 2026-12-07).
+// after its connection's stall time (FrameSink.receiveStallMs: its liveness time once admitted),
+// and as many drain passes in a row, while other control messages wait, is given up on
+// (stall-watch.ts), and its connection closed. The time was one second for every connection while
+// a waiting receive kept its connection's later messages at the head of UCX's queue, in front of
+// everyone else's; since the sweep holds them aside (below) the wait costs its own connection
+// alone, and the second closed honest clients whose process was busy for a moment after it sent
+// (its rendezvous messages wait for it to send their bytes): a client busy for 2.5 s after 8 calls
+// lost 6 of them (test/rpc/busy-sender.test.ts); with two CPU hogs beside, 4 clients of 64 calls
+// with 1 MB inline arguments lost a third of them (a helper session's review, 2026-12-07).
 import { StallWatch } from './stall-watch.ts';
 import type { ReceiveBuffer } from './receive-buffer.ts';
 import type { Registered } from './connection-table.ts';

@@ -5,11 +5,11 @@
 // waited its liveness time), and what is in UCX's hands by the peer's window, but a peer may open
 // many connections: 60 of them from one address, each keeping to the server's window while never
 // crediting it, held 715 MiB of a server's heap before each reached its own cap (scratch attack,
-// CPU box), and a server takes 1,024 connections. Past the runtime's limit the connection whose peer has gone longest without taking
-// anything (outbox.ts PROGRESS_BYTES) is closed, then the next, until what is left fits. Closing
-// the one that held the most instead could be steered: 60 connections each holding a little less
-// than an honest client whose event loop was busy for a moment got that client closed, and never
-// themselves (a helper session's attack, 2026-12-06).
+// CPU box), and a server takes 1,024 connections. Past the runtime's limit the connection whose
+// peer has gone longest without taking anything (outbox.ts PROGRESS_BYTES) is closed, then the
+// next, until what is left fits. Closing the one that held the most instead could be steered: 60
+// connections each holding a little less than an honest client whose event loop was busy for a
+// moment got that client closed, and never themselves (a helper session's attack, 2026-12-06).
 
 /** RuntimeOptions.maxWaitingBytes by default: eight connections at their own cap. */
 export const DEFAULT_MAX_WAITING_BYTES = 256 << 20;

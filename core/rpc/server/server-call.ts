@@ -132,7 +132,8 @@ export class ServerCall {
         const items = clientStream.items;
         const running = this.#handler = Promise.resolve(runHandler(() => (handler as ClientStreamHandler)(items, ctx)));
         const result = await this.scope.race(running);
-        if (this.connection.room.crowded) await this.connection.room.wait(this.scope);
+        const entering = this.connection.room.enter(this.scope);
+        if (entering !== undefined) await entering;
         sent = (await this.#respond(result)).moving;
       } else {
         const received = this.#receive(args ?? {});
@@ -146,7 +147,8 @@ export class ServerCall {
           const result = settling instanceof Promise ? await settling : settling;
           // Backpressure (room.ts): results that would join a backlog the peer has not taken
           // wait, unencoded, until there is room.
-          if (this.connection.room.crowded) await this.connection.room.wait(this.scope);
+          const entering = this.connection.room.enter(this.scope);
+          if (entering !== undefined) await entering;
           const responding = this.#respond(result);
           sent = (responding instanceof Promise ? await responding : responding).moving;
         }
