@@ -1,10 +1,11 @@
 // The small call of two checkouts side by side: `node --import tsx bench/ab-small-call.ts <treeA>
 // <treeB> [rounds]` runs, for each round, a fresh pair of processes of each tree in turn (its own
-// bench/rpc-gdrpc.ts system, adaptive polling, from TypeScript sources): 3,000 warm-up calls, the
+// bench/rpc-gdrpc.ts system, adaptive polling, from TypeScript sources): warm-up until the call stops getting faster (bench/warm.ts), the
 // p50 of 20,000 sequential calls, and calls/s over 2 s with 64 in flight. On these noisy machines
 // only a difference larger than the spread between one tree's rows means anything.
 import { execFileSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+import { warmUp } from './warm.ts';
 
 interface System { ping(): Promise<void>; close(): Promise<void> }
 
@@ -12,7 +13,7 @@ async function measure(tree: string): Promise<string> {
   const { gdrpcSystem } = await import(`${tree}/bench/rpc-gdrpc.ts`) as { gdrpcSystem: (busyPollUs: 'adaptive') => Promise<System> };
   const system = await gdrpcSystem('adaptive');
   try {
-    for (let i = 0; i < 3000; i += 1) await system.ping();
+    await warmUp(() => system.ping());
     const times: number[] = [];
     for (let i = 0; i < 20_000; i += 1) {
       const started = performance.now();

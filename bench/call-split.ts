@@ -22,6 +22,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Stamp } from './call-split-hook.ts';
 import { describeMachine, percentile, positiveFlag } from './machine.ts';
+import { warmUp } from './warm.ts';
 import { gdrpcSystem } from './rpc-gdrpc.ts';
 import { SinkDescriptor } from './schemas/gen/gpu_sink.ts';
 import { Client, Runtime } from '../core/index.ts';
@@ -186,10 +187,6 @@ async function pingCaller(setting: number | 'adaptive', peerEnv: Record<string, 
   return { peerPid: system.peerPid!, call: () => system.ping(), close: () => system.close() };
 }
 
-/** Warm-up calls before recording: enough for V8 to compile the path in both processes (a tensor
- *  path takes about 3,000 calls: README "Benchmarks"). */
-const WARM_CALLS = 1000;
-const TENSOR_WARM_CALLS = 3000;
 
 async function measureSetting(setting: number | 'adaptive', calls: number, target: Target): Promise<Record<string, unknown>> {
   // Imported here, not at the top: loading the hook wraps the binding's tag operations in this
@@ -206,7 +203,8 @@ async function measureSetting(setting: number | 'adaptive', calls: number, targe
   try {
     const caller = target.bytes === 0 ? await pingCaller(setting, peerEnv, target.sharedMemory) : await tensorCaller(setting, target, peerEnv);
     try {
-      for (let i = 0; i < (target.bytes === 0 ? WARM_CALLS : TENSOR_WARM_CALLS); i += 1) await caller.call();
+      // Until V8 has compiled the path in both processes (bench/warm.ts).
+      await warmUp(() => caller.call(), { minCalls: 3000 });
       process.kill(caller.peerPid, 'SIGUSR2');
       record(true);
       // The signal is handled on the peer's next loop turn; 50 ms is many turns.

@@ -11,6 +11,7 @@ import { percentile, type BenchResult } from './machine.ts';
 import { unsafeRmaEnabled } from '../core/rpc/runtime/runtime.ts';
 import { spawnPeer, type Peer } from '../test/support/peer.ts';
 import { CpuMeter } from './cpu-time.ts';
+import { warmUp, type Warmed } from './warm.ts';
 
 export interface GdrpcOptions {
   client: Device; server: Device; sizes: number[]; system: string; smallCalls: number;
@@ -108,24 +109,23 @@ async function manyInFlight(client: Client, service: ReturnType<typeof receiving
   return rows;
 }
 
-/** Calls a tensor path takes before it runs compiled code in both processes. On the 2-core box
+/** Warms the tensor path until it runs compiled code in both processes (bench/warm.ts), with the
+ *  smallest size, so that the first size timed is not the one that pays for it. On the 2-core box
  *  (fixed polling window, one run), 64 KiB host-tensor calls took 461 µs p50 over the first 250,
- *  151-259 µs over each 250 up to the 1,500th and 64-66 µs from the 2,500th; a 4097-byte size
- *  timed first after 300 warm-up calls came out at 105-111 µs, and at 49-55 µs timed again. */
-const TENSOR_WARM_CALLS = 3000;
-
-/** Runs the tensor path until the JIT has compiled it, with the smallest size, so that the first
- *  size timed is not the one that pays for it. */
-async function warmTensorPath(pool: ReturnType<Runtime['createPool']>, options: GdrpcOptions, sink: (x: Tensor) => Promise<unknown>): Promise<void> {
+ *  151-259 µs over each 250 up to the 1,500th and 64-66 µs from the 2,500th. */
+async function warmTensorPath(pool: ReturnType<Runtime['createPool']>, options: GdrpcOptions, sink: (x: Tensor) => Promise<unknown>): Promise<Warmed> {
   const size = Math.min(...options.sizes);
   const x = pool.allocate([size], 'u8');
   try {
     if (options.client !== 'cpu') cuda.memset(x.address, 0x5a, size);
-    for (let i = 0; i < TENSOR_WARM_CALLS; i += 1) await sink(x);
+    return await warmUp(() => sink(x), { minCalls: 3000 });
   } finally {
     x.release();
   }
 }
+
+const warmText = (w: Warmed): string => `, warmed ${w.calls} calls (window p50 ${w.firstP50Us.toFixed(1)} -> ${w.lastP50Us.toFixed(1)} us)`;
+const warmFields = (w: Warmed): Record<string, number> => ({ warm_calls: w.calls, warm_first_p50_us: w.firstP50Us, warm_last_p50_us: w.lastP50Us });
 
 /** Runs the gdrpc workloads; the peer and the pools are gone when it returns, whatever happened. */
 export async function runGdrpc(options: GdrpcOptions, log: (line: string) => void): Promise<BenchResult[]> {
@@ -143,12 +143,13 @@ export async function runGdrpc(options: GdrpcOptions, log: (line: string) => voi
     client = await Client.connect({ host: '127.0.0.1', port: peer.ready.port }, { poolBytes: 0, runtime });
     const c = client;
     const ping = (): Promise<unknown> => c.unary(service.methods.ping, { n: 1 });
-    await timeCalls(Math.min(1000, options.smallCalls), ping);
+    const warmed = await warmUp(ping);
     const small = await timeCallsWithCpu(options.smallCalls, peer.pid, ping);
-    results.push(row(options.system, 'small_call_rtt', 0, small.samples, small.cpu));
-    log(`${options.system}: small call p50 ${results.at(-1)!.p50_us!.toFixed(1)} us${cpuText(small.cpu)}`);
+    results.push(row(options.system, 'small_call_rtt', 0, small.samples, { ...small.cpu, ...warmFields(warmed) }));
+    log(`${options.system}: small call p50 ${results.at(-1)!.p50_us!.toFixed(1)} us${cpuText(small.cpu)}${warmText(warmed)}`);
     for (const mover of unsafeRmaEnabled() ? ['tag', 'rma'] as const : ['tag'] as const) {
-      await warmTensorPath(pool, options, (x) => c.unary(service.methods.sink, { x }, { mover }));
+      const warmedPath = await warmTensorPath(pool, options, (x) => c.unary(service.methods.sink, { x }, { mover }));
+      log(`${options.system}: ${mover} path${warmText(warmedPath)}`);
       for (const size of options.sizes) {
         const x: Tensor = pool.allocate([size], 'u8');
         try {

@@ -9,6 +9,7 @@
 import { describeMachine, percentile } from './machine.ts';
 import { gdrpcSystem, type System } from './rpc-gdrpc.ts';
 import { CpuMeter, cpuSecondsOf } from './cpu-time.ts';
+import { warmUp } from './warm.ts';
 
 const SETTINGS: Array<number | 'adaptive'> = [0, 'adaptive', 100];
 const CALLS = 10_000;
@@ -16,8 +17,6 @@ const IN_FLIGHT = 64;
 const RATE_MS = 2000;
 const IDLE_MS = 2000;
 const TENSOR_BYTES = 4096;
-/** Tensor calls before the timed ones: the path runs compiled code from about the 3,000th. */
-const TENSOR_WARM_CALLS = 3000;
 const TENSOR_CALLS = 5000;
 
 /** CPU µs per call of this process and of the peer while `work` made `calls()` calls. */
@@ -53,11 +52,11 @@ async function serialCalls(system: System, calls: number, call: () => Promise<vo
 async function measureTensorCalls(setting: number | 'adaptive'): Promise<Record<string, number>> {
   const system = await gdrpcSystem(setting);
   try {
-    for (let i = 0; i < TENSOR_WARM_CALLS; i += 1) await system.sink(TENSOR_BYTES, 'tag');
+    const warmed = await warmUp(() => system.sink(TENSOR_BYTES, 'tag'), { minCalls: 3000 });
     const { samples, serial } = await serialCalls(system, TENSOR_CALLS, () => system.sink(TENSOR_BYTES, 'tag'));
     const w = system.workerStats?.() as Record<string, number> | undefined;
     return {
-      bytes: TENSOR_BYTES, p50_us: percentile(samples, 50), p99_us: percentile(samples, 99),
+      bytes: TENSOR_BYTES, p50_us: percentile(samples, 50), p99_us: percentile(samples, 99), warm_calls: warmed.calls,
       client_cpu_us_per_call: serial.clientCpuUsPerCall, server_cpu_us_per_call: serial.serverCpuUsPerCall,
       client_window_us: w?.pollWindowUs ?? NaN,
     };
@@ -69,7 +68,7 @@ async function measureTensorCalls(setting: number | 'adaptive'): Promise<Record<
 async function measureSetting(setting: number | 'adaptive'): Promise<Record<string, unknown>> {
   const system = await gdrpcSystem(setting);
   try {
-    for (let i = 0; i < 2000; i += 1) await system.ping();
+    const warmed = await warmUp(() => system.ping());
     const { samples, serial } = await serialCalls(system, CALLS, () => system.ping());
     const until = performance.now() + RATE_MS;
     const loaded = await measured(system, async () => {
@@ -86,7 +85,7 @@ async function measureSetting(setting: number | 'adaptive'): Promise<Record<stri
     const c = process.cpuUsage(c0);
     return {
       setting,
-      small_rtt: { p50_us: percentile(samples, 50), p99_us: percentile(samples, 99), client_cpu_us_per_call: serial.clientCpuUsPerCall, server_cpu_us_per_call: serial.serverCpuUsPerCall },
+      small_rtt: { p50_us: percentile(samples, 50), p99_us: percentile(samples, 99), warm_calls: warmed.calls, client_cpu_us_per_call: serial.clientCpuUsPerCall, server_cpu_us_per_call: serial.serverCpuUsPerCall },
       in_flight_64: { calls_per_s: loaded.calls / (loaded.wallMs / 1000), client_cpu_us_per_call: loaded.clientCpuUsPerCall, server_cpu_us_per_call: loaded.serverCpuUsPerCall },
       idle_cores: { client: (c.user + c.system) / 1e3 / IDLE_MS, server: ((cpuSecondsOf(system.peerPid!) - s0) * 1e3) / IDLE_MS },
       client_worker: system.workerStats?.(),
@@ -117,7 +116,7 @@ export async function runPollBench(opts: { json?: string; flags: string[] }): Pr
   }
   return {
     machine: describeMachine(),
-    what: `gdrpc small calls between two processes under busyPollUs 0 (off), 'adaptive' (the default) and 100 us, alternating over ${rounds} rounds: round trip, CPU per call of client + server, calls/s with ${IN_FLIGHT} in flight, idle CPU over ${IDLE_MS} ms after; then, with a new server process and client runtime, ${TENSOR_CALLS} serial calls carrying a ${TENSOR_BYTES}-byte host tensor through the tag mover after ${TENSOR_WARM_CALLS} warm-up calls (tensor_tag)`,
+    what: `gdrpc small calls between two processes under busyPollUs 0 (off), 'adaptive' (the default) and 100 us, alternating over ${rounds} rounds: round trip, CPU per call of client + server, calls/s with ${IN_FLIGHT} in flight, idle CPU over ${IDLE_MS} ms after; then, with a new server process and client runtime, ${TENSOR_CALLS} serial calls carrying a ${TENSOR_BYTES}-byte host tensor through the tag mover after warm-up calls until the path stopped getting faster (bench/warm.ts; warm_calls) (tensor_tag)`,
     results,
   };
 }

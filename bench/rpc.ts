@@ -6,6 +6,7 @@ import { describeMachine, percentile, type BenchResult } from './machine.ts';
 import { gdrpcSystem, startPeer, type System } from './rpc-gdrpc.ts';
 import { unsafeRmaEnabled } from '../core/rpc/runtime/runtime.ts';
 import { runUcxCall } from './ucx-call.ts';
+import { warmUp } from './warm.ts';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
@@ -46,7 +47,7 @@ function row(system: string, workload: string, bytes: number, fields: Partial<Be
 }
 
 export async function latency(system: System, calls: number): Promise<BenchResult> {
-  for (let i = 0; i < Math.min(2000, calls); i += 1) await system.ping();
+  const warmed = await warmUp(() => system.ping());
   const samples: number[] = [];
   for (let i = 0; i < calls; i += 1) {
     const t0 = process.hrtime.bigint();
@@ -54,7 +55,7 @@ export async function latency(system: System, calls: number): Promise<BenchResul
     samples.push(Number(process.hrtime.bigint() - t0) / 1000);
   }
   samples.sort((a, b) => a - b);
-  return row(system.name, 'unary_small_rtt', 0, { p50_us: percentile(samples, 50), p99_us: percentile(samples, 99), ops_per_s: 1e6 / percentile(samples, 50) });
+  return row(system.name, 'unary_small_rtt', 0, { p50_us: percentile(samples, 50), p99_us: percentile(samples, 99), ops_per_s: 1e6 / percentile(samples, 50), warm_calls: warmed.calls, warm_first_p50_us: warmed.firstP50Us, warm_last_p50_us: warmed.lastP50Us });
 }
 
 /** Calls/s with IN_FLIGHT calls in flight: the median of RATE_WINDOWS windows of RATE_SECONDS
@@ -94,11 +95,9 @@ export async function throughput(system: System, bytes: number, mover?: 'inline'
   return row(system.name, workload, bytes, { p50_us: p50, p99_us: percentile(samples, 99), ops_per_s: 1e6 / p50, gbps: bytes / (p50 * 1000) });
 }
 
-/** Calls that warm each of a system's tensor paths before its first tensor row: gdrpc's 4 KiB call
- *  took about 300 us for its first 1,500 calls and 60 us from the 2,500th on (a scratch run of
- *  500-call rounds; most likely V8 compiling the path, not pinned down), so rows timed cold
- *  measured the warm-up. */
-const TENSOR_WARM_CALLS = 3000;
+/** Each of a system's tensor paths is warmed (bench/warm.ts) before its first tensor row: gdrpc's
+ *  4 KiB call took about 300 us for its first 1,500 calls and 60 us from the 2,500th on (a scratch
+ *  run of 500-call rounds), so rows timed cold measured the warm-up. */
 /** One size per path the default mover takes: 4 KiB goes inline (DEFAULT_INLINE_BYTES), 64 KiB by
  *  tag. Warming 4 KiB alone left the tag path cold: the default 64 KiB row then came out at
  *  387 us against 50 us for the same calls with the tag mover forced, timed after the rest (one
@@ -107,7 +106,7 @@ const TENSOR_WARM_CALLS = 3000;
 const WARM_SIZES = [4 * KiB, 64 * KiB];
 
 async function warmTensorPath(system: System): Promise<void> {
-  for (const bytes of WARM_SIZES) for (let i = 0; i < TENSOR_WARM_CALLS; i += 1) await system.sink(bytes);
+  for (const bytes of WARM_SIZES) await warmUp(() => system.sink(bytes), { minCalls: 3000 });
 }
 
 /** Runs every workload on gdrpc (default, and busy-polling for the small-call rows) and grpc-js;
