@@ -32,6 +32,8 @@ export class Storage<Pool extends object = object> {
   readonly #span: (() => MemorySpan | undefined) | undefined;
   #free: (() => void) | undefined;
   #released = false;
+  /** Transfers reading or writing the memory now (hold()): a release waits for them to end. */
+  #holds = 0;
 
   constructor(init: StorageInit<Pool>) {
     this.device = init.device;
@@ -74,10 +76,32 @@ export class Storage<Pool extends object = object> {
     return this.#span?.();
   }
 
-  /** Gives the memory back once; later calls do nothing. */
+  /** Gives the memory back once; later calls do nothing. Released, the tensor is unusable at
+   *  once, but its memory goes back to its pool only when the transfers holding it have ended. */
   release(): void {
     if (this.#released) return;
     this.#released = true;
+    if (this.#holds === 0) this.#freeNow();
+  }
+
+  /** Keeps the memory from going back while a transfer (a UCX send or receive) reads or writes it;
+   *  returns what ends the hold (once). Before this, a peer that took a pulled tensor's bytes after
+   *  the owner released it read what its pool handed out next, and a hostile owner wrote into a
+   *  pull's destination after the pull had failed and its caller had let it go (a helper
+   *  session's attack, 2026-12-07). */
+  hold(): () => void {
+    this.assertLive();
+    this.#holds += 1;
+    let ended = false;
+    return () => {
+      if (ended) return;
+      ended = true;
+      this.#holds -= 1;
+      if (this.#holds === 0 && this.#released) this.#freeNow();
+    };
+  }
+
+  #freeNow(): void {
     const free = this.#free;
     this.#free = undefined;
     free?.();

@@ -9,12 +9,13 @@ import { Room } from '../../core/rpc/connection/room.ts';
 import { WaitingLedger } from '../../core/rpc/runtime/waiting.ts';
 
 /** A room over a link whose room and pressure the test sets. */
-function roomOver(ledger?: WaitingLedger): { room: Room; link: { free: boolean } } {
-  const link = { free: true };
+function roomOver(ledger?: WaitingLedger): { room: Room; link: { free: boolean; told: number[] } } {
+  const link = { free: true, told: [] as number[] };
   const room = new Room({
     free: () => link.free,
     watchRuntime: (r) => { if (ledger?.pressed === true) ledger.watch(r); },
     held: () => {},
+    holding: () => { link.told.push(room.heldBytes); },
   });
   return { room, link };
 }
@@ -131,5 +132,38 @@ describe('Room, against a peer that cancels', () => {
     ledger.unwatch(room);
     ledger.set(holder, 0);
     expect(told).toBe(0);
+  });
+});
+
+describe('Room, what waiting calls hold', () => {
+  it('counts the weight of each call while it waits, and lets it go when the call goes, ends or the room closes', async () => {
+    const { room, link } = roomOver();
+    link.free = false;
+    const first = room.enter(new CallScope(undefined), () => 1000)!;
+    const cancelled = new CallScope(undefined);
+    const second = room.enter(cancelled, () => 500)!.catch((e: GdrpcError) => e.code);
+    const third = room.enter(new CallScope(undefined), () => 250)!.catch((e: GdrpcError) => e.code);
+    expect(room.heldBytes).toBe(1750);
+    cancelled.abort(new GdrpcError(Code.CANCELLED, 'cancelled by the peer'));
+    expect(await second).toBe(Code.CANCELLED);
+    expect(room.heldBytes).toBe(1250);
+    link.free = true;
+    room.changed();
+    await first;
+    expect(room.heldBytes).toBe(250);
+    link.free = false;
+    room.close(new GdrpcError(Code.UNAVAILABLE, 'connection closed'));
+    expect(await third).toBe(Code.UNAVAILABLE);
+    expect(room.heldBytes).toBe(0);
+    // The link was told at every change, in order.
+    expect(link.told).toEqual([1000, 1500, 1750, 1250, 250, 0]);
+  });
+
+  it('weighs a call only when it must wait', () => {
+    const { room } = roomOver();
+    let weighed = 0;
+    expect(room.enter(new CallScope(undefined), () => { weighed += 1; return 10; })).toBeUndefined();
+    expect(weighed).toBe(0);
+    expect(room.heldBytes).toBe(0);
   });
 });

@@ -65,9 +65,9 @@ async function callsComeBack(watcher: Client): Promise<void> {
   await expect.poll(async () => (await serverStats(watcher)).activeCalls, { timeout: 10_000, interval: 100 }).toBeLessThanOrEqual(1);
 }
 
-/** `count` calls of Echo.later answered at once with BYTES each, from call id `first` on. */
-async function askLater(raw: RawPeer, first: number, count: number): Promise<void> {
-  const body = pack({ v: 2, svc: EchoDescriptor.methods.later.service, m: 'later', a: { ms: 0, bytes: BYTES } });
+/** `count` calls of Echo.later answered at once with `bytes` each, from call id `first` on. */
+async function askLater(raw: RawPeer, first: number, count: number, bytes = BYTES): Promise<void> {
+  const body = pack({ v: 2, svc: EchoDescriptor.methods.later.service, m: 'later', a: { ms: 0, bytes } });
   for (let call = first; call < first + count; call += 8) {
     const calls = Math.min(8, first + count - call);
     await raw.sendMessage(packMessage(Array.from({ length: calls }, (_, i) => ({ kind: FrameKind.Request, call: call + i, body }))));
@@ -75,7 +75,7 @@ async function askLater(raw: RawPeer, first: number, count: number): Promise<voi
 }
 
 describe('backpressure against a peer that takes nothing', () => {
-  it(`a client asking ${CALLS} answers of ${BYTES} bytes and crediting none costs the server its cap, not ${CALLS * BYTES / 1e6} MB; it is closed after the liveness time and its waiting calls end`, async () => {
+  it(`a client asking ${CALLS} answers of ${BYTES} bytes and crediting none: the server makes messages of its cap alone, counts the answers waiting for room by what they hold, closes it after the liveness time, and its waiting calls end`, async () => {
     const raw = await takesNothing(Number(server.address.split(':')[1]));
     try {
       const { runs: before } = await serverStats(good);
@@ -87,34 +87,41 @@ describe('backpressure against a peer that takes nothing', () => {
       let pings = 0;
       for (let stats = await serverStats(good); stats.connections > 1; stats = await serverStats(good)) {
         most = Math.max(most, stats.waiting);
-        expect(stats.waiting).toBeLessThanOrEqual(CAP_AND_ONE);
+        // Each answer counted once: as a message (the cap's) or waiting for room, never both.
+        expect(stats.waiting).toBeLessThanOrEqual(CALLS * (BYTES + 4096) + 64 * 1024);
         expect((await good.unary(EchoDescriptor.methods.ping, { n: pings })).n).toBe(pings);
         pings += 1;
         await new Promise((resolve) => setTimeout(resolve, 50));
       }
-      expect(most).toBeGreaterThan(24 * MiB);
+      // The answers that waited for room were counted (before, 34.4 MiB: the messages alone).
+      expect(most).toBeGreaterThan(0.9 * CALLS * BYTES);
       const stats = await serverStats(good);
-      expect(stats.disconnects.some((d) => /has left \d+ bytes of messages \(\d+ frames\) waiting for its window, the oldest for \d+ ms/.test(d))).toBe(true);
+      expect(stats.disconnects.some((d) => /has left (\d+) bytes of messages \(\d+ frames\) waiting for its window, the oldest for \d+ ms/.exec(d) !== null && Number(/has left (\d+) bytes/.exec(d)![1]) <= CAP_AND_ONE)).toBe(true);
       // The calls that waited for room ended with the connection: only the watcher's own runs.
       await callsComeBack(good);
-      console.log(`[backpressure] server held at most ${(most / MiB).toFixed(1)} MiB for the peer; ${pings} pings served meanwhile`);
+      console.log(`[backpressure] server counted at most ${(most / MiB).toFixed(1)} MiB for the peer; ${pings} pings served meanwhile`);
     } finally {
       await raw.close();
     }
   }, 60_000);
 
   it("peers each under the cap that take nothing, together past half of maxWaitingBytes: their calls waiting behind them do not keep them, they are closed after the liveness time, and the server's calls come back", async () => {
-    // 48 MiB for the whole server: pressed from 24 MiB. Two peers ask four 4 MB answers each,
-    // under the 32 MiB cap: 28 MB wait (the second peer's fourth waits for room). Before, the 20
-    // calls each asked for next waited in their rooms for ever and the peers were never closed
-    // (a helper session's review: 16 such peers filled maxCalls, and every other caller was
-    // refused).
+    // 48 MiB for the whole server: pressed from 24 MiB. A third peer holds six 4 MB answers and
+    // asks nothing more (it stays, as any peer under the cap with no call waiting does); the two
+    // others two each, 40 MB in all, under each one's 32 MiB cap and under the limit (answers
+    // waiting for room count in it: past it they would be dropped). Before, the 20 calls each
+    // asked for next waited in their rooms for ever and the peers were never closed (a helper
+    // session's review: 16 such peers filled maxCalls, and every other caller was refused).
     const { watcher, port } = await pressedServer(48 * MiB);
+    const presser = await takesNothing(port);
     const peers = [await takesNothing(port), await takesNothing(port)];
     try {
-      for (const raw of peers) await askLater(raw, 1, 4);
-      await expect.poll(async () => (await serverStats(watcher)).waiting, { timeout: 20_000, interval: 100 }).toBeGreaterThan(24 * MiB);
-      for (const raw of peers) await askLater(raw, 5, 20);
+      await askLater(presser, 1, 6);
+      for (const raw of peers) await askLater(raw, 1, 2);
+      await expect.poll(async () => (await serverStats(watcher)).waiting, { timeout: 20_000, interval: 100 }).toBeGreaterThan(36 * MiB);
+      // Small answers wait for room while the runtime is pressed; when one of the two is closed,
+      // the presser's and the other's 32 MB keep it pressed.
+      for (const raw of peers) await askLater(raw, 3, 20, 1000);
       // Both are closed once their oldest answer has waited the liveness time, with their calls.
       for (const raw of peers) expect(await raw.closedWithin(10 * LIVENESS_MS)).toBe('closed');
       const stats = await serverStats(watcher);
@@ -123,6 +130,32 @@ describe('backpressure against a peer that takes nothing', () => {
       expect((await watcher.unary(EchoDescriptor.methods.ping, { n: 5 })).n).toBe(5);
     } finally {
       for (const raw of peers) await raw.close();
+      await presser.close();
+      await watcher.close();
+    }
+  }, 60_000);
+
+  it('answers waiting for room past maxWaitingBytes are dropped, their calls ending RESOURCE_EXHAUSTED, long before the liveness time; the connection stays until then', async () => {
+    // 48 MiB for the whole server, liveness 30 s. One peer asks 40 answers of 4 MB and credits
+    // none: about 36 MB of messages wait for its window, and the other answers for room, counted
+    // by what they hold. Before they counted, the server kept all 31 calls and their answers for
+    // the liveness time, uncounted (8 such peers asking 128 echoes of 4 MB each took a server to
+    // 3 GB of RSS in 10 s, scratch attack, 2026-12-07).
+    const pressed = await startServer({ livenessMs: 30_000, runtimeOptions: { maxWaitingBytes: 48 * MiB } });
+    const watcher = await Client.connect(pressed.address);
+    const raw = await takesNothing(Number(pressed.address.split(':')[1]));
+    try {
+      await askLater(raw, 1, CALLS);
+      await expect.poll(async () => ((await serverStats(watcher)).runs.later ?? 0), { timeout: 20_000, interval: 100 }).toBe(CALLS);
+      // The dropped calls ended, well before the liveness time: what is left waiting fits the
+      // limit with the messages (before: all 31, until the liveness time).
+      await expect.poll(async () => (await serverStats(watcher)).activeCalls, { timeout: 10_000, interval: 100 }).toBeLessThanOrEqual(8);
+      const stats = await serverStats(watcher);
+      expect(stats.waiting).toBeLessThanOrEqual(48 * MiB);
+      expect(await raw.closedWithin(0)).toBe('open');
+      expect((await watcher.unary(EchoDescriptor.methods.ping, { n: 7 })).n).toBe(7);
+    } finally {
+      await raw.close();
       await watcher.close();
     }
   }, 60_000);

@@ -245,7 +245,7 @@ describe("what waits for peers' windows, across the server", () => {
       expect(stats.waiting).toBeGreaterThan(15 * MiB);
       expect(stats.waiting).toBeLessThanOrEqual(20 * MiB);
       expect(stats.disconnects.filter((e) => /maxWaitingBytes/.test(e))).toHaveLength(1);
-      expect(stats.disconnects.find((e) => /maxWaitingBytes/.test(e))).toMatch(/RESOURCE_EXHAUSTED.*has gone \d+ ms without taking 1 MiB of its messages, the longest of the connections on this runtime that hold 2\d{7} bytes waiting for their peers \([2-5]\d{6} of them its own; maxWaitingBytes 20971520/);
+      expect(stats.disconnects.find((e) => /maxWaitingBytes/.test(e))).toMatch(/RESOURCE_EXHAUSTED.*has gone \d+ ms without taking 1 MiB of its messages, the longest of the connections on this runtime that hold 2\d{7} bytes waiting for their peers \(messages, and answers waiting for room; [2-5]\d{6} of them its own; maxWaitingBytes 20971520/);
       // One connection alone past the limit is closed too, below its own 32 MiB: perhaps before
       // all 2,000 have left, its later sends then failing (1 run in 4 with two CPU hogs).
       await unknownCalls(b, 20_000, 2000).catch(() => { /* closed part-way: what is asserted next */ });

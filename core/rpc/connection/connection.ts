@@ -238,7 +238,8 @@ export class Connection implements FrameSink {
     stallMs: () => this.liveness.timeoutMs,
     callsWait: () => this.room.waiting > 0,
     waiting: (held, progressed) => {
-      this.runtime.waiting.set(this.#waitingHolder, held, progressed);
+      this.#outboxHeld = held;
+      this.#countWaiting(progressed);
       this.room.changed();
     },
     blocked: () => this.#window.blocked(),
@@ -253,13 +254,27 @@ export class Connection implements FrameSink {
     free: () => this.#outbox.hasRoom(this.runtime.waiting.pressed),
     watchRuntime: (room) => { if (this.runtime.waiting.pressed) this.runtime.waiting.watch(room); },
     held: () => this.#outbox.watchBacklog(),
+    holding: () => this.#countWaiting(false),
   });
+
+  /** What the outbox last said it holds for the peer (its waiting messages). */
+  #outboxHeld = 0;
+
+  /** Tells the runtime what this connection holds for its peer: its waiting messages, and the
+   *  answers of calls waiting for room to join them (nothing once closed). */
+  #countWaiting(progressed: boolean): void {
+    const held = this.#error === undefined ? this.#outboxHeld + this.room.heldBytes : 0;
+    this.runtime.waiting.set(this.#waitingHolder, held, progressed);
+  }
 
   /** This connection in the runtime's count of what waits for peers (waiting.ts): past the
    *  runtime's limit, the connection whose peer has gone longest without taking any is closed. */
   readonly #waitingHolder: WaitingHolder = {
+    relieve: (total, limit) => this.room.dropHeld(new GdrpcError(Code.RESOURCE_EXHAUSTED,
+      `the server holds ${total} bytes for peers not taking them (maxWaitingBytes ${limit}), this call's answer among them: dropped, its peer having gone longest without taking 1 MiB of its messages (docs/wire.md "Message window")`,
+      { details: { retryable: true, limit: 'maxWaitingBytes' } })),
     shed: (held, total, limit, idleMs) => this.close(new GdrpcError(Code.RESOURCE_EXHAUSTED,
-      `${this.peer} has gone ${Math.round(idleMs)} ms without taking 1 MiB of its messages, the longest of the connections on this runtime that hold ${total} bytes waiting for their peers (${held} of them its own; maxWaitingBytes ${limit}; docs/wire.md "Message window")`)),
+      `${this.peer} has gone ${Math.round(idleMs)} ms without taking 1 MiB of its messages, the longest of the connections on this runtime that hold ${total} bytes waiting for their peers (messages, and answers waiting for room; ${held} of them its own; maxWaitingBytes ${limit}; docs/wire.md "Message window")`)),
   };
 
   /** Sends a frame whose tag and bytes the caller built (handshake, tests of malformed input);

@@ -32,6 +32,9 @@ export interface RoomLink {
    *  kept the runtime pressed: 16 of them filled maxCalls, and the server refused every other
    *  caller (a helper session's review, 2026-12-07). */
   held(): void;
+  /** What the calls waiting now hold (their weights, wait()) changed: the connection counts it
+   *  with its waiting messages in the runtime's maxWaitingBytes (waiting.ts). */
+  holding(): void;
 }
 
 /** Waiters that ended while in line (cancelled, out of time) kept before the line is compacted:
@@ -39,7 +42,7 @@ export interface RoomLink {
  *  until it ran out of heap, when only the head of the line was ever cleared (the same review). */
 const MAX_ENDED_IN_LINE = 64;
 
-interface Waiter { resolve(): void; reject(error: GdrpcError): void; off(): void; done: boolean; inLine: boolean }
+interface Waiter { resolve(): void; reject(error: GdrpcError): void; off(): void; done: boolean; inLine: boolean; bytes: number }
 
 export class Room {
   #waiters: Waiter[] = [];
@@ -49,8 +52,13 @@ export class Room {
   /** A turn is scheduled to let the next waiter go. */
   #scheduled = false;
   #closed: GdrpcError | undefined;
+  /** The weights of the calls waiting in line. */
+  #heldBytes = 0;
 
   constructor(private readonly link: RoomLink) {}
+
+  /** What the calls waiting now hold, by the weights they came with (wait()). */
+  get heldBytes(): number { return this.#heldBytes; }
 
   /** Calls waiting for room now. */
   get waiting(): number { return this.#waiters.length - this.#head - this.#ended; }
@@ -65,28 +73,35 @@ export class Room {
   /** Where a call about to make its REQUEST or RESPONSE goes through: undefined when it may go
    *  now (no promise on the way of a call that has room), else wait()'s promise, which also
    *  rejects if the call ended between its turn and its going on (nothing of it was sent, and
-   *  nothing is to cancel). */
-  enter(scope: WaitScope): Promise<void> | undefined {
-    return this.crowded ? this.#waitThenCheck(scope) : undefined;
+   *  nothing is to cancel). `weigh` says what the call holds while it waits (a server's answer,
+   *  result-weight.ts): asked only when it must wait. */
+  enter(scope: WaitScope, weigh?: () => number): Promise<void> | undefined {
+    return this.crowded ? this.#waitThenCheck(scope, weigh?.() ?? 0) : undefined;
   }
 
-  async #waitThenCheck(scope: WaitScope): Promise<void> {
-    await this.wait(scope);
+  async #waitThenCheck(scope: WaitScope, bytes: number): Promise<void> {
+    await this.wait(scope, bytes);
     scope.throwIfAborted();
   }
 
   /** Resolves when the call of `scope` may go, in the order the calls came; rejects with the
-   *  scope's error (deadline, cancel) or the connection's (close()). */
-  wait(scope: WaitScope): Promise<void> {
+   *  scope's error (deadline, cancel) or the connection's (close()). While it waits, `bytes` (what
+   *  it holds) count in heldBytes. */
+  wait(scope: WaitScope, bytes = 0): Promise<void> {
     if (this.#closed !== undefined) return Promise.reject(this.#closed);
     return new Promise<void>((resolve, reject) => {
-      const waiter: Waiter = { resolve, reject, off: () => {}, done: false, inLine: false };
+      const waiter: Waiter = { resolve, reject, off: () => {}, done: false, inLine: false, bytes: 0 };
       waiter.off = scope.onAbort((error) => this.#settle(waiter, error));
       if (waiter.done) return;
       waiter.inLine = true;
       this.#waiters.push(waiter);
       this.link.watchRuntime(this);
       this.link.held();
+      if (bytes > 0) {
+        waiter.bytes = bytes;
+        this.#heldBytes += bytes;
+        this.link.holding();
+      }
       this.changed();
     });
   }
@@ -150,6 +165,11 @@ export class Room {
     if (waiter.done) return;
     waiter.done = true;
     waiter.off();
+    if (waiter.bytes > 0) {
+      this.#heldBytes -= waiter.bytes;
+      waiter.bytes = 0;
+      this.link.holding();
+    }
     if (error === undefined) {
       waiter.resolve();
       return;
@@ -158,6 +178,15 @@ export class Room {
     if (!waiter.inLine) return;
     this.#ended += 1;
     this.#dropEnded();
+  }
+
+  /** Fails every waiting call that holds something (weighed: a server's answer) with `error`:
+   *  the runtime holds too much for its peers (waiting.ts relieve). */
+  dropHeld(error: GdrpcError): void {
+    for (let i = this.#head; i < this.#waiters.length && this.#heldBytes > 0; i += 1) {
+      const waiter = this.#waiters[i]!;
+      if (!waiter.done && waiter.bytes > 0) this.#settle(waiter, error);
+    }
   }
 
   /** The connection closed: every waiting call fails with `error` (the connection marks it

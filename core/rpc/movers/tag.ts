@@ -64,6 +64,9 @@ function cutOff(connection: TransferScope['connection'], error: unknown): GdrpcE
  *  ever (Payloads.watchSend). */
 export async function sendPayload(connection: TransferScope['connection'], x: number, tensor: Tensor): Promise<ProtocolSeen | void> {
   const { buffer, release } = tagBuffer(tensor, connection.runtime.context, connection.runtime.stats);
+  // The tensor's memory stays out of its pool until UCX is done reading it, even if its owner
+  // releases it meanwhile (the call that exposed or sent it ended first).
+  const unhold = tensor.hold();
   const unwatch = connection.payloads.watchSend(x);
   try {
     return await connection.endpoint.tagSend(connection.outgoingDataTag(x), buffer, { untilComplete: true, describe: connection.runtime.describes });
@@ -72,6 +75,7 @@ export async function sendPayload(connection: TransferScope['connection'], x: nu
   } finally {
     unwatch();
     release();
+    unhold();
   }
 }
 

@@ -20,6 +20,9 @@ export interface Easing { changed(): void }
 /** A holder of waiting messages (a connection), closed by the ledger when its peer has gone
  *  longest without taking any, past the limit. */
 export interface WaitingHolder {
+  /** Past the limit, before any holder is closed: drops what it holds that can go without its
+   *  connection (answers waiting for room: their calls fail), telling the ledger (set()). */
+  relieve?(total: number, limit: number): void;
   /** Holds `held` of the `total` counted across the runtime, over `limit`, and its peer took
    *  nothing for `idleMs`: it is to close now (and then tell the ledger it holds nothing). */
   shed(held: number, total: number, limit: number, idleMs: number): void;
@@ -79,6 +82,12 @@ export class WaitingLedger {
 
   readonly #shed = (): void => {
     this.#shedding = false;
+    // First what can go without a connection, in the same order: answers waiting for room (an
+    // honest client that asked for more than the limit at once loses those calls, not all).
+    for (const holder of [...this.#held.keys()]) {
+      if (this.#total <= this.limit) return;
+      holder.relieve?.(this.#total, this.limit);
+    }
     for (const [holder, held] of this.#held) {
       if (this.#total <= this.limit) return;
       const total = this.#total;

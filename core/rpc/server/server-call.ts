@@ -24,6 +24,7 @@ import type { TransferInfo } from '../movers/mover.ts';
 import { CallArguments } from './call-arguments.ts';
 import { ClientStream } from './client-stream.ts';
 import { StreamCredit } from './stream-credit.ts';
+import { resultWeight } from './result-weight.ts';
 
 type Row = Record<string, unknown>;
 
@@ -132,7 +133,7 @@ export class ServerCall {
         const items = clientStream.items;
         const running = this.#handler = Promise.resolve(runHandler(() => (handler as ClientStreamHandler)(items, ctx)));
         const result = await this.scope.race(running);
-        const entering = this.connection.room.enter(this.scope);
+        const entering = this.connection.room.enter(this.scope, () => resultWeight(result));
         if (entering !== undefined) await entering;
         sent = (await this.#respond(result)).moving;
       } else {
@@ -146,8 +147,9 @@ export class ServerCall {
           const settling = this.#settle(returned);
           const result = settling instanceof Promise ? await settling : settling;
           // Backpressure (room.ts): results that would join a backlog the peer has not taken
-          // wait, unencoded, until there is room.
-          const entering = this.connection.room.enter(this.scope);
+          // wait, unencoded, until there is room, counted in the runtime's maxWaitingBytes by
+          // what they hold (result-weight.ts).
+          const entering = this.connection.room.enter(this.scope, () => resultWeight(result));
           if (entering !== undefined) await entering;
           const responding = this.#respond(result);
           sent = (responding instanceof Promise ? await responding : responding).moving;

@@ -361,7 +361,14 @@ export class IncomingTensors {
 
 /** Receives `wire`'s bytes into `dest`: through a host bounce when the plan says this side stages. */
 function receiveAsPlanned(mover: Mover, wire: TensorWire, dest: Tensor, plan: TransferPlan, scope: TransferScope): Promise<ProtocolSeen | void> {
-  return plan.bounce !== undefined ? stagedReceive(mover, wire, dest, scope) : mover.receive(wire, dest, scope);
+  if (plan.bounce !== undefined) return stagedReceive(mover, wire, dest, scope);
+  // `dest` stays out of its pool until the receive has ended, whatever its caller does meanwhile:
+  // a call that failed first (its deadline) left the receive posted, and a caller that released
+  // a lent destination had it handed out again while a hostile owner could still write into it.
+  const unhold = dest.hold();
+  const receiving = mover.receive(wire, dest, scope);
+  receiving.then(unhold, unhold);
+  return receiving;
 }
 
 /** Receives into a host bounce, then copies into `dest`. */

@@ -1,0 +1,53 @@
+// What a handler's returned object holds in this process's memory, roughly: the weight a call
+// waiting for room (room.ts) adds to what its runtime counts as held for peers (waiting.ts).
+// Before answers waiting for room were counted, peers that took nothing had a server hold their
+// calls' answers unencoded and uncounted for up to the liveness time: 8 raw peers asking 128
+// echoes of 4 MB each grew a server's RSS to 3 GB in 10 s on the 2-core box, while what it
+// counted stayed at 134 MiB (2026-12-07), and a faster peer or more of them would have run the
+// process out of memory.
+import { Tensor } from '../../tensor/tensor.ts';
+
+/** What a value counts for however small: a number, a key, an empty object. */
+const SLOT_BYTES = 16;
+/** Nodes visited at most: a result of more is counted as SLOT_BYTES for each node left unseen
+ *  too, so that the weighing costs bounded time (a call waits for room only when its peer is
+ *  behind: the fast path weighs nothing). */
+const MAX_NODES = 100_000;
+
+/** Bytes `value` holds: strings by their length, binary data by its bytes, host tensors outside
+ *  any pool by theirs (pooled and device tensors are bounded by their pools and count a slot),
+ *  everything else a slot a value and a key. A string made by `repeat` counts its full length,
+ *  as it will once encoded. */
+export function resultWeight(value: unknown): number {
+  let bytes = 0;
+  let nodes = 0;
+  const stack: unknown[] = [value];
+  const seen = new Set<object>();
+  while (stack.length > 0) {
+    const item = stack.pop();
+    nodes += 1;
+    if (nodes > MAX_NODES) return bytes + (stack.length + 1) * SLOT_BYTES;
+    bytes += SLOT_BYTES;
+    if (typeof item === 'string') {
+      bytes += item.length;
+      continue;
+    }
+    if (typeof item !== 'object' || item === null || seen.has(item)) continue;
+    seen.add(item);
+    if (ArrayBuffer.isView(item) || item instanceof ArrayBuffer || item instanceof SharedArrayBuffer) {
+      bytes += item.byteLength;
+    } else if (item instanceof Tensor) {
+      if (item.device === 'cpu' && item.pool === undefined) bytes += item.byteLength;
+    } else if (Array.isArray(item)) {
+      for (const element of item) stack.push(element);
+    } else if (item instanceof Map) {
+      for (const [key, element] of item) stack.push(key, element);
+    } else {
+      for (const key of Object.keys(item)) {
+        bytes += key.length;
+        stack.push((item as Record<string, unknown>)[key]);
+      }
+    }
+  }
+  return bytes;
+}
