@@ -14,6 +14,23 @@ import { u32 } from './message.ts';
 /** Arrays and maps nested deeper than this are refused (a frame body is a map: its depth is 1). */
 export const MAX_NESTING = 64;
 
+/** What decoding a body may make, per byte of it, in heap (weighed as below), past
+ *  DECODED_SLACK_BYTES. msgpack's smallest values become JavaScript objects: an empty byte string
+ *  is 2 bytes on the wire and a new ArrayBuffer and view in the heap; a helper session playing a
+ *  hostile server (2026-12-07) sent a client 4 MiB RESPONSEs of a `list<bytes>` result of empty
+ *  strings that kept 611 MiB of heap each, and a server stream of them took the client to V8's
+ *  heap limit (the process aborted). Legitimate values weigh far less a byte: numbers in a list up
+ *  to 8, short strings about 24, and strings and byte strings of any length about 1. */
+export const MAX_DECODED_PER_BYTE = 24;
+export const DECODED_SLACK_BYTES = 64 * 1024;
+/** Heap a decoded value is weighed at: a number, nil or boolean; a string's header (plus its
+ *  length); a byte string's ArrayBuffer and views (plus its length); an array; a map (an object). */
+const SCALAR_WEIGHT = 8;
+const STRING_WEIGHT = 16;
+const BYTES_WEIGHT = 256;
+const ARRAY_WEIGHT = 32;
+const MAP_WEIGHT = 48;
+
 const stack = new Float64Array(MAX_NESTING);
 
 /** Why `source[start, end)` is not exactly one plain msgpack value; undefined when it is. */
@@ -22,6 +39,9 @@ export function notPlainMsgpack(source: Uint8Array, start: number, end: number):
   let depth = 0;
   /** Values still to read in the innermost open array or map (its keys and values both count). */
   let left = 1;
+  /** What decoding it would make, weighed as above, and how much it may. */
+  let weight = 0;
+  const most = MAX_DECODED_PER_BYTE * (end - start) + DECODED_SLACK_BYTES;
   for (;;) {
     if (left === 0) {
       if (depth === 0) break;
@@ -34,24 +54,37 @@ export function notPlainMsgpack(source: Uint8Array, start: number, end: number):
     at += 1;
     left -= 1;
     let items = -1;  // an array's or map's count of values, once known
-    if (type <= 0x7f || type >= 0xe0) continue;  // fixint
-    if (type <= 0x8f) items = 2 * (type & 0x0f);  // fixmap
-    else if (type <= 0x9f) items = type & 0x0f;  // fixarray
-    else if (type <= 0xbf) at += type & 0x1f;  // fixstr
-    else {
+    if (type <= 0x7f || type >= 0xe0) {  // fixint
+      weight += SCALAR_WEIGHT;
+      continue;
+    }
+    const from = at;
+    if (type <= 0x8f) {  // fixmap
+      items = 2 * (type & 0x0f);
+      weight += MAP_WEIGHT;
+    } else if (type <= 0x9f) {  // fixarray
+      items = type & 0x0f;
+      weight += ARRAY_WEIGHT;
+    } else if (type <= 0xbf) {  // fixstr
+      at += type & 0x1f;
+      weight += STRING_WEIGHT;
+    } else {
       switch (type) {
         case 0xc0: case 0xc2: case 0xc3: break;  // nil, false, true
-        case 0xc4: case 0xd9: at += 1 + lengthAt(source, at, 1, end); break;  // bin8, str8
-        case 0xc5: case 0xda: at += 2 + lengthAt(source, at, 2, end); break;  // bin16, str16
-        case 0xc6: case 0xdb: at += 4 + lengthAt(source, at, 4, end); break;  // bin32, str32
+        case 0xc4: at += 1 + lengthAt(source, at, 1, end); weight += BYTES_WEIGHT; break;  // bin8
+        case 0xc5: at += 2 + lengthAt(source, at, 2, end); weight += BYTES_WEIGHT; break;  // bin16
+        case 0xc6: at += 4 + lengthAt(source, at, 4, end); weight += BYTES_WEIGHT; break;  // bin32
+        case 0xd9: at += 1 + lengthAt(source, at, 1, end); weight += STRING_WEIGHT; break;  // str8
+        case 0xda: at += 2 + lengthAt(source, at, 2, end); weight += STRING_WEIGHT; break;  // str16
+        case 0xdb: at += 4 + lengthAt(source, at, 4, end); weight += STRING_WEIGHT; break;  // str32
         case 0xcc: case 0xd0: at += 1; break;
         case 0xcd: case 0xd1: at += 2; break;
         case 0xca: case 0xce: case 0xd2: at += 4; break;
         case 0xcb: case 0xcf: case 0xd3: at += 8; break;
-        case 0xdc: items = lengthAt(source, at, 2, end); at += 2; break;
-        case 0xdd: items = lengthAt(source, at, 4, end); at += 4; break;
-        case 0xde: items = 2 * lengthAt(source, at, 2, end); at += 2; break;
-        case 0xdf: items = 2 * lengthAt(source, at, 4, end); at += 4; break;
+        case 0xdc: items = lengthAt(source, at, 2, end); at += 2; weight += ARRAY_WEIGHT; break;
+        case 0xdd: items = lengthAt(source, at, 4, end); at += 4; weight += ARRAY_WEIGHT; break;
+        case 0xde: items = 2 * lengthAt(source, at, 2, end); at += 2; weight += MAP_WEIGHT; break;
+        case 0xdf: items = 2 * lengthAt(source, at, 4, end); at += 4; weight += MAP_WEIGHT; break;
         // fixext 1 of type 0: how msgpackr writes `undefined` (a field left undefined in a
         // handler's result), decoded as undefined; no other extension.
         case 0xd4:
@@ -64,6 +97,11 @@ export function notPlainMsgpack(source: Uint8Array, start: number, end: number):
         default: return `holds a msgpack extension (0x${type.toString(16)}), which gdrpc never sends`;
       }
     }
+    // Scalars and lengths: what follows the type byte is its length in the heap (strings, byte
+    // strings), or nothing more.
+    if (at > end) return 'ends inside a value';
+    weight += at - from + SCALAR_WEIGHT;
+    if (weight > most) return `would decode to more than ${most} bytes of heap (${MAX_DECODED_PER_BYTE} a byte of its ${end - start}, past ${DECODED_SLACK_BYTES}): values this small and many are tensors' work`;
     if (items < 0) continue;
     // Every value takes a byte at least: a count past the bytes left cannot be met.
     if (items > end - at) return 'ends inside a value';

@@ -114,3 +114,27 @@ describe('plain msgpack', () => {
     expect(check(packr.pack({ b: bin, s: '\u00d4'.repeat(1000) }))).toBeUndefined();
   });
 });
+
+describe('what a frame body may decode to', () => {
+  it('refuses bodies of many tiny values that would make many times their bytes of heap (a hostile server\'s 4 MiB of empty byte strings kept 611 MiB of a client\'s heap)', () => {
+    const emptyBytes = packr.pack({ bs: Array.from({ length: 100_000 }, () => new Uint8Array(0)) });
+    expect(check(emptyBytes)).toMatch(/would decode to more than \d+ bytes of heap/);
+    const emptyLists = packr.pack({ ls: Array.from({ length: 100_000 }, () => []) });
+    expect(check(emptyLists)).toMatch(/would decode to more/);
+    // Through decodeFrame, as a RESPONSE would arrive: INVALID_ARGUMENT, before msgpackr runs.
+    const refused = (() => { try { decodeFrame(frameOf(FrameKind.Response, 1, emptyBytes)); } catch (e) { return e; } })();
+    expect((refused as GdrpcError).message).toMatch(/INVALID_ARGUMENT.*RESPONSE frame body would decode to more/);
+  });
+
+  it('takes what legitimate bodies hold: lists of numbers, short strings, small records, empty strings, large byte strings', () => {
+    expect(check(packr.pack({ xs: Array.from({ length: 200_000 }, (_, i) => i * 7919) }))).toBeUndefined();
+    expect(check(packr.pack({ xs: Array.from({ length: 200_000 }, (_, i) => i & 0x7f) }))).toBeUndefined();
+    expect(check(packr.pack({ xs: Array.from({ length: 100_000 }, (_, i) => 1.5 * i) }))).toBeUndefined();
+    expect(check(packr.pack({ ss: Array.from({ length: 100_000 }, (_, i) => `k${i % 100}`) }))).toBeUndefined();
+    expect(check(packr.pack({ ss: Array.from({ length: 100_000 }, () => '') }))).toBeUndefined();
+    expect(check(packr.pack({ rs: Array.from({ length: 20_000 }, (_, i) => ({ a: i & 0x7f, b: 'x' })) }))).toBeUndefined();
+    expect(check(packr.pack({ b: new Uint8Array(4 << 20), bs: Array.from({ length: 1000 }, () => new Uint8Array(64)) }))).toBeUndefined();
+    // A small body of small values passes on the slack whatever its shape.
+    expect(check(packr.pack({ bs: Array.from({ length: 100 }, () => new Uint8Array(0)) }))).toBeUndefined();
+  });
+});
