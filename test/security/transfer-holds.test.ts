@@ -128,6 +128,32 @@ describe('transfers hold their memory', () => {
     }
   });
 
+  it('a handle whose tensor its owner released (in afterSend, once the answer left) fails a pull NOT_FOUND at once, not after transferTimeoutMs', async () => {
+    const owner = runtime();
+    const pool = owner.createPool({ device: 'cpu', bytes: 8 * BYTES });
+    const refuse = (name: string): UnaryHandler => () => { throw new GdrpcError(Code.UNIMPLEMENTED, name); };
+    const handlers: Record<string, UnaryHandler> = Object.fromEntries(Object.keys(EchoDescriptor.methods).map((name) => [name, refuse(name)]));
+    handlers.region = ((args: { rows: number; cols: number }, ctx: { afterSend(fn: () => void): void }) => {
+      const h = pool.allocate([args.rows, args.cols], 'u16');
+      ctx.afterSend(() => h.release());
+      return { h };
+    }) as UnaryHandler;
+    const server = Server.create({ runtime: owner }).register(EchoDescriptor, handlers);
+    await server.listen({ host: '127.0.0.1', port: 0 });
+    const client = await Client.connect(server.address!, { runtime: runtime() });
+    try {
+      const { h } = await client.unary(EchoDescriptor.methods.region, { rows: 512, cols: 1024 }) as { h: RemoteTensor };
+      await expect.poll(() => pool.stats().used, { timeout: 10_000 }).toBe(0);
+      // A deadline well under transferTimeoutMs (30 s): before, the pull ran into it.
+      const outcome = await h.pull({ deadline: 10_000 }).then(() => 'resolved', (e: GdrpcError) => e.code);
+      expect(outcome).toBe(Code.NOT_FOUND);
+      expect(owner.owner.size).toBe(0);
+    } finally {
+      await client.close();
+      await server.shutdown({ graceMs: 0 });
+    }
+  });
+
   it("a pool tensor released while held goes back to its pool only when the last hold ends", () => {
     const pool = runtime().createPool({ device: 'cpu', bytes: 2 * BYTES });
     const a = pool.allocate([BYTES], 'u8');

@@ -101,6 +101,15 @@ export class RemoteOwner {
     if (entry === undefined || secret.length !== entry.secret.length || !timingSafeEqual(secret, entry.secret)) {
       throw new GdrpcError(Code.NOT_FOUND, `remote tensor ${x} is unknown or has been released`);
     }
+    // Its owner released the tensor while it was exposed (an answer's tensor released in
+    // afterSend, once the handle had left): nothing can be sent, so the pull fails now. Before, a
+    // pull was answered with the descriptor and no bytes, and an honest puller waited out
+    // transferTimeoutMs (30 s; a helper session's review, 2026-12-07).
+    if (entry.tensor.released) {
+      this.#entries.delete(x);
+      entry.release();
+      throw new GdrpcError(Code.NOT_FOUND, `remote tensor ${x} has been released by its owner`);
+    }
     return entry;
   }
 
