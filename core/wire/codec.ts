@@ -8,7 +8,7 @@ import { Code, GdrpcError } from '../errors.ts';
 import { FrameKind, frameSpec, MOVER_FIELDS, TENSOR_FIELDS, WIRE_VERSION, type Frame, type FrameBody, type TensorWire } from './frames.ts';
 import type { ReceivedFrame } from './message.ts';
 import { isMap, mismatch } from './schema.ts';
-import { notPlainMsgpack } from './plain.ts';
+import { lastWeighed, notPlainMsgpack } from './plain.ts';
 
 // Plain msgpack maps (no record extension) so that any msgpack library can read the frames;
 // 64-bit integers decode as bigint so that addresses survive. Frames are decoded where they
@@ -57,6 +57,7 @@ export function decodeFrame({ kind, call, source, start, end }: ReceivedFrame): 
   // What msgpackr would make of anything else is the peer's to make costly (plain.ts).
   const notPlain = notPlainMsgpack(source, start, end);
   if (notPlain !== undefined) throw malformed(`${spec.name} frame body ${notPlain}`);
+  const weight = lastWeighed();
   let body: unknown;
   range.start = start;
   range.end = end;
@@ -70,7 +71,7 @@ export function decodeFrame({ kind, call, source, start, end }: ReceivedFrame): 
   const wrong = mismatch(spec.fields, body);
   if (wrong !== undefined) throw malformed(`${spec.name} frame ${wrong}`);
   // The checks above are what FrameBody promises for this kind.
-  return { kind, call, body } as Frame;
+  return { kind, call, body, weight } as Frame;
 }
 
 /** Checks a value that claims to be a tensor descriptor (docs/wire.md); INVALID_ARGUMENT if not. */

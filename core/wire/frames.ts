@@ -165,7 +165,8 @@ export const FRAMES = {
 export type FrameBody<K extends FrameKind> = K extends FrameKind ? BodyOf<(typeof FRAMES)[K]['fields']> : never;
 
 /** A decoded frame: `kind` tells the body's type. */
-export type Frame = { [K in FrameKind]: { kind: K; call: number; body: FrameBody<K> } }[FrameKind];
+/** A frame; `weight` is what its body decoded to in heap, as plain.ts weighs it (received frames). */
+export type Frame = { [K in FrameKind]: { kind: K; call: number; body: FrameBody<K>; weight?: number } }[FrameKind];
 
 /** The frame spec of `kind`, or undefined for a kind this version does not have. */
 export function frameSpec(kind: number): FrameSpec | undefined {

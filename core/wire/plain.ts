@@ -33,7 +33,12 @@ const MAP_WEIGHT = 48;
 
 const stack = new Float64Array(MAX_NESTING);
 
-/** Why `source[start, end)` is not exactly one plain msgpack value; undefined when it is. */
+/** What the last body notPlainMsgpack took would decode to, weighed as above. */
+let weighed = 0;
+export function lastWeighed(): number { return weighed; }
+
+/** Why `source[start, end)` is not exactly one plain msgpack value; undefined when it is (its
+ *  weight is then lastWeighed()). */
 export function notPlainMsgpack(source: Uint8Array, start: number, end: number): string | undefined {
   let at = start;
   let depth = 0;
@@ -112,6 +117,7 @@ export function notPlainMsgpack(source: Uint8Array, start: number, end: number):
     left = items;
   }
   if (at !== end) return at > end ? 'ends inside a value' : `has ${end - at} bytes after its value`;
+  weighed = weight;
   return undefined;
 }
 

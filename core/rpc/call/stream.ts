@@ -115,3 +115,45 @@ export class ReceiveWindow {
     return this.#grantEvery;
   }
 }
+
+/** What a stream's items received and not yet taken may weigh together, as plain.ts weighs what a
+ *  frame body decodes to: 64 items (the window) of 5 MiB. The window counts items, and a frame of
+ *  4 MiB may decode to about 24 times its bytes: before, a hostile server's items of tiny values
+ *  took a client whose caller was slow to take them to V8's heap limit after 5 to 8 items (a
+ *  helper session's attack, 2026-12-07); a client stream's items on a server are held the same
+ *  way. One item alone is always taken (a frame is bounded by its own cap). */
+export const MAX_UNTAKEN_WEIGHT = 320 << 20;
+
+/** The weights of a stream's items received and not yet taken, in order. */
+export class UntakenWeight {
+  #weights: number[] = [];
+  #head = 0;
+  #total = 0;
+
+  /** What the untaken items weigh now. */
+  get total(): number { return this.#total; }
+
+  /** Counts an arriving item of `weight`: undefined while the untaken items fit, else why not. */
+  arrived(weight: number): string | undefined {
+    if (this.#total > 0 && this.#total + weight > MAX_UNTAKEN_WEIGHT) {
+      return `stream items that would hold ${this.#total + weight} bytes of heap untaken (at most ${MAX_UNTAKEN_WEIGHT})`;
+    }
+    this.#weights.push(weight);
+    this.#total += weight;
+    return undefined;
+  }
+
+  /** The consumer took the oldest item. */
+  took(): void {
+    if (this.#head >= this.#weights.length) return;
+    this.#total -= this.#weights[this.#head]!;
+    this.#head += 1;
+    if (this.#head === this.#weights.length) {
+      this.#weights = [];
+      this.#head = 0;
+    } else if (this.#head > 1024 && 2 * this.#head > this.#weights.length) {
+      this.#weights = this.#weights.slice(this.#head);
+      this.#head = 0;
+    }
+  }
+}

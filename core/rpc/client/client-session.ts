@@ -16,7 +16,8 @@ export interface CallListener {
   /** RESPONSE, STREAM_END or ERROR (as a GdrpcError) ended the call. */
   final(result: FinalFrame | GdrpcError): void;
   /** A STREAM_ITEM (server streaming). */
-  item?(body: FrameBody<FrameKind.StreamItem>): void;
+  /** A STREAM_ITEM; `weight`: what its body decoded to (plain.ts). */
+  item?(body: FrameBody<FrameKind.StreamItem>, weight: number): void;
   /** A CREDIT (client streaming): `n` more items may be sent. */
   credit?(n: number): void;
 }
@@ -91,7 +92,7 @@ export class ClientSession {
       else if (frame.kind === FrameKind.StreamItem) void refuseRaw({ connection: this.connection, call }, frame.body.a);
       return;
     }
-    if (frame.kind === FrameKind.StreamItem) listener.item?.(frame.body);
+    if (frame.kind === FrameKind.StreamItem) listener.item?.(frame.body, frame.weight ?? 0);
     else if (frame.kind === FrameKind.Credit) listener.credit?.(frame.body.n);
     else if (frame.kind === FrameKind.Response || frame.kind === FrameKind.StreamEnd) this.#finish(call, frame);
     else if (frame.kind === FrameKind.Error) this.#finish(call, errorFromFrame(frame.body, this.connection.peer));

@@ -13,7 +13,7 @@ import { checkCall, isIterable } from '../call/call-checks.ts';
 import { absoluteDeadline, CallScope } from '../call/deadline.ts';
 import { methodName } from '../call/method-name.ts';
 import type { CallOptions } from '../call/options.ts';
-import { ItemQueue, ReceiveWindow } from '../call/stream.ts';
+import { ItemQueue, ReceiveWindow, UntakenWeight } from '../call/stream.ts';
 import { validateFields } from '../call/validate.ts';
 import { methodTypes, replaceDeep } from '../call/values.ts';
 import { refuseRaw } from '../transfer/refuse.ts';
@@ -67,6 +67,8 @@ export async function* serverStreamCall(calls: CallPlumbing, method: MethodDescr
   const window = new ReceiveWindow(STREAM_WINDOW);
   /** Tensor bytes of the items received and not yet taken, held against maxResultBytes. */
   const held: HeldItems = { bytes: 0 };
+  /** What the items received and not yet taken decoded to. */
+  const untaken = new UntakenWeight();
   try {
     const s = await scope.race(calls.connection());
     // Backpressure (room.ts): the request waits, unmade, while the server has not taken what
@@ -75,8 +77,8 @@ export async function* serverStreamCall(calls: CallPlumbing, method: MethodDescr
     if (entering !== undefined) await entering;
     session = s;
     id = s.open({
-      item: (body) => {
-        const past = window.arrived();
+      item: (body, weight) => {
+        const past = window.arrived() ?? (ended ? undefined : untaken.arrived(weight));
         if (past !== undefined || ended) {
           void refuseRaw({ connection: s.connection, call: id }, body.a);
           if (ended) return;
@@ -108,6 +110,7 @@ export async function* serverStreamCall(calls: CallPlumbing, method: MethodDescr
     let taken = 0;
     for await (const item of queue) {
       held.bytes -= item.bytes;
+      untaken.took();
       taken += item.bytes;
       yield item.values;
       const n = window.took();

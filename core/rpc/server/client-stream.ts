@@ -5,7 +5,7 @@ import { Code, GdrpcError } from '../../errors.ts';
 import { FrameKind, type FrameBody } from '../../wire/frames.ts';
 import type { Connection } from '../connection/connection.ts';
 import type { CallScope } from '../call/deadline.ts';
-import { ItemQueue, ReceiveWindow } from '../call/stream.ts';
+import { ItemQueue, ReceiveWindow, UntakenWeight } from '../call/stream.ts';
 import { refuseRaw } from '../transfer/refuse.ts';
 
 type Row = Record<string, unknown>;
@@ -31,6 +31,8 @@ export class ClientStream {
   #window: ReceiveWindow | undefined;
   /** The client sent STREAM_END. */
   #clientEnded = false;
+  /** What the items not yet taken decoded to. */
+  readonly #untaken = new UntakenWeight();
 
   constructor(private readonly call: StreamCall) {
     call.scope.onAbort((reason) => this.items.fail(reason));
@@ -43,12 +45,13 @@ export class ClientStream {
 
   /** A STREAM_ITEM while the call runs: `receive` takes its argument object (its path prefixed
    *  with `what`) where the handler will read it. */
-  item(body: FrameBody<FrameKind.StreamItem>, receive: (wire: Row, what: string) => Row | Promise<Row>): void {
+  item(body: FrameBody<FrameKind.StreamItem>, weight: number, receive: (wire: Row, what: string) => Row | Promise<Row>): void {
     const { connection, id, scope, name } = this.call;
     // The window counts every item, taken or not.
     const past = this.#window?.arrived();
     const overflow = past !== undefined ? `the client sent ${past}`
-      : this.items.backlog >= MAX_STREAM_BACKLOG ? `the client sent ${MAX_STREAM_BACKLOG} stream items more than the handler has taken` : undefined;
+      : this.items.backlog >= MAX_STREAM_BACKLOG ? `the client sent ${MAX_STREAM_BACKLOG} stream items more than the handler has taken`
+      : this.items.ended ? undefined : prefixed('the client sent ', this.#untaken.arrived(weight));
     if (overflow !== undefined) {
       void refuseRaw({ connection, call: id }, body.a);
       scope.abort(new GdrpcError(Code.RESOURCE_EXHAUSTED, `${name}: ${overflow}`, { details: { limit: 'streamWindow' } }));
@@ -80,8 +83,13 @@ export class ClientStream {
 
   /** The handler took an item: CREDIT back every half window. */
   #took(): void {
+    this.#untaken.took();
     const n = this.#window?.took() ?? 0;
     const { connection, id } = this.call;
     if (n > 0 && connection.isOpen) connection.send(FrameKind.Credit, id, { n }).catch(() => {});
   }
+}
+
+function prefixed(prefix: string, reason: string | undefined): string | undefined {
+  return reason === undefined ? undefined : prefix + reason;
 }

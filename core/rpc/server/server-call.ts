@@ -187,8 +187,8 @@ export class ServerCall {
     return this.scope.aborted ? this.#handler : undefined;
   }
 
-  /** A STREAM_ITEM of a client-streaming call. */
-  item(body: FrameBody<FrameKind.StreamItem>): void {
+  /** A STREAM_ITEM of a client-streaming call; `weight`: what its body decoded to (plain.ts). */
+  item(body: FrameBody<FrameKind.StreamItem>, weight: number): void {
     // No stream, or the call is over (its arguments were released already): nothing will take
     // this item, so its bytes are refused rather than received into a block nobody frees.
     // (Nor will an aborted call's stream: its queue failed with the scope.)
@@ -197,7 +197,7 @@ export class ServerCall {
       void refuseRaw({ connection: this.connection, call: this.id }, body.a);
       return;
     }
-    stream.item(body, (wire, what) => this.#receive(wire, what));
+    stream.item(body, weight, (wire, what) => this.#receive(wire, what));
   }
 
   /** Opens the stream window the REQUEST asked for (`win`, `winb`): items (and their tensor

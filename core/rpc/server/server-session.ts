@@ -128,7 +128,7 @@ export class ServerSession {
       }
       case FrameKind.StreamItem: {
         const existing = this.calls.get(call);
-        if (existing !== undefined) existing.item(frame.body);
+        if (existing !== undefined) existing.item(frame.body, frame.weight ?? 0);
         else void refuseRaw({ connection: this.connection, call }, frame.body.a);
         return undefined;
       }
