@@ -151,4 +151,32 @@ describe('what decoded frames may hold', () => {
     release();
     await expect.poll(() => outcome, { timeout: 30_000, interval: 100 }).toBe(Code.RESOURCE_EXHAUSTED);
   }, 90_000);
+
+  it('an ERROR whose details weigh more than 256 KiB decoded reaches the caller without them, and a message past 16 Ki characters cut', async () => {
+    const raw = RawServer.listen();
+    closers.push(() => raw.close());
+    const connecting = Client.connect(raw.address);
+    await raw.admit();
+    const client = await connecting;
+    closers.push(() => client.close());
+    const server = new WindowedServer(raw);
+    closers.push(async () => server.stop());
+    const calling = client.unary(EchoDescriptor.methods.ping, { n: 1 }, { deadline: 20_000 }).catch((e: GdrpcError) => e);
+    const id = await server.request();
+    // 80,000 empty strings: 80 KB on the wire, about 2 MB decoded.
+    const body = packr.pack({ v: 2, code: Code.NOT_FOUND, msg: 'm'.repeat(40_000), det: { junk: Array.from({ length: 80_000 }, () => '') } });
+    expect(await server.send(packMessage([{ kind: FrameKind.Error, call: id, body }]))).toBe(true);
+    const error = await calling as GdrpcError;
+    expect(error.code).toBe(Code.NOT_FOUND);
+    expect(error.details?.junk).toBeUndefined();
+    expect(String(error.details?.detailsDropped)).toMatch(/weighed \d+ bytes decoded/);
+    expect(error.rawMessage.length).toBeLessThan(17_000);
+    expect(error.rawMessage).toMatch(/more characters cut/);
+    // Small details come through as they were.
+    const again = client.unary(EchoDescriptor.methods.ping, { n: 2 }, { deadline: 20_000 }).catch((e: GdrpcError) => e);
+    const second = await server.request();
+    expect(await server.send(packMessage([{ kind: FrameKind.Error, call: second, body: packr.pack({ v: 2, code: Code.NOT_FOUND, msg: 'no', det: { why: 'here' } }) }]))).toBe(true);
+    const small = await again as GdrpcError;
+    expect(small.details?.why).toBe('here');
+  }, 60_000);
 });

@@ -13,10 +13,20 @@ export function errorFrame(error: unknown): ErrorBody {
   return body;
 }
 
-/** The GdrpcError an ERROR frame body describes. */
-export function errorFromFrame(body: ErrorBody, peer: string): GdrpcError {
+/** What an ERROR's message keeps of a peer's (characters), and what its details may weigh (as
+ *  plain.ts weighs a frame body) to be kept at all. An error is kept by whoever caught it, for
+ *  as long as it likes: a hostile server's ERRORs of 4 MiB with `det` maps of tiny values kept
+ *  about 385 MiB of a client's heap each (a helper session's attack, 2026-12-07). */
+export const MAX_ERROR_MESSAGE_CHARS = 16 * 1024;
+export const MAX_ERROR_DETAILS_WEIGHT = 256 * 1024;
+
+/** The GdrpcError an ERROR frame body describes; `weight`: what the body decoded to (plain.ts):
+ *  past MAX_ERROR_DETAILS_WEIGHT its details are left out, and a message past
+ *  MAX_ERROR_MESSAGE_CHARS is cut. */
+export function errorFromFrame(body: ErrorBody, peer: string, weight = 0): GdrpcError {
   const code = isCode(body.code) ? body.code : Code.INTERNAL;
-  const details = body.det;
+  const details = weight > MAX_ERROR_DETAILS_WEIGHT ? { detailsDropped: `the peer's details weighed ${weight} bytes decoded (at most ${MAX_ERROR_DETAILS_WEIGHT} are kept)` } : body.det;
   const path = typeof details?.path === 'string' ? details.path : undefined;
-  return new GdrpcError(code, body.msg, { details: { ...(details ?? {}), peer }, ...(path !== undefined ? { path } : {}) });
+  const message = body.msg.length > MAX_ERROR_MESSAGE_CHARS ? `${body.msg.slice(0, MAX_ERROR_MESSAGE_CHARS)}... (${body.msg.length - MAX_ERROR_MESSAGE_CHARS} more characters cut)` : body.msg;
+  return new GdrpcError(code, message, { details: { ...(details ?? {}), peer }, ...(path !== undefined ? { path } : {}) });
 }

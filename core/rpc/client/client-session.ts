@@ -81,7 +81,7 @@ export class ClientSession {
       return;
     }
     if (frame.kind === FrameKind.Error && call === 0) {
-      this.connection.close(errorFromFrame(frame.body, this.connection.peer));
+      this.connection.close(errorFromFrame(frame.body, this.connection.peer, frame.weight));
       return;
     }
     const listener = this.#calls.get(call);
@@ -95,7 +95,7 @@ export class ClientSession {
     if (frame.kind === FrameKind.StreamItem) listener.item?.(frame.body, frame.weight ?? 0);
     else if (frame.kind === FrameKind.Credit) listener.credit?.(frame.body.n);
     else if (frame.kind === FrameKind.Response || frame.kind === FrameKind.StreamEnd) this.#finish(call, frame);
-    else if (frame.kind === FrameKind.Error) this.#finish(call, errorFromFrame(frame.body, this.connection.peer));
+    else if (frame.kind === FrameKind.Error) this.#finish(call, errorFromFrame(frame.body, this.connection.peer, frame.weight));
   }
 
   #finish(call: number, result: Parameters<CallListener['final']>[0]): void {
