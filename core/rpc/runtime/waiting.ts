@@ -13,6 +13,10 @@
 
 /** RuntimeOptions.maxWaitingBytes by default: eight connections at their own cap. */
 export const DEFAULT_MAX_WAITING_BYTES = 256 << 20;
+/** Past the limit, a holder whose peer has taken nothing for this long is closed as soon as its
+ *  turn comes (after its own answers waiting for room were dropped), before later holders lose
+ *  any answer. */
+export const SHED_IDLE_MS = 1000;
 
 /** Something told once the runtime is no longer pressed (a connection's room, room.ts). */
 export interface Easing { changed(): void }
@@ -82,19 +86,31 @@ export class WaitingLedger {
 
   readonly #shed = (): void => {
     this.#shedding = false;
-    // First what can go without a connection, in the same order: answers waiting for room (an
-    // honest client that asked for more than the limit at once loses those calls, not all).
-    for (const holder of [...this.#held.keys()]) {
+    // In the order their peers last took something. First what can go without a connection:
+    // answers waiting for room (an honest client that asked for more than the limit at once loses
+    // those calls, not all); a holder whose peer has taken nothing for SHED_IDLE_MS is closed
+    // there and then if that was not enough, before any later holder's answers are dropped (a
+    // peer holding messages alone must not have honest peers' answers dropped while it stays).
+    const now = performance.now();
+    for (const [holder, held] of [...this.#held]) {
       if (this.#total <= this.limit) return;
       holder.relieve?.(this.#total, this.limit);
+      if (this.#total > this.limit && now - held.since >= SHED_IDLE_MS) this.#close(holder);
     }
-    for (const [holder, held] of this.#held) {
+    for (const holder of [...this.#held.keys()]) {
       if (this.#total <= this.limit) return;
-      const total = this.#total;
-      // Taken off first: a holder that failed to tell the ledger it let go must not be shed twice.
-      this.#held.delete(holder);
-      this.#total -= held.bytes;
-      holder.shed(held.bytes, total, this.limit, performance.now() - held.since);
+      this.#close(holder);
     }
   };
+
+  /** Closes `holder` (shed), taken off the ledger first: a holder that failed to tell the ledger
+   *  it let go must not be shed twice. */
+  #close(holder: WaitingHolder): void {
+    const held = this.#held.get(holder);
+    if (held === undefined) return;
+    const total = this.#total;
+    this.#held.delete(holder);
+    this.#total -= held.bytes;
+    holder.shed(held.bytes, total, this.limit, performance.now() - held.since);
+  }
 }
