@@ -34,6 +34,24 @@ describe('concurrency limits', () => {
     expect((refused.reason as GdrpcError).details).toMatchObject({ retryable: true, limit: 'maxCallsPerConnection' });
   });
 
+  it('refuses the call over the per-address limit, over all the connections from that address', async () => {
+    const perAddress = await startServer({ maxCallsPerConnection: 8, maxCalls: 64, maxCallsPerAddress: 3 });
+    const [c, d] = await Promise.all([Client.connect(perAddress.address), Client.connect(perAddress.address)]);
+    try {
+      const calls = [c, c, d, d].map((client) => client.unary(EchoDescriptor.methods.sleep, { ms: 300 }));
+      const settled = await Promise.allSettled(calls);
+      expect(settled.map((s) => (s.status === 'fulfilled' ? 'OK' : (s.reason as GdrpcError).code)).sort()).toEqual(['OK', 'OK', 'OK', Code.RESOURCE_EXHAUSTED].sort());
+      const refused = settled.find((s) => s.status === 'rejected') as PromiseRejectedResult;
+      expect((refused.reason as GdrpcError).message).toMatch(/3 calls in flight from 127\.0\.0\.1 \(ServerOptions\.maxCallsPerAddress\)/);
+      expect((refused.reason as GdrpcError).details).toMatchObject({ retryable: true, limit: 'maxCallsPerAddress' });
+      // The slots come back with the calls.
+      expect(await outcomes([0, 1, 2].map(() => d.unary(EchoDescriptor.methods.ping, { n: 1 })))).toEqual(['OK', 'OK', 'OK']);
+    } finally {
+      await c.close();
+      await d.close();
+    }
+  });
+
   it('refuses the call over the global limit, whichever connection it comes on', async () => {
     const calls = [a, a, b, b].map((client) => client.unary(EchoDescriptor.methods.sleep, { ms: 300 }));
     expect(await outcomes(calls)).toEqual(['OK', 'OK', 'OK', Code.RESOURCE_EXHAUSTED].sort());

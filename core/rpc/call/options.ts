@@ -71,6 +71,9 @@ export interface ServerOptions {
   maxCallsPerConnection?: number;
   /** Calls in flight over all connections (default 4096). */
   maxCalls?: number;
+  /** Calls in flight from one peer address, over all its connections (default 1024, a quarter
+   *  of the default maxCalls): one address cannot take every slot of maxCalls. */
+  maxCallsPerAddress?: number;
   /** Largest control frame accepted (default 4 MiB, inline tensors included). */
   maxFrameBytes?: number;
   /** Largest single tensor accepted, checked before allocation (default 1 GiB). */
@@ -168,7 +171,7 @@ export const CLIENT_OPTIONS: OptionRules<ClientOptions> = {
 };
 
 export const SERVER_OPTIONS: OptionRules<ServerOptions> = {
-  maxCallsPerConnection: Accept.count, maxCalls: Accept.count, maxFrameBytes: Accept.positiveBytes,
+  maxCallsPerConnection: Accept.count, maxCalls: Accept.count, maxCallsPerAddress: Accept.count, maxFrameBytes: Accept.positiveBytes,
   maxTensorBytes: Accept.bytes, poolBytes: Accept.bytes, allowPoolOverflow: Accept.boolean, poolWaitMs: Accept.ms, poolQueueBytes: Accept.bytes,
   maxPoolBytesPerConnection: Accept.positiveBytes, token: Accept.nonEmptyString, requireClientAddress: Accept.boolean, admissionTimeoutMs: Accept.positiveMs,
   transferTimeoutMs: Accept.positiveMs, maxConnections: Accept.count, maxConnectionsPerAddress: Accept.count, maxAwaitedTensors: Accept.count,

@@ -30,9 +30,10 @@ export interface SessionHost {
   readonly env: CallEnvironment;
   readonly shuttingDown: boolean;
   lookup(service: string, method: string): MethodEntry | undefined;
-  /** Takes a slot of the global concurrency limit; false when none is free. */
-  acquireCall(): boolean;
-  releaseCall(): void;
+  /** Takes a slot of the server's concurrency limits for a call from `peer`; why not, when none
+   *  is free (maxCalls, maxCallsPerAddress). */
+  acquireCall(peer: string): GdrpcError | undefined;
+  releaseCall(peer: string): void;
   ready(session: ServerSession): void;
   closed(session: ServerSession, error: GdrpcError): void;
   error(error: GdrpcError): void;
@@ -218,9 +219,8 @@ export class ServerSession {
     if (this.calls.size + this.#outliving >= this.host.limits.perConnection) {
       return refuse(new GdrpcError(Code.RESOURCE_EXHAUSTED, `more than ${this.host.limits.perConnection} calls in flight on this connection (ServerOptions.maxCallsPerConnection)`, { details: { retryable: true, limit: 'maxCallsPerConnection' } }));
     }
-    if (!this.host.acquireCall()) {
-      return refuse(new GdrpcError(Code.RESOURCE_EXHAUSTED, 'server is at its concurrent call limit (ServerOptions.maxCalls)', { details: { retryable: true, limit: 'maxCalls' } }));
-    }
+    const full = this.host.acquireCall(this.peer);
+    if (full !== undefined) return refuse(full);
     const deadline = body.to !== undefined ? Date.now() + body.to : undefined;
     // No parent signal: the session aborts its calls itself when the connection goes.
     const callScope = new CallScope(deadline);
@@ -231,7 +231,7 @@ export class ServerSession {
       this.calls.delete(id);
       const outliving = call.outliving;
       if (outliving === undefined) {
-        this.host.releaseCall();
+        this.host.releaseCall(this.peer);
         return;
       }
       // Its handler runs on: it counts against this connection's limit as well as the server's,
@@ -239,7 +239,7 @@ export class ServerSession {
       this.#outliving += 1;
       const returned = (): void => {
         this.#outliving -= 1;
-        this.host.releaseCall();
+        this.host.releaseCall(this.peer);
       };
       void outliving.then(returned, returned);
     });

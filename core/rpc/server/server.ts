@@ -25,6 +25,12 @@ import { methodTypes } from '../call/values.ts';
 type Handlers = Record<string, Handler>;
 
 /** A gdrpc server: services, a listener, the connections and their calls. */
+/** ServerOptions.maxCallsPerAddress by default: a quarter of the default maxCalls. Before it, one
+ *  address could take every slot of maxCalls (64 connections x 256 calls): 16 peers that each
+ *  credited 48 KiB every 5 s kept 256 calls waiting for room each and held 4,081 of the 4,096
+ *  slots for as long as they went on (a helper session's review, 2026-12-07). */
+export const DEFAULT_MAX_CALLS_PER_ADDRESS = 1024;
+
 export class Server extends EventEmitter<{ connection: [{ peer: string }]; disconnect: [{ peer: string; reason: GdrpcError }]; error: [GdrpcError] }> {
   readonly #options: Required<Omit<ServerOptions, 'token' | 'busyPollUs' | 'maxPoolBytesPerConnection' | 'poolQueueBytes' | 'device' | 'runtime'>> & { token?: string; busyPollUs?: number | 'adaptive'; maxPoolBytesPerConnection?: number; poolQueueBytes?: number; runtime?: Runtime };
   /** Handlers by service, then method: two lookups of the strings a REQUEST carries, where one
@@ -33,6 +39,8 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
   readonly #sessions = new Set<ServerSession>();
   readonly #pools = new Map<Device, TensorPool>();
   readonly #perAddress = new Map<string, number>();
+  /** Calls in flight (ServerOptions.maxCalls counts them) by peer address. */
+  readonly #callsPerAddress = new Map<string, number>();
   /** The runtime listen() attached to; kept after shutdown for handlers still pulling handles. */
   #runtime: Runtime | undefined;
   #listener: Listener | undefined;
@@ -53,7 +61,7 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
     }
     this.#receiveOn = receiveDeviceIndex('ServerOptions.device', options.device, receivingDeviceCount()) ?? DEFAULT_RECEIVE_DEVICE;
     this.#options = {
-      maxCallsPerConnection: 256, maxCalls: 4096, maxFrameBytes: 4 << 20, maxTensorBytes: DEFAULT_MAX_TENSOR_BYTES, poolBytes: 128 << 20,
+      maxCallsPerConnection: 256, maxCalls: 4096, maxCallsPerAddress: DEFAULT_MAX_CALLS_PER_ADDRESS, maxFrameBytes: 4 << 20, maxTensorBytes: DEFAULT_MAX_TENSOR_BYTES, poolBytes: 128 << 20,
       allowPoolOverflow: false, poolWaitMs: 10_000, livenessMs: DEFAULT_LIVENESS_MS, admissionTimeoutMs: 5000, requireClientAddress: false, transferTimeoutMs: DEFAULT_TRANSFER_TIMEOUT_MS, maxConnections: 1024, maxConnectionsPerAddress: 64, maxAwaitedTensors: DEFAULT_MAX_AWAITED_TENSORS, inlineBytes: DEFAULT_INLINE_BYTES, exposureHoldMs: 30_000, exposeErrorMessages: false, directPulls: false, ...options,
     };
     for (const entry of ownerMethods({ lookup: (x, secret) => this.#runtime!.owner.lookup(x, secret), claim: (x, secret) => this.#runtime!.owner.claim(x, secret), staging: (device) => this.#runtime!.pool(device, { bytes: DEFAULT_PROCESS_POOL_BYTES, allowOverflow: true }), copyBlocks: (bytes, copies, options) => this.#runtime!.blocks.copy(bytes, copies, options), directPulls: this.#options.directPulls })) {
@@ -250,13 +258,25 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
       },
       env,
       lookup: (service, method) => server.#methods.get(service)?.get(method),
-      acquireCall: () => {
-        if (server.#activeCalls >= server.#options.maxCalls) return false;
+      acquireCall: (peer) => {
+        if (server.#activeCalls >= server.#options.maxCalls) {
+          return new GdrpcError(Code.RESOURCE_EXHAUSTED, 'server is at its concurrent call limit (ServerOptions.maxCalls)', { details: { retryable: true, limit: 'maxCalls' } });
+        }
+        const address = hostOf(peer);
+        const fromAddress = server.#callsPerAddress.get(address) ?? 0;
+        if (fromAddress >= server.#options.maxCallsPerAddress) {
+          return new GdrpcError(Code.RESOURCE_EXHAUSTED, `${fromAddress} calls in flight from ${address} (ServerOptions.maxCallsPerAddress)`, { details: { retryable: true, limit: 'maxCallsPerAddress' } });
+        }
         server.#activeCalls += 1;
-        return true;
+        server.#callsPerAddress.set(address, fromAddress + 1);
+        return undefined;
       },
-      releaseCall: () => {
+      releaseCall: (peer) => {
         server.#activeCalls -= 1;
+        const address = hostOf(peer);
+        const left = (server.#callsPerAddress.get(address) ?? 1) - 1;
+        if (left > 0) server.#callsPerAddress.set(address, left);
+        else server.#callsPerAddress.delete(address);
         if (server.#activeCalls === 0) server.#drained?.();
       },
       ready: (session) => server.emit('connection', { peer: session.peer }),
