@@ -52,6 +52,25 @@ describe('concurrency limits', () => {
     }
   });
 
+  it('refuses a call whose decoded arguments would take those of the calls in flight past maxArgumentBytes, and takes it once they returned', async () => {
+    const MiB = 1 << 20;
+    const limited = await startServer({ maxArgumentBytes: 8 * MiB });
+    const c = await Client.connect(limited.address);
+    try {
+      // Arguments of 3 MiB each, inline in their REQUESTs, held while their handlers sleep.
+      const x = Tensor.zeros([3 * MiB], 'u8');
+      const calls = [0, 1, 2, 3].map(() => c.unary(EchoDescriptor.methods.hold, { x, ms: 500 }, { mover: 'inline' }));
+      const settled = await Promise.allSettled(calls);
+      expect(settled.map((s) => (s.status === 'fulfilled' ? 'OK' : (s.reason as GdrpcError).code)).sort()).toEqual(['OK', 'OK', Code.RESOURCE_EXHAUSTED, Code.RESOURCE_EXHAUSTED].sort());
+      const refused = settled.find((s) => s.status === 'rejected') as PromiseRejectedResult;
+      expect((refused.reason as GdrpcError).message).toMatch(/decoded arguments.*ServerOptions\.maxArgumentBytes \(8388608\)/);
+      expect((refused.reason as GdrpcError).details).toMatchObject({ retryable: true, limit: 'maxArgumentBytes' });
+      expect(await outcomes([0, 1].map(() => c.unary(EchoDescriptor.methods.hold, { x, ms: 1 }, { mover: 'inline' })))).toEqual(['OK', 'OK']);
+    } finally {
+      await c.close();
+    }
+  });
+
   it('refuses the call over the global limit, whichever connection it comes on', async () => {
     const calls = [a, a, b, b].map((client) => client.unary(EchoDescriptor.methods.sleep, { ms: 300 }));
     expect(await outcomes(calls)).toEqual(['OK', 'OK', 'OK', Code.RESOURCE_EXHAUSTED].sort());

@@ -74,6 +74,11 @@ export interface ServerOptions {
   /** Calls in flight from one peer address, over all its connections (default 1024, a quarter
    *  of the default maxCalls): one address cannot take every slot of maxCalls. */
   maxCallsPerAddress?: number;
+  /** What the REQUEST bodies of the calls in flight may hold decoded, together, weighed as the
+   *  wire's plain-msgpack check weighs them (about their heap; tensors received into pools count
+   *  their descriptors only), until their handlers return (default 1 GiB); past it a call is
+   *  refused RESOURCE_EXHAUSTED. One call alone is always taken. */
+  maxArgumentBytes?: number;
   /** Largest control frame accepted (default 4 MiB, inline tensors included). */
   maxFrameBytes?: number;
   /** Largest single tensor accepted, checked before allocation (default 1 GiB). */
@@ -171,7 +176,7 @@ export const CLIENT_OPTIONS: OptionRules<ClientOptions> = {
 };
 
 export const SERVER_OPTIONS: OptionRules<ServerOptions> = {
-  maxCallsPerConnection: Accept.count, maxCalls: Accept.count, maxCallsPerAddress: Accept.count, maxFrameBytes: Accept.positiveBytes,
+  maxCallsPerConnection: Accept.count, maxCalls: Accept.count, maxCallsPerAddress: Accept.count, maxArgumentBytes: Accept.bytes, maxFrameBytes: Accept.positiveBytes,
   maxTensorBytes: Accept.bytes, poolBytes: Accept.bytes, allowPoolOverflow: Accept.boolean, poolWaitMs: Accept.ms, poolQueueBytes: Accept.bytes,
   maxPoolBytesPerConnection: Accept.positiveBytes, token: Accept.nonEmptyString, requireClientAddress: Accept.boolean, admissionTimeoutMs: Accept.positiveMs,
   transferTimeoutMs: Accept.positiveMs, maxConnections: Accept.count, maxConnectionsPerAddress: Accept.count, maxAwaitedTensors: Accept.count,

@@ -30,10 +30,11 @@ export interface SessionHost {
   readonly env: CallEnvironment;
   readonly shuttingDown: boolean;
   lookup(service: string, method: string): MethodEntry | undefined;
-  /** Takes a slot of the server's concurrency limits for a call from `peer`; why not, when none
-   *  is free (maxCalls, maxCallsPerAddress). */
-  acquireCall(peer: string): GdrpcError | undefined;
-  releaseCall(peer: string): void;
+  /** Takes a slot of the server's concurrency limits for a call from `peer` whose REQUEST body
+   *  decoded to `weight` (plain.ts); why not, when none is free (maxCalls, maxCallsPerAddress,
+   *  maxArgumentBytes). */
+  acquireCall(peer: string, weight: number): GdrpcError | undefined;
+  releaseCall(peer: string, weight: number): void;
   ready(session: ServerSession): void;
   closed(session: ServerSession, error: GdrpcError): void;
   error(error: GdrpcError): void;
@@ -115,7 +116,7 @@ export class ServerSession {
     }
     switch (frame.kind) {
       case FrameKind.Request:
-        this.#request(call, frame.body);
+        this.#request(call, frame.body, frame.weight ?? 0);
         return undefined;
       case FrameKind.Cancel: {
         const existing = this.calls.get(call);
@@ -193,7 +194,7 @@ export class ServerSession {
     setTimeout(() => this.connection.close(error, { graceful: true }), REFUSAL_LINGER_MS).unref();
   }
 
-  #request(id: number, body: FrameBody<FrameKind.Request>): void {
+  #request(id: number, body: FrameBody<FrameKind.Request>, weight: number): void {
     const scope = { connection: this.connection, call: id };
     const refuse = (error: GdrpcError): void => {
       void refuseRaw(scope, body.a);
@@ -219,7 +220,7 @@ export class ServerSession {
     if (this.calls.size + this.#outliving >= this.host.limits.perConnection) {
       return refuse(new GdrpcError(Code.RESOURCE_EXHAUSTED, `more than ${this.host.limits.perConnection} calls in flight on this connection (ServerOptions.maxCallsPerConnection)`, { details: { retryable: true, limit: 'maxCallsPerConnection' } }));
     }
-    const full = this.host.acquireCall(this.peer);
+    const full = this.host.acquireCall(this.peer, weight);
     if (full !== undefined) return refuse(full);
     const deadline = body.to !== undefined ? Date.now() + body.to : undefined;
     // No parent signal: the session aborts its calls itself when the connection goes.
@@ -231,7 +232,7 @@ export class ServerSession {
       this.calls.delete(id);
       const outliving = call.outliving;
       if (outliving === undefined) {
-        this.host.releaseCall(this.peer);
+        this.host.releaseCall(this.peer, weight);
         return;
       }
       // Its handler runs on: it counts against this connection's limit as well as the server's,
@@ -239,7 +240,7 @@ export class ServerSession {
       this.#outliving += 1;
       const returned = (): void => {
         this.#outliving -= 1;
-        this.host.releaseCall(this.peer);
+        this.host.releaseCall(this.peer, weight);
       };
       void outliving.then(returned, returned);
     });

@@ -31,6 +31,12 @@ type Handlers = Record<string, Handler>;
  *  slots for as long as they went on (a helper session's review, 2026-12-07). */
 export const DEFAULT_MAX_CALLS_PER_ADDRESS = 1024;
 
+/** ServerOptions.maxArgumentBytes by default. Calls in flight hold their decoded arguments until
+ *  their handlers return: a REQUEST of up to maxFrameBytes (4 MiB) each, which may decode to many
+ *  times its bytes (plain.ts), times maxCalls (4,096), was more than a process's heap; a client
+ *  sending large inline arguments to a slow method could run a server out of memory. */
+export const DEFAULT_MAX_ARGUMENT_BYTES = 1 << 30;
+
 export class Server extends EventEmitter<{ connection: [{ peer: string }]; disconnect: [{ peer: string; reason: GdrpcError }]; error: [GdrpcError] }> {
   readonly #options: Required<Omit<ServerOptions, 'token' | 'busyPollUs' | 'maxPoolBytesPerConnection' | 'poolQueueBytes' | 'device' | 'runtime'>> & { token?: string; busyPollUs?: number | 'adaptive'; maxPoolBytesPerConnection?: number; poolQueueBytes?: number; runtime?: Runtime };
   /** Handlers by service, then method: two lookups of the strings a REQUEST carries, where one
@@ -41,6 +47,8 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
   readonly #perAddress = new Map<string, number>();
   /** Calls in flight (ServerOptions.maxCalls counts them) by peer address. */
   readonly #callsPerAddress = new Map<string, number>();
+  /** What the REQUEST bodies of the calls in flight decoded to (plain.ts), for maxArgumentBytes. */
+  #argumentWeight = 0;
   /** The runtime listen() attached to; kept after shutdown for handlers still pulling handles. */
   #runtime: Runtime | undefined;
   #listener: Listener | undefined;
@@ -61,7 +69,7 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
     }
     this.#receiveOn = receiveDeviceIndex('ServerOptions.device', options.device, receivingDeviceCount()) ?? DEFAULT_RECEIVE_DEVICE;
     this.#options = {
-      maxCallsPerConnection: 256, maxCalls: 4096, maxCallsPerAddress: DEFAULT_MAX_CALLS_PER_ADDRESS, maxFrameBytes: 4 << 20, maxTensorBytes: DEFAULT_MAX_TENSOR_BYTES, poolBytes: 128 << 20,
+      maxCallsPerConnection: 256, maxCalls: 4096, maxCallsPerAddress: DEFAULT_MAX_CALLS_PER_ADDRESS, maxArgumentBytes: DEFAULT_MAX_ARGUMENT_BYTES, maxFrameBytes: 4 << 20, maxTensorBytes: DEFAULT_MAX_TENSOR_BYTES, poolBytes: 128 << 20,
       allowPoolOverflow: false, poolWaitMs: 10_000, livenessMs: DEFAULT_LIVENESS_MS, admissionTimeoutMs: 5000, requireClientAddress: false, transferTimeoutMs: DEFAULT_TRANSFER_TIMEOUT_MS, maxConnections: 1024, maxConnectionsPerAddress: 64, maxAwaitedTensors: DEFAULT_MAX_AWAITED_TENSORS, inlineBytes: DEFAULT_INLINE_BYTES, exposureHoldMs: 30_000, exposeErrorMessages: false, directPulls: false, ...options,
     };
     for (const entry of ownerMethods({ lookup: (x, secret) => this.#runtime!.owner.lookup(x, secret), claim: (x, secret) => this.#runtime!.owner.claim(x, secret), staging: (device) => this.#runtime!.pool(device, { bytes: DEFAULT_PROCESS_POOL_BYTES, allowOverflow: true }), copyBlocks: (bytes, copies, options) => this.#runtime!.blocks.copy(bytes, copies, options), directPulls: this.#options.directPulls })) {
@@ -258,9 +266,13 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
       },
       env,
       lookup: (service, method) => server.#methods.get(service)?.get(method),
-      acquireCall: (peer) => {
+      acquireCall: (peer, weight) => {
         if (server.#activeCalls >= server.#options.maxCalls) {
           return new GdrpcError(Code.RESOURCE_EXHAUSTED, 'server is at its concurrent call limit (ServerOptions.maxCalls)', { details: { retryable: true, limit: 'maxCalls' } });
+        }
+        // One call alone is always taken: its REQUEST is bounded by maxFrameBytes.
+        if (server.#argumentWeight > 0 && server.#argumentWeight + weight > server.#options.maxArgumentBytes) {
+          return new GdrpcError(Code.RESOURCE_EXHAUSTED, `the calls in flight hold ${server.#argumentWeight} bytes of decoded arguments, and this one's would take them past ServerOptions.maxArgumentBytes (${server.#options.maxArgumentBytes})`, { details: { retryable: true, limit: 'maxArgumentBytes' } });
         }
         const address = hostOf(peer);
         const fromAddress = server.#callsPerAddress.get(address) ?? 0;
@@ -268,11 +280,13 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
           return new GdrpcError(Code.RESOURCE_EXHAUSTED, `${fromAddress} calls in flight from ${address} (ServerOptions.maxCallsPerAddress)`, { details: { retryable: true, limit: 'maxCallsPerAddress' } });
         }
         server.#activeCalls += 1;
+        server.#argumentWeight += weight;
         server.#callsPerAddress.set(address, fromAddress + 1);
         return undefined;
       },
-      releaseCall: (peer) => {
+      releaseCall: (peer, weight) => {
         server.#activeCalls -= 1;
+        server.#argumentWeight -= weight;
         const address = hostOf(peer);
         const left = (server.#callsPerAddress.get(address) ?? 1) - 1;
         if (left > 0) server.#callsPerAddress.set(address, left);
