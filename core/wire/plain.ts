@@ -32,6 +32,24 @@ const ARRAY_WEIGHT = 32;
 const MAP_WEIGHT = 48;
 
 const stack = new Float64Array(MAX_NESTING);
+/** Per open container (by depth, 1 for the outermost): whether it is a map, and of its keys that
+ *  are array indices ("0" to "4294967294"), the largest and how many. */
+const isMapAt = new Uint8Array(MAX_NESTING + 1);
+const maxIndexAt = new Float64Array(MAX_NESTING + 1);
+const indexKeysAt = new Float64Array(MAX_NESTING + 1);
+/** What V8 may give an object's indexed keys: fast elements up to the largest index (8 bytes
+ *  each), as long as each key lies within 1,024 of the elements it has (else a dictionary, about
+ *  32 bytes a key). A map whose one key was "1023" decoded to an 8 KB object from 7 bytes: a
+ *  helper session's REQUEST of 800,000 such maps (4 MB) ran a server out of heap while the
+ *  weight above took it for 13 bytes a byte (2026-12-07). Keys that step up by less than 1,024
+ *  each can reach fast elements of `count` x 1,024: weighed so. */
+const ELEMENT_WEIGHT = 8;
+const ELEMENTS_GAP = 1024;
+const DICTIONARY_ENTRY_WEIGHT = 32;
+
+export function elementsWeight(maxIndex: number, count: number): number {
+  return maxIndex < ELEMENTS_GAP * count ? ELEMENT_WEIGHT * (maxIndex + 1) : DICTIONARY_ENTRY_WEIGHT * count;
+}
 
 /** What the last body notPlainMsgpack took would decode to, weighed as above. */
 let weighed = 0;
@@ -47,9 +65,14 @@ export function notPlainMsgpack(source: Uint8Array, start: number, end: number):
   /** What decoding it would make, weighed as above, and how much it may. */
   let weight = 0;
   const most = MAX_DECODED_PER_BYTE * (end - start) + DECODED_SLACK_BYTES;
+  isMapAt[0] = 0;
   for (;;) {
     if (left === 0) {
       if (depth === 0) break;
+      if (isMapAt[depth] === 1 && indexKeysAt[depth]! > 0) {
+        weight += elementsWeight(maxIndexAt[depth]!, indexKeysAt[depth]!);
+        if (weight > most) return tooHeavy(most, end - start);
+      }
       depth -= 1;
       left = stack[depth]!;
       continue;
@@ -57,7 +80,38 @@ export function notPlainMsgpack(source: Uint8Array, start: number, end: number):
     if (at >= end) return 'ends inside a value';
     const type = source[at]!;
     at += 1;
+    // A map's keys are its even places (its count of values left is even before each key).
+    const key = isMapAt[depth] === 1 && (left & 1) === 0;
     left -= 1;
+    if (key) {
+      let length: number;
+      let first: number;
+      if (type >= 0xa0 && type <= 0xbf) {
+        length = type & 0x1f;
+        first = at;
+      } else if (type === 0xd9) {
+        length = lengthAt(source, at, 1, end);
+        first = at + 1;
+      } else if (type === 0xda) {
+        length = lengthAt(source, at, 2, end);
+        first = at + 2;
+      } else if (type === 0xdb) {
+        length = lengthAt(source, at, 4, end);
+        first = at + 4;
+      } else {
+        return 'holds a map key that is not a string (gdrpc writes string keys only)';
+      }
+      at = first + length;
+      if (at > end) return 'ends inside a value';
+      weight += STRING_WEIGHT + length + SCALAR_WEIGHT;
+      const index = arrayIndex(source, first, length);
+      if (index >= 0) {
+        indexKeysAt[depth] = indexKeysAt[depth]! + 1;
+        if (index > maxIndexAt[depth]!) maxIndexAt[depth] = index;
+      }
+      if (weight > most) return tooHeavy(most, end - start);
+      continue;
+    }
     let items = -1;  // an array's or map's count of values, once known
     if (type <= 0x7f || type >= 0xe0) {  // fixint
       weight += SCALAR_WEIGHT;
@@ -106,7 +160,7 @@ export function notPlainMsgpack(source: Uint8Array, start: number, end: number):
     // strings), or nothing more.
     if (at > end) return 'ends inside a value';
     weight += at - from + SCALAR_WEIGHT;
-    if (weight > most) return `would decode to more than ${most} bytes of heap (${MAX_DECODED_PER_BYTE} a byte of its ${end - start}, past ${DECODED_SLACK_BYTES}): values this small and many are tensors' work`;
+    if (weight > most) return tooHeavy(most, end - start);
     if (items < 0) continue;
     // Every value takes a byte at least: a count past the bytes left cannot be met.
     if (items > end - at) return 'ends inside a value';
@@ -115,10 +169,43 @@ export function notPlainMsgpack(source: Uint8Array, start: number, end: number):
     stack[depth] = left;
     depth += 1;
     left = items;
+    isMapAt[depth] = type <= 0x8f || type === 0xde || type === 0xdf ? 1 : 0;
+    maxIndexAt[depth] = -1;
+    indexKeysAt[depth] = 0;
   }
   if (at !== end) return at > end ? 'ends inside a value' : `has ${end - at} bytes after its value`;
   weighed = weight;
   return undefined;
+}
+
+function tooHeavy(most: number, bytes: number): string {
+  return `would decode to more than ${most} bytes of heap (${MAX_DECODED_PER_BYTE} a byte of its ${bytes}, past ${DECODED_SLACK_BYTES}): values this small and many are tensors' work`;
+}
+
+/** The array index key `key` names ("0" to "4294967294", no leading zero), -1 for any other. */
+export function arrayIndexOf(key: string): number {
+  const length = key.length;
+  if (length === 0 || length > 10 || (length > 1 && key.charCodeAt(0) === 0x30)) return -1;
+  let value = 0;
+  for (let i = 0; i < length; i += 1) {
+    const digit = key.charCodeAt(i) - 0x30;
+    if (digit < 0 || digit > 9) return -1;
+    value = value * 10 + digit;
+  }
+  return value <= 4294967294 ? value : -1;
+}
+
+/** The array index a map key of `length` bytes at `first` names ("0" to "4294967294", no leading
+ *  zero), which V8 stores as an element; -1 for any other key. */
+function arrayIndex(source: Uint8Array, first: number, length: number): number {
+  if (length === 0 || length > 10 || (length > 1 && source[first] === 0x30)) return -1;
+  let value = 0;
+  for (let i = first; i < first + length; i += 1) {
+    const digit = source[i]! - 0x30;
+    if (digit < 0 || digit > 9) return -1;
+    value = value * 10 + digit;
+  }
+  return value <= 4294967294 ? value : -1;
 }
 
 /** The big-endian length of `bytes` bytes at `at` (0 when it lies past `end`: the walk then finds

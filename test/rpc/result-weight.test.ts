@@ -42,6 +42,18 @@ describe('resultWeight', () => {
     expect(resultWeight({ wide })).toBeLessThan(300_010 * 16);
   });
 
+  it('weighs an object whose keys are array indices by the elements V8 may give it', () => {
+    // {"1023": 0} is an 8 KB object (a helper session's measurement, 2026-12-07).
+    expect(resultWeight({ o: { 1023: 0 } })).toBeGreaterThanOrEqual(8 * 1024);
+    expect(resultWeight({ o: { 50000: 0 } })).toBeLessThan(256);
+  });
+
+  it('past the nodes it visits, weighs what is left by its members\' strings and bytes', () => {
+    // The heavy part behind more light nodes than it visits (before: 1.5 MiB for 11.9 MiB held).
+    const weight = resultWeight({ a: Array.from({ length: 50_000 }, () => 'x'.repeat(200)), b: Array.from({ length: 1_100_000 }, () => 0) });
+    expect(weight).toBeGreaterThanOrEqual(50_000 * 200);
+  });
+
   it('survives a cycle', () => {
     const a: Record<string, unknown> = { s: 'x'.repeat(100) };
     a.self = a;

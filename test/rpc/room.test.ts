@@ -159,6 +159,19 @@ describe('Room, what waiting calls hold', () => {
     expect(link.told).toEqual([1000, 1500, 1750, 1250, 250, 0]);
   });
 
+  it('drops waiting answers, the latest first, until they let go of what was asked', async () => {
+    const { room, link } = roomOver();
+    link.free = false;
+    const scopes = [100, 200, 300].map(() => new CallScope(undefined));
+    const waits = [100, 200, 300].map((bytes, i) => room.enter(scopes[i]!, () => bytes)!.then(() => 'went', (e: GdrpcError) => e.code));
+    room.dropHeld(new GdrpcError(Code.RESOURCE_EXHAUSTED, 'over the limit'), 250);
+    expect(room.heldBytes).toBe(300);
+    expect(await waits[2]).toBe(Code.RESOURCE_EXHAUSTED);
+    room.dropHeld(new GdrpcError(Code.RESOURCE_EXHAUSTED, 'over the limit'));
+    expect(room.heldBytes).toBe(0);
+    expect(await Promise.all(waits.slice(0, 2))).toEqual([Code.RESOURCE_EXHAUSTED, Code.RESOURCE_EXHAUSTED]);
+  });
+
   it('weighs a call only when it must wait', () => {
     const { room } = roomOver();
     let weighed = 0;

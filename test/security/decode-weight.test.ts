@@ -169,7 +169,7 @@ describe('what decoded frames may hold', () => {
     const error = await calling as GdrpcError;
     expect(error.code).toBe(Code.NOT_FOUND);
     expect(error.details?.junk).toBeUndefined();
-    expect(String(error.details?.detailsDropped)).toMatch(/weighed \d+ bytes decoded/);
+    expect(String(error.details?.detailsDropped)).toMatch(/weighed about \d+ bytes decoded/);
     expect(error.rawMessage.length).toBeLessThan(17_000);
     expect(error.rawMessage).toMatch(/more characters cut/);
     // Small details come through as they were.
@@ -178,5 +178,12 @@ describe('what decoded frames may hold', () => {
     expect(await server.send(packMessage([{ kind: FrameKind.Error, call: second, body: packr.pack({ v: 2, code: Code.NOT_FOUND, msg: 'no', det: { why: 'here' } }) }]))).toBe(true);
     const small = await again as GdrpcError;
     expect(small.details?.why).toBe('here');
+    // A long message alone does not cost the details (a helper session found them dropped).
+    const third = client.unary(EchoDescriptor.methods.ping, { n: 3 }, { deadline: 20_000 }).catch((e: GdrpcError) => e);
+    const id3 = await server.request();
+    expect(await server.send(packMessage([{ kind: FrameKind.Error, call: id3, body: packr.pack({ v: 2, code: Code.UNAVAILABLE, msg: 'l'.repeat(150_000), det: { retryable: true, path: 'a.b' } }) }]))).toBe(true);
+    const long = await third as GdrpcError;
+    expect(long.details?.retryable).toBe(true);
+    expect(long.path).toBe('a.b');
   }, 60_000);
 });

@@ -136,5 +136,22 @@ describe('what a frame body may decode to', () => {
     expect(check(packr.pack({ b: new Uint8Array(4 << 20), bs: Array.from({ length: 1000 }, () => new Uint8Array(64)) }))).toBeUndefined();
     // A small body of small values passes on the slack whatever its shape.
     expect(check(packr.pack({ bs: Array.from({ length: 100 }, () => new Uint8Array(0)) }))).toBeUndefined();
+    // Maps keyed by numbers as strings, as a schema map<f32> of token ids would be: sparse large
+    // ids, and dense small ones.
+    const logprobs = Array.from({ length: 200 }, (_, p) => Object.fromEntries(Array.from({ length: 20 }, (__, k) => [String(50_000 + p * 20 + k), -k / 3])));
+    expect(check(packr.pack({ lp: logprobs }))).toBeUndefined();
+    expect(check(packr.pack({ dense: Object.fromEntries(Array.from({ length: 1000 }, (_, i) => [String(i), i])) }))).toBeUndefined();
+  });
+
+  it('weighs maps whose keys are array indices by the elements V8 gives them (a map whose one key is "1023" decodes to an 8 KB object), and refuses keys that are not strings', () => {
+    // 800,000 of these in a 4 MB REQUEST ran a server out of heap (a helper session's attack).
+    const indexKeyed = Uint8Array.from([0xdc, 0x27, 0x10, ...Array.from({ length: 10_000 }, () => [0x81, 0xa4, 0x31, 0x30, 0x32, 0x33, 0x00]).flat()]);
+    expect(check(indexKeyed)).toMatch(/would decode to more/);
+    const numberKeyed = Uint8Array.from([0x81, 0xcd, 0x03, 0xff, 0x00]);  // {1023: 0}
+    expect(check(numberKeyed)).toMatch(/map key that is not a string/);
+    expect(check([0x81, 0x7f, 0x00])).toMatch(/map key that is not a string/);
+    expect(check([0x81, 0xc0, 0x00])).toMatch(/map key that is not a string/);
+    // Keys that are not indices weigh as strings.
+    expect(check(packr.pack({ rows: Array.from({ length: 10_000 }, () => ({ '01': 0 })) }))).toBeUndefined();
   });
 });

@@ -25,8 +25,13 @@ export const MAX_ERROR_DETAILS_WEIGHT = 256 * 1024;
  *  MAX_ERROR_MESSAGE_CHARS is cut. */
 export function errorFromFrame(body: ErrorBody, peer: string, weight = 0): GdrpcError {
   const code = isCode(body.code) ? body.code : Code.INTERNAL;
-  const details = weight > MAX_ERROR_DETAILS_WEIGHT ? { detailsDropped: `the peer's details weighed ${weight} bytes decoded (at most ${MAX_ERROR_DETAILS_WEIGHT} are kept)` } : body.det;
+  // The body's weight less its message's (a string weighs about its length): the details'.
+  const detailsWeight = weight - body.msg.length;
+  const details = detailsWeight > MAX_ERROR_DETAILS_WEIGHT ? { detailsDropped: `the peer's details weighed about ${detailsWeight} bytes decoded (at most ${MAX_ERROR_DETAILS_WEIGHT} are kept)` } : body.det;
   const path = typeof details?.path === 'string' ? details.path : undefined;
-  const message = body.msg.length > MAX_ERROR_MESSAGE_CHARS ? `${body.msg.slice(0, MAX_ERROR_MESSAGE_CHARS)}... (${body.msg.length - MAX_ERROR_MESSAGE_CHARS} more characters cut)` : body.msg;
+  // A slice of a string keeps the whole of it: the part kept is copied out.
+  const message = body.msg.length > MAX_ERROR_MESSAGE_CHARS
+    ? `${Buffer.from(body.msg.slice(0, MAX_ERROR_MESSAGE_CHARS), 'utf8').toString('utf8')}... (${body.msg.length - MAX_ERROR_MESSAGE_CHARS} more characters cut)`
+    : body.msg;
   return new GdrpcError(code, message, { details: { ...(details ?? {}), peer }, ...(path !== undefined ? { path } : {}) });
 }

@@ -272,7 +272,7 @@ export class Connection implements FrameSink {
   readonly #waitingHolder: WaitingHolder = {
     relieve: (total, limit) => this.room.dropHeld(new GdrpcError(Code.RESOURCE_EXHAUSTED,
       `the server holds ${total} bytes for peers not taking them (maxWaitingBytes ${limit}), this call's answer among them: dropped, its peer having gone longest without taking 1 MiB of its messages (docs/wire.md "Message window")`,
-      { details: { retryable: true, limit: 'maxWaitingBytes' } })),
+      { details: { retryable: true, limit: 'maxWaitingBytes' } }), total - limit),
     shed: (held, total, limit, idleMs) => this.close(new GdrpcError(Code.RESOURCE_EXHAUSTED,
       `${this.peer} has gone ${Math.round(idleMs)} ms without taking 1 MiB of its messages, the longest of the connections on this runtime that hold ${total} bytes waiting for their peers (messages, and answers waiting for room; ${held} of them its own; maxWaitingBytes ${limit}; docs/wire.md "Message window")`)),
   };

@@ -180,12 +180,19 @@ export class Room {
     this.#dropEnded();
   }
 
-  /** Fails every waiting call that holds something (weighed: a server's answer) with `error`:
-   *  the runtime holds too much for its peers (waiting.ts relieve). */
-  dropHeld(error: GdrpcError): void {
-    for (let i = this.#head; i < this.#waiters.length && this.#heldBytes > 0; i += 1) {
-      const waiter = this.#waiters[i]!;
-      if (!waiter.done && waiter.bytes > 0) this.#settle(waiter, error);
+  /** Fails waiting calls that hold something (weighed: a server's answer) with `error`, the
+   *  latest first, until they let go of `bytes` (all of them if they hold less): the runtime
+   *  holds too much for its peers (waiting.ts relieve). Dropping every waiting answer of a
+   *  connection failed more of an honest client's calls than the limit asked for (a helper
+   *  session's review, 2026-12-07). */
+  dropHeld(error: GdrpcError, bytes = Number.POSITIVE_INFINITY): void {
+    let dropped = 0;
+    for (let i = this.#waiters.length - 1; i >= this.#head && dropped < bytes && this.#heldBytes > 0; i -= 1) {
+      // Settling may compact the line (#dropEnded): past its new end there is nothing.
+      const waiter = this.#waiters[i];
+      if (waiter === undefined || waiter.done || waiter.bytes === 0) continue;
+      dropped += waiter.bytes;
+      this.#settle(waiter, error);
     }
   }
 

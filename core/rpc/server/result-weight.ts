@@ -6,13 +6,15 @@
 // counted stayed at 134 MiB (2026-12-07), and a faster peer or more of them would have run the
 // process out of memory.
 import { Tensor } from '../../tensor/tensor.ts';
+import { arrayIndexOf, elementsWeight } from '../../wire/plain.ts';
 
 /** What a value counts for however small: a number, a key, an empty object. */
 const SLOT_BYTES = 16;
-/** Nodes visited at most: a result of more is counted as SLOT_BYTES for each node left unseen
- *  too, so that the weighing costs bounded time (a call waits for room only when its peer is
- *  behind: the fast path weighs nothing). */
-const MAX_NODES = 100_000;
+/** Nodes visited at most, so that the weighing costs bounded time (a call waits for room only
+ *  when its peer is behind: the fast path weighs nothing). What is left unvisited then is
+ *  weighed by its outside alone (a string's length, binary data's bytes, an array's or object's
+ *  slots), which misses what it nests. */
+const MAX_NODES = 1_000_000;
 
 /** Bytes `value` holds: strings by their length, binary data by its bytes, host tensors outside
  *  any pool by theirs (pooled and device tensors are bounded by their pools and count a slot),
@@ -26,7 +28,7 @@ export function resultWeight(value: unknown): number {
   while (stack.length > 0) {
     const item = stack.pop();
     nodes += 1;
-    if (nodes > MAX_NODES) return bytes + (stack.length + 1) * SLOT_BYTES;
+    if (nodes > MAX_NODES) return bytes + outside(item) + stack.reduce<number>((sum, left) => sum + outside(left), 0);
     bytes += SLOT_BYTES;
     if (typeof item === 'string') {
       bytes += item.length;
@@ -43,11 +45,34 @@ export function resultWeight(value: unknown): number {
     } else if (item instanceof Map) {
       for (const [key, element] of item) stack.push(key, element);
     } else {
+      // Keys that are array indices are elements: V8 may give them storage up to the largest.
+      let maxIndex = -1;
+      let indices = 0;
       for (const key of Object.keys(item)) {
         bytes += key.length;
+        const index = arrayIndexOf(key);
+        if (index >= 0) {
+          indices += 1;
+          if (index > maxIndex) maxIndex = index;
+        }
         stack.push((item as Record<string, unknown>)[key]);
       }
+      if (indices > 0) bytes += elementsWeight(maxIndex, indices);
     }
   }
+  return bytes;
+}
+
+/** What `value` weighs without what its members nest: its slots, and its members' own strings
+ *  and binary data (a string's length, binary data's bytes). */
+function outside(value: unknown): number {
+  const flat = (member: unknown): number => (typeof member === 'string' ? SLOT_BYTES + member.length
+    : ArrayBuffer.isView(member) || member instanceof ArrayBuffer || member instanceof SharedArrayBuffer ? SLOT_BYTES + member.byteLength
+      : SLOT_BYTES);
+  if (typeof value !== 'object' || value === null || ArrayBuffer.isView(value) || value instanceof ArrayBuffer || value instanceof SharedArrayBuffer) return flat(value);
+  let bytes = SLOT_BYTES;
+  if (Array.isArray(value)) for (const member of value) bytes += flat(member);
+  else if (value instanceof Map) for (const [key, member] of value) bytes += flat(key) + flat(member);
+  else for (const key of Object.keys(value)) bytes += SLOT_BYTES + key.length + flat((value as Record<string, unknown>)[key]);
   return bytes;
 }
