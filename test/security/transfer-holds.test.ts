@@ -128,19 +128,43 @@ describe('transfers hold their memory', () => {
     }
   });
 
-  it('a handle whose tensor its owner released (in afterSend, once the answer left) fails a pull NOT_FOUND at once, not after transferTimeoutMs', async () => {
+  /** A server whose `region` returns a new pool tensor `@remote`, released by `release`. */
+  async function regionServer(release: (h: Tensor, ctx: { afterSend(fn: () => void): void }) => void) {
     const owner = runtime();
     const pool = owner.createPool({ device: 'cpu', bytes: 8 * BYTES });
     const refuse = (name: string): UnaryHandler => () => { throw new GdrpcError(Code.UNIMPLEMENTED, name); };
     const handlers: Record<string, UnaryHandler> = Object.fromEntries(Object.keys(EchoDescriptor.methods).map((name) => [name, refuse(name)]));
     handlers.region = ((args: { rows: number; cols: number }, ctx: { afterSend(fn: () => void): void }) => {
       const h = pool.allocate([args.rows, args.cols], 'u16');
-      ctx.afterSend(() => h.release());
+      h.bytes().fill(0x33);
+      release(h, ctx);
       return { h };
     }) as UnaryHandler;
     const server = Server.create({ runtime: owner }).register(EchoDescriptor, handlers);
     await server.listen({ host: '127.0.0.1', port: 0 });
     const client = await Client.connect(server.address!, { runtime: runtime() });
+    return { owner, pool, client, close: async () => { await client.close(); await server.shutdown({ graceMs: 0 }); } };
+  }
+
+  it("a tensor returned `@remote` and released in afterSend is released once it was pulled, not when the answer left (its pull failed before)", async () => {
+    const { owner, pool, client, close } = await regionServer((h, ctx) => ctx.afterSend(() => h.release()));
+    try {
+      const { h } = await client.unary(EchoDescriptor.methods.region, { rows: 512, cols: 1024 }) as { h: RemoteTensor };
+      // The answer has left; the tensor is still the handle's.
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      expect(pool.stats().used).toBeGreaterThan(0);
+      const pulled = await h.pull({ deadline: 10_000 });
+      expect(histogram(pulled.bytes())).toEqual([['33', BYTES]]);
+      pulled.release();
+      await expect.poll(() => pool.stats().used, { timeout: 10_000 }).toBe(0);
+      expect(owner.owner.size).toBe(0);
+    } finally {
+      await close();
+    }
+  });
+
+  it('a handle whose tensor its owner released fails a pull NOT_FOUND at once, not after transferTimeoutMs', async () => {
+    const { owner, pool, client, close } = await regionServer((h) => { setTimeout(() => h.release(), 50); });
     try {
       const { h } = await client.unary(EchoDescriptor.methods.region, { rows: 512, cols: 1024 }) as { h: RemoteTensor };
       await expect.poll(() => pool.stats().used, { timeout: 10_000 }).toBe(0);
@@ -149,8 +173,7 @@ describe('transfers hold their memory', () => {
       expect(outcome).toBe(Code.NOT_FOUND);
       expect(owner.owner.size).toBe(0);
     } finally {
-      await client.close();
-      await server.shutdown({ graceMs: 0 });
+      await close();
     }
   });
 

@@ -19,10 +19,10 @@ import { closeWhenReported, DEVICE, fixedTensorType, HANDLE_ARGS, isUnknownMetho
 
 /** Registers `tensor` as remote for the call of `scope`, on its connection's runtime; returns its
  *  handle descriptor. Released when the call ends or the connection dies (exposures), or after one pull. */
-export function exposeRemote(tensor: Tensor, scope: TransferScope): TensorWire {
+export function exposeRemote(tensor: Tensor, scope: TransferScope, ended?: () => void): TensorWire {
   const { connection, call } = scope;
   return connection.runtime.owner.expose(tensor, connection.peer, (forget) => {
-    const exposure = connection.exposures.add(call, forget);
+    const exposure = connection.exposures.add(call, ended === undefined ? forget : () => { forget(); ended(); });
     return () => connection.exposures.release(exposure);
   });
 }

@@ -88,6 +88,9 @@ export class ServerCall {
    *  handler's next item being made). */
   #handler: Promise<unknown> | undefined;
   readonly #afterSend: Array<() => void> = [];
+  /** The ends of the exposures of the tensors the results passed `@remote`: afterSend waits for
+   *  them, as nothing reads such a tensor once its exposure has ended. */
+  readonly #exposures: Array<Promise<void>> = [];
   /** A client-streaming call's items. */
   readonly #clientStream: ClientStream | undefined;
   /** What a server-streaming call may send. */
@@ -110,12 +113,13 @@ export class ServerCall {
    *  settled (a stream's items' within MAX_KEPT_TRANSFERS), then those running. */
   get transfers(): TransferInfo[] { return this.#args?.transfers ?? []; }
 
-  /** Runs `fn` once this call is over and its results' bytes have left (CallContext.afterSend). */
+  /** Runs `fn` once this call is over, its results' bytes have left and the exposures of the
+   *  tensors it returned `@remote` have ended (CallContext.afterSend). */
   afterSend(fn: () => void): void {
     // Registered after the call ended without anything left to release: run it once the
     // response has left (there is no release pass to run it with).
     const sent = this.#sentWithNothingToRelease;
-    if (sent !== undefined) void settled(sent).then(fn);
+    if (sent !== undefined) void Promise.allSettled([settled(sent), ...this.#exposures]).then(fn);
     else this.#afterSend.push(fn);
   }
 
@@ -168,7 +172,14 @@ export class ServerCall {
         // Each receive's own settling (registered before this) left its tensors with args.
         void Promise.allSettled([settled(sent), ...(args?.running ?? [])]).then(() => {
           args?.release();
-          for (const fn of this.#afterSend) fn();
+          const exposures = this.#exposures;
+          if (exposures.length === 0) {
+            for (const fn of this.#afterSend) fn();
+            return;
+          }
+          // A tensor returned `@remote` is read by its puller later: a handler that releases it
+          // here would have its pull fail (NOT_FOUND) before anyone could pull it.
+          void Promise.allSettled(exposures).then(() => { for (const fn of this.#afterSend) fn(); });
         });
       } else {
         this.#sentWithNothingToRelease = sent ?? NOTHING_SENT;
@@ -356,6 +367,7 @@ export class ServerCall {
     try {
       const encoded = encodeFields(fields, result, this.entry.types, tensors.encode, '');
       tensors.finish();
+      this.#exposures.push(...tensors.exposures);
       return { encoded, tensors };
     } catch (error) {
       tensors.discard();

@@ -46,6 +46,11 @@ export class OutgoingTensors {
 
   constructor(private readonly scope: TransferScope, private readonly policy: SendPolicy, private readonly site: TransferSite) {}
 
+  /** One per tensor exposed `@remote` by this frame: settles when its exposure ends (pulled, its
+   *  tensor released, or the connection gone). */
+  readonly #exposures: Array<Promise<void>> = [];
+  get exposures(): ReadonlyArray<Promise<void>> { return this.#exposures; }
+
   /** The EncodeTensor callback of encodeFields. */
   readonly encode = (value: unknown, where: string, placement: Placement): unknown => {
     if (++this.#tensors > MAX_TENSORS_PER_FRAME) throw tooManyTensors(`${this.site.label}${where}`);
@@ -53,7 +58,9 @@ export class OutgoingTensors {
     if (!(value instanceof Tensor)) throw new GdrpcError(Code.INVALID_ARGUMENT, `${where}: expected a Tensor`);
     if (placement.kind === 'remote') {
       this.#sync.before(value);
-      return exposeRemote(value, this.scope);
+      let ended!: () => void;
+      this.#exposures.push(new Promise<void>((resolve) => { ended = resolve; }));
+      return exposeRemote(value, this.scope, ended);
     }
     const { connection } = this.scope;
     this.#bytes += value.byteLength;
