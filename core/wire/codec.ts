@@ -8,7 +8,7 @@ import { Code, GdrpcError } from '../errors.ts';
 import { FrameKind, frameSpec, MOVER_FIELDS, TENSOR_FIELDS, WIRE_VERSION, type Frame, type FrameBody, type TensorWire } from './frames.ts';
 import type { ReceivedFrame } from './message.ts';
 import { isMap, mismatch } from './schema.ts';
-import { lastWeighed, notPlainMsgpack } from './plain.ts';
+import { weighMsgpack } from './plain.ts';
 
 // Plain msgpack maps (no record extension) so that any msgpack library can read the frames;
 // 64-bit integers decode as bigint so that addresses survive. Frames are decoded where they
@@ -55,9 +55,8 @@ export function decodeFrame({ kind, call, source, start, end }: ReceivedFrame): 
   // msgpackr reads an end of 0 as "the whole source"; an empty body is no msgpack anyway.
   if (end <= start) throw malformed(`${spec.name} frame is not msgpack (empty)`);
   // What msgpackr would make of anything else is the peer's to make costly (plain.ts).
-  const notPlain = notPlainMsgpack(source, start, end);
-  if (notPlain !== undefined) throw malformed(`${spec.name} frame body ${notPlain}`);
-  const weight = lastWeighed();
+  const weight = weighMsgpack(source, start, end);
+  if (typeof weight === 'string') throw malformed(`${spec.name} frame body ${weight}`);
   let body: unknown;
   range.start = start;
   range.end = end;

@@ -33,31 +33,67 @@ const MAP_WEIGHT = 48;
 
 const stack = new Float64Array(MAX_NESTING);
 /** Per open container (by depth, 1 for the outermost): whether it is a map, and of its keys that
- *  are array indices ("0" to "4294967294"), the largest and how many. */
+ *  are array indices ("0" to "4294967294"): how many, the element capacity V8 may have given
+ *  them so far, and whether they went to a dictionary. */
 const isMapAt = new Uint8Array(MAX_NESTING + 1);
-const maxIndexAt = new Float64Array(MAX_NESTING + 1);
 const indexKeysAt = new Float64Array(MAX_NESTING + 1);
-/** What V8 may give an object's indexed keys: fast elements up to the largest index (8 bytes
- *  each), as long as each key lies within 1,024 of the elements it has (else a dictionary, about
- *  32 bytes a key). A map whose one key was "1023" decoded to an 8 KB object from 7 bytes: a
- *  helper session's REQUEST of 800,000 such maps (4 MB) ran a server out of heap while the
- *  weight above took it for 13 bytes a byte (2026-12-07). Keys that step up by less than 1,024
- *  each can reach fast elements of `count` x 1,024: weighed so. */
+const capacityAt = new Float64Array(MAX_NESTING + 1);
+const dictionaryAt = new Uint8Array(MAX_NESTING + 1);
+
+/** V8 stores an object's array-index keys as elements: fast ones, a slot each up to a capacity
+ *  that grows to 1.5 times the index past it plus 16, or a dictionary. A map whose one key was
+ *  "1023" decoded to an 8 KB object from 7 bytes, and one whose keys were "1023" and "2575" to
+ *  31 KB from 13: helper sessions' REQUESTs of such maps (4 MB and 3.25 MB) ran servers out of
+ *  heap (2026-12-07). V8's rule, for an index past the capacity, is followed: a gap of 1,024 or
+ *  more from it makes a dictionary; else fast elements of the new capacity if it is at most
+ *  5,000 (a young object's), or if it is less than 9 times the dictionary the keys so far would
+ *  fill (kPreferFastElementsSizeFactor x kEntrySize x its capacity); else a dictionary. Weighed
+ *  at 8 bytes a fast slot and 32 a dictionary key, whichever the rule says V8 may take. */
 const ELEMENT_WEIGHT = 8;
 const ELEMENTS_GAP = 1024;
+const MAX_UNCHECKED_FAST_ELEMENTS = 5000;
 const DICTIONARY_ENTRY_WEIGHT = 32;
 
-export function elementsWeight(maxIndex: number, count: number): number {
-  return maxIndex < ELEMENTS_GAP * count ? ELEMENT_WEIGHT * (maxIndex + 1) : DICTIONARY_ENTRY_WEIGHT * count;
+/** The capacity V8 gives fast elements to hold index `index` (JSObject::NewElementsCapacity). */
+function newCapacity(index: number): number {
+  const length = index + 1;
+  return length + Math.floor(length / 2) + 16;
 }
 
-/** What the last body notPlainMsgpack took would decode to, weighed as above. */
-let weighed = 0;
-export function lastWeighed(): number { return weighed; }
+/** A number dictionary's capacity for `used` entries (HashTable::ComputeCapacity). */
+function dictionaryCapacity(used: number): number {
+  const raw = used + Math.floor(used / 2);
+  let capacity = 4;
+  while (capacity < raw) capacity *= 2;
+  return capacity;
+}
 
-/** Why `source[start, end)` is not exactly one plain msgpack value; undefined when it is (its
- *  weight is then lastWeighed()). */
+/** Elements after one more index key: the capacity (-1: a dictionary from now on), given the
+ *  capacity before and the index keys before it. */
+export function elementsAfter(capacity: number, keysBefore: number, index: number): number {
+  if (capacity < 0) return -1;
+  if (index < capacity) return capacity;
+  if (index - capacity >= ELEMENTS_GAP) return -1;
+  const next = newCapacity(index);
+  if (next <= MAX_UNCHECKED_FAST_ELEMENTS) return next;
+  return 9 * dictionaryCapacity(keysBefore) <= next ? -1 : next;
+}
+
+/** What `keys` index keys weigh with elements of `capacity` at most (-1: a dictionary) and
+ *  `peak` the largest fast capacity they had on the way. */
+export function elementsWeight(peak: number, keys: number, dictionary: boolean): number {
+  return ELEMENT_WEIGHT * Math.max(0, peak) + (dictionary ? DICTIONARY_ENTRY_WEIGHT * keys : 0);
+}
+
+/** Why `source[start, end)` is not exactly one plain msgpack value; undefined when it is. */
 export function notPlainMsgpack(source: Uint8Array, start: number, end: number): string | undefined {
+  const weighed = weighMsgpack(source, start, end);
+  return typeof weighed === 'string' ? weighed : undefined;
+}
+
+/** What `source[start, end)` would decode to, weighed as above, when it is exactly one plain
+ *  msgpack value within MAX_DECODED_PER_BYTE; else why it is not (a string). */
+export function weighMsgpack(source: Uint8Array, start: number, end: number): number | string {
   let at = start;
   let depth = 0;
   /** Values still to read in the innermost open array or map (its keys and values both count). */
@@ -70,7 +106,7 @@ export function notPlainMsgpack(source: Uint8Array, start: number, end: number):
     if (left === 0) {
       if (depth === 0) break;
       if (isMapAt[depth] === 1 && indexKeysAt[depth]! > 0) {
-        weight += elementsWeight(maxIndexAt[depth]!, indexKeysAt[depth]!);
+        weight += elementsWeight(capacityAt[depth]!, indexKeysAt[depth]!, dictionaryAt[depth] === 1);
         if (weight > most) return tooHeavy(most, end - start);
       }
       depth -= 1;
@@ -106,8 +142,13 @@ export function notPlainMsgpack(source: Uint8Array, start: number, end: number):
       weight += STRING_WEIGHT + length + SCALAR_WEIGHT;
       const index = arrayIndex(source, first, length);
       if (index >= 0) {
+        // The capacity kept is the largest the keys reached before any dictionary (the peak).
+        if (dictionaryAt[depth] === 0) {
+          const capacity = elementsAfter(capacityAt[depth]!, indexKeysAt[depth]!, index);
+          if (capacity < 0) dictionaryAt[depth] = 1;
+          else capacityAt[depth] = capacity;
+        }
         indexKeysAt[depth] = indexKeysAt[depth]! + 1;
-        if (index > maxIndexAt[depth]!) maxIndexAt[depth] = index;
       }
       if (weight > most) return tooHeavy(most, end - start);
       continue;
@@ -170,12 +211,12 @@ export function notPlainMsgpack(source: Uint8Array, start: number, end: number):
     depth += 1;
     left = items;
     isMapAt[depth] = type <= 0x8f || type === 0xde || type === 0xdf ? 1 : 0;
-    maxIndexAt[depth] = -1;
+    capacityAt[depth] = 0;
+    dictionaryAt[depth] = 0;
     indexKeysAt[depth] = 0;
   }
   if (at !== end) return at > end ? 'ends inside a value' : `has ${end - at} bytes after its value`;
-  weighed = weight;
-  return undefined;
+  return weight;
 }
 
 function tooHeavy(most: number, bytes: number): string {

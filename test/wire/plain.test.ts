@@ -149,6 +149,15 @@ describe('what a frame body may decode to', () => {
     expect(check(indexKeyed)).toMatch(/would decode to more/);
     const numberKeyed = Uint8Array.from([0x81, 0xcd, 0x03, 0xff, 0x00]);  // {1023: 0}
     expect(check(numberKeyed)).toMatch(/map key that is not a string/);
+    // Keys each within 1,024 of the capacity before: "1023" then "2575" grow fast elements to
+    // 3,880 slots, 31 KB from 13 bytes (a second review's REQUEST of 250,000 killed a server).
+    const stepped = Uint8Array.from([0xdc, 0x27, 0x10, ...Array.from({ length: 10_000 }, () => [0x82, 0xa4, 0x31, 0x30, 0x32, 0x33, 0x00, 0xa4, 0x32, 0x35, 0x37, 0x35, 0x00]).flat()]);
+    expect(check(stepped)).toMatch(/would decode to more/);
+    // Sparse ids over a large vocabulary go to a dictionary in V8: logit biases pass.
+    const bias = Array.from({ length: 64 }, (_, r) => Object.fromEntries(Array.from({ length: 100 }, (__, k) => [String(((k * 997 + r * 31) % 100_000)), k / 10])));
+    expect(check(packr.pack({ bias }))).toBeUndefined();
+    const users = Object.fromEntries(Array.from({ length: 1000 }, (_, i) => [String(100_000 + i * 811), { name: `u${i}`, age: i % 90 }]));
+    expect(check(packr.pack({ users }))).toBeUndefined();
     expect(check([0x81, 0x7f, 0x00])).toMatch(/map key that is not a string/);
     expect(check([0x81, 0xc0, 0x00])).toMatch(/map key that is not a string/);
     // Keys that are not indices weigh as strings.

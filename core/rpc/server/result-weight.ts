@@ -6,7 +6,7 @@
 // counted stayed at 134 MiB (2026-12-07), and a faster peer or more of them would have run the
 // process out of memory.
 import { Tensor } from '../../tensor/tensor.ts';
-import { arrayIndexOf, elementsWeight } from '../../wire/plain.ts';
+import { arrayIndexOf, elementsAfter, elementsWeight } from '../../wire/plain.ts';
 
 /** What a value counts for however small: a number, a key, an empty object. */
 const SLOT_BYTES = 16;
@@ -45,19 +45,25 @@ export function resultWeight(value: unknown): number {
     } else if (item instanceof Map) {
       for (const [key, element] of item) stack.push(key, element);
     } else {
-      // Keys that are array indices are elements: V8 may give them storage up to the largest.
-      let maxIndex = -1;
+      // Keys that are array indices are elements (Object.keys lists them first, ascending, as
+      // they would have been added): weighed as the wire check weighs them (plain.ts).
+      let capacity = 0;
+      let dictionary = false;
       let indices = 0;
       for (const key of Object.keys(item)) {
         bytes += key.length;
         const index = arrayIndexOf(key);
         if (index >= 0) {
+          if (!dictionary) {
+            const next = elementsAfter(capacity, indices, index);
+            if (next < 0) dictionary = true;
+            else capacity = next;
+          }
           indices += 1;
-          if (index > maxIndex) maxIndex = index;
         }
         stack.push((item as Record<string, unknown>)[key]);
       }
-      if (indices > 0) bytes += elementsWeight(maxIndex, indices);
+      if (indices > 0) bytes += elementsWeight(capacity, indices, dictionary);
     }
   }
   return bytes;
