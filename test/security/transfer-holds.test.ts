@@ -129,7 +129,7 @@ describe('transfers hold their memory', () => {
   });
 
   /** A server whose `region` returns a new pool tensor `@remote`, released by `release`. */
-  async function regionServer(release: (h: Tensor, ctx: { afterSend(fn: () => void): void }) => void) {
+  async function regionServer(release: (h: Tensor, ctx: { afterSend(fn: () => void): void }) => void, options: { exposureHoldMs?: number } = {}) {
     const owner = runtime();
     const pool = owner.createPool({ device: 'cpu', bytes: 8 * BYTES });
     const refuse = (name: string): UnaryHandler => () => { throw new GdrpcError(Code.UNIMPLEMENTED, name); };
@@ -140,7 +140,7 @@ describe('transfers hold their memory', () => {
       release(h, ctx);
       return { h };
     }) as UnaryHandler;
-    const server = Server.create({ runtime: owner }).register(EchoDescriptor, handlers);
+    const server = Server.create({ runtime: owner, ...options }).register(EchoDescriptor, handlers);
     await server.listen({ host: '127.0.0.1', port: 0 });
     const client = await Client.connect(server.address!, { runtime: runtime() });
     return { owner, pool, client, close: async () => { await client.close(); await server.shutdown({ graceMs: 0 }); } };
@@ -158,6 +158,21 @@ describe('transfers hold their memory', () => {
       pulled.release();
       await expect.poll(() => pool.stats().used, { timeout: 10_000 }).toBe(0);
       expect(owner.owner.size).toBe(0);
+    } finally {
+      await close();
+    }
+  });
+
+  it('handles to tensors returned `@remote` that nobody pulls (their callers gave up) end exposureHoldMs after their calls, and afterSend releases the tensors then', async () => {
+    let released = 0;
+    const { owner, pool, client, close } = await regionServer((h, ctx) => ctx.afterSend(() => { h.release(); released += 1; }), { exposureHoldMs: 300 });
+    try {
+      // Deadlines too short for the answers: the callers drop the handles they never see.
+      for (let i = 0; i < 10; i += 1) await client.unary(EchoDescriptor.methods.region, { rows: 512, cols: 1024 }, { deadline: 1 }).catch(() => {});
+      // Before, the tensors, their exposures and afterSend were held until the client closed.
+      await expect.poll(() => pool.stats().used, { timeout: 10_000 }).toBe(0);
+      expect(owner.owner.size).toBe(0);
+      expect(released).toBe(10);
     } finally {
       await close();
     }

@@ -19,12 +19,17 @@ import { closeWhenReported, DEVICE, fixedTensorType, HANDLE_ARGS, isUnknownMetho
 
 /** Registers `tensor` as remote for the call of `scope`, on its connection's runtime; returns its
  *  handle descriptor. Released when the call ends or the connection dies (exposures), or after one pull. */
-export function exposeRemote(tensor: Tensor, scope: TransferScope, ended?: () => void): TensorWire {
+export function exposeRemote(tensor: Tensor, scope: TransferScope): { wire: TensorWire; ended: Promise<void>; end: () => void } {
   const { connection, call } = scope;
-  return connection.runtime.owner.expose(tensor, connection.peer, (forget) => {
-    const exposure = connection.exposures.add(call, ended === undefined ? forget : () => { forget(); ended(); });
+  let told!: () => void;
+  const ended = new Promise<void>((resolve) => { told = resolve; });
+  let exposure = 0;
+  const wire = connection.runtime.owner.expose(tensor, connection.peer, (forget) => {
+    exposure = connection.exposures.add(call, () => { forget(); told(); });
     return () => connection.exposures.release(exposure);
   });
+  // Ends the exposure now (its frame did not leave, or it was not pulled in time); idempotent.
+  return { wire, ended, end: () => connection.exposures.release(exposure) };
 }
 
 /** Number of remote tensors currently exposed on `runtime` (default: the default runtime), for leak checks. */

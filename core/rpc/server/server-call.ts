@@ -91,6 +91,8 @@ export class ServerCall {
   /** The ends of the exposures of the tensors the results passed `@remote`: afterSend waits for
    *  them, as nothing reads such a tensor once its exposure has ended. */
   readonly #exposures: Array<Promise<void>> = [];
+  /** What ends each of them: a handle not pulled within exposureHoldMs of the call's end. */
+  readonly #exposureEnds: Array<() => void> = [];
   /** A client-streaming call's items. */
   readonly #clientStream: ClientStream | undefined;
   /** What a server-streaming call may send. */
@@ -165,6 +167,13 @@ export class ServerCall {
       this.#over = true;
       this.scope.dispose();
       this.#clientStream?.items.close();
+      // Handles to tensors returned `@remote` that are not pulled within exposureHoldMs end then:
+      // a caller that gave up on its answer (its deadline, a stream it stopped reading) would
+      // otherwise hold them, and the handler's afterSend, for as long as its connection lasts.
+      if (this.#exposureEnds.length > 0) {
+        const ends = this.#exposureEnds;
+        setTimeout(() => { for (const end of ends) end(); }, this.env.exposureHoldMs).unref();
+      }
       // Argument tensors go back to the pool once nothing reads them: after the results' bytes left.
       // A call that received no tensor bytes and has no afterSend hook has nothing to wait for.
       const args = this.#args;
@@ -301,7 +310,12 @@ export class ServerCall {
       // A frame the connection refuses at once (closed, over the peer's limit) throws: the call
       // fails with it (an ERROR frame where the connection can still carry one).
       const posted = new PostedFrame();
-      this.connection.post(FrameKind.Response, this.id, { r: out.encoded }, posted);
+      try {
+        this.connection.post(FrameKind.Response, this.id, { r: out.encoded }, posted);
+      } catch (error) {
+        out.tensors.discard();
+        throw error;
+      }
       return { moving: posted };
     }
     return this.#postThenMove(FrameKind.Response, { r: out.encoded }, out.tensors);
@@ -368,6 +382,7 @@ export class ServerCall {
       const encoded = encodeFields(fields, result, this.entry.types, tensors.encode, '');
       tensors.finish();
       this.#exposures.push(...tensors.exposures);
+      this.#exposureEnds.push(...tensors.exposureEnds);
       return { encoded, tensors };
     } catch (error) {
       tensors.discard();

@@ -50,6 +50,9 @@ export class OutgoingTensors {
    *  tensor released, or the connection gone). */
   readonly #exposures: Array<Promise<void>> = [];
   get exposures(): ReadonlyArray<Promise<void>> { return this.#exposures; }
+  /** What ends each of those exposures now. */
+  readonly #exposureEnds: Array<() => void> = [];
+  get exposureEnds(): ReadonlyArray<() => void> { return this.#exposureEnds; }
 
   /** The EncodeTensor callback of encodeFields. */
   readonly encode = (value: unknown, where: string, placement: Placement): unknown => {
@@ -58,9 +61,12 @@ export class OutgoingTensors {
     if (!(value instanceof Tensor)) throw new GdrpcError(Code.INVALID_ARGUMENT, `${where}: expected a Tensor`);
     if (placement.kind === 'remote') {
       this.#sync.before(value);
-      let ended!: () => void;
-      this.#exposures.push(new Promise<void>((resolve) => { ended = resolve; }));
-      return exposeRemote(value, this.scope, ended);
+      const exposed = exposeRemote(value, this.scope);
+      this.#exposures.push(exposed.ended);
+      this.#exposureEnds.push(exposed.end);
+      // A frame that never leaves takes its exposures with it: nobody got the handle.
+      this.#discards.push(exposed.end);
+      return exposed.wire;
     }
     const { connection } = this.scope;
     this.#bytes += value.byteLength;
