@@ -76,6 +76,19 @@ class WindowedServer {
   }
 }
 
+/** A client admitted by a raw server that keeps to its window; both closed after the file. */
+async function clientOfRawServer(): Promise<{ client: Client; server: WindowedServer }> {
+  const raw = RawServer.listen();
+  closers.push(() => raw.close());
+  const connecting = Client.connect(raw.address);
+  await raw.admit();
+  const client = await connecting;
+  closers.push(() => client.close());
+  const server = new WindowedServer(raw);
+  closers.push(async () => server.stop());
+  return { client, server };
+}
+
 /** A STREAM_ITEM body {seq, a: {bs: [<count> byte strings of `each` bytes]}}, about 4 MiB. */
 function itemOf(seq: number, each: number): Uint8Array {
   const count = Math.floor((4 * 1024 * 1024 - 8192) / (2 + each));
@@ -84,14 +97,7 @@ function itemOf(seq: number, each: number): Uint8Array {
 
 describe('what decoded frames may hold', () => {
   it(`a server stream whose untaken items would weigh more than ${MAX_UNTAKEN_WEIGHT} bytes fails RESOURCE_EXHAUSTED, the items refused, while the caller is slow to take them`, async () => {
-    const raw = RawServer.listen();
-    closers.push(() => raw.close());
-    const connecting = Client.connect(raw.address);
-    await raw.admit();
-    const client = await connecting;
-    closers.push(() => client.close());
-    const server = new WindowedServer(raw);
-    closers.push(async () => server.stop());
+    const { client, server } = await clientOfRawServer();
     const method = { service: 'x.Blob', name: 'get', clientStreaming: false, serverStreaming: true, args: [], results: [{ name: 'bs', type: { kind: 'list', element: { kind: 'scalar', name: 'bytes' } } }] } as unknown as MethodDescriptor;
     const stream = client.serverStream(method, {}, { deadline: 60_000 })[Symbol.asyncIterator]();
     const first = stream.next();
@@ -153,14 +159,7 @@ describe('what decoded frames may hold', () => {
   }, 90_000);
 
   it('an ERROR whose details weigh more than 256 KiB decoded reaches the caller without them, and a message past 16 Ki characters cut', async () => {
-    const raw = RawServer.listen();
-    closers.push(() => raw.close());
-    const connecting = Client.connect(raw.address);
-    await raw.admit();
-    const client = await connecting;
-    closers.push(() => client.close());
-    const server = new WindowedServer(raw);
-    closers.push(async () => server.stop());
+    const { client, server } = await clientOfRawServer();
     const calling = client.unary(EchoDescriptor.methods.ping, { n: 1 }, { deadline: 20_000 }).catch((e: GdrpcError) => e);
     const id = await server.request();
     // 80,000 empty strings: 80 KB on the wire, about 2 MB decoded.
