@@ -37,8 +37,10 @@ const stack = new Float64Array(MAX_NESTING);
  *  them so far, and whether they went to a dictionary. */
 const isMapAt = new Uint8Array(MAX_NESTING + 1);
 const indexKeysAt = new Float64Array(MAX_NESTING + 1);
-const capacityAt = new Float64Array(MAX_NESTING + 1);
-const dictionaryAt = new Uint8Array(MAX_NESTING + 1);
+const capacityAt = new Float64Array(MAX_NESTING + 1);  // -1: a dictionary now
+const peakAt = new Float64Array(MAX_NESTING + 1);
+const maxIndexAt = new Float64Array(MAX_NESTING + 1);
+const dictionaryAt = new Uint8Array(MAX_NESTING + 1);  // a dictionary at some point
 
 /** V8 stores an object's array-index keys as elements: fast ones, a slot each up to a capacity
  *  that grows to 1.5 times the index past it plus 16, or a dictionary. A map whose one key was
@@ -68,10 +70,23 @@ function dictionaryCapacity(used: number): number {
   return capacity;
 }
 
-/** Elements after one more index key: the capacity (-1: a dictionary from now on), given the
- *  capacity before and the index keys before it. */
-export function elementsAfter(capacity: number, keysBefore: number, index: number): number {
-  if (capacity < 0) return -1;
+/** A number dictionary's capacity for `used` entries at most: V8 grows one to the capacity for
+ *  its entries when it would fill past two thirds, so twice that bounds it; an upper bound, for
+ *  the rule that turns a dictionary fast again. */
+function dictionaryCapacityAtMost(used: number): number {
+  return 2 * dictionaryCapacity(used + 1);
+}
+
+/** Elements after one more index key `index`: the fast capacity, or -1 for a dictionary, given
+ *  the state before (capacity, -1 for a dictionary; the largest index; how many index keys). A
+ *  dictionary goes back to fast elements of the largest index once they would take no more than
+ *  twice its space (JSObject::ShouldConvertToFastElements): a fourth review turned one that way
+ *  and grew it to 5,000 slots (108 bytes of heap a byte; nine REQUESTs killed a server). */
+export function elementsStep(capacity: number, maxIndex: number, keysBefore: number, index: number): number {
+  if (capacity < 0) {
+    const wanted = Math.max(index, maxIndex) + 1;
+    return 6 * dictionaryCapacityAtMost(keysBefore + 1) >= wanted ? wanted : -1;
+  }
   if (index < capacity) return capacity;
   if (index - capacity >= ELEMENTS_GAP) return -1;
   const next = newCapacity(index);
@@ -79,10 +94,10 @@ export function elementsAfter(capacity: number, keysBefore: number, index: numbe
   return 9 * dictionaryCapacity(keysBefore) <= next ? -1 : next;
 }
 
-/** What `keys` index keys weigh with elements of `capacity` at most (-1: a dictionary) and
- *  `peak` the largest fast capacity they had on the way. */
+/** What `keys` index keys weigh, the largest fast capacity they had being `peak`, and whether
+ *  they were a dictionary at some point. */
 export function elementsWeight(peak: number, keys: number, dictionary: boolean): number {
-  return ELEMENT_WEIGHT * Math.max(0, peak) + (dictionary ? DICTIONARY_ENTRY_WEIGHT * keys : 0);
+  return ELEMENT_WEIGHT * peak + (dictionary ? DICTIONARY_ENTRY_WEIGHT * keys : 0);
 }
 
 /** Why `source[start, end)` is not exactly one plain msgpack value; undefined when it is. */
@@ -106,7 +121,7 @@ export function weighMsgpack(source: Uint8Array, start: number, end: number): nu
     if (left === 0) {
       if (depth === 0) break;
       if (isMapAt[depth] === 1 && indexKeysAt[depth]! > 0) {
-        weight += elementsWeight(capacityAt[depth]!, indexKeysAt[depth]!, dictionaryAt[depth] === 1);
+        weight += elementsWeight(peakAt[depth]!, indexKeysAt[depth]!, dictionaryAt[depth] === 1);
         if (weight > most) return tooHeavy(most, end - start);
       }
       depth -= 1;
@@ -142,12 +157,11 @@ export function weighMsgpack(source: Uint8Array, start: number, end: number): nu
       weight += STRING_WEIGHT + length + SCALAR_WEIGHT;
       const index = arrayIndex(source, first, length);
       if (index >= 0) {
-        // The capacity kept is the largest the keys reached before any dictionary (the peak).
-        if (dictionaryAt[depth] === 0) {
-          const capacity = elementsAfter(capacityAt[depth]!, indexKeysAt[depth]!, index);
-          if (capacity < 0) dictionaryAt[depth] = 1;
-          else capacityAt[depth] = capacity;
-        }
+        const capacity = elementsStep(capacityAt[depth]!, maxIndexAt[depth]!, indexKeysAt[depth]!, index);
+        if (capacity < 0) dictionaryAt[depth] = 1;
+        else if (capacity > peakAt[depth]!) peakAt[depth] = capacity;
+        capacityAt[depth] = capacity;
+        if (index > maxIndexAt[depth]!) maxIndexAt[depth] = index;
         indexKeysAt[depth] = indexKeysAt[depth]! + 1;
       }
       if (weight > most) return tooHeavy(most, end - start);
@@ -212,6 +226,8 @@ export function weighMsgpack(source: Uint8Array, start: number, end: number): nu
     left = items;
     isMapAt[depth] = type <= 0x8f || type === 0xde || type === 0xdf ? 1 : 0;
     capacityAt[depth] = 0;
+    peakAt[depth] = 0;
+    maxIndexAt[depth] = -1;
     dictionaryAt[depth] = 0;
     indexKeysAt[depth] = 0;
   }

@@ -153,6 +153,16 @@ describe('what a frame body may decode to', () => {
     // 3,880 slots, 31 KB from 13 bytes (a second review's REQUEST of 250,000 killed a server).
     const stepped = Uint8Array.from([0xdc, 0x27, 0x10, ...Array.from({ length: 10_000 }, () => [0x82, 0xa4, 0x31, 0x30, 0x32, 0x33, 0x00, 0xa4, 0x32, 0x35, 0x37, 0x35, 0x00]).flat()]);
     expect(check(stepped)).toMatch(/would decode to more/);
+    // A dictionary that turns fast again: "0" and "1041" make one, 90 small keys fill it until
+    // fast elements of 1,042 slots take no more than twice its space, then "2065" and "3321"
+    // grow them to 5,000 (a fourth review: 108 bytes of heap a byte; nine REQUESTs killed a
+    // server).
+    const refast = ['0', '1041', ...Array.from({ length: 90 }, (_, i) => String(i + 1)), '2065', '3321'];
+    const refastMaps = packr.pack({ l: Array.from({ length: 2000 }, () => Object.fromEntries(refast.map((k) => [k, 0]))) });
+    expect(check(refastMaps)).toMatch(/would decode to more/);
+    // 1,000 token counts over a 50k vocabulary stay a dictionary in V8 and pass.
+    const counts = Object.fromEntries(Array.from({ length: 1000 }, (_, i) => [String(i * 50 + (i % 7)), i]));
+    expect(check(packr.pack({ counts }))).toBeUndefined();
     // Sparse ids over a large vocabulary go to a dictionary in V8: logit biases pass.
     const bias = Array.from({ length: 64 }, (_, r) => Object.fromEntries(Array.from({ length: 100 }, (__, k) => [String(((k * 997 + r * 31) % 100_000)), k / 10])));
     expect(check(packr.pack({ bias }))).toBeUndefined();

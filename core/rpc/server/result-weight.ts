@@ -6,7 +6,7 @@
 // counted stayed at 134 MiB (2026-12-07), and a faster peer or more of them would have run the
 // process out of memory.
 import { Tensor } from '../../tensor/tensor.ts';
-import { arrayIndexOf, elementsAfter, elementsWeight } from '../../wire/plain.ts';
+import { arrayIndexOf, elementsStep, elementsWeight } from '../../wire/plain.ts';
 
 /** What a value counts for however small: a number, a key, an empty object. */
 const SLOT_BYTES = 16;
@@ -48,22 +48,23 @@ export function resultWeight(value: unknown): number {
       // Keys that are array indices are elements (Object.keys lists them first, ascending, as
       // they would have been added): weighed as the wire check weighs them (plain.ts).
       let capacity = 0;
+      let peak = 0;
+      let maxIndex = -1;
       let dictionary = false;
       let indices = 0;
       for (const key of Object.keys(item)) {
         bytes += key.length;
         const index = arrayIndexOf(key);
         if (index >= 0) {
-          if (!dictionary) {
-            const next = elementsAfter(capacity, indices, index);
-            if (next < 0) dictionary = true;
-            else capacity = next;
-          }
+          capacity = elementsStep(capacity, maxIndex, indices, index);
+          if (capacity < 0) dictionary = true;
+          else if (capacity > peak) peak = capacity;
+          if (index > maxIndex) maxIndex = index;
           indices += 1;
         }
         stack.push((item as Record<string, unknown>)[key]);
       }
-      if (indices > 0) bytes += elementsWeight(capacity, indices, dictionary);
+      if (indices > 0) bytes += elementsWeight(peak, indices, dictionary);
     }
   }
   return bytes;
