@@ -164,15 +164,18 @@ describe('transfers hold their memory', () => {
   });
 
   it('handles to tensors returned `@remote` that nobody pulls (their callers gave up) end exposureHoldMs after their calls, and afterSend releases the tensors then', async () => {
+    let made = 0;
     let released = 0;
-    const { owner, pool, client, close } = await regionServer((h, ctx) => ctx.afterSend(() => { h.release(); released += 1; }), { exposureHoldMs: 300 });
+    const { owner, pool, client, close } = await regionServer((h, ctx) => { made += 1; ctx.afterSend(() => { h.release(); released += 1; }); }, { exposureHoldMs: 300 });
     try {
       // Deadlines too short for the answers: the callers drop the handles they never see.
       for (let i = 0; i < 10; i += 1) await client.unary(EchoDescriptor.methods.region, { rows: 512, cols: 1024 }, { deadline: 1 }).catch(() => {});
       // Before, the tensors, their exposures and afterSend were held until the client closed.
       await expect.poll(() => pool.stats().used, { timeout: 10_000 }).toBe(0);
       expect(owner.owner.size).toBe(0);
-      expect(released).toBe(10);
+      // Every handler that ran (a call whose deadline passed before it came runs none).
+      expect(made).toBeGreaterThan(0);
+      expect(released).toBe(made);
     } finally {
       await close();
     }
