@@ -143,7 +143,7 @@ describe('transfers hold their memory', () => {
     const server = Server.create({ runtime: owner, ...options }).register(EchoDescriptor, handlers);
     await server.listen({ host: '127.0.0.1', port: 0 });
     const client = await Client.connect(server.address!, { runtime: runtime() });
-    return { owner, pool, client, close: async () => { await client.close(); await server.shutdown({ graceMs: 0 }); } };
+    return { owner, pool, client, server, close: async () => { await client.close(); await server.shutdown({ graceMs: 0 }); } };
   }
 
   it("a tensor returned `@remote` and released in afterSend is released once it was pulled, not when the answer left (its pull failed before)", async () => {
@@ -166,10 +166,12 @@ describe('transfers hold their memory', () => {
   it('handles to tensors returned `@remote` that nobody pulls (their callers gave up) end exposureHoldMs after their calls, and afterSend releases the tensors then', async () => {
     let made = 0;
     let released = 0;
-    const { owner, pool, client, close } = await regionServer((h, ctx) => { made += 1; ctx.afterSend(() => { h.release(); released += 1; }); }, { exposureHoldMs: 300 });
+    const { owner, pool, client, server, close } = await regionServer((h, ctx) => { made += 1; ctx.afterSend(() => { h.release(); released += 1; }); }, { exposureHoldMs: 300 });
     try {
       // Deadlines too short for the answers: the callers drop the handles they never see.
       for (let i = 0; i < 10; i += 1) await client.unary(EchoDescriptor.methods.region, { rows: 512, cols: 1024 }, { deadline: 1 }).catch(() => {});
+      // Every call has run (or never will) before its tensors are counted.
+      await expect.poll(() => server.activeCalls, { timeout: 10_000 }).toBe(0);
       // Before, the tensors, their exposures and afterSend were held until the client closed.
       await expect.poll(() => pool.stats().used, { timeout: 10_000 }).toBe(0);
       expect(owner.owner.size).toBe(0);
