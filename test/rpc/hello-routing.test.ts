@@ -4,6 +4,7 @@
 import { afterAll, afterEach, describe, expect, it, vi } from 'vitest';
 import { Client, Code, Runtime, type GdrpcError } from '../../core/index.ts';
 import { Endpoint } from '../../core/ucx/index.ts';
+import { Dispatcher } from '../../core/rpc/runtime/dispatcher.ts';
 import { CONNECT_SIGNAL } from '../../core/rpc/call/options.ts';
 import { getEventListeners } from 'node:events';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
@@ -51,11 +52,28 @@ describe('HELLO routing', () => {
 
   it('where UCX does not tell an endpoint\'s address, connections take turns: one whose HELLO does not come holds the next up to its timeout', async () => {
     const localAddress = vi.spyOn(Endpoint.prototype, 'localAddress').mockReturnValue(undefined);
+    // The turns taken, to start the next connection only once the first holds its turn: the
+    // server's accepting it came before, and with two CPU hogs beside a CI run the next one once
+    // took the turn first (and failed 'no handshake' instead of 'no turn to connect').
+    const turns: Array<Promise<unknown>> = [];
+    const awaitTurn = Dispatcher.prototype.awaitHelloTurn;
+    vi.spyOn(Dispatcher.prototype, 'awaitHelloTurn').mockImplementation(function (this: Dispatcher, ...args: Parameters<Dispatcher['awaitHelloTurn']>) {
+      const turn = awaitTurn.apply(this, args);
+      turns.push(turn);
+      return turn;
+    });
     const silent = listen();
+    // Every endpoint it accepts is kept: the client gives up the one it made before its turn for
+    // one made within it, which an unheld endpoint of the raw server's could see closed, ending
+    // the turn early.
+    const accepted: unknown[] = [];
+    silent.listener.on('connection', (endpoint: unknown) => accepted.push(endpoint));
     // Its timeout far beyond the next one's, however slow the machine is to get there (with 4 s
     // and two CPU hogs beside a CI run, it ran out first once, and the next got the turn).
     const stalled = Client.connect(silent.address, { connectTimeoutMs: 15_000 }).then(() => 'connected', (error: GdrpcError) => error.code);
     await silent.accepted();
+    await expect.poll(() => turns.length, { timeout: 10_000 }).toBeGreaterThan(0);
+    await turns[0];
     const honest = listen();
     const waiting = Client.connect(honest.address, { connectTimeoutMs: 1000 });
     await expect(waiting).rejects.toMatchObject({ code: Code.UNAVAILABLE, message: expect.stringMatching(/no turn to connect/) });
