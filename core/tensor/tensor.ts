@@ -141,13 +141,13 @@ export class Tensor {
   /** The pool this tensor was carved from (or overflowed from), if any. */
   get pool(): TensorPoolLike | undefined { return this.#storage.pool; }
   /** True once release() ran (or its pool was force-closed). */
+  get released(): boolean { return this.#storage.released; }
+
   /** Keeps this tensor's memory from going back to its pool while a transfer reads or writes it
    *  (a release meanwhile makes the tensor unusable at once, and frees it when the last hold
    *  ends); returns what ends the hold. Used by the transports; FAILED_PRECONDITION once
    *  released. */
   hold(): () => void { return this.#storage.hold(); }
-
-  get released(): boolean { return this.#storage.released; }
 
   /** The mapped span holding this tensor, when it lives in a UCX-mapped pool/region. */
   span(): MemorySpan | undefined { return this.#storage.span(); }

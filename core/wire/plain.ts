@@ -239,17 +239,12 @@ function tooHeavy(most: number, bytes: number): string {
   return `would decode to more than ${most} bytes of heap (${MAX_DECODED_PER_BYTE} a byte of its ${bytes}, past ${DECODED_SLACK_BYTES}): values this small and many are tensors' work`;
 }
 
-/** The array index key `key` names ("0" to "4294967294", no leading zero), -1 for any other. */
+/** The array index key `key` names ("0" to "4294967294", no leading zero), -1 for any other:
+ *  as the walk reads a key's bytes (a digit is one byte in UTF-8, anything else not a digit). */
 export function arrayIndexOf(key: string): number {
-  const length = key.length;
-  if (length === 0 || length > 10 || (length > 1 && key.charCodeAt(0) === 0x30)) return -1;
-  let value = 0;
-  for (let i = 0; i < length; i += 1) {
-    const digit = key.charCodeAt(i) - 0x30;
-    if (digit < 0 || digit > 9) return -1;
-    value = value * 10 + digit;
-  }
-  return value <= 4294967294 ? value : -1;
+  if (key.length > 10) return -1;
+  const bytes = Buffer.from(key, 'utf8');
+  return arrayIndex(bytes, 0, bytes.length);
 }
 
 /** The array index a map key of `length` bytes at `first` names ("0" to "4294967294", no leading

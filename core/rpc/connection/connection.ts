@@ -237,8 +237,7 @@ export class Connection implements FrameSink {
       `${this.peer} has left ${bytes} bytes of messages (${frames} frames) waiting for its window, the oldest for ${Math.round(oldestMs)} ms${this.room.waiting > 0 ? `, with ${this.room.waiting} calls waiting to add to them` : ''} (docs/wire.md "Message window")`)),
     stallMs: () => this.liveness.timeoutMs,
     callsWait: () => this.room.waiting > 0,
-    waiting: (held, progressed) => {
-      this.#outboxHeld = held;
+    waiting: (_held, progressed) => {
       this.#countWaiting(progressed);
       this.room.changed();
     },
@@ -257,13 +256,10 @@ export class Connection implements FrameSink {
     holding: () => this.#countWaiting(false),
   });
 
-  /** What the outbox last said it holds for the peer (its waiting messages). */
-  #outboxHeld = 0;
-
   /** Tells the runtime what this connection holds for its peer: its waiting messages, and the
    *  answers of calls waiting for room to join them (nothing once closed). */
   #countWaiting(progressed: boolean): void {
-    const held = this.#error === undefined ? this.#outboxHeld + this.room.heldBytes : 0;
+    const held = this.#error === undefined ? this.#outbox.held + this.room.heldBytes : 0;
     this.runtime.waiting.set(this.#waitingHolder, held, progressed);
   }
 

@@ -199,6 +199,8 @@ export class Outbox {
 
   /** Bytes of messages waiting for the peer's window. */
   get blockedBytes(): number { return this.#blockedBytes; }
+  /** What it holds for the peer, as link.waiting is told it (waiting.ts counts it). */
+  get held(): number { return this.#held; }
   /** Whether more may be made for the peer now (backpressure, room.ts): what waits for it, or is
    *  about to (the turn's frames, not yet packed), is within MAX_BLOCKED_BYTES, and is nothing at
    *  all while the runtime is `pressed`. */

@@ -63,10 +63,17 @@ function cutOff(connection: TransferScope['connection'], error: unknown): GdrpcE
  *  path the call reports. Watched: a peer that never takes the bytes must not hold the tensor for
  *  ever (Payloads.watchSend). */
 export async function sendPayload(connection: TransferScope['connection'], x: number, tensor: Tensor): Promise<ProtocolSeen | void> {
-  const { buffer, release } = tagBuffer(tensor, connection.runtime.context, connection.runtime.stats);
   // The tensor's memory stays out of its pool until UCX is done reading it, even if its owner
   // releases it meanwhile (the call that exposed or sent it ended first).
   const unhold = tensor.hold();
+  let tagged: ReturnType<typeof tagBuffer>;
+  try {
+    tagged = tagBuffer(tensor, connection.runtime.context, connection.runtime.stats);
+  } catch (error) {
+    unhold();
+    throw error;
+  }
+  const { buffer, release } = tagged;
   const unwatch = connection.payloads.watchSend(x);
   try {
     return await connection.endpoint.tagSend(connection.outgoingDataTag(x), buffer, { untilComplete: true, describe: connection.runtime.describes });

@@ -19,7 +19,11 @@ import { closeWhenReported, DEVICE, fixedTensorType, HANDLE_ARGS, isUnknownMetho
 
 /** Registers `tensor` as remote for the call of `scope`, on its connection's runtime; returns its
  *  handle descriptor. Released when the call ends or the connection dies (exposures), or after one pull. */
-export function exposeRemote(tensor: Tensor, scope: TransferScope): { wire: TensorWire; ended: Promise<void>; end: () => void } {
+/** A tensor exposed for a call: its handle descriptor, when the exposure ends (pulled, its tensor
+ *  released, the connection gone), and what ends it now (idempotent). */
+export interface Exposed { wire: TensorWire; ended: Promise<void>; end: () => void }
+
+export function exposeRemote(tensor: Tensor, scope: TransferScope): Exposed {
   const { connection, call } = scope;
   let told!: () => void;
   const ended = new Promise<void>((resolve) => { told = resolve; });

@@ -25,6 +25,7 @@ import { CallArguments } from './call-arguments.ts';
 import { ClientStream } from './client-stream.ts';
 import { StreamCredit } from './stream-credit.ts';
 import { resultWeight } from './result-weight.ts';
+import type { Exposed } from '../remote/remote.ts';
 
 type Row = Record<string, unknown>;
 
@@ -88,11 +89,10 @@ export class ServerCall {
    *  handler's next item being made). */
   #handler: Promise<unknown> | undefined;
   readonly #afterSend: Array<() => void> = [];
-  /** The ends of the exposures of the tensors the results passed `@remote`: afterSend waits for
-   *  them, as nothing reads such a tensor once its exposure has ended. */
-  readonly #exposures: Array<Promise<void>> = [];
-  /** What ends each of them: a handle not pulled within exposureHoldMs of the call's end. */
-  readonly #exposureEnds: Array<() => void> = [];
+  /** The tensors the results passed `@remote`: afterSend waits for their exposures to end, as
+   *  nothing reads such a tensor after; one not pulled within exposureHoldMs of the call's end
+   *  is ended then. */
+  readonly #exposed: Exposed[] = [];
   /** A client-streaming call's items. */
   readonly #clientStream: ClientStream | undefined;
   /** What a server-streaming call may send. */
@@ -121,7 +121,7 @@ export class ServerCall {
     // Registered after the call ended without anything left to release: run it once the
     // response has left (there is no release pass to run it with).
     const sent = this.#sentWithNothingToRelease;
-    if (sent !== undefined) void Promise.allSettled([settled(sent), ...this.#exposures]).then(fn);
+    if (sent !== undefined) void Promise.allSettled([settled(sent), ...this.#exposed.map((e) => e.ended)]).then(fn);
     else this.#afterSend.push(fn);
   }
 
@@ -170,10 +170,8 @@ export class ServerCall {
       // Handles to tensors returned `@remote` that are not pulled within exposureHoldMs end then:
       // a caller that gave up on its answer (its deadline, a stream it stopped reading) would
       // otherwise hold them, and the handler's afterSend, for as long as its connection lasts.
-      if (this.#exposureEnds.length > 0) {
-        const ends = this.#exposureEnds;
-        setTimeout(() => { for (const end of ends) end(); }, this.env.exposureHoldMs).unref();
-      }
+      const exposed = this.#exposed;
+      if (exposed.length > 0) setTimeout(() => { for (const e of exposed) e.end(); }, this.env.exposureHoldMs).unref();
       // Argument tensors go back to the pool once nothing reads them: after the results' bytes left.
       // A call that received no tensor bytes and has no afterSend hook has nothing to wait for.
       const args = this.#args;
@@ -181,14 +179,13 @@ export class ServerCall {
         // Each receive's own settling (registered before this) left its tensors with args.
         void Promise.allSettled([settled(sent), ...(args?.running ?? [])]).then(() => {
           args?.release();
-          const exposures = this.#exposures;
-          if (exposures.length === 0) {
+          if (exposed.length === 0) {
             for (const fn of this.#afterSend) fn();
             return;
           }
           // A tensor returned `@remote` is read by its puller later: a handler that releases it
           // here would have its pull fail (NOT_FOUND) before anyone could pull it.
-          void Promise.allSettled(exposures).then(() => { for (const fn of this.#afterSend) fn(); });
+          void Promise.allSettled(exposed.map((e) => e.ended)).then(() => { for (const fn of this.#afterSend) fn(); });
         });
       } else {
         this.#sentWithNothingToRelease = sent ?? NOTHING_SENT;
@@ -381,8 +378,7 @@ export class ServerCall {
     try {
       const encoded = encodeFields(fields, result, this.entry.types, tensors.encode, '');
       tensors.finish();
-      this.#exposures.push(...tensors.exposures);
-      this.#exposureEnds.push(...tensors.exposureEnds);
+      this.#exposed.push(...tensors.exposed);
       return { encoded, tensors };
     } catch (error) {
       tensors.discard();

@@ -24,7 +24,6 @@ import { methodTypes } from '../call/values.ts';
 
 type Handlers = Record<string, Handler>;
 
-/** A gdrpc server: services, a listener, the connections and their calls. */
 /** ServerOptions.maxCallsPerAddress by default: a quarter of the default maxCalls. Before it, one
  *  address could take every slot of maxCalls (64 connections x 256 calls): 16 peers that each
  *  credited 48 KiB every 5 s kept 256 calls waiting for room each and held 4,081 of the 4,096
@@ -37,6 +36,7 @@ export const DEFAULT_MAX_CALLS_PER_ADDRESS = 1024;
  *  sending large inline arguments to a slow method could run a server out of memory. */
 export const DEFAULT_MAX_ARGUMENT_BYTES = 1 << 30;
 
+/** A gdrpc server: services, a listener, the connections and their calls. */
 export class Server extends EventEmitter<{ connection: [{ peer: string }]; disconnect: [{ peer: string; reason: GdrpcError }]; error: [GdrpcError] }> {
   readonly #options: Required<Omit<ServerOptions, 'token' | 'busyPollUs' | 'maxPoolBytesPerConnection' | 'poolQueueBytes' | 'device' | 'runtime'>> & { token?: string; busyPollUs?: number | 'adaptive'; maxPoolBytesPerConnection?: number; poolQueueBytes?: number; runtime?: Runtime };
   /** Handlers by service, then method: two lookups of the strings a REQUEST carries, where one

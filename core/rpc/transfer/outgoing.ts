@@ -13,7 +13,7 @@ import { planSend, type SendPolicy, type TransferPlan } from '../movers/plan.ts'
 import { plannedInfo, reportSent } from '../movers/report.ts';
 import { bounceFor, stagingReason } from '../movers/staging.ts';
 import { memoryTypeOf } from '../runtime/memory-support.ts';
-import { RemoteTensor, exposeRemote } from '../remote/remote.ts';
+import { RemoteTensor, exposeRemote, type Exposed } from '../remote/remote.ts';
 import { gatherable, gatherChunks, gatheredOutgoing } from './gather.ts';
 import { tensorTooLarge } from './memory-errors.ts';
 import { tooManyTensors, type TransferSite } from './transfer.ts';
@@ -46,13 +46,9 @@ export class OutgoingTensors {
 
   constructor(private readonly scope: TransferScope, private readonly policy: SendPolicy, private readonly site: TransferSite) {}
 
-  /** One per tensor exposed `@remote` by this frame: settles when its exposure ends (pulled, its
-   *  tensor released, or the connection gone). */
-  readonly #exposures: Array<Promise<void>> = [];
-  get exposures(): ReadonlyArray<Promise<void>> { return this.#exposures; }
-  /** What ends each of those exposures now. */
-  readonly #exposureEnds: Array<() => void> = [];
-  get exposureEnds(): ReadonlyArray<() => void> { return this.#exposureEnds; }
+  /** The tensors this frame exposed `@remote`. */
+  readonly #exposed: Exposed[] = [];
+  get exposed(): readonly Exposed[] { return this.#exposed; }
 
   /** The EncodeTensor callback of encodeFields. */
   readonly encode = (value: unknown, where: string, placement: Placement): unknown => {
@@ -62,8 +58,7 @@ export class OutgoingTensors {
     if (placement.kind === 'remote') {
       this.#sync.before(value);
       const exposed = exposeRemote(value, this.scope);
-      this.#exposures.push(exposed.ended);
-      this.#exposureEnds.push(exposed.end);
+      this.#exposed.push(exposed);
       // A frame that never leaves takes its exposures with it: nobody got the handle.
       this.#discards.push(exposed.end);
       return exposed.wire;
