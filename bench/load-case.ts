@@ -4,7 +4,7 @@ import { fileURLToPath } from 'node:url';
 import type { ServerOptions } from '../core/index.ts';
 import { LatencyHistogram } from './load-histogram.ts';
 import { PeerProcess } from './load-peer.ts';
-import type { CallTally, ClientPlan, ClientReport, FromClient, FromServer, ServerSnapshot, ToClient, ToServer } from './load-protocol.ts';
+import type { CallTally, ClientPlan, ClientReport, FromClient, FromServer, KindCount, ServerSnapshot, ToClient, ToServer } from './load-protocol.ts';
 
 /** What a case runs: the clients' plan (without a port), spread over `processes` processes. */
 export interface LoadCase extends Omit<ClientPlan, 'port' | 'connections'> {
@@ -116,8 +116,13 @@ function figures(c: LoadCase, o: Observed) {
   const { reports, after } = o;
   const small = mergeTallies(reports.map((r) => r.small), c.seconds);
   const tensor = mergeTallies(reports.map((r) => r.tensor), c.seconds);
-  const examples: Record<string, string[]> = {};
-  for (const r of reports) for (const [code, messages] of Object.entries(r.examples)) examples[code] = [...new Set([...(examples[code] ?? []), ...messages])].slice(0, 5);
+  const examples: Record<string, Record<string, KindCount>> = {};
+  for (const r of reports) {
+    for (const [code, kinds] of Object.entries(r.examples)) {
+      const merged = (examples[code] ??= {});
+      for (const [kind, { count, example }] of Object.entries(kinds)) (merged[kind] ??= { count: 0, example }).count += count;
+    }
+  }
   return {
     calls_per_s: small.calls_per_s + tensor.calls_per_s,
     bytes_per_s: tensor.bytes_per_s,
@@ -133,11 +138,12 @@ function figures(c: LoadCase, o: Observed) {
       ...rssFigures(o.cold, o.start, o.end, after, o.goAt, o.endAt),
       max_stall_ms: Math.round(after.maxStallMs),
       disconnect_events: after.disconnects,
+      disconnect_kinds: after.disconnectKinds,
       error_events: after.errors,
       at_end: { active_calls: o.end.activeCalls, connection_count: o.end.connectionCount },
       after_clients_closed: { active_calls: o.closed.activeCalls, connection_count: o.closed.connectionCount },
     },
-    error_examples: examples,
+    errors_by_kind: examples,
   };
 }
 

@@ -5,7 +5,7 @@
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { Client, GdrpcError, Tensor } from '../core/index.ts';
 import { LatencyHistogram } from './load-histogram.ts';
-import type { CallTally, ClientPlan, FromClient, ToClient } from './load-protocol.ts';
+import { countKind, type CallTally, type ClientPlan, type FromClient, type KindCount, type ToClient } from './load-protocol.ts';
 import { StallMonitor } from './load-stall.ts';
 import { BenchDescriptor } from './schemas/gen/rpc_bench.ts';
 import { announceReady } from '../test/support/ready-line.ts';
@@ -56,7 +56,7 @@ const source = new Uint8Array(plan.maxTensorBytes).fill(7);
 async function runLoad(seconds: number): Promise<void> {
   const small = new Tally();
   const tensor = new Tally();
-  const examples: Record<string, string[]> = {};
+  const examples: Record<string, Record<string, KindCount>> = {};
   const stalls = new StallMonitor();
   const until = performance.now() + seconds * 1000;
   const lane = async (client: Client): Promise<void> => {
@@ -73,8 +73,7 @@ async function runLoad(seconds: number): Promise<void> {
         failed = true;
         const e = GdrpcError.from(error);
         tally.errors[e.code] = (tally.errors[e.code] ?? 0) + 1;
-        const seen = (examples[e.code] ??= []);
-        if (seen.length < EXAMPLES_PER_CODE && !seen.includes(e.rawMessage)) seen.push(e.rawMessage);
+        countKind(examples[e.code] ??= {}, e.rawMessage);
       }
       const t1 = performance.now();
       tally.all.add(t1 - t0);

@@ -42,7 +42,8 @@ export interface ClientReport {
   /** From the end of the load window until the last call settled (ms). */
   drainMs: number;
   /** A few error messages per code, for reading what went wrong. */
-  examples: Record<string, string[]>;
+  /** Errors by code, then by kind (messageKind): how many, and the first message of the kind. */
+  examples: Record<string, Record<string, KindCount>>;
 }
 
 /** What the server process reports when asked. */
@@ -55,6 +56,9 @@ export interface ServerSnapshot {
   activeCalls: number;
   connectionCount: number;
   disconnects: number;
+  /** The server's reasons for closing connections, one example of each kind (messages with their
+   *  numbers masked), with how many it closed for it. */
+  disconnectKinds: Record<string, KindCount>;
   errors: number;
   maxStallMs: number;
   /** RSS once a second since the server started: [epoch ms, bytes]. */
@@ -65,3 +69,16 @@ export type ToClient = { kind: 'run'; seconds: number } | { kind: 'close' };
 export type FromClient = { kind: 'report'; report: ClientReport } | { kind: 'failed'; message: string };
 export type ToServer = { kind: 'snapshot'; resetStall?: boolean } | { kind: 'close' };
 export type FromServer = { kind: 'snapshot'; snapshot: ServerSnapshot };
+
+/** How many messages of a kind, and the first of them. */
+export interface KindCount { count: number; example: string }
+
+/** A message with its numbers masked: messages that differ only in sizes, ids or ports are one kind. */
+export function messageKind(message: string): string {
+  return message.replace(/\d[\d.,]*/g, 'N');
+}
+
+/** Counts `message` under its kind in `kinds`. */
+export function countKind(kinds: Record<string, KindCount>, message: string): void {
+  (kinds[messageKind(message)] ??= { count: 0, example: message }).count += 1;
+}

@@ -1,7 +1,7 @@
 // The server process of bench/load.ts: serves Bench (ping, sink; bench/schemas/rpc_bench.gdrpc) with the options given as
 // JSON in argv[2], announces its port, samples its RSS once a second, and answers snapshots over IPC.
 import { Server, type ServerOptions, type Tensor } from '../core/index.ts';
-import type { FromServer, ServerSnapshot, ToServer } from './load-protocol.ts';
+import { countKind, type FromServer, type KindCount, type ServerSnapshot, type ToServer } from './load-protocol.ts';
 import { BenchDescriptor } from './schemas/gen/rpc_bench.ts';
 import { StallMonitor } from './load-stall.ts';
 import { announceReady } from '../test/support/ready-line.ts';
@@ -15,8 +15,12 @@ server.register(BenchDescriptor, {
   sink: (args: { x: Tensor }) => ({ n: args.x.byteLength }),
 });
 let disconnects = 0;
+const disconnectKinds: Record<string, KindCount> = {};
 let errors = 0;
-server.on('disconnect', () => { disconnects += 1; });
+server.on('disconnect', ({ reason }: { reason: unknown }) => {
+  disconnects += 1;
+  countKind(disconnectKinds, reason instanceof Error ? reason.message : String(reason));
+});
 server.on('error', () => { errors += 1; });
 
 const rss: Array<[number, number]> = [];
@@ -29,7 +33,7 @@ function snapshot(): ServerSnapshot {
   const memory = process.memoryUsage();
   return {
     rssBytes: memory.rss, heapTotalBytes: memory.heapTotal, heapUsedBytes: memory.heapUsed, externalBytes: memory.external, activeCalls: server.activeCalls, connectionCount: server.connectionCount,
-    disconnects, errors, maxStallMs: stalls.maxMs, rss,
+    disconnects, disconnectKinds, errors, maxStallMs: stalls.maxMs, rss,
   };
 }
 

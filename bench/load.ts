@@ -7,6 +7,7 @@ import type { ServerOptions } from '../core/index.ts';
 import { runLoadCase, type LoadCase, type LoadCaseResult } from './load-case.ts';
 import { describeMachine } from './machine.ts';
 import { describeSource } from './load-source.ts';
+import type { KindCount } from './load-protocol.ts';
 
 const MiB = 2 ** 20;
 /** Unmeasured load before each case, so that RSS "start" includes the pools the load touches. */
@@ -97,8 +98,17 @@ function summarise(c: LoadCase, r: LoadCaseResult, g: ReturnType<typeof goals>, 
     `  small calls ms: p50 ${ms(s.p50)} p99 ${ms(s.p99)} max ${ms(s.max)}; longest stall ms: clients ${r.client_max_stall_ms.join('/')}, server ${r.server.max_stall_ms}; drain ${r.drain_ms} ms`,
     `  Little's law: ${little.calls_in_flight.toLocaleString('en-US')} calls in flight / ${little.settled_per_s.toLocaleString('en-US')} settled per s = ${ms(little.mean_latency_ms)} ms mean for any call (a 100 ms mean needs ${little.settled_per_s_for_100ms_mean.toLocaleString('en-US')} per s)`,
     `  server RSS MiB: cold ${rss.cold} start ${rss.start} peak ${rss.peak} end ${rss.end} after ${rss.after}; at end ${r.server.at_end.active_calls} calls, ${r.server.at_end.connection_count} connections`,
+    ...kindLines('error', r.errors_by_kind),
+    ...kindLines('server closed a connection', { disconnect: r.server.disconnect_kinds }),
     `  goals: ${Object.entries(g).map(([name, met]) => `${name} ${met ? 'met' : 'MISSED'}`).join(', ')}`,
   ].join('\n');
+}
+
+/** One line per kind of message, most frequent first, with its count and first example. */
+function kindLines(what: string, byCode: Record<string, Record<string, KindCount>>): string[] {
+  const kinds = Object.entries(byCode).flatMap(([code, kinds]) => Object.values(kinds).map((k) => ({ code, ...k })));
+  kinds.sort((a, b) => b.count - a.count);
+  return kinds.map((k) => `  ${what} ${k.code === 'disconnect' ? '' : `${k.code} `}x${k.count.toLocaleString('en-US')}: ${k.example.length > 200 ? `${k.example.slice(0, 200)}...` : k.example}`);
 }
 
 /** Runs the cases the flags ask for (all three by default). */

@@ -72,6 +72,10 @@ describe('HeldPayloads', () => {
     vi.advanceTimersByTime(2_000);
     expect(dropped).toEqual([message(2)]);
     expect(held.take(1)).toEqual(message(1));
+    // The dropped one is remembered for its frame a minute, then forgotten too.
+    expect(held.dropped(2)).toBe('expired');
+    vi.advanceTimersByTime(60_000);
+    expect(held.dropped(2)).toBeUndefined();
     expect(vi.getTimerCount()).toBe(0);
   });
 });
@@ -79,18 +83,9 @@ describe('HeldPayloads', () => {
 describe("the runtime's weight of unannounced payloads", () => {
   const sized = (n: number, length: number): TakenMessage => ({ senderTag: BigInt(n), length, taken: n }) as unknown as TakenMessage;
 
-  /** A connection's HeldPayloads weighed in `count`, closed (cleared) when shed, as Payloads does. */
-  function connection(count: HeldBytes, name: string, shed: string[]): HeldPayloads {
-    const held: HeldPayloads = new HeldPayloads(() => {}, {
-      count,
-      holder: { shed: (bytes, total, limit) => { shed.push(`${name} ${bytes}/${total}/${limit}`); held.clear(); } },
-    });
-    return held;
-  }
-
   it(`weighs unannounced payloads by length, ${HELD_PAYLOAD_MIN_WEIGHT} bytes at least, until taken, dropped or cleared; announced ones not at all`, () => {
     const count = new HeldBytes(100_000);
-    const held = connection(count, 'a', []);
+    const held = new HeldPayloads(() => {}, count);
     held.hold(1, sized(1, 30_000));
     held.hold(2, sized(2, 20_000));
     held.hold(4, sized(4, 1));  // small ones add up too
@@ -103,22 +98,76 @@ describe("the runtime's weight of unannounced payloads", () => {
     expect(count.total).toBe(0);
   });
 
-  it('past the limit the connection holding the most is closed, largest first, until the rest fits', () => {
+  it('past the limit the connection holding the most drops its newest payloads until the rest fits; the others keep theirs', () => {
     const count = new HeldBytes(100_000);
-    const shed: string[] = [];
-    const a = connection(count, 'a', shed);
-    const b = connection(count, 'b', shed);
-    a.hold(1, sized(1, 60_000));
+    const droppedA: TakenMessage[] = [];
+    const droppedB: TakenMessage[] = [];
+    const a = new HeldPayloads((m) => droppedA.push(m), count);
+    const b = new HeldPayloads((m) => droppedB.push(m), count);
+    a.hold(1, sized(1, 30_000));
+    a.hold(2, sized(2, 30_000));
     b.hold(1, sized(1, 30_000));
-    expect(shed).toEqual([]);
-    b.hold(2, sized(2, 20_000));  // 110,000: a holds the most (60,000) and goes, though b tipped it over
-    expect(shed).toEqual(['a 60000/110000/100000']);
-    expect(count.total).toBe(50_000);
-    b.hold(3, sized(3, 60_000));  // b alone past it
-    expect(shed).toEqual(['a 60000/110000/100000', 'b 110000/110000/100000']);
-    expect(count.total).toBe(0);
+    expect(count.total).toBe(90_000);
+    // 110,000: a holds the most (60,000) and drops its newest, though b tipped it over.
+    b.hold(2, sized(2, 20_000));
+    expect(droppedA).toEqual([sized(2, 30_000)]);
+    expect(droppedB).toEqual([]);
+    expect(count.total).toBe(80_000);
+    expect([a.dropped(1), a.dropped(2), b.dropped(1), b.dropped(2)]).toEqual([undefined, 'weight', undefined, undefined]);
+    // One larger than the whole limit is dropped on its own arrival.
+    b.hold(3, sized(3, 150_000));
+    expect(droppedB).toEqual([sized(3, 150_000)]);
+    expect(b.dropped(3)).toBe('weight');
+    expect(count.total).toBe(80_000);
+    // The others are still there for their receives.
+    expect(a.take(1)).toEqual(sized(1, 30_000));
+    expect(b.take(1)).toEqual(sized(1, 30_000));
+    expect(b.take(3)).toBeUndefined();
+    expect(count.total).toBe(20_000);
     a.clear();
     b.clear();
-    expect(count.total).toBe(0);  // what a shed holder lets go of is not taken off twice
+    expect(count.total).toBe(0);
+  });
+
+  it("a dropped payload is remembered until its frame's refusal forgets it, counts as held, and a second payload for it is refused", () => {
+    const count = new HeldBytes(10_000);
+    const dropped: TakenMessage[] = [];
+    const held = new HeldPayloads((m) => dropped.push(m), count);
+    held.hold(1, sized(1, 20_000));
+    expect(held.dropped(1)).toBe('weight');
+    expect(held.hold(1, sized(1, 8))).toBe(false);
+    expect(held.forgetDropped(1)).toBe(true);
+    expect(held.forgetDropped(1)).toBe(false);
+    expect(held.dropped(1)).toBeUndefined();
+    // Dropped ones count towards MAX_HELD_PAYLOADS with those held.
+    for (let i = 100; i < 100 + MAX_HELD_PAYLOADS; i += 1) held.hold(i, sized(i, 20_000));
+    expect(held.hold(1000, sized(1000, 8))).toBe(false);
+    expect(count.total).toBe(0);
+  });
+
+  it('forgets a dropped payload a minute after it came', () => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'Date'] });
+    const held = new HeldPayloads(() => {}, new HeldBytes(10_000));
+    held.hold(1, sized(1, 20_000));
+    expect(held.dropped(1)).toBe('weight');
+    vi.advanceTimersByTime(59_000);
+    expect(held.dropped(1)).toBe('weight');
+    vi.advanceTimersByTime(12_000);
+    expect(held.dropped(1)).toBeUndefined();
+    expect(vi.getTimerCount()).toBe(0);
+  });
+
+  it('a payload held unannounced weighs nothing once its frame announces it, and is not dropped for weight', () => {
+    const count = new HeldBytes(100_000);
+    const dropped: TakenMessage[] = [];
+    const held = new HeldPayloads((m) => dropped.push(m), count);
+    held.hold(1, sized(1, 60_000));
+    held.expect(1, 60_000);  // its frame was read; its receive waits (for pool memory)
+    expect(count.total).toBe(0);
+    held.hold(2, sized(2, 90_000));
+    held.hold(3, sized(3, 20_000));  // 110,000 unannounced: the newest goes, not the announced one
+    expect(dropped).toEqual([sized(3, 20_000)]);
+    expect(held.take(1)).toEqual(sized(1, 60_000));
+    expect(count.total).toBe(90_000);
   });
 });

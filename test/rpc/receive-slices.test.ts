@@ -41,6 +41,8 @@ function scopeOf(receives: ReturnType<typeof vi.fn>): TransferScope {
       takeHeld: () => undefined,
       watchTransfer: () => () => {},
       expect: () => {},
+      dropped: () => undefined,
+      forgetDropped: () => false,
     },
     incomingDataTag: (x: number) => BigInt(x),
     reports: { forget: () => {}, reading: <T>(report: string, read: (report: string) => T) => read(report) },

@@ -24,6 +24,8 @@ function scopeWith(signal: AbortSignal): { scope: TransferScope; receives: Retur
       takeHeld: () => undefined,
       watchTransfer: () => () => {},
       expect: () => {},
+      dropped: () => undefined,
+      forgetDropped: () => false,
     },
     incomingDataTag: (x: number) => BigInt(x),
     refusing: 0,

@@ -5,7 +5,7 @@ import type { TakenMessage, Worker } from '../../ucx/index.ts';
 import { Code, GdrpcError } from '../../errors.ts';
 import { transferOf, type ConnectionKey } from '../../wire/tag.ts';
 import type { Dispatcher } from '../runtime/dispatcher.ts';
-import { HeldPayloads, MAX_HELD_PAYLOADS, MAX_HELD_PAYLOADS_BEHIND } from './held-payloads.ts';
+import { HeldPayloads, MAX_HELD_PAYLOADS, MAX_HELD_PAYLOADS_BEHIND, type DropReason } from './held-payloads.ts';
 import type { HeldBytes } from '../runtime/held-bytes.ts';
 import { TransferWatch, type WatchedConnection } from './transfer-watch.ts';
 
@@ -29,13 +29,7 @@ export class Payloads {
   #sample = { at: performance.now(), activity: 0 };
 
   constructor(private readonly connection: PayloadConnection) {
-    this.#held = new HeldPayloads((message) => connection.runtime.dispatcher.drop(message), {
-      count: connection.runtime.heldBytes,
-      holder: {
-        shed: (held, total, limit) => connection.close(new GdrpcError(Code.RESOURCE_EXHAUSTED,
-          `${connection.peer} holds ${held} bytes of tensor payloads that no frame announced, the most of the ${total} that this runtime's connections hold (maxHeldPayloadBytes ${limit}; docs/security.md)`)),
-      },
-    });
+    this.#held = new HeldPayloads((message) => connection.runtime.dispatcher.drop(message), connection.runtime.heldBytes);
     this.#watch = new TransferWatch(connection);
   }
 
@@ -43,6 +37,19 @@ export class Payloads {
   expect(transfer: number, bytes: number): void {
     if (this.connection.closedError !== undefined) return;
     this.#held.expect(transfer, bytes);
+  }
+
+  /** Why the payload of `transfer` came before its frame and was dropped (for the runtime's
+   *  maxHeldPayloadBytes, or after waiting HOLD_MS for it); undefined when it was not. Its call is
+   *  to fail: the bytes are gone. */
+  dropped(transfer: number): DropReason | undefined {
+    return this.#held.dropped(transfer);
+  }
+
+  /** Forgets a dropped payload (its frame was turned away): true when `transfer`'s was one, and
+   *  there is nothing of it to match. */
+  forgetDropped(transfer: number): boolean {
+    return this.#held.forgetDropped(transfer);
   }
 
   /** A held payload of `transfer` (it arrived before its frame was read), taken out; or undefined. */

@@ -41,6 +41,8 @@ export const tagMover: Mover = {
     // cancels its receives. (A receive posted now would only fail, an error made per tensor: a
     // frame of 16,384 tensors refused as its connection closed cost the event loop a second.)
     if (!connection.isOpen) return;
+    // Dropped before its frame came (runtime/held-bytes.ts): nothing of it is left to match.
+    if (connection.payloads.forgetDropped(wire.x!)) return;
     // Match the payload into one byte: UCX completes the sender and reports truncation here.
     await receivePayload(connection, wire.x!, new Uint8Array(1)).catch(() => { /* truncation is the expected outcome */ });
   },

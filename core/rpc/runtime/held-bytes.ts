@@ -5,17 +5,24 @@
 // 4.1 GiB, two to 8.2 GiB (a helper session's attack, 2026-12-06). Held payloads are weighed by
 // their length: the binding cannot tell an eager payload (whose bytes UCX holds) from a rendezvous
 // one (whose bytes are still with the sender), so an honest connection's large tensors that
-// arrived before their frame weigh as much, which is why the limit is large and what it sheds is
-// the connection holding the most, not the one whose payload came last.
+// arrived before their frame weigh as much. Under load they do: a server behind on its control
+// messages by a second takes the payloads of the frames still queued out of UCX's queue (the
+// drain waits 200 ms for the loop), and 200 honest connections with 10% of their calls carrying
+// 1-16 MiB held several GiB so. Closing the connection holding the most, as this did at first,
+// lost thousands of honest connections in such a run (bench/load.ts, mixed). So past the limit
+// payloads are dropped, not connections: the newest of the connection holding the most, until the
+// rest fits; each one's call fails RESOURCE_EXHAUSTED (retryable) once its frame is read, as a
+// call does that finds the pool busy, and an eager sender's bytes are freed all the same.
 
 /** RuntimeOptions.maxHeldPayloadBytes by default. */
 export const DEFAULT_MAX_HELD_PAYLOAD_BYTES = 1 << 30;
 
 /** A connection holding unannounced payloads. */
 export interface HeldBytesHolder {
-  /** Holds `held` of the `total` held across the runtime, the most, over `limit`: it is to close
-   *  now (its held payloads dropped). */
-  shed(held: number, total: number, limit: number): void;
+  /** The runtime's connections hold `total`, over `limit`, and this one the most: it drops its
+   *  newest held payloads until it let go of `bytes` or holds none; returns what it let go of
+   *  (not told back through add()). */
+  relieve(bytes: number, total: number, limit: number): number;
 }
 
 export class HeldBytes {
@@ -28,15 +35,10 @@ export class HeldBytes {
   get total(): number { return this.#total; }
 
   /** `holder` holds `bytes` more (negative: fewer). Past the limit, the holders holding the most
-   *  are shed, largest first, until the rest fits. */
+   *  drop payloads, largest holder first, until the rest fits. */
   add(holder: HeldBytesHolder, bytes: number): void {
-    const before = this.#held.get(holder);
-    // A holder shed was taken off whole: what it lets go of as it closes is no longer counted.
-    if (before === undefined && bytes < 0) return;
-    const held = (before ?? 0) + bytes;
+    this.#set(holder, (this.#held.get(holder) ?? 0) + bytes);
     this.#total += bytes;
-    if (held > 0) this.#held.set(holder, held);
-    else this.#held.delete(holder);
     while (this.#total > this.limit) {
       let largest: HeldBytesHolder | undefined;
       let most = 0;
@@ -47,11 +49,17 @@ export class HeldBytes {
         }
       }
       if (largest === undefined) return;
-      const total = this.#total;
-      // Taken off first: its payloads are dropped as it closes, and it must not be shed twice.
-      this.#held.delete(largest);
-      this.#total -= most;
-      largest.shed(most, total, this.limit);
+      const freed = Math.min(most, largest.relieve(this.#total - this.limit, this.#total, this.limit));
+      // Every byte counted is a payload held, so this lets go of some; were it ever none, the
+      // loop stops rather than ask again.
+      if (freed <= 0) return;
+      this.#set(largest, most - freed);
+      this.#total -= freed;
     }
+  }
+
+  #set(holder: HeldBytesHolder, held: number): void {
+    if (held > 0) this.#held.set(holder, held);
+    else this.#held.delete(holder);
   }
 }

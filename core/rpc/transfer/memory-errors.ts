@@ -3,6 +3,7 @@
 // carry the same as data ({ side, requested, capacity, options, retryable, ... }). A bare "tensor
 // pool on cpu is exhausted" left users raising maxTensorBytes when the pool was the limit.
 import { Code, GdrpcError } from '../../errors.ts';
+import { HOLD_MS, type DropReason } from '../connection/held-payloads.ts';
 
 /** Whose memory or limit it is. */
 export type Side = 'client' | 'server';
@@ -24,6 +25,19 @@ export function tensorTooLarge(side: Side, field: string, requested: number, lim
   return new GdrpcError(Code.RESOURCE_EXHAUSTED,
     `${field}: a tensor of ${sizeText(requested)} exceeds the ${side}'s limit of ${sizeText(limit)} (${option})`,
     { details: { side, requested, capacity: limit, limit: 'maxTensorBytes', options: ['maxTensorBytes'], retryable: false } });
+}
+
+/** A tensor whose payload came before its frame was read and was dropped, `why`: this side's
+ *  runtime held more than maxHeldPayloadBytes of such payloads, or it waited HOLD_MS for its frame
+ *  (this side was behind on its control messages either way). A server's is retryable, as a busy
+ *  pool is: the call never ran. */
+export function heldPayloadDropped(side: Side, field: string, requested: number, why: DropReason, limit: number): GdrpcError {
+  const because = why === 'weight'
+    ? `the ${side}'s connections held more than ${sizeText(limit)} of such bytes (RuntimeOptions.maxHeldPayloadBytes)`
+    : `the ${side} did not read their frame within ${HOLD_MS} ms of their coming`;
+  return new GdrpcError(Code.RESOURCE_EXHAUSTED,
+    `${field}: its ${sizeText(requested)} of tensor bytes came before their frame was read and were dropped: ${because}, as a ${side} behind on its messages does; ${side === 'server' ? 'the call never ran, try again' : 'the call ran and its result is lost'}`,
+    { details: { side, requested, capacity: limit, limit: 'maxHeldPayloadBytes', options: ['maxHeldPayloadBytes'], retryable: side === 'server' } });
 }
 
 /** A server stream's item whose tensors, with those of the items received and not yet taken by

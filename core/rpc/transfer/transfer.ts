@@ -15,7 +15,7 @@ import type { Mover, ProtocolSeen, TransferInfo, TransferScope } from '../movers
 import { moverOf, planArrival, planReceive, type PeerFacts, type TransferPlan } from '../movers/plan.ts';
 import { applySenderReport, reportReceived } from '../movers/report.ts';
 import { bounceFor, stagingReason } from '../movers/staging.ts';
-import { resultsTooLarge, streamItemsTooLarge, tensorTooLarge, type Side } from './memory-errors.ts';
+import { heldPayloadDropped, resultsTooLarge, streamItemsTooLarge, tensorTooLarge, type Side } from './memory-errors.ts';
 import { checkGathers, stagingTensor, type Gather } from './gather.ts';
 import { awaitingReport } from '../movers/call-info.ts';
 import { RemoteTensor } from '../remote/remote.ts';
@@ -106,6 +106,10 @@ export class IncomingTensors {
     if (wire.m === 'h') return new RemoteTensor(wire, this.site.dialOwner);
     const { connection } = this.scope;
     if (wire.m === 't' || wire.m === 'g') {
+      // Its payload came before this frame and was dropped (runtime/held-bytes.ts): the call
+      // fails, and the frame's refusal matches nothing for it (tag.ts refuse).
+      const dropped = connection.payloads.dropped(wire.x!);
+      if (dropped !== undefined) throw heldPayloadDropped(this.site.side, `${this.site.label}${where}`, wire.n, dropped, connection.runtime.heldBytes.limit);
       // Its payload may come before the receive is posted (the allocation can wait): hold it.
       // (The tensors of a gather share one payload: expecting it again changes nothing.)
       connection.payloads.expect(wire.x!, wire.n);
