@@ -169,5 +169,25 @@ describe("the runtime's weight of unannounced payloads", () => {
     expect(dropped).toEqual([sized(3, 20_000)]);
     expect(held.take(1)).toEqual(sized(1, 60_000));
     expect(count.total).toBe(90_000);
+    held.clear();
+    expect(count.total).toBe(0);
+  });
+
+  it("one held larger than its frames announced keeps its weight until taken, and is not dropped for it either; a gather's tensors add up", () => {
+    const count = new HeldBytes(100_000);
+    const dropped: TakenMessage[] = [];
+    const held = new HeldPayloads((m) => dropped.push(m), count);
+    held.hold(1, sized(1, 60_000));
+    held.expect(1, 30_000);  // the first tensor of a gather
+    expect(count.total).toBe(60_000);
+    held.expect(1, 30_000);  // the second: all its bytes announced
+    expect(count.total).toBe(0);
+    held.hold(2, sized(2, 60_000));
+    held.expect(2, 1_000);  // announced smaller: its receive fails on truncation
+    expect(count.total).toBe(60_000);
+    held.hold(3, sized(3, 50_000));  // 110,000: not 2 (announced), the newest unannounced goes
+    expect(dropped).toEqual([sized(3, 50_000)]);
+    expect(held.take(2)).toEqual(sized(2, 60_000));
+    expect(count.total).toBe(0);
   });
 });

@@ -48,11 +48,13 @@ export class HeldPayloads implements HeldBytesHolder {
   /** A frame announced the payload of `transfer`, of `bytes` (the tensors of a gather share one
    *  payload: their bytes add up); its receive (or refusal) comes later. */
   expect(transfer: number, bytes: number): void {
-    this.#expected.set(transfer, (this.#expected.get(transfer) ?? 0) + bytes);
-    // Held before it was announced: its call bounds it from now on (and it is no longer one to
-    // drop for the runtime's weight).
+    const announced = (this.#expected.get(transfer) ?? 0) + bytes;
+    this.#expected.set(transfer, announced);
+    // Held before it was announced: its call bounds it from now on, once the frames announced
+    // all its bytes (a gather's tensors add up; one larger than announced keeps its weight, and
+    // its receive fails on truncation). Announced, it is never dropped for weight (relieve).
     const held = this.#held.get(transfer);
-    if (held !== undefined && held.weight > 0) {
+    if (held !== undefined && held.weight > 0 && held.message.length <= announced) {
       const { weight } = held;
       held.weight = 0;
       this.#weigh(-weight);
@@ -108,8 +110,9 @@ export class HeldPayloads implements HeldBytesHolder {
     let freed = 0;
     for (const [transfer, held] of newestFirst) {
       if (freed >= bytes) break;
-      // Announced ones weigh nothing.
-      if (held.weight === 0) continue;
+      // Announced ones are their calls' (their receives take them), and weigh nothing unless
+      // larger than announced.
+      if (held.weight === 0 || this.#expected.has(transfer)) continue;
       this.#held.delete(transfer);
       this.#dropped.set(transfer, { at: held.at, why: 'weight' });
       freed += held.weight;
