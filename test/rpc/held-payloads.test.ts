@@ -190,4 +190,17 @@ describe("the runtime's weight of unannounced payloads", () => {
     expect(held.take(2)).toEqual(sized(2, 60_000));
     expect(count.total).toBe(0);
   });
+
+  it('a holder that lets go of nothing is passed over for the next largest', () => {
+    const count = new HeldBytes(100_000);
+    const stuck = { relieve: vi.fn(() => 0) };
+    const dropped: TakenMessage[] = [];
+    const other = new HeldPayloads((m) => dropped.push(m), count);
+    count.add(stuck, 80_000);
+    other.hold(1, sized(1, 10_000));
+    other.hold(2, sized(2, 20_000));  // 110,000: the largest frees nothing, the next drops its newest
+    expect(stuck.relieve).toHaveBeenCalledTimes(1);
+    expect(dropped).toEqual([sized(2, 20_000)]);
+    expect(count.total).toBe(90_000);
+  });
 });

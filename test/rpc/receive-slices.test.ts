@@ -43,6 +43,7 @@ function scopeOf(receives: ReturnType<typeof vi.fn>): TransferScope {
       expect: () => {},
       dropped: () => undefined,
       forgetDropped: () => false,
+      checkAnnounced: () => {},
     },
     incomingDataTag: (x: number) => BigInt(x),
     reports: { forget: () => {}, reading: <T>(report: string, read: (report: string) => T) => read(report) },

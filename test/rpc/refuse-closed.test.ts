@@ -26,6 +26,7 @@ function scopeWith(signal: AbortSignal): { scope: TransferScope; receives: Retur
       expect: () => {},
       dropped: () => undefined,
       forgetDropped: () => false,
+      checkAnnounced: () => {},
     },
     incomingDataTag: (x: number) => BigInt(x),
     refusing: 0,

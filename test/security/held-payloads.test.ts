@@ -87,6 +87,55 @@ describe('unannounced tensor payloads, across the runtime', () => {
     }
   }, 60_000);
 
+  it('a payload held before its frame, announced smaller than it is, closes the connection INVALID_ARGUMENT once the frame is read', async () => {
+    // Announced, it would count for nothing while its receive waits for pool memory (a helper
+    // session held 2.7 GiB against the 1 GiB limit so, each payload announced as 1 KiB).
+    const raw = await RawPeer.connect(server.port, { config: { RNDV_THRESH: 'inf' } });
+    try {
+      await raw.auth();
+      expect((await raw.receive())?.kind).toBe(FrameKind.Ready);
+      raw.keepAlive(500);
+      await raw.endpoint.tagSend(dataTag(new ConnectionKey(raw.serverKey), 1), Buffer.alloc(4 * MiB, 0x5a));
+      await expect.poll(async () => (await serverStats(good)).heldPayloadBytes, { timeout: 20_000, interval: 100 }).toBe(4 * MiB);
+      await raw.sendBody(FrameKind.Request, 1, { svc: EchoDescriptor.name, m: 'checksum', a: { x: { dt: 'u8', sh: [1024], n: 1024, mt: 'host', m: 't', x: 1 } } });
+      expect(await raw.closedWithin(20_000)).toBe('closed');
+      const { disconnects, heldPayloadBytes } = await serverStats(good);
+      expect(disconnects.filter((e) => /announced as/.test(e))).toEqual([
+        expect.stringMatching(/INVALID_ARGUMENT.* sent 4194304 bytes for transfer 1, which its frame announced as 1024/),
+      ]);
+      expect(heldPayloadBytes).toBe(0);
+    } finally {
+      await raw.close();
+    }
+  }, 60_000);
+
+  it("a client stream's item whose payload was dropped fails the call, not retryable: its handler ran", async () => {
+    const raw = await RawPeer.connect(server.port, { config: { RNDV_THRESH: 'inf' } });
+    try {
+      await raw.auth();
+      expect((await raw.receive())?.kind).toBe(FrameKind.Ready);
+      raw.keepAlive(500);
+      const key = new ConnectionKey(raw.serverKey);
+      const tensor = (x: number, n: number) => ({ x: { dt: 'u8', sh: [n], n, mt: 'host', m: 't', x } });
+      await raw.sendBody(FrameKind.Request, 1, { svc: EchoDescriptor.name, m: 'sum', win: 16 });
+      // Item 0, frame first: received by the running handler.
+      await raw.sendBody(FrameKind.StreamItem, 1, { seq: 0, a: tensor(100, 1024) });
+      await raw.endpoint.tagSend(dataTag(key, 100), Buffer.alloc(1024, 1));
+      // 5 unannounced payloads of 4 MiB against 16 MiB: the 5th is dropped.
+      const before = (await serverStats(good)).dispatcher.droppedPayloads;
+      for (let x = 1; x <= 5; x += 1) await raw.endpoint.tagSend(dataTag(key, x), Buffer.alloc(4 * MiB, 0x5a));
+      await expect.poll(async () => (await serverStats(good)).dispatcher.droppedPayloads, { timeout: 20_000, interval: 100 }).toBe(before + 1);
+      await raw.sendBody(FrameKind.StreamItem, 1, { seq: 1, a: tensor(5, 4 * MiB) });
+      let frame;
+      do frame = await raw.receive(20_000); while (frame !== undefined && frame.kind === FrameKind.Credit);
+      expect([frame?.kind, frame?.call, frame?.body.code]).toEqual([FrameKind.Error, 1, Code.RESOURCE_EXHAUSTED]);
+      expect(String(frame?.body.msg)).toMatch(/Echo\.sum arguments\[1\]\.x: its 4194304 bytes .* were dropped: .*the call ran, its stream is cut/);
+      expect(frame?.body.det).toMatchObject({ retryable: false, limit: 'maxHeldPayloadBytes' });
+    } finally {
+      await raw.close();
+    }
+  }, 60_000);
+
   it('a payload larger than its frame announced, arriving while its receive waits for pool memory, closes the connection INVALID_ARGUMENT', async () => {
     // A 1 MiB pool, held whole by a good client's call for the test's length: the raw peer's
     // 1 KiB tensor waits for pool memory, its payload held meanwhile, without limit of number or

@@ -49,7 +49,7 @@ function decodeResults(call: TransferScope, method: MethodDescriptor, wire: Row,
   try {
     values = decodeFields(method.results, wire, types, incoming.decode, '');
     validateFields(method.results, values, types, `${methodName(method)} results`);
-    incoming.checkGathers();
+    incoming.checkDecoded();
   } catch (error) {
     // noStaging's refusal and results over ClientOptions.maxTensorBytes or maxResultBytes are this side's limits,
     // told as they are; anything else is the server's fault.

@@ -61,6 +61,11 @@ export class HeldPayloads implements HeldBytesHolder {
     }
   }
 
+  /** The length of the payload of `transfer` held now; undefined when none is. */
+  heldLength(transfer: number): number | undefined {
+    return this.#held.get(transfer)?.message.length;
+  }
+
   /** The bytes frames announced for `transfer`'s payload while its receive is not posted yet;
    *  undefined when none did. */
   announced(transfer: number): number | undefined {

@@ -52,6 +52,20 @@ export class Payloads {
     return this.#held.forgetDropped(transfer);
   }
 
+  /** Once a frame's descriptors were all read: a payload of `transfer` held since before it that
+   *  is longer than the frame announced closes the connection INVALID_ARGUMENT (thrown too).
+   *  Announced, it would count for nothing while its receive waits for pool memory, kept whole,
+   *  and its receive would only fail on truncation: a peer's eager payloads announced as 1 KiB
+   *  tensors held 2.7 GiB against the 1 GiB maxHeldPayloadBytes (a helper session's attack). */
+  checkAnnounced(transfer: number): void {
+    const length = this.#held.heldLength(transfer);
+    const announced = this.#held.announced(transfer);
+    if (length === undefined || announced === undefined || length <= announced) return;
+    const error = new GdrpcError(Code.INVALID_ARGUMENT, `${this.connection.peer} sent ${length} bytes for transfer ${transfer}, which its frame announced as ${announced}`);
+    this.connection.close(error);
+    throw error;
+  }
+
   /** A held payload of `transfer` (it arrived before its frame was read), taken out; or undefined. */
   takeHeld(transfer: number): TakenMessage | undefined {
     return this.#held.take(transfer);

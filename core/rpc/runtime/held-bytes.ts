@@ -39,20 +39,25 @@ export class HeldBytes {
   add(holder: HeldBytesHolder, bytes: number): void {
     this.#set(holder, (this.#held.get(holder) ?? 0) + bytes);
     this.#total += bytes;
+    // Holders that let go of nothing this time are passed over for the next largest: one whose
+    // weight it cannot drop must not stop the others' (a helper session held the limit off every
+    // connection so, before payloads announced smaller than held were refused).
+    const passed = new Set<HeldBytesHolder>();
     while (this.#total > this.limit) {
       let largest: HeldBytesHolder | undefined;
       let most = 0;
       for (const [other, count] of this.#held) {
-        if (count > most) {
+        if (count > most && !passed.has(other)) {
           largest = other;
           most = count;
         }
       }
       if (largest === undefined) return;
       const freed = Math.min(most, largest.relieve(this.#total - this.limit, this.#total, this.limit));
-      // Every byte counted is a payload held, so this lets go of some; were it ever none, the
-      // loop stops rather than ask again.
-      if (freed <= 0) return;
+      if (freed <= 0) {
+        passed.add(largest);
+        continue;
+      }
       this.#set(largest, most - freed);
       this.#total -= freed;
     }

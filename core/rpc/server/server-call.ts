@@ -243,12 +243,12 @@ export class ServerCall {
     const name = methodName(method);
     // Stream items' paths start with "arguments[seq]." already.
     const label = what === '' ? `${name} arguments.` : `${name} `;
-    const incoming = new IncomingTensors(scope, { maxTensor: this.env.maxTensor, noStaging: this.policy.noStaging }, { side: 'server', label, dialOwner: this.env.dialOwner });
+    const incoming = new IncomingTensors(scope, { maxTensor: this.env.maxTensor, noStaging: this.policy.noStaging }, { side: 'server', label, dialOwner: this.env.dialOwner, running: what !== '' });
     let values: Row;
     try {
       values = decodeFields(method.args, wire, types, incoming.decode, what);
       validateFields(method.args, values, types, `${label}${what}`.slice(0, -1));
-      incoming.checkGathers();
+      incoming.checkDecoded();
     } catch (error) {
       // Settle the announced bytes in the background: the ERROR must not wait for a sender that
       // may never send them.

@@ -29,15 +29,15 @@ export function tensorTooLarge(side: Side, field: string, requested: number, lim
 
 /** A tensor whose payload came before its frame was read and was dropped, `why`: this side's
  *  runtime held more than maxHeldPayloadBytes of such payloads, or it waited HOLD_MS for its frame
- *  (this side was behind on its control messages either way). A server's is retryable, as a busy
- *  pool is: the call never ran. */
-export function heldPayloadDropped(side: Side, field: string, requested: number, why: DropReason, limit: number): GdrpcError {
+ *  (this side was behind on its control messages either way). Retryable where the call never ran
+ *  (a server's arguments), as a busy pool is; `ran`: a client stream's item, or a result. */
+export function heldPayloadDropped(side: Side, field: string, requested: number, why: DropReason, limit: number, ran: boolean): GdrpcError {
   const because = why === 'weight'
     ? `the ${side}'s connections held more than ${sizeText(limit)} of such bytes (RuntimeOptions.maxHeldPayloadBytes)`
     : `the ${side} did not read their frame within ${HOLD_MS} ms of their coming`;
   return new GdrpcError(Code.RESOURCE_EXHAUSTED,
-    `${field}: its ${sizeText(requested)} of tensor bytes came before their frame was read and were dropped: ${because}, as a ${side} behind on its messages does; ${side === 'server' ? 'the call never ran, try again' : 'the call ran and its result is lost'}`,
-    { details: { side, requested, capacity: limit, limit: 'maxHeldPayloadBytes', options: ['maxHeldPayloadBytes'], retryable: side === 'server' } });
+    `${field}: its ${sizeText(requested)} of tensor bytes came before their frame was read and were dropped: ${because}, as a ${side} behind on its messages does; ${!ran ? 'the call never ran, try again' : side === 'server' ? 'the call ran, its stream is cut' : 'the call ran and its result is lost'}`,
+    { details: { side, requested, capacity: limit, limit: 'maxHeldPayloadBytes', options: ['maxHeldPayloadBytes'], retryable: !ran } });
 }
 
 /** A server stream's item whose tensors, with those of the items received and not yet taken by

@@ -29,7 +29,12 @@ export type { SendPolicy } from '../movers/plan.ts';
 export interface TransferSite { side: Side; label: string }
 
 /** A receiving site also says how remote handles that arrive there are pulled. */
-export interface IncomingSite extends TransferSite { dialOwner: OwnerDialer }
+export interface IncomingSite extends TransferSite {
+  dialOwner: OwnerDialer;
+  /** The call's handler already runs (a client stream's items): a failure here is not one of a
+   *  call that never ran. */
+  running?: boolean;
+}
 
 /** A tensor announced in a received frame, not yet received. */
 export class PendingTensor {
@@ -109,7 +114,7 @@ export class IncomingTensors {
       // Its payload came before this frame and was dropped (runtime/held-bytes.ts): the call
       // fails, and the frame's refusal matches nothing for it (tag.ts refuse).
       const dropped = connection.payloads.dropped(wire.x!);
-      if (dropped !== undefined) throw heldPayloadDropped(this.site.side, `${this.site.label}${where}`, wire.n, dropped, connection.runtime.heldBytes.limit);
+      if (dropped !== undefined) throw heldPayloadDropped(this.site.side, `${this.site.label}${where}`, wire.n, dropped, connection.runtime.heldBytes.limit, this.site.side === 'client' || this.site.running === true);
       // Its payload may come before the receive is posted (the allocation can wait): hold it.
       // (The tensors of a gather share one payload: expecting it again changes nothing.)
       connection.payloads.expect(wire.x!, wire.n);
@@ -132,11 +137,15 @@ export class IncomingTensors {
 
   #gathers: Gather<PendingTensor>[] | undefined;
 
-  /** Checks the gathered descriptors of the frame against each other (docs/wire.md mover `g`);
-   *  call once decoding is done, where a decoding failure is handled (the frame's payloads are
-   *  refused and the call fails at once). */
-  checkGathers(): void {
-    this.#gathers ??= checkGathers(this.pending, this.limits.maxTensor, this.site.label);
+  /** Checks the gathered descriptors of the frame against each other (docs/wire.md mover `g`),
+   *  and the payloads that came before the frame against the bytes it announced (a gather's
+   *  tensors add up); call once decoding is done, where a decoding failure is handled (the
+   *  frame's payloads are refused and the call fails at once). */
+  checkDecoded(): void {
+    if (this.#gathers !== undefined) return;
+    const { payloads } = this.scope.connection;
+    for (const { wire } of this.pending) if (wire.m === 't' || wire.m === 'g') payloads.checkAnnounced(wire.x!);
+    this.#gathers = checkGathers(this.pending, this.limits.maxTensor, this.site.label);
   }
 
   /** Allocates and receives every pending tensor, replacing placeholders in `values`. On failure
@@ -147,7 +156,7 @@ export class IncomingTensors {
     let failure: unknown;
     let gathers: Gather<PendingTensor>[];
     try {
-      this.checkGathers();
+      this.checkDecoded();
       gathers = this.#gathers!;
     } catch (error) {
       failure = error;
