@@ -157,7 +157,11 @@ export class TensorPool implements TensorPoolLike {
       if (now instanceof Tensor) return Promise.resolve(now);
       const { info, bytes } = now;
       const limit = options.maxQueuedBytes;
-      if (limit !== undefined && this.#queuedBytes + bytes > limit && (share === undefined || share.waiting > 0)) {
+      // A claimant with nothing waiting may queue past the limit, so that one filling the queue
+      // cannot shut the others out, but only up to the limit again: beyond it every claimant's
+      // one tensor added up (a peer's eager payloads wait with them, whole: 8 connections of
+      // 120 MiB held 960 MiB past a 128 MiB queue, a helper session's attack).
+      if (limit !== undefined && this.#queuedBytes + bytes > limit && (share === undefined || share.waiting > 0 || this.#queuedBytes + bytes > 2 * limit)) {
         throw this.#exhausted(bytes, `the wait queue is full: ${this.#queuedBytes} bytes in ${this.#waiters.size} allocation(s) already wait`,
           { queuedBytes: this.#queuedBytes, queued: this.#waiters.size, queueLimit: limit });
       }

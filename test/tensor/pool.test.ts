@@ -414,6 +414,21 @@ describe('TensorPool.allocateWhenFree (memory admission that waits)', () => {
     o.release();
   });
 
+  it('claimants with nothing waiting queue past a full queue up to its limit again, not further', async () => {
+    const pool = hostPool(8 * GRAIN);
+    const held = pool.allocate([8 * GRAIN], 'u8');
+    const queue = (share: PoolShare) => ({ maxWaitMs: 60_000, maxQueuedBytes: 2 * GRAIN, share });
+    const waits = [pool.allocateWhenFree([2 * GRAIN], 'u8', queue(new PoolShare(8 * GRAIN)))];
+    // Two more claimants with nothing waiting: past the queue's 2 grains, up to 4.
+    waits.push(pool.allocateWhenFree([GRAIN], 'u8', queue(new PoolShare(8 * GRAIN))));
+    waits.push(pool.allocateWhenFree([GRAIN], 'u8', queue(new PoolShare(8 * GRAIN))));
+    expect(pool.stats()).toMatchObject({ waiting: 3, waitingBytes: 4 * GRAIN });
+    const refused = await rejection(pool.allocateWhenFree([GRAIN], 'u8', queue(new PoolShare(8 * GRAIN))));
+    expect(refused.message).toMatch(/wait queue is full/);
+    held.release();
+    for (const tensor of await Promise.all(waits)) tensor.release();
+  });
+
   it('maxQueuedBytes is checked like every option', async () => {
     const pool = hostPool(4 * GRAIN);
     const error = await rejection(pool.allocateWhenFree([GRAIN], 'u8', { maxWaitMs: 10, maxQueuedBytes: -1 }));

@@ -94,7 +94,7 @@ export interface ServerOptions {
   /** Bytes of argument tensors that may wait for the pool at once (default poolBytes). A tensor
    *  that would queue beyond it is refused at once, RESOURCE_EXHAUSTED with `retryable: true`,
    *  rather than waiting behind more than the pool can soon free; a connection with nothing
-   *  waiting may always queue one. */
+   *  waiting may queue one past it, up to twice it in all. */
   poolQueueBytes?: number;
   /** Pool bytes one connection's calls may hold before its waiting tensors let other connections'
    *  go first (default half of poolBytes); a connection alone may use the whole pool. */
