@@ -1,6 +1,6 @@
 // One call on the server: receive the arguments (checked before anything is allocated), run the
-// handler under the call's signal, send the results or the stream, release the arguments once
-// the results' bytes have left. Nothing is sent for a call the client cancelled.
+// handler under the call's signal, send the results or the stream; what it leaves goes once the
+// results' bytes have left (call-aftermath.ts). Nothing is sent for a call the client cancelled.
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { Code, GdrpcError } from '../../errors.ts';
 import type { PoolShare } from '../../tensor/index.ts';
@@ -25,7 +25,7 @@ import { CallArguments } from './call-arguments.ts';
 import { ClientStream } from './client-stream.ts';
 import { StreamCredit } from './stream-credit.ts';
 import { resultWeight } from './result-weight.ts';
-import type { Exposed } from '../remote/remote.ts';
+import { CallAftermath, type Sending } from './call-aftermath.ts';
 
 type Row = Record<string, unknown>;
 
@@ -67,17 +67,6 @@ export interface CallEnvironment {
   awaited: { now: number; readonly limit: number };
 }
 
-/** What a call's end waits for before its release pass: its RESPONSE frame, posted, or the
- *  transfers of its results. */
-type Sending = Promise<void> | PostedFrame;
-const NOTHING_SENT: Promise<void> = Promise.resolve();
-
-/** Settles (never rejects) once `sending` is over. */
-function settled(sending: Sending | undefined): Promise<void> {
-  if (sending === undefined) return NOTHING_SENT;
-  return sending instanceof PostedFrame ? sending.failure().then(() => {}) : sending.then(() => {}, () => {});
-}
-
 /** A call in progress on the server. */
 export class ServerCall {
   /** Set when the client cancelled: nothing more is sent. */
@@ -88,25 +77,20 @@ export class ServerCall {
   /** The handler's own promise (a unary or client-streaming handler's, or a server-streaming
    *  handler's next item being made). */
   #handler: Promise<unknown> | undefined;
-  readonly #afterSend: Array<() => void> = [];
-  /** The tensors the results passed `@remote`: afterSend waits for their exposures to end, as
-   *  nothing reads such a tensor after; one not pulled within exposureHoldMs of the call's end
-   *  is ended then. */
-  readonly #exposed: Exposed[] = [];
+  /** What it leaves once it is over (afterSend hooks, `@remote` results, arguments). */
+  readonly #aftermath: CallAftermath;
   /** A client-streaming call's items. */
   readonly #clientStream: ClientStream | undefined;
   /** What a server-streaming call may send. */
   readonly #streamCredit: StreamCredit | undefined;
   /** run() has ended: later stream items are refused. */
   #over = false;
-  /** The response's send, once run() ended with nothing to release (no release pass will run a
-   *  late afterSend hook: it waits for this itself). */
-  #sentWithNothingToRelease: Sending | undefined;
 
   constructor(readonly id: number, readonly connection: Connection, readonly entry: MethodEntry, readonly scope: CallScope,
     readonly metadata: Record<string, string>, private readonly env: CallEnvironment,
     /** The caller's mover and noStaging (from the REQUEST): they apply to results as to arguments. */
     private readonly policy: SendPolicy = { mover: 'auto', noStaging: false }) {
+    this.#aftermath = new CallAftermath(env.exposureHoldMs);
     if (entry.method.clientStreaming) this.#clientStream = new ClientStream({ id, connection, scope, name: methodName(entry.method) });
     else if (entry.method.serverStreaming) this.#streamCredit = new StreamCredit();
   }
@@ -118,11 +102,7 @@ export class ServerCall {
   /** Runs `fn` once this call is over, its results' bytes have left and the exposures of the
    *  tensors it returned `@remote` have ended (CallContext.afterSend). */
   afterSend(fn: () => void): void {
-    // Registered after the call ended without anything left to release: run it once the
-    // response has left (there is no release pass to run it with).
-    const sent = this.#sentWithNothingToRelease;
-    if (sent !== undefined) void Promise.allSettled([settled(sent), ...this.#exposed.map((e) => e.ended)]).then(fn);
-    else this.#afterSend.push(fn);
+    this.#aftermath.afterSend(fn);
   }
 
   /** Runs the call to its end, then calls `ended`; never rejects (failures become ERROR frames).
@@ -167,29 +147,7 @@ export class ServerCall {
       this.#over = true;
       this.scope.dispose();
       this.#clientStream?.items.close();
-      // Handles to tensors returned `@remote` that are not pulled within exposureHoldMs end then:
-      // a caller that gave up on its answer (its deadline, a stream it stopped reading) would
-      // otherwise hold them, and the handler's afterSend, for as long as its connection lasts.
-      const exposed = this.#exposed;
-      if (exposed.length > 0) setTimeout(() => { for (const e of exposed) e.end(); }, this.env.exposureHoldMs).unref();
-      // Argument tensors go back to the pool once nothing reads them: after the results' bytes left.
-      // A call that received no tensor bytes and has no afterSend hook has nothing to wait for.
-      const args = this.#args;
-      if (args !== undefined || this.#afterSend.length > 0) {
-        // Each receive's own settling (registered before this) left its tensors with args.
-        void Promise.allSettled([settled(sent), ...(args?.running ?? [])]).then(() => {
-          args?.release();
-          if (exposed.length === 0) {
-            for (const fn of this.#afterSend) fn();
-            return;
-          }
-          // A tensor returned `@remote` is read by its puller later: a handler that releases it
-          // here would have its pull fail (NOT_FOUND) before anyone could pull it.
-          void Promise.allSettled(exposed.map((e) => e.ended)).then(() => { for (const fn of this.#afterSend) fn(); });
-        });
-      } else {
-        this.#sentWithNothingToRelease = sent ?? NOTHING_SENT;
-      }
+      this.#aftermath.over(sent, this.#args);
       ended();
     }
   }
@@ -378,7 +336,7 @@ export class ServerCall {
     try {
       const encoded = encodeFields(fields, result, this.entry.types, tensors.encode, '');
       tensors.finish();
-      this.#exposed.push(...tensors.exposed);
+      this.#aftermath.expose(tensors.exposed);
       return { encoded, tensors };
     } catch (error) {
       tensors.discard();
