@@ -55,11 +55,16 @@ export interface PoolWaitOptions {
    *  waiting may always join, so one claimant filling the queue cannot shut others out.
    *  Unbounded when left out. */
   maxQueuedBytes?: number;
+  /** What this wait counts in the queue when more than its own bytes: a gather's members still
+   *  to be allocated, one after the other, whose payload the receiver holds whole meanwhile (a
+   *  helper session's gathers of 128 members counted one member each and held 512 MiB of eager
+   *  payloads against a 16 MiB queue). */
+  countAs?: number;
 }
 
 const WAIT_OPTIONS: OptionRules<PoolWaitOptions> = {
   maxWaitMs: Accept.ms, signal: Accept.signal, share: rule('a PoolShare', (value) => value instanceof PoolShare),
-  maxQueuedBytes: Accept.bytes,
+  maxQueuedBytes: Accept.bytes, countAs: Accept.bytes,
 };
 
 interface Waiter {
@@ -157,15 +162,16 @@ export class TensorPool implements TensorPoolLike {
       if (now instanceof Tensor) return Promise.resolve(now);
       const { info, bytes } = now;
       const limit = options.maxQueuedBytes;
+      const counted = Math.max(bytes, options.countAs ?? 0);
       // A claimant with nothing waiting may queue past the limit, so that one filling the queue
       // cannot shut the others out, but only up to the limit again: beyond it every claimant's
       // one tensor added up (a peer's eager payloads wait with them, whole: 8 connections of
       // 120 MiB held 960 MiB past a 128 MiB queue, a helper session's attack).
-      if (limit !== undefined && this.#queuedBytes + bytes > limit && (share === undefined || share.waiting > 0 || this.#queuedBytes + bytes > 2 * limit)) {
+      if (limit !== undefined && this.#queuedBytes + counted > limit && (share === undefined || share.waiting > 0 || this.#queuedBytes + counted > 2 * limit)) {
         throw this.#exhausted(bytes, `the wait queue is full: ${this.#queuedBytes} bytes in ${this.#waiters.size} allocation(s) already wait`,
           { queuedBytes: this.#queuedBytes, queued: this.#waiters.size, queueLimit: limit });
       }
-      return this.#wait(bytes, options).then((storage) => new Tensor(dtype, info, storage));
+      return this.#wait(bytes, counted, options).then((storage) => new Tensor(dtype, info, storage));
     } catch (error) {
       return Promise.reject(error);
     }
@@ -195,7 +201,8 @@ export class TensorPool implements TensorPoolLike {
     return now === undefined ? { info, bytes } : new Tensor(dtype, info, now);
   }
 
-  #wait(bytes: number, options: PoolWaitOptions): Promise<Storage<TensorPool>> {
+  /** Waits for `bytes`, counting `counted` in the queue meanwhile. */
+  #wait(bytes: number, counted: number, options: PoolWaitOptions): Promise<Storage<TensorPool>> {
     const { signal, share, maxWaitMs } = options;
     const started = Date.now();
     return new Promise<Storage<TensorPool>>((resolve, reject) => {
@@ -203,7 +210,7 @@ export class TensorPool implements TensorPoolLike {
       let unlisten: (() => void) | undefined;
       const stopWaiting = (): void => {
         if (this.#waiters.delete(waiter)) {
-          this.#queuedBytes -= bytes;
+          this.#queuedBytes -= counted;
           if (share !== undefined) share.waiting -= 1;
         }
         clearTimeout(timer);
@@ -221,7 +228,7 @@ export class TensorPool implements TensorPoolLike {
         fail: (error) => { stopWaiting(); reject(error); },
       };
       this.#waiters.push(waiter);
-      this.#queuedBytes += bytes;
+      this.#queuedBytes += counted;
       if (share !== undefined) share.waiting += 1;
       // Those ahead may all be claimants over their share: this one may go now.
       this.#serve();

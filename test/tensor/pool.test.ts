@@ -429,6 +429,22 @@ describe('TensorPool.allocateWhenFree (memory admission that waits)', () => {
     for (const tensor of await Promise.all(waits)) tensor.release();
   });
 
+  it("a wait counts countAs in the queue when more than its bytes (a gather's members still to come)", async () => {
+    const pool = hostPool(8 * GRAIN);
+    const held = pool.allocate([8 * GRAIN], 'u8');
+    const queue = { maxWaitMs: 60_000, maxQueuedBytes: 4 * GRAIN };
+    const gather = pool.allocateWhenFree([GRAIN], 'u8', { ...queue, countAs: 4 * GRAIN });
+    expect(pool.stats()).toMatchObject({ waiting: 1, waitingBytes: 4 * GRAIN });
+    const refused = await rejection(pool.allocateWhenFree([GRAIN], 'u8', queue));
+    expect(refused.message).toMatch(/wait queue is full/);
+    // Less than its bytes counts its bytes; undefined is left out.
+    const small = pool.allocateWhenFree([GRAIN], 'u8', { maxWaitMs: 60_000, countAs: 1, maxQueuedBytes: undefined });
+    expect(pool.stats()).toMatchObject({ waiting: 2, waitingBytes: 5 * GRAIN });
+    held.release();
+    for (const tensor of await Promise.all([gather, small])) tensor.release();
+    expect(pool.stats()).toMatchObject({ waiting: 0, waitingBytes: 0 });
+  });
+
   it('maxQueuedBytes is checked like every option', async () => {
     const pool = hostPool(4 * GRAIN);
     const error = await rejection(pool.allocateWhenFree([GRAIN], 'u8', { maxWaitMs: 10, maxQueuedBytes: -1 }));

@@ -51,7 +51,7 @@ export interface AllocationWait { scope: CallScope; share: PoolShare | undefined
 
 /** What a call needs from its server. */
 export interface CallEnvironment {
-  allocate: (shape: Parameters<Allocate>[0], dtype: Parameters<Allocate>[1], placement: Parameters<Allocate>[2], wait: AllocationWait, field: string) => ReturnType<Allocate>;
+  allocate: (shape: Parameters<Allocate>[0], dtype: Parameters<Allocate>[1], placement: Parameters<Allocate>[2], wait: AllocationWait, field: string, countAs?: number) => ReturnType<Allocate>;
   /** The connection's share of the server's pools (set per session). */
   share?: PoolShare;
   maxTensor: number;
@@ -230,7 +230,7 @@ export class ServerCall {
     // without tensor bytes is not kept at all.
     const args = this.#args ??= new CallArguments();
     const wait: AllocationWait = { scope: this.scope, share: this.env.share };
-    const receiving = incoming.receive((shape, dtype, placement, field) => this.env.allocate(shape, dtype, bindPlacement(placement, this.entry.receiveOn), wait, field));
+    const receiving = incoming.receive((shape, dtype, placement, field, countAs) => this.env.allocate(shape, dtype, bindPlacement(placement, this.entry.receiveOn), wait, field, countAs));
     // Its failure reaches the caller through the race below; run() waits for it before releasing.
     const doneReceiving = (): void => {
       this.connection.awaited -= count;

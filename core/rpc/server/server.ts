@@ -234,7 +234,7 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
   #makeHost(): SessionHost {
     const server = this;
     const env: CallEnvironment = {
-      allocate: (shape, dtype, placement, wait, field) => server.#allocate(shape, dtype, placement, wait, field),
+      allocate: (shape, dtype, placement, wait, field, countAs) => server.#allocate(shape, dtype, placement, wait, field, countAs),
       maxTensor: this.#options.maxTensorBytes,
       exposureHoldMs: this.#options.exposureHoldMs,
       exposeErrorMessages: this.#options.exposeErrorMessages,
@@ -307,7 +307,7 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
     };
   }
 
-  #allocate(shape: number[], dtype: DType, placement: Placement, wait: AllocationWait, field: string): Tensor | Promise<Tensor> {
+  #allocate(shape: number[], dtype: DType, placement: Placement, wait: AllocationWait, field: string, countAs?: number): Tensor | Promise<Tensor> {
     const device = landingDevice(placement, this.#receiveOn, cudaReceives());
     const failed = (error: unknown): never => { throw serverAllocationFailed(error, field, this.#options); };
     if (this.#options.poolBytes === 0) {
@@ -334,7 +334,7 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
         return failed(error);
       }
     }
-    return pool.allocateWhenFree(shape, dtype, { maxWaitMs: this.#options.poolWaitMs, signal: wait.scope.signal, share: wait.share, maxQueuedBytes }).catch(failed);
+    return pool.allocateWhenFree(shape, dtype, { maxWaitMs: this.#options.poolWaitMs, signal: wait.scope.signal, share: wait.share, maxQueuedBytes, countAs }).catch(failed);
   }
 }
 

@@ -45,7 +45,9 @@ export class PendingTensor {
 
 /** Allocates the destination of an incoming tensor (possibly waiting for pool memory); `field`
  *  names it for messages ("Echo.echo arguments.x"). */
-export type Allocate = (shape: number[], dtype: DType, placement: Placement, field: string) => Tensor | Promise<Tensor>;
+/** Allocates a received tensor's destination; `countAs`: what a wait for it counts in the pool's
+ *  queue when more than its bytes (a gather's members still to come). */
+export type Allocate = (shape: number[], dtype: DType, placement: Placement, field: string, countAs?: number) => Tensor | Promise<Tensor>;
 
 /** The error for a frame carrying more than MAX_TENSORS_PER_FRAME tensors. */
 export function tooManyTensors(what: string): GdrpcError {
@@ -310,8 +312,9 @@ export class IncomingTensors {
     const dests: Tensor[] = [];
     let staging: Tensor | undefined;
     try {
-      for (const member of members) {
-        const allocated = allocate([...member.wire.sh], member.wire.dt as DType, member.placement, `${this.site.label}${member.where}`);
+      for (const [k, member] of members.entries()) {
+        // A wait counts the members still to come: the payload is held whole meanwhile.
+        const allocated = allocate([...member.wire.sh], member.wire.dt as DType, member.placement, `${this.site.label}${member.where}`, (members.length - k) * bytes);
         const dest = allocated instanceof Tensor ? allocated : await allocated;
         dests.push(dest);
         this.allocated.push(dest);
