@@ -136,6 +136,27 @@ describe('unannounced tensor payloads, across the runtime', () => {
     }
   }, 60_000);
 
+  it("a gather waiting for pool memory counts its members still to come in the pool's queue (its payload is held whole meanwhile)", async () => {
+    const small = await startServer({ poolBytes: 1 * MiB, maxPoolBytesPerConnection: 1 * MiB, poolWaitMs: 30_000 });
+    const holder = await Client.connect(small.address);
+    const holding = holder.unary(EchoDescriptor.methods.hold, { x: patterned(1 * MiB, 1), ms: 20_000 }, { mover: 'tag' }).catch((error: unknown) => error);
+    const raw = await RawPeer.connect(small.port);
+    try {
+      await expect.poll(async () => (await serverStats(holder)).pools.some((pool) => pool.used >= MiB), { timeout: 20_000, interval: 100 }).toBe(true);
+      await raw.auth();
+      expect((await raw.receive())?.kind).toBe(FrameKind.Ready);
+      raw.keepAlive(500);
+      // 8 members of 64 KiB in one payload: the first member's wait counts all 8.
+      const xs = Array.from({ length: 8 }, (_, k) => ({ dt: 'u8', sh: [64 * 1024], n: 64 * 1024, mt: 'host', m: 'g', x: 7, f: k * 64 * 1024 }));
+      await raw.sendBody(FrameKind.Request, 1, { svc: EchoDescriptor.name, m: 'echoList', a: { xs } });
+      await expect.poll(async () => (await serverStats(holder)).pools.find((pool) => pool.waiting > 0)?.waitingBytes, { timeout: 10_000, interval: 50 }).toBe(8 * 64 * 1024);
+    } finally {
+      await raw.close();
+      await holder.close();
+      await holding;
+    }
+  }, 60_000);
+
   it('a payload larger than its frame announced, arriving while its receive waits for pool memory, closes the connection INVALID_ARGUMENT', async () => {
     // A 1 MiB pool, held whole by a good client's call for the test's length: the raw peer's
     // 1 KiB tensor waits for pool memory, its payload held meanwhile, without limit of number or
