@@ -52,8 +52,8 @@ export interface PoolWaitOptions {
   share?: PoolShare;
   /** Bytes the queue of waiting allocations may hold, this one included: over it RESOURCE_EXHAUSTED
    *  at once (a fast refusal instead of a long wait behind others). A claimant with nothing
-   *  waiting may always join, so one claimant filling the queue cannot shut others out.
-   *  Unbounded when left out. */
+   *  waiting may join past it, so one claimant filling the queue cannot shut others out, while
+   *  the queue holds less than twice it. Unbounded when left out. */
   maxQueuedBytes?: number;
   /** What this wait counts in the queue when more than its own bytes: a gather's members still
    *  to be allocated, one after the other, whose payload the receiver holds whole meanwhile (a

@@ -88,7 +88,7 @@ export class HeldPayloads implements HeldBytesHolder {
     }
     const weight = this.count === undefined ? 0 : Math.max(message.length, HELD_PAYLOAD_MIN_WEIGHT);
     this.#held.set(transfer, { message, at: Date.now(), weight });
-    // Last: past the runtime's limit this may close the connection, which clears what it holds.
+    // Last: past the runtime's limit this may drop payloads of this connection's, this one among them.
     this.#weigh(weight);
     // Dropped after HOLD_MS even if nothing else arrives for this connection.
     this.#timer ??= setTimeout(() => this.#sweep(), HOLD_MS + 1).unref();
@@ -109,7 +109,8 @@ export class HeldPayloads implements HeldBytesHolder {
   }
 
   /** Drops the newest unannounced payloads until `bytes` of their weight are let go of, or none is
-   *  left; returns the weight let go of. Called by the runtime's HeldBytes, which counts it. */
+   *  left; returns the weight let go of. Called by the runtime's HeldBytes, which counts it (not
+   *  told back through #weigh). */
   relieve(bytes: number): number {
     const newestFirst = [...this.#held].reverse();
     let freed = 0;

@@ -61,9 +61,15 @@ export class Payloads {
     const length = this.#held.heldLength(transfer);
     const announced = this.#held.announced(transfer);
     if (length === undefined || announced === undefined || length <= announced) return;
-    const error = new GdrpcError(Code.INVALID_ARGUMENT, `${this.connection.peer} sent ${length} bytes for transfer ${transfer}, which its frame announced as ${announced}`);
+    const error = this.#longerThanAnnounced(transfer, length, announced);
     this.connection.close(error);
     throw error;
+  }
+
+  /** A payload of `length` bytes for `transfer`, whose frames announced `announced`: the peer is
+   *  broken or hostile (held, the payload would be kept whole, however large). */
+  #longerThanAnnounced(transfer: number, length: number, announced: number): GdrpcError {
+    return new GdrpcError(Code.INVALID_ARGUMENT, `${this.connection.peer} sent ${length} bytes for transfer ${transfer}, which its frame announced as ${announced}`);
   }
 
   /** A held payload of `transfer` (it arrived before its frame was read), taken out; or undefined. */
@@ -88,7 +94,7 @@ export class Payloads {
       // its frame said would be held whole, however large (a peer's own UCX may send anything
       // eager), and its receive would only fail with truncation.
       dispatcher.drop(message);
-      connection.close(new GdrpcError(Code.INVALID_ARGUMENT, `${connection.peer} sent ${message.length} bytes for transfer ${transfer}, which its frame announced as ${announced}`));
+      connection.close(this.#longerThanAnnounced(transfer, message.length, announced));
       return;
     }
     if (!this.#held.hold(transfer, message, framesWaiting)) {

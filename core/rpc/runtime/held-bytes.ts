@@ -19,10 +19,10 @@ export const DEFAULT_MAX_HELD_PAYLOAD_BYTES = 1 << 30;
 
 /** A connection holding unannounced payloads. */
 export interface HeldBytesHolder {
-  /** The runtime's connections hold `total`, over `limit`, and this one the most: it drops its
+  /** The runtime's connections hold more than the limit, and this one the most: it drops its
    *  newest held payloads until it let go of `bytes` or holds none; returns what it let go of
    *  (not told back through add()). */
-  relieve(bytes: number, total: number, limit: number): number;
+  relieve(bytes: number): number;
 }
 
 export class HeldBytes {
@@ -53,7 +53,7 @@ export class HeldBytes {
         }
       }
       if (largest === undefined) return;
-      const freed = Math.min(most, largest.relieve(this.#total - this.limit, this.#total, this.limit));
+      const freed = Math.min(most, largest.relieve(this.#total - this.limit));
       if (freed <= 0) {
         passed.add(largest);
         continue;
