@@ -8,12 +8,17 @@ import { HeldBytes } from '../../core/rpc/runtime/held-bytes.ts';
 
 const message = (n: number): TakenMessage => ({ senderTag: BigInt(n), length: 8, taken: n }) as unknown as TakenMessage;
 
+/** A connection's held payloads (weighed in `count` where given), and what they dropped. */
+function recording(count?: HeldBytes): { held: HeldPayloads; dropped: TakenMessage[] } {
+  const dropped: TakenMessage[] = [];
+  return { held: new HeldPayloads((m) => dropped.push(m), count), dropped };
+}
+
 afterEach(() => { vi.useRealTimers(); });
 
 describe('HeldPayloads', () => {
   it(`keeps ${MAX_HELD_PAYLOADS} unannounced payloads; one more, or a second for one transfer, is refused and dropped`, () => {
-    const dropped: TakenMessage[] = [];
-    const held = new HeldPayloads((m) => dropped.push(m));
+    const { held, dropped } = recording();
     for (let i = 0; i < MAX_HELD_PAYLOADS; i += 1) expect(held.hold(i, message(i))).toBe(true);
     const extra = message(1000);
     expect(held.hold(1000, extra)).toBe(false);
@@ -26,8 +31,7 @@ describe('HeldPayloads', () => {
   });
 
   it(`keeps ${MAX_HELD_PAYLOADS_BEHIND} while control messages of the connection's own wait to be read (their frames may be among them); one more is refused`, () => {
-    const dropped: TakenMessage[] = [];
-    const held = new HeldPayloads((m) => dropped.push(m));
+    const { held, dropped } = recording();
     for (let i = 0; i < MAX_HELD_PAYLOADS_BEHIND; i += 1) expect(held.hold(i, message(i), true)).toBe(true);
     // With none of its frames waiting, the count is the smaller one: refused at once.
     expect(held.hold(5000, message(5000), false)).toBe(false);
@@ -49,8 +53,7 @@ describe('HeldPayloads', () => {
   });
 
   it('announced payloads are kept without that limit and taken by their receive', () => {
-    const dropped: TakenMessage[] = [];
-    const held = new HeldPayloads((m) => dropped.push(m));
+    const { held, dropped } = recording();
     for (let i = 0; i < 2 * MAX_HELD_PAYLOADS; i += 1) {
       held.expect(i, 8);
       expect(held.hold(i, message(i))).toBe(true);
@@ -62,8 +65,7 @@ describe('HeldPayloads', () => {
 
   it('drops an unannounced payload after the hold time with nothing else arriving; an announced one stays', () => {
     vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'Date'] });
-    const dropped: TakenMessage[] = [];
-    const held = new HeldPayloads((m) => dropped.push(m));
+    const { held, dropped } = recording();
     held.expect(1, 8);
     held.hold(1, message(1));
     held.hold(2, message(2));
@@ -131,8 +133,7 @@ describe("the runtime's weight of unannounced payloads", () => {
 
   it("a dropped payload is remembered until its frame's refusal forgets it, counts as held, and a second payload for it is refused", () => {
     const count = new HeldBytes(10_000);
-    const dropped: TakenMessage[] = [];
-    const held = new HeldPayloads((m) => dropped.push(m), count);
+    const { held, dropped } = recording(count);
     held.hold(1, sized(1, 20_000));
     expect(held.dropped(1)).toBe('weight');
     expect(held.hold(1, sized(1, 8))).toBe(false);
@@ -159,8 +160,7 @@ describe("the runtime's weight of unannounced payloads", () => {
 
   it('a payload held unannounced weighs nothing once its frame announces it, and is not dropped for weight', () => {
     const count = new HeldBytes(100_000);
-    const dropped: TakenMessage[] = [];
-    const held = new HeldPayloads((m) => dropped.push(m), count);
+    const { held, dropped } = recording(count);
     held.hold(1, sized(1, 60_000));
     held.expect(1, 60_000);  // its frame was read; its receive waits (for pool memory)
     expect(count.total).toBe(0);
@@ -175,8 +175,7 @@ describe("the runtime's weight of unannounced payloads", () => {
 
   it("one held larger than its frames announced keeps its weight until taken, and is not dropped for it either; a gather's tensors add up", () => {
     const count = new HeldBytes(100_000);
-    const dropped: TakenMessage[] = [];
-    const held = new HeldPayloads((m) => dropped.push(m), count);
+    const { held, dropped } = recording(count);
     held.hold(1, sized(1, 60_000));
     held.expect(1, 30_000);  // the first tensor of a gather
     expect(count.total).toBe(60_000);
@@ -194,8 +193,7 @@ describe("the runtime's weight of unannounced payloads", () => {
   it('a holder that lets go of nothing is passed over for the next largest', () => {
     const count = new HeldBytes(100_000);
     const stuck = { relieve: vi.fn(() => 0) };
-    const dropped: TakenMessage[] = [];
-    const other = new HeldPayloads((m) => dropped.push(m), count);
+    const { held: other, dropped } = recording(count);
     count.add(stuck, 80_000);
     other.hold(1, sized(1, 10_000));
     other.hold(2, sized(2, 20_000));  // 110,000: the largest frees nothing, the next drops its newest

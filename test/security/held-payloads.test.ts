@@ -30,14 +30,45 @@ afterAll(async () => {
   await disposePeers();
 });
 
+/** A raw peer admitted by the server on `port` (READY read), kept alive; `config`: its UCX settings
+ *  (RNDV_THRESH 'inf': everything it sends goes eager, whole into the server). */
+async function admitted(port: number, config?: Record<string, string>): Promise<RawPeer> {
+  const raw = await RawPeer.connect(port, config === undefined ? {} : { config });
+  try {
+    await raw.auth();
+    expect((await raw.receive())?.kind).toBe(FrameKind.Ready);
+  } catch (error) {
+    await raw.close();
+    throw error;
+  }
+  raw.keepAlive(500);
+  return raw;
+}
+
+/** A server whose 1 MiB pool a good client's call holds whole for 20 s: what arrives meanwhile
+ *  waits for pool memory. `done` closes the client once its call has ended. */
+async function fullPool(): Promise<{ port: number; holder: Client; done: () => Promise<void> }> {
+  const small = await startServer({ poolBytes: 1 * MiB, maxPoolBytesPerConnection: 1 * MiB, poolWaitMs: 30_000 });
+  const holder = await Client.connect(small.address);
+  const holding = holder.unary(EchoDescriptor.methods.hold, { x: patterned(1 * MiB, 1), ms: 20_000 }, { mover: 'tag' }).catch((error: unknown) => error);
+  const done = async (): Promise<void> => {
+    await holder.close();
+    await holding;
+  };
+  try {
+    await expect.poll(async () => (await serverStats(holder)).pools.some((pool) => pool.used >= MiB), { timeout: 20_000, interval: 100 }).toBe(true);
+  } catch (error) {
+    await done();
+    throw error;
+  }
+  return { port: small.port, holder, done };
+}
+
 describe('unannounced tensor payloads, across the runtime', () => {
   it('past maxHeldPayloadBytes the newest payloads are dropped and their calls fail RESOURCE_EXHAUSTED (retryable) when their frames come; the connection stays, the payloads held are served', async () => {
     // Eager, whole: the server's UCX holds every byte of each.
-    const raw = await RawPeer.connect(server.port, { config: { RNDV_THRESH: 'inf' } });
+    const raw = await admitted(server.port, { RNDV_THRESH: 'inf' });
     try {
-      await raw.auth();
-      expect((await raw.receive())?.kind).toBe(FrameKind.Ready);
-      raw.keepAlive(500);
       const key = new ConnectionKey(raw.serverKey);
       const payload = Buffer.alloc(4 * MiB, 0x5a);
       for (let transfer = 1; transfer <= 8; transfer += 1) await raw.endpoint.tagSend(dataTag(key, transfer), payload);
@@ -65,11 +96,8 @@ describe('unannounced tensor payloads, across the runtime', () => {
   }, 60_000);
 
   it('a connection sending more unannounced payloads than it may hold is still closed, dropped ones counted', async () => {
-    const raw = await RawPeer.connect(server.port, { config: { RNDV_THRESH: 'inf' } });
+    const raw = await admitted(server.port, { RNDV_THRESH: 'inf' });
     try {
-      await raw.auth();
-      expect((await raw.receive())?.kind).toBe(FrameKind.Ready);
-      raw.keepAlive(500);
       const key = new ConnectionKey(raw.serverKey);
       const payload = Buffer.alloc(1 * MiB, 0x5a);
       // 16 held at most by weight, the rest dropped and remembered: 65 closes it (MAX_HELD_PAYLOADS 64).
@@ -90,11 +118,8 @@ describe('unannounced tensor payloads, across the runtime', () => {
   it('a payload held before its frame, announced smaller than it is, closes the connection INVALID_ARGUMENT once the frame is read', async () => {
     // Announced, it would count for nothing while its receive waits for pool memory (a helper
     // session held 2.7 GiB against the 1 GiB limit so, each payload announced as 1 KiB).
-    const raw = await RawPeer.connect(server.port, { config: { RNDV_THRESH: 'inf' } });
+    const raw = await admitted(server.port, { RNDV_THRESH: 'inf' });
     try {
-      await raw.auth();
-      expect((await raw.receive())?.kind).toBe(FrameKind.Ready);
-      raw.keepAlive(500);
       await raw.endpoint.tagSend(dataTag(new ConnectionKey(raw.serverKey), 1), Buffer.alloc(4 * MiB, 0x5a));
       await expect.poll(async () => (await serverStats(good)).heldPayloadBytes, { timeout: 20_000, interval: 100 }).toBe(4 * MiB);
       await raw.sendBody(FrameKind.Request, 1, { svc: EchoDescriptor.name, m: 'checksum', a: { x: { dt: 'u8', sh: [1024], n: 1024, mt: 'host', m: 't', x: 1 } } });
@@ -110,11 +135,8 @@ describe('unannounced tensor payloads, across the runtime', () => {
   }, 60_000);
 
   it("a client stream's item whose payload was dropped fails the call, not retryable: its handler ran", async () => {
-    const raw = await RawPeer.connect(server.port, { config: { RNDV_THRESH: 'inf' } });
+    const raw = await admitted(server.port, { RNDV_THRESH: 'inf' });
     try {
-      await raw.auth();
-      expect((await raw.receive())?.kind).toBe(FrameKind.Ready);
-      raw.keepAlive(500);
       const key = new ConnectionKey(raw.serverKey);
       const tensor = (x: number, n: number) => ({ x: { dt: 'u8', sh: [n], n, mt: 'host', m: 't', x } });
       await raw.sendBody(FrameKind.Request, 1, { svc: EchoDescriptor.name, m: 'sum', win: 16 });
@@ -137,39 +159,27 @@ describe('unannounced tensor payloads, across the runtime', () => {
   }, 60_000);
 
   it("a gather waiting for pool memory counts its members still to come in the pool's queue (its payload is held whole meanwhile)", async () => {
-    const small = await startServer({ poolBytes: 1 * MiB, maxPoolBytesPerConnection: 1 * MiB, poolWaitMs: 30_000 });
-    const holder = await Client.connect(small.address);
-    const holding = holder.unary(EchoDescriptor.methods.hold, { x: patterned(1 * MiB, 1), ms: 20_000 }, { mover: 'tag' }).catch((error: unknown) => error);
-    const raw = await RawPeer.connect(small.port);
+    const { port, holder, done } = await fullPool();
+    let raw: RawPeer | undefined;
     try {
-      await expect.poll(async () => (await serverStats(holder)).pools.some((pool) => pool.used >= MiB), { timeout: 20_000, interval: 100 }).toBe(true);
-      await raw.auth();
-      expect((await raw.receive())?.kind).toBe(FrameKind.Ready);
-      raw.keepAlive(500);
+      raw = await admitted(port);
       // 8 members of 64 KiB in one payload: the first member's wait counts all 8.
       const xs = Array.from({ length: 8 }, (_, k) => ({ dt: 'u8', sh: [64 * 1024], n: 64 * 1024, mt: 'host', m: 'g', x: 7, f: k * 64 * 1024 }));
       await raw.sendBody(FrameKind.Request, 1, { svc: EchoDescriptor.name, m: 'echoList', a: { xs } });
       await expect.poll(async () => (await serverStats(holder)).pools.find((pool) => pool.waiting > 0)?.waitingBytes, { timeout: 10_000, interval: 50 }).toBe(8 * 64 * 1024);
     } finally {
-      await raw.close();
-      await holder.close();
-      await holding;
+      await raw?.close();
+      await done();
     }
   }, 60_000);
 
   it('a payload larger than its frame announced, arriving while its receive waits for pool memory, closes the connection INVALID_ARGUMENT', async () => {
-    // A 1 MiB pool, held whole by a good client's call for the test's length: the raw peer's
-    // 1 KiB tensor waits for pool memory, its payload held meanwhile, without limit of number or
-    // time. A 4 MiB payload under its transfer id would be held whole.
-    const small = await startServer({ poolBytes: 1 * MiB, maxPoolBytesPerConnection: 1 * MiB, poolWaitMs: 30_000 });
-    const holder = await Client.connect(small.address);
-    const holding = holder.unary(EchoDescriptor.methods.hold, { x: patterned(1 * MiB, 1), ms: 20_000 }, { mover: 'tag' }).catch((error: unknown) => error);
-    const raw = await RawPeer.connect(small.port, { config: { RNDV_THRESH: 'inf' } });
+    // The raw peer's 1 KiB tensor waits for pool memory, its payload held meanwhile, without limit
+    // of number or time. A 4 MiB payload under its transfer id would be held whole.
+    const { port, holder, done } = await fullPool();
+    let raw: RawPeer | undefined;
     try {
-      await expect.poll(async () => (await serverStats(holder)).pools.some((pool) => pool.used >= MiB), { timeout: 20_000, interval: 100 }).toBe(true);
-      await raw.auth();
-      expect((await raw.receive())?.kind).toBe(FrameKind.Ready);
-      raw.keepAlive(500);
+      raw = await admitted(port, { RNDV_THRESH: 'inf' });
       const before = (await serverStats(holder)).activeCalls;
       await raw.sendBody(FrameKind.Request, 1, { svc: EchoDescriptor.name, m: 'checksum', a: { x: { dt: 'u8', sh: [1024], n: 1024, mt: 'host', m: 't', x: 1 } } });
       // The frame is read (its call counted, its tensor waiting for the pool) before the payload is sent.
@@ -181,9 +191,8 @@ describe('unannounced tensor payloads, across the runtime', () => {
         expect.stringMatching(/INVALID_ARGUMENT.* sent 4194304 bytes for transfer 1, which its frame announced as 1024/),
       ]);
     } finally {
-      await raw.close();
-      await holder.close();
-      await holding;
+      await raw?.close();
+      await done();
     }
   }, 60_000);
 });
