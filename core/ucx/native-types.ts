@@ -120,6 +120,8 @@ export interface NativeBinding {
   nativeStats(): NativeStats;
   addressOf(view: ArrayBufferView | ArrayBuffer): bigint;
   setErrorClass(errorClass: typeof GdrpcError): void;
+  /** The calling thread's CPU time in ms; -1 where the clock cannot be read. */
+  threadCpuMs(): number;
   cuda: NativeCuda;
 }
 

@@ -6,6 +6,7 @@
 // limit of unannounced payloads). A fake worker holds the queues, so that the order of events is
 // the test's.
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import { readingClock } from '../../core/rpc/runtime/read-turns.ts';
 import { Dispatcher, DRAIN_INTERVAL_MS, RECEIVE_SLICE_MESSAGES, STALLED_RECEIVE_MS, type FrameSink } from '../../core/rpc/runtime/dispatcher.ts';
 import type { WakeupKind, Worker } from '../../core/ucx/index.ts';
 import { Code, GdrpcError } from '../../core/errors.ts';
@@ -375,18 +376,22 @@ describe('turns, once reading falls behind', () => {
   // takes 2 ms to read, one of the fast connection 10 µs.
   afterEach(() => { vi.restoreAllMocks(); });
 
-  function twoConnections(): { worker: LineWorker; slow: ConnectionKey; fast: ConnectionKey; order: string[]; hello: string[]; stalled: string[]; clock: { now: number } } {
+  /** `slowCpuMs`: the CPU time a message of the slow connection takes, of its 2 ms (all of them
+   *  unless told: less is a process descheduled while reading it). */
+  function twoConnections(slowCpuMs = 2): { worker: LineWorker; slow: ConnectionKey; fast: ConnectionKey; order: string[]; hello: string[]; stalled: string[]; clock: { now: number; cpu: number } } {
     const worker = new LineWorker();
     dispatcher = new Dispatcher(worker as unknown as Worker, 4096);
-    const clock = { now: 1_000 };
+    // Wall time (the slices) and CPU time (what a message's reading is charged).
+    const clock = { now: 1_000, cpu: 0 };
     vi.spyOn(performance, 'now').mockImplementation(() => clock.now);
+    vi.spyOn(readingClock, 'now').mockImplementation(() => clock.cpu);
     const order: string[] = [];
     const stalled: string[] = [];
-    const sink = (name: string, costMs: number): FrameSink => ({
-      onMessage: (bytes) => { order.push(`${name}${bytes[0]}`); clock.now += costMs; },
+    const sink = (name: string, costMs: number, cpuMs = costMs): FrameSink => ({
+      onMessage: (bytes) => { order.push(`${name}${bytes[0]}`); clock.now += costMs; clock.cpu += cpuMs; },
       onOversized: () => {}, onStrayData: () => {}, onStalled: () => { stalled.push(name); },
     });
-    const slow = dispatcher.register(sink('s', 2));
+    const slow = dispatcher.register(sink('s', 2, slowCpuMs));
     const fast = dispatcher.register(sink('f', 0.01));
     const hello: string[] = [];
     void dispatcher.awaitHelloTurn({ ...sink('h', 0), onMessage: (bytes) => { hello.push(`h${bytes[0]}`); } });
@@ -420,6 +425,25 @@ describe('turns, once reading falls behind', () => {
     worker.arrive(controlTag(fast.value), new Uint8Array([6]));
     expect(order.at(-1)).toBe('f6');
     expect(dispatcher!.stats().readInTurns).toBe(readInTurns);
+  });
+
+  it('a message is charged the CPU time its reading took, not the wall time: a process descheduled while reading puts no connection in debt', async () => {
+    // The same messages as above, each taking 2 ms of wall time but 10 µs of CPU: the time went
+    // to other processes. Charged by wall time, on the 2-core box under the load bench's small
+    // calls, whole connections sat out a hundred rounds for such a message and their calls
+    // waited 1-4 s (read-turns.ts readingClock). Here the slow connection is in no debt after the
+    // line's s3: its own turn reads a quantum's worth of its messages (about 25 of 10 µs) before
+    // the fast one's.
+    const { worker, slow, fast, order } = twoConnections(0.01);
+    await worker.posted();
+    queue(worker, slow.value, 1, 40);
+    queue(worker, fast.value, 1, 5);
+    worker.arrive(controlTag(slow.value), new Uint8Array([0]));
+    await expect.poll(() => order.length).toBe(46);
+    const firstFast = order.indexOf('f1');
+    expect(firstFast).toBeGreaterThan(4 + 20);
+    expect(order.slice(0, firstFast)).toEqual(Array.from({ length: firstFast }, (_, i) => `s${i}`));
+    expect(order.slice(firstFast, firstFast + 5)).toEqual(['f1', 'f2', 'f3', 'f4', 'f5']);
   });
 
   it("the line's turn reads what no connection's turn does: the handshake's HELLO, and messages of no connection (dropped)", async () => {

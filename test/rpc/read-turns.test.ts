@@ -1,7 +1,7 @@
 // Whose turn it is to be read once the dispatcher falls behind (core/rpc/runtime/read-turns.ts),
 // without a dispatcher: holders with balances, turns taken and charged by hand.
 import { describe, expect, it } from 'vitest';
-import { ReadTurns, TURN_QUANTUM_MS, type TurnHolder } from '../../core/rpc/runtime/read-turns.ts';
+import { ReadTurns, readingClock, TURN_QUANTUM_MS, type TurnHolder } from '../../core/rpc/runtime/read-turns.ts';
 
 interface Named extends TurnHolder { name: string }
 
@@ -42,5 +42,24 @@ describe('read turns', () => {
     expect(read).toEqual(['d0', 'd0']);
     expect(debtors[1]!.balance).toBeGreaterThan(-50);
     expect(debtors[1]!.balance).toBeLessThan(-50 + 10 * TURN_QUANTUM_MS);
+  });
+
+  it("charges by the reading thread's CPU time: a sleep adds next to nothing to it, work adds", () => {
+    // A process descheduled while it reads (a busy machine) or waiting (here, asleep) spends wall
+    // time that is no message's cost.
+    const wallBefore = performance.now();
+    const cpuBefore = readingClock.now();
+    Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 100);
+    const slept = readingClock.now() - cpuBefore;
+    expect(performance.now() - wallBefore).toBeGreaterThanOrEqual(99);
+    expect(slept).toBeGreaterThanOrEqual(0);
+    expect(slept).toBeLessThan(50);
+    // Work: it advances however slowly a busy machine lets this thread run (bounded by wall time).
+    const spinStart = readingClock.now();
+    const giveUp = performance.now() + 30_000;
+    let spins = 0;
+    while (readingClock.now() - spinStart < 5 && performance.now() < giveUp) spins += 1;
+    expect(readingClock.now() - spinStart).toBeGreaterThanOrEqual(5);
+    expect(spins).toBeGreaterThan(0);
   });
 });

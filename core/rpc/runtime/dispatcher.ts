@@ -12,7 +12,7 @@ import { Code, GdrpcError } from '../../errors.ts';
 import { CONTROL_BIT, CONTROL_MASK, EXACT_MASK, type ConnectionKey } from '../../wire/tag.ts';
 import { AwaitedReceives, DRAIN_INTERVAL_MS, STALLED_RECEIVE_MS } from './awaited-receives.ts';
 import { StrayPayloads } from './stray-payloads.ts';
-import { ReadTurns } from './read-turns.ts';
+import { ReadTurns, readingClock } from './read-turns.ts';
 import type { ReceiveBuffer } from './receive-buffer.ts';
 import { ReceiveBuffers, type Slot } from './receive-buffers.ts';
 import { ConnectionTable, type FrameSink, type Registered } from './connection-table.ts';
@@ -296,7 +296,7 @@ export class Dispatcher {
   // honest client's ping behind all of their windows: 1.1 s at the median, for as long as they
   // went on (a helper session's attack, 2026-12-06). Behind, each receive names one connection's
   // tag (UCX finds a tag's messages through a hash, and keeps them in the order they came), in the
-  // order read-turns.ts gives: deficit round robin over the time each message took to read, the
+  // order read-turns.ts gives: deficit round robin over the CPU time each message took to read, the
   // line's turn ending each round. The line looks at the oldest control message first: one of a
   // connection is read as that connection's, one of no connection is dropped unread, and when
   // there is none, reading has caught up: the watch takes each message as it comes again. A
@@ -444,15 +444,15 @@ export class Dispatcher {
     }
   }
 
-  /** Delivers a message received in a turn, charging the time it took to its connection (to the
-   *  line when it has none; read-turns.ts). */
+  /** Delivers a message received in a turn, charging the CPU time it took to its connection (to
+   *  the line when it has none; read-turns.ts readingClock). */
   #deliverInTurn(buffer: ReceiveBuffer, slot: Slot): void {
     const turn = this.#turns.current;
     const holder = this.#table.registeredOf(slot[0]!, slot[1]!) ?? this.#turns.line;
-    const start = performance.now();
+    const start = readingClock.now();
     this.#delivery.deliver(buffer, slot);
     this.#stats.readInTurns += 1;
-    this.#turns.charge(turn, holder, performance.now() - start);
+    this.#turns.charge(turn, holder, readingClock.now() - start);
   }
 
   #caughtUp(): void {
