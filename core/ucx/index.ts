@@ -15,6 +15,13 @@ export function nativeStats(): NativeStats {
   return native().nativeStats();
 }
 
+/** A clock of the calling thread's CPU time in ms (CLOCK_THREAD_CPUTIME_ID, user and system):
+ *  wall time (performance.now) where the addon cannot read it. */
+export function threadCpuClock(): () => number {
+  const binding = native();
+  return binding.threadCpuMs() >= 0 ? () => binding.threadCpuMs() : () => performance.now();
+}
+
 /** Address of the first byte of a host view (for descriptors and CUDA copies). */
 export function addressOf(view: ArrayBufferView | ArrayBuffer): bigint {
   if (!ArrayBuffer.isView(view) && !(view instanceof ArrayBuffer)) throw invalid('addressOf expects an ArrayBufferView or an ArrayBuffer');

@@ -6,7 +6,6 @@
 // limit of unannounced payloads). A fake worker holds the queues, so that the order of events is
 // the test's.
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { readingClock } from '../../core/rpc/runtime/read-turns.ts';
 import { Dispatcher, DRAIN_INTERVAL_MS, RECEIVE_SLICE_MESSAGES, STALLED_RECEIVE_MS, type FrameSink } from '../../core/rpc/runtime/dispatcher.ts';
 import type { WakeupKind, Worker } from '../../core/ucx/index.ts';
 import { Code, GdrpcError } from '../../core/errors.ts';
@@ -380,11 +379,10 @@ describe('turns, once reading falls behind', () => {
    *  unless told: less is a process descheduled while reading it). */
   function twoConnections(slowCpuMs = 2): { worker: LineWorker; slow: ConnectionKey; fast: ConnectionKey; order: string[]; hello: string[]; stalled: string[]; clock: { now: number; cpu: number } } {
     const worker = new LineWorker();
-    dispatcher = new Dispatcher(worker as unknown as Worker, 4096);
     // Wall time (the slices) and CPU time (what a message's reading is charged).
     const clock = { now: 1_000, cpu: 0 };
+    dispatcher = new Dispatcher(worker as unknown as Worker, 4096, () => clock.cpu);
     vi.spyOn(performance, 'now').mockImplementation(() => clock.now);
-    vi.spyOn(readingClock, 'now').mockImplementation(() => clock.cpu);
     const order: string[] = [];
     const stalled: string[] = [];
     const sink = (name: string, costMs: number, cpuMs = costMs): FrameSink => ({
@@ -431,7 +429,7 @@ describe('turns, once reading falls behind', () => {
     // The same messages as above, each taking 2 ms of wall time but 10 µs of CPU: the time went
     // to other processes. Charged by wall time, on the 2-core box under the load bench's small
     // calls, whole connections sat out a hundred rounds for such a message and their calls
-    // waited 1-4 s (read-turns.ts readingClock). Here the slow connection is in no debt after the
+    // waited 1-4 s (read-turns.ts). Here the slow connection is in no debt after the
     // line's s3: its own turn reads a quantum's worth of its messages (about 25 of 10 µs) before
     // the fast one's.
     const { worker, slow, fast, order } = twoConnections(0.01);

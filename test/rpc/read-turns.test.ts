@@ -1,7 +1,8 @@
 // Whose turn it is to be read once the dispatcher falls behind (core/rpc/runtime/read-turns.ts),
 // without a dispatcher: holders with balances, turns taken and charged by hand.
 import { describe, expect, it } from 'vitest';
-import { ReadTurns, readingClock, TURN_QUANTUM_MS, type TurnHolder } from '../../core/rpc/runtime/read-turns.ts';
+import { ReadTurns, TURN_QUANTUM_MS, type TurnHolder } from '../../core/rpc/runtime/read-turns.ts';
+import { threadCpuClock } from '../../core/ucx/index.ts';
 
 interface Named extends TurnHolder { name: string }
 
@@ -44,7 +45,8 @@ describe('read turns', () => {
     expect(debtors[1]!.balance).toBeLessThan(-50 + 10 * TURN_QUANTUM_MS);
   });
 
-  it("charges by the reading thread's CPU time: a sleep adds next to nothing to it, work adds", () => {
+  it("the dispatcher's clock for charges is the thread's CPU time: a sleep adds next to nothing to it, work adds", () => {
+    const readingClock = { now: threadCpuClock() };
     // A process descheduled while it reads (a busy machine) or waiting (here, asleep) spends wall
     // time that is no message's cost.
     const wallBefore = performance.now();

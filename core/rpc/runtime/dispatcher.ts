@@ -7,12 +7,12 @@
 // While they come faster than they are read, connections take turns (#takeTurns), so that no
 // peer's messages, however slow to decode, hold everyone else's behind them. Tensor payloads
 // that no receive was posted for are collected by a periodic drain (stray-payloads.ts).
-import type { TakenMessage, Worker } from '../../ucx/index.ts';
+import { threadCpuClock, type TakenMessage, type Worker } from '../../ucx/index.ts';
 import { Code, GdrpcError } from '../../errors.ts';
 import { CONTROL_BIT, CONTROL_MASK, EXACT_MASK, type ConnectionKey } from '../../wire/tag.ts';
 import { AwaitedReceives, DRAIN_INTERVAL_MS, STALLED_RECEIVE_MS } from './awaited-receives.ts';
 import { StrayPayloads } from './stray-payloads.ts';
-import { ReadTurns, readingClock } from './read-turns.ts';
+import { ReadTurns } from './read-turns.ts';
 import type { ReceiveBuffer } from './receive-buffer.ts';
 import { ReceiveBuffers, type Slot } from './receive-buffers.ts';
 import { ConnectionTable, type FrameSink, type Registered } from './connection-table.ts';
@@ -78,7 +78,9 @@ export class Dispatcher {
   /** Whether the watch after a message it waited for waits for the event loop's turn (#onTaken). */
   readonly #receiveAfterTurn: boolean;
 
-  constructor(private readonly worker: Worker, frameBytes: number) {
+  /** `readingClock`: what a message read in turns is charged by, in ms (read-turns.ts): the
+   *  thread's CPU time unless told. */
+  constructor(private readonly worker: Worker, frameBytes: number, private readonly readingClock: () => number = threadCpuClock()) {
     // What comes under a tag of no entry is dropped inside the binding, after the progress pass
     // that brought it (docs/binding.md "The sweep"): a flood under made-up keys, read here, had UCX
     // hold gigabytes ahead of the drops (docs/security.md). What the sweep cannot reach (behind
@@ -445,14 +447,14 @@ export class Dispatcher {
   }
 
   /** Delivers a message received in a turn, charging the CPU time it took to its connection (to
-   *  the line when it has none; read-turns.ts readingClock). */
+   *  the line when it has none; read-turns.ts). */
   #deliverInTurn(buffer: ReceiveBuffer, slot: Slot): void {
     const turn = this.#turns.current;
     const holder = this.#table.registeredOf(slot[0]!, slot[1]!) ?? this.#turns.line;
-    const start = readingClock.now();
+    const start = this.readingClock();
     this.#delivery.deliver(buffer, slot);
     this.#stats.readInTurns += 1;
-    this.#turns.charge(turn, holder, readingClock.now() - start);
+    this.#turns.charge(turn, holder, this.readingClock() - start);
   }
 
   #caughtUp(): void {
