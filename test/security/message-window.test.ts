@@ -361,7 +361,7 @@ describe("a backlog of other peers' messages", () => {
     // UCX keeps every peer's control messages in one line. Read in that order, 8 peers keeping to
     // their windows with such messages held an honest client's ping 1.1 s at the median (a helper
     // session's attack, 2026-12-06). Behind, the server reads connections in turns
-    // (dispatcher.ts): the honest client's five pings, one after the other, are answered before
+    // (runtime/turns.ts): the honest client's five pings, one after the other, are answered before
     // the peers' last messages are read.
     const busy = await startServer({});
     const honest = await Client.connect(busy.address);

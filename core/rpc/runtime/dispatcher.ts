@@ -9,14 +9,13 @@
 // that no receive was posted for are collected by a periodic drain (stray-payloads.ts).
 import { threadCpuClock, type TakenMessage, type Worker } from '../../ucx/index.ts';
 import { Code, GdrpcError } from '../../errors.ts';
-import { CONTROL_BIT, CONTROL_MASK, EXACT_MASK, type ConnectionKey } from '../../wire/tag.ts';
-import { AwaitedReceives, DRAIN_INTERVAL_MS, STALLED_RECEIVE_MS } from './awaited-receives.ts';
+import { CONTROL_BIT, CONTROL_MASK, type ConnectionKey } from '../../wire/tag.ts';
+import { DRAIN_INTERVAL_MS, STALLED_RECEIVE_MS } from './awaited-receives.ts';
 import { StrayPayloads } from './stray-payloads.ts';
-import { ReadTurns } from './read-turns.ts';
-import type { ReceiveBuffer } from './receive-buffer.ts';
-import { ReceiveBuffers, type Slot } from './receive-buffers.ts';
-import { ConnectionTable, type FrameSink, type Registered } from './connection-table.ts';
+import { ReceiveBuffers } from './receive-buffers.ts';
+import { ConnectionTable, type FrameSink } from './connection-table.ts';
 import { Delivery } from './delivery.ts';
+import { Turns } from './turns.ts';
 
 export type { FrameSink } from './connection-table.ts';
 export { DRAIN_INTERVAL_MS, STALLED_RECEIVE_MS };
@@ -37,7 +36,7 @@ export interface DispatcherStats {
    *  here); of them, those the sweep dropped (Worker.sweep). */
   unattributed: number; droppedPayloads: number; sweptControl: number; sweptData: number; connections: number;
   /** Control receives given up on: their message's rest never came, the connection was closed
-   *  (#checkAwaited). */
+   *  (turns.ts checkAwaited). */
   stalledReceives: number;
   /** Times the reading fell behind and connections took turns; messages read in turns. */
   backlogs: number; readInTurns: number;
@@ -61,13 +60,9 @@ export class Dispatcher {
   #sliceStart = 0;
   #inSlice = 0;
   #drainTimer: NodeJS.Timeout | undefined;
-  readonly #stats = { stalledReceives: 0, backlogs: 0, readInTurns: 0 };
   readonly #delivery: Delivery;
-  /** Reading is behind: connections take turns (#takeTurns). */
-  #inTurns = false;
-  readonly #turns = new ReadTurns<Registered>(() => this.#table.values());
-  /** Connections whose receive in a turn waits for its message (Registered.awaiting). */
-  readonly #awaiting: AwaitedReceives;
+  /** Reading once it is behind: connections take turns (#takeTurns, turns.ts). */
+  readonly #turns: Turns;
   readonly #strays: StrayPayloads;
   /** A #resume is scheduled (setImmediate), or a look again when turns were blocked. */
   #scheduled = false;
@@ -80,7 +75,7 @@ export class Dispatcher {
 
   /** `readingClock`: what a message read in turns is charged by, in ms (read-turns.ts): the
    *  thread's CPU time unless told. */
-  constructor(private readonly worker: Worker, frameBytes: number, private readonly readingClock: () => number = threadCpuClock()) {
+  constructor(private readonly worker: Worker, frameBytes: number, readingClock: () => number = threadCpuClock()) {
     // What comes under a tag of no entry is dropped inside the binding, after the progress pass
     // that brought it (docs/binding.md "The sweep"): a flood under made-up keys, read here, had UCX
     // hold gigabytes ahead of the drops (docs/security.md). What the sweep cannot reach (behind
@@ -88,9 +83,9 @@ export class Dispatcher {
     this.#table = new ConnectionTable((tag, word, known) => worker.sweepKnown(tag, word, known));
     worker.sweep(true);
     this.#buffers = new ReceiveBuffers(frameBytes);
-    this.#awaiting = new AwaitedReceives(worker);
     this.#receiveAfterTurn = worker.wakeup === 'uv';
     this.#delivery = new Delivery(worker, this.#table);
+    this.#turns = new Turns(worker, this.#table, this.#buffers, this.#delivery, readingClock, this.#stop.signal, () => this.#schedule());
     this.#strays = new StrayPayloads(worker, this.#table, (message) => this.drop(message));
   }
 
@@ -103,7 +98,7 @@ export class Dispatcher {
   get frameBytes(): number { return this.#buffers.frameBytes; }
 
   stats(): DispatcherStats {
-    return { ...this.#stats, ...this.#delivery.dropped(), connections: this.#table.size, leftHellos: this.#buffers.leftCount, leftHellosOpen: this.#buffers.leftOpen };
+    return { ...this.#turns.stats, ...this.#delivery.dropped(), connections: this.#table.size, leftHellos: this.#buffers.leftCount, leftHellosOpen: this.#buffers.leftOpen };
   }
 
   /** Whether control messages wait in UCX's queue unread (as of the last drain pass, every
@@ -126,10 +121,9 @@ export class Dispatcher {
   unregister(key: ConnectionKey): void {
     const registered = this.#table.unregister(key);
     if (registered === undefined) return;
-    this.#turns.forget(registered);
     // A receive that waits for its message stays with UCX (a matched receive cannot be
-    // cancelled); what it brings is dropped (#awaitedDone).
-    this.#awaiting.end(registered);
+    // cancelled); what it brings is dropped (turns.ts awaitedDone).
+    this.#turns.forget(registered);
   }
 
   /** Whether an outgoing handshake waits for the HELLO naming `port`. */
@@ -148,9 +142,8 @@ export class Dispatcher {
       ended: () => {
         const entry = end();
         if (entry === undefined) return;
-        this.#turns.forget(entry);
         // A receive of it that waits for its message stays with UCX; what it brings is dropped.
-        this.#awaiting.end(entry);
+        this.#turns.forget(entry);
       },
       release,
     };
@@ -175,9 +168,7 @@ export class Dispatcher {
     if (this.#watching && !this.worker.closed) this.worker.tagUnwatch();
     this.#watching = false;
     this.#running = false;
-    this.#inTurns = false;
-    this.#turns.reset();
-    this.#awaiting.clear();
+    this.#turns.stop();
     this.#buffers.forgetLeft();
     clearTimeout(this.#recheck);
     if (this.#drainTimer !== undefined) clearInterval(this.#drainTimer);
@@ -206,7 +197,7 @@ export class Dispatcher {
    *  slice that ends on time with messages still queued means reading is behind: turns. */
   #receive(): void {
     while (!this.#stop.signal.aborted && !this.worker.closed) {
-      if (this.#inTurns) return this.#takeTurns();
+      if (this.#turns.on) return this.#takeTurns();
       if (this.#watching) return;
       this.#watching = true;
       if (!this.worker.tagWatch(CONTROL_BIT, CONTROL_MASK, this.#takeSlot, this.#onTaken)) return;
@@ -236,7 +227,7 @@ export class Dispatcher {
     // loop turn, which would hold the immediate (and the messages behind it) for as long as the
     // worker polls: there it watches again at once. In turns, the next one's turn comes from an
     // immediate too.
-    if (this.#receiveAfterTurn || this.#inTurns) this.#schedule();
+    if (this.#receiveAfterTurn || this.#turns.on) this.#schedule();
     else if (!this.#yielded()) this.#receive();
   };
 
@@ -250,7 +241,7 @@ export class Dispatcher {
     const registered = this.#table.entryOf(taken[0]!, taken[1]!);
     const length = taken[2]! + taken[3]! * 2 ** 32;
     const buffer = this.#buffers.buffer(registered?.hello === true);
-    // A handshake refused for what was left under its key (#leaveHello) reads nothing more.
+    // A handshake refused for what was left under its key (turns.ts leaveHello) reads nothing more.
     if (registered === undefined || registered.refused === true || length > buffer.bytes.length) {
       const message = { senderTag: BigInt(taken[0]!) | (BigInt(taken[1]!) << 32n), length, taken: taken[4]! };
       // Too long for a HELLO: not one, and its handshake waits on for the real one.
@@ -263,7 +254,7 @@ export class Dispatcher {
     const id = this.worker.requestId();
     let now: boolean;
     try {
-      now = this.worker.tagRecvTakenInto(taken[4]!, buffer.bytes, id, slot, (error?: unknown) => this.#awaitedDone(registered, buffer, error));
+      now = this.worker.tagRecvTakenInto(taken[4]!, buffer.bytes, id, slot, (error?: unknown) => this.#turns.awaitedDone(registered, buffer, error));
     } catch (error) {
       // It is gone (UCX refused it): as a message that failed.
       this.#delivery.failed(buffer, error);
@@ -274,8 +265,8 @@ export class Dispatcher {
       this.#delivery.deliver(buffer, taken);
       return;
     }
-    if (registered.hello === true) return this.#leaveHello(registered, buffer);
-    this.#awaitAlone(registered, buffer, slot, id);
+    if (registered.hello === true) return this.#turns.leaveHello(registered, buffer);
+    this.#turns.awaitAlone(registered, buffer, slot, id);
     this.#behindNow();
   }
 
@@ -283,38 +274,21 @@ export class Dispatcher {
    *  is disarmed (it could take a message behind one a turn reads), and turns begin from an
    *  immediate; a message it took and had not told yet is read first. */
   #behindNow(): void {
-    if (this.#inTurns) return;
-    this.#inTurns = true;
-    this.#stats.backlogs += 1;
-    this.#turns.reset();
+    if (this.#turns.on) return;
+    this.#turns.begin();
     if (!this.#watching) return;
     this.#watching = false;
     if (this.worker.tagUnwatch()) this.#readTaken();
     this.#schedule();
   }
 
-  // Turns. UCX keeps every peer's control messages in one line, and reading them in that order let
-  // 8 peers that kept to their windows, sending messages slow to decode (maps of many keys), hold an
-  // honest client's ping behind all of their windows: 1.1 s at the median, for as long as they
-  // went on (a helper session's attack, 2026-12-06). Behind, each receive names one connection's
-  // tag (UCX finds a tag's messages through a hash, and keeps them in the order they came), in the
-  // order read-turns.ts gives: deficit round robin over the CPU time each message took to read, the
-  // line's turn ending each round. The line looks at the oldest control message first: one of a
-  // connection is read as that connection's, one of no connection is dropped unread, and when
-  // there is none, reading has caught up: the watch takes each message as it comes again. A
-  // receive that waits for the rest of its message (a rendezvous, a message in eager fragments)
-  // waits alone: it keeps its buffer, its connection's later messages wait for it, and the others
-  // go on (a peer that sent rendezvous messages and stopped its process held every connection's
-  // reading, a second a message, before: a helper session's attack, 2026-12-06). Past
-  // STALLED_RECEIVE_MS its connection is closed.
-
-  /** Reads in turns until the slice ends, nothing can be read, or reading has caught up. */
+  /** Reads in turns (turns.ts) until the slice ends, nothing can be read, or reading has caught
+   *  up. */
   #takeTurns(): void {
     clearTimeout(this.#recheck);
     this.#recheck = undefined;
-    while (this.#inTurns && !this.#stop.signal.aborted && !this.worker.closed) {
-      const turn = this.#turns.next();
-      const done = turn === this.#turns.line ? this.#lineTurn() : this.#connectionTurn(turn as Registered);
+    while (this.#turns.on && !this.#stop.signal.aborted && !this.worker.closed) {
+      const done = this.#turns.take();
       if (done === 'caught up') return this.#receive();
       if (done === 'blocked') {
         // Every message queued waits for an earlier one of its connection: look again shortly.
@@ -323,143 +297,6 @@ export class Dispatcher {
       }
       if (done === 'read' && this.#yielded()) return;
     }
-  }
-
-  /** A connection's turn: its next message, if one is queued and none of its own is on its way. */
-  #connectionTurn(registered: Registered): 'read' | 'none' {
-    if (registered.awaiting !== undefined || this.worker.tagProbe(registered.tag, EXACT_MASK) === null) {
-      this.#turns.end();
-      return 'none';
-    }
-    this.#receiveOf(registered);
-    return 'read';
-  }
-
-  /** The line's turn: the oldest control message, read as its connection's, or dropped when it is
-   *  of none; 'blocked' when it cannot be read yet and nothing else was this round. */
-  #lineTurn(): 'read' | 'none' | 'blocked' | 'caught up' {
-    const oldest = this.worker.tagProbe(CONTROL_BIT, CONTROL_MASK);
-    if (oldest === null) {
-      // Caught up, unless a connection's message is still on its way: the watch could take that
-      // connection's next one before it.
-      if (this.#awaiting.size > 0) return this.#lineWaits();
-      this.#caughtUp();
-      return 'caught up';
-    }
-    const registered = this.#table.entryOf(Number(oldest.senderTag & 0xffff_ffffn), Number(oldest.senderTag >> 32n));
-    if (registered === undefined || registered.refused === true) {
-      // Of no connection (gone, never was, or a guess), or of a refused handshake (#leaveHello):
-      // taken out without its bytes.
-      const message = this.worker.tagProbe(oldest.senderTag, EXACT_MASK, { remove: true });
-      if (message !== null) this.#delivery.dropControl(message);
-      this.#turns.busy();
-      this.#turns.end();
-      return 'read';
-    }
-    if (registered.awaiting !== undefined) return this.#lineWaits();
-    this.#receiveOf(registered);
-    return 'read';
-  }
-
-  /** The line can read nothing yet (a connection's earlier message is on its way): its turn ends,
-   *  'blocked' when nothing else was read this round either. */
-  #lineWaits(): 'none' | 'blocked' {
-    const idle = this.#turns.idle;
-    this.#turns.end();
-    return idle ? 'blocked' : 'none';
-  }
-
-  /** Receives `registered`'s next message (one is queued) into the receive buffer; when it waits
-   *  for the rest of its message, the buffer and slot stay with it and new ones go on. */
-  #receiveOf(registered: Registered): void {
-    const buffer = this.#buffers.buffer(registered.hello === true);
-    const slot = this.#buffers.slot;
-    const id = this.worker.requestId();
-    let now: boolean;
-    try {
-      now = this.worker.tagRecvInto(buffer.bytes, registered.tag, EXACT_MASK, id, slot, (error?: unknown) => this.#awaitedDone(registered, buffer, error));
-    } catch (error) {
-      // Failed at once (UCX refused it): the message is gone.
-      this.#delivery.failed(buffer, error);
-      this.#turns.charge(this.#turns.current, registered, 0);
-      return;
-    }
-    if (now) {
-      this.#deliverInTurn(buffer, slot);
-      return;
-    }
-    if (registered.hello === true) this.#leaveHello(registered, buffer);
-    else this.#awaitAlone(registered, buffer, slot, id);
-    this.#turns.end();
-  }
-
-  /** A receive under `registered`'s HELLO key did not complete at once: no handshake waits for it,
-   *  it is left to UCX (receive-buffers.ts). Past its bounds the handshake is refused at once (what
-   *  else comes under its key is dropped unread: the second review of this change found a refusal
-   *  left to the handshake's end let every message of the same slice be left too) and told
-   *  (onStalled), and fails. No HELLO entry ever waits alone, which would keep the line's turn,
-   *  and with it every other handshake's HELLO, behind it (the first review). */
-  #leaveHello(registered: Registered, buffer: ReceiveBuffer): void {
-    if (this.#buffers.leave(buffer, registered)) return;
-    registered.refused = true;
-    this.#delivery.tell(() => registered.sink.onStalled());
-  }
-
-  /** `registered`'s receive `id` into `buffer` waits for the rest of its message: it keeps the
-   *  buffer and slot, and new ones go on; its connection's later messages wait for it. */
-  #awaitAlone(registered: Registered, buffer: ReceiveBuffer, slot: Slot, id: number): void {
-    this.#awaiting.add(registered, buffer, slot, id);
-    this.#buffers.keep(buffer);
-  }
-
-  /** A receive that waited for its message in a turn completed. */
-  #awaitedDone(registered: Registered, buffer: ReceiveBuffer, error: unknown): void {
-    // Left to UCX (receive-buffers.ts): what came whole goes where its tag says now (a HELLO to
-    // its handshake, if that still waits).
-    const leftSlot = this.#buffers.takeLeft(buffer);
-    if (leftSlot !== undefined) {
-      if (error === undefined && !this.#stop.signal.aborted) this.#delivery.deliver(buffer, leftSlot);
-      return;
-    }
-    const awaited = registered.awaiting;
-    // Given up on (its connection closed, or the dispatcher stopped): what came is dropped.
-    if (awaited?.buffer !== buffer || this.#stop.signal.aborted) return;
-    this.#awaiting.end(registered);
-    if (error === undefined) this.#deliverInTurn(buffer, awaited.slot);
-    else this.#delivery.failed(buffer, error);
-    if (this.#inTurns) this.#schedule();
-  }
-
-  /** Gives up on receives that wait for the rest of their message while control messages wait in
-   *  UCX's queue (awaited-receives.ts): their connections are closed. `queued`: a control message
-   *  waits. A connection whose peer sent past its window meanwhile (its held line is over) is
-   *  closed at once. */
-  #checkAwaited(queued: boolean): void {
-    for (const [registered, bytes] of this.#awaiting.overrun()) {
-      this.#delivery.tell(() => registered.sink.onHeldOverrun?.(bytes));
-      if (this.#inTurns) this.#schedule();
-    }
-    for (const registered of this.#awaiting.stalled(queued, performance.now())) {
-      this.#stats.stalledReceives += 1;
-      this.#delivery.tell(() => registered.sink.onStalled());
-      if (this.#inTurns) this.#schedule();
-    }
-  }
-
-  /** Delivers a message received in a turn, charging the CPU time it took to its connection (to
-   *  the line when it has none; read-turns.ts). */
-  #deliverInTurn(buffer: ReceiveBuffer, slot: Slot): void {
-    const turn = this.#turns.current;
-    const holder = this.#table.registeredOf(slot[0]!, slot[1]!) ?? this.#turns.line;
-    const start = this.readingClock();
-    this.#delivery.deliver(buffer, slot);
-    this.#stats.readInTurns += 1;
-    this.#turns.charge(turn, holder, this.readingClock() - start);
-  }
-
-  #caughtUp(): void {
-    this.#inTurns = false;
-    this.#turns.reset();
   }
 
   /** Receives again after a pause (a message that had been waited for, a slice's end): a new slice. */
@@ -504,7 +341,7 @@ export class Dispatcher {
     // for the loop, a few passes at most (StrayPayloads.take).
     const controlQueued = this.worker.tagProbe(CONTROL_BIT, CONTROL_MASK) !== null;
     this.#behind = controlQueued;
-    this.#checkAwaited(controlQueued);
+    this.#turns.checkAwaited(controlQueued);
     // Queued while the loop reads or waits (a receive waiting for its message's rest, a long
     // read): the next read takes turns.
     if (controlQueued) this.#behindNow();

@@ -1,19 +1,19 @@
-// Whose turn it is to be read, once the dispatcher has fallen behind (dispatcher.ts "Turns"):
-// deficit round robin over the CPU time each connection's messages take to read (the reading
-// thread's: wall time also counts what the process spent descheduled, and on the 2-core box under
-// the load bench's small calls, 200 connections x 64 in flight in 5 processes, 1-2% of the server's
-// messages read in turns took 5-24 ms of it; the connection each was charged to sat out a hundred
-// rounds, and whole connections' calls waited 1-4 s: p99 1.7-2.4 s, max 4.2-6.5 s). Each turn adds
-// TURN_QUANTUM_MS to a connection's balance (up to that much: an idle one saves nothing up), and
-// its turn lasts while the balance is positive, so one whose message took 2 ms sits out eight
-// turns, while one whose messages take microseconds reads them at every turn. The line's turn ends
-// each round: the oldest control message, whoever it is for (the handshake's HELLO, messages of no
-// connection; a connection's, charged to it and to the line, so that the line does not read a
-// message of a connection in debt at every round). A round in which nothing was read is followed by
-// a free one, where balances do not count for its first message: with nobody else to read, a debt
-// holds nothing up. One message, not one of each connection: a free round that read one of each
-// held an honest ping behind 60 connections' costly messages, 784 ms at the median and 2.0 s at
-// worst (scratch, .scratch/f2.ts, 60 connections of 4 MB maps, CPU box).
+// Whose turn it is to be read, once the dispatcher has fallen behind (turns.ts): deficit round
+// robin over the CPU time each connection's messages take to read (the reading thread's: wall time
+// also counts what the process spent descheduled, and on the 2-core box under the load bench's
+// small calls, 200 connections x 64 in flight in 5 processes, 1-2% of the server's messages read in
+// turns took 5-24 ms of it; the connection each was charged to sat out a hundred rounds, and whole
+// connections' calls waited 1-4 s: p99 1.7-2.4 s, max 4.2-6.5 s). Each turn adds TURN_QUANTUM_MS to
+// a connection's balance (up to that much: an idle one saves nothing up), and its turn lasts while
+// the balance is positive, so one whose message took 2 ms sits out eight turns, while one whose
+// messages take microseconds reads them at every turn. The line's turn ends each round: the oldest
+// control message, whoever it is for (the handshake's HELLO, messages of no connection; a
+// connection's, charged to it and to the line, so that the line does not read a message of a
+// connection in debt at every round). A round in which nothing was read is followed by a free one,
+// where balances do not count for its first message: with nobody else to read, a debt holds nothing
+// up. One message, not one of each connection: a free round that read one of each held an honest
+// ping behind 60 connections' costly messages, 784 ms at the median and 2.0 s at worst (scratch,
+// .scratch/f2.ts, 60 connections of 4 MB maps, CPU box).
 
 /** What one turn adds to a connection's balance of reading time. */
 export const TURN_QUANTUM_MS = 0.25;
