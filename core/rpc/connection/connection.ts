@@ -1,12 +1,10 @@
-// One gdrpc connection (one UCX endpoint), either side: frames out (outbox.ts) and in (inbound.ts),
-// the message window, liveness, exposures, teardown. The client and server add their call
-// handling on top through a FrameHandler.
+// One gdrpc connection (one UCX endpoint), either side: frames out (outbox.ts; what they must pass
+// and how their messages reach UCX, sender.ts) and in (inbound.ts), the message window, liveness,
+// exposures, teardown. The client and server add their call handling on top through a FrameHandler.
 import { setMaxListeners } from 'node:events';
 import type { Endpoint } from '../../ucx/index.ts';
 import { Code, GdrpcError } from '../../errors.ts';
-import { encodeFrame } from '../../wire/codec.ts';
 import { FrameKind, type FrameBody } from '../../wire/frames.ts';
-import { FRAME_HEADER, packMessage, type WireFrame } from '../../wire/message.ts';
 import { ConnectionKey, controlTag, dataTag, IdSequence } from '../../wire/tag.ts';
 import type { TakenMessage } from '../../ucx/index.ts';
 import { STALLED_RECEIVE_MS, type FrameSink } from '../runtime/dispatcher.ts';
@@ -17,11 +15,11 @@ import type { FrameDone } from './posted-frame.ts';
 import { Payloads } from './payloads.ts';
 import { Liveness } from './liveness.ts';
 import { TransferReports } from './reports.ts';
-import { ReportBatch, reportFrames } from './report-batch.ts';
+import { Sender, unprocessed } from './sender.ts';
 import type { WaitingHolder } from '../runtime/waiting.ts';
 import { Inbound, MAX_HANDSHAKE_MESSAGE_BYTES, type FrameHandler } from './inbound.ts';
 import { MAX_WINDOW_BYTES, MessageWindow, OPENING_WINDOW_BYTES } from './window.ts';
-import { FRAME_WEIGHT_BYTES, messageWeight, windowFrameBody, type WindowFrameBody, type WindowFrameKind } from './window-frames.ts';
+import { FRAME_WEIGHT_BYTES } from './window-frames.ts';
 import type { Runtime } from '../runtime/runtime.ts';
 
 /** Limits and settings the peer announced in the handshake. */
@@ -111,7 +109,7 @@ export class Connection implements FrameSink {
         this.#handler?.malformed(0, 0, error);
         this.close(error);
       },
-      sendWindowFrame: (kind, body) => this.#sendWindowFrame(kind, body),
+      sendWindowFrame: (kind, body) => this.#sender.windowFrame(kind, body),
       sentBytes: () => this.#outbox.creditable,
       grant: (n) => this.#outbox.grant(n),
       shortfall: () => this.#outbox.shortfall(),
@@ -161,7 +159,7 @@ export class Connection implements FrameSink {
    *  not (perhaps before post returns). Throws, sending nothing, where send() would reject at
    *  once (connection closed, handshake incomplete, frame over the peer's limit). */
   post<K extends FrameKind>(kind: K, call: number, body: FrameBody<K>, done: FrameDone): void {
-    this.#outbox.post(kind, call, this.#encode(kind, body), done);
+    this.#sender.post(kind, call, body, done);
   }
 
   /** post() for a frame whose tensor bytes follow it: `sent` runs inside the flush that hands the
@@ -188,51 +186,22 @@ export class Connection implements FrameSink {
     });
   }
 
-  #encode<K extends FrameKind>(kind: K, body: FrameBody<K>): Uint8Array {
-    if (this.#error !== undefined) throw unprocessed(this.#error);
-    if (this.peerKey === undefined) throw new GdrpcError(Code.FAILED_PRECONDITION, `no key for ${this.peer} yet (handshake incomplete)`);
-    const bytes = encodeFrame(kind, body);
-    if (bytes.length + FRAME_HEADER > this.peerLimits.maxFrame) {
-      throw new GdrpcError(Code.RESOURCE_EXHAUSTED, `frame of ${bytes.length} bytes exceeds the peer's ${this.peerLimits.maxFrame}-byte frame limit`);
-    }
-    return bytes;
-  }
-
   /** Sends a frame the peer needs soon but nobody waits for (a SENT report): it joins the next
    *  message this side sends (outbox.ts). Failures are the connection's (the peer's wait for it
    *  ends when the connection does). */
   sendSoon<K extends FrameKind>(kind: K, call: number, body: FrameBody<K>): void {
-    if (this.#error !== undefined || this.peerKey === undefined) return;
-    const bytes = encodeFrame(kind, body);
-    if (bytes.length + FRAME_HEADER > this.peerLimits.maxFrame) return;
-    this.#outbox.sendSoon(kind, call, bytes);
+    this.#sender.sendSoon(kind, call, body);
   }
 
   /** Tells the peer how UCX moved a tag transfer it sent there, once its send completed: in the
    *  next message, batched with the other reports waiting (REPORTS) where the peer reads those,
    *  else as a SENT frame of its own. */
   reportSoon(call: number, transfer: number, description: string): void {
-    if (this.#error !== undefined || this.peerKey === undefined) return;
-    if (this.peerLimits.batchedReports !== true || !this.#reportBatch.add(transfer, description)) {
-      this.sendSoon(FrameKind.Sent, call, { x: transfer, p: description });
-      return;
-    }
-    if (this.#reportBatch.full) {
-      for (const frame of this.#reportsFrames()) this.#outbox.sendSoon(frame.kind, frame.call, frame.body);
-    } else {
-      this.#outbox.soonPending();
-    }
-  }
-
-  readonly #reportBatch = new ReportBatch();
-
-  /** The batched reports as REPORTS frames within the peer's frame limit (report-batch.ts). */
-  #reportsFrames(): WireFrame[] {
-    return reportFrames(this.#reportBatch, this.peerLimits.maxFrame);
+    this.#sender.reportSoon(call, transfer, description);
   }
 
   readonly #outbox = new Outbox({
-    soon: () => this.#reportsFrames(),
+    soon: () => this.#sender.reportsFrames(),
     overflow: (bytes, frames, oldestMs) => this.close(new GdrpcError(Code.RESOURCE_EXHAUSTED,
       `${this.peer} has left ${bytes} bytes of messages (${frames} frames) waiting for its window, the oldest for ${Math.round(oldestMs)} ms${this.room.waiting > 0 ? `, with ${this.room.waiting} calls waiting to add to them` : ''} (docs/wire.md "Message window")`)),
     stallMs: () => this.liveness.timeoutMs,
@@ -245,8 +214,11 @@ export class Connection implements FrameSink {
     maxFrame: () => this.peerLimits.maxFrame,
     refusal: () => (this.#error === undefined ? undefined : unprocessed(this.#error)),
     // Nothing is queued before the handshake gave the peer's key, and a key is never taken back.
-    deliver: (message) => this.#sendNow(controlTag(this.peerKey!.value), message),
+    deliver: (message) => this.#sender.now(controlTag(this.peerKey!.value), message),
   });
+
+  /** What this connection's frames must pass, and how its messages reach UCX (sender.ts). */
+  readonly #sender = new Sender(this, this.#outbox);
 
   /** Where calls wait before they add to what waits for the peer (room.ts): backpressure. */
   readonly room = new Room({
@@ -277,8 +249,7 @@ export class Connection implements FrameSink {
    *  it counts against the peer's window like the outbox's messages, unless `counted` is false
    *  (a copy of a message the peer reads one of: HELLO's). */
   sendRaw(tag: bigint, bytes: Uint8Array, counted = true): Promise<void> {
-    if (counted) this.#outbox.sentOutside(messageWeight(bytes, bytes.length));
-    return this.#sendNow(tag, bytes) ?? Promise.resolve();
+    return this.#sender.raw(tag, bytes, counted);
   }
 
   /** Bytes of messages this side lets the peer have on their way at once without a loan: 256 KiB
@@ -326,34 +297,6 @@ export class Connection implements FrameSink {
   readonly #window: MessageWindow;
   /** What reads the peer's messages (inbound.ts). */
   readonly #inbound: Inbound;
-
-  /** Sends a window frame (CREDIT on call 0, ACK) at once, in a message of its own, which the
-   *  peer does not count against the window: with both windows shut, credit still flows. */
-  #sendWindowFrame(kind: WindowFrameKind, body: WindowFrameBody): void {
-    if (this.#error !== undefined || this.peerKey === undefined) return;
-    const message = packMessage([{ kind, call: 0, body: windowFrameBody(body) }]);
-    this.#sendNow(controlTag(this.peerKey.value), message)?.catch(() => { /* the connection's failure reports it */ });
-  }
-
-  /** Sends a message: undefined when UCX sent it at once (no promise made), else what settles
-   *  when it was sent. */
-  #sendNow(tag: bigint, bytes: Uint8Array): Promise<void> | undefined {
-    this.liveness.sent();
-    const slot = this.runtime.sendSlots.take(bytes);
-    const sent = this.endpoint.tagSendNow(tag, slot?.view ?? bytes);
-    if (sent === undefined) {
-      slot?.release();
-      return undefined;
-    }
-    if (slot !== undefined) sent.then(slot.release, slot.release);
-    return sent.catch(this.#sendFailed);
-  }
-
-  readonly #sendFailed = (error: unknown): never => {
-    const failure = this.#error ?? GdrpcError.from(error, Code.UNAVAILABLE);
-    // Refused by UCX before anything left (binding: details.unsent): the peer never saw it.
-    throw error instanceof GdrpcError && error.details?.unsent === true ? unprocessed(failure) : failure;
-  };
 
   /** Tag of tensor bytes this side sends on this connection. */
   outgoingDataTag(transfer: number): bigint {
@@ -432,10 +375,4 @@ export class Connection implements FrameSink {
     if (this.peerKey === undefined) return;
     this.send(FrameKind.Keepalive, 0, {}).catch(() => { /* the liveness timer or error event reports it */ });
   }
-}
-
-/** `error` marked as certainly not having reached the peer (a call failing with it never ran
- *  there and may be retried). */
-function unprocessed(error: GdrpcError): GdrpcError {
-  return new GdrpcError(error.code, error.rawMessage, { cause: error, details: { ...(error.details ?? {}), unprocessed: true } });
 }
