@@ -6,7 +6,7 @@ import { FrameKind, type FrameBody } from '../../wire/frames.ts';
 import { ConnectionKey } from '../../wire/tag.ts';
 import { authProof } from './auth.ts';
 import { cudaReceives } from '../runtime/memory-support.ts';
-import { Connection } from './connection.ts';
+import { Connection, type PeerLimits } from './connection.ts';
 import type { FrameHandler } from './inbound.ts';
 import { windowRefusal } from './window.ts';
 import { resolveHost } from './resolve.ts';
@@ -19,37 +19,8 @@ export interface HandshakeOptions { token?: string; livenessMs: number; timeoutM
 
 /** Connects to host:port and completes admission; the connection comes back ready for calls. */
 export async function connectAndAdmit(runtime: Runtime, host: string, port: number, options: HandshakeOptions): Promise<Connection> {
-  // The server knows no key of this side yet, and UCX tag matching does not say which endpoint a
-  // message came from: HELLO comes under the key of the port the server saw the connection come
-  // from, which is this endpoint's own (and under key 0, for connections made in turns).
-  // Everything after it arrives under the key this side drew, which only that server learns.
-  // What else arrives under the HELLO key is no HELLO: a message too long for one is dropped and
-  // the handshake waits on for its server's HELLO within its timeout; one that does not come whole
-  // is left to UCX (the dispatcher's receive-buffers.ts), and past MAX_LEFT_PER_HELLO of those the
-  // handshake fails (onStalled), since each keeps memory until its sender's endpoint closes.
-  const forward: FrameSink & { target?: Connection } = {
-    onMessage(source, length) { this.target?.onMessage(source, length); },
-    onOversized() {},
-    onStrayData(message, low, framesWaiting) { if (this.target !== undefined) this.target.onStrayData(message, low, framesWaiting); else runtime.dispatcher.drop(message); },
-    onStalled() {
-      this.target?.close(new GdrpcError(Code.UNAVAILABLE, `more than ${MAX_LEFT_PER_HELLO} messages under the HELLO key of the connection to ${host}:${port} did not arrive whole (or the process holds ${MAX_LEFT_HELLO_RECEIVES} such): another peer is sending under it (docs/security.md "Receives left under a HELLO key")`));
-    },
-  };
-  const started = performance.now();
-  const left = (): number => Math.max(1, Math.round(options.timeoutMs - (performance.now() - started)));
-  // A timer of its own, cleared when the handshake ends, not AbortSignal.timeout: in a test process
-  // of this suite (test/rpc/hello-routing, under two CPU hogs) AbortSignal.timeout(1000) fired 14 s
-  // late in 3 of 12 runs, and the connection waiting for its turn overran its connect timeout by
-  // as much; with a plain timer, 16 of 16 on time.
-  const timers: NodeJS.Timeout[] = [];
-  const timeout = (ms: number): AbortSignal => {
-    const controller = new AbortController();
-    timers.push(setTimeout(() => controller.abort(new DOMException('The operation was aborted due to timeout', 'TimeoutError')), ms).unref());
-    return controller.signal;
-  };
-  /** Ends a wait: the time left, or the caller's signal. */
-  const giveUp = (): AbortSignal => options.signal === undefined ? timeout(left()) : AbortSignal.any([timeout(left()), options.signal]);
-  const cancelled = (): GdrpcError | undefined => options.signal?.aborted === true ? GdrpcError.from(options.signal.reason, Code.CANCELLED) : undefined;
+  const forward = helloForwarder(runtime, host, port);
+  const deadline = new ConnectDeadline(host, port, options);
   const address = await resolveHost(host, options.timeoutMs, options.signal);
   const dial = (): Endpoint => Endpoint.connect(runtime.worker, { host: address, port, name: options.name ?? 'gdrpc-client', label: host });
   let endpoint: Endpoint | undefined;
@@ -59,7 +30,6 @@ export async function connectAndAdmit(runtime: Runtime, host: string, port: numb
   let releasePort: (() => void) | undefined;
   /** This side's address on the connection ("address:port"), which the proof binds. */
   let local: string | undefined;
-  const gaveUp = (why: string): GdrpcError => new GdrpcError(Code.UNAVAILABLE, `no turn to connect to ${host}:${port} within ${options.timeoutMs} ms: ${why} (docs/wire.md "Handshake and admission")`);
   try {
     while (helloCame === undefined) {
       endpoint = dial();
@@ -76,8 +46,8 @@ export async function connectAndAdmit(runtime: Runtime, host: string, port: numb
       // other's HELLO to come (or its handshake to give up), then dials again.
       void endpoint.close({ force: true }).catch(() => {});
       endpoint = undefined;
-      await runtime.dispatcher.portFree(localPort, giveUp()).catch(() => {
-        throw cancelled() ?? gaveUp(`another connection of this process was waiting for its HELLO on the port this one got, ${localPort}`);
+      await runtime.dispatcher.portFree(localPort, deadline.giveUp()).catch(() => {
+        throw deadline.noTurn(`another connection of this process was waiting for its HELLO on the port this one got, ${localPort}`);
       });
     }
     if (helloCame === undefined) {
@@ -87,23 +57,16 @@ export async function connectAndAdmit(runtime: Runtime, host: string, port: numb
       void endpoint?.close({ force: true }).catch(() => {});
       // The endpoint made within the turn is not the one `local` was read of: its proof binds none.
       local = undefined;
-      helloCame = await runtime.dispatcher.awaitHelloTurn(forward, giveUp()).catch(() => {
-        throw cancelled() ?? gaveUp('this process\'s other connections were waiting for their servers\' HELLO (one at a time where UCX does not tell a connection\'s address)');
+      helloCame = await runtime.dispatcher.awaitHelloTurn(forward, deadline.giveUp()).catch(() => {
+        throw deadline.noTurn('this process\'s other connections were waiting for their servers\' HELLO (one at a time where UCX does not tell a connection\'s address)');
       });
       endpoint = dial();
     }
     connection = new Connection(runtime, endpoint!, options.livenessMs);
-    // A client's own window is its runtime's to give at once: AUTH announces it. A pull's
-    // connection does without: a pullAll dialled 1,000 owners' connections at a time and they
-    // took the runtime's whole maxWindowBytes (a helper session's owner, 2026-12-06).
-    if (options.narrowWindow !== true) connection.widenWindow();
+    openOwnWindow(connection, options);
     forward.target = connection;
-    await admit(connection, { ...options, timeoutMs: left() }, helloCame, local);
-    if (releasePort !== undefined) {
-      const release = releasePort;
-      if (connection.signal.aborted) release();
-      else connection.signal.addEventListener('abort', release, { once: true });
-    }
+    await admit(connection, { ...options, timeoutMs: deadline.left() }, helloCame, local);
+    if (releasePort !== undefined) releaseWhenGone(connection, releasePort);
     return connection;
   } catch (error) {
     const failure = sharedMemoryHint(runtime, connection, GdrpcError.from(error, Code.UNAVAILABLE));
@@ -112,9 +75,83 @@ export async function connectAndAdmit(runtime: Runtime, host: string, port: numb
     releasePort?.();
     throw failure;
   } finally {
-    for (const timer of timers) clearTimeout(timer);
+    deadline.clear();
     helloCame?.();
   }
+}
+
+/** Where what arrives under the HELLO key goes: to the connection once there is one. */
+function helloForwarder(runtime: Runtime, host: string, port: number): FrameSink & { target?: Connection } {
+  // The server knows no key of this side yet, and UCX tag matching does not say which endpoint a
+  // message came from: HELLO comes under the key of the port the server saw the connection come
+  // from, which is this endpoint's own (and under key 0, for connections made in turns).
+  // Everything after it arrives under the key this side drew, which only that server learns.
+  // What else arrives under the HELLO key is no HELLO: a message too long for one is dropped and
+  // the handshake waits on for its server's HELLO within its timeout; one that does not come whole
+  // is left to UCX (the dispatcher's receive-buffers.ts), and past MAX_LEFT_PER_HELLO of those the
+  // handshake fails (onStalled), since each keeps memory until its sender's endpoint closes.
+  return {
+    onMessage(source, length) { this.target?.onMessage(source, length); },
+    onOversized() {},
+    onStrayData(message, low, framesWaiting) { if (this.target !== undefined) this.target.onStrayData(message, low, framesWaiting); else runtime.dispatcher.drop(message); },
+    onStalled() {
+      this.target?.close(new GdrpcError(Code.UNAVAILABLE, `more than ${MAX_LEFT_PER_HELLO} messages under the HELLO key of the connection to ${host}:${port} did not arrive whole (or the process holds ${MAX_LEFT_HELLO_RECEIVES} such): another peer is sending under it (docs/security.md "Receives left under a HELLO key")`));
+    },
+  };
+}
+
+/** The connect timeout, counted from the start of the connect, over the waits for a turn. */
+class ConnectDeadline {
+  readonly #started = performance.now();
+  // A timer of its own, cleared when the handshake ends, not AbortSignal.timeout: in a test process
+  // of this suite (test/rpc/hello-routing, under two CPU hogs) AbortSignal.timeout(1000) fired 14 s
+  // late in 3 of 12 runs, and the connection waiting for its turn overran its connect timeout by
+  // as much; with a plain timer, 16 of 16 on time.
+  readonly #timers: NodeJS.Timeout[] = [];
+
+  constructor(private readonly host: string, private readonly port: number, private readonly options: HandshakeOptions) {}
+
+  /** Milliseconds of the connect timeout left (at least 1). */
+  left(): number {
+    return Math.max(1, Math.round(this.options.timeoutMs - (performance.now() - this.#started)));
+  }
+
+  /** Ends a wait: the time left, or the caller's signal. */
+  giveUp(): AbortSignal {
+    return this.options.signal === undefined ? this.#timeout(this.left()) : AbortSignal.any([this.#timeout(this.left()), this.options.signal]);
+  }
+
+  /** Why a wait for a turn ended: the caller's signal (CANCELLED), else the time ran out. */
+  noTurn(why: string): GdrpcError {
+    const signal = this.options.signal;
+    if (signal?.aborted === true) return GdrpcError.from(signal.reason, Code.CANCELLED);
+    return new GdrpcError(Code.UNAVAILABLE, `no turn to connect to ${this.host}:${this.port} within ${this.options.timeoutMs} ms: ${why} (docs/wire.md "Handshake and admission")`);
+  }
+
+  /** The handshake ended: no timer outlives it. */
+  clear(): void {
+    for (const timer of this.#timers) clearTimeout(timer);
+  }
+
+  #timeout(ms: number): AbortSignal {
+    const controller = new AbortController();
+    this.#timers.push(setTimeout(() => controller.abort(new DOMException('The operation was aborted due to timeout', 'TimeoutError')), ms).unref());
+    return controller.signal;
+  }
+}
+
+/** Opens this side's window as far as the connect allows, before AUTH announces it. */
+function openOwnWindow(connection: Connection, options: HandshakeOptions): void {
+  // A client's own window is its runtime's to give at once: AUTH announces it. A pull's
+  // connection does without: a pullAll dialled 1,000 owners' connections at a time and they
+  // took the runtime's whole maxWindowBytes (a helper session's owner, 2026-12-06).
+  if (options.narrowWindow !== true) connection.widenWindow();
+}
+
+/** The port awaited for this connection's HELLO is given up once the connection is gone. */
+function releaseWhenGone(connection: Connection, release: () => void): void {
+  if (connection.signal.aborted) release();
+  else connection.signal.addEventListener('abort', release, { once: true });
 }
 
 /** A connection that UCX reset before the server's HELLO, from a runtime on shared memory: that is
@@ -152,8 +189,7 @@ function admit(connection: Connection, options: HandshakeOptions, helloCame: () 
           const hello = frame.body;
           connection.peerKey = new ConnectionKey(hello.key);
           helloCame();
-          const describes = connection.runtime.describes;
-          connection.peerLimits = { maxFrame: hello.maxFrame, maxTensor: hello.maxTensor, inline: hello.inline, gpu: hello.gpu === true, stages: hello.stg === true, reports: describes && hello.rep === true, batchedReports: describes && hello.rep === true && hello.rpt === true, gathers: connection.runtime.gathers && hello.gat === true };
+          connection.peerLimits = peerLimits(connection.runtime, hello);
           const refusal = windowRefusal(hello.win, hello.wmax);
           if (refusal !== undefined) {
             fail(new GdrpcError(Code.UNAVAILABLE, `${connection.peer} announced ${refusal}`));
@@ -161,20 +197,7 @@ function admit(connection: Connection, options: HandshakeOptions, helloCame: () 
           }
           connection.openPeerWindow(hello.win!, hello.wmax);
           announced = { win: hello.win!, wmax: hello.wmax ?? hello.win! };
-          const auth: FrameBody<FrameKind.Auth> = { key: connection.key.value, live: options.livenessMs, gpu: cudaReceives(), maxFrame: DEFAULT_FRAME_BYTES, win: connection.openingWindow, wmax: connection.wholeWindow, rwin: true };
-          if (connection.runtime.gathers) auth.gat = true;
-          if (connection.runtime.stagesCudaReceives) auth.stg = true;
-          if (describes) {
-            auth.rep = true;
-            auth.rpt = true;
-          }
-          if (hello.chal !== undefined && options.token !== undefined) {
-            // Bound to this side's address as the server sees it: a peer that forged this HELLO
-            // with the key and challenge of its own connection to that server cannot have its
-            // connection admitted by the proof (docs/security.md, "The proof").
-            if (local !== undefined) auth.ca = local;
-            auth.proof = authProof(options.token, hello.chal, connection.peerKey.value, connection.key.value, local);
-          }
+          const auth = authAnswering(connection, hello, options, local);
           const livenessMs = Math.min(options.livenessMs, hello.live || options.livenessMs);
           connection.liveness.start(livenessMs);
           connection.send(FrameKind.Auth, 0, auth).catch((error) => fail(GdrpcError.from(error, Code.UNAVAILABLE)));
@@ -203,4 +226,30 @@ function admit(connection: Connection, options: HandshakeOptions, helloCame: () 
     connection.setHandler(handler);
     connection.liveness.start(options.timeoutMs);
   });
+}
+
+/** What the server's HELLO says of it: its limits, and what it reads of this runtime's own. */
+function peerLimits(runtime: Runtime, hello: FrameBody<FrameKind.Hello>): PeerLimits {
+  const describes = runtime.describes;
+  return { maxFrame: hello.maxFrame, maxTensor: hello.maxTensor, inline: hello.inline, gpu: hello.gpu === true, stages: hello.stg === true, reports: describes && hello.rep === true, batchedReports: describes && hello.rep === true && hello.rpt === true, gathers: runtime.gathers && hello.gat === true };
+}
+
+/** The AUTH that answers `hello`: this side's key, limits and window, and the proof when HELLO
+ *  challenged and this side has a token. */
+function authAnswering(connection: Connection, hello: FrameBody<FrameKind.Hello>, options: HandshakeOptions, local: string | undefined): FrameBody<FrameKind.Auth> {
+  const auth: FrameBody<FrameKind.Auth> = { key: connection.key.value, live: options.livenessMs, gpu: cudaReceives(), maxFrame: DEFAULT_FRAME_BYTES, win: connection.openingWindow, wmax: connection.wholeWindow, rwin: true };
+  if (connection.runtime.gathers) auth.gat = true;
+  if (connection.runtime.stagesCudaReceives) auth.stg = true;
+  if (connection.runtime.describes) {
+    auth.rep = true;
+    auth.rpt = true;
+  }
+  if (hello.chal !== undefined && options.token !== undefined) {
+    // Bound to this side's address as the server sees it: a peer that forged this HELLO
+    // with the key and challenge of its own connection to that server cannot have its
+    // connection admitted by the proof (docs/security.md, "The proof").
+    if (local !== undefined) auth.ca = local;
+    auth.proof = authProof(options.token, hello.chal, connection.peerKey!.value, connection.key.value, local);
+  }
+  return auth;
 }
