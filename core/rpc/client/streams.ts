@@ -54,75 +54,107 @@ export async function* serverStreamCall(calls: CallPlumbing, method: MethodDescr
   checkCall('serverStream', method, options);
   validateFields(method.args, args, methodTypes(method), `${methodName(method)} arguments`);
   const scope = new CallScope(absoluteDeadline(options.deadline), options.signal);
-  let session: ClientSession | undefined;
-  let id = 0;
-  let ended = false;
-  const queue = new ItemQueue<Received>(() => {
-    if (!ended && session !== undefined) cancel(session, id);
-    // The caller stopped early: items received and not taken, and those still on their way
-    // (refused from now on), had tensors allocated for it that nobody will release.
-    ended = true;
-    for (const item of queue.takeRest()) item.then((received) => releaseTensors(received.values), () => {});
-  });
-  const window = new ReceiveWindow(STREAM_WINDOW);
-  /** Tensor bytes of the items received and not yet taken, held against maxResultBytes. */
-  const held: HeldItems = { bytes: 0 };
-  /** What the items received and not yet taken decoded to. */
-  const untaken = new UntakenWeight();
+  const responses = new ResponseStream(calls, method, scope, options);
   try {
     const s = await scope.race(calls.connection());
     // Backpressure (room.ts): the request waits, unmade, while the server has not taken what
     // waits for it.
     const entering = s.connection.room.enter(scope);
     if (entering !== undefined) await entering;
-    session = s;
-    id = s.open({
-      item: (body, weight) => {
-        const past = window.arrived() ?? (ended ? undefined : untaken.arrived(weight));
-        if (past !== undefined || ended) {
-          void refuseRaw({ connection: s.connection, call: id }, body.a);
-          if (ended) return;
-          const error = new GdrpcError(Code.RESOURCE_EXHAUSTED, `${methodName(method)}: ${s.connection.peer} sent ${past}`, { details: { limit: 'streamWindow' } });
-          ended = true;
-          cancel(s, id, error);
-          queue.fail(error);
-          return;
-        }
-        queue.push(Promise.resolve(calls.receive(s, id, method, body.a, scope, options, held)));
-      },
-      final: (result) => {
-        ended = true;
-        if (result instanceof GdrpcError) queue.fail(result);
-        else queue.close();
-      },
-    });
-    scope.onAbort((reason) => {
-      if (!ended) cancel(s, id, reason);
-      ended = true;
-      queue.fail(reason);
-    });
+    const id = responses.open(s);
     await calls.send(s, id, FrameKind.Request, method, args, options, scope, false, 0, STREAM_WINDOW);
-    // Credit goes back as the caller takes items, so a slow reader slows the server down
-    // instead of piling items up here: items every half window, and the tensor bytes of those
-    // taken (the REQUEST's `winb`) once they come to a quarter of maxResultBytes, or nothing
-    // taken is left (the server may be waiting for them).
     const byteWindow = calls.maxResultBytes();
-    let taken = 0;
-    for await (const item of queue) {
-      held.bytes -= item.bytes;
-      untaken.took();
-      taken += item.bytes;
+    for await (const item of responses.queue) {
+      responses.taking(item);
       yield item.values;
-      const n = window.took();
-      const b = taken > 0 && (taken >= byteWindow / 4 || queue.backlog === 0) ? taken : 0;
-      if ((n > 0 || b > 0) && !ended) s.connection.send(FrameKind.Credit, id, b > 0 ? { n, b } : { n }).catch(() => {});
-      taken -= b;
+      responses.took(byteWindow);
     }
   } finally {
     scope.dispose();
   }
 }
 
+/** A server stream's responses on this side: each STREAM_ITEM received into the caller's queue,
+ *  the window counted (STREAM_WINDOW items, and what the untaken items weigh), CREDIT sent back
+ *  as the caller takes items, and the call cancelled when the server ignores the window or the
+ *  caller stops early. */
+class ResponseStream {
+  readonly queue = new ItemQueue<Received>(() => this.#stopped());
+  readonly #window = new ReceiveWindow(STREAM_WINDOW);
+  /** Tensor bytes of the items received and not yet taken, held against maxResultBytes. */
+  readonly #held: HeldItems = { bytes: 0 };
+  /** What the items received and not yet taken decoded to. */
+  readonly #untaken = new UntakenWeight();
+  /** Tensor bytes of the items taken and not yet credited back. */
+  #taken = 0;
+  #session: ClientSession | undefined;
+  #id = 0;
+  #ended = false;
+
+  constructor(private readonly calls: CallPlumbing, private readonly method: MethodDescriptor, private readonly scope: CallScope, private readonly options: CallOptions) {}
+
+  /** Opens the call on `s`: its items and its end come here from now on. Returns its id. */
+  open(s: ClientSession): number {
+    this.#session = s;
+    this.#id = s.open({
+      item: (body, weight) => this.#arrived(s, body, weight),
+      final: (result) => {
+        this.#ended = true;
+        if (result instanceof GdrpcError) this.queue.fail(result);
+        else this.queue.close();
+      },
+    });
+    this.scope.onAbort((reason) => {
+      if (!this.#ended) cancel(s, this.#id, reason);
+      this.#ended = true;
+      this.queue.fail(reason);
+    });
+    return this.#id;
+  }
+
+  /** The caller is handed `item`: it no longer counts as untaken. */
+  taking(item: Received): void {
+    this.#held.bytes -= item.bytes;
+    this.#untaken.took();
+    this.#taken += item.bytes;
+  }
+
+  /** The caller came back for the next item (`byteWindow`: the client's maxResultBytes). */
+  took(byteWindow: number): void {
+    // Credit goes back as the caller takes items, so a slow reader slows the server down
+    // instead of piling items up here: items every half window, and the tensor bytes of those
+    // taken (the REQUEST's `winb`) once they come to a quarter of maxResultBytes, or nothing
+    // taken is left (the server may be waiting for them).
+    const n = this.#window.took();
+    const b = this.#taken > 0 && (this.#taken >= byteWindow / 4 || this.queue.backlog === 0) ? this.#taken : 0;
+    if ((n > 0 || b > 0) && !this.#ended) this.#session!.connection.send(FrameKind.Credit, this.#id, b > 0 ? { n, b } : { n }).catch(() => {});
+    this.#taken -= b;
+  }
+
+  /** A STREAM_ITEM: received into the queue, or refused past the window or once the stream ended. */
+  #arrived(s: ClientSession, body: FrameBody<FrameKind.StreamItem>, weight: number): void {
+    const past = this.#window.arrived() ?? (this.#ended ? undefined : this.#untaken.arrived(weight));
+    if (past !== undefined || this.#ended) {
+      void refuseRaw({ connection: s.connection, call: this.#id }, body.a);
+      if (this.#ended) return;
+      const error = new GdrpcError(Code.RESOURCE_EXHAUSTED, `${methodName(this.method)}: ${s.connection.peer} sent ${past}`, { details: { limit: 'streamWindow' } });
+      this.#ended = true;
+      cancel(s, this.#id, error);
+      this.queue.fail(error);
+      return;
+    }
+    this.queue.push(Promise.resolve(this.calls.receive(s, this.#id, this.method, body.a, this.scope, this.options, this.#held)));
+  }
+
+  /** The caller stopped early (break, return or throw in its for-await). */
+  #stopped(): void {
+    if (!this.#ended && this.#session !== undefined) cancel(this.#session, this.#id);
+    // The caller stopped early: items received and not taken, and those still on their way
+    // (refused from now on), had tensors allocated for it that nobody will release.
+    this.#ended = true;
+    for (const item of this.queue.takeRest()) item.then((received) => releaseTensors(received.values), () => {});
+  }
+}
 
 /** A stream of requests, one response (Client.clientStream). The call ends with the first of:
  *  its response, its deadline or signal, the connection's end, or a failure of the caller's own
@@ -143,51 +175,41 @@ export async function clientStreamCall(calls: CallPlumbing, method: MethodDescri
   try {
     const session = await scope.race(calls.connection());
     // The server grants credit as its handler takes items: a slow handler slows this loop.
-    let credit = STREAM_WINDOW;
-    let wake: (() => void) | undefined;
-    const final = calls.open(session, scope, (n) => { credit += n; wake?.(); });
-    let finished = false;
-    // One waiter at a time is woken by the call's end: a reaction added to `settled` per item
-    // would keep every item (and its tensors) reachable until the call ends.
-    let stop: (() => void) | undefined;
-    const end = (): void => { finished = true; stop?.(); };
+    const credit = new SendCredit();
+    const final = calls.open(session, scope, (n) => credit.grant(n));
+    const end = (): void => credit.end();
     void final.result.then(end, end);
     const transfers: TransferInfo[] = [];
     let seq = 0;
     try {
-      const frame: RequestBody = { svc: method.service, m: method.name, win: STREAM_WINDOW };
-      const remaining = scope.remainingMs();
-      if (remaining !== undefined) frame.to = remaining;
-      if (options.metadata !== undefined) frame.md = options.metadata;
-      putPolicy(frame, options);
-      await scope.race(session.connection.send(FrameKind.Request, final.id, frame));
+      await scope.race(session.connection.send(FrameKind.Request, final.id, clientStreamRequest(method, scope, options)));
       source = iterate(args);
       for (;;) {
-        while (credit <= 0 && !finished) {
-          await scope.race(new Promise<void>((resolve) => { wake = resolve; stop = resolve; }));
-          stop = undefined;
+        while (credit.exhausted) {
+          await scope.race(credit.granted());
+          credit.waited();
         }
-        if (finished || scope.aborted) break;
+        if (credit.callEnded || scope.aborted) break;
         const step = await scope.race(new Promise<IteratorResult<Row> | typeof ENDED>((resolve, reject) => {
-          stop = () => resolve(ENDED);
+          credit.onEnd(() => resolve(ENDED));
           nextItem(source!, method).then(resolve, (error: unknown) => { sourceDone = true; reject(error); });
         }));
-        stop = undefined;
+        credit.waited();
         if (step === ENDED) break;
         if (step.done === true) {
           sourceDone = true;
           break;
         }
-        credit -= 1;
+        credit.spend();
         validateFields(method.args, step.value, types, `${methodName(method)} arguments[${seq}]`);
         transfers.push(...(await calls.send(session, final.id, FrameKind.StreamItem, method, step.value, options, scope, true, seq)).transfers);
         seq += 1;
       }
-      if (!finished && !scope.aborted) await scope.race(session.connection.send(FrameKind.StreamEnd, final.id, { seq }));
+      if (!credit.callEnded && !scope.aborted) await scope.race(session.connection.send(FrameKind.StreamEnd, final.id, { seq }));
     } catch (error) {
       // The server's call ends with this one (CANCEL, through the scope: calls.open).
       const failure = GdrpcError.from(error, Code.CANCELLED);
-      if (!finished) scope.abort(failure);
+      if (!credit.callEnded) scope.abort(failure);
       throw failure;
     }
     const result = await final.result;
@@ -199,6 +221,58 @@ export async function clientStreamCall(calls: CallPlumbing, method: MethodDescri
     // A source the call left before its end is told so (as for-await would), without waiting.
     if (source !== undefined && !sourceDone) void Promise.resolve().then(() => source!.return?.()).catch(() => {});
   }
+}
+
+/** The REQUEST that opens a client stream: its window, time left, metadata and transfer policy. */
+function clientStreamRequest(method: MethodDescriptor, scope: CallScope, options: CallOptions): RequestBody {
+  const frame: RequestBody = { svc: method.service, m: method.name, win: STREAM_WINDOW };
+  const remaining = scope.remainingMs();
+  if (remaining !== undefined) frame.to = remaining;
+  if (options.metadata !== undefined) frame.md = options.metadata;
+  putPolicy(frame, options);
+  return frame;
+}
+
+/** What a client stream's send loop waits on: the server's credit (STREAM_WINDOW items, then
+ *  its CREDITs) and the call's end. */
+class SendCredit {
+  #items = STREAM_WINDOW;
+  #wake: (() => void) | undefined;
+  #callEnded = false;
+  // One waiter at a time is woken by the call's end: a reaction added to `settled` per item
+  // would keep every item (and its tensors) reachable until the call ends.
+  #stop: (() => void) | undefined;
+
+  /** The call ended (its response, or its failure). */
+  get callEnded(): boolean { return this.#callEnded; }
+  /** No item may go until the server grants more, and the call goes on. */
+  get exhausted(): boolean { return this.#items <= 0 && !this.#callEnded; }
+
+  /** CREDIT: `n` more items may go. */
+  grant(n: number): void {
+    this.#items += n;
+    this.#wake?.();
+  }
+
+  /** The call ended: the waiter, if any, is woken. */
+  end(): void {
+    this.#callEnded = true;
+    this.#stop?.();
+  }
+
+  /** Resolves on the next CREDIT or the call's end. */
+  granted(): Promise<void> {
+    return new Promise<void>((resolve) => { this.#wake = resolve; this.#stop = resolve; });
+  }
+
+  /** `stop` ends the wait under way if the call ends first. */
+  onEnd(stop: () => void): void { this.#stop = stop; }
+
+  /** The wait is over: the call's end has nothing to wake. */
+  waited(): void { this.#stop = undefined; }
+
+  /** An item went. */
+  spend(): void { this.#items -= 1; }
 }
 
 /** The caller's items as one async iterator (a sync iterable's values awaited, as for-await does). */
