@@ -15,11 +15,15 @@ export function nativeStats(): NativeStats {
   return native().nativeStats();
 }
 
-/** A clock of the calling thread's CPU time in ms (CLOCK_THREAD_CPUTIME_ID, user and system):
- *  wall time (performance.now) where the addon cannot read it. */
-export function threadCpuClock(): () => number {
+/** A clock of the calling thread's own time in ms: wall time less the time the thread waited for
+ *  a CPU (Linux schedstat's run-queue wait), so that it counts what the thread ran and what it
+ *  was blocked in, but not what other processes ran meanwhile. Where schedstat cannot be read,
+ *  the thread's CPU time (which leaves out blocking too); where neither can, wall time. */
+export function ownTimeClock(): () => number {
   const binding = native();
-  return binding.threadCpuMs() >= 0 ? () => binding.threadCpuMs() : () => performance.now();
+  if (binding.threadOwnMs() >= 0) return () => binding.threadOwnMs();
+  if (binding.threadCpuMs() >= 0) return () => binding.threadCpuMs();
+  return () => performance.now();
 }
 
 /** Address of the first byte of a host view (for descriptors and CUDA copies). */

@@ -122,6 +122,9 @@ export interface NativeBinding {
   setErrorClass(errorClass: typeof GdrpcError): void;
   /** The calling thread's CPU time in ms; -1 where the clock cannot be read. */
   threadCpuMs(): number;
+  /** Monotonic wall time in ms less the time the calling thread waited on a run queue
+   *  (/proc/thread-self/schedstat); -1 where that cannot be read. */
+  threadOwnMs(): number;
   cuda: NativeCuda;
 }
 

@@ -1,6 +1,5 @@
 // Registers the binding's classes and functions; each concept lives in its own file.
 #include <napi.h>
-#include <time.h>
 #include "context.h"
 #include "cuda.h"
 #include "endpoint.h"
@@ -9,19 +8,11 @@
 #include "rkey.h"
 #include "state.h"
 #include "status.h"
+#include "thread_clock.h"
 #include "wakeup.h"
 #include "worker.h"
 
 using namespace gdrpc;
-
-// The calling thread's CPU time in milliseconds (-1 where the clock cannot be read). The
-// dispatcher charges each message read in turns by it (core/rpc/runtime/read-turns.ts): wall time
-// also counts the time the process spent descheduled, which on a busy machine is most of it.
-static Napi::Value ThreadCpuMs(const Napi::CallbackInfo& info) {
-  struct timespec t {};
-  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t) != 0) return Napi::Number::New(info.Env(), -1);
-  return Napi::Number::New(info.Env(), static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_nsec) / 1e6);
-}
 
 static Napi::Object Init(Napi::Env env, Napi::Object exports) {
   State* state = new State();
@@ -45,6 +36,7 @@ static Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("addressOf", Napi::Function::New(env, AddressOf));
   exports.Set("setErrorClass", Napi::Function::New(env, SetErrorClass));
   exports.Set("threadCpuMs", Napi::Function::New(env, ThreadCpuMs));
+  exports.Set("threadOwnMs", Napi::Function::New(env, ThreadOwnMs));
   exports.Set("cuda", cuda::Define(env));
   exports.Set("wakeup", Napi::String::New(env, Wakeup::kKind));
   return exports;

@@ -1,7 +1,12 @@
 #include "state.h"
+#include <unistd.h>
 #include "context.h"
 
 namespace gdrpc {
+
+State::~State() {
+  if (schedstatFd >= 0) close(schedstatFd);
+}
 
 Napi::Value NativeStats(const Napi::CallbackInfo& info) {
   const Counters& c = State::Of(info.Env())->counters;

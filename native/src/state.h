@@ -26,6 +26,14 @@ struct State {
   // waits, through an asynchronous cleanup hook, until none is left.
   int releasing = 0;
   napi_async_cleanup_hook_handle teardown = nullptr;  // set while the cleanup hook waits
+  // This environment's thread's /proc/thread-self/schedstat (threadOwnMs), opened on first use.
+  static constexpr int kUnopened = -2;
+  int schedstatFd = kUnopened;
+
+  State() = default;
+  State(const State&) = delete;
+  State& operator=(const State&) = delete;
+  ~State();
 
   /** Counts a handle release started; Released() must follow once for each. */
   void Releasing() { releasing++; }

@@ -6,6 +6,7 @@
 // limit of unannounced payloads). A fake worker holds the queues, so that the order of events is
 // the test's.
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import { MIN_READ_CHARGE_MS, TURN_QUANTUM_MS } from '../../core/rpc/runtime/read-turns.ts';
 import { Dispatcher, DRAIN_INTERVAL_MS, RECEIVE_SLICE_MESSAGES, STALLED_RECEIVE_MS, type FrameSink } from '../../core/rpc/runtime/dispatcher.ts';
 import type { WakeupKind, Worker } from '../../core/ucx/index.ts';
 import { Code, GdrpcError } from '../../core/errors.ts';
@@ -375,11 +376,11 @@ describe('turns, once reading falls behind', () => {
   // takes 2 ms to read, one of the fast connection 10 µs.
   afterEach(() => { vi.restoreAllMocks(); });
 
-  /** `slowCpuMs`: the CPU time a message of the slow connection takes, of its 2 ms (all of them
-   *  unless told: less is a process descheduled while reading it). */
+  /** `slowCpuMs`: the reading thread's own time a message of the slow connection takes, of its
+   *  2 ms of wall time (all of them unless told: less is a process descheduled while reading it). */
   function twoConnections(slowCpuMs = 2): { worker: LineWorker; slow: ConnectionKey; fast: ConnectionKey; order: string[]; hello: string[]; stalled: string[]; clock: { now: number; cpu: number } } {
     const worker = new LineWorker();
-    // Wall time (the slices) and CPU time (what a message's reading is charged).
+    // Wall time (the slices) and the thread's own time (what a message's reading is charged).
     const clock = { now: 1_000, cpu: 0 };
     dispatcher = new Dispatcher(worker as unknown as Worker, 4096, () => clock.cpu);
     vi.spyOn(performance, 'now').mockImplementation(() => clock.now);
@@ -425,11 +426,11 @@ describe('turns, once reading falls behind', () => {
     expect(dispatcher!.stats().readInTurns).toBe(readInTurns);
   });
 
-  it('a message is charged the CPU time its reading took, not the wall time: a process descheduled while reading puts no connection in debt', async () => {
-    // The same messages as above, each taking 2 ms of wall time but 10 µs of CPU: the time went
-    // to other processes. Charged by wall time, on the 2-core box under the load bench's small
-    // calls, whole connections sat out a hundred rounds for such a message and their calls
-    // waited 1-4 s (read-turns.ts). Here the slow connection is in no debt after the
+  it('a message is charged the time its reading took less what the process waited for a CPU: a read descheduled puts no connection in debt', async () => {
+    // The same messages as above, each taking 2 ms of wall time of which 10 µs are the thread's
+    // own (the rest went to other processes). Charged by wall time, on the 2-core box under the
+    // load bench's small calls, whole connections sat out a hundred rounds for such a message and
+    // their calls waited 1-4 s (read-turns.ts). Here the slow connection is in no debt after the
     // line's s3: its own turn reads a quantum's worth of its messages (about 25 of 10 µs) before
     // the fast one's.
     const { worker, slow, fast, order } = twoConnections(0.01);
@@ -442,6 +443,22 @@ describe('turns, once reading falls behind', () => {
     expect(firstFast).toBeGreaterThan(4 + 20);
     expect(order.slice(0, firstFast)).toEqual(Array.from({ length: firstFast }, (_, i) => `s${i}`));
     expect(order.slice(firstFast, firstFast + 5)).toEqual(['f1', 'f2', 'f3', 'f4', 'f5']);
+  });
+
+  it.each([['stands still', 0], ['reads NaN', Number.NaN]])('a reading clock that %s charges each message a microsecond: a turn ends after 250 messages, not with its holder\'s last', async (_what, slowCpuMs) => {
+    // Charged nothing, a connection's balance never fell and its turn lasted as long as its
+    // messages (NaN: a balance that is never <= 0), the others' turns after all of them (a helper
+    // session's review, 2026-12-07).
+    const { worker, slow, fast, order } = twoConnections(slowCpuMs);
+    await worker.posted();
+    queue(worker, slow.value, 1, 400);
+    queue(worker, fast.value, 1, 5);
+    worker.arrive(controlTag(slow.value), new Uint8Array([0]));
+    await expect.poll(() => order.length, { timeout: 20_000 }).toBe(406);
+    const firstFast = order.indexOf('f1');
+    expect(firstFast).toBeGreaterThan(4);
+    expect(firstFast).toBeLessThan(4 + Math.ceil(TURN_QUANTUM_MS / MIN_READ_CHARGE_MS) + 2);
+    expect(order.filter((name) => name.startsWith('s'))).toHaveLength(401);
   });
 
   it("the line's turn reads what no connection's turn does: the handshake's HELLO, and messages of no connection (dropped)", async () => {

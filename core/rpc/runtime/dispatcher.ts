@@ -7,7 +7,7 @@
 // While they come faster than they are read, connections take turns (#takeTurns), so that no
 // peer's messages, however slow to decode, hold everyone else's behind them. Tensor payloads
 // that no receive was posted for are collected by a periodic drain (stray-payloads.ts).
-import { threadCpuClock, type TakenMessage, type Worker } from '../../ucx/index.ts';
+import { ownTimeClock, type TakenMessage, type Worker } from '../../ucx/index.ts';
 import { Code, GdrpcError } from '../../errors.ts';
 import { CONTROL_BIT, CONTROL_MASK, type ConnectionKey } from '../../wire/tag.ts';
 import { DRAIN_INTERVAL_MS, STALLED_RECEIVE_MS } from './awaited-receives.ts';
@@ -74,8 +74,8 @@ export class Dispatcher {
   readonly #receiveAfterTurn: boolean;
 
   /** `readingClock`: what a message read in turns is charged by, in ms (read-turns.ts): the
-   *  thread's CPU time unless told. */
-  constructor(private readonly worker: Worker, frameBytes: number, readingClock: () => number = threadCpuClock()) {
+   *  thread's own time (ucx ownTimeClock) unless told. */
+  constructor(private readonly worker: Worker, frameBytes: number, readingClock: () => number = ownTimeClock()) {
     // What comes under a tag of no entry is dropped inside the binding, after the progress pass
     // that brought it (docs/binding.md "The sweep"): a flood under made-up keys, read here, had UCX
     // hold gigabytes ahead of the drops (docs/security.md). What the sweep cannot reach (behind

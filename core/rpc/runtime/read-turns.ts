@@ -1,13 +1,17 @@
 // Whose turn it is to be read, once the dispatcher has fallen behind (turns.ts): deficit round
-// robin over the CPU time each connection's messages take to read (the reading thread's: wall time
-// also counts what the process spent descheduled, and on the 2-core box under the load bench's
-// small calls, 200 connections x 64 in flight in 5 processes, 1-2% of the server's messages read in
-// turns took 5-24 ms of it; the connection each was charged to sat out a hundred rounds, and whole
-// connections' calls waited 1-4 s: p99 1.7-2.4 s, max 4.2-6.5 s). Each turn adds TURN_QUANTUM_MS to
-// a connection's balance (up to that much: an idle one saves nothing up), and its turn lasts while
-// the balance is positive, so one whose message took 2 ms sits out eight turns, while one whose
-// messages take microseconds reads them at every turn. The line's turn ends each round: the oldest
-// control message, whoever it is for (the handshake's HELLO, messages of no connection; a
+// robin over the time each connection's messages take to read, by the reading thread's own time
+// (ucx ownTimeClock: wall time less what the thread waited for a CPU). Wall time also counts what
+// the process spent descheduled: on the 2-core box under the load bench's small calls (200
+// connections x 64 in flight in 5 processes) 1-2% of the server's messages read in turns took 5-24
+// ms of it, the connection each was charged to sat out a hundred rounds, and whole connections'
+// calls waited 1-4 s (p99 1.7-2.4 s, max 4.2-6.5 s). CPU time, tried next, also leaves out what a
+// synchronous handler spends blocked (a sleep, a file read, a lock): 16 peers whose calls blocked
+// the thread 2 ms each held an honest client's ping 47-74 ms at the median against 5-7 ms by wall
+// time (a helper session's attack, 2026-12-07); by own time 5-6 ms. Each turn adds TURN_QUANTUM_MS
+// to a connection's balance (up to that much: an idle one saves nothing up), and its turn lasts
+// while the balance is positive, so one whose message took 2 ms sits out eight turns, while one
+// whose messages take microseconds reads them at every turn. The line's turn ends each round: the
+// oldest control message, whoever it is for (the handshake's HELLO, messages of no connection; a
 // connection's, charged to it and to the line, so that the line does not read a message of a
 // connection in debt at every round). A round in which nothing was read is followed by a free one,
 // where balances do not count for its first message: with nobody else to read, a debt holds nothing
@@ -17,6 +21,8 @@
 
 /** What one turn adds to a connection's balance of reading time. */
 export const TURN_QUANTUM_MS = 0.25;
+/** What a message read in a turn is charged at least (a turn reads 250 of them at most). */
+export const MIN_READ_CHARGE_MS = 0.001;
 
 /** Whose reading time a turn counts: a connection, or the line. */
 export interface TurnHolder { balance: number }

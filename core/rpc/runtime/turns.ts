@@ -18,7 +18,7 @@
 import type { Worker } from '../../ucx/index.ts';
 import { CONTROL_BIT, CONTROL_MASK, EXACT_MASK } from '../../wire/tag.ts';
 import { AwaitedReceives } from './awaited-receives.ts';
-import { ReadTurns } from './read-turns.ts';
+import { MIN_READ_CHARGE_MS, ReadTurns } from './read-turns.ts';
 import type { ReceiveBuffer } from './receive-buffer.ts';
 import type { ReceiveBuffers, Slot } from './receive-buffers.ts';
 import type { ConnectionTable, Registered } from './connection-table.ts';
@@ -207,15 +207,18 @@ export class Turns {
     }
   }
 
-  /** Delivers a message received in a turn, charging the CPU time it took to its connection (to
-   *  the line when it has none; read-turns.ts). */
+  /** Delivers a message received in a turn, charging the time it took to its connection (to the
+   *  line when it has none; read-turns.ts), MIN_READ_CHARGE_MS at least: a clock that stood still
+   *  or went back (or read NaN) would have left the turn with its holder for as long as it had
+   *  messages. */
   #deliverInTurn(buffer: ReceiveBuffer, slot: Slot): void {
     const turn = this.#order.current;
     const holder = this.table.registeredOf(slot[0]!, slot[1]!) ?? this.#order.line;
     const start = this.readingClock();
     this.delivery.deliver(buffer, slot);
     this.stats.readInTurns += 1;
-    this.#order.charge(turn, holder, this.readingClock() - start);
+    const took = this.readingClock() - start;
+    this.#order.charge(turn, holder, took > MIN_READ_CHARGE_MS ? took : MIN_READ_CHARGE_MS);
   }
 
   #caughtUp(): void {
