@@ -8,14 +8,16 @@
 #include <time.h>
 #include <unistd.h>
 #include <cstdio>
+#include "poll_window.h"
 #include "state.h"
 
 namespace gdrpc {
 
 Napi::Value ThreadCpuMs(const Napi::CallbackInfo& info) {
-  struct timespec t {};
-  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t) != 0) return Napi::Number::New(info.Env(), -1);
-  return Napi::Number::New(info.Env(), static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_nsec) / 1e6);
+  // The adaptive poll window's reading of the same clock (0 where it cannot be read: a running
+  // thread has always used some CPU).
+  uint64_t ns = SystemCpuProbe().threadCpuNs();
+  return Napi::Number::New(info.Env(), ns == 0 ? -1 : static_cast<double>(ns) / 1e6);
 }
 
 Napi::Value ThreadOwnMs(const Napi::CallbackInfo& info) {

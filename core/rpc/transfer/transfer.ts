@@ -44,9 +44,8 @@ export class PendingTensor {
 }
 
 /** Allocates the destination of an incoming tensor (possibly waiting for pool memory); `field`
- *  names it for messages ("Echo.echo arguments.x"). */
-/** Allocates a received tensor's destination; `countAs`: what a wait for it counts in the pool's
- *  queue when more than its bytes (a gather's members still to come). */
+ *  names it for messages ("Echo.echo arguments.x"); `countAs`: what a wait for it counts in the
+ *  pool's queue when more than its bytes (a gather's members still to come). */
 export type Allocate = (shape: number[], dtype: DType, placement: Placement, field: string, countAs?: number) => Tensor | Promise<Tensor>;
 
 /** The error for a frame carrying more than MAX_TENSORS_PER_FRAME tensors. */
