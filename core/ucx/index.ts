@@ -18,7 +18,9 @@ export function nativeStats(): NativeStats {
 /** A clock of the calling thread's own time in ms: wall time less the time the thread waited for
  *  a CPU (Linux schedstat's run-queue wait), so that it counts what the thread ran and what it
  *  was blocked in, but not what other processes ran meanwhile. Where schedstat cannot be read,
- *  the thread's CPU time (which leaves out blocking too); where neither can, wall time. */
+ *  the thread's CPU time (which leaves out blocking too); where neither can, wall time. Own time
+ *  can step back by a few ms (the kernel adds a wait when the thread runs again): take deltas
+ *  with a floor. */
 export function ownTimeClock(): () => number {
   const binding = native();
   if (binding.threadOwnMs() >= 0) return () => binding.threadOwnMs();
