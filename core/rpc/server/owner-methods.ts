@@ -95,35 +95,36 @@ function blockIndices(r: Uint8Array, blocks: number): Uint32Array {
   return indices;
 }
 
-/** gdrpc.Owner/pull, pullMany, pullStacked and pullBlocks for one server. */
-export function ownerMethods(host: OwnerHost): MethodEntry[] {
-  // Gather staging held per connection (its peer address), for OWNER_STAGING_BYTES_PER_CONNECTION,
-  // and by the whole server.
-  const staged = new Map<string, number>();
-  let stagedTotal = 0;
+/** Gather staging of one server's pullStacked and pullBlocks calls, held per connection (its peer
+ *  address), for OWNER_STAGING_BYTES_PER_CONNECTION, and by the whole server. */
+class GatherStaging {
+  readonly #staged = new Map<string, number>();
+  #stagedTotal = 0;
+
+  constructor(private readonly host: OwnerHost) {}
 
   /** Gathers `copies` (blocks of `blockBytes`) into a staging tensor of `shape` on `device`, which is
    *  freed once both the call is over (its bytes left, or never will) and the GPU is done writing it. */
-  const gather = async (ctx: CallContext, device: Device, shape: number[], dtype: DType, blockBytes: number, copies: (stacked: Tensor) => BlockCopies, stillExposed: () => void): Promise<Tensor> => {
-    const held = staged.get(ctx.peer) ?? 0;
+  async gather(ctx: CallContext, device: Device, shape: number[], dtype: DType, blockBytes: number, copies: (stacked: Tensor) => BlockCopies, stillExposed: () => void): Promise<Tensor> {
+    const held = this.#staged.get(ctx.peer) ?? 0;
     const bytes = shape.reduce((a, b) => a * b, elementSize(dtype));
     if (held + bytes > OWNER_STAGING_BYTES_PER_CONNECTION) {
       throw new GdrpcError(Code.RESOURCE_EXHAUSTED, `gathering ${bytes} more bytes would hold over ${OWNER_STAGING_BYTES_PER_CONNECTION} bytes of staging for this connection; wait for its other pulls`, { details: { retryable: true } });
     }
-    if (stagedTotal + bytes > OWNER_STAGING_BYTES_PER_SERVER) {
+    if (this.#stagedTotal + bytes > OWNER_STAGING_BYTES_PER_SERVER) {
       throw new GdrpcError(Code.RESOURCE_EXHAUSTED, `gathering ${bytes} more bytes would hold over ${OWNER_STAGING_BYTES_PER_SERVER} bytes of staging on this server; try again later`, { details: { retryable: true } });
     }
-    const stacked = host.staging(device).allocate(shape, dtype);
-    staged.set(ctx.peer, held + bytes);
-    stagedTotal += bytes;
+    const stacked = this.host.staging(device).allocate(shape, dtype);
+    this.#staged.set(ctx.peer, held + bytes);
+    this.#stagedTotal += bytes;
     let copying = true;
     let over = false;
     const free = (): void => {
       stacked.release();
-      stagedTotal -= bytes;
-      const left = (staged.get(ctx.peer) ?? 0) - bytes;
-      if (left > 0) staged.set(ctx.peer, left);
-      else staged.delete(ctx.peer);
+      this.#stagedTotal -= bytes;
+      const left = (this.#staged.get(ctx.peer) ?? 0) - bytes;
+      if (left > 0) this.#staged.set(ctx.peer, left);
+      else this.#staged.delete(ctx.peer);
     };
     ctx.afterSend(() => {
       over = true;
@@ -134,14 +135,23 @@ export function ownerMethods(host: OwnerHost): MethodEntry[] {
       // exposed: no device-wide synchronize per gather, which would wait for other transfers.
       // A gather queued behind others checks that its handles are still exposed when its turn
       // comes: the call that exposed them may have ended meanwhile.
-      await host.copyBlocks(blockBytes, copies(stacked), { sourcesReady: true, before: stillExposed });
+      await this.host.copyBlocks(blockBytes, copies(stacked), { sourcesReady: true, before: stillExposed });
     } finally {
       copying = false;
       if (over) free();
     }
     return stacked;
-  };
+  }
+}
 
+/** gdrpc.Owner's methods for one server: its pulls, and the two that direct pulls ask. */
+export function ownerMethods(host: OwnerHost): MethodEntry[] {
+  const staging = new GatherStaging(host);
+  return [...spendingPullMethods(host, staging), pullBlocksMethod(host, staging), ...directPullMethods(host)];
+}
+
+/** pull, pullMany and pullStacked: the pulls that spend their handles. */
+function spendingPullMethods(host: OwnerHost, staging: GatherStaging): MethodEntry[] {
   // The answer's afterSend spends what the call claimed, whether its bytes left or never will.
   const pull = entry('pull', HANDLE_ARGS, (args: { x: number; s: Uint8Array }, ctx: CallContext) => {
     const claim = host.claim(args.x, args.s);
@@ -168,7 +178,7 @@ export function ownerMethods(host: OwnerHost): MethodEntry[] {
       const bytes = first.byteLength;
       // A peer may call this by hand: the staging tensor is bounded by what pullAll would ask for.
       if (bytes > MAX_STACKED_BLOCK_BYTES) throw new GdrpcError(Code.INVALID_ARGUMENT, `pullStacked gathers handles of at most ${MAX_STACKED_BLOCK_BYTES} bytes, these hold ${bytes}; pull them with pullMany`);
-      stacked = await gather(ctx, first.device, [claims.tensors.length, ...first.shape], first.dtype, bytes,
+      stacked = await staging.gather(ctx, first.device, [claims.tensors.length, ...first.shape], first.dtype, bytes,
         (dst) => claims.tensors.map((tensor, k) => ({ dst, dstOffset: k * bytes, src: tensor, srcOffset: 0 })),
         () => { for (const [k, x] of args.xs.entries()) host.lookup(x, args.ss[k]!); });
     } catch (error) {
@@ -179,10 +189,15 @@ export function ownerMethods(host: OwnerHost): MethodEntry[] {
     return { t: stacked };
   }, (result) => pullResultFields(result.t as Tensor));
 
+  return [pull, pullMany, pullStacked];
+}
+
+/** pullBlocks, which gathers through the same staging as pullStacked. */
+function pullBlocksMethod(host: OwnerHost, staging: GatherStaging): MethodEntry {
   // Blocks of one handle's tensor, picked by index (a block table over a KV pool): gathered in the
   // order asked into one [n, ...block] tensor, one message on the wire. The handle stays pullable:
   // a table is pulled in parts, and by more than one puller, until the call that exposed it ends.
-  const pullBlocks = entry('pullBlocks', PULL_BLOCKS_ARGS, async (args: { x: number; s: Uint8Array; b: number; r: Uint8Array }, ctx: CallContext) => {
+  return entry('pullBlocks', PULL_BLOCKS_ARGS, async (args: { x: number; s: Uint8Array; b: number; r: Uint8Array }, ctx: CallContext) => {
     const tensor = host.lookup(args.x, args.s);
     const blockBytes = args.b;
     if (!blocksTile(tensor.dtype, tensor.byteLength, blockBytes)) {
@@ -192,12 +207,15 @@ export function ownerMethods(host: OwnerHost): MethodEntry[] {
     if (indices.length * blockBytes > MAX_BLOCK_PULL_BYTES) {
       throw new GdrpcError(Code.INVALID_ARGUMENT, `pullBlocks gathers at most ${MAX_BLOCK_PULL_BYTES} bytes a call, ${indices.length} blocks of ${blockBytes} bytes are more; ask in parts`);
     }
-    const stacked = await gather(ctx, tensor.device, [indices.length, ...blockShapeOf(tensor.dtype, tensor.shape, blockBytes)], tensor.dtype, blockBytes,
+    const stacked = await staging.gather(ctx, tensor.device, [indices.length, ...blockShapeOf(tensor.dtype, tensor.shape, blockBytes)], tensor.dtype, blockBytes,
       (dst) => ({ dst, src: tensor, srcBlocks: indices, count: indices.length }),
       () => { host.lookup(args.x, args.s); });
     return { t: stacked };
   }, (result) => pullResultFields(result.t as Tensor));
+}
 
+/** map and held, which a direct puller asks of the owner. */
+function directPullMethods(host: OwnerHost): MethodEntry[] {
   // Direct pulls (remote/direct.ts): the CUDA IPC handle of the allocation an exposed GPU tensor
   // lies in, for servers that trust their admitted peers with it (it maps the whole allocation,
   // for as long as the peer keeps it mapped: docs/security.md); and whether a handle is still
@@ -221,5 +239,5 @@ export function ownerMethods(host: OwnerHost): MethodEntry[] {
     return {};
   }, () => []);
 
-  return [pull, pullMany, pullStacked, pullBlocks, map, held];
+  return [map, held];
 }
