@@ -233,27 +233,6 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
 
   #makeHost(): SessionHost {
     const server = this;
-    const env: CallEnvironment = {
-      allocate: (shape, dtype, placement, wait, field, countAs) => server.#allocate(shape, dtype, placement, wait, field, countAs),
-      maxTensor: this.#options.maxTensorBytes,
-      exposureHoldMs: this.#options.exposureHoldMs,
-      exposeErrorMessages: this.#options.exposeErrorMessages,
-      // Never silent: a handler's bug goes to stderr when the application does not listen. A
-      // listener that throws must not take the call (and the process) down with it.
-      dialOwner: (owner, token, limits) => ownerDialer(server.#runtime!)(owner, token, limits),
-      awaited: { now: 0, limit: this.#options.maxAwaitedTensors },
-      reportHandlerError: (report) => {
-        if (server.listenerCount('error') === 0) {
-          process.stderr.write(failureText(report));
-          return;
-        }
-        try {
-          server.emit('error', report);
-        } catch (listenerError) {
-          process.stderr.write(`${failureText(report)}gdrpc server: and the 'error' listener threw: ${String((listenerError as Error)?.stack ?? listenerError)}\n`);
-        }
-      },
-    };
     return {
       get token() { return server.#options.token; },
       get requireClientAddress() { return server.#options.requireClientAddress; },
@@ -264,35 +243,10 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
         maxFrame: this.#options.maxFrameBytes, maxTensor: this.#options.maxTensorBytes, inline: this.#options.inlineBytes, perConnection: this.#options.maxCallsPerConnection,
         poolBytesPerConnection: this.#options.maxPoolBytesPerConnection ?? Math.max(1, Math.floor(this.#options.poolBytes / 2)),
       },
-      env,
+      env: this.#callEnvironment(),
       lookup: (service, method) => server.#methods.get(service)?.get(method),
-      acquireCall: (peer, weight) => {
-        if (server.#activeCalls >= server.#options.maxCalls) {
-          return new GdrpcError(Code.RESOURCE_EXHAUSTED, 'server is at its concurrent call limit (ServerOptions.maxCalls)', { details: { retryable: true, limit: 'maxCalls' } });
-        }
-        // One call alone is always taken: its REQUEST is bounded by maxFrameBytes.
-        if (server.#argumentWeight > 0 && server.#argumentWeight + weight > server.#options.maxArgumentBytes) {
-          return new GdrpcError(Code.RESOURCE_EXHAUSTED, `the calls in flight hold ${server.#argumentWeight} bytes of decoded arguments, and this one's would take them past ServerOptions.maxArgumentBytes (${server.#options.maxArgumentBytes})`, { details: { retryable: true, limit: 'maxArgumentBytes' } });
-        }
-        const address = hostOf(peer);
-        const fromAddress = server.#callsPerAddress.get(address) ?? 0;
-        if (fromAddress >= server.#options.maxCallsPerAddress) {
-          return new GdrpcError(Code.RESOURCE_EXHAUSTED, `${fromAddress} calls in flight from ${address} (ServerOptions.maxCallsPerAddress)`, { details: { retryable: true, limit: 'maxCallsPerAddress' } });
-        }
-        server.#activeCalls += 1;
-        server.#argumentWeight += weight;
-        server.#callsPerAddress.set(address, fromAddress + 1);
-        return undefined;
-      },
-      releaseCall: (peer, weight) => {
-        server.#activeCalls -= 1;
-        server.#argumentWeight -= weight;
-        const address = hostOf(peer);
-        const left = (server.#callsPerAddress.get(address) ?? 1) - 1;
-        if (left > 0) server.#callsPerAddress.set(address, left);
-        else server.#callsPerAddress.delete(address);
-        if (server.#activeCalls === 0) server.#drained?.();
-      },
+      acquireCall: (peer, weight) => server.#acquireCall(peer, weight),
+      releaseCall: (peer, weight) => server.#releaseCall(peer, weight),
       ready: (session) => server.emit('connection', { peer: session.peer }),
       closed: (session, reason) => {
         if (!server.#sessions.delete(session)) return;
@@ -305,6 +259,63 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
       },
       error: (error) => server.emit('error', error),
     };
+  }
+
+  /** What the calls of every connection share: allocation, limits, handler error reports. */
+  #callEnvironment(): CallEnvironment {
+    const server = this;
+    return {
+      allocate: (shape, dtype, placement, wait, field, countAs) => server.#allocate(shape, dtype, placement, wait, field, countAs),
+      maxTensor: this.#options.maxTensorBytes,
+      exposureHoldMs: this.#options.exposureHoldMs,
+      exposeErrorMessages: this.#options.exposeErrorMessages,
+      dialOwner: (owner, token, limits) => ownerDialer(server.#runtime!)(owner, token, limits),
+      awaited: { now: 0, limit: this.#options.maxAwaitedTensors },
+      // Never silent: a handler's bug goes to stderr when the application does not listen. A
+      // listener that throws must not take the call (and the process) down with it.
+      reportHandlerError: (report) => {
+        if (server.listenerCount('error') === 0) {
+          process.stderr.write(failureText(report));
+          return;
+        }
+        try {
+          server.emit('error', report);
+        } catch (listenerError) {
+          process.stderr.write(`${failureText(report)}gdrpc server: and the 'error' listener threw: ${String((listenerError as Error)?.stack ?? listenerError)}\n`);
+        }
+      },
+    };
+  }
+
+  /** Takes a slot of the server's call limits for a call from `peer` (SessionHost.acquireCall). */
+  #acquireCall(peer: string, weight: number): GdrpcError | undefined {
+    if (this.#activeCalls >= this.#options.maxCalls) {
+      return new GdrpcError(Code.RESOURCE_EXHAUSTED, 'server is at its concurrent call limit (ServerOptions.maxCalls)', { details: { retryable: true, limit: 'maxCalls' } });
+    }
+    // One call alone is always taken: its REQUEST is bounded by maxFrameBytes.
+    if (this.#argumentWeight > 0 && this.#argumentWeight + weight > this.#options.maxArgumentBytes) {
+      return new GdrpcError(Code.RESOURCE_EXHAUSTED, `the calls in flight hold ${this.#argumentWeight} bytes of decoded arguments, and this one's would take them past ServerOptions.maxArgumentBytes (${this.#options.maxArgumentBytes})`, { details: { retryable: true, limit: 'maxArgumentBytes' } });
+    }
+    const address = hostOf(peer);
+    const fromAddress = this.#callsPerAddress.get(address) ?? 0;
+    if (fromAddress >= this.#options.maxCallsPerAddress) {
+      return new GdrpcError(Code.RESOURCE_EXHAUSTED, `${fromAddress} calls in flight from ${address} (ServerOptions.maxCallsPerAddress)`, { details: { retryable: true, limit: 'maxCallsPerAddress' } });
+    }
+    this.#activeCalls += 1;
+    this.#argumentWeight += weight;
+    this.#callsPerAddress.set(address, fromAddress + 1);
+    return undefined;
+  }
+
+  /** Gives back what #acquireCall took; the last call out ends shutdown's wait for calls. */
+  #releaseCall(peer: string, weight: number): void {
+    this.#activeCalls -= 1;
+    this.#argumentWeight -= weight;
+    const address = hostOf(peer);
+    const left = (this.#callsPerAddress.get(address) ?? 1) - 1;
+    if (left > 0) this.#callsPerAddress.set(address, left);
+    else this.#callsPerAddress.delete(address);
+    if (this.#activeCalls === 0) this.#drained?.();
   }
 
   #allocate(shape: number[], dtype: DType, placement: Placement, wait: AllocationWait, field: string, countAs?: number): Tensor | Promise<Tensor> {
