@@ -181,52 +181,64 @@ function admit(connection: Connection, options: HandshakeOptions, helloCame: () 
       reject(error);
     };
     if (signal?.aborted === true) onAbort();
-    /** HELLO's window, once it came: READY may widen it. */
-    let announced: { win: number; wmax: number } | undefined;
-    const handler: FrameHandler = {
-      frame(frame) {
-        if (frame.kind === FrameKind.Hello && connection.peerKey === undefined) {
-          const hello = frame.body;
-          connection.peerKey = new ConnectionKey(hello.key);
-          helloCame();
-          connection.peerLimits = peerLimits(connection.runtime, hello);
-          const refusal = windowRefusal(hello.win, hello.wmax);
-          if (refusal !== undefined) {
-            fail(new GdrpcError(Code.UNAVAILABLE, `${connection.peer} announced ${refusal}`));
-            return;
-          }
-          connection.openPeerWindow(hello.win!, hello.wmax);
-          announced = { win: hello.win!, wmax: hello.wmax ?? hello.win! };
-          const auth = authAnswering(connection, hello, options, local);
-          const livenessMs = Math.min(options.livenessMs, hello.live || options.livenessMs);
-          connection.liveness.start(livenessMs);
-          connection.send(FrameKind.Auth, 0, auth).catch((error) => fail(GdrpcError.from(error, Code.UNAVAILABLE)));
-        } else if (frame.kind === FrameKind.Ready && announced !== undefined) {
-          // READY may widen the window HELLO announced, up to its `wmax`, never narrow it.
-          const win = frame.body.win;
-          if (win !== undefined && (win < announced.win || win > announced.wmax)) {
-            fail(new GdrpcError(Code.UNAVAILABLE, `${connection.peer} announced a message window of ${win} bytes in READY (from HELLO's ${announced.win} to its \`wmax\` ${announced.wmax})`));
-            return;
-          }
-          if (win !== undefined) connection.widenPeerWindow(win);
-          // Once: a second READY (a helper session's server sent one after the first, in the
-          // same message) widened the window again.
-          announced = undefined;
-          settle();
-          connection.admitted = true;
-          resolve();
-        } else if (frame.kind === FrameKind.Error) {
-          const code = isCode(frame.body.code) ? frame.body.code : Code.UNAUTHENTICATED;
-          fail(new GdrpcError(code, `${connection.peer} refused admission: ${frame.body.msg}`));
-        }
+    connection.setHandler(admissionFrames(connection, options, helloCame, local, {
+      fail,
+      admitted: () => {
+        settle();
+        connection.admitted = true;
+        resolve();
       },
-      malformed(_kind, _call, error) { fail(error); },
-      closed(error) { fail(error); },
-    };
-    connection.setHandler(handler);
+    }));
     connection.liveness.start(options.timeoutMs);
   });
 }
+
+/** What the connection reads while admit waits: HELLO (answered with AUTH), READY, or a refusal. */
+function admissionFrames(connection: Connection, options: HandshakeOptions, helloCame: () => void, local: string | undefined, { fail, admitted }: AdmissionEnd): FrameHandler {
+  /** HELLO's window, once it came: READY may widen it. */
+  let announced: { win: number; wmax: number } | undefined;
+  return {
+    frame(frame) {
+      if (frame.kind === FrameKind.Hello && connection.peerKey === undefined) {
+        const hello = frame.body;
+        connection.peerKey = new ConnectionKey(hello.key);
+        helloCame();
+        connection.peerLimits = peerLimits(connection.runtime, hello);
+        const refusal = windowRefusal(hello.win, hello.wmax);
+        if (refusal !== undefined) {
+          fail(new GdrpcError(Code.UNAVAILABLE, `${connection.peer} announced ${refusal}`));
+          return;
+        }
+        connection.openPeerWindow(hello.win!, hello.wmax);
+        announced = { win: hello.win!, wmax: hello.wmax ?? hello.win! };
+        const auth = authAnswering(connection, hello, options, local);
+        const livenessMs = Math.min(options.livenessMs, hello.live || options.livenessMs);
+        connection.liveness.start(livenessMs);
+        connection.send(FrameKind.Auth, 0, auth).catch((error) => fail(GdrpcError.from(error, Code.UNAVAILABLE)));
+      } else if (frame.kind === FrameKind.Ready && announced !== undefined) {
+        // READY may widen the window HELLO announced, up to its `wmax`, never narrow it.
+        const win = frame.body.win;
+        if (win !== undefined && (win < announced.win || win > announced.wmax)) {
+          fail(new GdrpcError(Code.UNAVAILABLE, `${connection.peer} announced a message window of ${win} bytes in READY (from HELLO's ${announced.win} to its \`wmax\` ${announced.wmax})`));
+          return;
+        }
+        if (win !== undefined) connection.widenPeerWindow(win);
+        // Once: a second READY (a helper session's server sent one after the first, in the
+        // same message) widened the window again.
+        announced = undefined;
+        admitted();
+      } else if (frame.kind === FrameKind.Error) {
+        const code = isCode(frame.body.code) ? frame.body.code : Code.UNAUTHENTICATED;
+        fail(new GdrpcError(code, `${connection.peer} refused admission: ${frame.body.msg}`));
+      }
+    },
+    malformed(_kind, _call, error) { fail(error); },
+    closed(error) { fail(error); },
+  };
+}
+
+/** How admit's wait ends: `fail` refuses or gives up, `admitted` once READY came. */
+interface AdmissionEnd { fail(error: GdrpcError): void; admitted(): void }
 
 /** What the server's HELLO says of it: its limits, and what it reads of this runtime's own. */
 function peerLimits(runtime: Runtime, hello: FrameBody<FrameKind.Hello>): PeerLimits {
