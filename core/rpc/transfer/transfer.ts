@@ -17,6 +17,9 @@ import { applySenderReport, reportReceived } from '../movers/report.ts';
 import { bounceFor, stagingReason } from '../movers/staging.ts';
 import { heldPayloadDropped, resultsTooLarge, streamItemsTooLarge, tensorTooLarge, type Side } from './memory-errors.ts';
 import { checkGathers, stagingTensor, type Gather } from './gather.ts';
+import { ReceiveSlices } from './receive-slices.ts';
+
+export { RECEIVE_SLICE } from './receive-slices.ts';
 import { awaitingReport } from '../movers/call-info.ts';
 import { RemoteTensor } from '../remote/remote.ts';
 import type { OwnerDialer } from '../remote/owner-client.ts';
@@ -56,8 +59,6 @@ export function tooManyTensors(what: string): GdrpcError {
 /** Largest transfer id of a tag payload (`x` of movers t and g): 32 bits of the payload's tag. */
 export const MAX_TRANSFER_ID = 0xffff_ffff;
 
-/** How many of a frame's tensors are allocated and posted in one turn of the event loop. */
-export const RECEIVE_SLICE = 256;
 
 /** An announced tensor whose bytes follow (not a remote handle). */
 const carriesBytes = (pending: PendingTensor): boolean => pending.wire.m !== 'h';
@@ -165,84 +166,27 @@ export class IncomingTensors {
       const xs = new Set(work.filter((p) => p.wire.m === 'g').map((p) => p.wire.x!));
       gathers = [...xs].map((x) => ({ x, bytes: 0, members: [] }));
     }
-    const receiveOne = async (pending: PendingTensor): Promise<void> => {
-      const mover = moverByName(moverOf(pending.wire));
-      let dest: Tensor;
-      try {
-        if (failure !== undefined) throw failure;
-        const allocated = allocate([...pending.wire.sh], pending.wire.dt as DType, pending.placement, `${this.site.label}${pending.where}`);
-        dest = allocated instanceof Tensor ? allocated : await allocated;
-        // Another tensor of this frame failed while this one waited for memory.
-        if (failure !== undefined) {
-          dest.release();
-          throw failure;
-        }
-      } catch (error) {
-        failure ??= error;
-        await this.#refuse(mover, pending.wire);
-        return;
-      }
-      this.allocated.push(dest);
-      const plan = planReceive({
-        where: pending.where, wire: pending.wire, device: dest.device, sender: this.#sender(), noStaging: this.limits.noStaging === true,
-        stagingReason: () => stagingReason(dest, this.scope.connection.runtime),
-      });
-      if (plan.refusal !== undefined) {
-        failure ??= plan.refusal;
-        await this.#refuse(mover, pending.wire);
-        return;
-      }
-      try {
-        const seen = await receiveAsPlanned(mover, pending.wire, dest, plan, this.scope);
-        received.set(pending, dest);
-        const info = reportReceived(pending.where, plan, seen, this.scope.connection.reports);
-        this.transfers.push(info);
-        if (pending.wire.m === 't') this.#awaitReport([info], plan, pending.wire.x!);
-      } catch (error) {
-        failure ??= error;
-        if (pending.wire.m === 't') this.scope.connection.reports.forget(pending.wire.x!);
-      }
-    };
-    // A frame may announce MAX_TENSORS_PER_FRAME tensors, each allocated (or queued for pool
-    // memory) and posted here: in slices of RECEIVE_SLICE tensors (a gather counts its members),
-    // each slice in its own turn of the event loop, so that one frame of many tensors does not
-    // hold up every other connection while it is taken apart.
-    const slices: Array<Promise<unknown>> = [];
-    let slice: Array<Promise<void>> = [];
-    let inSlice = 0;
-    const endSlice = (): void => {
-      if (slice.length === 0) return;
-      const all = Promise.all(slice);
-      // Waited for together below; handled now, since the turns between slices come first.
-      all.catch(() => {});
-      slices.push(all);
-      slice = [];
-      inSlice = 0;
-    };
-    /** Before starting `tensors` more: whether the slice is full, its turn then over. */
-    const full = (tensors: number): boolean => inSlice > 0 && inSlice + tensors > RECEIVE_SLICE;
+    const failed = (): unknown => failure;
+    const fail = (error: unknown): void => { failure ??= error; };
+    const slices = new ReceiveSlices();
     for (const gather of gathers) {
-      if (full(gather.members.length)) {
-        endSlice();
+      if (slices.full(gather.members.length)) {
+        slices.end();
         // A failure of one tensor fails the frame: what is not yet started is refused without
         // waiting for more turns.
         if (failure === undefined) await nextTurn();
       }
-      inSlice += Math.max(1, gather.members.length);
-      slice.push(this.#receiveGather(gather, allocate, received, () => failure, (error) => { failure ??= error; }));
+      slices.add(this.#receiveGather(gather, allocate, received, failed, fail), Math.max(1, gather.members.length));
     }
     for (const pending of work) {
       if (pending.wire.m === 'g') continue;
-      if (full(1)) {
-        endSlice();
+      if (slices.full(1)) {
+        slices.end();
         if (failure === undefined) await nextTurn();
       }
-      inSlice += 1;
-      slice.push(receiveOne(pending));
+      slices.add(this.#receiveOne(pending, allocate, received, failed, fail), 1);
     }
-    endSlice();
-    // One slice, a call's common case: waited for as it is.
-    await (slices.length === 1 ? slices[0] : Promise.all(slices));
+    await slices.all();
     if (failure !== undefined) {
       this.releaseAll();
       throw GdrpcError.from(failure);
@@ -297,6 +241,48 @@ export class IncomingTensors {
     this.#reports.push(reported);
   }
 
+  /** Allocates one announced tensor's destination and receives its bytes there. A failure
+   *  anywhere is the frame's (`fail`); once the frame failed (`failed`), what is not yet received
+   *  is refused. */
+  async #receiveOne(pending: PendingTensor, allocate: Allocate, received: Map<PendingTensor, Tensor>, failed: () => unknown, fail: (error: unknown) => void): Promise<void> {
+    const mover = moverByName(moverOf(pending.wire));
+    let dest: Tensor;
+    try {
+      if (failed() !== undefined) throw failed();
+      const allocated = allocate([...pending.wire.sh], pending.wire.dt as DType, pending.placement, `${this.site.label}${pending.where}`);
+      dest = allocated instanceof Tensor ? allocated : await allocated;
+      // Another tensor of this frame failed while this one waited for memory.
+      if (failed() !== undefined) {
+        dest.release();
+        throw failed();
+      }
+    } catch (error) {
+      fail(error);
+      await this.#refuse(mover, pending.wire);
+      return;
+    }
+    this.allocated.push(dest);
+    const plan = planReceive({
+      where: pending.where, wire: pending.wire, device: dest.device, sender: this.#sender(), noStaging: this.limits.noStaging === true,
+      stagingReason: () => stagingReason(dest, this.scope.connection.runtime),
+    });
+    if (plan.refusal !== undefined) {
+      fail(plan.refusal);
+      await this.#refuse(mover, pending.wire);
+      return;
+    }
+    try {
+      const seen = await receiveAsPlanned(mover, pending.wire, dest, plan, this.scope);
+      received.set(pending, dest);
+      const info = reportReceived(pending.where, plan, seen, this.scope.connection.reports);
+      this.transfers.push(info);
+      if (pending.wire.m === 't') this.#awaitReport([info], plan, pending.wire.x!);
+    } catch (error) {
+      fail(error);
+      if (pending.wire.m === 't') this.scope.connection.reports.forget(pending.wire.x!);
+    }
+  }
+
   /** Receives a gathered payload: allocates each member's destination and a staging tensor for
    *  the whole message, takes the message into the staging tensor, and copies each member out
    *  (one block-copy kernel on a GPU). A failure anywhere is the frame's: what was allocated goes
@@ -346,21 +332,27 @@ export class IncomingTensors {
       const seen = await receiveAsPlanned(tag, wire, staging, plan, this.scope);
       // UCX finished writing the staging tensor: its bytes are complete.
       await connection.runtime.blocks.copy(bytes, members.map((_, k) => ({ dst: dests[k]!, dstOffset: 0, src: staging!, srcOffset: k * bytes })), { sourcesReady: true });
-      const infos = members.map((member, k) => {
-        received.set(member, dests[k]!);
-        const info = reportReceived(member.where, plan, seen, this.scope.connection.reports);
-        info.bytes = bytes;
-        info.gathered = members.length;
-        this.transfers.push(info);
-        return info;
-      });
-      this.#awaitReport(infos, plan, x);
+      this.#gatherReceived(members, dests, received, plan, seen, x, bytes);
     } catch (error) {
       fail(error);
       connection.reports.forget(x);
     } finally {
       staging.release();
     }
+  }
+
+  /** Records each member of gathered payload `x` as received into its destination, and awaits
+   *  the sender's report of the payload for all of them. */
+  #gatherReceived(members: readonly PendingTensor[], dests: readonly Tensor[], received: Map<PendingTensor, Tensor>, plan: TransferPlan, seen: ProtocolSeen | void, x: number, bytes: number): void {
+    const infos = members.map((member, k) => {
+      received.set(member, dests[k]!);
+      const info = reportReceived(member.where, plan, seen, this.scope.connection.reports);
+      info.bytes = bytes;
+      info.gathered = members.length;
+      this.transfers.push(info);
+      return info;
+    });
+    this.#awaitReport(infos, plan, x);
   }
 
   /** Declines an announced tensor; its sender's report is not wanted either. */
