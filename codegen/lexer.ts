@@ -18,73 +18,104 @@ const PUNCT1 = new Set([...';{}()<>[],:?@=*.']);
 
 /** Splits `source` into tokens; bad characters are reported and skipped. */
 export function tokenize(file: string, source: string, diags: DiagnosticBag): Token[] {
-  const tokens: Token[] = [];
-  let i = 0;
-  let line = 1;
-  let lineStart = 0;
-  const pos = (at: number): SourcePos => ({ file, line, col: at - lineStart + 1, offset: at });
+  const lexer = new Lexer(file, source, diags);
+  while (lexer.i < source.length) lexer.step();
+  lexer.tokens.push({ kind: 'eof', text: '', pos: lexer.pos(lexer.i) });
+  return lexer.tokens;
+}
 
-  while (i < source.length) {
-    const c = source[i]!;
+/** Where tokenize is in `source` (offset `i`, its line and where that line starts) and the tokens
+ *  read so far. */
+class Lexer {
+  readonly tokens: Token[] = [];
+  i = 0;
+  line = 1;
+  lineStart = 0;
+
+  constructor(readonly file: string, readonly source: string, readonly diags: DiagnosticBag) {}
+
+  /** The position of offset `at`, on the current line. */
+  pos(at: number): SourcePos {
+    return { file: this.file, line: this.line, col: at - this.lineStart + 1, offset: at };
+  }
+
+  /** Reads the token at `i`, or skips the whitespace or comment there. */
+  step(): void {
+    const { source, tokens, diags } = this;
+    const c = source[this.i]!;
     if (c === '\n') {
-      i++;
-      line++;
-      lineStart = i;
+      this.i++;
+      this.line++;
+      this.lineStart = this.i;
     } else if (c === ' ' || c === '\t' || c === '\r') {
-      i++;
-    } else if (source.startsWith('///', i)) {
-      const end = lineEnd(source, i);
-      const text = source.slice(i + 3, end).replace(/^ /, '').trimEnd();
-      tokens.push({ kind: 'doc', text, pos: pos(i) });
-      i = end;
-    } else if (source.startsWith('//', i)) {
-      i = lineEnd(source, i);
-    } else if (source.startsWith('/*', i)) {
-      const start = pos(i);
-      const close = source.indexOf('*/', i + 2);
-      const end = close < 0 ? source.length : close + 2;
-      if (close < 0) diags.error(start, 'unterminated block comment');
-      for (let k = i; k < end; k++) {
-        if (source[k] === '\n') {
-          line++;
-          lineStart = k + 1;
-        }
-      }
-      i = end;
+      this.i++;
+    } else if (source.startsWith('///', this.i)) {
+      const end = lineEnd(source, this.i);
+      const text = source.slice(this.i + 3, end).replace(/^ /, '').trimEnd();
+      tokens.push({ kind: 'doc', text, pos: this.pos(this.i) });
+      this.i = end;
+    } else if (source.startsWith('//', this.i)) {
+      this.i = lineEnd(source, this.i);
+    } else if (source.startsWith('/*', this.i)) {
+      this.#blockComment();
     } else if (/[A-Za-z_]/.test(c)) {
-      const m = /^[A-Za-z_][A-Za-z0-9_]*/.exec(source.slice(i, i + 256))!;
-      tokens.push({ kind: 'ident', text: m[0], pos: pos(i) });
-      i += m[0].length;
+      const m = /^[A-Za-z_][A-Za-z0-9_]*/.exec(source.slice(this.i, this.i + 256))!;
+      tokens.push({ kind: 'ident', text: m[0], pos: this.pos(this.i) });
+      this.i += m[0].length;
     } else if (/[0-9]/.test(c)) {
-      const m = /^[0-9]+/.exec(source.slice(i, i + 64))!;
-      const start = pos(i);
-      i += m[0].length;
-      if (/[A-Za-z_]/.test(source[i] ?? '')) diags.error(pos(i), `unexpected character '${source[i]}' after number`);
-      tokens.push({ kind: 'int', text: m[0], pos: start });
+      this.#number();
     } else if (c === '"') {
-      const start = pos(i);
-      const end = source.indexOf('"', i + 1);
-      const nl = source.indexOf('\n', i + 1);
-      if (end < 0 || (nl >= 0 && nl < end)) {
-        diags.error(start, 'unterminated string');
-        i = nl < 0 ? source.length : nl;
-      } else {
-        tokens.push({ kind: 'string', text: source.slice(i + 1, end), pos: start });
-        i = end + 1;
-      }
-    } else if (PUNCT2.some((p) => source.startsWith(p, i))) {
-      tokens.push({ kind: 'punct', text: source.slice(i, i + 2), pos: pos(i) });
-      i += 2;
+      this.#string();
+    } else if (PUNCT2.some((p) => source.startsWith(p, this.i))) {
+      tokens.push({ kind: 'punct', text: source.slice(this.i, this.i + 2), pos: this.pos(this.i) });
+      this.i += 2;
     } else if (PUNCT1.has(c)) {
-      tokens.push({ kind: 'punct', text: c, pos: pos(i) });
-      i++;
+      tokens.push({ kind: 'punct', text: c, pos: this.pos(this.i) });
+      this.i++;
     } else {
-      diags.error(pos(i), `unexpected character '${c}'`);
-      i++;
+      diags.error(this.pos(this.i), `unexpected character '${c}'`);
+      this.i++;
     }
   }
-  tokens.push({ kind: 'eof', text: '', pos: pos(i) });
-  return tokens;
+
+  /** Skips the block comment at `i`, counting the lines it spans. */
+  #blockComment(): void {
+    const start = this.pos(this.i);
+    const close = this.source.indexOf('*/', this.i + 2);
+    const end = close < 0 ? this.source.length : close + 2;
+    if (close < 0) this.diags.error(start, 'unterminated block comment');
+    for (let k = this.i; k < end; k++) {
+      if (this.source[k] === '\n') {
+        this.line++;
+        this.lineStart = k + 1;
+      }
+    }
+    this.i = end;
+  }
+
+  /** Reads the int at `i`; a letter straight after its digits is reported. */
+  #number(): void {
+    const m = /^[0-9]+/.exec(this.source.slice(this.i, this.i + 64))!;
+    const start = this.pos(this.i);
+    this.i += m[0].length;
+    if (/[A-Za-z_]/.test(this.source[this.i] ?? '')) this.diags.error(this.pos(this.i), `unexpected character '${this.source[this.i]}' after number`);
+    this.tokens.push({ kind: 'int', text: m[0], pos: start });
+  }
+
+  /** Reads the string at `i`; one without its closing quote on its line is reported and skipped
+   *  to that line's end. */
+  #string(): void {
+    const start = this.pos(this.i);
+    const end = this.source.indexOf('"', this.i + 1);
+    const nl = this.source.indexOf('\n', this.i + 1);
+    if (end < 0 || (nl >= 0 && nl < end)) {
+      this.diags.error(start, 'unterminated string');
+      this.i = nl < 0 ? this.source.length : nl;
+    } else {
+      this.tokens.push({ kind: 'string', text: this.source.slice(this.i + 1, end), pos: start });
+      this.i = end + 1;
+    }
+  }
 }
 
 function lineEnd(source: string, from: number): number {
