@@ -10,7 +10,7 @@ import { Code, GdrpcError } from '../../errors.ts';
 import { IPC_HANDLE_BYTES, mapAllocation, type Mapping } from '../../compute/ipc.ts';
 import { checkShape } from '../../tensor/shape.ts';
 import { Storage } from '../../tensor/storage.ts';
-import { Tensor, type TensorPoolLike } from '../../tensor/index.ts';
+import { Tensor, type Device, type TensorPoolLike } from '../../tensor/index.ts';
 import type { MethodDescriptor } from '../../schema/descriptor.ts';
 import { attachCallInfo } from '../movers/call-info.ts';
 import { HANDLE_ARGS, isUnknownMethod, OWNER_SERVICE, type DirectGrant, type OwnerClient, type OwnerConnection } from './owner-client.ts';
@@ -73,28 +73,13 @@ export async function runDirectPull(client: OwnerClient, plan: BlockPull, via: O
     throw new GdrpcError(Code.INVALID_ARGUMENT, `RemoteTensor.pullBlocks: the handle describes a ${source.byteLength}-byte tensor, its owner holds ${grant.byteLength} bytes under it`);
   }
   const { handle: h, offset: o } = grant;
-  let lease: { mapping: Mapping; release: (forget?: boolean) => void };
-  try {
-    lease = via !== undefined ? via.useMapping(`${device}/${Buffer.from(h).toString('hex')}`, () => mapAllocation(device, h)) : own(mapAllocation(device, h));
-  } catch (error) {
-    // Not mappable here (an owner on another node or in this process): two-sided it is.
-    if (error instanceof GdrpcError && (error.details?.cudaError !== undefined || error.code === Code.FAILED_PRECONDITION)) {
-      via?.declineDirect();
-      return undefined;
-    }
-    throw error;
-  }
+  const lease = leaseMapping(via, device, h);
+  if (lease === undefined) return undefined;
   const made = into === undefined;
   let target: Tensor | undefined;
   let gone = false;
   try {
-    // The owner's word for where its tensor is, checked against what the driver mapped here: the
-    // kernel reads only inside the mapping.
-    if (o + source.byteLength > lease.mapping.bytes) {
-      throw malformed(`its ${source.byteLength}-byte tensor at offset ${o} of a ${lease.mapping.bytes}-byte allocation`);
-    }
-    const shape = checkShape([...source.shape], source.dtype);
-    const src = new Tensor(source.dtype, shape, new Storage<TensorPoolLike>({ device: plan.device, byteLength: source.byteLength, address: lease.mapping.address + BigInt(o) }));
+    const src = ownerTensor(source, lease.mapping, o, plan.device);
     target = into ?? (plan.pool !== undefined ? plan.pool.allocate([indices.length, ...plan.blockShape], source.dtype) : Tensor.empty([indices.length, ...plan.blockShape], source.dtype, { device: plan.device }));
     const dst = target;
     // The owner synchronized the tensor when it exposed it (sourcesReady).
@@ -126,7 +111,37 @@ function grantOf(answer: Record<string, unknown>): DirectGrant {
   return { handle: h, offset: o, byteLength: l };
 }
 
+/** A mapping of the owner's allocation as a pull holds it, and what lets it go (`forget`: unmap it
+ *  once unused, as after the owner said the handle is gone). */
+type MappingLease = { mapping: Mapping; release: (forget?: boolean) => void };
+
+/** The owner's allocation `h` mapped on cuda:`device`, shared through `via` when given; undefined
+ *  when it cannot be mapped here, after which `via` pulls two-sided at once. */
+function leaseMapping(via: OwnerConnection | undefined, device: number, h: Uint8Array): MappingLease | undefined {
+  try {
+    return via !== undefined ? via.useMapping(`${device}/${Buffer.from(h).toString('hex')}`, () => mapAllocation(device, h)) : own(mapAllocation(device, h));
+  } catch (error) {
+    // Not mappable here (an owner on another node or in this process): two-sided it is.
+    if (error instanceof GdrpcError && (error.details?.cudaError !== undefined || error.code === Code.FAILED_PRECONDITION)) {
+      via?.declineDirect();
+      return undefined;
+    }
+    throw error;
+  }
+}
+
 /** A mapping of a pull's own (no shared connection): unmapped when the pull lets go. */
-function own(mapping: Mapping): { mapping: Mapping; release: (forget?: boolean) => void } {
+function own(mapping: Mapping): MappingLease {
   return { mapping, release: () => mapping.close() };
+}
+
+/** The handle's tensor where the owner says it lies in `mapping`, at offset `o`, read in place. */
+function ownerTensor(source: BlockPull['source'], mapping: Mapping, o: number, device: Device): Tensor {
+  // The owner's word for where its tensor is, checked against what the driver mapped here: the
+  // kernel reads only inside the mapping.
+  if (o + source.byteLength > mapping.bytes) {
+    throw malformed(`its ${source.byteLength}-byte tensor at offset ${o} of a ${mapping.bytes}-byte allocation`);
+  }
+  const shape = checkShape([...source.shape], source.dtype);
+  return new Tensor(source.dtype, shape, new Storage<TensorPoolLike>({ device, byteLength: source.byteLength, address: mapping.address + BigInt(o) }));
 }
