@@ -87,6 +87,14 @@ function pastLimits(limits: PullLimits): GdrpcError | undefined {
   return undefined;
 }
 
+/** One RemoteTensor.pullAll under way: what it was given, where each handle lands, its limits,
+ *  the tensors pulled so far (by place in `handles`), the failures so far, and how many batches
+ *  each connection keeps in flight. */
+interface PullAllRun {
+  handles: readonly RemoteTensor[]; options: PullAllOptions; into: readonly Tensor[] | undefined; landing: (i: number) => Landing;
+  limits: PullLimits; results: Array<Tensor | undefined>; failures: unknown[]; lanes: number;
+}
+
 /** A handle to a tensor that stays with its owner until pulled (`@remote` placement). */
 export class RemoteTensor {
   readonly #dial: OwnerDialer | undefined;
@@ -177,6 +185,38 @@ export class RemoteTensor {
     }
     const limits = pullLimits(options);
     const landing = (i: number): Landing => (into !== undefined ? { into: into[i]! } : options.pool !== undefined ? { pool: options.pool } : { device: options.device ?? 'cpu' });
+    const groups = RemoteTensor.#batchByOwner(handles, into, landing);
+    const results: Array<Tensor | undefined> = new Array(handles.length);
+    const failures: unknown[] = [];
+    const lanes = Math.max(1, Math.ceil((options.maxInFlight ?? DEFAULT_PULLS_IN_FLIGHT) / PULL_BATCH));
+    const pulls: PullAllRun = { handles, options, into, landing, limits, results, failures, lanes };
+    // OWNERS_AT_ONCE owners at a time, each dialled only while the pull's limits hold: one result's
+    // 5,000 handles naming one owner spelled 5,000 ways opened 4,792 connections at once (9,843
+    // file descriptors) and went on dialling past the pull's deadline (a helper session's owner,
+    // 2026-12-06).
+    const work = [...groups].flatMap(([dial, byOwner]) => [...byOwner].map(([owner, batches]) => () => RemoteTensor.#pullGroup(pulls, dial, owner, batches)));
+    let nextGroup = 0;
+    const dialler = async (): Promise<void> => {
+      while (nextGroup < work.length && failures.length === 0) {
+        const run = work[nextGroup++]!;
+        const over = pastLimits(limits);
+        if (over !== undefined) {
+          failures.push(over);
+          return;
+        }
+        await run().catch((error: unknown) => { failures.push(error); });
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(OWNERS_AT_ONCE, work.length) }, dialler));
+    if (failures.length > 0) {
+      if (into === undefined) for (const tensor of results) tensor?.release();
+      throw failures[0];
+    }
+    return results as Tensor[];
+  }
+
+  /** pullAll's handles, as their places in `handles`, in batches per dialer and owner. */
+  static #batchByOwner(handles: readonly RemoteTensor[], into: readonly Tensor[] | undefined, landing: (i: number) => Landing): Map<OwnerDialer, Map<string, number[][]>> {
     // One connection per owner and dialer (the runtime a handle arrived on); on it, batches of
     // handles that share a dtype, a shape and where they land.
     const groups = new Map<OwnerDialer, Map<string, number[][]>>();
@@ -200,73 +240,52 @@ export class RemoteTensor {
         filling.set(key, fresh);
       }
     }
-    const results: Array<Tensor | undefined> = new Array(handles.length);
-    const failures: unknown[] = [];
-    const lanes = Math.max(1, Math.ceil((options.maxInFlight ?? DEFAULT_PULLS_IN_FLIGHT) / PULL_BATCH));
-    const pullGroup = async (dial: OwnerDialer, owner: string, batches: number[][]): Promise<void> => {
-      const client = await dial(owner, options.token, limits);
-      let pulled = false;
-      try {
-        let next = 0;
-        // What the owner answers, until it says it has no such method.
-        let stackAnswered = true;
-        let manyAnswered = true;
-        const lane = async (): Promise<void> => {
-          while (next < batches.length && failures.length === 0) {
-            const batch = batches[next++]!;
-            const batchHandles = batch.map((i) => handles[i]!);
-            const batchInto = into === undefined ? undefined : batch.map((i) => into[i]!);
-            let tensors: Tensor[] | undefined;
-            if (stackAnswered && batch.length > 1 && batchHandles[0]!.byteLength <= MAX_STACKED_BLOCK_BYTES) {
-              try {
-                tensors = await RemoteTensor.#pullStacked(client, batchHandles, landing(batch[0]!), batchInto, limits);
-              } catch (error) {
-                if (!isUnknownMethod(error)) throw error;
-                stackAnswered = false;
-              }
+    return groups;
+  }
+
+  /** pullAll's pulls from one owner over one connection of their own, `pulls.lanes` batches in
+   *  flight, each asked for the best way the owner answers. */
+  static async #pullGroup(pulls: PullAllRun, dial: OwnerDialer, owner: string, batches: number[][]): Promise<void> {
+    const { handles, options, into, landing, limits, results, failures, lanes } = pulls;
+    const client = await dial(owner, options.token, limits);
+    let pulled = false;
+    try {
+      let next = 0;
+      // What the owner answers, until it says it has no such method.
+      let stackAnswered = true;
+      let manyAnswered = true;
+      const lane = async (): Promise<void> => {
+        while (next < batches.length && failures.length === 0) {
+          const batch = batches[next++]!;
+          const batchHandles = batch.map((i) => handles[i]!);
+          const batchInto = into === undefined ? undefined : batch.map((i) => into[i]!);
+          let tensors: Tensor[] | undefined;
+          if (stackAnswered && batch.length > 1 && batchHandles[0]!.byteLength <= MAX_STACKED_BLOCK_BYTES) {
+            try {
+              tensors = await RemoteTensor.#pullStacked(client, batchHandles, landing(batch[0]!), batchInto, limits);
+            } catch (error) {
+              if (!isUnknownMethod(error)) throw error;
+              stackAnswered = false;
             }
-            if (tensors === undefined && manyAnswered) {
-              try {
-                tensors = await RemoteTensor.#pullBatch(client, batchHandles, landing(batch[0]!), batchInto, limits);
-              } catch (error) {
-                if (!isUnknownMethod(error)) throw error;
-                manyAnswered = false;
-              }
-            }
-            if (tensors !== undefined) for (const [k, i] of batch.entries()) results[i] = tensors[k];
-            else for (const i of batch) results[i] = await handles[i]!.#pullThrough(client, landing(i), limits);
           }
-        };
-        await Promise.all(Array.from({ length: Math.min(lanes, batches.length) }, () => lane().catch((error: unknown) => { failures.push(error); })));
-        pulled = failures.length === 0;
-      } finally {
-        if (pulled) closeWhenReported(client, batches.flat().map((i) => results[i]));
-        else await client.close();
-      }
-    };
-    // OWNERS_AT_ONCE owners at a time, each dialled only while the pull's limits hold: one result's
-    // 5,000 handles naming one owner spelled 5,000 ways opened 4,792 connections at once (9,843
-    // file descriptors) and went on dialling past the pull's deadline (a helper session's owner,
-    // 2026-12-06).
-    const work = [...groups].flatMap(([dial, byOwner]) => [...byOwner].map(([owner, batches]) => () => pullGroup(dial, owner, batches)));
-    let nextGroup = 0;
-    const dialler = async (): Promise<void> => {
-      while (nextGroup < work.length && failures.length === 0) {
-        const run = work[nextGroup++]!;
-        const over = pastLimits(limits);
-        if (over !== undefined) {
-          failures.push(over);
-          return;
+          if (tensors === undefined && manyAnswered) {
+            try {
+              tensors = await RemoteTensor.#pullBatch(client, batchHandles, landing(batch[0]!), batchInto, limits);
+            } catch (error) {
+              if (!isUnknownMethod(error)) throw error;
+              manyAnswered = false;
+            }
+          }
+          if (tensors !== undefined) for (const [k, i] of batch.entries()) results[i] = tensors[k];
+          else for (const i of batch) results[i] = await handles[i]!.#pullThrough(client, landing(i), limits);
         }
-        await run().catch((error: unknown) => { failures.push(error); });
-      }
-    };
-    await Promise.all(Array.from({ length: Math.min(OWNERS_AT_ONCE, work.length) }, dialler));
-    if (failures.length > 0) {
-      if (into === undefined) for (const tensor of results) tensor?.release();
-      throw failures[0];
+      };
+      await Promise.all(Array.from({ length: Math.min(lanes, batches.length) }, () => lane().catch((error: unknown) => { failures.push(error); })));
+      pulled = failures.length === 0;
+    } finally {
+      if (pulled) closeWhenReported(client, batches.flat().map((i) => results[i]));
+      else await client.close();
     }
-    return results as Tensor[];
   }
 
   /** One gdrpc.Owner/pullStacked call for handles of one dtype and shape that land alike: the
