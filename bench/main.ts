@@ -19,6 +19,7 @@ const suites: Record<string, () => Promise<(opts: SuiteOptions) => Promise<objec
   'mem-events': async () => (await import('./mem-events.ts')).runMemEventsBench,
   poll: async () => (await import('./poll.ts')).runPollBench,
   'call-split': async () => (await import('./call-split.ts')).runCallSplitBench,
+  'cuda-costs': async () => (await import('./cuda-costs.ts')).runCudaCostsBench,
   'warm-curve': async () => (await import('./warm-curve.ts')).runWarmCurveBench,
 };
 
