@@ -17,12 +17,12 @@ import { planBlockPull, PULL_BLOCKS_OPTIONS, runBlockPull, type PullBlocksOption
 import { runDirectPull } from './direct.ts';
 import { closeWhenReported, DEVICE, fixedTensorType, HANDLE_ARGS, isUnknownMethod, landingDevice, OWNER_SERVICE, OwnerConnection, placementOf, POOL, PULL_LIMIT_OPTIONS, pullLimits, VIA, type Landing, type OwnerClient, type OwnerDialer, type PullLimits } from './owner-client.ts';
 
-/** Registers `tensor` as remote for the call of `scope`, on its connection's runtime; returns its
- *  handle descriptor. Released when the call ends or the connection dies (exposures), or after one pull. */
 /** A tensor exposed for a call: its handle descriptor, when the exposure ends (pulled, its tensor
  *  released, the connection gone), and what ends it now (idempotent). */
 export interface Exposed { wire: TensorWire; ended: Promise<void>; end: () => void }
 
+/** Registers `tensor` as remote for the call of `scope`, on its connection's runtime; returns its
+ *  handle descriptor. Released when the call ends or the connection dies (exposures), or after one pull. */
 export function exposeRemote(tensor: Tensor, scope: TransferScope): Exposed {
   const { connection, call } = scope;
   let told!: () => void;
