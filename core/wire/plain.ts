@@ -106,12 +106,12 @@ export function notPlainMsgpack(source: Uint8Array, start: number, end: number):
   return typeof weighed === 'string' ? weighed : undefined;
 }
 
-/** What `source[start, end)` would decode to, weighed as above, when it is exactly one plain
- *  msgpack value within MAX_DECODED_PER_BYTE; else why it is not (a string). */
 // One function past the style's ~60 lines on purpose: every received frame passes through it, and
 // the type dispatch moved out into a function of its own (about 1 KB of bytecode, past what V8
 // inlines) cost a call per value: a 1,000-entry map weighed in 25-34 µs against 19 µs (node 20,
 // the 2-core box, minimums of alternated runs, a helper session's trial, 2026-12-07).
+/** What `source[start, end)` would decode to, weighed as above, when it is exactly one plain
+ *  msgpack value within MAX_DECODED_PER_BYTE; else why it is not (a string). */
 export function weighMsgpack(source: Uint8Array, start: number, end: number): number | string {
   let at = start;
   let depth = 0;
