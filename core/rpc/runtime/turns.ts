@@ -43,7 +43,7 @@ export class Turns {
    *  follows it is the next one taken (undefined otherwise): that turn's message is charged from
    *  it, its probe and receive included, and the clock is read once a message, not twice. No
    *  other delivery comes in between: the binding settles completions (awaitedDone) from the
-   *  event loop, never inside the probe and receive a turn makes. */
+   *  event loop, never inside the calls a turn makes. */
   #lastReading: number | undefined;
 
   /** `readingClock`: what a message read in turns is charged by, in ms (read-turns.ts);
