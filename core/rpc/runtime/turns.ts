@@ -41,9 +41,7 @@ export class Turns {
   readonly #awaiting: AwaitedReceives;
   /** The reading clock when the last message read in a turn was delivered, while the turn that
    *  follows it is the next one taken (undefined otherwise): that turn's message is charged from
-   *  it, its probe and receive included, and the clock is read once a message, not twice. No
-   *  other delivery comes in between: the binding settles completions (awaitedDone) from the
-   *  event loop, never inside the calls a turn makes. */
+   *  it, its probe and receive included, and the clock is read once a message, not twice. */
   #lastReading: number | undefined;
 
   /** `readingClock`: what a message read in turns is charged by, in ms (read-turns.ts);
