@@ -426,39 +426,6 @@ describe('turns, once reading falls behind', () => {
     expect(dispatcher!.stats().readInTurns).toBe(readInTurns);
   });
 
-  it('messages read back to back in turns read the clock once each: one delivery\'s end is the next one\'s start', async () => {
-    // The real clock reads /proc/thread-self/schedstat (about 0.7 us a reading): read before and
-    // after each message it cost two; the probe and receive of the next message are its own
-    // reading's cost anyway. Each stretch of turns (after a yield) starts from a fresh reading.
-    const worker = new LineWorker();
-    const clock = { now: 1_000, cpu: 0 };
-    let readings = 0;
-    dispatcher = new Dispatcher(worker as unknown as Worker, 4096, () => { readings += 1; return clock.cpu; });
-    vi.spyOn(performance, 'now').mockImplementation(() => clock.now);
-    const order: string[] = [];
-    const sink = (name: string): FrameSink => ({
-      onMessage: (bytes) => { order.push(`${name}${bytes[0]}`); clock.now += 0.02; clock.cpu += 0.02; },
-      onOversized: () => {}, onStrayData: () => {}, onStalled: () => {},
-    });
-    const a = dispatcher.register(sink('a'));
-    const b = dispatcher.register(sink('b'));
-    await worker.posted();
-    // More than a slice's 4 ms of messages queued: the slice ends on time with messages left, and
-    // the rest are read in turns.
-    queue(worker, a.value, 1, 300);
-    queue(worker, b.value, 1, 300);
-    worker.arrive(controlTag(a.value), new Uint8Array([0]));
-    await expect.poll(() => order.length).toBe(601);
-    const { readInTurns } = dispatcher.stats();
-    expect(readInTurns).toBeGreaterThan(300);
-    // Twice per message before (798 readings here); once per message and once per stretch now
-    // (417).
-    expect(readings).toBeGreaterThanOrEqual(readInTurns);
-    expect(readings).toBeLessThan(1.25 * readInTurns);
-    // Each connection's in order (a message's first byte is its number, modulo 256).
-    expect(order.filter((name) => name.startsWith('a'))).toEqual(Array.from({ length: 301 }, (_, i) => `a${i & 0xff}`));
-  });
-
   it('a message is charged the time its reading took less what the process waited for a CPU: a read descheduled puts no connection in debt', async () => {
     // The same messages as above, each taking 2 ms of wall time of which 10 µs are the thread's
     // own (the rest went to other processes). Charged by wall time, on the 2-core box under the

@@ -287,7 +287,6 @@ export class Dispatcher {
   #takeTurns(): void {
     clearTimeout(this.#recheck);
     this.#recheck = undefined;
-    this.#turns.paused();
     while (this.#turns.on && !this.#stop.signal.aborted && !this.worker.closed) {
       const done = this.#turns.take();
       if (done === 'caught up') return this.#receive();

@@ -39,10 +39,6 @@ export class Turns {
   readonly #order = new ReadTurns<Registered>(() => this.table.values());
   /** Connections whose receive in a turn waits for its message (Registered.awaiting). */
   readonly #awaiting: AwaitedReceives;
-  /** The reading clock when the last message read in a turn was delivered, while the turn that
-   *  follows it is the next one taken (undefined otherwise): that turn's message is charged from
-   *  it, its probe and receive included, and the clock is read once a message, not twice. */
-  #lastReading: number | undefined;
 
   /** `readingClock`: what a message read in turns is charged by, in ms (read-turns.ts);
    *  `stopped`: the dispatcher's stop; `schedule`: the dispatcher reads on from an immediate (a
@@ -72,15 +68,8 @@ export class Turns {
   /** The next turn: its connection's next message, or the line's oldest (turns end when none is
    *  queued: 'caught up'). */
   take(): TurnDone {
-    const carried = this.#lastReading;
-    this.#lastReading = undefined;
     const turn = this.#order.next();
-    return turn === this.#order.line ? this.#lineTurn(carried) : this.#connectionTurn(turn as Registered, carried);
-  }
-
-  /** The dispatcher yielded to the event loop: what ran meanwhile is no message's reading. */
-  paused(): void {
-    this.#lastReading = undefined;
+    return turn === this.#order.line ? this.#lineTurn() : this.#connectionTurn(turn as Registered);
   }
 
   /** `registered` is gone: its turn, if on, ends, and a receive of it that waits for its message
@@ -98,18 +87,18 @@ export class Turns {
   }
 
   /** A connection's turn: its next message, if one is queued and none of its own is on its way. */
-  #connectionTurn(registered: Registered, carried: number | undefined): 'read' | 'none' {
+  #connectionTurn(registered: Registered): 'read' | 'none' {
     if (registered.awaiting !== undefined || this.worker.tagProbe(registered.tag, EXACT_MASK) === null) {
       this.#order.end();
       return 'none';
     }
-    this.#receiveOf(registered, carried);
+    this.#receiveOf(registered);
     return 'read';
   }
 
   /** The line's turn: the oldest control message, read as its connection's, or dropped when it is
    *  of none; 'blocked' when it cannot be read yet and nothing else was this round. */
-  #lineTurn(carried: number | undefined): TurnDone {
+  #lineTurn(): TurnDone {
     const oldest = this.worker.tagProbe(CONTROL_BIT, CONTROL_MASK);
     if (oldest === null) {
       // Caught up, unless a connection's message is still on its way: the watch could take that
@@ -129,7 +118,7 @@ export class Turns {
       return 'read';
     }
     if (registered.awaiting !== undefined) return this.#lineWaits();
-    this.#receiveOf(registered, carried);
+    this.#receiveOf(registered);
     return 'read';
   }
 
@@ -142,9 +131,8 @@ export class Turns {
   }
 
   /** Receives `registered`'s next message (one is queued) into the receive buffer; when it waits
-   *  for the rest of its message, the buffer and slot stay with it and new ones go on. `carried`:
-   *  the reading the last message's delivery ended with, when it was the turn before. */
-  #receiveOf(registered: Registered, carried: number | undefined): void {
+   *  for the rest of its message, the buffer and slot stay with it and new ones go on. */
+  #receiveOf(registered: Registered): void {
     const buffer = this.buffers.buffer(registered.hello === true);
     const slot = this.buffers.slot;
     const id = this.worker.requestId();
@@ -158,7 +146,7 @@ export class Turns {
       return;
     }
     if (now) {
-      this.#deliverInTurn(buffer, slot, carried);
+      this.#deliverInTurn(buffer, slot);
       return;
     }
     if (registered.hello === true) this.leaveHello(registered, buffer);
@@ -222,16 +210,14 @@ export class Turns {
   /** Delivers a message received in a turn, charging the time it took to its connection (to the
    *  line when it has none; read-turns.ts), MIN_READ_CHARGE_MS at least: a clock that stood still
    *  or went back (or read NaN) would have left the turn with its holder for as long as it had
-   *  messages. From `carried` when given (the turn before delivered too), else from now. */
-  #deliverInTurn(buffer: ReceiveBuffer, slot: Slot, carried?: number): void {
+   *  messages. */
+  #deliverInTurn(buffer: ReceiveBuffer, slot: Slot): void {
     const turn = this.#order.current;
     const holder = this.table.registeredOf(slot[0]!, slot[1]!) ?? this.#order.line;
-    const start = carried ?? this.readingClock();
+    const start = this.readingClock();
     this.delivery.deliver(buffer, slot);
     this.stats.readInTurns += 1;
-    const end = this.readingClock();
-    this.#lastReading = end;
-    const took = end - start;
+    const took = this.readingClock() - start;
     this.#order.charge(turn, holder, took > MIN_READ_CHARGE_MS ? took : MIN_READ_CHARGE_MS);
   }
 
