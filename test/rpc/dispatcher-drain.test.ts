@@ -426,6 +426,44 @@ describe('turns, once reading falls behind', () => {
     expect(dispatcher!.stats().readInTurns).toBe(readInTurns);
   });
 
+  it("a probe that had to progress the worker is charged to no connection: the pass moved every peer's bytes", async () => {
+    // The binding's tagProbe runs a progress pass (and the sweep) when the tag's message is not in
+    // UCX's queue yet: its cost is everyone's traffic. A message charged from the end of the
+    // delivery before it, probe included (a change that saved one clock reading a message, found
+    // by a helper session's review, 2026-12-07), put a connection 3 ms in debt for such a pass:
+    // it sat out a dozen rounds while the other read on.
+    const worker = new LineWorker();
+    const clock = { now: 1_000, cpu: 0 };
+    dispatcher = new Dispatcher(worker as unknown as Worker, 4096, () => clock.cpu);
+    vi.spyOn(performance, 'now').mockImplementation(() => clock.now);
+    const order: string[] = [];
+    const sink = (name: string): FrameSink => ({
+      onMessage: () => { order.push(name); clock.now += 0.02; clock.cpu += 0.02; },
+      onOversized: () => {}, onStrayData: () => {}, onStalled: () => {},
+    });
+    const a = dispatcher.register(sink('a'));
+    const b = dispatcher.register(sink('b'));
+    await worker.posted();
+    // Once reading is in turns, the 40th probe of a's tag is one that had to pass: 3 ms.
+    let probesOfA = 0;
+    const probe = worker.tagProbe.bind(worker);
+    worker.tagProbe = (tag, mask, options) => {
+      if (tag === controlTag(a.value) && mask === EXACT_MASK && ++probesOfA === 40) clock.cpu += 3;
+      return probe(tag, mask, options);
+    };
+    queue(worker, a.value, 1, 300);
+    queue(worker, b.value, 1, 300);
+    worker.arrive(controlTag(a.value), new Uint8Array([0]));
+    await expect.poll(() => order.length).toBe(601);
+    expect(probesOfA).toBeGreaterThan(40);
+    // Turns of a quarter millisecond, 0.02 ms a message: runs of about 13 of one connection while
+    // both have messages. A connection charged the pass sat in debt for a dozen rounds, reading
+    // one message a round (a turn reads one at least) while the other read its 13.
+    const runsOfA = order.join('').match(/a+/g)!.map((run) => run.length);
+    expect(runsOfA.length).toBeGreaterThan(5);
+    expect(runsOfA.filter((length) => length <= 2)).toEqual([]);
+  });
+
   it('a message is charged the time its reading took less what the process waited for a CPU: a read descheduled puts no connection in debt', async () => {
     // The same messages as above, each taking 2 ms of wall time of which 10 µs are the thread's
     // own (the rest went to other processes). Charged by wall time, on the 2-core box under the

@@ -214,6 +214,10 @@ export class Turns {
   #deliverInTurn(buffer: ReceiveBuffer, slot: Slot): void {
     const turn = this.#order.current;
     const holder = this.table.registeredOf(slot[0]!, slot[1]!) ?? this.#order.line;
+    // Read here, after the turn's probe and receive, not carried over from the delivery before (one
+    // reading a message instead of two): a probe that finds its tag's message not yet queued runs
+    // a progress pass, which moves every peer's bytes, and the connection whose message it brought
+    // in was charged the pass (a review's 3 ms: a dozen rounds in debt; dispatcher-drain's test).
     const start = this.readingClock();
     this.delivery.deliver(buffer, slot);
     this.stats.readInTurns += 1;
