@@ -21,8 +21,9 @@ import { closeWhenReported, DEVICE, fixedTensorType, HANDLE_ARGS, isUnknownMetho
  *  released, the connection gone), and what ends it now (idempotent). */
 export interface Exposed { wire: TensorWire; ended: Promise<void>; end: () => void }
 
-/** Registers `tensor` as remote for the call of `scope`, on its connection's runtime; returns its
- *  handle descriptor. Released when the call ends or the connection dies (exposures), or after one pull. */
+/** Registers `tensor` as remote for the call of `scope`, on its connection's runtime; returns the
+ *  exposure (its handle descriptor among it). Released when the call ends or the connection dies
+ *  (exposures), or after one pull. */
 export function exposeRemote(tensor: Tensor, scope: TransferScope): Exposed {
   const { connection, call } = scope;
   let told!: () => void;

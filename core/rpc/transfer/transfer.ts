@@ -18,12 +18,12 @@ import { bounceFor, stagingReason } from '../movers/staging.ts';
 import { heldPayloadDropped, resultsTooLarge, streamItemsTooLarge, tensorTooLarge, type Side } from './memory-errors.ts';
 import { checkGathers, stagingTensor, type Gather } from './gather.ts';
 import { ReceiveSlices } from './receive-slices.ts';
-
-export { RECEIVE_SLICE } from './receive-slices.ts';
 import { awaitingReport } from '../movers/call-info.ts';
 import { RemoteTensor } from '../remote/remote.ts';
 import type { OwnerDialer } from '../remote/owner-client.ts';
 import { isLent } from '../remote/lent.ts';
+
+export { RECEIVE_SLICE } from './receive-slices.ts';
 
 export type { SendPolicy } from '../movers/plan.ts';
 
@@ -58,7 +58,6 @@ export function tooManyTensors(what: string): GdrpcError {
 
 /** Largest transfer id of a tag payload (`x` of movers t and g): 32 bits of the payload's tag. */
 export const MAX_TRANSFER_ID = 0xffff_ffff;
-
 
 /** An announced tensor whose bytes follow (not a remote handle). */
 const carriesBytes = (pending: PendingTensor): boolean => pending.wire.m !== 'h';
