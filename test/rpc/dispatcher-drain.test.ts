@@ -464,6 +464,40 @@ describe('turns, once reading falls behind', () => {
     expect(runsOfA.filter((length) => length <= 2)).toEqual([]);
   });
 
+  it('a receive UCX refuses at once is charged the floor: a turn of such failures ends after 250, not with its last message', async () => {
+    const worker = new LineWorker();
+    const clock = { now: 1_000, cpu: 0 };
+    dispatcher = new Dispatcher(worker as unknown as Worker, 4096, () => clock.cpu);
+    vi.spyOn(performance, 'now').mockImplementation(() => clock.now);
+    const got: string[] = [];
+    const sink = (name: string): FrameSink => ({
+      onMessage: () => { got.push(name); clock.now += 0.02; clock.cpu += 0.02; },
+      onOversized: () => {}, onStrayData: () => {}, onStalled: () => {},
+    });
+    const a = dispatcher.register(sink('a'));
+    const b = dispatcher.register(sink('b'));
+    await worker.posted();
+    // Once reading is in turns, every receive of a's tag fails at once, its message gone.
+    const receive = worker.tagRecvInto.bind(worker);
+    worker.tagRecvInto = (buffer, tag, mask, id, slot, done) => {
+      if (tag === controlTag(a.value) && mask === EXACT_MASK) {
+        worker.receives.push({ tag, mask });
+        worker.controls.splice(worker.controls.findIndex((m) => m.tag === tag), 1);
+        throw new GdrpcError(Code.UNAVAILABLE, 'tag receive: refused');
+      }
+      return receive(buffer, tag, mask, id, slot, done);
+    };
+    queue(worker, a.value, 1, 1200);
+    queue(worker, b.value, 1, 300);
+    worker.arrive(controlTag(a.value), new Uint8Array([0]));
+    await expect.poll(() => got.filter((name) => name === 'b').length).toBe(300);
+    // The receives in turns, by connection: a's failures come in runs of a turn each.
+    const turnReceives = worker.receives.filter((r) => r.mask === EXACT_MASK).map((r) => (r.tag === controlTag(a.value) ? 'a' : 'b'));
+    const runsOfA = turnReceives.join('').match(/a+/g)!.map((run) => run.length);
+    expect(Math.max(...runsOfA)).toBeLessThanOrEqual(Math.ceil(TURN_QUANTUM_MS / MIN_READ_CHARGE_MS) + 1);
+    expect(runsOfA.length).toBeGreaterThan(2);
+  });
+
   it('a message is charged the time its reading took less what the process waited for a CPU: a read descheduled puts no connection in debt', async () => {
     // The same messages as above, each taking 2 ms of wall time of which 10 µs are the thread's
     // own (the rest went to other processes). Charged by wall time, on the 2-core box under the

@@ -140,9 +140,10 @@ export class Turns {
     try {
       now = this.worker.tagRecvInto(buffer.bytes, registered.tag, EXACT_MASK, id, slot, (error?: unknown) => this.awaitedDone(registered, buffer, error));
     } catch (error) {
-      // Failed at once (UCX refused it): the message is gone.
+      // Failed at once (UCX refused it): the message is gone. Charged the floor, as a read one is:
+      // a turn of such failures still ends.
       this.delivery.failed(buffer, error);
-      this.#order.charge(this.#order.current, registered, 0);
+      this.#order.charge(this.#order.current, registered, MIN_READ_CHARGE_MS);
       return;
     }
     if (now) {
