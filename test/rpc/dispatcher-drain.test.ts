@@ -396,6 +396,22 @@ describe('turns, once reading falls behind', () => {
     void dispatcher.awaitHelloTurn({ ...sink('h', 0), onMessage: (bytes) => { hello.push(`h${bytes[0]}`); } });
     return { worker, slow, fast, order, hello, stalled, clock };
   }
+  /** Two connections, a and b, each of whose messages takes 0.02 ms to read (wall and own time);
+   *  `order` names the connection of each message read. */
+  function evenConnections(): { worker: LineWorker; a: ConnectionKey; b: ConnectionKey; order: string[]; clock: { now: number; cpu: number } } {
+    const worker = new LineWorker();
+    const clock = { now: 1_000, cpu: 0 };
+    dispatcher = new Dispatcher(worker as unknown as Worker, 4096, () => clock.cpu);
+    vi.spyOn(performance, 'now').mockImplementation(() => clock.now);
+    const order: string[] = [];
+    const sink = (name: string): FrameSink => ({
+      onMessage: () => { order.push(name); clock.now += 0.02; clock.cpu += 0.02; },
+      onOversized: () => {}, onStrayData: () => {}, onStalled: () => {},
+    });
+    const a = dispatcher.register(sink('a'));
+    const b = dispatcher.register(sink('b'));
+    return { worker, a, b, order, clock };
+  }
   const queue = (worker: FakeWorker, key: bigint, from: number, to: number): void => {
     for (let i = from; i <= to; i += 1) worker.controls.push({ tag: controlTag(key), bytes: new Uint8Array([i]) });
   };
@@ -432,17 +448,7 @@ describe('turns, once reading falls behind', () => {
     // delivery before it, probe included (a change that saved one clock reading a message, found
     // by a helper session's review, 2026-12-07), put a connection 3 ms in debt for such a pass:
     // it sat out a dozen rounds while the other read on.
-    const worker = new LineWorker();
-    const clock = { now: 1_000, cpu: 0 };
-    dispatcher = new Dispatcher(worker as unknown as Worker, 4096, () => clock.cpu);
-    vi.spyOn(performance, 'now').mockImplementation(() => clock.now);
-    const order: string[] = [];
-    const sink = (name: string): FrameSink => ({
-      onMessage: () => { order.push(name); clock.now += 0.02; clock.cpu += 0.02; },
-      onOversized: () => {}, onStrayData: () => {}, onStalled: () => {},
-    });
-    const a = dispatcher.register(sink('a'));
-    const b = dispatcher.register(sink('b'));
+    const { worker, a, b, order, clock } = evenConnections();
     await worker.posted();
     // Once reading is in turns, the 40th probe of a's tag is one that had to pass: 3 ms.
     let probesOfA = 0;
@@ -465,17 +471,7 @@ describe('turns, once reading falls behind', () => {
   });
 
   it('a receive UCX refuses at once is charged the floor: a turn of such failures ends after 250, not with its last message', async () => {
-    const worker = new LineWorker();
-    const clock = { now: 1_000, cpu: 0 };
-    dispatcher = new Dispatcher(worker as unknown as Worker, 4096, () => clock.cpu);
-    vi.spyOn(performance, 'now').mockImplementation(() => clock.now);
-    const got: string[] = [];
-    const sink = (name: string): FrameSink => ({
-      onMessage: () => { got.push(name); clock.now += 0.02; clock.cpu += 0.02; },
-      onOversized: () => {}, onStrayData: () => {}, onStalled: () => {},
-    });
-    const a = dispatcher.register(sink('a'));
-    const b = dispatcher.register(sink('b'));
+    const { worker, a, b, order } = evenConnections();
     await worker.posted();
     // Once reading is in turns, every receive of a's tag fails at once, its message gone.
     const receive = worker.tagRecvInto.bind(worker);
@@ -490,7 +486,7 @@ describe('turns, once reading falls behind', () => {
     queue(worker, a.value, 1, 1200);
     queue(worker, b.value, 1, 300);
     worker.arrive(controlTag(a.value), new Uint8Array([0]));
-    await expect.poll(() => got.filter((name) => name === 'b').length).toBe(300);
+    await expect.poll(() => order.filter((name) => name === 'b').length).toBe(300);
     // The receives in turns, by connection: a's failures come in runs of a turn each.
     const turnReceives = worker.receives.filter((r) => r.mask === EXACT_MASK).map((r) => (r.tag === controlTag(a.value) ? 'a' : 'b'));
     const runsOfA = turnReceives.join('').match(/a+/g)!.map((run) => run.length);
