@@ -3,7 +3,8 @@
 // peer, no UCX): the device-wide synchronize a send of a tensor without a named producer waits
 // for (compute/ready.ts), the receiving pool's allocation and release of a 16 MiB destination,
 // the tensor's mapped span, and the stream-ordered alternative (an event recorded on the
-// producing stream, then waited for). Medians of 5 rounds; each row is µs per operation.
+// producing stream, then waited for). Medians of 5 rounds of 20,000 operations (the awaited row
+// 5,000); each row is µs per operation.
 import { cuda } from '../core/cuda.ts';
 import { Runtime, type Tensor } from '../core/index.ts';
 import { CudaStream } from '../core/compute/stream.ts';
@@ -13,25 +14,22 @@ import { describeMachine, percentile } from './machine.ts';
 const ROUNDS = 5;
 const OPS = 20_000;
 
-/** µs per call of `op`, the median of ROUNDS rounds of `n` calls after a warm-up. */
-function perOp(op: () => void, n = OPS): number {
-  for (let i = 0; i < 200; i += 1) op();
-  const rounds: number[] = [];
-  for (let r = 0; r < ROUNDS; r += 1) {
-    const start = process.hrtime.bigint();
-    for (let i = 0; i < n; i += 1) op();
-    rounds.push(Number(process.hrtime.bigint() - start) / 1e3 / n);
+/** Calls `op` `n` times; one that returns a promise is awaited, one that does not runs without an
+ *  await between calls. */
+async function callsOf(op: () => void | Promise<void>, n: number): Promise<void> {
+  for (let i = 0; i < n; i += 1) {
+    const pending = op();
+    if (pending !== undefined) await pending;
   }
-  return percentile(rounds.sort((a, b) => a - b), 50);
 }
 
-/** perOp for an operation that is awaited. */
-async function perAwaitedOp(op: () => Promise<void>, n: number): Promise<number> {
-  for (let i = 0; i < 200; i += 1) await op();
+/** µs per call of `op`, the median of ROUNDS rounds of `n` calls after a warm-up. */
+async function perOp(op: () => void | Promise<void>, n = OPS): Promise<number> {
+  await callsOf(op, 200);
   const rounds: number[] = [];
   for (let r = 0; r < ROUNDS; r += 1) {
     const start = process.hrtime.bigint();
-    for (let i = 0; i < n; i += 1) await op();
+    await callsOf(op, n);
     rounds.push(Number(process.hrtime.bigint() - start) / 1e3 / n);
   }
   return percentile(rounds.sort((a, b) => a - b), 50);
@@ -52,15 +50,15 @@ export async function runCudaCostsBench(opts: { flags: string[] }): Promise<obje
   const done = stream.record();
   done.synchronize();
   const rows: Record<string, number> = {
-    'cuCtxSynchronize, device idle': perOp(() => cuda.synchronize(index)),
-    'pool allocate + release, 16 MiB': perOp(() => { pool.allocate([16 << 20], 'u8').release(); }),
-    'tensor span (pool tensor)': perOp(() => { x.span(); }),
-    'ProducerSync.before, no producer named (a synchronize)': perOp(() => { new ProducerSync().before(x); }),
-    'stream record': perOp(() => { stream.record(); }),
-    'producedOn + ProducerSync.before, deferred': perOp(() => { producedOn(x, stream); new ProducerSync().before(x, { defer: true }); }),
-    'event synchronize, event done': perOp(() => done.synchronize()),
-    'await event.finished(), event done': await perAwaitedOp(() => done.finished(), 5_000),
-    'cuda.pointerInfo': perOp(() => { cuda.pointerInfo(x.address); }),
+    'cuCtxSynchronize, device idle': await perOp(() => cuda.synchronize(index)),
+    'pool allocate + release, 16 MiB': await perOp(() => { pool.allocate([16 << 20], 'u8').release(); }),
+    'tensor span (pool tensor)': await perOp(() => { x.span(); }),
+    'ProducerSync.before, no producer named (a synchronize)': await perOp(() => { new ProducerSync().before(x); }),
+    'stream record': await perOp(() => { stream.record(); }),
+    'producedOn + ProducerSync.before, deferred': await perOp(() => { producedOn(x, stream); new ProducerSync().before(x, { defer: true }); }),
+    'event synchronize, event done': await perOp(() => done.synchronize()),
+    'await event.finished(), event done': await perOp(() => done.finished(), 5_000),
+    'cuda.pointerInfo': await perOp(() => { cuda.pointerInfo(x.address); }),
   };
   for (const [name, us] of Object.entries(rows)) console.log(`${name.padEnd(56)} ${us.toFixed(2)} µs`);
   x.release();
