@@ -1,4 +1,4 @@
-// `npm run bench -- call-split [--calls N] [--rounds R] [--bytes B --device D] [--shared-memory] --json <file>`:
+// `npm run bench -- call-split [--calls N] [--rounds R] [--bytes B --device D] [--shared-memory] [--gap-ms G] --json <file>`:
 // where a call's time goes. Client and server stamp every tag send and receive with the monotonic
 // clock both share (bench/call-split-hook.ts). A small call (bench/rpc-peer.ts) splits into five
 // parts:
@@ -16,6 +16,8 @@
 // Medians and p90 per part, under polling after work off, adaptive and a fixed 1,000 µs window,
 // alternating round by round. The stamps cost each tag operation one promise hop. With
 // --shared-memory both processes talk over shared memory (RuntimeOptions.sharedMemory, trusted peers).
+// With --gap-ms each call comes G ms after the one before ended (a service's sporadic calls: both
+// processes idle in between) instead of right after it.
 import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -188,7 +190,7 @@ async function pingCaller(setting: number | 'adaptive', peerEnv: Record<string, 
 }
 
 
-async function measureSetting(setting: number | 'adaptive', calls: number, target: Target): Promise<Record<string, unknown>> {
+async function measureSetting(setting: number | 'adaptive', calls: number, target: Target, gapMs: number): Promise<Record<string, unknown>> {
   // Imported here, not at the top: loading the hook wraps the binding's tag operations in this
   // process, which only this bench should do (splitCalls is also used on its own, in tests).
   const { nowUs, record, stamps } = await import('./call-split-hook.ts');
@@ -210,6 +212,7 @@ async function measureSetting(setting: number | 'adaptive', calls: number, targe
       // The signal is handled on the peer's next loop turn; 50 ms is many turns.
       await new Promise((resolve) => setTimeout(resolve, 50));
       for (let i = 0; i < calls; i += 1) {
+        if (gapMs > 0) await new Promise((resolve) => setTimeout(resolve, gapMs));
         const start = nowUs();
         await caller.call();
         made.push({ start, end: nowUs() });
@@ -253,11 +256,12 @@ export async function runCallSplitBench(opts: { json?: string; flags: string[] }
   const calls = positiveFlag(opts.flags, '--calls', 5000);
   const rounds = positiveFlag(opts.flags, '--rounds', 2);
   const target = targetFrom(opts.flags);
+  const gapMs = opts.flags.includes('--gap-ms') ? positiveFlag(opts.flags, '--gap-ms', 0) : 0;
   const names: readonly string[] = target.bytes === 0 ? PARTS : TENSOR_PARTS;
   const results: Array<Record<string, unknown>> = [];
   for (let round = 0; round < rounds; round += 1) {
     for (const setting of SETTINGS) {
-      const r = await measureSetting(setting, calls, target);
+      const r = await measureSetting(setting, calls, target, gapMs);
       results.push({ round, ...r });
       const p = r.parts_us as Record<string, { p50: number }>;
       console.log(`round ${round}, busyPollUs ${setting}: ${names.map((part) => `${part} ${p[part]!.p50.toFixed(1)}`).join(', ')} us (p50; ${r.matched} of ${calls} calls split)`);
@@ -268,7 +272,7 @@ export async function runCallSplitBench(opts: { json?: string; flags: string[] }
     : `calls carrying one ${target.bytes}-byte tensor from ${target.device} to ${target.device} through the tag mover, split into parts by monotonic stamps of every tag send and receive in both processes (bench/call-split-hook.ts): client (call to its request's send), request (that send to the server's receive settled), post (to the payload's receive posted), payload (that receive posted to settled), server (to the reply's send), reply (to the client's receive settled), settle (to the call resolved); send is the client's payload send from post to settle, not part of the sum`;
   return {
     machine: describeMachine(),
-    what: `${what}${target.sharedMemory ? '; both processes on shared memory (RuntimeOptions.sharedMemory)' : ''}; p50 and p90 of ${calls} calls per setting of busyPollUs (0, 'adaptive', 1000), alternating over ${rounds} rounds; each stamp costs its operation one promise hop`,
+    what: `${what}${target.sharedMemory ? '; both processes on shared memory (RuntimeOptions.sharedMemory)' : ''}${gapMs > 0 ? `; each call ${gapMs} ms after the one before ended (both processes idle in between)` : ''}; p50 and p90 of ${calls} calls per setting of busyPollUs (0, 'adaptive', 1000), alternating over ${rounds} rounds; each stamp costs its operation one promise hop`,
     target,
     results,
   };

@@ -21,6 +21,7 @@ const suites: Record<string, () => Promise<(opts: SuiteOptions) => Promise<objec
   'call-split': async () => (await import('./call-split.ts')).runCallSplitBench,
   'cuda-costs': async () => (await import('./cuda-costs.ts')).runCudaCostsBench,
   'warm-curve': async () => (await import('./warm-curve.ts')).runWarmCurveBench,
+  'idle-gap': async () => (await import('./idle-gap.ts')).runIdleGapBench,
 };
 
 const [name, ...rest] = process.argv.slice(2);
