@@ -6,7 +6,8 @@
 //             in between: epoll, as Node does)
 //   gdrpc     a small call to bench/rpc-peer.ts, default settings (TCP, the adaptive window)
 // For each gap (ms idle before each sample) the three alternate sample by sample, so that a
-// machine that changes speed over the run changes all three. If the JavaScript alone slows down
+// machine that changes speed over the run changes all three; back to back (gap 0), each system's
+// samples run in a row. If the JavaScript alone slows down
 // after a gap as much as the calls do, what the gap costs is the machine's (a core that idled
 // lost its caches, or runs slower at first), not anything gdrpc or Node does on the wire.
 import { fork, type ChildProcess } from 'node:child_process';
@@ -96,14 +97,24 @@ export async function runIdleGapBench(opts: { flags: string[] }): Promise<object
     const back: Partial<Record<System, number>> = {};
     for (const gap of gaps) {
       const times: Record<System, number[]> = { js: [], 'node-tcp': [], gdrpc: [] };
-      for (let i = 0; i < samples; i += 1) {
+      const sample = async (system: System): Promise<void> => {
+        const started = process.hrtime.bigint();
+        await steps[system]();
+        times[system].push(Number(process.hrtime.bigint() - started) / 1e3);
+      };
+      if (gap === 0) {
+        // Back to back: each system's samples in a row, right after a run of its own (between
+        // samples of the others, a peer would sit idle for their time).
         for (const system of SYSTEMS) {
-          // Without a gap, a sample comes right after the one before it of the same system.
-          if (gap > 0) await new Promise((resolve) => setTimeout(resolve, gap));
-          else await steps[system]();
-          const started = process.hrtime.bigint();
-          await steps[system]();
-          times[system].push(Number(process.hrtime.bigint() - started) / 1e3);
+          for (let i = 0; i < 100; i += 1) await steps[system]();
+          for (let i = 0; i < samples; i += 1) await sample(system);
+        }
+      } else {
+        for (let i = 0; i < samples; i += 1) {
+          for (const system of SYSTEMS) {
+            await new Promise((resolve) => setTimeout(resolve, gap));
+            await sample(system);
+          }
         }
       }
       for (const system of SYSTEMS) {
@@ -117,7 +128,7 @@ export async function runIdleGapBench(opts: { flags: string[] }): Promise<object
     }
     return {
       machine: describeMachine(),
-      what: `p10/p50/p90 of ${samples} samples per gap (ms idle before each sample; 0: right after the one before) of: js, 8 msgpack pack+unpack of a REQUEST-sized object in this process; node-tcp, a 32-byte round trip over Node's TCP loopback to an echoing child; gdrpc, a small call to bench/rpc-peer.ts (default settings); the three alternate sample by sample; p50_over_back_to_back is each system's p50 at this gap over its p50 at gap 0`,
+      what: `p10/p50/p90 of ${samples} samples per gap (ms idle before each sample; 0: right after the one before) of: js, 8 msgpack pack+unpack of a REQUEST-sized object in this process; node-tcp, a 32-byte round trip over Node's TCP loopback to an echoing child; gdrpc, a small call to bench/rpc-peer.ts (default settings); the three alternate sample by sample after a gap, and run their samples in a row at gap 0; p50_over_back_to_back is each system's p50 at this gap over its p50 at gap 0`,
       gaps, results,
     };
   } finally {
