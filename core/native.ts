@@ -39,6 +39,11 @@ export const UCX_DEFAULTS: Record<string, string> = {
   // Keepalive detects a hung or vanished peer on lanes without a connection of their own (shared
   // memory): UCX's 20 s default becomes 1 s (docs/binding.md has the measurements).
   UCX_KEEPALIVE_INTERVAL: '1s',
+  // A server restarted on its port after a crash found it taken for a minute: the connections the
+  // dead process had closed lingered in TIME_WAIT on that port, and UCX binds its listener without
+  // SO_REUSEADDR by default ("Device is busy"). With it, only a socket that listens there refuses
+  // the bind, as for any TCP server (test/rpc/liveness.test.ts).
+  UCX_TCP_CM_REUSEADDR: 'y',
   // With 'auto', UCX disables cuda_ipc GET unless NVML confirms every NVLink of device 0; then
   // ucp_get on GPU memory (the RMA mover, remote-tensor pulls) silently becomes a software copy
   // while the endpoint still lists a cuda_ipc lane (docs/gpu.md has the sources).

@@ -51,7 +51,12 @@ Listener::Listener(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Listener>(
   ucs_status_t status = ucp_listener_create(worker_->handle(), &params, &listener_);
   if (status != UCS_OK) {
     listener_ = nullptr;
-    ThrowStatus(env, status, "ucp_listener_create on " + host + ":" + std::to_string(port));
+    const std::string where = host + ":" + std::to_string(port);
+    // UCX says BUSY where bind() said EADDRINUSE (its own log line says so, on stderr).
+    if (status == UCS_ERR_BUSY) {
+      throw MakeError(env, "UNAVAILABLE", "ucp_listener_create on " + where + ": " + where + " is in use by another socket", StatusName(status));
+    }
+    ThrowStatus(env, status, "ucp_listener_create on " + where);
   }
   ucp_listener_attr_t attr{};
   attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;

@@ -1,8 +1,9 @@
 // Dead and hung peers: in-flight calls fail UNAVAILABLE within the liveness time, nothing hangs,
 // the server lets go of a vanished client's calls, and a restarted server is reached again.
+import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
-import { Client, Code, GdrpcError, type ClientOptions } from '../../core/index.ts';
+import { Client, Code, GdrpcError, Server, type ClientOptions } from '../../core/index.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer } from './fixtures/peers.ts';
 import { disposePeers, spawnPeer } from '../support/peer.ts';
@@ -18,6 +19,13 @@ afterEach(async () => {
   await disposePeers();
 });
 const connect = (address: string, options?: ClientOptions): Promise<Client> => clients.connect(address, options);
+
+/** Sockets in TIME_WAIT whose local port is `port` (Linux /proc/net/tcp: state 06). */
+function timeWaitOn(port: number): number {
+  const hex = port.toString(16).toUpperCase().padStart(4, '0');
+  return readFileSync('/proc/net/tcp', 'utf8').split('\n').slice(1)
+    .filter((line) => { const f = line.trim().split(/\s+/); return f[1]?.endsWith(`:${hex}`) === true && f[3] === '06'; }).length;
+}
 
 describe('liveness', () => {
   it('a server killed mid-call fails the call UNAVAILABLE within the liveness time', async () => {
@@ -92,6 +100,39 @@ describe('liveness', () => {
     expect((await client.unary(EchoDescriptor.methods.ping, { n: 2 })).n).toBe(2);
     expect((await serverStats(client)).runs.ping).toBe(1); // served by the new process
     second.kill();
+  });
+
+  it('a server killed with a connection open listens on its port again at once: the TIME_WAIT its connections left there does not hold it', async () => {
+    let first: Awaited<ReturnType<typeof startServer>> | undefined;
+    for (let attempt = 0; first === undefined; attempt += 1) {
+      const port = 20_000 + Math.floor(Math.random() * 10_000);
+      first = await startServer({ port }).catch((error: unknown) => { if (attempt >= 10) throw error; return undefined; });
+    }
+    const client = await connect(first.address);
+    expect((await client.unary(EchoDescriptor.methods.ping, { n: 1 })).n).toBe(1);
+    const disconnected = new Promise((resolve) => client.once('disconnect', resolve));
+    first.kill();
+    await disconnected;
+    await first.exited;
+    // The dead server's side closed first: the kernel keeps its connection's end on the port in
+    // TIME_WAIT for a minute. Without SO_REUSEADDR (UCX_TCP_CM_REUSEADDR) the bind below failed
+    // "Device is busy" throughout (checked).
+    await expect.poll(() => timeWaitOn(first!.port), { timeout: 5000, interval: 50 }).toBeGreaterThan(0);
+    await using second = await startServer({ port: first.port });
+    expect((await client.unary(EchoDescriptor.methods.ping, { n: 2 })).n).toBe(2);
+    expect((await serverStats(client)).runs.ping).toBe(1); // served by the new process
+    second.kill();
+  });
+
+  it('a port another server listens on is refused UNAVAILABLE, saying the address is in use', async () => {
+    await using server = await startServer();
+    const other = Server.create();
+    const error = await other.listen({ host: '127.0.0.1', port: server.port }).then(() => undefined, (e: unknown) => e);
+    await other.shutdown({ graceMs: 0 });
+    expect(error).toBeInstanceOf(GdrpcError);
+    expect((error as GdrpcError).code).toBe(Code.UNAVAILABLE);
+    expect((error as GdrpcError).message).toContain(`127.0.0.1:${server.port} is in use by another socket`);
+    expect((await (await connect(server.address)).unary(EchoDescriptor.methods.ping, { n: 3 })).n).toBe(3);
   });
 
   it('connecting to nothing fails UNAVAILABLE', async () => {
