@@ -28,6 +28,14 @@ export function ownTimeClock(): () => number {
   return () => performance.now();
 }
 
+/** Marks close-on-exec the sockets, epoll and event descriptors UCX opened without it, so that
+ *  programs this process starts do not inherit them (a child kept its parent's listening port);
+ *  returns how many it marked. Workers and listeners do it as they are made; the runtime, as each
+ *  connection is admitted (its lanes' sockets exist by then). */
+export function closeUcxDescriptorsOnExec(): number {
+  return native().closeOnExec();
+}
+
 /** Address of the first byte of a host view (for descriptors and CUDA copies). */
 export function addressOf(view: ArrayBufferView | ArrayBuffer): bigint {
   if (!ArrayBuffer.isView(view) && !(view instanceof ArrayBuffer)) throw invalid('addressOf expects an ArrayBufferView or an ArrayBuffer');

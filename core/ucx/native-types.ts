@@ -125,6 +125,9 @@ export interface NativeBinding {
   /** Monotonic wall time in ms less the time the calling thread waited on a run queue
    *  (/proc/thread-self/schedstat); -1 where that cannot be read. */
   threadOwnMs(): number;
+  /** Marks close-on-exec the sockets and anonymous-inode descriptors (UCX's) that lack it; how
+   *  many it marked (native/src/close_on_exec.h). */
+  closeOnExec(): number;
   cuda: NativeCuda;
 }
 

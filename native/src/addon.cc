@@ -1,5 +1,6 @@
 // Registers the binding's classes and functions; each concept lives in its own file.
 #include <napi.h>
+#include "close_on_exec.h"
 #include "context.h"
 #include "cuda.h"
 #include "endpoint.h"
@@ -37,6 +38,9 @@ static Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("setErrorClass", Napi::Function::New(env, SetErrorClass));
   exports.Set("threadCpuMs", Napi::Function::New(env, ThreadCpuMs));
   exports.Set("threadOwnMs", Napi::Function::New(env, ThreadOwnMs));
+  exports.Set("closeOnExec", Napi::Function::New(env, [](const Napi::CallbackInfo& info) {
+    return Napi::Number::New(info.Env(), CloseOnExec());
+  }));
   exports.Set("cuda", cuda::Define(env));
   exports.Set("wakeup", Napi::String::New(env, Wakeup::kKind));
   return exports;

@@ -1,4 +1,5 @@
 #include "listener.h"
+#include "close_on_exec.h"
 #include "listener_drain.h"
 #include "port_guard.h"
 #include "conn_request_check.h"
@@ -69,6 +70,8 @@ Listener::Listener(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Listener>(
   std::tie(host_, port_) = DescribeAddress(attr.sockaddr);
   // The worker's allowed peers hold for its listeners too: a peer outside them never completes a
   // handshake here, so UCX reads nothing it sends (port_guard.h).
+  // A program this process starts must not keep the port (close_on_exec.h).
+  CloseOnExec();
   socket_ = ListeningSocketOn(host_, port_);
   guarded_ = worker_->GuardPort(socket_);
   if (worker_->guard().has_value() && !guarded_) {

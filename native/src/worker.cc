@@ -1,5 +1,6 @@
 #include "worker.h"
 
+#include "close_on_exec.h"
 #include "context.h"
 #include "endpoint.h"
 #include "listener.h"
@@ -88,6 +89,9 @@ Worker::Worker(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Worker>(info) 
     worker_ = nullptr;
     ThrowStatus(env, status, "ucp_worker_get_efd");
   }
+  // Its transports' sockets, epoll and event descriptors are not for the programs this process
+  // starts (close_on_exec.h).
+  CloseOnExec();
   ucp_worker_attr_t attr{};
   attr.field_mask = UCP_WORKER_ATTR_FIELD_MAX_INFO_STRING;
   maxInfoString_ = ucp_worker_query(worker_, &attr) == UCS_OK ? attr.max_debug_string : 0;

@@ -1,6 +1,6 @@
 // The client half of the handshake (docs/wire.md "Handshake and admission"): wait for HELLO on
 // the new endpoint, answer AUTH (with the HMAC proof when challenged), wait for READY.
-import { Endpoint, portOf } from '../../ucx/index.ts';
+import { closeUcxDescriptorsOnExec, Endpoint, portOf } from '../../ucx/index.ts';
 import { Code, GdrpcError, isCode } from '../../errors.ts';
 import { FrameKind, type FrameBody } from '../../wire/frames.ts';
 import { ConnectionKey } from '../../wire/tag.ts';
@@ -186,6 +186,8 @@ function admit(connection: Connection, options: HandshakeOptions, helloCame: () 
       admitted: () => {
         settle();
         connection.admitted = true;
+        // The connection's lanes are open by now: not for the programs this process starts.
+        closeUcxDescriptorsOnExec();
         resolve();
       },
     }));

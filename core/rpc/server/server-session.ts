@@ -9,7 +9,7 @@ import { ConnectionKey, controlTag, HELLO_KEY, helloKey } from '../../wire/tag.t
 import { newChallenge, verifyProof } from '../connection/auth.ts';
 import { cudaReceives } from '../runtime/memory-support.ts';
 import type { Connection } from '../connection/connection.ts';
-import { portOf } from '../../ucx/index.ts';
+import { closeUcxDescriptorsOnExec, portOf } from '../../ucx/index.ts';
 import { windowRefusal } from '../connection/window.ts';
 import { CallScope } from '../call/deadline.ts';
 import { ServerCall, type CallEnvironment, type MethodEntry } from './server-call.ts';
@@ -170,6 +170,8 @@ export class ServerSession {
       return;
     }
     this.connection.admitted = true;
+    // The connection's lanes are open by now: not for the programs this process starts.
+    closeUcxDescriptorsOnExec();
     clearTimeout(this.#admissionTimer);
     this.connection.peerLimits = { ...this.connection.peerLimits, gpu: body.gpu === true, stages: body.stg === true, reports: this.connection.runtime.describes && body.rep === true, batchedReports: this.connection.runtime.describes && body.rep === true && body.rpt === true, gathers: this.connection.runtime.gathers && body.gat === true };
     // Results may now be inline by the caller's choice: keep them within the client's receive buffer.

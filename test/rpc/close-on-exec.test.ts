@@ -1,0 +1,67 @@
+// Programs a gdrpc process starts do not inherit UCX's sockets and event descriptors: a child that
+// outlived its parent's server kept the server's listening port, and a server restarted there
+// could not listen until the child ended (found by a helper session using the package).
+import { spawn, spawnSync } from 'node:child_process';
+import { afterEach, describe, expect, it } from 'vitest';
+import { Client, closeUcxDescriptorsOnExec, Code, GdrpcError, Runtime, Server, type UnaryHandler } from '../../core/index.ts';
+import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
+
+/** Echo's methods: ping answers, the rest are not needed here. */
+function echoHandlers(): Record<string, UnaryHandler> {
+  const handlers: Record<string, UnaryHandler> = Object.fromEntries(Object.keys(EchoDescriptor.methods).map((name) => [name, (() => { throw new GdrpcError(Code.UNIMPLEMENTED, name); }) as UnaryHandler]));
+  handlers.ping = ((args: { n: number }) => ({ n: args.n })) as UnaryHandler;
+  return handlers;
+}
+
+const opened: Array<{ close(): Promise<unknown> }> = [];
+afterEach(async () => {
+  for (const item of opened.splice(0).reverse()) await item.close();
+});
+
+/** The sockets and anonymous-inode descriptors a program started now inherits (`ls` lists its
+ *  own descriptors: 0-2 are its pipes, the rest came from this process). */
+function inherited(): string[] {
+  const listing = spawnSync('ls', ['-l', '/proc/self/fd'], { encoding: 'utf8' });
+  expect(listing.status).toBe(0);
+  return listing.stdout.split('\n')
+    .map((line) => /\s(\d+) -> (socket:\[\d+\]|anon_inode:.*)$/.exec(line))
+    .filter((m): m is RegExpExecArray => m !== null && Number(m[1]) > 2)
+    .map((m) => `${m[1]} -> ${m[2]}`);
+}
+
+describe('close-on-exec', () => {
+  it('a program started after a server listened and a client connected inherits none of their descriptors', async () => {
+    const runtime = Runtime.create();
+    opened.push({ close: () => runtime.close() });
+    const server = Server.create({ runtime });
+    server.register(EchoDescriptor, echoHandlers());
+    opened.push({ close: () => server.shutdown({ graceMs: 0 }) });
+    const { port } = await server.listen({ host: '127.0.0.1', port: 0 });
+    const client = await Client.connect({ host: '127.0.0.1', port }, { runtime });
+    opened.push(client);
+    expect((await client.unary(EchoDescriptor.methods.ping, { n: 1 })).n).toBe(1);
+    expect(inherited()).toEqual([]);
+    // Everything was marked as it was made: nothing is left to mark.
+    expect(closeUcxDescriptorsOnExec()).toBe(0);
+  });
+
+  it('a child that outlives the server does not keep its port: a server listens there again at once', async () => {
+    const first = Server.create();
+    first.register(EchoDescriptor, echoHandlers());
+    const { port } = await first.listen({ host: '127.0.0.1', port: 0 });
+    const client = await Client.connect({ host: '127.0.0.1', port });
+    expect((await client.unary(EchoDescriptor.methods.ping, { n: 1 })).n).toBe(1);
+    await client.close();
+    const child = spawn('sleep', ['30'], { stdio: 'ignore' });
+    opened.push({ close: async () => { child.kill('SIGKILL'); } });
+    await first.shutdown({ graceMs: 0 });
+    const second = Server.create();
+    second.register(EchoDescriptor, echoHandlers());
+    opened.push({ close: () => second.shutdown({ graceMs: 0 }) });
+    await second.listen({ host: '127.0.0.1', port });
+    const again = await Client.connect({ host: '127.0.0.1', port });
+    opened.push(again);
+    expect((await again.unary(EchoDescriptor.methods.ping, { n: 2 })).n).toBe(2);
+    expect(child.exitCode).toBe(null);  // still running: it held nothing of the port
+  });
+});
