@@ -69,7 +69,10 @@ export function serviceStatements(service: IrService, symbols: ModuleSymbols, re
   ];
 }
 
-/** The body of `register`: one delegating arrow per method (none for a service without methods). */
+/** The body of `register`: one delegating arrow per method (none for a service without methods),
+ *  each only where the handler is a function: a missing one (a JavaScript caller, a cast) reaches
+ *  Server.register as it is, which refuses it before serving anything, instead of an arrow that
+ *  failed each call INTERNAL "handlers.x is not a function". */
 function registerLines(service: IrService, names: ReturnType<typeof serviceNames>, server: string, ctx: string, remote: RemoteIndex): string[] {
   if (service.methods.length === 0) {
     return [
@@ -86,7 +89,7 @@ function registerLines(service: IrService, names: ReturnType<typeof serviceNames
       const args = m.clientStreaming ? `messages: AsyncIterable<${t.argsIn}>` : `args: ${t.argsIn}`;
       // The runtime wants a promise from a client-streaming handler; an async arrow makes one.
       const arrow = m.clientStreaming ? 'async ' : '';
-      return `      ${m.name}: ${arrow}(${args}, ctx: ${ctx}) => handlers.${m.name}(${m.clientStreaming ? 'messages' : 'args'}, ctx),`;
+      return `      ${m.name}: typeof handlers.${m.name} !== 'function' ? handlers.${m.name} : ${arrow}(${args}, ctx: ${ctx}) => handlers.${m.name}(${m.clientStreaming ? 'messages' : 'args'}, ctx),`;
     }),
     '    });',
     '  },',

@@ -227,10 +227,10 @@ export const Echo = {
   /** Registers `handlers` on `server` (methods are called on `handlers`, so classes work). */
   register(server: Server, handlers: EchoHandlers): Server {
     return server.register(EchoDescriptor, {
-      echo: (args: EchoEchoArgs, ctx: CallContext) => handlers.echo(args, ctx),
-      ping: (args: EchoPingArgs, ctx: CallContext) => handlers.ping(args, ctx),
-      repeat: (args: EchoRepeatArgs, ctx: CallContext) => handlers.repeat(args, ctx),
-      collect: async (messages: AsyncIterable<EchoCollectArgs>, ctx: CallContext) => handlers.collect(messages, ctx),
+      echo: typeof handlers.echo !== 'function' ? handlers.echo : (args: EchoEchoArgs, ctx: CallContext) => handlers.echo(args, ctx),
+      ping: typeof handlers.ping !== 'function' ? handlers.ping : (args: EchoPingArgs, ctx: CallContext) => handlers.ping(args, ctx),
+      repeat: typeof handlers.repeat !== 'function' ? handlers.repeat : (args: EchoRepeatArgs, ctx: CallContext) => handlers.repeat(args, ctx),
+      collect: typeof handlers.collect !== 'function' ? handlers.collect : async (messages: AsyncIterable<EchoCollectArgs>, ctx: CallContext) => handlers.collect(messages, ctx),
     });
   },
 };

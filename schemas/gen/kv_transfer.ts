@@ -239,7 +239,7 @@ export const PrefillWorker = {
   /** Registers `handlers` on `server` (methods are called on `handlers`, so classes work). */
   register(server: Server, handlers: PrefillWorkerHandlers): Server {
     return server.register(PrefillWorkerDescriptor, {
-      prefill: (args: PrefillWorkerPrefillArgs, ctx: CallContext) => handlers.prefill(args, ctx),
+      prefill: typeof handlers.prefill !== 'function' ? handlers.prefill : (args: PrefillWorkerPrefillArgs, ctx: CallContext) => handlers.prefill(args, ctx),
     });
   },
 };
@@ -500,10 +500,10 @@ export const DecodeWorker = {
   /** Registers `handlers` on `server` (methods are called on `handlers`, so classes work). */
   register(server: Server, handlers: DecodeWorkerHandlers): Server {
     return server.register(DecodeWorkerDescriptor, {
-      accept: (args: DecodeWorkerAcceptArgsReceived, ctx: CallContext) => handlers.accept(args, ctx),
-      acceptCopies: (args: DecodeWorkerAcceptCopiesArgs, ctx: CallContext) => handlers.acceptCopies(args, ctx),
-      acceptPaged: (args: DecodeWorkerAcceptPagedArgsReceived, ctx: CallContext) => handlers.acceptPaged(args, ctx),
-      generate: (args: DecodeWorkerGenerateArgs, ctx: CallContext) => handlers.generate(args, ctx),
+      accept: typeof handlers.accept !== 'function' ? handlers.accept : (args: DecodeWorkerAcceptArgsReceived, ctx: CallContext) => handlers.accept(args, ctx),
+      acceptCopies: typeof handlers.acceptCopies !== 'function' ? handlers.acceptCopies : (args: DecodeWorkerAcceptCopiesArgs, ctx: CallContext) => handlers.acceptCopies(args, ctx),
+      acceptPaged: typeof handlers.acceptPaged !== 'function' ? handlers.acceptPaged : (args: DecodeWorkerAcceptPagedArgsReceived, ctx: CallContext) => handlers.acceptPaged(args, ctx),
+      generate: typeof handlers.generate !== 'function' ? handlers.generate : (args: DecodeWorkerGenerateArgs, ctx: CallContext) => handlers.generate(args, ctx),
     });
   },
 };

@@ -252,9 +252,9 @@ export const MlpShard = {
   /** Registers `handlers` on `server` (methods are called on `handlers`, so classes work). */
   register(server: Server, handlers: MlpShardHandlers): Server {
     return server.register(MlpShardDescriptor, {
-      setup: (args: MlpShardSetupArgs, ctx: CallContext) => handlers.setup(args, ctx),
-      run: (args: MlpShardRunArgs, ctx: CallContext) => handlers.run(args, ctx),
-      contribute: (args: MlpShardContributeArgs, ctx: CallContext) => handlers.contribute(args, ctx),
+      setup: typeof handlers.setup !== 'function' ? handlers.setup : (args: MlpShardSetupArgs, ctx: CallContext) => handlers.setup(args, ctx),
+      run: typeof handlers.run !== 'function' ? handlers.run : (args: MlpShardRunArgs, ctx: CallContext) => handlers.run(args, ctx),
+      contribute: typeof handlers.contribute !== 'function' ? handlers.contribute : (args: MlpShardContributeArgs, ctx: CallContext) => handlers.contribute(args, ctx),
     });
   },
 };

@@ -307,10 +307,10 @@ export const ShardWorker = {
   /** Registers `handlers` on `server` (methods are called on `handlers`, so classes work). */
   register(server: Server, handlers: ShardWorkerHandlers): Server {
     return server.register(ShardWorkerDescriptor, {
-      info: (args: ShardWorkerInfoArgs, ctx: CallContext) => handlers.info(args, ctx),
-      loadWeights: (args: ShardWorkerLoadWeightsArgs, ctx: CallContext) => handlers.loadWeights(args, ctx),
-      forward: (args: ShardWorkerForwardArgs, ctx: CallContext) => handlers.forward(args, ctx),
-      reduce: (args: ShardWorkerReduceArgs, ctx: CallContext) => handlers.reduce(args, ctx),
+      info: typeof handlers.info !== 'function' ? handlers.info : (args: ShardWorkerInfoArgs, ctx: CallContext) => handlers.info(args, ctx),
+      loadWeights: typeof handlers.loadWeights !== 'function' ? handlers.loadWeights : (args: ShardWorkerLoadWeightsArgs, ctx: CallContext) => handlers.loadWeights(args, ctx),
+      forward: typeof handlers.forward !== 'function' ? handlers.forward : (args: ShardWorkerForwardArgs, ctx: CallContext) => handlers.forward(args, ctx),
+      reduce: typeof handlers.reduce !== 'function' ? handlers.reduce : (args: ShardWorkerReduceArgs, ctx: CallContext) => handlers.reduce(args, ctx),
     });
   },
 };

@@ -10,7 +10,7 @@ import {
 } from '../../core/index.ts';
 import { chooseMover } from '../../core/rpc/movers/choose.ts';
 import { CLIENT_OPTIONS, SERVER_OPTIONS } from '../../core/rpc/call/options.ts';
-import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
+import { Echo, EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { GainDescriptor } from '../schemas/gen/rpc/gain.ts';
 import { patterned } from './fixtures/tensors.ts';
 import { thrown } from './fixtures/thrown.ts';
@@ -168,6 +168,37 @@ describe('options: every bad value is INVALID_ARGUMENT naming the option', () =>
     } finally {
       pool.close();
     }
+  });
+
+  it('a register that throws serves nothing of the service, and a service is registered once', async () => {
+    const server = Server.create();
+    const ping: UnaryHandler = (args: { n: number }) => ({ n: args.n });
+    // One handler missing: Echo.ping must not be served meanwhile (it was, and answered calls).
+    expect(thrown(() => server.register(EchoDescriptor, { ping })).rawMessage).toMatch(/^no handler for test\.rpc\.v1\.Echo\//);
+    // A handler named after no method of the service, besides all of them: refused, nothing served.
+    const all = Object.fromEntries(Object.keys(EchoDescriptor.methods).map((name) => [name, ping]));
+    expect(thrown(() => server.register(EchoDescriptor, { ...all, pong: ping })).rawMessage).toBe('test.rpc.v1.Echo has no method pong');
+    const { port } = await server.listen({ host: '127.0.0.1', port: 0 });
+    const caller = await Client.connect({ host: '127.0.0.1', port });
+    try {
+      expect((await failure(caller.unary(EchoDescriptor.methods.ping, { n: 1 }))).code).toBe(Code.NOT_FOUND);
+      server.register(EchoDescriptor, all);
+      expect((await caller.unary(EchoDescriptor.methods.ping, { n: 2 })).n).toBe(2);
+      const again = thrown(() => server.register(EchoDescriptor, all));
+      expect(again.code).toBe(Code.FAILED_PRECONDITION);
+      expect(again.rawMessage).toBe('Server.register: test.rpc.v1.Echo is already served by this server');
+      expect(thrown(() => server.register({ name: 'gdrpc.Owner', methods: {} }, {})).rawMessage).toBe('Server.register: gdrpc.Owner is already served by this server (the service of remote tensors)');
+    } finally {
+      await caller.close();
+      await server.shutdown({ graceMs: 0 });
+    }
+    // The generated register passes a missing handler on as missing (it wrapped it in an arrow
+    // that failed each call INTERNAL "handlers.x is not a function"): refused, nothing served.
+    const generated = Server.create();
+    expect(thrown(() => Echo.register(generated, { ping } as unknown as Parameters<typeof Echo.register>[1])).rawMessage).toMatch(/^no handler for test\.rpc\.v1\.Echo\//);
+    await generated.shutdown({ graceMs: 0 });
+    // Listening after a shutdown says so (it said "already listening").
+    expect(thrown(() => server.bind({ host: '127.0.0.1', port: 0 })).rawMessage).toBe('server has been shut down');
   });
 
   it('Server.register and Server.shutdown options', async () => {

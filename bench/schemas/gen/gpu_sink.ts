@@ -317,11 +317,11 @@ export const Sink = {
   /** Registers `handlers` on `server` (methods are called on `handlers`, so classes work). */
   register(server: Server, handlers: SinkHandlers): Server {
     return server.register(SinkDescriptor, {
-      ping: (args: SinkPingArgs, ctx: CallContext) => handlers.ping(args, ctx),
-      sink: (args: SinkSinkArgs, ctx: CallContext) => handlers.sink(args, ctx),
-      sinkList: (args: SinkSinkListArgs, ctx: CallContext) => handlers.sinkList(args, ctx),
-      blocks: (args: SinkBlocksArgs, ctx: CallContext) => handlers.blocks(args, ctx),
-      region: (args: SinkRegionArgs, ctx: CallContext) => handlers.region(args, ctx),
+      ping: typeof handlers.ping !== 'function' ? handlers.ping : (args: SinkPingArgs, ctx: CallContext) => handlers.ping(args, ctx),
+      sink: typeof handlers.sink !== 'function' ? handlers.sink : (args: SinkSinkArgs, ctx: CallContext) => handlers.sink(args, ctx),
+      sinkList: typeof handlers.sinkList !== 'function' ? handlers.sinkList : (args: SinkSinkListArgs, ctx: CallContext) => handlers.sinkList(args, ctx),
+      blocks: typeof handlers.blocks !== 'function' ? handlers.blocks : (args: SinkBlocksArgs, ctx: CallContext) => handlers.blocks(args, ctx),
+      region: typeof handlers.region !== 'function' ? handlers.region : (args: SinkRegionArgs, ctx: CallContext) => handlers.region(args, ctx),
     });
   },
 };

@@ -109,8 +109,8 @@ export const Bench = {
   /** Registers `handlers` on `server` (methods are called on `handlers`, so classes work). */
   register(server: Server, handlers: BenchHandlers): Server {
     return server.register(BenchDescriptor, {
-      ping: (args: BenchPingArgs, ctx: CallContext) => handlers.ping(args, ctx),
-      sink: (args: BenchSinkArgs, ctx: CallContext) => handlers.sink(args, ctx),
+      ping: typeof handlers.ping !== 'function' ? handlers.ping : (args: BenchPingArgs, ctx: CallContext) => handlers.ping(args, ctx),
+      sink: typeof handlers.sink !== 'function' ? handlers.sink : (args: BenchSinkArgs, ctx: CallContext) => handlers.sink(args, ctx),
     });
   },
 };
@@ -229,8 +229,8 @@ export const GpuSink = {
   /** Registers `handlers` on `server` (methods are called on `handlers`, so classes work). */
   register(server: Server, handlers: GpuSinkHandlers): Server {
     return server.register(GpuSinkDescriptor, {
-      host: (args: GpuSinkHostArgs, ctx: CallContext) => handlers.host(args, ctx),
-      cuda: (args: GpuSinkCudaArgs, ctx: CallContext) => handlers.cuda(args, ctx),
+      host: typeof handlers.host !== 'function' ? handlers.host : (args: GpuSinkHostArgs, ctx: CallContext) => handlers.host(args, ctx),
+      cuda: typeof handlers.cuda !== 'function' ? handlers.cuda : (args: GpuSinkCudaArgs, ctx: CallContext) => handlers.cuda(args, ctx),
     });
   },
 };

@@ -100,14 +100,23 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
     const owner = `Server.register(${service.name}) options`;
     checkOptions(owner, options, REGISTER_OPTIONS);
     const receiveOn = receiveDeviceIndex(`${owner}.device`, options?.device, receivingDeviceCount());
+    // A second register of a name would replace the first's handlers while its calls run (and
+    // gdrpc.Owner's would hand remote tensors to whoever registered it).
+    if (this.#methods.has(service.name)) {
+      throw new GdrpcError(Code.FAILED_PRECONDITION, `Server.register: ${service.name} is already served by this server${service.name === OWNER_SERVICE ? ' (the service of remote tensors)' : ''}`);
+    }
+    // Everything is checked before anything is served: a register that throws serves nothing.
+    const entries: MethodEntry[] = [];
     for (const [name, method] of Object.entries(service.methods)) {
       const handler = handlers[name];
       if (typeof handler !== 'function') throw new GdrpcError(Code.INVALID_ARGUMENT, `no handler for ${service.name}/${name}`);
-      this.#serve(service.name, method.name, { method, handler, types: methodTypes(method), receiveOn });
+      entries.push({ method, handler, types: methodTypes(method), receiveOn });
     }
     for (const name of Object.keys(handlers)) {
       if (service.methods[name] === undefined) throw new GdrpcError(Code.INVALID_ARGUMENT, `${service.name} has no method ${name}`);
     }
+    if (entries.length === 0) this.#methods.set(service.name, new Map());
+    for (const entry of entries) this.#serve(service.name, entry.method.name, entry);
     return this;
   }
 
@@ -118,8 +127,9 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
 
   /** listen(), synchronously: for the owner of remote tensors, which needs an address at once. */
   bind(options: { host?: string; port?: number } = {}): { host: string; port: number } {
-    if (this.#listener !== undefined) throw new GdrpcError(Code.FAILED_PRECONDITION, 'server is already listening');
+    // Shut down first: a server that listened and was shut down keeps its listener object.
     if (this.#shuttingDown) throw new GdrpcError(Code.FAILED_PRECONDITION, 'server has been shut down');
+    if (this.#listener !== undefined) throw new GdrpcError(Code.FAILED_PRECONDITION, 'server is already listening');
     const runtime = this.#options.runtime ?? Runtime.default(this.#options.busyPollUs !== undefined ? { busyPollUs: this.#options.busyPollUs } : {});
     runtime.attach(this, () => this.shutdown({ graceMs: 0 }));
     this.#runtime = runtime;

@@ -89,7 +89,7 @@ export const Source = {
   /** Registers `handlers` on `server` (methods are called on `handlers`, so classes work). */
   register(server: Server, handlers: SourceHandlers): Server {
     return server.register(SourceDescriptor, {
-      produce: (args: SourceProduceArgs, ctx: CallContext) => handlers.produce(args, ctx),
+      produce: typeof handlers.produce !== 'function' ? handlers.produce : (args: SourceProduceArgs, ctx: CallContext) => handlers.produce(args, ctx),
     });
   },
 };

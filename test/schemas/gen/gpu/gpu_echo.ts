@@ -531,16 +531,16 @@ export const GpuEcho = {
   /** Registers `handlers` on `server` (methods are called on `handlers`, so classes work). */
   register(server: Server, handlers: GpuEchoHandlers): Server {
     return server.register(GpuEchoDescriptor, {
-      ping: (args: GpuEchoPingArgs, ctx: CallContext) => handlers.ping(args, ctx),
-      echo: (args: GpuEchoEchoArgs, ctx: CallContext) => handlers.echo(args, ctx),
-      fill: (args: GpuEchoFillArgs, ctx: CallContext) => handlers.fill(args, ctx),
-      digest: (args: GpuEchoDigestArgs, ctx: CallContext) => handlers.digest(args, ctx),
-      sink: (args: GpuEchoSinkArgs, ctx: CallContext) => handlers.sink(args, ctx),
-      sinkMany: (args: GpuEchoSinkManyArgs, ctx: CallContext) => handlers.sinkMany(args, ctx),
-      fillMany: (args: GpuEchoFillManyArgs, ctx: CallContext) => handlers.fillMany(args, ctx),
-      share: (args: GpuEchoShareArgs, ctx: CallContext) => handlers.share(args, ctx),
-      pullDigest: (args: GpuEchoPullDigestArgsReceived, ctx: CallContext) => handlers.pullDigest(args, ctx),
-      stats: (args: GpuEchoStatsArgs, ctx: CallContext) => handlers.stats(args, ctx),
+      ping: typeof handlers.ping !== 'function' ? handlers.ping : (args: GpuEchoPingArgs, ctx: CallContext) => handlers.ping(args, ctx),
+      echo: typeof handlers.echo !== 'function' ? handlers.echo : (args: GpuEchoEchoArgs, ctx: CallContext) => handlers.echo(args, ctx),
+      fill: typeof handlers.fill !== 'function' ? handlers.fill : (args: GpuEchoFillArgs, ctx: CallContext) => handlers.fill(args, ctx),
+      digest: typeof handlers.digest !== 'function' ? handlers.digest : (args: GpuEchoDigestArgs, ctx: CallContext) => handlers.digest(args, ctx),
+      sink: typeof handlers.sink !== 'function' ? handlers.sink : (args: GpuEchoSinkArgs, ctx: CallContext) => handlers.sink(args, ctx),
+      sinkMany: typeof handlers.sinkMany !== 'function' ? handlers.sinkMany : (args: GpuEchoSinkManyArgs, ctx: CallContext) => handlers.sinkMany(args, ctx),
+      fillMany: typeof handlers.fillMany !== 'function' ? handlers.fillMany : (args: GpuEchoFillManyArgs, ctx: CallContext) => handlers.fillMany(args, ctx),
+      share: typeof handlers.share !== 'function' ? handlers.share : (args: GpuEchoShareArgs, ctx: CallContext) => handlers.share(args, ctx),
+      pullDigest: typeof handlers.pullDigest !== 'function' ? handlers.pullDigest : (args: GpuEchoPullDigestArgsReceived, ctx: CallContext) => handlers.pullDigest(args, ctx),
+      stats: typeof handlers.stats !== 'function' ? handlers.stats : (args: GpuEchoStatsArgs, ctx: CallContext) => handlers.stats(args, ctx),
     });
   },
 };

@@ -180,8 +180,8 @@ export const Placement = {
   /** Registers `handlers` on `server` (methods are called on `handlers`, so classes work). */
   register(server: Server, handlers: PlacementHandlers): Server {
     return server.register(PlacementDescriptor, {
-      take: (args: PlacementTakeArgs, ctx: CallContext) => handlers.take(args, ctx),
-      give: (args: PlacementGiveArgs, ctx: CallContext) => handlers.give(args, ctx),
+      take: typeof handlers.take !== 'function' ? handlers.take : (args: PlacementTakeArgs, ctx: CallContext) => handlers.take(args, ctx),
+      give: typeof handlers.give !== 'function' ? handlers.give : (args: PlacementGiveArgs, ctx: CallContext) => handlers.give(args, ctx),
     });
   },
 };

@@ -142,7 +142,7 @@ export const Bare = {
   /** Registers `handlers` on `server` (methods are called on `handlers`, so classes work). */
   register(server: Server, handlers: BareHandlers): Server {
     return server.register(BareDescriptor, {
-      echo: (args: BareEchoArgs, ctx: CallContext) => handlers.echo(args, ctx),
+      echo: typeof handlers.echo !== 'function' ? handlers.echo : (args: BareEchoArgs, ctx: CallContext) => handlers.echo(args, ctx),
     });
   },
 };

@@ -78,7 +78,7 @@ export const Gain = {
   /** Registers `handlers` on `server` (methods are called on `handlers`, so classes work). */
   register(server: Server, handlers: GainHandlers): Server {
     return server.register(GainDescriptor, {
-      apply: (args: GainApplyArgs, ctx: CallContext) => handlers.apply(args, ctx),
+      apply: typeof handlers.apply !== 'function' ? handlers.apply : (args: GainApplyArgs, ctx: CallContext) => handlers.apply(args, ctx),
     });
   },
 };

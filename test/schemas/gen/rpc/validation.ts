@@ -120,7 +120,7 @@ export const Validation = {
   /** Registers `handlers` on `server` (methods are called on `handlers`, so classes work). */
   register(server: Server, handlers: ValidationHandlers): Server {
     return server.register(ValidationDescriptor, {
-      check: (args: ValidationCheckArgs, ctx: CallContext) => handlers.check(args, ctx),
+      check: typeof handlers.check !== 'function' ? handlers.check : (args: ValidationCheckArgs, ctx: CallContext) => handlers.check(args, ctx),
     });
   },
 };
