@@ -50,8 +50,13 @@ export class Endpoint extends EventEmitter<{ error: [GdrpcError]; close: [] }> {
     if (port === 0) throw invalid('options.port must not be 0');
     const name = options.name === undefined ? undefined : checkString(options.name, 'options.name');
     const label = options.label === undefined ? undefined : checkString(options.label, 'options.label');
-    return new Endpoint(worker, new (native().Endpoint)(nativeWorker, host, port, name, label));
+    const endpoint = new Endpoint(worker, new (native().Endpoint)(nativeWorker, host, port, name, label));
+    endpoint.#target = { host, port };
+    return endpoint;
   }
+
+  /** Where connect() was asked to connect (an accepted endpoint has none). */
+  #target: { host: string; port: number } | undefined;
 
   /** A graceful close is under way: it ends when UCX has flushed what was sent towards the peer,
    *  which a peer that stopped reading never lets happen; a later close({ force: true }) waits for
@@ -151,7 +156,14 @@ export class Endpoint extends EventEmitter<{ error: [GdrpcError]; close: [] }> {
       const force = checkObject(options, 'options').force ?? false;
       if (typeof force !== 'boolean') throw invalid(`options.force must be a boolean, got ${describe(force)}`);
       this.#graceful = !force && !this.#native.failed;
-      this.#closing = this.#native.close(force).then(() => {
+      // UCX 1.22 leaves the TCP lanes of an endpoint connected to its own worker open after a
+      // graceful close (3 sockets a connection, until the worker closes: a process that called
+      // a server of its own runtime ran out of descriptors), not after a forced one. Such an
+      // endpoint is flushed (what was sent arrives, as a graceful close would see to), then
+      // closed with force.
+      const own = this.#graceful && this.#target !== undefined && Worker.listensOn(this.worker, this.#target.host, this.#target.port);
+      const closing = own ? this.flush().catch(() => {}).then(() => this.#native.close(true)) : this.#native.close(force);
+      this.#closing = closing.then(() => {
         this.#ended = true;
         Worker.release(this.worker, this);
       });

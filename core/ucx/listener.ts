@@ -1,4 +1,5 @@
 // Accepts connections on a socket address; each accepted one becomes a server-side Endpoint.
+import { networkInterfaces } from 'node:os';
 import { EventEmitter } from 'eventemitter3';
 import { Code, GdrpcError } from '../errors.ts';
 import { native } from '../native.ts';
@@ -6,6 +7,12 @@ import { checkObject, checkPort, checkString, describe, invalid } from './check.
 import { Endpoint } from './endpoint.ts';
 import type { NativeEndpoint, NativeListener } from './native-types.ts';
 import { Worker } from './worker.ts';
+
+/** Whether `host` is an IPv4 address of this machine (loopback included). */
+function isLocalIPv4(host: string): boolean {
+  if (host.startsWith('127.')) return true;
+  return Object.values(networkInterfaces()).some((addresses) => addresses?.some((a) => a.family === 'IPv4' && a.address === host) === true);
+}
 
 export interface ListenerOptions {
   host?: string;                                          // default '0.0.0.0'
@@ -31,6 +38,14 @@ export class Listener extends EventEmitter<{ connection: [Endpoint]; error: [Gdr
     this.host = this.#native.host;
     this.port = this.#native.port;
     Worker.adopt(worker, this);
+  }
+
+  /** @internal Whether a connection to `host`:`port` reaches this listener: its port, and its
+   *  address, or any address of this machine where it listens on all of them. */
+  listensAt(host: string, port: number): boolean {
+    if (this.#closed || port !== this.port) return false;
+    if (host === this.host) return true;
+    return this.host === '0.0.0.0' && isLocalIPv4(host);
   }
 
   static create(worker: Worker, options: ListenerOptions = {}): Listener {

@@ -59,6 +59,8 @@ interface Child {
   close(options?: { force?: boolean }): unknown;
   /** A graceful close is under way (Endpoint): it waits for the peer, which may never come. */
   readonly closingGracefully?: boolean;
+  /** Whether a connection to `host`:`port` reaches it (Listener). */
+  listensAt?(host: string, port: number): boolean;
 }
 
 const MAX_REQUEST_ID = 0x7fffffff;  // ids above are the addon's own
@@ -375,6 +377,13 @@ export class Worker {
     if (!(worker instanceof Worker)) throw invalid(`${name} must be a Worker`);
     worker.#checkOpen();
     return worker.#native;
+  }
+
+  /** @internal Whether one of this worker's listeners is what a connection to `host`:`port`
+   *  reaches (an endpoint connected to its own worker: Endpoint.close says why it matters). */
+  static listensOn(worker: Worker, host: string, port: number): boolean {
+    for (const child of worker.#children) if (child.listensAt?.(host, port) === true) return true;
+    return false;
   }
 
   /** @internal Registers an endpoint or listener that closes with the worker. */
