@@ -35,7 +35,7 @@ export class AwaitedReceives {
 
   /** `registered`'s receive `id` into `buffer` (its sender tag and length to come in `slot`)
    *  waits for the rest of its message. */
-  add(registered: Registered, buffer: ReceiveBuffer, slot: Uint32Array<ArrayBuffer>, id: number): void {
+  add(registered: Registered, buffer: ReceiveBuffer, slot: Uint32Array, id: number): void {
     const stallMs = registered.sink.receiveStallMs?.() ?? STALLED_RECEIVE_MS;
     registered.awaiting = { buffer, slot, id, watch: new StallWatch(Math.ceil(stallMs / DRAIN_INTERVAL_MS), stallMs) };
     this.#waiting.add(registered);

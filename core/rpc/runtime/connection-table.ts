@@ -43,7 +43,7 @@ export interface FrameSink {
 
 /** A receive that waits for the rest of its message (rendezvous, or eager fragments): its own
  *  buffer and slot, since the turns go on with others meanwhile. */
-export interface Awaited { buffer: ReceiveBuffer; slot: Uint32Array<ArrayBuffer>; id: number; watch: StallWatch }
+export interface Awaited { buffer: ReceiveBuffer; slot: Uint32Array; id: number; watch: StallWatch }
 
 /** A registered connection: its sink, its key's low 32 bits (the prefix is its map key), the tag
  *  of its control messages, its balance of reading time in turns, and its receive in a turn that

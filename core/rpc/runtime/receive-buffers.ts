@@ -18,7 +18,7 @@ export const MAX_HELLO_BYTES = 4096;
 export const MAX_LEFT_PER_HELLO = 32;
 export const MAX_LEFT_HELLO_RECEIVES = 1024;
 
-export type Slot = Uint32Array<ArrayBuffer>;
+export type Slot = Uint32Array;
 
 /** What a receive left to UCX counts against: its handshake's entry (its receives left open). */
 export interface LeftCounter { left?: number }
