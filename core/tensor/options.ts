@@ -41,7 +41,8 @@ export const Accept = {
 } as const;
 
 /** Checks `options` (undefined: all defaults) against `rules`; INVALID_ARGUMENT for the first bad
- *  value. Options without a rule are left alone: callers may pass objects that carry more. */
+ *  value, and for a key that is a misspelling of an option (`dedline`: the call had no deadline at
+ *  all, silently). Other keys are left alone: callers may pass objects that carry more. */
 export function checkOptions<T>(owner: string, options: T | undefined, rules: OptionRules<T>): void {
   if (options === undefined) return;
   if (!isRecord(options)) throw new GdrpcError(Code.INVALID_ARGUMENT, `${owner} must be an object, got ${describeValue(options)}`);
@@ -49,6 +50,42 @@ export function checkOptions<T>(owner: string, options: T | undefined, rules: Op
     const value = (options as Record<string, unknown>)[name];
     if (value !== undefined && !check.accepts(value)) throw invalidOption(`${owner}.${name}`, value, check.expected);
   }
+  for (const key of Object.keys(options)) {
+    if (Object.hasOwn(rules, key)) continue;
+    const meant = misspelt(key, ruleEntries(rules));
+    if (meant !== undefined) {
+      throw new GdrpcError(Code.INVALID_ARGUMENT, `${owner}.${key} is not an option: did you mean ${meant}?`, { details: { option: `${owner}.${key}` } });
+    }
+  }
+}
+
+/** The option `key` misspells, if any: the same name but for case, or within one edit (two for
+ *  names of 8 characters or more); keys under 4 characters are never taken for one. No two
+ *  options of the runtime's tables are that close to each other. */
+function misspelt(key: string, entries: ReadonlyArray<[string, OptionRule]>): string | undefined {
+  if (key.length < 4) return undefined;
+  const lower = key.toLowerCase();
+  for (const [name] of entries) {
+    const limit = name.length >= 8 ? 2 : 1;
+    if (Math.abs(name.length - key.length) <= limit && editDistance(lower, name.toLowerCase(), limit) <= limit) return name;
+  }
+  return undefined;
+}
+
+/** Levenshtein distance between `a` and `b`, or limit + 1 once it is past `limit`. */
+export function editDistance(a: string, b: string, limit: number): number {
+  let previous = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i += 1) {
+    const row = [i];
+    let best = i;
+    for (let j = 1; j <= b.length; j += 1) {
+      row[j] = Math.min(previous[j]! + 1, row[j - 1]! + 1, previous[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
+      best = Math.min(best, row[j]!);
+    }
+    if (best > limit) return limit + 1;
+    previous = row;
+  }
+  return previous[b.length]!;
 }
 
 /** The entries of each rule table, listed once: calls check their options on every call. */

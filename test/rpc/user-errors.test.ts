@@ -170,6 +170,18 @@ describe('options: every bad value is INVALID_ARGUMENT naming the option', () =>
     }
   });
 
+  it('a misspelt option is refused naming the option meant (a call with `dedline` had no deadline at all); other extra keys are left alone', async () => {
+    const misspelt = await failure(client.unary(EchoDescriptor.methods.ping, { n: 1 }, { dedline: 5 } as unknown as CallOptions));
+    expect(misspelt.code).toBe(Code.INVALID_ARGUMENT);
+    expect(misspelt.rawMessage).toBe('CallOptions.dedline is not an option: did you mean deadline?');
+    expect((await failure(client.unary(EchoDescriptor.methods.ping, { n: 1 }, { Deadline: 5 } as unknown as CallOptions))).rawMessage).toBe('CallOptions.Deadline is not an option: did you mean deadline?');
+    expect(thrown(() => Server.create({ maxCall: 3 } as unknown as ServerOptions)).rawMessage).toBe('ServerOptions.maxCall is not an option: did you mean maxCalls?');
+    expect(thrown(() => Server.create({ exposureHoldMsec: 3 } as unknown as ServerOptions)).rawMessage).toBe('ServerOptions.exposureHoldMsec is not an option: did you mean exposureHoldMs?');
+    expect((await failure(Client.connect(local.address, { tokn: 'x' } as unknown as ClientOptions))).rawMessage).toBe('ClientOptions.tokn is not an option: did you mean token?');
+    // Keys that are no option's near miss pass (an object that carries more), and short ones.
+    expect((await client.unary(EchoDescriptor.methods.ping, { n: 42 }, { deadline: 30_000, traceId: 'abc', x: 1 } as unknown as CallOptions)).n).toBe(42);
+  });
+
   it('a register that throws serves nothing of the service, and a service is registered once', async () => {
     const server = Server.create();
     const ping: UnaryHandler = (args: { n: number }) => ({ n: args.n });
