@@ -35,11 +35,9 @@ export class Delivery {
     const length = slot[2]!;
     buffer.received(length);
     const sink = this.table.sinkOfWords(slot[0]!, slot[1]!);
-    if (sink === undefined) {
-      this.unattributed += 1;
-      return;
-    }
-    this.tell(() => sink.onMessage(buffer.bytes, length));
+    if (sink === undefined) this.unattributed += 1;
+    else this.tell(() => sink.onMessage(buffer.bytes, length));
+    buffer.read();
   }
 
   /** A receive into `buffer` that failed (a message longer than the buffer), told to its

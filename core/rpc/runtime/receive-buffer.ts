@@ -7,10 +7,19 @@ export class ReceiveBuffer {
   readonly bytes: Buffer;
   #used = 0;
   constructor(size: number) { this.bytes = Buffer.alloc(size); }
-  /** A message of `length` bytes arrived: clears what earlier ones left past it. */
+  /** A message of `length` bytes arrived: clears what earlier ones left past it (nothing, unless
+   *  the buffer was spoiled: each message is cleared once read). */
   received(length: number): void {
     if (this.#used > length) this.bytes.fill(0, length, this.#used);
     this.#used = length;
+  }
+  /** The message in it was read (its frames decoded, byte strings copied out): its bytes are
+   *  cleared now, in its own delivery, which a reading turn charges to its connection. Cleared
+   *  when the next message came instead, a peer's long message was cleared in, and charged to,
+   *  another connection's delivery (a helper session's review). */
+  read(): void {
+    if (this.#used > 0) this.bytes.fill(0, 0, this.#used);
+    this.#used = 0;
   }
   /** A receive failed (truncated): UCX may have written anywhere in the buffer. */
   spoiled(): void { this.#used = this.bytes.length; }
