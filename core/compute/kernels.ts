@@ -35,7 +35,7 @@ export function loadKernels(device: Device, options: { stream?: CudaStream } = {
 }
 
 /** The project's PTX; FAILED_PRECONDITION saying how to build it when it is missing. */
-export function readKernelsPtx(): Buffer {
+export function readKernelsPtx(): Uint8Array {
   try {
     return readFileSync(kernelsPtxPath());
   } catch (error) {

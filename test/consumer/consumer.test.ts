@@ -92,6 +92,16 @@ describe('the packed package', () => {
 
     const strict = await p.bin('tsc', ['-p', 'tsconfig.strict.json']);
     expect(strict.code, strict.stdout + strict.stderr).toBe(0);
+    // The package's declarations name no Node type: a program that uses gdrpc and nothing of
+    // Node's compiles without @types/node (they named Buffer twice, until 2026-12-07).
+    p.write('nonode-uses.ts', "import { Client, Tensor } from 'gdrpc';\nexport async function sum(address: string): Promise<number> {\n  const client = await Client.connect(address);\n  await client.close();\n  return Tensor.fromArray(new Float32Array([1, 2])).byteLength;\n}\n");
+    p.write('tsconfig.nonode.json', JSON.stringify({
+      extends: './tsconfig.json',
+      compilerOptions: { types: [], strict: true, module: 'nodenext', skipLibCheck: false, noEmit: true },
+      include: ['nonode-uses.ts'],
+    }, null, 2));
+    const nonode = await p.bin('tsc', ['-p', 'tsconfig.nonode.json']);
+    expect(nonode.code, nonode.stdout + nonode.stderr).toBe(0);
     const build = await p.bin('tsc', ['-p', 'tsconfig.app.json']);
     expect(build.code, build.stdout + build.stderr).toBe(0);
 

@@ -4,7 +4,8 @@
  *  read: so past the message in it, the buffer holds zeros, never bytes of an earlier message
  *  (another peer's, docs/security.md). `used` is how far received bytes may reach. */
 export class ReceiveBuffer {
-  readonly bytes: Buffer;
+  /** A Buffer, declared as what it is used as: the package's declarations name no Node type. */
+  readonly bytes: Uint8Array;
   #used = 0;
   constructor(size: number) { this.bytes = Buffer.alloc(size); }
   /** A message of `length` bytes arrived: clears what earlier ones left past it (nothing, unless
