@@ -79,8 +79,12 @@ class PollWindow {
    *  quarters of the time (a brief interruption, by a kernel thread or a helper thread of this
    *  process, does not count). */
   bool Preempted(uint64_t nowNs) const;
-  /** Whether the machine had kFreeCores to spare over the last sample period. */
+  /** Whether the machine had kFreeCores to spare over the last sample period; a sample older
+   *  than kIdleSampleNs answers all the same and asks for a fresh one on the next Update. */
   bool FreeCore(uint64_t nowNs);
+  /** Reads the machine's idle time and this thread's CPU time: freeCore_ for the period since
+   *  the last reading. */
+  void Sample(uint64_t nowNs);
 
   const CpuProbe* probe_;
   bool adaptive_;
@@ -101,6 +105,7 @@ class PollWindow {
   unsigned long long idleTicks_ = 0, totalTicks_ = 0;
   uint64_t ownNs_ = 0;
   bool freeCore_ = true;
+  bool resample_ = false;  // FreeCore found the sample stale: read on the next Update
   uint64_t busyMachine_ = 0;
 };
 
