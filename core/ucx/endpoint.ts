@@ -32,7 +32,14 @@ export class Endpoint extends EventEmitter<{ error: [GdrpcError]; close: [] }> {
       } else {
         this.#ended = true;
         Worker.release(worker, this);
-        this.emit('close');
+        // A listener that throws surfaces as an uncaught exception, as one run from the wake-up's
+        // settling does: a close UCX finished inside its call (forced) emits from inside close(),
+        // where the throw would have become close()'s rejection and cut the binding's close short.
+        try {
+          this.emit('close');
+        } catch (error) {
+          process.nextTick(() => { throw error; });
+        }
       }
     });
     Worker.adopt(worker, this);
