@@ -24,6 +24,9 @@ beforeAll(async () => {
   };
   handlers.echo = (args: { x: unknown; tag: string }, ctx: CallContext) => {
     ctx.afterSend(() => ran.push(`echo ${args.tag}`));
+    // A second hook, registered once the call's release pass (its argument tensor back to the
+    // pool, the hooks so far run) is long over: it ran never (a helper session's review).
+    if (args.tag === 'late') setTimeout(() => ctx.afterSend(() => ran.push('echo late, after the release pass')), 300);
     return { y: args.x, tag: args.tag };
   };
   // A handler that takes its context apart: the functions stay bound to the call.
@@ -53,6 +56,13 @@ describe('CallContext.afterSend', () => {
     const result = await client.unary(EchoDescriptor.methods.echo, { x: patterned(64 << 10, 3), tag: 't' });
     (result.y as { release(): void }).release();
     await expect.poll(() => ran, { timeout: 5000 }).toEqual(expect.arrayContaining(['during', 'echo t']));
+  });
+
+  it('runs a hook registered after the call released its argument tensors and ran its hooks', async () => {
+    const result = await client.unary(EchoDescriptor.methods.echo, { x: patterned(64 << 10, 5), tag: 'late' });
+    (result.y as { release(): void }).release();
+    await expect.poll(() => ran, { timeout: 5000 }).toContain('echo late');
+    await expect.poll(() => ran, { timeout: 5000 }).toContain('echo late, after the release pass');
   });
 
   it('works for a handler that takes its context apart ({ afterSend, confirmedTransfers, signal }), proxies it or derives from it', async () => {

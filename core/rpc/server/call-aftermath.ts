@@ -26,6 +26,9 @@ export class CallAftermath {
   /** The response's send, once the call ended with nothing to release (no release pass will run
    *  a late afterSend hook: it waits for this itself). */
   #sentWithNothingToRelease: Sending | undefined;
+  /** The release pass has run the hooks: a hook registered later runs at once (it was kept and
+   *  never run: a pull whose call was cancelled mid-gather kept its handle claimed). */
+  #hooksRan = false;
 
   constructor(private readonly exposureHoldMs: number) {}
 
@@ -37,6 +40,10 @@ export class CallAftermath {
   /** Runs `fn` once the call is over, its results' bytes have left and the exposures of the
    *  tensors it returned `@remote` have ended (CallContext.afterSend). */
   afterSend(fn: () => void): void {
+    if (this.#hooksRan) {
+      queueMicrotask(fn);
+      return;
+    }
     // Registered after the call ended without anything left to release: run it once the
     // response has left (there is no release pass to run it with).
     const sent = this.#sentWithNothingToRelease;
@@ -59,15 +66,19 @@ export class CallAftermath {
       return;
     }
     // Each receive's own settling (registered before this) left its tensors with args.
+    const runHooks = (): void => {
+      this.#hooksRan = true;
+      for (const fn of this.#afterSend.splice(0)) fn();
+    };
     void Promise.allSettled([settled(sent), ...(args?.running ?? [])]).then(() => {
       args?.release();
       if (exposed.length === 0) {
-        for (const fn of this.#afterSend) fn();
+        runHooks();
         return;
       }
       // A tensor returned `@remote` is read by its puller later: a handler that releases it
       // here would have its pull fail (NOT_FOUND) before anyone could pull it.
-      void Promise.allSettled(exposed.map((e) => e.ended)).then(() => { for (const fn of this.#afterSend) fn(); });
+      void Promise.allSettled(exposed.map((e) => e.ended)).then(runHooks);
     });
   }
 }
