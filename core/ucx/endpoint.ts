@@ -58,12 +58,19 @@ export class Endpoint extends EventEmitter<{ error: [GdrpcError]; close: [] }> {
     const name = options.name === undefined ? undefined : checkString(options.name, 'options.name');
     const label = options.label === undefined ? undefined : checkString(options.label, 'options.label');
     const endpoint = new Endpoint(worker, new (native().Endpoint)(nativeWorker, host, port, name, label));
-    endpoint.#target = { host, port };
+    endpoint.#connected = true;
     return endpoint;
   }
 
-  /** Where connect() was asked to connect (an accepted endpoint has none). */
-  #target: { host: string; port: number } | undefined;
+  /** Made by connect() (not accepted by a listener). */
+  #connected = false;
+
+  /** Whether a listener of this endpoint's own worker accepted its connection (its local address
+   *  is the peer of an endpoint that listener accepted). */
+  #ownWorkerPeer(): boolean {
+    const local = this.#native.failed ? undefined : this.localAddress();
+    return local !== undefined && Worker.acceptedFrom(this.worker, local);
+  }
 
   /** A graceful close is under way: it ends when UCX has flushed what was sent towards the peer,
    *  which a peer that stopped reading never lets happen; a later close({ force: true }) waits for
@@ -166,9 +173,9 @@ export class Endpoint extends EventEmitter<{ error: [GdrpcError]; close: [] }> {
       // UCX 1.22 leaves the TCP lanes of an endpoint connected to its own worker open after a
       // graceful close (3 sockets a connection, until the worker closes: a process that called
       // a server of its own runtime ran out of descriptors), not after a forced one. Such an
-      // endpoint is flushed (what was sent arrives, as a graceful close would see to), then
-      // closed with force.
-      const own = this.#graceful && this.#target !== undefined && Worker.listensOn(this.worker, this.#target.host, this.#target.port);
+      // endpoint (one of the worker's listeners accepted a connection from its local address) is
+      // flushed (what was sent arrives, as a graceful close would see to), then closed with force.
+      const own = this.#graceful && this.#connected && this.#ownWorkerPeer();
       const closing = own ? this.flush().catch(() => {}).then(() => this.#native.close(true)) : this.#native.close(force);
       this.#closing = closing.then(() => {
         this.#ended = true;

@@ -1,5 +1,4 @@
 // Accepts connections on a socket address; each accepted one becomes a server-side Endpoint.
-import { networkInterfaces } from 'node:os';
 import { EventEmitter } from 'eventemitter3';
 import { Code, GdrpcError } from '../errors.ts';
 import { native } from '../native.ts';
@@ -7,12 +6,6 @@ import { checkObject, checkPort, checkString, describe, invalid } from './check.
 import { Endpoint } from './endpoint.ts';
 import type { NativeEndpoint, NativeListener } from './native-types.ts';
 import { Worker } from './worker.ts';
-
-/** Whether `host` is an IPv4 address of this machine (loopback included). */
-function isLocalIPv4(host: string): boolean {
-  if (host.startsWith('127.')) return true;
-  return Object.values(networkInterfaces()).some((addresses) => addresses?.some((a) => a.family === 'IPv4' && a.address === host) === true);
-}
 
 export interface ListenerOptions {
   host?: string;                                          // default '0.0.0.0'
@@ -40,12 +33,20 @@ export class Listener extends EventEmitter<{ connection: [Endpoint]; error: [Gdr
     Worker.adopt(worker, this);
   }
 
-  /** @internal Whether a connection to `host`:`port` reaches this listener: its port, and its
-   *  address, or any address of this machine where it listens on all of them. */
-  listensAt(host: string, port: number): boolean {
-    if (this.#closed || port !== this.port) return false;
-    if (host === this.host) return true;
-    return this.host === '0.0.0.0' && isLocalIPv4(host);
+  /** @internal Whether an endpoint it accepted, not closed, has `address` ("host:port") for its
+   *  peer: the other end of a connection from this listener's own worker names itself so. */
+  accepted(address: string): boolean {
+    for (const endpoint of this.#accepted) if (endpoint.peer === address && !endpoint.closed) return true;
+    return false;
+  }
+
+  /** The endpoints it accepted that have not closed. */
+  readonly #accepted = new Set<Endpoint>();
+
+  #accept(endpoint: Endpoint): Endpoint {
+    this.#accepted.add(endpoint);
+    endpoint.once('close', () => this.#accepted.delete(endpoint));
+    return endpoint;
   }
 
   static create(worker: Worker, options: ListenerOptions = {}): Listener {
@@ -59,7 +60,7 @@ export class Listener extends EventEmitter<{ connection: [Endpoint]; error: [Gdr
     }
     return new Listener(worker, (self) => new (native().Listener)(nativeWorker, host, port, (kind, a, b) => {
       if (kind === 'request') return accept ? accept({ clientAddress: String(a), clientPort: Number(b) }) === true : true;
-      if (kind === 'connection') self.emit('connection', new Endpoint(worker, a as NativeEndpoint));
+      if (kind === 'connection') self.emit('connection', self.#accept(new Endpoint(worker, a as NativeEndpoint)));
       else self.emit('error', GdrpcError.from(a, Code.UNAVAILABLE));
       return undefined;
     }));

@@ -125,8 +125,8 @@ export interface NativeBinding {
   /** Monotonic wall time in ms less the time the calling thread waited on a run queue
    *  (/proc/thread-self/schedstat); -1 where that cannot be read. */
   threadOwnMs(): number;
-  /** Marks close-on-exec the sockets and anonymous-inode descriptors (UCX's) that lack it; how
-   *  many it marked (native/src/close_on_exec.h). */
+  /** Marks UCX's descriptors close-on-exec: -1 where one close_range marked every descriptor
+   *  above stderr, else how many sockets and anonymous inodes it marked (native/src/close_on_exec.h). */
   closeOnExec(): number;
   cuda: NativeCuda;
 }

@@ -59,8 +59,8 @@ interface Child {
   close(options?: { force?: boolean }): unknown;
   /** A graceful close is under way (Endpoint): it waits for the peer, which may never come. */
   readonly closingGracefully?: boolean;
-  /** Whether a connection to `host`:`port` reaches it (Listener). */
-  listensAt?(host: string, port: number): boolean;
+  /** Whether it accepted an endpoint, not closed, whose peer is `address` (Listener). */
+  accepted?(address: string): boolean;
 }
 
 const MAX_REQUEST_ID = 0x7fffffff;  // ids above are the addon's own
@@ -379,10 +379,11 @@ export class Worker {
     return worker.#native;
   }
 
-  /** @internal Whether one of this worker's listeners is what a connection to `host`:`port`
-   *  reaches (an endpoint connected to its own worker: Endpoint.close says why it matters). */
-  static listensOn(worker: Worker, host: string, port: number): boolean {
-    for (const child of worker.#children) if (child.listensAt?.(host, port) === true) return true;
+  /** @internal Whether one of this worker's listeners accepted a connection, still open, from
+   *  `address` ("host:port"): the local address of an endpoint connected to its own worker
+   *  (Endpoint.close says why it matters). */
+  static acceptedFrom(worker: Worker, address: string): boolean {
+    for (const child of worker.#children) if (child.accepted?.(address) === true) return true;
     return false;
   }
 

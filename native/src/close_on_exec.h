@@ -7,9 +7,11 @@
 
 namespace gdrpc {
 
-/** Marks close-on-exec every socket and anonymous-inode descriptor (epoll, eventfd, timerfd)
- *  above stderr that lacks it; returns how many it marked. Runs after UCX made some (a worker,
- *  a listener, a connection's lanes). */
+/** Marks close-on-exec every descriptor above stderr with one close_range(CLOSE_RANGE_CLOEXEC)
+ *  (returns -1: how many were new is not known); where the kernel lacks it, every socket and
+ *  anonymous-inode descriptor (epoll, eventfd, timerfd) that lacks the flag, by a scan of
+ *  /proc/self/fd (returns how many it marked). Runs after UCX made some (a worker, a listener, a
+ *  connection's lanes). */
 int CloseOnExec();
 
 }  // namespace gdrpc

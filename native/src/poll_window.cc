@@ -53,14 +53,6 @@ bool PollWindow::Update(uint64_t nowNs, bool active, bool held) {
     if (active || held) lastActivityNs_ = nowNs;
     return held || (fixedNs_ > 0 && nowNs - lastActivityNs_ < fixedNs_);
   }
-  // The machine's sample a spin that began on the last one asked for: read on this pass, after the
-  // JavaScript of the pass that began it ran (FreeCore says why). Short of a free core, the spin
-  // is over: below, it does not begin again, and counts as one the busy machine did not allow.
-  if (resample_) {
-    resample_ = false;
-    Sample(nowNs);
-    if (!freeCore_) spinning_ = false;
-  }
   const bool afterHold = held_;
   held_ = held;
   if (held) {
@@ -133,12 +125,23 @@ bool PollWindow::Preempted(uint64_t nowNs) const {
 
 bool PollWindow::FreeCore(uint64_t nowNs) {
   if (sampledNs_ != 0 && nowNs - sampledNs_ < kIdleSampleNs) return freeCore_;
-  // A stale sample is read on the next pass, and the spin begins on the last answer meanwhile:
-  // the pass that asks is the one that found work, whose JavaScript (a request's handler, the
-  // reply's send) runs only after it. Read here, /proc/stat held the reply of the first call after
-  // a pause: 13 us on the 2-core CPU box, 86 us after 16 ms idle (bench/idle-gap.ts's machine).
+  // A stale sample is read once the wake-up's JavaScript has run (SampleIfAsked), and the spin
+  // begins, or not, on the last answer meanwhile: the pass that asks is the one that found work,
+  // whose JavaScript (a request's handler, the reply's send) runs only after the wake-up's passes.
+  // Read here, /proc/stat held the reply of the first call after a pause: 13 us on the 2-core CPU
+  // box, 86 us after 16 ms idle (bench/idle-gap.ts's machine).
   resample_ = true;
   return freeCore_;
+}
+
+bool PollWindow::SampleIfAsked(uint64_t nowNs) {
+  if (!resample_) return false;
+  resample_ = false;
+  Sample(nowNs);
+  if (!spinning_ || freeCore_) return false;
+  // The spin that began on the stale answer ends: the next Update finds no core to spare.
+  spinning_ = false;
+  return true;
 }
 
 void PollWindow::Sample(uint64_t nowNs) {

@@ -64,6 +64,11 @@ class PollWindow {
    *  (docs/binding.md "Polling while a transfer in device memory is in flight"). */
   bool Update(uint64_t nowNs, bool active, bool held = false);
 
+  /** Once the JavaScript of a wake-up has run: reads the machine's sample that Update found older
+   *  than kIdleSampleNs (it decided on the last one meanwhile). True when that ends a spin (no core
+   *  to spare): the caller stops polling. */
+  bool SampleIfAsked(uint64_t nowNs);
+
   bool adaptive() const { return adaptive_; }
   uint64_t windowNs() const { return adaptive_ ? windowNs_ : fixedNs_; }
   uint64_t spins() const { return spins_; }          // spins begun
@@ -80,7 +85,7 @@ class PollWindow {
    *  process, does not count). */
   bool Preempted(uint64_t nowNs) const;
   /** Whether the machine had kFreeCores to spare over the last sample period; a sample older
-   *  than kIdleSampleNs answers all the same and asks for a fresh one on the next Update. */
+   *  than kIdleSampleNs answers all the same and asks for a fresh one (SampleIfAsked). */
   bool FreeCore(uint64_t nowNs);
   /** Reads the machine's idle time and this thread's CPU time: freeCore_ for the period since
    *  the last reading. */
@@ -105,7 +110,7 @@ class PollWindow {
   unsigned long long idleTicks_ = 0, totalTicks_ = 0;
   uint64_t ownNs_ = 0;
   bool freeCore_ = true;
-  bool resample_ = false;  // FreeCore found the sample stale: read on the next Update
+  bool resample_ = false;  // FreeCore found the sample stale: SampleIfAsked reads it
   uint64_t busyMachine_ = 0;
 };
 

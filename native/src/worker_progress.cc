@@ -155,6 +155,9 @@ void Worker::OnWake() {
     napi_fatal_exception(env, error.Value());
   }
   driving_ = false;
+  // The callback scope has closed, its microtasks run (the reply of a request this wake-up found
+  // has been sent): the polling window's stale machine sample is read now, off that path.
+  if (worker_ != nullptr && poll_.SampleIfAsked(NowNs())) wakeup_->SetSpin(false);
 }
 
 namespace {

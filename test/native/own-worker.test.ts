@@ -58,16 +58,51 @@ describe('an endpoint connected to its own worker', () => {
   });
 });
 
+describe('which endpoint is connected to its own worker', () => {
+  const { worker } = localSide(TRANSPORTS.tcp);
+  const other = localSide(TRANSPORTS.tcp).worker;
+
+  it('one whose connection a listener of its worker accepted, not one that only shares a port with one (a review found the port taken for proof)', async () => {
+    const theirs = Listener.create(other, { host: '127.0.0.1', port: 0 });
+    const accepted: Endpoint[] = [];
+    theirs.on('connection', (endpoint) => accepted.push(endpoint));
+    const toOther = Endpoint.connect(worker, { host: '127.0.0.1', port: theirs.port });
+    await toOther.flush();
+    while (accepted.length === 0) await new Promise((resolve) => setTimeout(resolve, 1));
+    // The other worker stops listening; this one listens on all addresses at that port.
+    theirs.close();
+    const mine = Listener.create(worker, { host: '0.0.0.0', port: theirs.port });
+    const mineAccepted: Endpoint[] = [];
+    mine.on('connection', (endpoint) => mineAccepted.push(endpoint));
+    try {
+      expect(Worker.acceptedFrom(worker, toOther.localAddress()!)).toBe(false);
+      const toSelf = Endpoint.connect(worker, { host: '127.0.0.1', port: mine.port });
+      await toSelf.flush();
+      while (mineAccepted.length === 0) await new Promise((resolve) => setTimeout(resolve, 1));
+      const selfAddress = toSelf.localAddress()!;
+      expect(Worker.acceptedFrom(worker, selfAddress)).toBe(true);
+      await toSelf.close();
+      await mineAccepted[0]!.close();
+      // Accepted and closed: no longer its.
+      expect(Worker.acceptedFrom(worker, selfAddress)).toBe(false);
+    } finally {
+      await toOther.close();
+      for (const endpoint of accepted) await endpoint.close();
+      mine.close();
+    }
+  });
+});
+
 describe('a client of a server on its own runtime', () => {
   const runtime = Runtime.create();
   afterAll(() => runtime.close());
 
-  it(`${CYCLES} connections, each closed after a call, leave no socket behind`, async () => {
+  it.each(['127.0.0.1', '0.0.0.0'])(`${CYCLES} connections to a server listening on %s, each closed after a call, leave no socket behind`, async (host) => {
     const handlers: Record<string, UnaryHandler> = Object.fromEntries(Object.keys(EchoDescriptor.methods).map((name) => [name, (() => { throw new GdrpcError(Code.UNIMPLEMENTED, name); }) as UnaryHandler]));
     handlers.ping = ((args: { n: number }) => ({ n: args.n })) as UnaryHandler;
     const server = Server.create({ runtime }).register(EchoDescriptor, handlers);
     try {
-      const { port } = await server.listen({ host: '127.0.0.1', port: 0 });
+      const { port } = await server.listen({ host, port: 0 });
       const cycle = async (n: number): Promise<void> => {
         const client = await Client.connect({ host: '127.0.0.1', port }, { runtime });
         expect((await client.unary(EchoDescriptor.methods.ping, { n })).n).toBe(n);

@@ -41,8 +41,9 @@ describe('close-on-exec', () => {
     opened.push(client);
     expect((await client.unary(EchoDescriptor.methods.ping, { n: 1 })).n).toBe(1);
     expect(inherited()).toEqual([]);
-    // Everything was marked as it was made: nothing is left to mark.
-    expect(closeUcxDescriptorsOnExec()).toBe(0);
+    // On demand: -1 where one close_range marked everything (Linux 5.11), else the count the scan
+    // marked, none by now.
+    expect([-1, 0]).toContain(closeUcxDescriptorsOnExec());
   });
 
   it('a child that outlives the server does not keep its port: a server listens there again at once', async () => {

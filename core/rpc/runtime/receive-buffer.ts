@@ -3,6 +3,8 @@
  *  and a crafted msgpack body can make the decoder read past its message's end and keep what it
  *  read: so past the message in it, the buffer holds zeros, never bytes of an earlier message
  *  (another peer's, docs/security.md). `used` is how far received bytes may reach. */
+const fill = Uint8Array.prototype.fill;
+
 export class ReceiveBuffer {
   /** A Buffer, declared as what it is used as: the package's declarations name no Node type. */
   readonly bytes: Uint8Array;
@@ -19,7 +21,9 @@ export class ReceiveBuffer {
    *  when the next message came instead, a peer's long message was cleared in, and charged to,
    *  another connection's delivery (a helper session's review). */
   read(): void {
-    if (this.#used > 0) this.bytes.fill(0, 0, this.#used);
+    // The typed array's own fill: Buffer's wrapper cost more than the clearing of a small message
+    // (46 against 19 ns, a review measured).
+    if (this.#used > 0) fill.call(this.bytes, 0, 0, this.#used);
     this.#used = 0;
   }
   /** A receive failed (truncated): UCX may have written anywhere in the buffer. */
