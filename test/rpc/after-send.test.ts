@@ -10,6 +10,7 @@ let serving: Runtime;
 let calling: Runtime;
 let client: Client;
 const ran: string[] = [];
+const reported: GdrpcError[] = [];
 
 beforeAll(async () => {
   serving = Runtime.create();
@@ -17,6 +18,13 @@ beforeAll(async () => {
   const unimplemented = (name: string): UnaryHandler => () => { throw new GdrpcError(Code.UNIMPLEMENTED, name); };
   const handlers: Record<string, UnaryHandler> = Object.fromEntries(Object.keys(EchoDescriptor.methods).map((name) => [name, unimplemented(name)]));
   handlers.ping = (args: { n: number }, ctx: CallContext) => {
+    if (args.n === 7) {
+      // A hook that throws: reported, and the next hook still runs (the throw was an unhandled
+      // rejection, which ends a Node process by default).
+      ctx.afterSend(() => { throw new Error('hook broke'); });
+      ctx.afterSend(() => ran.push('after the broken hook'));
+      return { n: args.n };
+    }
     if (args.n === 1) ctx.afterSend(() => ran.push('during'));
     // Registered after the handler returned: the call is over by then.
     else setTimeout(() => ctx.afterSend(() => ran.push(`late ${args.n}`)), 20);
@@ -41,6 +49,7 @@ beforeAll(async () => {
     return { sum: 0, n: args.x.byteLength };
   };
   const server = Server.create({ runtime: serving, poolBytes: 8 << 20 }).register(EchoDescriptor, handlers);
+  server.on('error', (error) => reported.push(error));
   await server.listen({ host: '127.0.0.1', port: 0 });
   client = await Client.connect(server.address!, { runtime: calling });
 });
@@ -63,6 +72,24 @@ describe('CallContext.afterSend', () => {
     (result.y as { release(): void }).release();
     await expect.poll(() => ran, { timeout: 5000 }).toContain('echo late');
     await expect.poll(() => ran, { timeout: 5000 }).toContain('echo late, after the release pass');
+  });
+
+  it('a hook that throws is reported as the server\'s error, and the hooks after it run', async () => {
+    const rejections: unknown[] = [];
+    const onRejection = (reason: unknown): void => { rejections.push(reason); };
+    process.on('unhandledRejection', onRejection);
+    try {
+      expect((await client.unary(EchoDescriptor.methods.ping, { n: 7 })).n).toBe(7);
+      await expect.poll(() => ran, { timeout: 5000 }).toContain('after the broken hook');
+      await expect.poll(() => reported.map((e) => e.rawMessage), { timeout: 5000 }).toContain('afterSend hook of handler Echo.ping threw: hook broke');
+      const report = reported.find((e) => e.rawMessage.startsWith('afterSend hook'))!;
+      expect(report.code).toBe(Code.INTERNAL);
+      expect(report.details).toMatchObject({ method: 'Echo.ping', service: 'test.rpc.v1.Echo' });
+      expect((report.cause as Error).message).toBe('hook broke');
+      expect(rejections).toEqual([]);
+    } finally {
+      process.off('unhandledRejection', onRejection);
+    }
   });
 
   it('works for a handler that takes its context apart ({ afterSend, confirmedTransfers, signal }), proxies it or derives from it', async () => {

@@ -30,7 +30,19 @@ export class CallAftermath {
    *  never run: a pull whose call was cancelled mid-gather kept its handle claimed). */
   #hooksRan = false;
 
-  constructor(private readonly exposureHoldMs: number) {}
+  /** `hookFailed`: told of a hook that threw (the server reports it, as a handler's failure);
+   *  the hooks after it run all the same. */
+  constructor(private readonly exposureHoldMs: number, private readonly hookFailed: (thrown: unknown) => void = () => {}) {}
+
+  /** Runs one hook: one that throws is reported, and neither stops the others nor becomes an
+   *  unhandled rejection, which ended the process (Node's default). */
+  #run(fn: () => void): void {
+    try {
+      fn();
+    } catch (thrown) {
+      this.hookFailed(thrown);
+    }
+  }
 
   /** Tensors a frame of the call's results exposes `@remote`. */
   expose(exposed: readonly Exposed[]): void {
@@ -41,13 +53,13 @@ export class CallAftermath {
    *  tensors it returned `@remote` have ended (CallContext.afterSend). */
   afterSend(fn: () => void): void {
     if (this.#hooksRan) {
-      queueMicrotask(fn);
+      queueMicrotask(() => this.#run(fn));
       return;
     }
     // Registered after the call ended without anything left to release: run it once the
     // response has left (there is no release pass to run it with).
     const sent = this.#sentWithNothingToRelease;
-    if (sent !== undefined) void Promise.allSettled([settled(sent), ...this.#exposed.map((e) => e.ended)]).then(fn);
+    if (sent !== undefined) void Promise.allSettled([settled(sent), ...this.#exposed.map((e) => e.ended)]).then(() => this.#run(fn));
     else this.#afterSend.push(fn);
   }
 
@@ -68,7 +80,7 @@ export class CallAftermath {
     // Each receive's own settling (registered before this) left its tensors with args.
     const runHooks = (): void => {
       this.#hooksRan = true;
-      for (const fn of this.#afterSend.splice(0)) fn();
+      for (const fn of this.#afterSend.splice(0)) this.#run(fn);
     };
     void Promise.allSettled([settled(sent), ...(args?.running ?? [])]).then(() => {
       args?.release();

@@ -90,7 +90,12 @@ export class ServerCall {
     readonly metadata: Record<string, string>, private readonly env: CallEnvironment,
     /** The caller's mover and noStaging (from the REQUEST): they apply to results as to arguments. */
     private readonly policy: SendPolicy = { mover: 'auto', noStaging: false }) {
-    this.#aftermath = new CallAftermath(env.exposureHoldMs);
+    this.#aftermath = new CallAftermath(env.exposureHoldMs, (thrown) => {
+      const name = methodName(entry.method);
+      const message = thrown instanceof Error ? thrown.message : String(thrown);
+      env.reportHandlerError(new GdrpcError(Code.INTERNAL, `afterSend hook of handler ${name} threw: ${message}`,
+        { cause: thrown, details: { method: name, service: entry.method.service, call: id, peer: connection.peer } }));
+    });
     if (entry.method.clientStreaming) this.#clientStream = new ClientStream({ id, connection, scope, name: methodName(entry.method) });
     else if (entry.method.serverStreaming) this.#streamCredit = new StreamCredit();
   }
