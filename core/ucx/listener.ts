@@ -33,19 +33,10 @@ export class Listener extends EventEmitter<{ connection: [Endpoint]; error: [Gdr
     Worker.adopt(worker, this);
   }
 
-  /** @internal Whether an endpoint it accepted, not closed, has `address` ("host:port") for its
-   *  peer: the other end of a connection from this listener's own worker names itself so. */
-  accepted(address: string): boolean {
-    for (const endpoint of this.#accepted) if (endpoint.peer === address && !endpoint.closed) return true;
-    return false;
-  }
-
-  /** The endpoints it accepted that have not closed. */
-  readonly #accepted = new Set<Endpoint>();
-
+  /** An endpoint it accepted: told to its worker, which knows the peers of its accepted
+   *  endpoints until they end (Worker.acceptedFrom), whether this listener is open or not. */
   #accept(endpoint: Endpoint): Endpoint {
-    this.#accepted.add(endpoint);
-    endpoint.once('close', () => this.#accepted.delete(endpoint));
+    Worker.noteAccepted(this.worker, endpoint);
     return endpoint;
   }
 

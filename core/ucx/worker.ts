@@ -59,8 +59,6 @@ interface Child {
   close(options?: { force?: boolean }): unknown;
   /** A graceful close is under way (Endpoint): it waits for the peer, which may never come. */
   readonly closingGracefully?: boolean;
-  /** Whether it accepted an endpoint, not closed, whose peer is `address` (Listener). */
-  accepted?(address: string): boolean;
 }
 
 const MAX_REQUEST_ID = 0x7fffffff;  // ids above are the addon's own
@@ -379,12 +377,27 @@ export class Worker {
     return worker.#native;
   }
 
-  /** @internal Whether one of this worker's listeners accepted a connection, still open, from
-   *  `address` ("host:port"): the local address of an endpoint connected to its own worker
-   *  (Endpoint.close says why it matters). */
+  /** Endpoints this worker's listeners accepted that have not ended, by their peer's address. */
+  readonly #acceptedFrom = new Map<string, Set<object>>();
+
+  /** @internal A listener of this worker accepted `endpoint`: its peer is known until it ends
+   *  ('close'), closing or not, and whether its listener is still open or not. */
+  static noteAccepted(worker: Worker, endpoint: { readonly peer: string; once(event: 'close', fn: () => void): unknown }): void {
+    const peers = worker.#acceptedFrom;
+    let same = peers.get(endpoint.peer);
+    if (same === undefined) peers.set(endpoint.peer, same = new Set());
+    same.add(endpoint);
+    endpoint.once('close', () => {
+      same!.delete(endpoint);
+      if (same!.size === 0 && peers.get(endpoint.peer) === same) peers.delete(endpoint.peer);
+    });
+  }
+
+  /** @internal Whether this worker's listeners accepted a connection, not ended, from `address`
+   *  ("host:port"): the local address of an endpoint connected to its own worker (Endpoint.close
+   *  says why it matters). */
   static acceptedFrom(worker: Worker, address: string): boolean {
-    for (const child of worker.#children) if (child.accepted?.(address) === true) return true;
-    return false;
+    return worker.#acceptedFrom.has(address);
   }
 
   /** @internal Registers an endpoint or listener that closes with the worker. */

@@ -34,7 +34,9 @@ int CloseOnExec() {
   // thousands of descriptors (2.6 ms with 2,100 sockets, a helper session's review). In a Node
   // process a descriptor meant for a child is passed in its stdio, which clears the flag on the
   // child's copy; none is meant to be inherited unnamed.
+#ifdef SYS_close_range  // kernel headers older than Linux 5.9 lack the number: the scan does it
   if (syscall(SYS_close_range, STDERR_FILENO + 1, ~0U, kCloseRangeCloexec) == 0) return -1;
+#endif
   DIR* dir = opendir("/proc/self/fd");
   if (dir == nullptr) return 0;
   const int own = dirfd(dir);

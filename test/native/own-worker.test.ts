@@ -58,6 +58,38 @@ describe('an endpoint connected to its own worker', () => {
   });
 });
 
+describe('an endpoint connected to its own worker, closed in other orders (a review found two that leaked)', () => {
+  const { worker } = localSide(TRANSPORTS.tcp);
+
+  it.each(['the accepted endpoint closing first', 'the listener closed first'])(`${CYCLES} cycles with %s leave no socket behind`, async (order) => {
+    const cycle = async (): Promise<void> => {
+      const listener = Listener.create(worker, { host: '127.0.0.1', port: 0 });
+      const accepted: Endpoint[] = [];
+      listener.on('connection', (endpoint) => accepted.push(endpoint));
+      try {
+        const endpoint = Endpoint.connect(worker, { host: '127.0.0.1', port: listener.port });
+        await endpoint.flush();
+        while (accepted.length === 0) await new Promise((resolve) => setTimeout(resolve, 1));
+        if (order === 'the listener closed first') {
+          listener.close();
+          await endpoint.close();
+          await accepted[0]!.close();
+        } else {
+          const serverSide = accepted[0]!.close();  // started, not awaited
+          await endpoint.close();
+          await serverSide;
+        }
+      } finally {
+        listener.close();
+      }
+    };
+    await cycle();
+    const before = sockets();
+    for (let i = 0; i < CYCLES; i += 1) await cycle();
+    await expect.poll(sockets, { timeout: 5000, interval: 50 }).toBeLessThanOrEqual(before);
+  });
+});
+
 describe('which endpoint is connected to its own worker', () => {
   const { worker } = localSide(TRANSPORTS.tcp);
   const other = localSide(TRANSPORTS.tcp).worker;

@@ -44,6 +44,7 @@ describe('adaptive polling window guards', () => {
     expect(busy.readFirst).toBe(0);
     expect(busy.readAfter).toBe(1);
     expect(busy.spinNext).toBe(false);
+    expect(busy.busyMachine).toBe(1);
   });
 
   it("two peers spinning on a two-core machine keep spinning: the thread's own spinning is not read as a busy machine", () => {
