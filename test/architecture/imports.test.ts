@@ -134,6 +134,7 @@ const ALLOWED_STATE: Record<string, string> = {
   // The entries of an option rule table, listed once instead of on every call's option check:
   // weakly keyed by the (constant) table.
   'core/tensor/options.ts: entriesOf': 'per-rule-table entry list, weakly keyed',
+  'core/tensor/options.ts: verdicts': 'per-rule-table misspelling verdicts by key, weakly keyed, at most 1,024 keys a table',
   // Host-name lookups run in libuv's thread pool, which is the process's whatever its runtimes:
   // the cap on those in flight (and their queue) is the process's too.
   'core/rpc/connection/resolve.ts: lookupsRunning': "lookups in flight in libuv's process-wide thread pool",
