@@ -91,7 +91,7 @@ function misspelt(key: string, entries: ReadonlyArray<[string, OptionRule]>): st
 }
 
 /** Levenshtein distance between `a` and `b`, or limit + 1 once it is past `limit`. */
-export function editDistance(a: string, b: string, limit: number): number {
+function editDistance(a: string, b: string, limit: number): number {
   let previous = Array.from({ length: b.length + 1 }, (_, j) => j);
   for (let i = 1; i <= a.length; i += 1) {
     const row = [i];

@@ -69,7 +69,7 @@ export class Endpoint extends EventEmitter<{ error: [GdrpcError]; close: [] }> {
    *  is the peer of an endpoint that listener accepted). */
   #ownWorkerPeer(): boolean {
     const local = this.#native.failed ? undefined : this.localAddress();
-    return local !== undefined && Worker.acceptedFrom(this.worker, local);
+    return local !== undefined && Worker.acceptedPeers(this.worker).has(local);
   }
 
   /** A graceful close is under way: it ends when UCX has flushed what was sent towards the peer,

@@ -33,13 +33,6 @@ export class Listener extends EventEmitter<{ connection: [Endpoint]; error: [Gdr
     Worker.adopt(worker, this);
   }
 
-  /** An endpoint it accepted: told to its worker, which knows the peers of its accepted
-   *  endpoints until they end (Worker.acceptedFrom), whether this listener is open or not. */
-  #accept(endpoint: Endpoint): Endpoint {
-    Worker.noteAccepted(this.worker, endpoint);
-    return endpoint;
-  }
-
   static create(worker: Worker, options: ListenerOptions = {}): Listener {
     const nativeWorker = Worker.nativeOf(worker);
     checkObject(options, 'options');
@@ -51,8 +44,14 @@ export class Listener extends EventEmitter<{ connection: [Endpoint]; error: [Gdr
     }
     return new Listener(worker, (self) => new (native().Listener)(nativeWorker, host, port, (kind, a, b) => {
       if (kind === 'request') return accept ? accept({ clientAddress: String(a), clientPort: Number(b) }) === true : true;
-      if (kind === 'connection') self.emit('connection', self.#accept(new Endpoint(worker, a as NativeEndpoint)));
-      else self.emit('error', GdrpcError.from(a, Code.UNAVAILABLE));
+      if (kind === 'connection') {
+        const endpoint = new Endpoint(worker, a as NativeEndpoint);
+        // Known to its worker until it ends, whether this listener still listens or not.
+        Worker.acceptedPeers(worker).add(endpoint);
+        self.emit('connection', endpoint);
+      } else {
+        self.emit('error', GdrpcError.from(a, Code.UNAVAILABLE));
+      }
       return undefined;
     }));
   }

@@ -2,6 +2,7 @@
 import { isIP } from 'node:net';
 import { Code, GdrpcError } from '../errors.ts';
 import { whenAborted } from '../abort.ts';
+import { AcceptedPeers } from './accepted-peers.ts';
 import { native } from '../native.ts';
 import { checkObject, checkSignal, checkSize, checkU64, invalid, rejecting } from './check.ts';
 import { Context } from './context.ts';
@@ -118,6 +119,7 @@ export class Worker {
   readonly context: Context;
   readonly #native: NativeWorker;
   readonly #children = new Set<Child>();
+  readonly #acceptedPeers = new AcceptedPeers();
   /** Children whose graceful close closeChildren already waited for. */
   readonly #waitedFor = new WeakSet<Child>();
   #nextId = 1;
@@ -377,27 +379,9 @@ export class Worker {
     return worker.#native;
   }
 
-  /** Endpoints this worker's listeners accepted that have not ended, by their peer's address. */
-  readonly #acceptedFrom = new Map<string, Set<object>>();
-
-  /** @internal A listener of this worker accepted `endpoint`: its peer is known until it ends
-   *  ('close'), closing or not, and whether its listener is still open or not. */
-  static noteAccepted(worker: Worker, endpoint: { readonly peer: string; once(event: 'close', fn: () => void): unknown }): void {
-    const peers = worker.#acceptedFrom;
-    let same = peers.get(endpoint.peer);
-    if (same === undefined) peers.set(endpoint.peer, same = new Set());
-    same.add(endpoint);
-    endpoint.once('close', () => {
-      same!.delete(endpoint);
-      if (same!.size === 0 && peers.get(endpoint.peer) === same) peers.delete(endpoint.peer);
-    });
-  }
-
-  /** @internal Whether this worker's listeners accepted a connection, not ended, from `address`
-   *  ("host:port"): the local address of an endpoint connected to its own worker (Endpoint.close
-   *  says why it matters). */
-  static acceptedFrom(worker: Worker, address: string): boolean {
-    return worker.#acceptedFrom.has(address);
+  /** @internal The endpoints this worker's listeners accepted, until they end (accepted-peers.ts). */
+  static acceptedPeers(worker: Worker): AcceptedPeers {
+    return worker.#acceptedPeers;
   }
 
   /** @internal Registers an endpoint or listener that closes with the worker. */

@@ -68,10 +68,10 @@ Listener::Listener(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Listener>(
     ThrowStatus(env, status, "ucp_listener_query");
   }
   std::tie(host_, port_) = DescribeAddress(attr.sockaddr);
-  // The worker's allowed peers hold for its listeners too: a peer outside them never completes a
-  // handshake here, so UCX reads nothing it sends (port_guard.h).
   // A program this process starts must not keep the port (close_on_exec.h).
   CloseOnExec();
+  // The worker's allowed peers hold for its listeners too: a peer outside them never completes a
+  // handshake here, so UCX reads nothing it sends (port_guard.h).
   socket_ = ListeningSocketOn(host_, port_);
   guarded_ = worker_->GuardPort(socket_);
   if (worker_->guard().has_value() && !guarded_) {

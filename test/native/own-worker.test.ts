@@ -107,16 +107,16 @@ describe('which endpoint is connected to its own worker', () => {
     const mineAccepted: Endpoint[] = [];
     mine.on('connection', (endpoint) => mineAccepted.push(endpoint));
     try {
-      expect(Worker.acceptedFrom(worker, toOther.localAddress()!)).toBe(false);
+      expect(Worker.acceptedPeers(worker).has(toOther.localAddress()!)).toBe(false);
       const toSelf = Endpoint.connect(worker, { host: '127.0.0.1', port: mine.port });
       await toSelf.flush();
       while (mineAccepted.length === 0) await new Promise((resolve) => setTimeout(resolve, 1));
       const selfAddress = toSelf.localAddress()!;
-      expect(Worker.acceptedFrom(worker, selfAddress)).toBe(true);
+      expect(Worker.acceptedPeers(worker).has(selfAddress)).toBe(true);
       await toSelf.close();
       await mineAccepted[0]!.close();
       // Accepted and closed: no longer its.
-      expect(Worker.acceptedFrom(worker, selfAddress)).toBe(false);
+      expect(Worker.acceptedPeers(worker).has(selfAddress)).toBe(false);
     } finally {
       await toOther.close();
       for (const endpoint of accepted) await endpoint.close();

@@ -58,3 +58,12 @@ export function failureText(report: GdrpcError): string {
   if (cause instanceof Error && cause.stack !== undefined) return `gdrpc server: handler ${String(method)} failed (${where}): ${cause.stack}\n`;
   return `gdrpc server: ${report.rawMessage} (${where})\n`;
 }
+
+/** A hook given to ctx.afterSend threw: reported like a handler's failure (the call is over, the
+ *  caller is told nothing). */
+export function afterSendHookError(thrown: unknown, call: FailedCall): GdrpcError {
+  const name = methodName(call.method);
+  const message = thrown instanceof Error ? thrown.message : String(thrown);
+  return new GdrpcError(Code.INTERNAL, `afterSend hook of handler ${name} threw: ${message}`,
+    { cause: thrown, details: { method: name, service: call.method.service, call: call.call, peer: call.peer } });
+}

@@ -9,7 +9,7 @@ import { MAX_AWAITED_TENSORS, type Connection } from '../connection/connection.t
 import { PostedFrame } from '../connection/posted-frame.ts';
 import type { CallScope } from '../call/deadline.ts';
 import type { MethodDescriptor, TypeTable } from '../../schema/descriptor.ts';
-import { handlerContractError, handlerError, HandlerFailure, runHandler, type FailedCall } from './handler-failure.ts';
+import { afterSendHookError, handlerContractError, handlerError, HandlerFailure, runHandler, type FailedCall } from './handler-failure.ts';
 import { methodName } from '../call/method-name.ts';
 import { bindPlacement } from '../call/placement.ts';
 import { errorFrame } from '../call/status.ts';
@@ -90,12 +90,7 @@ export class ServerCall {
     readonly metadata: Record<string, string>, private readonly env: CallEnvironment,
     /** The caller's mover and noStaging (from the REQUEST): they apply to results as to arguments. */
     private readonly policy: SendPolicy = { mover: 'auto', noStaging: false }) {
-    this.#aftermath = new CallAftermath(env.exposureHoldMs, (thrown) => {
-      const name = methodName(entry.method);
-      const message = thrown instanceof Error ? thrown.message : String(thrown);
-      env.reportHandlerError(new GdrpcError(Code.INTERNAL, `afterSend hook of handler ${name} threw: ${message}`,
-        { cause: thrown, details: { method: name, service: entry.method.service, call: id, peer: connection.peer } }));
-    });
+    this.#aftermath = new CallAftermath(env.exposureHoldMs, (thrown) => env.reportHandlerError(afterSendHookError(thrown, this.#failedCall())));
     if (entry.method.clientStreaming) this.#clientStream = new ClientStream({ id, connection, scope, name: methodName(entry.method) });
     else if (entry.method.serverStreaming) this.#streamCredit = new StreamCredit();
   }

@@ -72,16 +72,13 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
       maxCallsPerConnection: 256, maxCalls: 4096, maxCallsPerAddress: DEFAULT_MAX_CALLS_PER_ADDRESS, maxArgumentBytes: DEFAULT_MAX_ARGUMENT_BYTES, maxFrameBytes: 4 << 20, maxTensorBytes: DEFAULT_MAX_TENSOR_BYTES, poolBytes: 128 << 20,
       allowPoolOverflow: false, poolWaitMs: 10_000, livenessMs: DEFAULT_LIVENESS_MS, admissionTimeoutMs: 5000, requireClientAddress: false, transferTimeoutMs: DEFAULT_TRANSFER_TIMEOUT_MS, maxConnections: 1024, maxConnectionsPerAddress: 64, maxAwaitedTensors: DEFAULT_MAX_AWAITED_TENSORS, inlineBytes: DEFAULT_INLINE_BYTES, exposureHoldMs: 30_000, exposeErrorMessages: false, directPulls: false, ...options,
     };
-    for (const entry of ownerMethods({ lookup: (x, secret) => this.#runtime!.owner.lookup(x, secret), claim: (x, secret) => this.#runtime!.owner.claim(x, secret), staging: (device) => this.#runtime!.pool(device, { bytes: DEFAULT_PROCESS_POOL_BYTES, allowOverflow: true }), copyBlocks: (bytes, copies, options) => this.#runtime!.blocks.copy(bytes, copies, options), directPulls: this.#options.directPulls })) {
-      this.#serve(OWNER_SERVICE, entry.method.name, entry);
-    }
+    this.#serve(OWNER_SERVICE, ownerMethods({ lookup: (x, secret) => this.#runtime!.owner.lookup(x, secret), claim: (x, secret) => this.#runtime!.owner.claim(x, secret), staging: (device) => this.#runtime!.pool(device, { bytes: DEFAULT_PROCESS_POOL_BYTES, allowOverflow: true }), copyBlocks: (bytes, copies, options) => this.#runtime!.blocks.copy(bytes, copies, options), directPulls: this.#options.directPulls }));
     this.#host = this.#makeHost();
   }
 
-  #serve(service: string, method: string, entry: MethodEntry): void {
-    let methods = this.#methods.get(service);
-    if (methods === undefined) this.#methods.set(service, methods = new Map());
-    methods.set(method, entry);
+  /** Serves `service` with `entries`, all at once. */
+  #serve(service: string, entries: readonly MethodEntry[]): void {
+    this.#methods.set(service, new Map(entries.map((entry) => [entry.method.name, entry])));
   }
 
   /** A server with these limits; nothing is opened until listen(). */
@@ -115,8 +112,7 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
     for (const name of Object.keys(handlers)) {
       if (service.methods[name] === undefined) throw new GdrpcError(Code.INVALID_ARGUMENT, `${service.name} has no method ${name}`);
     }
-    if (entries.length === 0) this.#methods.set(service.name, new Map());
-    for (const entry of entries) this.#serve(service.name, entry.method.name, entry);
+    this.#serve(service.name, entries);
     return this;
   }
 
