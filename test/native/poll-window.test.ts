@@ -31,20 +31,17 @@ function scenarios(): Map<string, Scenario> {
 describe('adaptive polling window guards', () => {
   const results = scenarios();
 
-  it('the first request after a pause is decided on the last sample, and the machine read once the wake-up\'s JavaScript ran (the reply no longer waits for /proc/stat)', () => {
-    const idle = results.get('after-pause-idle')!;
-    expect(idle.spinFirst).toBe(true);
-    expect(idle.readFirst).toBe(0);
-    expect(idle.readAfter).toBe(1);
-    expect(idle.spinNext).toBe(true);
-    expect(idle.busyMachine).toBe(0);
-    // A machine that turned busy during the pause: the read ends the spin.
-    const busy = results.get('after-pause-busy')!;
-    expect(busy.spinFirst).toBe(true);
-    expect(busy.readFirst).toBe(0);
-    expect(busy.readAfter).toBe(1);
-    expect(busy.spinNext).toBe(false);
-    expect(busy.busyMachine).toBe(1);
+  // On a machine that turned busy during the pause, the read ends the spin.
+  it.each([
+    ['after-pause-idle', true, 0],
+    ['after-pause-busy', false, 1],
+  ])('%s: the first request after a pause is decided on the last sample, and the machine read once the wake-up\'s JavaScript ran (the reply no longer waits for /proc/stat)', (name, spinNext, busyMachine) => {
+    const s = results.get(name)!;
+    expect(s.spinFirst).toBe(true);
+    expect(s.readFirst).toBe(0);
+    expect(s.readAfter).toBe(1);
+    expect(s.spinNext).toBe(spinNext);
+    expect(s.busyMachine).toBe(busyMachine);
   });
 
   it("two peers spinning on a two-core machine keep spinning: the thread's own spinning is not read as a busy machine", () => {

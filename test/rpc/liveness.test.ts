@@ -27,6 +27,25 @@ function timeWaitOn(port: number): number {
     .filter((line) => { const f = line.trim().split(/\s+/); return f[1]?.endsWith(`:${hex}`) === true && f[3] === '06'; }).length;
 }
 
+/** A server on a fixed port, a client that made a call to it, and the server killed: it is gone
+ *  (its process exited) and the client has seen the disconnect. The port is below the ephemeral
+ *  range (32768+), so that no other socket on the machine (UCX's own TCP interfaces listen on
+ *  ephemeral ports) can take it while the server is down. */
+async function serverKilledUnderClient(): Promise<{ first: Awaited<ReturnType<typeof startServer>>; client: Client }> {
+  let first: Awaited<ReturnType<typeof startServer>> | undefined;
+  for (let attempt = 0; first === undefined; attempt += 1) {
+    const port = 20_000 + Math.floor(Math.random() * 10_000);
+    first = await startServer({ port }).catch((error: unknown) => { if (attempt >= 10) throw error; return undefined; });
+  }
+  const client = await connect(first.address);
+  expect((await client.unary(EchoDescriptor.methods.ping, { n: 1 })).n).toBe(1);
+  const disconnected = new Promise((resolve) => client.once('disconnect', resolve));
+  first.kill();
+  await disconnected;
+  await first.exited;
+  return { first, client };
+}
+
 describe('liveness', () => {
   it('a server killed mid-call fails the call UNAVAILABLE within the liveness time', async () => {
     await using server = await startServer();
@@ -76,19 +95,7 @@ describe('liveness', () => {
   });
 
   it('reconnects on the next call after the server restarts on the same port', async () => {
-    // A port below the ephemeral range (32768+), so that no other socket on the machine (UCX's own
-    // TCP interfaces listen on ephemeral ports) can take it while the server is down.
-    let first: Awaited<ReturnType<typeof startServer>> | undefined;
-    for (let attempt = 0; first === undefined; attempt += 1) {
-      const port = 20_000 + Math.floor(Math.random() * 10_000);
-      first = await startServer({ port }).catch((error: unknown) => { if (attempt >= 10) throw error; return undefined; });
-    }
-    const client = await connect(first.address);
-    expect((await client.unary(EchoDescriptor.methods.ping, { n: 1 })).n).toBe(1);
-    const disconnected = new Promise((resolve) => client.once('disconnect', resolve));
-    first.kill();
-    await disconnected;
-    await first.exited;
+    const { first, client } = await serverKilledUnderClient();
     // The old listening socket can linger for a moment after the process is gone.
     let second: Awaited<ReturnType<typeof startServer>> | undefined;
     for (let attempt = 0; second === undefined; attempt += 1) {
@@ -103,21 +110,11 @@ describe('liveness', () => {
   });
 
   it('a server killed with a connection open listens on its port again at once: the TIME_WAIT its connections left there does not hold it', async () => {
-    let first: Awaited<ReturnType<typeof startServer>> | undefined;
-    for (let attempt = 0; first === undefined; attempt += 1) {
-      const port = 20_000 + Math.floor(Math.random() * 10_000);
-      first = await startServer({ port }).catch((error: unknown) => { if (attempt >= 10) throw error; return undefined; });
-    }
-    const client = await connect(first.address);
-    expect((await client.unary(EchoDescriptor.methods.ping, { n: 1 })).n).toBe(1);
-    const disconnected = new Promise((resolve) => client.once('disconnect', resolve));
-    first.kill();
-    await disconnected;
-    await first.exited;
+    const { first, client } = await serverKilledUnderClient();
     // The dead server's side closed first: the kernel keeps its connection's end on the port in
     // TIME_WAIT for a minute. Without SO_REUSEADDR (UCX_TCP_CM_REUSEADDR) the bind below failed
     // "Device is busy" throughout (checked).
-    await expect.poll(() => timeWaitOn(first!.port), { timeout: 5000, interval: 50 }).toBeGreaterThan(0);
+    await expect.poll(() => timeWaitOn(first.port), { timeout: 5000, interval: 50 }).toBeGreaterThan(0);
     await using second = await startServer({ port: first.port });
     expect((await client.unary(EchoDescriptor.methods.ping, { n: 2 })).n).toBe(2);
     expect((await serverStats(client)).runs.ping).toBe(1); // served by the new process
