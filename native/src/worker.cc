@@ -291,6 +291,11 @@ void Worker::Destroy(bool fromJs) {
   if (worker_ == nullptr) return;
   Napi::Env env = Env();
   watch_.Disarm();  // nothing is taken, nobody told, while everything closes
+  // The watch's callback and slot are the dispatcher's: held strongly, they would keep the closed
+  // runtime and its buffers (8 MiB of them) alive for as long as the process lives.
+  watch_.callback.Reset();
+  watch_.slotHolder.Reset();
+  watch_.slot = nullptr;
   DropHeld(0, true);  // the sweep's held messages, while their endpoints are still open
   std::set<Listener*> listeners = listeners_;
   for (Listener* listener : listeners) listener->Destroy(fromJs);

@@ -2,6 +2,8 @@
 // one and a client on the other talk over loopback like two processes would (host memory only:
 // cuda_ipc does not reach between two workers of one process, DESIGN.md), and closing one runtime
 // closes its clients and servers without touching the other's.
+import { execFileSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   Client, Code, GdrpcError, remoteExposures, Runtime, serveRemoteTensors, Server, Tensor,
@@ -145,5 +147,17 @@ describe('two runtimes in one process', () => {
     expect(calling.closed).toBe(false);
     const again = await Client.connect(address, { runtime: calling });
     await again.close();
+  });
+});
+
+describe('a closed runtime', () => {
+  it('is collected once nothing of the application holds it: nothing native keeps its dispatcher (a helper session found every closed runtime kept for good, 8 MiB of buffers each)', () => {
+    const fixture = fileURLToPath(new URL('./fixtures/runtime-gc.ts', import.meta.url));
+    const runtimes = 8;
+    const out = execFileSync(process.execPath, ['--expose-gc', '--import', 'tsx', fixture, String(runtimes)], { encoding: 'utf8', timeout: 120_000 });
+    expect(out).toContain(`COLLECTED ${runtimes} of ${runtimes}`);
+    // Before, the 8 closed runtimes' send slots and receive buffers stayed: 64 MiB (checked).
+    const grew = Number(/ARRAYBUFFERS GREW (-?\d+)/.exec(out)?.[1]);
+    expect(grew).toBeLessThan(2 << 20);
   });
 });
