@@ -32,8 +32,9 @@ export function ownTimeClock(): () => number {
  *  programs this process starts do not inherit them (a child kept its parent's listening port):
  *  every descriptor above stderr with one close_range where the kernel has it (returns -1), else
  *  the sockets and anonymous inodes that lack the flag (returns how many it marked). Workers and
- *  listeners do it as they are made; the runtime, as each connection is admitted (its lanes'
- *  sockets exist by then). */
+ *  listeners do it as they are made; the runtime, as a server takes a connection and once its
+ *  HELLO is sent (before admission), and as each connection is admitted (its lanes' sockets
+ *  exist by then). */
 export function closeUcxDescriptorsOnExec(): number {
   return native().closeOnExec();
 }

@@ -2,6 +2,8 @@
 // outlived its parent's server kept the server's listening port, and a server restarted there
 // could not listen until the child ended (found by a helper session using the package).
 import { spawn, spawnSync } from 'node:child_process';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Client, closeUcxDescriptorsOnExec, Code, GdrpcError, Runtime, Server, type UnaryHandler } from '../../core/index.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
@@ -44,6 +46,26 @@ describe('close-on-exec', () => {
     // On demand: -1 where one close_range marked everything (Linux 5.11), else the count the scan
     // marked, none by now.
     expect([-1, 0]).toContain(closeUcxDescriptorsOnExec());
+  });
+
+  it('a program started while a connection waits for admission (its peer sent no AUTH) inherits none of its sockets', async () => {
+    const runtime = Runtime.create();
+    opened.push({ close: () => runtime.close() });
+    const server = Server.create({ runtime, admissionTimeoutMs: 60_000 });
+    server.register(EchoDescriptor, echoHandlers());
+    opened.push({ close: () => server.shutdown({ graceMs: 0 }) });
+    const { port } = await server.listen({ host: '127.0.0.1', port: 0 });
+    const silent = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(new URL('./fixtures/silent-peer.ts', import.meta.url)), String(port)], { stdio: ['ignore', 'pipe', 'inherit'] });
+    opened.push({ close: async () => { silent.kill('SIGKILL'); } });
+    const said = new Promise<string>((resolve) => {
+      createInterface({ input: silent.stdout! }).on('line', resolve);
+      silent.once('exit', (code) => resolve(`exited ${code}`));
+    });
+    expect(await said).toBe('STARTED');
+    // Its HELLO was read: the connection and its lane are open here (before, two sockets of them
+    // were inherited until the next admission in this process marked them).
+    expect(runtime.worker.stats().liveEndpoints).toBeGreaterThanOrEqual(1);
+    expect(inherited()).toEqual([]);
   });
 
   it('a child that outlives the server does not keep its port: a server listens there again at once', async () => {

@@ -162,9 +162,16 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
     return this.#runtime.pool(device, { bytes: this.#options.poolBytes || DEFAULT_PROCESS_POOL_BYTES, allowOverflow: true, grow: this.#explicitPoolBytes });
   }
 
-  /** Cancels calls in flight and closes the connection. The runtime's pools stay (see pool()). */
-  async close(): Promise<void> {
-    if (this.#closed) return;
+  /** Cancels calls in flight and closes the connection. The runtime's pools stay (see pool()).
+   *  Every call answers the same promise, settled once the client is closed. */
+  close(): Promise<void> {
+    this.#closeDone ??= this.#close();
+    return this.#closeDone;
+  }
+
+  #closeDone: Promise<void> | undefined;
+
+  async #close(): Promise<void> {
     this.#closed = true;
     this.#closing.abort(new GdrpcError(Code.CANCELLED, 'client closed'));
     // All are this client's: the sessions still draining after a GOAWAY and a reconnect under way.

@@ -40,8 +40,10 @@ export interface SessionHost {
   error(error: GdrpcError): void;
 }
 
-/** How long a refused connection stays open for its ERROR frame to be read. */
+/** How long a refused connection stays open for its ERROR frame to be read, once it is sent. */
 const REFUSAL_LINGER_MS = 200;
+/** How long a refused connection's ERROR may take to be sent before the connection is closed anyway. */
+const REFUSAL_SEND_WAIT_MS = 2000;
 
 export class ServerSession {
   /** Calls in flight by id (an IdTable, not a Map: core/live-list.ts says why). */
@@ -92,7 +94,11 @@ export class ServerSession {
     // messages): a client on that port drops the key-0 copy while it still waits for its HELLO.
     // The client reads one of them: the window counts one.
     const message = packMessage([{ kind: FrameKind.Hello, call: 0, body: encodeFrame(FrameKind.Hello, hello) }]);
-    connection.sendRaw(controlTag(HELLO_KEY), message).catch(() => connection.close());
+    // The connection's sockets, the one it came on and the lane HELLO opened, are not for the
+    // programs this process starts while it waits for admission (a helper session's child kept
+    // two of a connection that never sent AUTH, after the server was gone).
+    closeUcxDescriptorsOnExec();
+    connection.sendRaw(controlTag(HELLO_KEY), message).then(() => { closeUcxDescriptorsOnExec(); }, () => connection.close());
     if (clientPort !== undefined) connection.sendRaw(controlTag(helloKey(clientPort)), message, false).catch(() => connection.close());
   }
 
@@ -189,11 +195,18 @@ export class ServerSession {
   }
 
   /** ERROR (call 0), then a close a little later: closing at once could make the client see the
-   *  disconnect before it has read why. */
+   *  disconnect before it has read why. The close is forced once the ERROR is sent: a graceful one
+   *  waits for the peer to answer UCX's disconnect, and a peer that stopped never does, so every
+   *  connection refused to such a peer kept its endpoint and two sockets open until the runtime
+   *  closed (a helper session's stopped attacker held 2,000 descriptors of a server, after
+   *  those connections had left the caps). */
   #refuseAndClose(error: GdrpcError): void {
     this.#closing = true;
-    this.connection.send(FrameKind.Error, 0, errorFrame(error)).catch(() => {});
-    setTimeout(() => this.connection.close(error, { graceful: true }), REFUSAL_LINGER_MS).unref();
+    const sent = this.connection.send(FrameKind.Error, 0, errorFrame(error)).catch(() => {});
+    const after = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms).unref());
+    // A send a peer's full window holds back is not waited for past REFUSAL_SEND_WAIT_MS.
+    void Promise.race([Promise.all([sent, after(REFUSAL_LINGER_MS)]), after(REFUSAL_SEND_WAIT_MS)])
+      .then(() => this.connection.close(error, { graceful: false }));
   }
 
   #request(id: number, body: FrameBody<FrameKind.Request>, weight: number): void {

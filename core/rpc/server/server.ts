@@ -153,25 +153,50 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
   /** Stops accepting, lets calls in flight finish for up to graceMs (default 5000), aborts the
    *  rest (UNAVAILABLE), closes connections, pools and the listener. What is left of graceMs once
    *  the calls ended (2 s at least each) is what clients get to read their last answers and close
-   *  their connections, then what their graceful closes get to flush. */
-  async shutdown(options: { graceMs?: number } = {}): Promise<void> {
-    checkOptions('Server.shutdown options', options, { graceMs: Accept.ms });
-    if (this.#shuttingDown) return;
+   *  their connections, then what their graceful closes get to flush. A second call (another
+   *  path of teardown, the runtime's close) answers the same promise, settled when the shutdown
+   *  is done; a shorter graceMs there cuts the wait for calls short. */
+  shutdown(options: { graceMs?: number } = {}): Promise<void> {
+    try {
+      checkOptions('Server.shutdown options', options, { graceMs: Accept.ms });
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    const graceEnds = performance.now() + (options.graceMs ?? 5000);
+    if (this.#shutdown !== undefined) {
+      if (graceEnds < this.#graceEnds) {
+        this.#graceEnds = graceEnds;
+        this.#drained?.();
+      }
+      return this.#shutdown;
+    }
+    this.#graceEnds = graceEnds;
+    this.#shutdown = this.#shutDown();
+    return this.#shutdown;
+  }
+
+  /** The shutdown under way (shutdown() answers it to every caller). */
+  #shutdown: Promise<void> | undefined;
+  /** When the calls' grace time ends (performance.now()); a later shutdown() may bring it closer. */
+  #graceEnds = 0;
+
+  async #shutDown(): Promise<void> {
     this.#shuttingDown = true;
     const runtime = this.#runtime;
     runtime?.owner.listening(this, false);
     if (runtime?.owner.dedicated === this) runtime.owner.dedicated = undefined;
     this.#listener?.close();
     for (const session of this.#sessions) session.goAway();
-    const graceMs = options.graceMs ?? 5000;
-    const graceEnds = performance.now() + graceMs;
     /** What is left of the grace time, and `floorMs` at least. */
-    const left = (floorMs: number): number => Math.max(floorMs, graceEnds - performance.now());
-    if (this.#activeCalls > 0) {
+    const left = (floorMs: number): number => Math.max(floorMs, this.#graceEnds - performance.now());
+    // Until the calls end or the grace time does, whichever first: a later shutdown() with a
+    // shorter grace time wakes this (#drained) to look again.
+    while (this.#activeCalls > 0 && this.#graceEnds > performance.now()) {
       await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, graceMs);
+        const timer = setTimeout(resolve, left(0));
         this.#drained = () => { clearTimeout(timer); resolve(); };
       });
+      this.#drained = undefined;
     }
     const stop = new GdrpcError(Code.UNAVAILABLE, 'server shut down');
     for (const session of this.#sessions) for (const call of session.calls.values()) call.scope.abort(stop);
