@@ -37,6 +37,22 @@ describe('server streaming', () => {
     expect(await collect(client.serverStream(EchoDescriptor.methods.count, { upTo: 0, delayMs: 0 }))).toEqual([]);
   });
 
+  it('a stream its caller aborts throws at once: the items received and not taken are not handed out, and their tensors are released', async () => {
+    const pool = client.pool('cpu');
+    const before = pool.stats().liveTensors;
+    const controller = new AbortController();
+    const iterator = client.serverStream(EchoDescriptor.methods.repeat, { x: patterned(64 << 10), times: 100_000 }, { signal: controller.signal })[Symbol.asyncIterator]();
+    const first = await iterator.next();
+    expect(first.done).toBe(false);
+    // Items come ahead of the caller, up to the stream's window.
+    await expect.poll(() => pool.stats().liveTensors - before, { timeout: 10_000 }).toBeGreaterThan(4);
+    controller.abort();
+    // Before, the iterable went on handing out the items it held (up to 63) first.
+    expect(await iterator.next().then(() => 'an item', (error: { code?: string }) => error.code)).toBe(Code.CANCELLED);
+    (first.value.y as Tensor).release();
+    await expect.poll(() => pool.stats().liveTensors, { timeout: 5000 }).toBe(before);
+  });
+
   it('breaking out of the loop cancels the handler on the server', async () => {
     const before = (await serverStats(client)).aborted.filter((a) => a === 'count').length;
     const seen: number[] = [];

@@ -107,6 +107,11 @@ class ResponseStream {
     this.scope.onAbort((reason) => {
       if (!this.#ended) cancel(s, this.#id, reason);
       this.#ended = true;
+      // Ended from this side (the caller's signal or deadline, its client's close): the items
+      // received and not taken are not handed out after it (the iterable throws at once), and
+      // their tensors are released. Until 2026-12-08 a closed client's stream went on yielding up
+      // to 63 of them, their tensors already released with the runtime's pools (helper 57).
+      for (const item of this.queue.takeRest()) item.then((received) => releaseTensors(received.values), () => {});
       this.queue.fail(reason);
     });
     return this.#id;
