@@ -3,6 +3,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { cuda } from '../../core/cuda.ts';
 import { Context, nativeStats } from '../../core/ucx/index.ts';
 import { PoolShare, Tensor, TensorPool } from '../../core/tensor/index.ts';
+import { OVERFLOW_LIVE_WARNING } from '../../core/tensor/pool.ts';
 import { Code, GdrpcError } from '../../core/errors.ts';
 import { expectCode } from './expect-error.ts';
 
@@ -133,6 +134,38 @@ describe('TensorPool (host)', () => {
       const ours = warnings.filter((w) => (w as any).code === 'GDRPC_POOL_OVERFLOW');
       expect(ours).toHaveLength(1);
       expect(ours[0]!.message).toMatch(/overflowed/);
+    } finally {
+      process.off('warning', onWarning);
+    }
+  });
+
+  it(`warns when ${OVERFLOW_LIVE_WARNING} tensors allocated past the pool are alive at once (results nobody releases), then at each doubling; released ones do not count`, async () => {
+    const warnings: Error[] = [];
+    const onWarning = (w: Error): void => { warnings.push(w); };
+    process.on('warning', onWarning);
+    try {
+      const pool = hostPool(256, true);
+      const inPool = pool.allocate([256], 'u8');
+      const unreleased = (): Error[] => warnings.filter((w) => (w as { code?: string }).code === 'GDRPC_POOL_UNRELEASED');
+      const settle = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+      // Allocated and released one at a time: never more than one alive, no warning.
+      for (let i = 0; i < OVERFLOW_LIVE_WARNING + 10; i += 1) pool.allocate([8], 'u8').release();
+      await settle();
+      expect(unreleased()).toHaveLength(0);
+      const kept = Array.from({ length: OVERFLOW_LIVE_WARNING }, () => pool.allocate([8], 'u8'));
+      await settle();
+      expect(unreleased()).toHaveLength(1);
+      expect(unreleased()[0]!.message).toMatch(new RegExp(`${OVERFLOW_LIVE_WARNING} tensors allocated past the pool are alive.*release\\(\\)`));
+      // Not again until twice as many.
+      for (let i = 0; i < OVERFLOW_LIVE_WARNING - 1; i += 1) kept.push(pool.allocate([8], 'u8'));
+      await settle();
+      expect(unreleased()).toHaveLength(1);
+      kept.push(pool.allocate([8], 'u8'));
+      await settle();
+      expect(unreleased()).toHaveLength(2);
+      for (const tensor of kept) tensor.release();
+      expect(pool.stats().liveTensors).toBe(1);
+      inPool.release();
     } finally {
       process.off('warning', onWarning);
     }
