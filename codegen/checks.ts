@@ -6,8 +6,7 @@ import type { DiagnosticBag } from './diagnostics.ts';
 import { generatedNames, MODULE_TYPES, receivedName, RUNTIME_NAMES } from './emit/naming.ts';
 import type { LoadedFile } from './loader.ts';
 import { DTYPES, SCALARS, type PositionTable } from './lower.ts';
-import { declIndex, type IrSchemaSet, type IrStruct } from './model.ts';
-import { RemoteIndex } from './emit/ts-types.ts';
+import { declIndex, type IrSchemaSet } from './model.ts';
 
 /** Words of the schema language; no name may be one of them. */
 export const KEYWORDS: ReadonlySet<string> = new Set([
@@ -113,26 +112,6 @@ function checkGeneratedCollisions(file: LoadedFile, diags: DiagnosticBag): void 
     const owner = generated.get(decl.name.text);
     if (owner !== undefined) diags.error(decl.name.pos, `'${decl.name.text}' collides with a name generated for service '${owner}'; rename one of them`);
     else if (decl.name.text === MODULE_TYPES) diags.error(decl.name.pos, `'${MODULE_TYPES}' collides with the generated module's table of struct and enum declarations; rename it`);
-  }
-}
-
-/** Warns about @remote tensors in unary or client-streaming results: a handle is released when
- * the call that carried it ends (docs/wire.md "Remote handle"), which for those calls is when the
- * caller receives it. In a server stream the call lasts until the stream ends, so they are usable. */
-export function checkRemoteResults(ir: IrSchemaSet, positions: PositionTable, diags: DiagnosticBag): void {
-  const structs = new Map([...declIndex(ir)].filter(([, v]) => v.kind === 'struct').map(([k, v]) => [k, v.decl as IrStruct]));
-  const remote = new RemoteIndex(structs);
-  for (const file of ir.files) {
-    for (const service of file.services) {
-      for (const m of service.methods) {
-        if (m.serverStreaming) continue;
-        for (const f of m.results) {
-          if (remote.has(f.type)) {
-            diags.warning(positions.get(f)!, `result '${f.name}' holds a @remote tensor: its handle is released when the call ends, so the caller cannot pull it; pass it as an argument of a call the receiver handles, or stream the results`);
-          }
-        }
-      }
-    }
   }
 }
 

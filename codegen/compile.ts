@@ -1,7 +1,7 @@
 // The compiler's passes in order: load and parse (with the import graph), symbol table, model,
 // checks, optional evolution check against a baseline. Emitting is separate (emit/module.ts) so
 // that `--ir` and the tests can stop after the model.
-import { checkNames, checkRecursion, checkRemoteResults } from './checks.ts';
+import { checkNames, checkRecursion } from './checks.ts';
 import { DiagnosticBag } from './diagnostics.ts';
 import { checkEvolution } from './evolution.ts';
 import { loadSchemas, type LoadedFile, type SourceHost } from './loader.ts';
@@ -36,7 +36,6 @@ export function compile(entries: string[], options: CompileOptions): CompileResu
   const { ir, positions } = lower(files, scope, diags);
   checkNames(files, diags);
   checkRecursion(ir, positions, diags);
-  checkRemoteResults(ir, positions, diags);
   if (options.baseline) checkEvolution(options.baseline, ir, positions, diags);
   const sources = new Map(files.map((f) => [f.display, f.source]));
   return { ir, files, positions, diags, sources };
