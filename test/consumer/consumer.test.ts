@@ -104,6 +104,15 @@ describe('the packed package', () => {
     expect(nonode.code, nonode.stdout + nonode.stderr).toBe(0);
     const build = await p.bin('tsc', ['-p', 'tsconfig.app.json']);
     expect(build.code, build.stdout + build.stderr).toBe(0);
+    // A library's declarations of what it exports name gdrpc's types: Handler and TensorWire are
+    // exported (without them: TS2883 and TS2305, found by a helper session using the package).
+    p.write('tsconfig.decl.json', JSON.stringify({
+      extends: './tsconfig.app.json',
+      compilerOptions: { declaration: true, emitDeclarationOnly: true, outDir: 'decl' },
+      include: ['src/exports.ts'],
+    }, null, 2));
+    const declarations = await p.bin('tsc', ['-p', 'tsconfig.decl.json']);
+    expect(declarations.code, declarations.stdout + declarations.stderr).toBe(0);
 
     const call = await p.serveAndCall('out/server.js', 'out/client.js', ['cpu']);
     expect(call.code, call.stderr).toBe(0);

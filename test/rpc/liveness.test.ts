@@ -165,5 +165,25 @@ describe('liveness', () => {
     const error = await Client.connect(`127.0.0.1:${port}`, { connectTimeoutMs: 3000 }).then(() => undefined, (e: unknown) => e);
     expect(error).toBeInstanceOf(GdrpcError);
     expect((error as GdrpcError).code).toBe(Code.UNAVAILABLE);
+    // UCX says "Connection reset by remote peer" (or that the peer is unreachable); the message
+    // asks what a user would check first (a helper session using the package found the reset
+    // alone misleading).
+    expect((error as GdrpcError).rawMessage).toMatch(new RegExp(`\\(is a gdrpc server listening on 127\\.0\\.0\\.1:${port}\\?\\)$|no handshake .*\\(is 127\\.0\\.0\\.1:${port} a gdrpc server\\?\\)$`));
+  });
+
+  it('connecting to a TCP server that is not gdrpc fails UNAVAILABLE, asking whether it is one', async () => {
+    const sockets: Array<import('node:net').Socket> = [];
+    const plain = createServer((socket) => { sockets.push(socket); socket.resume(); });
+    await new Promise<void>((resolve) => plain.listen(0, '127.0.0.1', resolve));
+    const { port } = plain.address() as { port: number };
+    try {
+      const error = await Client.connect(`127.0.0.1:${port}`, { connectTimeoutMs: 1500 }).then(() => undefined, (e: unknown) => e);
+      expect(error).toBeInstanceOf(GdrpcError);
+      expect((error as GdrpcError).code).toBe(Code.UNAVAILABLE);
+      expect((error as GdrpcError).rawMessage).toMatch(new RegExp(`\\((is a gdrpc server listening on 127\\.0\\.0\\.1:${port}|is 127\\.0\\.0\\.1:${port} a gdrpc server)\\?\\)$`));
+    } finally {
+      for (const socket of sockets) socket.destroy();
+      await new Promise((resolve) => plain.close(resolve));
+    }
   });
 });

@@ -122,6 +122,19 @@ describe('options: every bad value is INVALID_ARGUMENT naming the option', () =>
     expect((await failure(Client.connect(undefined as unknown as string))).code).toBe(Code.INVALID_ARGUMENT);
   });
 
+  it.each([
+    ['127.0.0.1:99999', 'the port must be an integer from 1 to 65535, got "99999"'],
+    ['127.0.0.1:http', 'the port must be an integer from 1 to 65535, got "http"'],
+    ['gdrpc://127.0.0.1:5000', 'expected "host:port", with no scheme'],
+    ['[::1]:5000', 'gdrpc connects over IPv4: give an IPv4 address or a host name that has one'],
+    ['::1:5000', 'gdrpc connects over IPv4: give an IPv4 address or a host name that has one'],
+    ['localhost', 'expected "host:port"'],
+  ])('an address %j says what is wrong with it (a helper session using the package met "expected host:port" for a port out of range)', async (address, why) => {
+    const error = await failure(Client.connect(address));
+    expect(error.code).toBe(Code.INVALID_ARGUMENT);
+    expect(error.rawMessage).toBe(`bad address ${JSON.stringify(address)}: ${why}`);
+  });
+
   it("CallOptions.mover 'bogus' names the option and the movers there are (it was a TypeError)", async () => {
     const error = await failure(client.unary(EchoDescriptor.methods.echo, { x: patterned(64 * 1024), tag: 'm' }, { mover: 'bogus' as 'tag' }));
     expect(error.code).toBe(Code.INVALID_ARGUMENT);

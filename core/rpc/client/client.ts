@@ -1,5 +1,6 @@
 // The caller's side: Client.connect, unary calls (streaming ones in streams.ts, on this client's
 // plumbing), deadlines, cancellation, reconnection on the next call after the connection is lost.
+import { isIP } from 'node:net';
 import { EventEmitter } from 'eventemitter3';
 import { Code, GdrpcError } from '../../errors.ts';
 import { Tensor, TensorPool, type Device } from '../../tensor/index.ts';
@@ -344,9 +345,11 @@ export function parseAddress(address: string | { host: string; port: number }): 
   const parsed = typeof address === 'string'
     ? { host: address.slice(0, address.lastIndexOf(':')), port: Number(address.slice(address.lastIndexOf(':') + 1)) }
     : typeof address === 'object' && address !== null ? address : { host: '', port: 0 };
-  if (!parsed.host || typeof parsed.host !== 'string' || !Number.isInteger(parsed.port) || parsed.port <= 0 || parsed.port > 65535) {
-    throw new GdrpcError(Code.INVALID_ARGUMENT, `bad address ${JSON.stringify(address)}: expected "host:port"`);
-  }
+  const bad = (why: string): GdrpcError => new GdrpcError(Code.INVALID_ARGUMENT, `bad address ${JSON.stringify(address)}: ${why}`);
+  if (typeof address === 'string' && /^[a-z][a-z0-9+.-]*:\/\//i.test(address)) throw bad('expected "host:port", with no scheme');
+  if (typeof parsed.host === 'string' && (parsed.host.startsWith('[') || isIP(parsed.host) === 6)) throw bad('gdrpc connects over IPv4: give an IPv4 address or a host name that has one');
+  if (!parsed.host || typeof parsed.host !== 'string' || (typeof address === 'string' && !address.includes(':'))) throw bad('expected "host:port"');
+  if (!Number.isInteger(parsed.port) || parsed.port <= 0 || parsed.port > 65535) throw bad(`the port must be an integer from 1 to 65535, got ${typeof address === 'string' ? JSON.stringify(address.slice(address.lastIndexOf(':') + 1)) : String(parsed.port)}`);
   return parsed;
 }
 

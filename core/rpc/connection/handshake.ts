@@ -69,7 +69,7 @@ export async function connectAndAdmit(runtime: Runtime, host: string, port: numb
     if (releasePort !== undefined) releaseWhenGone(connection, releasePort);
     return connection;
   } catch (error) {
-    const failure = sharedMemoryHint(runtime, connection, GdrpcError.from(error, Code.UNAVAILABLE));
+    const failure = connectFailureHint(runtime, connection, GdrpcError.from(error, Code.UNAVAILABLE), `${host}:${port}`);
     if (connection !== undefined) connection.close(failure);
     else void endpoint?.close({ force: true }).catch(() => {});
     releasePort?.();
@@ -154,12 +154,23 @@ function releaseWhenGone(connection: Connection, release: () => void): void {
   else connection.signal.addEventListener('abort', release, { once: true });
 }
 
-/** A connection that UCX reset before the server's HELLO, from a runtime on shared memory: that is
- *  what a server without shared memory does to such a client at wire-up (measured on UCX 1.22,
- *  which says no more than "Connection reset by remote peer"); the error names the likely cause. */
-function sharedMemoryHint(runtime: Runtime, connection: Connection | undefined, failure: GdrpcError): GdrpcError {
-  if (!runtime.sharedMemory || failure.ucsStatus !== 'UCS_ERR_CONNECTION_RESET' || connection?.peerKey !== undefined) return failure;
-  return new GdrpcError(Code.UNAVAILABLE, `${failure.rawMessage} (this runtime uses shared memory with peers on this host, RuntimeOptions.sharedMemory: a server without it resets such a connection)`, { cause: failure, ucsStatus: failure.ucsStatus });
+/** What UCX 1.22 answered a connect to a port nothing listened on (on the CPU box: not
+ *  connected; in a helper session's project: a reset), or to an address nothing answers. */
+const NOTHING_THERE = new Set(['UCS_ERR_NOT_CONNECTED', 'UCS_ERR_CONNECTION_RESET', 'UCS_ERR_UNREACHABLE', 'UCS_ERR_REJECTED']);
+
+/** A connect that failed before the server's HELLO says what UCX does not. From a runtime on
+ *  shared memory, a reset is what a server without shared memory does to such a client at
+ *  wire-up (measured on UCX 1.22, which says no more than "Connection reset by remote peer").
+ *  Otherwise such a failure before HELLO (NOTHING_THERE) is most often nothing listening there,
+ *  and a connect that saw no HELLO in time may have reached something that is not a gdrpc server. */
+function connectFailureHint(runtime: Runtime, connection: Connection | undefined, failure: GdrpcError, address: string): GdrpcError {
+  if (connection?.peerKey !== undefined) return failure;
+  let hint: string | undefined;
+  if (failure.ucsStatus === 'UCS_ERR_CONNECTION_RESET' && runtime.sharedMemory) hint = 'this runtime uses shared memory with peers on this host, RuntimeOptions.sharedMemory: a server without it resets such a connection';
+  else if (NOTHING_THERE.has(failure.ucsStatus ?? '')) hint = `is a gdrpc server listening on ${address}?`;
+  else if (failure.code === Code.UNAVAILABLE && /^no handshake from /.test(failure.rawMessage)) hint = `is ${address} a gdrpc server?`;
+  if (hint === undefined) return failure;
+  return new GdrpcError(failure.code, `${failure.rawMessage} (${hint})`, { cause: failure, ucsStatus: failure.ucsStatus });
 }
 
 /** `helloCame`: HELLO arrived (the turn may pass: what follows comes under this side's key).
