@@ -2,6 +2,8 @@
 // (transfer, handler, response) stops for the same reasons and reports the same code.
 import { Code, GdrpcError } from '../../errors.ts';
 import { whenAborted } from '../../abort.ts';
+import { methodName } from './method-name.ts';
+import type { MethodDescriptor } from '../../schema/descriptor.ts';
 
 /** Milliseconds from now or an absolute Date -> epoch ms (undefined: no deadline). */
 export function absoluteDeadline(deadline: number | Date | undefined): number | undefined {
@@ -32,10 +34,18 @@ export class CallScope {
   #timer: NodeJS.Timeout | undefined;
   #unlink: (() => void) | undefined;
 
-  constructor(readonly deadline: number | undefined, parent?: AbortSignal) {
+  /** When the scope began (ms since the epoch), for the deadline's error; 0 without a deadline. */
+  readonly #began: number = 0;
+
+  /** The call's method, named by its deadline's error. */
+  readonly #method: Pick<MethodDescriptor, 'service' | 'name'> | undefined;
+
+  constructor(readonly deadline: number | undefined, parent?: AbortSignal, method?: Pick<MethodDescriptor, 'service' | 'name'>) {
+    this.#method = method;
     if (deadline !== undefined) {
-      const left = deadline - Date.now();
-      if (left <= 0) this.abort(deadlineError());
+      this.#began = Date.now();
+      const left = deadline - this.#began;
+      if (left <= 0) this.abort(this.#deadlineError());
       else this.#arm(deadline);
     }
     if (parent !== undefined) {
@@ -48,8 +58,8 @@ export class CallScope {
   /** Arms the deadline timer, in steps of at most MAX_TIMER_MS. */
   #arm(deadline: number): void {
     const left = deadline - Date.now();
-    if (left <= 0) return this.abort(deadlineError());
-    this.#timer = setTimeout(() => (left > MAX_TIMER_MS ? this.#arm(deadline) : this.abort(deadlineError())), Math.min(left, MAX_TIMER_MS));
+    if (left <= 0) return this.abort(this.#deadlineError());
+    this.#timer = setTimeout(() => (left > MAX_TIMER_MS ? this.#arm(deadline) : this.abort(this.#deadlineError())), Math.min(left, MAX_TIMER_MS));
   }
 
   /** An AbortSignal that aborts with the scope (made on first use). */
@@ -93,7 +103,7 @@ export class CallScope {
       const off = this.onAbort(reject);
       promise.then((value) => {
         off();
-        if (this.deadline !== undefined && this.#reason === undefined && Date.now() >= this.deadline) this.abort(deadlineError());
+        if (this.deadline !== undefined && this.#reason === undefined && Date.now() >= this.deadline) this.abort(this.#deadlineError());
         if (this.#reason !== undefined) reject(this.#reason);
         else resolve(value);
       }, (error) => { off(); reject(error); });
@@ -119,8 +129,14 @@ export class CallScope {
   /** Like throwIfAborted, and ends the scope first if its deadline has passed though its timer has
    *  not run yet (what race() checks for a value that settles late; for a phase with no promise). */
   throwIfPastDeadline(): void {
-    if (this.deadline !== undefined && this.#reason === undefined && Date.now() >= this.deadline) this.abort(deadlineError());
+    if (this.deadline !== undefined && this.#reason === undefined && Date.now() >= this.deadline) this.abort(this.#deadlineError());
     this.throwIfAborted();
+  }
+
+  /** DEADLINE_EXCEEDED naming the call and its deadline (from when the scope began). */
+  #deadlineError(): GdrpcError {
+    const after = this.deadline === undefined ? '' : `, its deadline ${Math.max(0, this.deadline - this.#began)} ms after it began`;
+    return new GdrpcError(Code.DEADLINE_EXCEEDED, `deadline exceeded${this.#method === undefined ? '' : ` (${methodName(this.#method)}${after})`}`);
   }
 
   /** Stops the timer and detaches from the parent signal. */
@@ -132,9 +148,6 @@ export class CallScope {
   }
 }
 
-function deadlineError(): GdrpcError {
-  return new GdrpcError(Code.DEADLINE_EXCEEDED, 'deadline exceeded');
-}
 
 function cancelledError(reason: unknown): GdrpcError {
   if (reason instanceof GdrpcError) return reason;

@@ -109,7 +109,7 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
     checkCall('unary', method, options);
     const types = methodTypes(method);
     validateFields(method.args, args, types, `${methodName(method)} arguments`);
-    const scope = new CallScope(absoluteDeadline(options.deadline), options.signal);
+    const scope = new CallScope(absoluteDeadline(options.deadline), options.signal, method);
     try {
       for (let attempt = 1; ; attempt += 1) {
         // A ready session is used as it is: no promise and no race on every call's way out.

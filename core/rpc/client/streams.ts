@@ -53,7 +53,7 @@ function releaseTensors(item: Row): void {
 export async function* serverStreamCall(calls: CallPlumbing, method: MethodDescriptor, args: Row, options: CallOptions): AsyncGenerator<Row> {
   checkCall('serverStream', method, options);
   validateFields(method.args, args, methodTypes(method), `${methodName(method)} arguments`);
-  const scope = new CallScope(absoluteDeadline(options.deadline), options.signal);
+  const scope = new CallScope(absoluteDeadline(options.deadline), options.signal, method);
   const responses = new ResponseStream(calls, method, scope, options);
   try {
     const s = await scope.race(calls.connection());
@@ -174,7 +174,7 @@ export async function clientStreamCall(calls: CallPlumbing, method: MethodDescri
   checkCall('clientStream', method, options);
   if (!isIterable(args)) throw new GdrpcError(Code.INVALID_ARGUMENT, `${methodName(method)}: clientStream takes an iterable or async iterable of argument objects, got ${describeValue(args)}`);
   const types = methodTypes(method);
-  const scope = new CallScope(absoluteDeadline(options.deadline), options.signal);
+  const scope = new CallScope(absoluteDeadline(options.deadline), options.signal, method);
   let source: AsyncIterator<Row> | undefined;
   let sourceDone = false;
   try {

@@ -239,7 +239,7 @@ export class ServerSession {
     if (full !== undefined) return refuse(full);
     const deadline = body.to !== undefined ? Date.now() + body.to : undefined;
     // No parent signal: the session aborts its calls itself when the connection goes.
-    const callScope = new CallScope(deadline);
+    const callScope = new CallScope(deadline, undefined, entry.method);
     const call = new ServerCall(id, this.connection, entry, callScope, body.md ?? {}, this.#env, policy);
     call.openWindow(body.win, body.winb);
     this.calls.set(id, call);
