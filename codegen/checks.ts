@@ -5,7 +5,8 @@ import type { FieldNode, NameNode } from './ast.ts';
 import type { DiagnosticBag } from './diagnostics.ts';
 import { generatedNames, MODULE_TYPES, receivedName, RUNTIME_NAMES } from './emit/naming.ts';
 import type { LoadedFile } from './loader.ts';
-import { DTYPES, SCALARS, type PositionTable } from './lower.ts';
+import { DTYPES, SCALARS } from './builtins.ts';
+import type { PositionTable } from './lower.ts';
 import { declIndex, type IrSchemaSet } from './model.ts';
 
 /** Words of the schema language; no name may be one of them. */

@@ -7,7 +7,7 @@ import { ExitCode, parseCommandLine, usageError } from '../core/cli/command-line
 import { Code, GdrpcError } from '../core/errors.ts';
 import { compile } from './compile.ts';
 import type { EmittedFile } from './emit/module.ts';
-import type { IrSchemaSet } from './model.ts';
+import { IR_VERSION, type IrSchemaSet } from './model.ts';
 import { checkOutput, writeOutput, type WriteResult } from './output.ts';
 import { commonRoot, findSchemas } from './schema-files.ts';
 
@@ -64,7 +64,10 @@ export async function runGen(argv: string[]): Promise<number> {
   let baseline: IrSchemaSet | undefined;
   if (values.baseline !== undefined) {
     try {
-      baseline = JSON.parse(readFileSync(values.baseline, 'utf8')) as IrSchemaSet;
+      const parsed: unknown = JSON.parse(readFileSync(values.baseline, 'utf8'));
+      const wrong = baselineFault(parsed);
+      if (wrong !== undefined) throw new Error(wrong);
+      baseline = parsed as IrSchemaSet;
     } catch (e) {
       process.stderr.write(`gdrpc gen: cannot read baseline ${values.baseline}: ${(e as Error).message}\n`);
       return ExitCode.USAGE;
@@ -88,7 +91,7 @@ export async function runGen(argv: string[]): Promise<number> {
   const say = values.quiet ? () => {} : (line: string) => process.stdout.write(`${line}\n`);
   if (values.check) {
     const code = checkOutput(files, outDir!, root);
-    if (code === ExitCode.OK) say(`${contents(files, result.ir)} in ${shown(outDir!)} are up to date`);
+    if (code === ExitCode.OK) say(`${contents(files, result.ir)} in ${shown(outDir!)} ${files.length === 1 ? 'is' : 'are'} up to date`);
     return code;
   }
   report(writeOutput(files, outDir!, root), contents(files, result.ir), outDir!, say);
@@ -122,7 +125,7 @@ function report(result: WriteResult, what: string, outDir: string, say: (line: s
   for (const f of result.removed) say(`removed ${shown(f)} (its schema file is gone)`);
   const upToDate = result.unchanged.length;
   if (upToDate === 0) say(`wrote ${what} to ${shown(outDir)}`);
-  else if (result.written.length === 0) say(`${what} in ${shown(outDir)} were already up to date`);
+  else if (result.written.length === 0) say(`${what} in ${shown(outDir)} ${upToDate === 1 ? 'was' : 'were'} already up to date`);
   else say(`wrote ${result.written.length} of ${what} to ${shown(outDir)}; ${upToDate} already up to date`);
 }
 
@@ -133,4 +136,22 @@ function count(n: number, noun: string): string {
 /** A path as the user would type it: relative to the working directory. */
 function shown(p: string): string {
   return path.relative(process.cwd(), p) || '.';
+}
+
+/** What makes `value` no IR of `gen --ir` (the checks of evolution reach into every file's lists),
+ *  or undefined. */
+export function baselineFault(value: unknown): string | undefined {
+  const saved = 'it is not an IR saved by `gdrpc gen --ir`';
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) return `${saved} (not a JSON object)`;
+  const { version, files } = value as { version?: unknown; files?: unknown };
+  if (version !== IR_VERSION) return typeof version === 'number' ? `its IR version is ${version}; this gdrpc reads version ${IR_VERSION}` : `${saved} (no version)`;
+  if (!Array.isArray(files)) return `${saved} (no files list)`;
+  for (const [i, file] of files.entries()) {
+    const f = file as Record<string, unknown> | null;
+    if (typeof f !== 'object' || f === null || typeof f.path !== 'string' || typeof f.package !== 'string' ||
+      !['imports', 'structs', 'enums', 'services'].every((key) => Array.isArray(f[key]))) {
+      return `${saved} (files[${i}] is not a file of one)`;
+    }
+  }
+  return undefined;
 }

@@ -7,16 +7,7 @@ import type { DiagnosticBag, SourcePos } from './diagnostics.ts';
 import type { LoadedFile } from './loader.ts';
 import { IR_VERSION, type IrField, type IrFile, type IrSchemaSet } from './model.ts';
 import { packageOf, type Scope } from './scope.ts';
-
-/** Scalar type names of the language. */
-export const SCALARS: ReadonlySet<string> = new Set<ScalarName>([
-  'bool', 'i8', 'i16', 'i32', 'i64', 'u8', 'u16', 'u32', 'u64', 'f32', 'f64', 'string', 'bytes',
-]);
-
-/** Tensor element types. */
-export const DTYPES: ReadonlySet<string> = new Set<DType>([
-  'bool', 'u8', 'i8', 'i16', 'u16', 'i32', 'u32', 'i64', 'u64', 'f16', 'bf16', 'f32', 'f64',
-]);
+import { DTYPES, SCALARS } from './builtins.ts';
 
 /** Where each model object came from, for passes that report against the model. */
 export type PositionTable = WeakMap<object, SourcePos>;

@@ -3,6 +3,7 @@
 import type { DeclNode } from './ast.ts';
 import type { DiagnosticBag, SourcePos } from './diagnostics.ts';
 import type { LoadedFile } from './loader.ts';
+import { meantType } from './builtins.ts';
 
 /** A declaration and where it lives. */
 export interface DeclSymbol {
@@ -63,7 +64,8 @@ export class Scope {
     const [sym] = candidates;
     if (!sym) {
       const elsewhere = [...this.byFullName.values()].find((s) => s.name === name || s.fullName === name);
-      const hint = elsewhere ? ` (it is declared in ${elsewhere.file.rel}: add 'import "…";')` : '';
+      const meant = elsewhere === undefined ? meantType(name, [...this.byFullName.values()].filter((s) => s.kind !== 'service' && visible.includes(s.file)).map((s) => s.name)) : undefined;
+      const hint = elsewhere ? ` (it is declared in ${elsewhere.file.rel}: add 'import "…";')` : meant !== undefined ? `: did you mean '${meant}'?` : '';
       this.diags.error(pos, `unknown type '${name}'${hint}`);
       return undefined;
     }

@@ -47,6 +47,14 @@ describe('gdrpc gen reports', () => {
     expect(r.stdout).toBe('2 files (1 service, 2 methods) in gen are up to date\n');
   });
 
+  it('one file is up to date, not are (a helper session using the package)', async () => {
+    write('schemas/one.gdrpc', 'package t.v1;\nstruct One { x: u32; }\n');
+    const one = (...args: string[]) => gdrpc(['gen', 'schemas/one.gdrpc', '--out', 'gen1', ...args], { cwd: dir });
+    expect((await one()).stdout).toBe('wrote gen1/one.ts\nwrote 1 file (0 services, 0 methods) to gen1\n');
+    expect((await one()).stdout).toBe('1 file (0 services, 0 methods) in gen1 was already up to date\n');
+    expect((await one('--check')).stdout).toBe('1 file (0 services, 0 methods) in gen1 is up to date\n');
+  });
+
   it('a partial rewrite and a removed module whose schema is gone', async () => {
     writeSchemas();
     write('schemas/gone.gdrpc', 'package t.v1;\nstruct G { x: u32; }\n');

@@ -119,6 +119,21 @@ describe('gdrpc gen', () => {
     expect(stderr).toContain("field 'k' of arguments of m changed type (u32 -> u64)");
   });
 
+  it.each([
+    ['{}', 'it is not an IR saved by `gdrpc gen --ir` (no version)'],
+    ['[1]', 'it is not an IR saved by `gdrpc gen --ir` (not a JSON object)'],
+    ['{"name":"app","version":"1.0.0"}', 'it is not an IR saved by `gdrpc gen --ir` (no version)'],
+    ['{"version":2,"files":[]}', 'its IR version is 2; this gdrpc reads version 1'],
+    ['{"version":1}', 'it is not an IR saved by `gdrpc gen --ir` (no files list)'],
+    ['{"version":1,"files":[{"path":"a.gdrpc"}]}', 'it is not an IR saved by `gdrpc gen --ir` (files[0] is not a file of one)'],
+  ])('--baseline %s is a usage error naming what is wrong (it crashed reading flatMap of undefined, exit 1)', async (text, why) => {
+    const file = schema('a.gdrpc', GOOD);
+    writeFileSync(at('bad.json'), text);
+    expect(await runGen([file, '--out', at('gen'), '--baseline', at('bad.json')])).toBe(2);
+    expect(stderr).toContain(`gdrpc gen: cannot read baseline ${at('bad.json')}: ${why}`);
+    expect(existsSync(at('gen'))).toBe(false);
+  });
+
   it('explains usage errors', async () => {
     expect(await runGen([])).toBe(2);
     expect(stderr).toContain('usage: gdrpc gen');

@@ -200,6 +200,11 @@ describe('options: every bad value is INVALID_ARGUMENT naming the option', () =>
     const ping: UnaryHandler = (args: { n: number }) => ({ n: args.n });
     // One handler missing: Echo.ping must not be served meanwhile (it was, and answered calls).
     expect(thrown(() => server.register(EchoDescriptor, { ping })).rawMessage).toMatch(/^no handler for test\.rpc\.v1\.Echo\//);
+    // Every missing one is named, not the first alone (a helper session using the package).
+    const missing = Object.keys(EchoDescriptor.methods).filter((name) => name !== 'ping');
+    const error = thrown(() => server.register(EchoDescriptor, { ping }));
+    expect(error.rawMessage).toBe(`no handler for ${missing.map((name) => `test.rpc.v1.Echo/${name}`).join(', ')}`);
+    expect(error.details).toEqual({ missing });
     // A handler named after no method of the service, besides all of them: refused, nothing served.
     const all = Object.fromEntries(Object.keys(EchoDescriptor.methods).map((name) => [name, ping]));
     expect(thrown(() => server.register(EchoDescriptor, { ...all, pong: ping })).rawMessage).toBe('test.rpc.v1.Echo has no method pong');

@@ -103,11 +103,13 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
       throw new GdrpcError(Code.FAILED_PRECONDITION, `Server.register: ${service.name} is already served by this server${service.name === OWNER_SERVICE ? ' (the service of remote tensors)' : ''}`);
     }
     // Everything is checked before anything is served: a register that throws serves nothing.
+    const missing = Object.keys(service.methods).filter((name) => typeof handlers[name] !== 'function');
+    if (missing.length > 0) {
+      throw new GdrpcError(Code.INVALID_ARGUMENT, `no handler for ${missing.map((name) => `${service.name}/${name}`).join(', ')}`, { details: { missing } });
+    }
     const entries: MethodEntry[] = [];
     for (const [name, method] of Object.entries(service.methods)) {
-      const handler = handlers[name];
-      if (typeof handler !== 'function') throw new GdrpcError(Code.INVALID_ARGUMENT, `no handler for ${service.name}/${name}`);
-      entries.push({ method, handler, types: methodTypes(method), receiveOn });
+      entries.push({ method, handler: handlers[name]!, types: methodTypes(method), receiveOn });
     }
     for (const name of Object.keys(handlers)) {
       if (service.methods[name] === undefined) throw new GdrpcError(Code.INVALID_ARGUMENT, `${service.name} has no method ${name}`);
