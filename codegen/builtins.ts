@@ -22,15 +22,21 @@ const SPELLED_ELSEWHERE: ReadonlyMap<string, string> = new Map([
   ['dict', 'map<string, V>'], ['record', 'map<string, V>'],
 ]);
 
-/** What `name` may have meant among the scalars and `declared` (the names the file can see): another
- *  language's spelling, the same name but for case, or one within an edit (two from 6 letters). */
+/** What `name` may have meant among the scalars and `declared` (the names the file can see), in
+ *  this order: a declaration of the same name but for case, a tensor of that element type (a
+ *  dtype that is no scalar), another language's spelling, or a name within an edit (two from 6
+ *  letters). */
 export function meantType(name: string, declared: Iterable<string>): string | undefined {
   const lower = name.toLowerCase();
+  const names = [...declared];
+  const sameButCase = names.find((candidate) => candidate.toLowerCase() === lower);
+  if (sameButCase !== undefined) return sameButCase;
+  if (DTYPES.has(lower) && !SCALARS.has(lower)) return `tensor<${lower}, [dims]>`;
   const elsewhere = SPELLED_ELSEWHERE.get(lower);
   if (elsewhere !== undefined) return elsewhere;
   const limit = name.length >= 6 ? 2 : 1;
   let best: { name: string; distance: number } | undefined;
-  for (const candidate of [...SCALARS, ...declared]) {
+  for (const candidate of [...SCALARS, ...names]) {
     if (candidate === name) continue;
     const distance = candidate.toLowerCase() === lower ? 0 : editDistance(lower, candidate.toLowerCase(), limit);
     if (distance <= limit && (best === undefined || distance < best.distance)) best = { name: candidate, distance };

@@ -138,20 +138,71 @@ function shown(p: string): string {
   return path.relative(process.cwd(), p) || '.';
 }
 
-/** What makes `value` no IR of `gen --ir` (the checks of evolution reach into every file's lists),
- *  or undefined. */
+/** What makes `value` no IR of `gen --ir`, or undefined: every declaration, method, field and
+ *  type the evolution check reads is checked for its shape first (a damaged file crashed it, or
+ *  passed with its check skipped). */
 export function baselineFault(value: unknown): string | undefined {
   const saved = 'it is not an IR saved by `gdrpc gen --ir`';
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) return `${saved} (not a JSON object)`;
-  const { version, files } = value as { version?: unknown; files?: unknown };
+  if (!isRecord(value)) return `${saved} (not a JSON object)`;
+  const { version, files } = value;
   if (version !== IR_VERSION) return typeof version === 'number' ? `its IR version is ${version}; this gdrpc reads version ${IR_VERSION}` : `${saved} (no version)`;
   if (!Array.isArray(files)) return `${saved} (no files list)`;
-  for (const [i, file] of files.entries()) {
-    const f = file as Record<string, unknown> | null;
-    if (typeof f !== 'object' || f === null || typeof f.path !== 'string' || typeof f.package !== 'string' ||
-      !['imports', 'structs', 'enums', 'services'].every((key) => Array.isArray(f[key]))) {
-      return `${saved} (files[${i}] is not a file of one)`;
-    }
+  const wrong = firstFault(files, 'files', fileFault);
+  return wrong === undefined ? undefined : `${saved} (${wrong})`;
+}
+
+type Fault = (value: unknown, at: string) => string | undefined;
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/** The first fault of the list at `at`, or of its items. */
+function firstFault(list: unknown, at: string, fault: Fault): string | undefined {
+  if (!Array.isArray(list)) return `${at} is not a list`;
+  for (const [i, item] of list.entries()) {
+    const wrong = fault(item, `${at}[${i}]`);
+    if (wrong !== undefined) return wrong;
   }
   return undefined;
+}
+
+/** The first of `keys` that is not a string in `value`. */
+function missingString(value: Record<string, unknown>, at: string, keys: string[]): string | undefined {
+  const key = keys.find((k) => typeof value[k] !== 'string');
+  return key === undefined ? undefined : `${at}.${key} is not a string`;
+}
+
+const fileFault: Fault = (file, at) => {
+  if (!isRecord(file)) return `${at} is not an object`;
+  return missingString(file, at, ['path', 'package'])
+    ?? (Array.isArray(file.imports) ? undefined : `${at}.imports is not a list`)
+    ?? firstFault(file.structs, `${at}.structs`, (s, where) => !isRecord(s) ? `${where} is not an object` : missingString(s, where, ['name', 'fullName']) ?? firstFault(s.fields, `${where}.fields`, fieldFault))
+    ?? firstFault(file.enums, `${at}.enums`, (e, where) => !isRecord(e) ? `${where} is not an object` : missingString(e, where, ['name', 'fullName'])
+      ?? firstFault(e.values, `${where}.values`, (v, w) => (isRecord(v) && typeof v.name === 'string' && Number.isInteger(v.value) ? undefined : `${w} is not a name and a number`)))
+    ?? firstFault(file.services, `${at}.services`, (s, where) => !isRecord(s) ? `${where} is not an object` : missingString(s, where, ['name', 'fullName'])
+      ?? firstFault(s.methods, `${where}.methods`, methodFault));
+};
+
+const methodFault: Fault = (m, at) => {
+  if (!isRecord(m)) return `${at} is not an object`;
+  return missingString(m, at, ['name'])
+    ?? (typeof m.clientStreaming === 'boolean' && typeof m.serverStreaming === 'boolean' ? undefined : `${at} does not say whether it streams`)
+    ?? firstFault(m.args, `${at}.args`, fieldFault)
+    ?? firstFault(m.results, `${at}.results`, fieldFault);
+};
+
+const fieldFault: Fault = (f, at) => (!isRecord(f) ? `${at} is not an object` : missingString(f, at, ['name']) ?? typeFault(f.type, `${at}.type`));
+
+/** A TypeRef's shape, as far as the evolution check compares it. */
+function typeFault(t: unknown, at: string): string | undefined {
+  if (!isRecord(t) || typeof t.kind !== 'string') return `${at} is not a type`;
+  switch (t.kind) {
+    case 'scalar': case 'struct': case 'enum': return missingString(t, at, ['name']);
+    case 'list': return typeFault(t.element, `${at}.element`);
+    case 'map': return typeFault(t.value, `${at}.value`);
+    case 'optional': return typeFault(t.inner, `${at}.inner`);
+    case 'tensor': return typeof t.dtype === 'string' && Array.isArray(t.shape) && isRecord(t.placement) ? undefined : `${at} is not a tensor type`;
+    default: return `${at}.kind ${JSON.stringify(t.kind).slice(0, 40)} is not a kind of type`;
+  }
 }

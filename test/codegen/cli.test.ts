@@ -125,13 +125,30 @@ describe('gdrpc gen', () => {
     ['{"name":"app","version":"1.0.0"}', 'it is not an IR saved by `gdrpc gen --ir` (no version)'],
     ['{"version":2,"files":[]}', 'its IR version is 2; this gdrpc reads version 1'],
     ['{"version":1}', 'it is not an IR saved by `gdrpc gen --ir` (no files list)'],
-    ['{"version":1,"files":[{"path":"a.gdrpc"}]}', 'it is not an IR saved by `gdrpc gen --ir` (files[0] is not a file of one)'],
+    ['{"version":1,"files":[{"path":"a.gdrpc"}]}', 'it is not an IR saved by `gdrpc gen --ir` (files[0].package is not a string)'],
   ])('--baseline %s is a usage error naming what is wrong (it crashed reading flatMap of undefined, exit 1)', async (text, why) => {
     const file = schema('a.gdrpc', GOOD);
     writeFileSync(at('bad.json'), text);
     expect(await runGen([file, '--out', at('gen'), '--baseline', at('bad.json')])).toBe(2);
     expect(stderr).toContain(`gdrpc gen: cannot read baseline ${at('bad.json')}: ${why}`);
     expect(existsSync(at('gen'))).toBe(false);
+  });
+
+  it.each([
+    ['a struct with no fullName or fields', (ir: any) => { delete ir.files[0].structs[0].fullName; delete ir.files[0].structs[0].fields; }, 'files[0].structs[0].fullName is not a string'],
+    ['a service with no fullName', (ir: any) => { delete ir.files[0].services[0].fullName; }, 'files[0].services[0].fullName is not a string'],
+    ['a field with no type', (ir: any) => { delete ir.files[0].services[0].methods[0].args[0].type; }, 'files[0].services[0].methods[0].args[0].type is not a type'],
+    ['a list type with no element', (ir: any) => { ir.files[0].structs[0].fields[0].type = { kind: 'list' }; }, 'files[0].structs[0].fields[0].type.element is not a type'],
+    ['an enum value with no number', (ir: any) => { delete ir.files[0].enums[0].values[0].value; }, 'files[0].enums[0].values[0] is not a name and a number'],
+  ])('--baseline damaged deeper (%s) is a usage error naming where (a review found it crashed, or passed with its check skipped)', async (_, damage, where) => {
+    const text = 'package t.v1;\nenum E { A = 0; }\nstruct B { x: u32; }\nservice S {\n  rpc m(k: u32) -> ();\n}\n';
+    const file = schema('a.gdrpc', text);
+    expect(await runGen([file, '--ir'])).toBe(0);
+    const ir = JSON.parse(stdout);
+    damage(ir);
+    writeFileSync(at('damaged.json'), JSON.stringify(ir));
+    expect(await runGen([file, '--out', at('gen'), '--baseline', at('damaged.json')])).toBe(2);
+    expect(stderr).toContain(`gdrpc gen: cannot read baseline ${at('damaged.json')}: it is not an IR saved by \`gdrpc gen --ir\` (${where})`);
   });
 
   it('explains usage errors', async () => {

@@ -4,7 +4,7 @@ import { readFileSync } from 'node:fs';
 import { connect as connectTcp, createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
-import { Client, Code, GdrpcError, Server, type ClientOptions } from '../../core/index.ts';
+import { Client, Code, GdrpcError, Runtime, Server, type ClientOptions } from '../../core/index.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { startServer } from './fixtures/peers.ts';
 import { disposePeers, spawnPeer } from '../support/peer.ts';
@@ -169,6 +169,23 @@ describe('liveness', () => {
     // asks what a user would check first (a helper session using the package found the reset
     // alone misleading).
     expect((error as GdrpcError).rawMessage).toMatch(new RegExp(`\\(is a gdrpc server listening on 127\\.0\\.0\\.1:${port}\\?\\)$|no handshake .*\\(is 127\\.0\\.0\\.1:${port} a gdrpc server\\?\\)$`));
+  });
+
+  it('a server at its connection cap refuses a connect, and the error says the server refused it (not whether one listens)', async () => {
+    const runtime = Runtime.create();
+    const server = Server.create({ runtime, maxConnections: 1 });
+    try {
+      const { port } = await server.listen({ host: '127.0.0.1', port: 0 });
+      const first = await connect(`127.0.0.1:${port}`);
+      const error = await Client.connect(`127.0.0.1:${port}`, { connectTimeoutMs: 3000 }).then(() => undefined, (e: unknown) => e);
+      expect(error).toBeInstanceOf(GdrpcError);
+      expect((error as GdrpcError).code).toBe(Code.UNAVAILABLE);
+      expect((error as GdrpcError).rawMessage).toMatch(/\(the server refused the connection: it holds as many as its maxConnections or maxConnectionsPerAddress allow, or it is shutting down\)$/);
+      await first.close();
+    } finally {
+      await server.shutdown({ graceMs: 0 });
+      await runtime.close();
+    }
   });
 
   it('connecting to a TCP server that is not gdrpc fails UNAVAILABLE, asking whether it is one', async () => {

@@ -53,6 +53,22 @@ describe('server streaming', () => {
     await expect.poll(() => pool.stats().liveTensors, { timeout: 5000 }).toBe(before);
   });
 
+  it('a stream the server has ended keeps its items for the caller after an abort of its own (a review found them dropped, the stream ending early without an error)', async () => {
+    const controller = new AbortController();
+    const iterator = client.serverStream(EchoDescriptor.methods.count, { upTo: 20, delayMs: 0 }, { signal: controller.signal })[Symbol.asyncIterator]();
+    const seen = [(await iterator.next()).value?.i];
+    // The call has ended on the server (only the stats call itself is active there), and its
+    // last frame came before the stats call's answer on the same connection.
+    await expect.poll(async () => (await serverStats(client)).activeCalls, { timeout: 10_000 }).toBe(1);
+    controller.abort();
+    for (;;) {
+      const next = await iterator.next();
+      if (next.done === true) break;
+      seen.push(next.value.i);
+    }
+    expect(seen).toEqual([...Array(20).keys()]);
+  });
+
   it('breaking out of the loop cancels the handler on the server', async () => {
     const before = (await serverStats(client)).aborted.filter((a) => a === 'count').length;
     const seen: number[] = [];

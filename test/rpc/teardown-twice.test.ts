@@ -6,6 +6,8 @@
 import { describe, expect, it } from 'vitest';
 import { Client, Code, GdrpcError, Runtime, Server, type UnaryHandler } from '../../core/index.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
+import { FrameKind } from '../../core/wire/frames.ts';
+import { RawPeer } from './fixtures/raw-peer.ts';
 
 /** A server whose sleep handler waits until its call is aborted, a client of it, `calls` sleep
  *  calls in flight (their outcomes), and the two runtimes. */
@@ -58,6 +60,31 @@ describe('teardown called twice', () => {
     await client.close();
     await calling.close();
   });
+
+  it.each(['a second shutdown with graceMs 0', 'the runtime\'s close'])('%s shortens the wait for clients to close too: a client that ignores GOAWAY holds it for the 2 s floors, not the first shutdown\'s 10 minutes (a review found it held for the whole first grace time)', async (how) => {
+    const serving = Runtime.create();
+    const unimplemented = (name: string): UnaryHandler => () => { throw new GdrpcError(Code.UNIMPLEMENTED, name); };
+    // A liveness time longer than the test: the silent peer is not closed for its silence.
+    const server = Server.create({ runtime: serving, livenessMs: 600_000 }).register(EchoDescriptor, Object.fromEntries(Object.keys(EchoDescriptor.methods).map((name) => [name, unimplemented(name)])));
+    const { port } = await server.listen({ host: '127.0.0.1', port: 0 });
+    // Admitted, no calls, and deaf to GOAWAY: the shutdown waits for it to close its connection.
+    const raw = await RawPeer.connect(port);
+    try {
+      await raw.auth();
+      expect((await raw.receive())?.kind).toBe(FrameKind.Ready);
+      let shutdownDone = false;
+      const shutdown = server.shutdown({ graceMs: 600_000 }).then(() => { shutdownDone = true; });
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      // This test's time limit (30 s) is what fails it otherwise.
+      if (how === 'the runtime\'s close') await serving.close();
+      else await server.shutdown({ graceMs: 0 });
+      expect(shutdownDone).toBe(true);
+      await shutdown;
+    } finally {
+      await raw.close();
+      await serving.close();
+    }
+  }, 30_000);
 
   it('a second Client.close answers the first one\'s promise', async () => {
     const { serving, calling, server, client, outcomes } = await sleepers(2);

@@ -129,8 +129,16 @@ describe('options: every bad value is INVALID_ARGUMENT naming the option', () =>
     ['[::1]:5000', 'gdrpc connects over IPv4: give an IPv4 address or a host name that has one'],
     ['::1:5000', 'gdrpc connects over IPv4: give an IPv4 address or a host name that has one'],
     ['localhost', 'expected "host:port"'],
+    ['2001:db8::1', 'gdrpc connects over IPv4: give an IPv4 address or a host name that has one'],
+    ['::1', 'gdrpc connects over IPv4: give an IPv4 address or a host name that has one'],
+    ['h:80:90', 'gdrpc connects over IPv4: give an IPv4 address or a host name that has one'],
+    ['127.0.0.1: 80', 'the port must be an integer from 1 to 65535, got " 80"'],
+    ['127.0.0.1:0x50', 'the port must be an integer from 1 to 65535, got "0x50"'],
+    ['127.0.0.1:80.0', 'the port must be an integer from 1 to 65535, got "80.0"'],
+    [{ host: '127.0.0.1', port: '80' }, 'the port must be an integer from 1 to 65535, got "80" (string)'],
+    [{ host: '::1', port: 80 }, 'gdrpc connects over IPv4: give an IPv4 address or a host name that has one'],
   ])('an address %j says what is wrong with it (a helper session using the package met "expected host:port" for a port out of range)', async (address, why) => {
-    const error = await failure(Client.connect(address));
+    const error = await failure(Client.connect(address as string));
     expect(error.code).toBe(Code.INVALID_ARGUMENT);
     expect(error.rawMessage).toBe(`bad address ${JSON.stringify(address)}: ${why}`);
   });

@@ -340,17 +340,32 @@ export class Client extends EventEmitter<{ disconnect: [GdrpcError]; error: [Gdr
   }
 }
 
-/** Splits "host:port" (or passes {host, port} through), checking the port. */
+/** Splits "host:port" (or passes {host, port} through), checking the host and the port. */
 export function parseAddress(address: string | { host: string; port: number }): { host: string; port: number } {
-  const parsed = typeof address === 'string'
-    ? { host: address.slice(0, address.lastIndexOf(':')), port: Number(address.slice(address.lastIndexOf(':') + 1)) }
-    : typeof address === 'object' && address !== null ? address : { host: '', port: 0 };
   const bad = (why: string): GdrpcError => new GdrpcError(Code.INVALID_ARGUMENT, `bad address ${JSON.stringify(address)}: ${why}`);
-  if (typeof address === 'string' && /^[a-z][a-z0-9+.-]*:\/\//i.test(address)) throw bad('expected "host:port", with no scheme');
-  if (typeof parsed.host === 'string' && (parsed.host.startsWith('[') || isIP(parsed.host) === 6)) throw bad('gdrpc connects over IPv4: give an IPv4 address or a host name that has one');
-  if (!parsed.host || typeof parsed.host !== 'string' || (typeof address === 'string' && !address.includes(':'))) throw bad('expected "host:port"');
-  if (!Number.isInteger(parsed.port) || parsed.port <= 0 || parsed.port > 65535) throw bad(`the port must be an integer from 1 to 65535, got ${typeof address === 'string' ? JSON.stringify(address.slice(address.lastIndexOf(':') + 1)) : String(parsed.port)}`);
-  return parsed;
+  const ipv4Only = 'gdrpc connects over IPv4: give an IPv4 address or a host name that has one';
+  let host: unknown;
+  let port: unknown;
+  if (typeof address === 'string') {
+    if (/^[a-z][a-z0-9+.-]*:\/\//i.test(address)) throw bad('expected "host:port", with no scheme');
+    if (address.startsWith('[') || isIP(address) === 6) throw bad(ipv4Only);
+    const colon = address.lastIndexOf(':');
+    if (colon < 0) throw bad('expected "host:port"');
+    host = address.slice(0, colon);
+    const text = address.slice(colon + 1);
+    port = /^\d{1,5}$/.test(text) ? Number(text) : NaN;
+    if (!(Number(port) >= 1 && Number(port) <= 65535)) throw bad(`the port must be an integer from 1 to 65535, got ${JSON.stringify(text)}`);
+  } else if (typeof address === 'object' && address !== null) {
+    ({ host, port } = address);
+  } else {
+    throw bad('expected "host:port" or { host, port }');
+  }
+  if (typeof host !== 'string' || host === '') throw bad('expected "host:port"');
+  if (isIP(host) === 6 || host.includes(':')) throw bad(ipv4Only);
+  if (typeof port !== 'number' || !Number.isInteger(port) || port <= 0 || port > 65535) {
+    throw bad(`the port must be an integer from 1 to 65535, got ${typeof port === 'number' ? String(port) : `${JSON.stringify(port)} (${typeof port})`}`);
+  }
+  return { host, port };
 }
 
 /** Default ClientOptions.connectTimeoutMs. */

@@ -105,12 +105,16 @@ class ResponseStream {
       },
     });
     this.scope.onAbort((reason) => {
-      if (!this.#ended) cancel(s, this.#id, reason);
+      // A stream the server had ended (its items all here) keeps them: the caller takes them as
+      // from a finished call (a review found an abort then ended the stream early, no error).
+      if (this.#ended) return;
+      cancel(s, this.#id, reason);
       this.#ended = true;
-      // Ended from this side (the caller's signal or deadline, its client's close): the items
-      // received and not taken are not handed out after it (the iterable throws at once), and
-      // their tensors are released. Until 2026-12-08 a closed client's stream went on yielding up
-      // to 63 of them, their tensors already released with the runtime's pools (helper 57).
+      // Ended from this side while it ran (the caller's signal or deadline, its client's close):
+      // the items received and not taken are not handed out after it (the iterable throws at
+      // once), and their tensors are released. Until 2026-12-08 a closed client's stream went on
+      // yielding up to 63 of them, their tensors already released with the runtime's pools
+      // (helper 57).
       for (const item of this.queue.takeRest()) item.then((received) => releaseTensors(received.values), () => {});
       this.queue.fail(reason);
     });

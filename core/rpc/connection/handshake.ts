@@ -155,8 +155,9 @@ function releaseWhenGone(connection: Connection, release: () => void): void {
 }
 
 /** What UCX 1.22 answered a connect to a port nothing listened on (on the CPU box: not
- *  connected; in a helper session's project: a reset), or to an address nothing answers. */
-const NOTHING_THERE = new Set(['UCS_ERR_NOT_CONNECTED', 'UCS_ERR_CONNECTION_RESET', 'UCS_ERR_UNREACHABLE', 'UCS_ERR_REJECTED']);
+ *  connected; in a helper session's project: a reset), or to an address nothing answers. A
+ *  rejection is a gdrpc server's own refusal, at its connection limits (Server #admissible). */
+const NOTHING_THERE = new Set(['UCS_ERR_NOT_CONNECTED', 'UCS_ERR_CONNECTION_RESET', 'UCS_ERR_UNREACHABLE']);
 
 /** A connect that failed before the server's HELLO says what UCX does not. From a runtime on
  *  shared memory, a reset is what a server without shared memory does to such a client at
@@ -168,6 +169,7 @@ function connectFailureHint(runtime: Runtime, connection: Connection | undefined
   let hint: string | undefined;
   if (failure.ucsStatus === 'UCS_ERR_CONNECTION_RESET' && runtime.sharedMemory) hint = 'this runtime uses shared memory with peers on this host, RuntimeOptions.sharedMemory: a server without it resets such a connection';
   else if (NOTHING_THERE.has(failure.ucsStatus ?? '')) hint = `is a gdrpc server listening on ${address}?`;
+  else if (failure.ucsStatus === 'UCS_ERR_REJECTED') hint = 'the server refused the connection: it holds as many as its maxConnections or maxConnectionsPerAddress allow, or it is shutting down';
   else if (failure.code === Code.UNAVAILABLE && /^no handshake from /.test(failure.rawMessage)) hint = `is ${address} a gdrpc server?`;
   if (hint === undefined) return failure;
   return new GdrpcError(failure.code, `${failure.rawMessage} (${hint})`, { cause: failure, ucsStatus: failure.ucsStatus });

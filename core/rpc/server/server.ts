@@ -157,7 +157,7 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
    *  the calls ended (2 s at least each) is what clients get to read their last answers and close
    *  their connections, then what their graceful closes get to flush. A second call (another
    *  path of teardown, the runtime's close) answers the same promise, settled when the shutdown
-   *  is done; a shorter graceMs there cuts the wait for calls short. */
+   *  is done; a shorter graceMs there shortens every wait still to come or under way. */
   shutdown(options: { graceMs?: number } = {}): Promise<void> {
     try {
       checkOptions('Server.shutdown options', options, { graceMs: Accept.ms });
@@ -168,7 +168,7 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
     if (this.#shutdown !== undefined) {
       if (graceEnds < this.#graceEnds) {
         this.#graceEnds = graceEnds;
-        this.#drained?.();
+        this.#hurry?.();
       }
       return this.#shutdown;
     }
@@ -179,8 +179,35 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
 
   /** The shutdown under way (shutdown() answers it to every caller). */
   #shutdown: Promise<void> | undefined;
-  /** When the calls' grace time ends (performance.now()); a later shutdown() may bring it closer. */
+  /** When the grace time ends (performance.now()); a later shutdown() may bring it closer. */
   #graceEnds = 0;
+  /** Wakes the shutdown's wait under way to measure it again against a closer #graceEnds. */
+  #hurry: (() => void) | undefined;
+
+  /** Waits until `done` is called (`ends` hands it over), or until `floorMs` from now or the end
+   *  of the grace time, whichever is later, has passed; a shorter grace time given meanwhile
+   *  shortens it. An unref'd wait does not keep the process alive. */
+  async #graceWait(floorMs: number, ends: (done: () => void) => void, unref: boolean): Promise<void> {
+    const floorEnds = performance.now() + floorMs;
+    let finished = false;
+    let wake: (() => void) | undefined;
+    ends(() => {
+      finished = true;
+      wake?.();
+    });
+    while (!finished) {
+      const left = Math.max(floorEnds, this.#graceEnds) - performance.now();
+      if (left <= 0) break;
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, left);
+        if (unref) timer.unref();
+        wake = () => { clearTimeout(timer); resolve(); };
+        this.#hurry = wake;
+      });
+      wake = undefined;
+      this.#hurry = undefined;
+    }
+  }
 
   async #shutDown(): Promise<void> {
     this.#shuttingDown = true;
@@ -189,15 +216,9 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
     if (runtime?.owner.dedicated === this) runtime.owner.dedicated = undefined;
     this.#listener?.close();
     for (const session of this.#sessions) session.goAway();
-    /** What is left of the grace time, and `floorMs` at least. */
-    const left = (floorMs: number): number => Math.max(floorMs, this.#graceEnds - performance.now());
-    // Until the calls end or the grace time does, whichever first: a later shutdown() with a
-    // shorter grace time wakes this (#drained) to look again.
-    while (this.#activeCalls > 0 && this.#graceEnds > performance.now()) {
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, left(0));
-        this.#drained = () => { clearTimeout(timer); resolve(); };
-      });
+    // Until the calls end or the grace time does, whichever first.
+    if (this.#activeCalls > 0) {
+      await this.#graceWait(0, (done) => { this.#drained = done; }, false);
       this.#drained = undefined;
     }
     const stop = new GdrpcError(Code.UNAVAILABLE, 'server shut down');
@@ -210,18 +231,15 @@ export class Server extends EventEmitter<{ connection: [{ peer: string }]; disco
     // client whose process is busy reads them late: until 2026-12-07 one busy for 4.5 s right
     // after its calls lost 7 of 8 answers whatever graceMs said (a helper session's review).
     if (this.#sessions.size > 0) {
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, left(CLIENT_CLOSE_WAIT_MS));
-        timer.unref();
-        this.#sessionsGone = () => { clearTimeout(timer); resolve(); };
-      });
+      await this.#graceWait(CLIENT_CLOSE_WAIT_MS, (done) => { this.#sessionsGone = done; }, true);
+      this.#sessionsGone = undefined;
     }
     const sessions = [...this.#sessions];
     for (const session of sessions) session.connection.close(stop, { graceful: true });
     // Let graceful closes flush the last responses before the worker closes what is left by
     // force (a process that exits right after shutdown() otherwise cut them off: reset).
     const flushed = Promise.allSettled(sessions.map((session) => session.connection.endpointClosed));
-    await Promise.race([flushed, new Promise((resolve) => setTimeout(resolve, left(CLOSE_FLUSH_MS)).unref())]);
+    await this.#graceWait(CLOSE_FLUSH_MS, (done) => { void flushed.then(done); }, true);
     for (const pool of this.#pools.values()) pool.close({ force: true });
     this.#pools.clear();
     await runtime?.detach(this);
