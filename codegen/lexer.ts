@@ -43,7 +43,10 @@ class Lexer {
   step(): void {
     const { source, tokens, diags } = this;
     const c = source[this.i]!;
-    if (c === '\n') {
+    if (c === '\n' || c === '\u2028' || c === '\u2029' || (c === '\r' && source[this.i + 1] !== '\n')) {
+      // Every line terminator JavaScript knows ends a line here too: a bare CR had ended none,
+      // so a file of CR line endings was one comment, and a doc comment took what followed a
+      // CR into the generated module as code (a helper session's hostile schemas).
       this.i++;
       this.line++;
       this.lineStart = this.i;
@@ -85,7 +88,8 @@ class Lexer {
     const end = close < 0 ? this.source.length : close + 2;
     if (close < 0) this.diags.error(start, 'unterminated block comment');
     for (let k = this.i; k < end; k++) {
-      if (this.source[k] === '\n') {
+      const c = this.source[k];
+      if (c === '\n' || c === '\u2028' || c === '\u2029' || (c === '\r' && this.source[k + 1] !== '\n')) {
         this.line++;
         this.lineStart = k + 1;
       }
@@ -107,10 +111,10 @@ class Lexer {
   #string(): void {
     const start = this.pos(this.i);
     const end = this.source.indexOf('"', this.i + 1);
-    const nl = this.source.indexOf('\n', this.i + 1);
-    if (end < 0 || (nl >= 0 && nl < end)) {
+    const nl = lineEnd(this.source, this.i + 1);
+    if (end < 0 || nl < end) {
       this.diags.error(start, 'unterminated string');
-      this.i = nl < 0 ? this.source.length : nl;
+      this.i = nl;
     } else {
       this.tokens.push({ kind: 'string', text: this.source.slice(this.i + 1, end), pos: start });
       this.i = end + 1;
@@ -119,6 +123,6 @@ class Lexer {
 }
 
 function lineEnd(source: string, from: number): number {
-  const nl = source.indexOf('\n', from);
-  return nl < 0 ? source.length : nl;
+  const end = source.slice(from).search(/[\r\n\u2028\u2029]/);
+  return end < 0 ? source.length : from + end;
 }

@@ -1,6 +1,7 @@
 // The module's table of struct and enum declarations, the data-only service descriptors that
 // point at it, and the validators, which hand a descriptor's fields to the runtime's
 // validateFields.
+import { escapeDoc } from './ts-types.ts';
 import { StructureKind, VariableDeclarationKind, type StatementStructures } from 'ts-morph';
 import type { EnumDescriptor, StructDescriptor, TypeTable } from '../../core/schema/descriptor.ts';
 import type { IrFile, IrService } from '../model.ts';
@@ -34,7 +35,7 @@ export function typesStatement(file: IrFile, symbols: ModuleSymbols): StatementS
     isExported: true,
     declarationKind: VariableDeclarationKind.Const,
     declarations: [{ name: MODULE_TYPES, type: symbols.runtime('TypeTable'), initializer: lines.length === 0 ? '{}' : `{\n${lines.join('\n')}\n}` }],
-    docs: [`Struct and enum declarations of ${file.path}${file.imports.length > 0 ? ' and of the files it imports' : ''}, by fully qualified name; method descriptors carry it to the runtime.`],
+    docs: [`Struct and enum declarations of ${escapeDoc(file.path)}${file.imports.length > 0 ? ' and of the files it imports' : ''}, by fully qualified name; method descriptors carry it to the runtime.`],
   };
 }
 

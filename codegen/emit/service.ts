@@ -49,7 +49,7 @@ export function serviceStatements(service: IrService, symbols: ModuleSymbols, re
       kind: StructureKind.VariableStatement,
       isExported: true,
       declarationKind: VariableDeclarationKind.Const,
-      docs: [service.doc.length > 0 ? service.doc.join('\n') : `${service.fullName}: descriptor, typed client and handler registration.`],
+      ...docs(service.doc, `${service.fullName}: descriptor, typed client and handler registration.`),
       declarations: [{
         name: names.service,
         initializer: [

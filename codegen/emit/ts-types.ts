@@ -108,7 +108,12 @@ export function docComment(lines: string[], indent: string): string {
 }
 
 /** Keeps a doc line from closing the comment it is written into. */
-export const escapeDoc = (line: string): string => line.replace(/\*\//g, '*\\/');
+export const escapeDoc = (line: string): string => commentLine(line).replace(/\*\//g, '*\\/');
+
+/** `text` as one line of a comment: every line terminator JavaScript knows (CR, LF, U+2028,
+ *  U+2029) becomes a space. A schema's doc or file name that kept one ended a `//` comment, and
+ *  what followed it ran as code of the generated module (found by a helper session). */
+export const commentLine = (text: string): string => text.replace(/[\r\n\u2028\u2029]/g, ' ');
 
 function reachesTensor(t: TypeRef): boolean {
   if (t.kind === 'tensor') return true;
