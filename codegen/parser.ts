@@ -10,6 +10,9 @@ import { tokenize, type Token } from './lexer.ts';
 /** Thrown inside the parser to unwind to the nearest recovery point; never escapes `parse`. */
 class SyntaxFailure extends Error {}
 
+/** The deepest list<> and map<> nesting a type may have. */
+export const MAX_TYPE_DEPTH = 64;
+
 /** Parses one schema file; syntax errors go to `diags` and the tree holds what could be read. */
 export function parse(file: string, source: string, diags: DiagnosticBag): FileNode {
   return new Parser(tokenize(file, source, diags), diags).file(file);
@@ -139,8 +142,23 @@ class Parser {
     return { name, type: this.type(), doc };
   }
 
-  /** `base`, then `?` for optional, then a placement: `tensor<f16, [n]>? @cuda`. */
+  /** How deep list<> and map<> nest in the type being read. */
+  #typeDepth = 0;
+
+  /** `base`, then `?` for optional, then a placement: `tensor<f16, [n]>? @cuda`. Nesting deeper
+   *  than MAX_TYPE_DEPTH is an error (5,000 levels overflowed the parser's stack, 700 the
+   *  emitter's). */
   type(): TypeNode {
+    if (this.#typeDepth > MAX_TYPE_DEPTH) return this.fail(this.peek().pos, `types nest more than ${MAX_TYPE_DEPTH} deep`);
+    this.#typeDepth++;
+    try {
+      return this.#typeAt();
+    } finally {
+      this.#typeDepth--;
+    }
+  }
+
+  #typeAt(): TypeNode {
     let node = this.baseType();
     if (this.isPunct('?')) {
       const q = this.next();

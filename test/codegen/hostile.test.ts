@@ -1,9 +1,13 @@
 // Schema files a build did not write: nothing in one becomes code of the generated module, and
 // what the compiler reads stays within what it was asked to compile (a helper session's hostile
 // schemas, 2026-12-08).
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { compile } from '../../codegen/compile.ts';
 import { emitModules } from '../../codegen/emit/module.ts';
+import { diskHost } from '../../codegen/loader.ts';
 
 /** The generated module of `text` (as /v/s.gdrpc), and the compiler's messages. */
 function generate(text: string): { module: string; messages: string[] } {
@@ -48,5 +52,52 @@ describe('hostile schema text', () => {
     expect(messages).toEqual([]);
     expect(module).toContain('export type S = {');
     expect(module).toContain('Svc');
+  });
+});
+
+describe('nesting', () => {
+  it(`types nested past ${64} levels are an error at the level that passes it, not a stack overflow (5,000 overflowed the parser, 700 the emitter)`, () => {
+    for (const depth of [64, 65, 5000]) {
+      const type = `${'list<'.repeat(depth)}i32${'>'.repeat(depth)}`;
+      const { messages, module } = generate(`package p;\nstruct S { x: ${type}; }\n`);
+      if (depth <= 64) {
+        expect(messages).toEqual([]);
+        expect(module).toContain('export type S = {');
+      } else {
+        expect(messages[0]).toBe('error: types nest more than 64 deep');
+      }
+    }
+  });
+});
+
+describe('what a schema makes the compiler read', () => {
+  it('an import outside the input directories is refused before it is read (one of /etc/passwd was printed line by line as errors)', () => {
+    const read: string[] = [];
+    const host = { readFile: (abs: string) => { read.push(abs); return abs === '/v/s.gdrpc' ? 'package p;\nimport "../etc/passwd";\nstruct S { x: i32; }\n' : 'root:x:0:0:root:/root:/bin/bash\n'; } };
+    const result = compile(['/v/s.gdrpc'], { root: '/v', host });
+    expect(read).toEqual(['/v/s.gdrpc']);
+    expect(result.diags.sorted().map((d) => d.message)).toEqual(['imported file "../etc/passwd" is outside the input directories (../v); pass its directory to gen as well'.replace('../v', path.relative(process.cwd(), '/v'))]);
+  });
+
+  it('from disk, only regular files are read: a device under the root is "cannot read", not read (an import of /dev/zero took 16.8 GB and an abort)', () => {
+    expect(diskHost.readFile('/dev/zero')).toBeUndefined();
+    expect(diskHost.readFile('/dev/null')).toBeUndefined();
+    expect(diskHost.readFile('/proc/self')).toBeUndefined();
+    const dir = mkdtempSync(path.join(tmpdir(), 'gdrpc-host-'));
+    try {
+      writeFileSync(path.join(dir, 'a.gdrpc'), 'package p;\n');
+      expect(diskHost.readFile(path.join(dir, 'a.gdrpc'))).toBe('package p;\n');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('a chain of 5,000 imports compiles (the cycle check recursed, and overflowed the stack at 3,000)', () => {
+    const n = 5000;
+    const text = (i: number): string => `package c${i};\n${i + 1 < n ? `import "f${i + 1}.gdrpc";\n` : ''}struct S${i} { x: i32; }\n`;
+    const host = { readFile: (abs: string) => { const m = /^\/v\/f(\d+)\.gdrpc$/.exec(abs); return m === null ? undefined : text(Number(m[1])); } };
+    const result = compile(['/v/f0.gdrpc'], { root: '/v', host });
+    expect(result.diags.items).toEqual([]);
+    expect(result.ir.files).toHaveLength(n);
   });
 });
