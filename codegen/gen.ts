@@ -7,7 +7,8 @@ import { ExitCode, parseCommandLine, usageError } from '../core/cli/command-line
 import { Code, GdrpcError } from '../core/errors.ts';
 import { compile } from './compile.ts';
 import type { EmittedFile } from './emit/module.ts';
-import { IR_VERSION, type IrSchemaSet } from './model.ts';
+import { outputPath } from './emit/symbols.ts';
+import { IR_VERSION, type IrFile, type IrSchemaSet } from './model.ts';
 import { checkOutput, writeOutput, type WriteResult } from './output.ts';
 import { commonRoot, findSchemas } from './schema-files.ts';
 
@@ -87,14 +88,18 @@ export async function runGen(argv: string[]): Promise<number> {
   }
 
   const { emitModules } = await loadEmitter();
-  const files = emitModules(result.ir, { importExtension });
+  // Each module names its schema file from where the module is: whichever inputs a later run
+  // has, it tells a module whose schema is gone from one it did not generate this time.
+  const schemaLocation = (file: IrFile): string =>
+    path.relative(path.dirname(path.join(outDir!, outputPath(file.path))), path.join(root, file.path)).split(path.sep).join('/');
+  const files = emitModules(result.ir, { importExtension, schemaLocation });
   const say = values.quiet ? () => {} : (line: string) => process.stdout.write(`${line}\n`);
   if (values.check) {
-    const code = checkOutput(files, outDir!, root);
+    const code = checkOutput(files, outDir!);
     if (code === ExitCode.OK) say(`${contents(files, result.ir)} in ${shown(outDir!)} ${files.length === 1 ? 'is' : 'are'} up to date`);
     return code;
   }
-  report(writeOutput(files, outDir!, root), contents(files, result.ir), outDir!, say);
+  report(writeOutput(files, outDir!), contents(files, result.ir), outDir!, say);
   return ExitCode.OK;
 }
 

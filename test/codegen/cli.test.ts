@@ -58,6 +58,28 @@ describe('gdrpc gen', () => {
     expect(existsSync(at('gen/c.ts'))).toBe(false);
   });
 
+  it('a run of a subset of the schemas into the same --out removes no module of another (it removed every one whose path did not exist under its own root)', async () => {
+    schema('a.gdrpc', GOOD);
+    schema('x/c.gdrpc', 'package t.c.v1;\nstruct C { x: u32; }\n');
+    expect(await runGen([at('schemas'), '--out', at('gen')])).toBe(0);
+    expect(readFileSync(at('gen/a.ts'), 'utf8').split('\n')[1]).toBe('// @schema "../schemas/a.gdrpc"');
+    expect(await runGen([at('schemas/x/c.gdrpc'), '--out', at('gen')])).toBe(0);
+    expect(existsSync(at('gen/a.ts'))).toBe(true);
+    expect(existsSync(at('gen/x/c.ts'))).toBe(true);
+    expect(await runGen([at('schemas/x'), '--out', at('gen'), '--check'])).toBe(0);
+  });
+
+  it('a module of a schema whose name has a space is removed once that schema is gone (its header path ended at the space)', async () => {
+    schema('a.gdrpc', GOOD);
+    const spaced = schema('my types.gdrpc', 'package t.m.v1;\nstruct M { x: u32; }\n');
+    expect(await runGen([at('schemas'), '--out', at('gen')])).toBe(0);
+    expect(existsSync(at('gen/my types.ts'))).toBe(true);
+    rmSync(spaced);
+    expect(await runGen([at('schemas'), '--out', at('gen'), '--check'])).toBe(1);
+    expect(await runGen([at('schemas'), '--out', at('gen')])).toBe(0);
+    expect(existsSync(at('gen/my types.ts'))).toBe(false);
+  });
+
   it('treats a module whose schema file is gone as stale, and removes it when generating', async () => {
     schema('a.gdrpc', GOOD);
     schema('b.gdrpc', 'package t.b.v1;\nstruct B { x: u32; }\n');
