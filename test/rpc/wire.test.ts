@@ -13,6 +13,7 @@ import { chooseMover } from '../../core/rpc/movers/choose.ts';
 import { transferPath } from '../../core/rpc/movers/path.ts';
 import type { Endpoint } from '../../core/ucx/index.ts';
 import { ValidationDescriptor } from '../schemas/gen/rpc/validation.ts';
+import { decodeFields, encodeFields } from '../../core/rpc/call/values.ts';
 
 const packr = new Packr({ useRecords: false, int64AsType: 'bigint', mapsAsObjects: true });
 
@@ -236,5 +237,23 @@ describe('movers and paths', () => {
       if (saved === undefined) delete process.env.UCX_CUDA_IPC_ENABLE_GET_ZCOPY;
       else process.env.UCX_CUDA_IPC_ENABLE_GET_ZCOPY = saved;
     }
+  });
+});
+
+describe('fields named after members of Object.prototype', () => {
+  // What a schema may declare (helper 60): `struct Obj { toString: i32; isPrototypeOf: Mode?; }`.
+  const types = { 'p.Mode': { kind: 'enum' as const, name: 'p.Mode', values: [{ name: 'A', value: 0 }] } };
+  const fields = [
+    { name: 'toString', type: { kind: 'scalar' as const, name: 'i32' as const } },
+    { name: 'isPrototypeOf', type: { kind: 'optional' as const, inner: { kind: 'enum' as const, name: 'p.Mode' } } },
+  ];
+
+  it('are absent when an object leaves them out, not the prototype\'s functions (a missing required one was "got a function", a missing optional one refused)', () => {
+    expect(() => validateFields(fields, { toString: 3 }, types, 'args')).not.toThrow();
+    const missing = (() => { try { validateFields(fields, {}, types, 'args'); } catch (error) { return error as GdrpcError; } return undefined; })();
+    expect(missing?.rawMessage).toBe('args.toString is missing');
+    expect(encodeFields(fields, { toString: 3 }, types, () => undefined, '')).toEqual({ toString: 3 });
+    expect(decodeFields(fields, { toString: 3 }, types, () => undefined, '')).toEqual({ toString: 3 });
+    expect(decodeFields(fields, { toString: 3, isPrototypeOf: 0 }, types, () => undefined, '')).toEqual({ toString: 3, isPrototypeOf: 0 });
   });
 });

@@ -1,6 +1,7 @@
 // Checks values against the fields of a method descriptor. Used on both sides: the caller checks
 // what it sends, the receiver checks the decoded header *before* allocating or running anything
 // (tensors are then still descriptors that only carry dtype and shape).
+import { fieldOf } from './values.ts';
 import { Code, GdrpcError } from '../../errors.ts';
 import type { Dim, DType, FieldDescriptor, ScalarName, TypeRef, TypeTable } from '../../schema/descriptor.ts';
 
@@ -30,7 +31,7 @@ export function validateFields(fields: FieldDescriptor[], values: Record<string,
     throw invalid(`${what}: expected an object with the fields { ${names} }, got ${describe(values)}`);
   }
   const symbols = new Map<string, { size: number; where: string }>();
-  for (const field of fields) checkValue(field.type, values[field.name], `${what}.${field.name}`, types, symbols);
+  for (const field of fields) checkValue(field.type, fieldOf(values, field.name), `${what}.${field.name}`, types, symbols);
 }
 
 function checkValue(type: TypeRef, value: unknown, where: string, types: TypeTable, symbols: Map<string, { size: number; where: string }>): void {
@@ -65,7 +66,7 @@ function checkValue(type: TypeRef, value: unknown, where: string, types: TypeTab
       if (struct?.kind !== 'struct') return;
       // A struct's dimension names are its own: they bind per value, not with the method's.
       const own = new Map<string, { size: number; where: string }>();
-      for (const field of struct.fields) checkValue(field.type, (value as Record<string, unknown>)[field.name], `${where}.${field.name}`, types, own);
+      for (const field of struct.fields) checkValue(field.type, fieldOf(value as Record<string, unknown>, field.name), `${where}.${field.name}`, types, own);
       return;
     }
     case 'enum': {

@@ -17,11 +17,21 @@ export type EncodeTensor = (value: unknown, where: string, placement: Placement)
 /** Called for every tensor-typed value found while decoding; returns the placeholder to store. */
 export type DecodeTensor = (wire: unknown, where: string, placement: Placement) => unknown;
 
+/** The field `name` of `object`, its own: a field a schema names after a member of
+ *  Object.prototype (`toString`, `valueOf`) and an object leaves out is absent, not that member's
+ *  function (a helper session's schema had a missing optional `isPrototypeOf` refused as "a
+ *  function is not a value of enum"). No field's value is a function, so the check costs one
+ *  typeof on every field and a lookup on none but those. */
+export function fieldOf(object: Record<string, unknown>, name: string): unknown {
+  const value = object[name];
+  return typeof value === 'function' && !Object.hasOwn(object, name) ? undefined : value;
+}
+
 /** Encodes an object of fields for the wire. */
 export function encodeFields(fields: FieldDescriptor[], values: Record<string, unknown>, types: TypeTable, onTensor: EncodeTensor, what: string): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   for (const field of fields) {
-    const value = values[field.name];
+    const value = fieldOf(values, field.name);
     if (value !== undefined) out[field.name] = encodeValue(field.type, value, types, onTensor, `${what}${field.name}`);
   }
   return out;
@@ -55,7 +65,7 @@ function encodeValue(type: TypeRef, value: unknown, types: TypeTable, onTensor: 
 export function decodeFields(fields: FieldDescriptor[], wire: Record<string, unknown>, types: TypeTable, onTensor: DecodeTensor, what: string): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   for (const field of fields) {
-    const value = wire[field.name];
+    const value = fieldOf(wire, field.name);
     if (value !== undefined && value !== null) out[field.name] = decodeValue(field.type, value, types, onTensor, `${what}${field.name}`);
   }
   return out;
