@@ -19,12 +19,19 @@ const JS_RESERVED = new Set(
   ('break case catch class const continue debugger default delete do else export extends finally for function if ' +
     'import in instanceof new return super switch this throw try typeof var void while with yield let static ' +
     'implements interface package private protected public await null undefined any unknown never object symbol ' +
-    'number bigint boolean string').split(' '),
+    'number bigint boolean string ' +
+    // A type alias of these names does not parse (keyof, infer ...), and a strict-mode module
+    // refuses to declare eval and arguments (found by a helper session's schemas).
+    'as asserts infer is keyof readonly unique satisfies out eval arguments').split(' '),
 );
 
 /** Member names that would break the generated objects: prototype keys, and `then` (a client with
  * a `then` method is a thenable, so `await` would call it). */
 const MEMBER_RESERVED = new Set(['__proto__', 'constructor', 'prototype']);
+
+/** Members every object has (Object.prototype's): the descriptor's `methods` object would type
+ *  such a key as the member it shadows, and the generated module does not compile. */
+const OBJECT_MEMBERS = new Set(['hasOwnProperty', 'isPrototypeOf', 'propertyIsEnumerable', 'toLocaleString', 'toString', 'valueOf', '__defineGetter__', '__defineSetter__', '__lookupGetter__', '__lookupSetter__']);
 
 /** Runs the name checks over all files. */
 export function checkNames(files: LoadedFile[], diags: DiagnosticBag): void {
@@ -50,7 +57,18 @@ export function checkNames(files: LoadedFile[], diags: DiagnosticBag): void {
         unique(decl.methods.map((m) => m.name), 'method', diags, (n) => {
           checkMemberName(n, 'method', diags);
           if (n.text === 'then') diags.error(n.pos, "'then' is reserved as a method name: it would make the client a thenable");
+          else if (n.text === 'new') diags.error(n.pos, "'new' is reserved as a method name: in the generated handler interface it would declare a constructor");
+          else if (OBJECT_MEMBERS.has(n.text)) diags.error(n.pos, `'${n.text}' is reserved as a method name: a member of every object, the generated descriptor cannot type it`);
         });
+        // Methods whose names differ in their first letter's case generate the same type names
+        // (rpc foo and rpc Foo: SvcFooArgs twice).
+        const byTypeName = new Map<string, string>();
+        for (const m of decl.methods) {
+          const typeName = m.name.text.charAt(0).toUpperCase() + m.name.text.slice(1);
+          const other = byTypeName.get(typeName);
+          if (other !== undefined && other !== m.name.text) diags.error(m.name.pos, `method '${m.name.text}' generates the same type names as method '${other}' (they differ in their first letter's case only)`);
+          else byTypeName.set(typeName, m.name.text);
+        }
         for (const m of decl.methods) {
           if (m.clientStreaming && m.serverStreaming) {
             diags.error(m.name.pos, `'${m.name.text}' streams both ways; the runtime has unary, server-streaming and client-streaming calls only`);

@@ -70,7 +70,9 @@ export class ModuleSymbols {
     let local = exported;
     // A name already used here (declared, or imported from elsewhere) gets a module-qualified alias.
     if (this.taken.has(local)) {
-      const prefix = spec === RUNTIME_MODULE ? 'gdrpc' : path.posix.basename(spec).replace(/\.[jt]s$/, '').replace(/[^A-Za-z0-9_]/g, '_');
+      const base = spec === RUNTIME_MODULE ? 'gdrpc' : path.posix.basename(spec).replace(/\.[jt]s$/, '').replace(/[^A-Za-z0-9_]/g, '_');
+      // An identifier cannot start with a digit (a schema file 1common.gdrpc).
+      const prefix = /^[0-9]/.test(base) ? `_${base}` : base;
       local = `${prefix}_${exported}`;
       for (let k = 2; this.taken.has(local); k++) local = `${prefix}_${exported}${k}`;
     }

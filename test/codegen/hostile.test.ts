@@ -101,3 +101,17 @@ describe('what a schema makes the compiler read', () => {
     expect(result.ir.files).toHaveLength(n);
   });
 });
+
+describe('file names', () => {
+  it('a schema file whose name starts with a digit is imported under an alias that is an identifier (1common_types did not compile)', () => {
+    const files: Record<string, string> = {
+      '/v/1common.gdrpc': 'package c;\nstruct P { x: i32; }\n',
+      '/v/main.gdrpc': 'package m;\nimport "1common.gdrpc";\nstruct Q { p: c.P; }\n',
+    };
+    const result = compile(['/v/main.gdrpc'], { root: '/v', host: { readFile: (abs) => files[abs] } });
+    expect(result.diags.items).toEqual([]);
+    const main = emitModules(result.ir, {}).find((f) => f.path === 'main.ts')!.text;
+    expect(main).not.toMatch(/\b1common_/);
+    expect(main).toMatch(/types as _1common_types/);
+  });
+});
