@@ -115,3 +115,18 @@ describe('file names', () => {
     expect(main).toMatch(/types as _1common_types/);
   });
 });
+
+describe('many errors', () => {
+  it('a file of 20,000 bad lines prints its first 100 diagnostics and how many more (printing all of them took 15 s)', () => {
+    const text = `package p;\n${'#\n'.repeat(20_000)}`;
+    const host = { readFile: (abs: string) => (abs === '/v/s.gdrpc' ? text : undefined) };
+    const result = compile(['/v/s.gdrpc'], { root: '/v', host });
+    expect(result.diags.items.length).toBeGreaterThan(100);
+    const started = performance.now();
+    const printed = result.diags.format(result.sources).split('\n');
+    // 100 diagnostics of three lines each, then the count of the rest.
+    expect(printed).toHaveLength(301);
+    expect(printed[300]).toMatch(new RegExp(`: ${result.diags.items.length - 100} more diagnostics not shown$`));
+    console.log(`[many errors] formatted in ${(performance.now() - started).toFixed(0)} ms`);
+  });
+});
