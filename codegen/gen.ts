@@ -99,7 +99,15 @@ export async function runGen(argv: string[]): Promise<number> {
     if (code === ExitCode.OK) say(`${contents(files, result.ir)} in ${shown(outDir!)} ${files.length === 1 ? 'is' : 'are'} up to date`);
     return code;
   }
-  report(writeOutput(files, outDir!), contents(files, result.ir), outDir!, say);
+  let written: WriteResult;
+  try {
+    written = writeOutput(files, outDir!);
+  } catch (error) {
+    // --out names a file, a module's path is a directory, no permission: said as it is.
+    process.stderr.write(`gdrpc gen: cannot write to ${shown(outDir!)}: ${(error as Error).message}\n`);
+    return ExitCode.FAILURE;
+  }
+  report(written, contents(files, result.ir), outDir!, say);
   return ExitCode.OK;
 }
 

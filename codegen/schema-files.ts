@@ -1,18 +1,21 @@
 // Which schema files a `gen` run compiles: the inputs with directories expanded, and the root
 // directory their output paths are relative to.
-import { readdirSync, statSync } from 'node:fs';
+import { lstatSync, readdirSync, statSync } from 'node:fs';
 import path from 'node:path';
 
 /** Expands directories to the `.gdrpc` files under them (skipping the output directory); a
- *  string is the error to report. */
+ *  string is the error to report. A directory reached through a symbolic link is not searched
+ *  (a link to a directory above looped until ELOOP, one to a sibling compiled its files twice);
+ *  a linked file is taken, and one whose link is broken is reported as unreadable. */
 export function findSchemas(inputs: string[], outDir: string | undefined): string[] | string {
   const found: string[] = [];
   const walk = (dir: string): void => {
     for (const name of readdirSync(dir).sort()) {
       const full = path.join(dir, name);
       if (name === 'node_modules' || name.startsWith('.') || full === outDir) continue;
-      if (statSync(full).isDirectory()) walk(full);
-      else if (name.endsWith('.gdrpc')) found.push(full);
+      const entry = lstatSync(full, { throwIfNoEntry: false });
+      if (entry?.isDirectory() === true) walk(full);
+      else if (name.endsWith('.gdrpc') && entry !== undefined && (entry.isFile() || entry.isSymbolicLink())) found.push(full);
     }
   };
   for (const input of inputs) {

@@ -1,6 +1,6 @@
 // The `gdrpc gen` command end to end on a temporary directory: writing, --check on fresh, stale
 // and missing output, --ir, --baseline, and exit codes and messages for bad input.
-import { mkdtempSync, readFileSync, rmSync, writeFileSync, mkdirSync, existsSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync, mkdirSync, existsSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
@@ -171,6 +171,25 @@ describe('gdrpc gen', () => {
     writeFileSync(at('damaged.json'), JSON.stringify(ir));
     expect(await runGen([file, '--out', at('gen'), '--baseline', at('damaged.json')])).toBe(2);
     expect(stderr).toContain(`gdrpc gen: cannot read baseline ${at('damaged.json')}: it is not an IR saved by \`gdrpc gen --ir\` (${where})`);
+  });
+
+  it('symbolic links in an input directory: a linked directory is not searched (a loop ran to ELOOP), a broken link is an unreadable schema (it was an internal ENOENT)', async () => {
+    schema('a.gdrpc', GOOD);
+    symlinkSync('..', at('schemas/up'));
+    symlinkSync(at('schemas/nowhere.gdrpc'), at('schemas/broken.gdrpc'));
+    expect(await runGen([at('schemas'), '--out', at('gen')])).toBe(2);
+    expect(stderr).toMatch(/broken\.gdrpc:1:1: error: cannot read schema file/);
+    expect(stderr).not.toMatch(/ELOOP|ENOENT/);
+    rmSync(at('schemas/broken.gdrpc'));
+    expect(await runGen([at('schemas'), '--out', at('gen')])).toBe(0);
+    expect(existsSync(at('gen/a.ts'))).toBe(true);
+  });
+
+  it('an --out that is a file is said so, exit 1 (it was an internal EEXIST)', async () => {
+    const file = schema('a.gdrpc', GOOD);
+    writeFileSync(at('notadir'), 'x');
+    expect(await runGen([file, '--out', at('notadir')])).toBe(1);
+    expect(stderr).toMatch(/^gdrpc gen: cannot write to .*notadir: EEXIST: file already exists, mkdir/m);
   });
 
   it('explains usage errors', async () => {
