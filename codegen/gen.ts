@@ -86,6 +86,16 @@ export async function runGen(argv: string[]): Promise<number> {
     process.stdout.write(JSON.stringify(result.ir, null, 2) + '\n');
     return ExitCode.OK;
   }
+  // Two inputs whose modules would be one file (`x` and `x.gdrpc`): the second overwrote the first.
+  const byOutput = new Map<string, string>();
+  for (const file of result.ir.files) {
+    const other = byOutput.get(outputPath(file.path));
+    if (other !== undefined) {
+      process.stderr.write(`gdrpc gen: ${file.path} and ${other} would both be written to ${outputPath(file.path)}; rename one of them\n`);
+      return ExitCode.USAGE;
+    }
+    byOutput.set(outputPath(file.path), file.path);
+  }
 
   const { emitModules } = await loadEmitter();
   // Each module names its schema file from where the module is: whichever inputs a later run

@@ -4,6 +4,7 @@ import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, syml
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { spawn } from 'node:child_process';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { gdrpc, runScript } from './gdrpc-process.ts';
 
@@ -53,6 +54,25 @@ describe('gdrpc gen reports', () => {
     expect((await one()).stdout).toBe('wrote gen1/one.ts\nwrote 1 file (0 services, 0 methods) to gen1\n');
     expect((await one()).stdout).toBe('1 file (0 services, 0 methods) in gen1 was already up to date\n');
     expect((await one('--check')).stdout).toBe('1 file (0 services, 0 methods) in gen1 is up to date\n');
+  });
+
+  it('two inputs whose modules would be one file are refused, naming both (the second overwrote the first)', async () => {
+    write('coll/x', 'package a;\nstruct A { x: i32; }\n');
+    write('coll/x.gdrpc', 'package b;\nstruct B { x: i32; }\n');
+    const r = await gdrpc(['gen', 'coll/x', 'coll/x.gdrpc', '--out', 'outc'], { cwd: dir });
+    expect(r.code).toBe(2);
+    expect(r.stderr).toBe('gdrpc gen: x.gdrpc and x would both be written to x.ts; rename one of them\n');
+  });
+
+  it('a reader that stops early (gen --ir | head) ends it quietly, exit 0 (an unhandled EPIPE and a stack trace)', async () => {
+    write('big.gdrpc', `package big;\n${Array.from({ length: 3000 }, (_, i) => `struct S${i} { a: i32; b: list<f32>; }`).join('\n')}\n`);
+    const child = spawn(process.execPath, [path.join(repoRoot, 'bin/gdrpc.js'), 'gen', 'big.gdrpc', '--ir'], { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stderr = '';
+    child.stderr.on('data', (chunk: Buffer) => { stderr += chunk.toString(); });
+    child.stdout.once('data', () => child.stdout.destroy());
+    const code = await new Promise<number | null>((resolve) => child.once('close', resolve));
+    expect(stderr).toBe('');
+    expect(code).toBe(0);
   });
 
   it('a partial rewrite and a removed module whose schema is gone', async () => {
