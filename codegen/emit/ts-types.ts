@@ -15,39 +15,59 @@ const SCALAR_TS: Record<ScalarName, string> = {
 
 /** Answers whether a type reaches a @remote tensor (through structs, lists, maps, optionals). */
 export class RemoteIndex {
-  private readonly memo = new Map<string, boolean>();
+  /** Per struct, whether it reaches one: worked out for all of them at once, on first use. */
+  #table: Map<string, boolean> | undefined;
 
   constructor(private readonly structs: ReadonlyMap<string, IrStruct>) {}
 
   has(t: TypeRef): boolean {
+    return this.#reaches(t, (name) => this.struct(name));
+  }
+
+  /** True when a struct has a different receiving-side view. */
+  struct(fullName: string): boolean {
+    this.#table ??= this.#reachability();
+    return this.#table.get(fullName) ?? false;
+  }
+
+  fields(fields: IrField[]): boolean {
+    return fields.some((f) => this.has(f.type));
+  }
+
+  #reaches(t: TypeRef, struct: (name: string) => boolean): boolean {
     switch (t.kind) {
       case 'tensor':
         return t.placement.kind === 'remote';
       case 'list':
-        return this.has(t.element);
+        return this.#reaches(t.element, struct);
       case 'map':
-        return this.has(t.value);
+        return this.#reaches(t.value, struct);
       case 'optional':
-        return this.has(t.inner);
+        return this.#reaches(t.inner, struct);
       case 'struct':
-        return this.struct(t.name);
+        return struct(t.name);
       default:
         return false;
     }
   }
 
-  /** True when a struct has a different receiving-side view. */
-  struct(fullName: string): boolean {
-    const known = this.memo.get(fullName);
-    if (known !== undefined) return known;
-    this.memo.set(fullName, false); // a struct reached again while being computed adds nothing new
-    const result = (this.structs.get(fullName)?.fields ?? []).some((f) => this.has(f.type));
-    this.memo.set(fullName, result);
-    return result;
-  }
-
-  fields(fields: IrField[]): boolean {
-    return fields.some((f) => this.has(f.type));
+  /** Every struct's answer, to a fixed point: a struct reaches a remote tensor when a field does,
+   *  directly or through a struct that does. Worked out one struct at a time, with a struct met
+   *  again inside a cycle taken as false and kept, the answer depended on the order of the
+   *  declarations (A { b: B?; t @remote } B { a: A? }: B had no receiving view; helper 60). */
+  #reachability(): Map<string, boolean> {
+    const table = new Map<string, boolean>([...this.structs.keys()].map((name) => [name, false]));
+    for (let changed = true; changed;) {
+      changed = false;
+      for (const [name, s] of this.structs) {
+        if (table.get(name) === true) continue;
+        if (s.fields.some((f) => this.#reaches(f.type, (other) => table.get(other) ?? false))) {
+          table.set(name, true);
+          changed = true;
+        }
+      }
+    }
+    return table;
   }
 }
 

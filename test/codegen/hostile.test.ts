@@ -130,3 +130,16 @@ describe('many errors', () => {
     console.log(`[many errors] formatted in ${(performance.now() - started).toFixed(0)} ms`);
   });
 });
+
+describe('receiving views', () => {
+  it.each([
+    ['A first', 'struct A { b: B?; t: tensor<f32, [n]> @remote; }\nstruct B { a: A?; }\n'],
+    ['B first', 'struct B { a: A?; }\nstruct A { b: B?; t: tensor<f32, [n]> @remote; }\n'],
+  ])('a struct that reaches a remote tensor through a cycle has its receiving view whatever the order of declarations (%s)', (_, structs) => {
+    const { module, messages } = generate(`package p;\n${structs}service Svc { rpc take(b: B) -> (); }\n`);
+    expect(messages).toEqual([]);
+    expect(module).toContain('export type BReceived = {');
+    expect(module).toContain('export type AReceived = {');
+    expect(module).toMatch(/SvcTakeArgsReceived/);
+  });
+});
