@@ -76,10 +76,10 @@ interface Waiter {
   fail(error: unknown): void;
 }
 
-/** A per-device arena mapped with UCX once; tensors are carved from it and returned on release. */
 /** Allocations past a pool alive at once that warn (GDRPC_POOL_UNRELEASED), then each doubling. */
 export const OVERFLOW_LIVE_WARNING = 1024;
 
+/** A per-device arena mapped with UCX once; tensors are carved from it and returned on release. */
 export class TensorPool implements TensorPoolLike {
   readonly context: Context;
   readonly device: Device;
@@ -299,7 +299,7 @@ export class TensorPool implements TensorPoolLike {
       // received and dropped) keep theirs for the process's life, and a service grows without
       // bound (helper 57: RSS 112 -> 648 MB over 2,000 calls of 256 KiB results).
       process.emitWarning(`tensor pool on ${this.device}: ${this.#overflowLive} tensors allocated past the pool are alive; ` +
-        'a tensor received as a result is the caller\'s until release(): one never released keeps its memory', { code: 'GDRPC_POOL_UNRELEASED' });
+        'a tensor is its holder\'s until release() (a result, the caller\'s; one a handler returns, the handler\'s): one never released keeps its memory', { code: 'GDRPC_POOL_UNRELEASED' });
       this.#overflowWarnAt *= 2;
     }
     return this.#storageAt(memory, 0, byteLength, () => {

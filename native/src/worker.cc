@@ -291,11 +291,6 @@ void Worker::Destroy(bool fromJs) {
   if (worker_ == nullptr) return;
   Napi::Env env = Env();
   watch_.Disarm();  // nothing is taken, nobody told, while everything closes
-  // The watch's callback and slot are the dispatcher's: held strongly, they would keep the closed
-  // runtime and its buffers (8 MiB of them) alive for as long as the process lives.
-  watch_.callback.Reset();
-  watch_.slotHolder.Reset();
-  watch_.slot = nullptr;
   DropHeld(0, true);  // the sweep's held messages, while their endpoints are still open
   std::set<Listener*> listeners = listeners_;
   for (Listener* listener : listeners) listener->Destroy(fromJs);
@@ -328,6 +323,17 @@ void Worker::Destroy(bool fromJs) {
   events_.clear();  // what the destroy completed: nothing is left to settle
   for (Request* request : orphans) delete request;
   worker_ = nullptr;
+  // The watch's callback and slot are the dispatcher's: held strongly, they would keep the closed
+  // runtime and its buffers (8 MiB of them) alive for as long as the process lives. Let go once
+  // the worker is closed: JS that ran during the close (a request's callback) could have watched
+  // again while it was open. (Closed from a finalizer or the environment's teardown, they go
+  // with this object, as contextRef_ does.)
+  watch_.Disarm();
+  watch_.slot = nullptr;
+  if (fromJs) {
+    watch_.callback.Reset();
+    watch_.slotHolder.Reset();
+  }
   context_->RemoveWorker(this);
   State::Of(env)->counters.workers--;
   if (fromJs) contextRef_.Reset();

@@ -203,10 +203,15 @@ export class ServerSession {
   #refuseAndClose(error: GdrpcError): void {
     this.#closing = true;
     const sent = this.connection.send(FrameKind.Error, 0, errorFrame(error)).catch(() => {});
-    const after = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms).unref());
-    // A send a peer's full window holds back is not waited for past REFUSAL_SEND_WAIT_MS.
+    const timers: NodeJS.Timeout[] = [];
+    const after = (ms: number): Promise<void> => new Promise((resolve) => { timers.push(setTimeout(resolve, ms).unref()); });
+    // A send a peer's full window holds back is not waited for past REFUSAL_SEND_WAIT_MS. Both
+    // timers go once the close is made: a flood of refusals holds no connection for the longer.
     void Promise.race([Promise.all([sent, after(REFUSAL_LINGER_MS)]), after(REFUSAL_SEND_WAIT_MS)])
-      .then(() => this.connection.close(error, { graceful: false }));
+      .then(() => {
+        for (const timer of timers) clearTimeout(timer);
+        this.connection.close(error, { graceful: false });
+      });
   }
 
   #request(id: number, body: FrameBody<FrameKind.Request>, weight: number): void {
