@@ -17,8 +17,14 @@ const PUNCT2 = ['->'];
 const PUNCT1 = new Set([...';{}()<>[],:?@=*.']);
 
 /** Splits `source` into tokens; bad characters are reported and skipped. */
+/** The longest name (identifier) the language takes. */
+export const MAX_NAME = 256;
+
 export function tokenize(file: string, source: string, diags: DiagnosticBag): Token[] {
   const lexer = new Lexer(file, source, diags);
+  // A byte order mark that an editor saved is no character of the file (it read as an invisible
+  // "unexpected character").
+  if (source.startsWith('\uFEFF')) lexer.i = lexer.lineStart = 1;
   while (lexer.i < source.length) lexer.step();
   lexer.tokens.push({ kind: 'eof', text: '', pos: lexer.pos(lexer.i) });
   return lexer.tokens;
@@ -62,9 +68,12 @@ class Lexer {
     } else if (source.startsWith('/*', this.i)) {
       this.#blockComment();
     } else if (/[A-Za-z_]/.test(c)) {
-      const m = /^[A-Za-z_][A-Za-z0-9_]*/.exec(source.slice(this.i, this.i + 256))!;
+      const m = /^[A-Za-z_][A-Za-z0-9_]*/.exec(source.slice(this.i, this.i + MAX_NAME + 1))!;
+      // Read in one piece up to its limit, and said to be too long past it (it was cut in two).
+      if (m[0].length > MAX_NAME) diags.error(this.pos(this.i), `a name longer than ${MAX_NAME} characters`);
       tokens.push({ kind: 'ident', text: m[0], pos: this.pos(this.i) });
       this.i += m[0].length;
+      while (/[A-Za-z0-9_]/.test(source[this.i] ?? '')) this.i++;
     } else if (/[0-9]/.test(c)) {
       this.#number();
     } else if (c === '"') {

@@ -92,6 +92,8 @@ class FileLowering {
       case 'map':
         if (!(node.key.kind === 'named' && node.key.name === 'string')) {
           this.diags.error(node.key.pos, 'map keys must be string');
+        } else if (node.key.placement !== undefined) {
+          this.diags.error(node.key.pos, 'a map key has no placement (only tensors have one)');
         }
         return { kind: 'map', value: this.type(node.value) };
       case 'optional': {

@@ -42,7 +42,9 @@ class Parser {
       this.recover(['}'], () => {
         this.next();
         const t = this.expectKind('string', 'a quoted file name');
-        node.imports.push({ text: t.text, pos: t.pos });
+        const twice = node.imports.find((imp) => imp.text === t.text);
+        if (twice !== undefined) this.diags.error(t.pos, `"${t.text}" is imported already (line ${twice.pos.line})`);
+        else node.imports.push({ text: t.text, pos: t.pos });
         this.expect(';');
       });
       doc = this.docs();

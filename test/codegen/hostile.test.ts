@@ -47,6 +47,12 @@ describe('hostile schema text', () => {
     expect(module).not.toMatch(/\*\/ export const pwnedService/);
   });
 
+  it('a byte order mark at the start is no character of the file (it was an invisible "unexpected character")', () => {
+    const { module, messages } = generate('\uFEFFpackage p;\nstruct S { x: i32; }\n');
+    expect(messages).toEqual([]);
+    expect(module).toContain('export type S = {');
+  });
+
   it('a file of CR line endings is read line by line (it was one comment: an empty module, no error)', () => {
     const { module, messages } = generate('package p;\r// a comment\rstruct S { x: i32; }\rservice Svc { rpc m(s: S) -> (); }\r');
     expect(messages).toEqual([]);
