@@ -5,11 +5,10 @@ import { IndentationText, Project, QuoteKind, StructureKind, type StatementStruc
 import { declIndex, type IrFile, type IrSchemaSet, type IrStruct } from '../model.ts';
 import { descriptorStatements, typesStatement } from './descriptor.ts';
 import { enumStatements, messageStatements, structStatements } from './messages.ts';
-import { generatedNames, MODULE_TYPES, receivedName } from './naming.ts';
+import { generatedNames, MODULE_TYPES, receivedName, SCHEMA_LINE } from './naming.ts';
 import { serviceStatements } from './service.ts';
 import { ModuleSymbols, outputPath, type DeclOwners, type ImportExtension } from './symbols.ts';
 import { commentLine, RemoteIndex, TypeMapper } from './ts-types.ts';
-import { SCHEMA_LINE } from '../output.ts';
 
 /** One generated file: its path relative to the output directory and its text. */
 export interface EmittedFile {

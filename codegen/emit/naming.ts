@@ -54,3 +54,7 @@ export const RUNTIME_NAMES: ReadonlySet<string> = new Set([
   'Tensor', 'RemoteTensor', 'Client', 'Server', 'CallOptions', 'CallContext', 'ServiceDescriptor', 'TypeTable', 'validateFields',
   'Promise', 'AsyncIterable', 'Iterable', 'Record', 'Uint8Array', 'Array', 'Map', 'Object', 'Error',
 ]);
+
+/** How a module's line naming its schema file begins: then the schema's path from the module's
+ *  directory, as a JSON string (module.ts writes it for `gen`; output.ts reads it). */
+export const SCHEMA_LINE = '// @schema ';
