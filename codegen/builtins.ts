@@ -1,6 +1,7 @@
 // The language's own type names, and what a writer may have meant by a type name that is none
 // (another language's spelling, a slip of case or a letter): the compiler's "did you mean".
 import type { DType, ScalarName } from '../core/schema/descriptor.ts';
+import { editDistance } from '../core/tensor/options.ts';
 
 /** Scalar type names of the language. */
 export const SCALARS: ReadonlySet<string> = new Set<ScalarName>([
@@ -42,17 +43,4 @@ export function meantType(name: string, declared: Iterable<string>): string | un
     if (distance <= limit && (best === undefined || distance < best.distance)) best = { name: candidate, distance };
   }
   return best?.name;
-}
-
-/** Levenshtein distance between `a` and `b`, or limit + 1 once it is past `limit`. */
-function editDistance(a: string, b: string, limit: number): number {
-  if (Math.abs(a.length - b.length) > limit) return limit + 1;
-  let previous = Array.from({ length: b.length + 1 }, (_, j) => j);
-  for (let i = 1; i <= a.length; i += 1) {
-    const row = [i];
-    for (let j = 1; j <= b.length; j += 1) row[j] = Math.min(previous[j]! + 1, row[j - 1]! + 1, previous[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
-    if (Math.min(...row) > limit) return limit + 1;
-    previous = row;
-  }
-  return previous[b.length]!;
 }

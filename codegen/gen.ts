@@ -5,6 +5,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { ExitCode, parseCommandLine, usageError } from '../core/cli/command-line.ts';
 import { Code, GdrpcError } from '../core/errors.ts';
+import { isRecord } from '../core/tensor/options.ts';
 import { compile } from './compile.ts';
 import type { EmittedFile } from './emit/module.ts';
 import { outputPath } from './emit/symbols.ts';
@@ -89,12 +90,13 @@ export async function runGen(argv: string[]): Promise<number> {
   // Two inputs whose modules would be one file (`x` and `x.gdrpc`): the second overwrote the first.
   const byOutput = new Map<string, string>();
   for (const file of result.ir.files) {
-    const other = byOutput.get(outputPath(file.path));
+    const module = outputPath(file.path);
+    const other = byOutput.get(module);
     if (other !== undefined) {
-      process.stderr.write(`gdrpc gen: ${file.path} and ${other} would both be written to ${outputPath(file.path)}; rename one of them\n`);
+      process.stderr.write(`gdrpc gen: ${file.path} and ${other} would both be written to ${module}; rename one of them\n`);
       return ExitCode.USAGE;
     }
-    byOutput.set(outputPath(file.path), file.path);
+    byOutput.set(module, file.path);
   }
 
   const { emitModules } = await loadEmitter();
@@ -175,10 +177,6 @@ export function baselineFault(value: unknown): string | undefined {
 }
 
 type Fault = (value: unknown, at: string) => string | undefined;
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value);
-}
 
 /** The first fault of the list at `at`, or of its items. */
 function firstFault(list: unknown, at: string, fault: Fault): string | undefined {

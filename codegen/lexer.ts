@@ -16,10 +16,10 @@ export interface Token {
 const PUNCT2 = ['->'];
 const PUNCT1 = new Set([...';{}()<>[],:?@=*.']);
 
-/** Splits `source` into tokens; bad characters are reported and skipped. */
 /** The longest name (identifier) the language takes. */
 export const MAX_NAME = 256;
 
+/** Splits `source` into tokens; bad characters are reported and skipped. */
 export function tokenize(file: string, source: string, diags: DiagnosticBag): Token[] {
   const lexer = new Lexer(file, source, diags);
   // A byte order mark that an editor saved is no character of the file (it read as an invisible
@@ -49,7 +49,7 @@ class Lexer {
   step(): void {
     const { source, tokens, diags } = this;
     const c = source[this.i]!;
-    if (c === '\n' || c === '\u2028' || c === '\u2029' || (c === '\r' && source[this.i + 1] !== '\n')) {
+    if (endsLine(source, this.i)) {
       // Every line terminator JavaScript knows ends a line here too: a bare CR had ended none,
       // so a file of CR line endings was one comment, and a doc comment took what followed a
       // CR into the generated module as code (a helper session's hostile schemas).
@@ -97,8 +97,7 @@ class Lexer {
     const end = close < 0 ? this.source.length : close + 2;
     if (close < 0) this.diags.error(start, 'unterminated block comment');
     for (let k = this.i; k < end; k++) {
-      const c = this.source[k];
-      if (c === '\n' || c === '\u2028' || c === '\u2029' || (c === '\r' && this.source[k + 1] !== '\n')) {
+      if (endsLine(this.source, k)) {
         this.line++;
         this.lineStart = k + 1;
       }
@@ -131,7 +130,19 @@ class Lexer {
   }
 }
 
+/** Whether the character at `k` ends a line: LF, U+2028, U+2029, or a CR not followed by LF
+ *  (the LF after it ends that line). */
+function endsLine(source: string, k: number): boolean {
+  const c = source[k];
+  return c === '\n' || c === '\u2028' || c === '\u2029' || (c === '\r' && source[k + 1] !== '\n');
+}
+
+const LINE_TERMINATOR = /[\r\n\u2028\u2029]/g;
+
+/** Where the line that `from` is on ends: its first line terminator, else the source's end. Found
+ *  from `from` on without copying the rest of the source (a copy per comment made a file of
+ *  comments quadratic). */
 function lineEnd(source: string, from: number): number {
-  const end = source.slice(from).search(/[\r\n\u2028\u2029]/);
-  return end < 0 ? source.length : from + end;
+  LINE_TERMINATOR.lastIndex = from;
+  return LINE_TERMINATOR.exec(source)?.index ?? source.length;
 }

@@ -85,13 +85,15 @@ function misspelt(key: string, entries: ReadonlyArray<[string, OptionRule]>): st
   const lower = key.toLowerCase();
   for (const [name] of entries) {
     const limit = name.length >= 8 ? 2 : 1;
-    if (Math.abs(name.length - key.length) <= limit && editDistance(lower, name.toLowerCase(), limit) <= limit) return name;
+    if (editDistance(lower, name.toLowerCase(), limit) <= limit) return name;
   }
   return undefined;
 }
 
-/** Levenshtein distance between `a` and `b`, or limit + 1 once it is past `limit`. */
-function editDistance(a: string, b: string, limit: number): number {
+/** Levenshtein distance between `a` and `b`, or limit + 1 once it is past `limit` (the
+ *  misspelling checks here and the schema compiler's "did you mean"). */
+export function editDistance(a: string, b: string, limit: number): number {
+  if (Math.abs(a.length - b.length) > limit) return limit + 1;
   let previous = Array.from({ length: b.length + 1 }, (_, j) => j);
   for (let i = 1; i <= a.length; i += 1) {
     const row = [i];

@@ -148,7 +148,6 @@ export class CallScope {
   }
 }
 
-
 function cancelledError(reason: unknown): GdrpcError {
   if (reason instanceof GdrpcError) return reason;
   return new GdrpcError(Code.CANCELLED, 'call cancelled by the caller', { cause: reason });
