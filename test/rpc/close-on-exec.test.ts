@@ -5,15 +5,12 @@ import { spawn, spawnSync } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
-import { Client, closeUcxDescriptorsOnExec, Code, GdrpcError, Runtime, Server, type UnaryHandler } from '../../core/index.ts';
+import { Client, closeUcxDescriptorsOnExec, Runtime, Server, type UnaryHandler } from '../../core/index.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
+import { echoHandlers } from './fixtures/in-process.ts';
 
 /** Echo's methods: ping answers, the rest are not needed here. */
-function echoHandlers(): Record<string, UnaryHandler> {
-  const handlers: Record<string, UnaryHandler> = Object.fromEntries(Object.keys(EchoDescriptor.methods).map((name) => [name, (() => { throw new GdrpcError(Code.UNIMPLEMENTED, name); }) as UnaryHandler]));
-  handlers.ping = ((args: { n: number }) => ({ n: args.n })) as UnaryHandler;
-  return handlers;
-}
+const pingHandlers = (): Record<string, UnaryHandler> => echoHandlers({ ping: (args: { n: number }) => ({ n: args.n }) });
 
 const opened: Array<{ close(): Promise<unknown> }> = [];
 afterEach(async () => {
@@ -36,7 +33,7 @@ describe('close-on-exec', () => {
     const runtime = Runtime.create();
     opened.push({ close: () => runtime.close() });
     const server = Server.create({ runtime });
-    server.register(EchoDescriptor, echoHandlers());
+    server.register(EchoDescriptor, pingHandlers());
     opened.push({ close: () => server.shutdown({ graceMs: 0 }) });
     const { port } = await server.listen({ host: '127.0.0.1', port: 0 });
     const client = await Client.connect({ host: '127.0.0.1', port }, { runtime });
@@ -52,7 +49,7 @@ describe('close-on-exec', () => {
     const runtime = Runtime.create();
     opened.push({ close: () => runtime.close() });
     const server = Server.create({ runtime, admissionTimeoutMs: 60_000 });
-    server.register(EchoDescriptor, echoHandlers());
+    server.register(EchoDescriptor, pingHandlers());
     opened.push({ close: () => server.shutdown({ graceMs: 0 }) });
     const { port } = await server.listen({ host: '127.0.0.1', port: 0 });
     const silent = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(new URL('./fixtures/silent-peer.ts', import.meta.url)), String(port)], { stdio: ['ignore', 'pipe', 'inherit'] });
@@ -70,7 +67,7 @@ describe('close-on-exec', () => {
 
   it('a child that outlives the server does not keep its port: a server listens there again at once', async () => {
     const first = Server.create();
-    first.register(EchoDescriptor, echoHandlers());
+    first.register(EchoDescriptor, pingHandlers());
     const { port } = await first.listen({ host: '127.0.0.1', port: 0 });
     const client = await Client.connect({ host: '127.0.0.1', port });
     expect((await client.unary(EchoDescriptor.methods.ping, { n: 1 })).n).toBe(1);
@@ -79,7 +76,7 @@ describe('close-on-exec', () => {
     opened.push({ close: async () => { child.kill('SIGKILL'); } });
     await first.shutdown({ graceMs: 0 });
     const second = Server.create();
-    second.register(EchoDescriptor, echoHandlers());
+    second.register(EchoDescriptor, pingHandlers());
     opened.push({ close: () => second.shutdown({ graceMs: 0 }) });
     await second.listen({ host: '127.0.0.1', port });
     const again = await Client.connect({ host: '127.0.0.1', port });

@@ -8,20 +8,19 @@ import { Client, Code, GdrpcError, Runtime, Server, type UnaryHandler } from '..
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { FrameKind } from '../../core/wire/frames.ts';
 import { RawPeer } from './fixtures/raw-peer.ts';
+import { echoHandlers } from './fixtures/in-process.ts';
 
 /** A server whose sleep handler waits until its call is aborted, a client of it, `calls` sleep
  *  calls in flight (their outcomes), and the two runtimes. */
 async function sleepers(calls: number) {
   const serving = Runtime.create();
   const calling = Runtime.create();
-  const unimplemented = (name: string): UnaryHandler => () => { throw new GdrpcError(Code.UNIMPLEMENTED, name); };
-  const handlers: Record<string, UnaryHandler> = Object.fromEntries(Object.keys(EchoDescriptor.methods).map((name) => [name, unimplemented(name)]));
   let started = 0;
-  handlers.sleep = (_args, call) => {
+  const sleep: UnaryHandler = (_args, call) => {
     started += 1;
     return new Promise((_resolve, reject) => call.signal.addEventListener('abort', () => reject(call.signal.reason)));
   };
-  const server = Server.create({ runtime: serving }).register(EchoDescriptor, handlers);
+  const server = Server.create({ runtime: serving }).register(EchoDescriptor, echoHandlers({ sleep }));
   await server.listen({ host: '127.0.0.1', port: 0 });
   const client = await Client.connect(server.address!, { runtime: calling });
   const outcomes = Array.from({ length: calls }, () => client.unary(EchoDescriptor.methods.sleep, { ms: 600_000 }).then(() => 'OK', (error: GdrpcError) => error.code));
@@ -63,9 +62,8 @@ describe('teardown called twice', () => {
 
   it.each(['a second shutdown with graceMs 0', 'the runtime\'s close'])('%s shortens the wait for clients to close too: a client that ignores GOAWAY holds it for the 2 s floors, not the first shutdown\'s 10 minutes (a review found it held for the whole first grace time)', async (how) => {
     const serving = Runtime.create();
-    const unimplemented = (name: string): UnaryHandler => () => { throw new GdrpcError(Code.UNIMPLEMENTED, name); };
     // A liveness time longer than the test: the silent peer is not closed for its silence.
-    const server = Server.create({ runtime: serving, livenessMs: 600_000 }).register(EchoDescriptor, Object.fromEntries(Object.keys(EchoDescriptor.methods).map((name) => [name, unimplemented(name)])));
+    const server = Server.create({ runtime: serving, livenessMs: 600_000 }).register(EchoDescriptor, echoHandlers());
     const { port } = await server.listen({ host: '127.0.0.1', port: 0 });
     // Admitted, no calls, and deaf to GOAWAY: the shutdown waits for it to close its connection.
     const raw = await RawPeer.connect(port);

@@ -5,9 +5,10 @@
 // session's stopped attacker held 2,000 descriptors of a server that way.
 import { type ChildProcess } from 'node:child_process';
 import { afterEach, describe, expect, it } from 'vitest';
-import { Code, GdrpcError, Runtime, Server, type UnaryHandler } from '../../core/index.ts';
+import { Runtime, Server } from '../../core/index.ts';
 import { EchoDescriptor } from '../schemas/gen/rpc/echo.ts';
 import { spawnStopping } from './fixtures/stopping.ts';
+import { echoHandlers } from '../rpc/fixtures/in-process.ts';
 
 const children: ChildProcess[] = [];
 afterEach(() => {
@@ -18,8 +19,7 @@ describe('refused connections of a stopped peer', () => {
   it('are closed, their endpoints gone, while the peer stays stopped', async () => {
     const runtime = Runtime.create();
     try {
-      const handlers: Record<string, UnaryHandler> = Object.fromEntries(Object.keys(EchoDescriptor.methods).map((name) => [name, () => { throw new GdrpcError(Code.UNIMPLEMENTED, name); }]));
-      const server = Server.create({ runtime }).register(EchoDescriptor, handlers);
+      const server = Server.create({ runtime }).register(EchoDescriptor, echoHandlers());
       const { port } = await server.listen({ host: '127.0.0.1', port: 0 });
       const before = runtime.worker.stats().liveEndpoints;
       const count = 8;
